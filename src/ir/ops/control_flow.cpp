@@ -1,0 +1,127 @@
+// Structural ops: constants, terminators, structured control flow and tuples.
+#include "ops/op_util.h"
+
+namespace xjit {
+using namespace ops;
+
+namespace {
+Type constantType(const Op &op) {
+  const Attr *v = op.attrOrNull("value");
+  if (!v) return Type::none();
+  switch (v->kind()) {
+  case AttrKind::Int: return Type::intTy();
+  case AttrKind::Float: return Type::floatTy();
+  case AttrKind::Bool: return Type::boolTy();
+  case AttrKind::Str: return Type::strTy();
+  case AttrKind::Tensor: {
+    const Tensor &t = v->asTensor();
+    return Type::tensor(t.dtype(), Shape(t.sizes().begin(), t.sizes().end()));
+  }
+  default: inferFail("constant value must be an int, float, bool, string or dense tensor");
+  }
+}
+
+RtValue constantValue(const Op &op) {
+  const Attr *v = op.attrOrNull("value");
+  if (!v) return RtValue();
+  switch (v->kind()) {
+  case AttrKind::Int: return RtValue(v->asInt());
+  case AttrKind::Float: return RtValue(v->asFloat());
+  case AttrKind::Bool: return RtValue(v->asBool());
+  case AttrKind::Str: return RtValue(v->asStr());
+  default: return RtValue(v->asTensor()); // shared: constants are never written in place
+  }
+}
+
+std::string verifyIf(const Op &op) {
+  const Type &c = op.operand(0)->type();
+  if (c.kind() != TypeKind::Bool) return "condition must be a bool, got " + c.str();
+  for (size_t r = 0; r < 2; ++r)
+    if (op.region(r)->numArguments() != 0) return "if regions take no arguments";
+  return "";
+}
+
+std::string verifyLoop(const Op &op) {
+  if (op.operand(0)->type().kind() != TypeKind::Int)
+    return "max_trip_count must be an int, got " + op.operand(0)->type().str();
+  if (op.operand(1)->type().kind() != TypeKind::Bool)
+    return "initial_condition must be a bool, got " + op.operand(1)->type().str();
+  size_t carried = op.numOperands() - 2;
+  if (op.numResults() != carried)
+    return std::to_string(carried) + " carried values but " + std::to_string(op.numResults()) +
+           " results";
+  Block *body = op.region(0);
+  if (body->numArguments() != carried + 1)
+    return "body must take the iteration number and " + std::to_string(carried) +
+           " carried values, takes " + std::to_string(body->numArguments()) + " arguments";
+  if (body->argument(0)->type().kind() != TypeKind::Int) return "iteration argument must be an int";
+  for (size_t i = 0; i < carried; ++i) {
+    const Type &init = op.operand(2 + i)->type(), &arg = body->argument(1 + i)->type(),
+               &res = op.result(i)->type();
+    if (init != arg || init != res)
+      return "carried value " + std::to_string(i) + " has initial type " + init.str() +
+             ", block argument type " + arg.str() + " and result type " + res.str();
+  }
+  return "";
+}
+} // namespace
+
+void registerControlFlowOps(OpRegistry &r) {
+  r.add({.name = "constant",
+         .summary = "a value given by the `value` attribute (none when absent)",
+         .attrs = {{.name = "value", .kind = AttrKind::Int, .optional = true, .anyKind = true}},
+         .traits = kConstantLike,
+         .infer = [](const Op &op) { return std::vector<Type>{constantType(op)}; },
+         .kernel = [](const Op &op, std::span<const RtValue>) {
+           return std::vector<RtValue>{constantValue(op)};
+         }});
+  r.add({.name = "return",
+         .summary = "ends the graph body; its operands are the graph outputs",
+         .operands = {{"values", true}},
+         .traits = kTerminator | kSideEffect});
+  r.add({.name = "yield",
+         .summary = "ends an if/loop region; its operands flow to the parent op",
+         .operands = {{"values", true}},
+         .traits = kTerminator | kSideEffect});
+  r.add({.name = "if",
+         .summary = "runs region 0 if cond else region 1; results are the yielded values",
+         .operands = {{"cond"}},
+         .verify = verifyIf,
+         .numRegions = 2});
+  r.add({.name = "loop",
+         .summary = "while iteration < max_trip_count and cond: carried = body(iteration, carried)",
+         .operands = {{"max_trip_count"}, {"initial_condition"}, {"carried", true}},
+         .verify = verifyLoop,
+         .numRegions = 1});
+  r.add({.name = "tuple_construct",
+         .summary = "a tuple of the operands",
+         .operands = {{"elements", true}},
+         .infer =
+             [](const Op &op) {
+               std::vector<Type> elems;
+               for (Value *v : op.operands()) elems.push_back(v->type());
+               return std::vector<Type>{Type::tuple(std::move(elems))};
+             },
+         .kernel = [](const Op &, std::span<const RtValue> in) {
+           return std::vector<RtValue>{RtValue(RtList(in.begin(), in.end()))};
+         }});
+  r.add({.name = "tuple_get",
+         .summary = "element `index` of a tuple",
+         .operands = {{"tuple"}},
+         .attrs = {{"index", AttrKind::Int}},
+         .infer =
+             [](const Op &op) {
+               const Type &t = op.operand(0)->type();
+               if (t.kind() != TypeKind::Tuple) inferFail("operand must be a tuple, got " + t.str());
+               int64_t i = attrInt(op, "index"), n = static_cast<int64_t>(t.elements().size());
+               if (i < -n || i >= n) inferFail("tuple index " + std::to_string(i) + " out of range");
+               return std::vector<Type>{t.elements()[static_cast<size_t>(i < 0 ? i + n : i)]};
+             },
+         .kernel = [](const Op &op, std::span<const RtValue> in) {
+           const RtList &l = in[0].list();
+           int64_t i = attrInt(op, "index"), n = static_cast<int64_t>(l.size());
+           return std::vector<RtValue>{l.at(static_cast<size_t>(i < 0 ? i + n : i))};
+         }});
+}
+
+} // namespace xjit
