@@ -1,0 +1,65 @@
+// Sliding-window kernels shared by the 1-d, 2-d and 3-d convolutions and poolings. Every op
+// is run as its 3-d form: a lower-rank op gets leading spatial dims of size 1 with kernel 1,
+// stride 1, dilation 1 and no padding, which changes neither the values nor the flattened
+// spatial indices (so max-pool indices come out right for every rank).
+#pragma once
+
+#include "nn_util.h"
+
+#include <array>
+
+namespace xjit::ops::nn {
+
+using Dims3 = std::array<int64_t, 3>;
+
+/// Spatial geometry of a convolution (or transposed convolution).
+struct ConvWindow {
+  Dims3 in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, pad{0, 0, 0},
+      dil{1, 1, 1};
+  /// Lifts per-dim values of an nd-dim op (nd <= 3); `pad` is the left/top/front padding.
+  static ConvWindow lift(const std::vector<int64_t> &in, const std::vector<int64_t> &out,
+                         const std::vector<int64_t> &kernel, const std::vector<int64_t> &stride,
+                         const std::vector<int64_t> &pad, const std::vector<int64_t> &dil);
+};
+
+/// y[n, cout, out...] of a grouped convolution of x[n, cin, in...] with w[cout, cin/groups,
+/// kernel...], plus bias[cout] when given (empty: none). Contiguous buffers.
+template <Acc T>
+std::vector<T> convForward(const std::vector<T> &x, const std::vector<T> &w,
+                           const std::vector<T> &bias, int64_t n, int64_t cin, int64_t cout,
+                           int64_t groups, const ConvWindow &g);
+/// Transposed convolution: x[n, cin, in...] with w[cin, cout/groups, kernel...] scattered to
+/// y[n, cout, out...]: y[o*stride - pad + k*dil] += x[o] * w[k]; plus bias.
+template <Acc T>
+std::vector<T> convTransposed(const std::vector<T> &x, const std::vector<T> &w,
+                              const std::vector<T> &bias, int64_t n, int64_t cin, int64_t cout,
+                              int64_t groups, const ConvWindow &g);
+
+/// The input positions each output position of one spatial dim reads, and its window size
+/// counted with padding (for avg_pool's count_include_pad).
+struct Taps {
+  int64_t inSize = 1;
+  std::vector<std::vector<int64_t>> pos; // per output index: in-bounds input indices
+  std::vector<int64_t> padded;           // per output index
+};
+/// Pooling window o*stride - pad + j*dil, j < kernel; avg_pool's padded size clips at
+/// inSize + pad as PyTorch does (ceil_mode windows may overhang).
+Taps windowTaps(int64_t inSize, int64_t outSize, int64_t kernel, int64_t stride, int64_t pad,
+                int64_t dil);
+/// Adaptive pooling: [floor(o*in/out), ceil((o+1)*in/out)).
+Taps adaptiveTaps(int64_t inSize, int64_t outSize);
+/// Lifts per-dim taps to three dims (leading dims of size 1 with one tap).
+std::array<Taps, 3> liftTaps(std::vector<Taps> taps);
+
+/// Max over each window of x[planes, in...] -> out[planes, out...]; NaN wins and, like
+/// PyTorch, a later NaN moves the index. indices (flattened spatial) when non-null.
+template <class T>
+std::vector<T> maxPool(const std::vector<T> &x, int64_t planes, const std::array<Taps, 3> &t,
+                       std::vector<int64_t> *indices);
+/// Sum over each window divided by: divisor if > 0, else the padded window size
+/// (countIncludePad) or the number of in-bounds taps. Integer T divides truncating to zero.
+template <class T>
+std::vector<T> avgPool(const std::vector<T> &x, int64_t planes, const std::array<Taps, 3> &t,
+                       bool countIncludePad, int64_t divisor);
+
+} // namespace xjit::ops::nn
