@@ -22,12 +22,10 @@ Results one(Tensor t) { return {RtValue(std::move(t))}; }
 const Attr &attrOf(const Op &op, std::string_view name) {
   const Attr *a = op.attrOrNull(name);
   if (!a)
-    inferFail(op.name() + ": missing required attribute '" + std::string(name) +
-              "'");
-  if (a->kind() != AttrKind::Int && a->kind() != AttrKind::Float &&
-      a->kind() != AttrKind::Bool)
-    inferFail(op.name() + ": attribute '" + std::string(name) +
-              "' must be a number, got " + a->str());
+    inferFail(op.name() + ": missing required attribute '" + std::string(name) + "'");
+  if (a->kind() != AttrKind::Int && a->kind() != AttrKind::Float && a->kind() != AttrKind::Bool)
+    inferFail(op.name() + ": attribute '" + std::string(name) + "' must be a number, got " +
+              a->str());
   return *a;
 }
 
@@ -39,18 +37,16 @@ DType dtypeOr(const Op &op, DType fallback) {
 // The dtype PyTorch gives a Python number (int -> i64, float -> f32, bool ->
 // bool).
 DType dtypeOfNumber(const Attr &a) {
-  return defaultDTypeFor(a.kind() == AttrKind::Int ? DTypeCategory::Integer
-                         : a.kind() == AttrKind::Bool
-                             ? DTypeCategory::Bool
-                             : DTypeCategory::Floating);
+  return defaultDTypeFor(a.kind() == AttrKind::Int    ? DTypeCategory::Integer
+                         : a.kind() == AttrKind::Bool ? DTypeCategory::Bool
+                                                      : DTypeCategory::Floating);
 }
 
 Shape shapeAttr(const Op &op) {
   Shape s;
   for (int64_t d : attrInts(op, "shape")) {
     if (d < 0)
-      inferFail(op.name() + ": negative dimension " + std::to_string(d) +
-                " in shape");
+      inferFail(op.name() + ": negative dimension " + std::to_string(d) + " in shape");
     s.push_back(d);
   }
   return s;
@@ -76,12 +72,10 @@ struct Arange {
 };
 
 Arange arangeOf(const Op &op) {
-  const Attr &s = attrOf(op, "start"), &e = attrOf(op, "end"),
-             &st = attrOf(op, "step");
-  bool allInt = s.kind() != AttrKind::Float && e.kind() != AttrKind::Float &&
-                st.kind() != AttrKind::Float;
-  Arange a{dtypeOr(op, allInt ? DType::I64
-                              : defaultDTypeFor(DTypeCategory::Floating)),
+  const Attr &s = attrOf(op, "start"), &e = attrOf(op, "end"), &st = attrOf(op, "step");
+  bool allInt =
+      s.kind() != AttrKind::Float && e.kind() != AttrKind::Float && st.kind() != AttrKind::Float;
+  Arange a{dtypeOr(op, allInt ? DType::I64 : defaultDTypeFor(DTypeCategory::Floating)),
            s.asNumber(),
            e.asNumber(),
            st.asNumber(),
@@ -97,13 +91,11 @@ Arange arangeOf(const Op &op) {
   a.istep = static_cast<int64_t>(a.step);
   int64_t iend = static_cast<int64_t>(a.end);
   double step = integral ? double(a.istep) : a.step;
-  double start = integral ? double(a.istart) : a.start,
-         end = integral ? double(iend) : a.end;
+  double start = integral ? double(a.istart) : a.start, end = integral ? double(iend) : a.end;
   if (step == 0)
     inferFail("arange: step must be nonzero");
   if (!((step > 0 && end >= start) || (step < 0 && end <= start)))
-    inferFail(
-        "arange: upper bound and lower bound inconsistent with step sign");
+    inferFail("arange: upper bound and lower bound inconsistent with step sign");
   double size;
   if (a.dtype == DType::I64) {
     int64_t sgn = a.istep > 0 ? 1 : -1;
@@ -121,13 +113,11 @@ Results arangeKernel(const Op &op, In) {
   Arange a = arangeOf(op);
   Tensor out = Tensor::empty(a.dtype, {a.length});
   // f16/bf16 accumulate in f32, f32/f64 in double (ATen's CPU acc_type).
-  DType acc =
-      a.dtype == DType::F16 || a.dtype == DType::BF16 ? DType::F32 : DType::F64;
+  DType acc = a.dtype == DType::F16 || a.dtype == DType::BF16 ? DType::F32 : DType::F64;
   for (int64_t i = 0; i < a.length; ++i) {
     if (isFloating(a.dtype))
       out.setDouble(
-          i, roundTo(acc, roundTo(acc, a.start) +
-                              roundTo(acc, roundTo(acc, a.step) * double(i))));
+          i, roundTo(acc, roundTo(acc, a.start) + roundTo(acc, roundTo(acc, a.step) * double(i))));
     else
       out.setInt(i, a.istart + a.istep * i);
   }
@@ -139,8 +129,7 @@ Results arangeKernel(const Op &op, In) {
 int64_t linspaceSteps(const Op &op) {
   int64_t steps = attrInt(op, "steps");
   if (steps < 0)
-    inferFail("linspace: number of steps must be non-negative, got " +
-              std::to_string(steps));
+    inferFail("linspace: number of steps must be non-negative, got " + std::to_string(steps));
   return steps;
 }
 
@@ -195,14 +184,12 @@ Type fillType(const Op &op, ShapeFrom from, Fill fill) {
     const Type &t = tensorOperand(op, 0);
     return t.withShape(shapeAttr(op)).withDType(dtypeOr(op, t.dtype()));
   }
-  DType fallback = fill == Fill::Value
-                       ? dtypeOfNumber(attrOf(op, "fill_value"))
-                       : defaultDTypeFor(DTypeCategory::Floating);
+  DType fallback = fill == Fill::Value ? dtypeOfNumber(attrOf(op, "fill_value"))
+                                       : defaultDTypeFor(DTypeCategory::Floating);
   return Type::tensor(dtypeOr(op, fallback), shapeAttr(op));
 }
 
-OpDef fillRow(std::string name, std::string summary, ShapeFrom from,
-              Fill fill) {
+OpDef fillRow(std::string name, std::string summary, ShapeFrom from, Fill fill) {
   std::vector<OperandSpec> operands;
   std::vector<AttrSpec> attrs;
   if (from != ShapeFrom::Attr)
@@ -221,9 +208,8 @@ OpDef fillRow(std::string name, std::string summary, ShapeFrom from,
             return {fillType(op, from, fill)};
           },
           .kernel = [from, fill](const Op &op, In in) -> Results {
-            std::vector<int64_t> sizes = from == ShapeFrom::Like
-                                             ? tensorIn(op, in, 0).sizes()
-                                             : attrInts(op, "shape");
+            std::vector<int64_t> sizes =
+                from == ShapeFrom::Like ? tensorIn(op, in, 0).sizes() : attrInts(op, "shape");
             Tensor out = Tensor::empty(resultDType(op), sizes);
             if (fill != Fill::Zero)
               mv::fill(out, fillScalar(op, fill));
@@ -233,8 +219,7 @@ OpDef fillRow(std::string name, std::string summary, ShapeFrom from,
 
 // ---- size queries ----
 
-OpDef queryRow(std::string name, std::string summary,
-               std::vector<AttrSpec> attrs,
+OpDef queryRow(std::string name, std::string summary, std::vector<AttrSpec> attrs,
                int64_t (*query)(const Op &, const Tensor &)) {
   return {.name = std::move(name),
           .summary = std::move(summary),
@@ -290,16 +275,14 @@ void registerCreationOps(OpRegistry &r) {
                    {"dtype", AttrKind::DType, Attr(DType::F32)}},
          .traits = kConstantLike,
          .infer = [](const Op &op) -> std::vector<Type> {
-           int64_t n = attrInt(op, "n"),
-                   m = hasAttrValue(op, "m") ? attrInt(op, "m") : n;
+           int64_t n = attrInt(op, "n"), m = hasAttrValue(op, "m") ? attrInt(op, "m") : n;
            if (n < 0 || m < 0)
-             inferFail("eye: n and m must be non-negative, got " +
-                       std::to_string(n) + ", " + std::to_string(m));
+             inferFail("eye: n and m must be non-negative, got " + std::to_string(n) + ", " +
+                       std::to_string(m));
            return {Type::tensor(attrDType(op, "dtype"), {n, m})};
          },
          .kernel = [](const Op &op, In) -> Results {
-           Tensor out =
-               Tensor::empty(resultDType(op), sizesOf(op.result(0)->type()));
+           Tensor out = Tensor::empty(resultDType(op), sizesOf(op.result(0)->type()));
            int64_t n = out.sizes()[0], m = out.sizes()[1];
            for (int64_t i = 0; i < std::min(n, m); ++i)
              out.setInt(i * m + i, 1);
@@ -318,25 +301,18 @@ void registerCreationOps(OpRegistry &r) {
        ShapeFrom::Attr, Fill::Value},
       {"zeros", "Tensor of shape filled with 0", ShapeFrom::Attr, Fill::Zero},
       {"ones", "Tensor of shape filled with 1", ShapeFrom::Attr, Fill::One},
-      {"empty", "Uninitialized tensor of shape (zero-filled here)",
-       ShapeFrom::Attr, Fill::Zero},
-      {"full_like", "Tensor like self filled with fill_value", ShapeFrom::Like,
-       Fill::Value},
-      {"zeros_like", "Tensor like self filled with 0", ShapeFrom::Like,
+      {"empty", "Uninitialized tensor of shape (zero-filled here)", ShapeFrom::Attr, Fill::Zero},
+      {"full_like", "Tensor like self filled with fill_value", ShapeFrom::Like, Fill::Value},
+      {"zeros_like", "Tensor like self filled with 0", ShapeFrom::Like, Fill::Zero},
+      {"ones_like", "Tensor like self filled with 1", ShapeFrom::Like, Fill::One},
+      {"empty_like", "Uninitialized tensor like self (zero-filled here)", ShapeFrom::Like,
        Fill::Zero},
-      {"ones_like", "Tensor like self filled with 1", ShapeFrom::Like,
-       Fill::One},
-      {"empty_like", "Uninitialized tensor like self (zero-filled here)",
-       ShapeFrom::Like, Fill::Zero},
-      {"new_full",
-       "Tensor of shape with self's dtype by default, filled with fill_value",
+      {"new_full", "Tensor of shape with self's dtype by default, filled with fill_value",
        ShapeFrom::New, Fill::Value},
-      {"new_zeros",
-       "Tensor of shape with self's dtype by default, filled with 0",
-       ShapeFrom::New, Fill::Zero},
-      {"new_ones",
-       "Tensor of shape with self's dtype by default, filled with 1",
-       ShapeFrom::New, Fill::One},
+      {"new_zeros", "Tensor of shape with self's dtype by default, filled with 0", ShapeFrom::New,
+       Fill::Zero},
+      {"new_ones", "Tensor of shape with self's dtype by default, filled with 1", ShapeFrom::New,
+       Fill::One},
       {"new_empty",
        "Uninitialized tensor of shape with self's dtype by default "
        "(zero-filled)",

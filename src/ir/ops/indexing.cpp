@@ -23,35 +23,27 @@ Results one(Tensor t) { return {RtValue(std::move(t))}; }
 // gather/scatter treat a 0-d tensor as 1-d of size 1 (torch's
 // ensure_nonempty_dim).
 int64_t nonEmptyRank(const Type &t) { return std::max<int64_t>(t.rank(), 1); }
-DimExpr nonEmptySize(const Type &t, int64_t d) {
-  return t.rank() == 0 ? DimExpr(1) : t.shape()[d];
-}
-Tensor nonEmpty(const Tensor &t) {
-  return t.rank() == 0 ? t.view({1}, {1}, t.offset()) : t;
-}
+DimExpr nonEmptySize(const Type &t, int64_t d) { return t.rank() == 0 ? DimExpr(1) : t.shape()[d]; }
+Tensor nonEmpty(const Tensor &t) { return t.rank() == 0 ? t.view({1}, {1}, t.offset()) : t; }
 
 void requireIndexDType(const Op &op, size_t i, bool allowInt32) {
   const Type &t = tensorOperand(op, i);
   if (t.dtype() != DType::I64 && !(allowInt32 && t.dtype() == DType::I32))
-    inferFail(op.name() + ": expected dtype " +
-              (allowInt32 ? "int32 or int64" : "int64") + " for index, got " +
-              std::string(dtypeName(t.dtype())));
+    inferFail(op.name() + ": expected dtype " + (allowInt32 ? "int32 or int64" : "int64") +
+              " for index, got " + std::string(dtypeName(t.dtype())));
 }
 
-int64_t indexValue(const Op &op, int64_t v, int64_t size, int64_t dim,
-                   bool wrapNegative) {
+int64_t indexValue(const Op &op, int64_t v, int64_t size, int64_t dim, bool wrapNegative) {
   if (wrapNegative && v < 0 && v >= -size)
     v += size;
   if (v < 0 || v >= size)
-    kernelFail(op.name() + ": index " + std::to_string(v) +
-               " is out of bounds for dimension " + std::to_string(dim) +
-               " with size " + std::to_string(size));
+    kernelFail(op.name() + ": index " + std::to_string(v) + " is out of bounds for dimension " +
+               std::to_string(dim) + " with size " + std::to_string(size));
   return v;
 }
 
 Scalar elementAt(const Tensor &t, int64_t i) {
-  return isFloating(t.dtype()) ? Scalar::fromDouble(t.getDouble(i))
-                               : Scalar::fromInt(t.getInt(i));
+  return isFloating(t.dtype()) ? Scalar::fromDouble(t.getDouble(i)) : Scalar::fromInt(t.getInt(i));
 }
 
 // ---- index_select ----
@@ -77,8 +69,7 @@ Results indexSelectKernel(const Op &op, In in) {
   int64_t dim = normDim(attrInt(op, "dim"), t.rank());
   std::vector<int64_t> sizes = self.sizes();
   sizes[dim] = index.numel();
-  Tensor out =
-      Tensor::empty(t.dtype(), t.rank() == 0 ? std::vector<int64_t>{} : sizes);
+  Tensor out = Tensor::empty(t.dtype(), t.rank() == 0 ? std::vector<int64_t>{} : sizes);
   Tensor outView = nonEmpty(out);
   for (int64_t k = 0; k < index.numel(); ++k) {
     int64_t j = indexValue(op, index.getInt(k), self.sizes()[dim], dim, false);
@@ -91,27 +82,22 @@ Results indexSelectKernel(const Op &op, In in) {
 
 // Index sizes may not exceed self's except along dim (static dims only; kernels
 // re-check).
-void checkIndexFits(const Op &op, const Type &index, const Type &other,
-                    int64_t dim, const char *otherName) {
+void checkIndexFits(const Op &op, const Type &index, const Type &other, int64_t dim,
+                    const char *otherName) {
   for (int64_t d = 0; d < nonEmptyRank(index); ++d) {
     if (d == dim)
       continue;
-    auto a = nonEmptySize(index, d).staticValue(),
-         b = nonEmptySize(other, d).staticValue();
+    auto a = nonEmptySize(index, d).staticValue(), b = nonEmptySize(other, d).staticValue();
     if (a && b && *a > *b)
-      inferFail(op.name() + ": size of index (" + std::to_string(*a) +
-                ") exceeds size of " + otherName + " (" + std::to_string(*b) +
-                ") at dimension " + std::to_string(d));
+      inferFail(op.name() + ": size of index (" + std::to_string(*a) + ") exceeds size of " +
+                otherName + " (" + std::to_string(*b) + ") at dimension " + std::to_string(d));
   }
 }
 
-void checkSameRank(const Op &op, const Type &a, const Type &b,
-                   const char *what) {
+void checkSameRank(const Op &op, const Type &a, const Type &b, const char *what) {
   if (nonEmptyRank(a) != nonEmptyRank(b))
-    inferFail(op.name() +
-              ": index tensor must have the same number of dimensions as " +
-              what + " (" + std::to_string(b.rank()) + "), got " +
-              std::to_string(a.rank()));
+    inferFail(op.name() + ": index tensor must have the same number of dimensions as " + what +
+              " (" + std::to_string(b.rank()) + "), got " + std::to_string(a.rank()));
 }
 
 std::vector<Type> inferGather(const Op &op) {
@@ -126,24 +112,20 @@ std::vector<Type> inferGather(const Op &op) {
 
 // out[idx] = self[idx with idx[dim] = index[idx]]; `index` and `self` are
 // broadcast alike except along dim.
-Tensor gatherAlong(const Op &op, const Tensor &self, const Tensor &index,
-                   int64_t dim, bool wrapNegative,
-                   const std::vector<int64_t> &outSizes) {
+Tensor gatherAlong(const Op &op, const Tensor &self, const Tensor &index, int64_t dim,
+                   bool wrapNegative, const std::vector<int64_t> &outSizes) {
   Tensor s = nonEmpty(self), ix = nonEmpty(index);
   for (int64_t d = 0; d < ix.rank(); ++d)
     if (d != dim && ix.sizes()[d] > s.sizes()[d])
-      kernelFail(op.name() +
-                 ": size of index exceeds size of input at dimension " +
+      kernelFail(op.name() + ": size of index exceeds size of input at dimension " +
                  std::to_string(d));
   Tensor out = Tensor::empty(self.dtype(), outSizes);
   std::vector<int64_t> src;
-  forEachIndex(ix.sizes(),
-               [&](const std::vector<int64_t> &idx, int64_t linear) {
-                 src = idx;
-                 src[dim] = indexValue(op, ix.getInt(linear), s.sizes()[dim],
-                                       dim, wrapNegative);
-                 copyElement(out, linear, s, linearIndex(s.sizes(), src));
-               });
+  forEachIndex(ix.sizes(), [&](const std::vector<int64_t> &idx, int64_t linear) {
+    src = idx;
+    src[dim] = indexValue(op, ix.getInt(linear), s.sizes()[dim], dim, wrapNegative);
+    copyElement(out, linear, s, linearIndex(s.sizes(), src));
+  });
   return out;
 }
 
@@ -157,10 +139,9 @@ Results gatherKernel(const Op &op, In in) {
 // take_along_dim: without dim, both are flattened; with dim, self and indices
 // broadcast in every dim but dim.
 template <class D>
-std::vector<D> takeAlongSizes(
-    const std::vector<D> &self, const std::vector<D> &index, int64_t dim,
-    const std::function<std::vector<D>(std::vector<D>, std::vector<D>)>
-        &bcast) {
+std::vector<D>
+takeAlongSizes(const std::vector<D> &self, const std::vector<D> &index, int64_t dim,
+               const std::function<std::vector<D>(std::vector<D>, std::vector<D>)> &bcast) {
   std::vector<D> a = self, b = index;
   a[dim] = D(1);
   b[dim] = D(1);
@@ -179,13 +160,11 @@ std::vector<Type> inferTakeAlongDim(const Op &op) {
     inferFail("take_along_dim: input and indices should have the same number "
               "of dimensions, "
               "but got " +
-              std::to_string(t.rank()) + " and " +
-              std::to_string(index.rank()));
+              std::to_string(t.rank()) + " and " + std::to_string(index.rank()));
   int64_t dim = normDim(attrInt(op, "dim"), t.rank());
   if (t.rank() == 0)
     return {t};
-  return {t.withShape(
-      takeAlongSizes<DimExpr>(t.shape(), index.shape(), dim, broadcastShapes))};
+  return {t.withShape(takeAlongSizes<DimExpr>(t.shape(), index.shape(), dim, broadcastShapes))};
 }
 
 Results takeAlongDimKernel(const Op &op, In in) {
@@ -200,12 +179,11 @@ Results takeAlongDimKernel(const Op &op, In in) {
   int64_t dim = normDim(attrInt(op, "dim"), t.rank());
   if (t.rank() == 0)
     return one(gatherAlong(op, t, index, 0, true, {}));
-  auto sizes =
-      takeAlongSizes<int64_t>(t.sizes(), index.sizes(), dim, broadcastSizes);
+  auto sizes = takeAlongSizes<int64_t>(t.sizes(), index.sizes(), dim, broadcastSizes);
   auto selfSizes = sizes, indexSizes = sizes;
   selfSizes[dim] = t.sizes()[dim];
-  return one(gatherAlong(op, expandTo(t, selfSizes),
-                         expandTo(index, indexSizes), dim, true, sizes));
+  return one(
+      gatherAlong(op, expandTo(t, selfSizes), expandTo(index, indexSizes), dim, true, sizes));
 }
 
 // ---- scatter family ----
@@ -226,8 +204,7 @@ Reduce reduceOf(const Op &op) {
       return Reduce::Sum;
     if (r == "multiply")
       return Reduce::Prod;
-    inferFail("scatter: reduce argument must be either add or multiply, got '" +
-              r + "'");
+    inferFail("scatter: reduce argument must be either add or multiply, got '" + r + "'");
   }
   if (r == "sum")
     return Reduce::Sum;
@@ -255,25 +232,20 @@ std::vector<Type> inferScatter(const Op &op) {
   if (hasOperand(op, 2) && op.operand(2)->type().isTensor()) {
     const Type &src = tensorOperand(op, 2);
     if (src.dtype() != t.dtype())
-      inferFail(op.name() +
-                ": expected self.dtype to be equal to src.dtype, got " +
-                std::string(dtypeName(t.dtype())) + " and " +
-                std::string(dtypeName(src.dtype())));
+      inferFail(op.name() + ": expected self.dtype to be equal to src.dtype, got " +
+                std::string(dtypeName(t.dtype())) + " and " + std::string(dtypeName(src.dtype())));
     checkSameRank(op, index, src, "src");
     for (int64_t d = 0; d < nonEmptyRank(index); ++d) {
-      auto a = nonEmptySize(index, d).staticValue(),
-           b = nonEmptySize(src, d).staticValue();
+      auto a = nonEmptySize(index, d).staticValue(), b = nonEmptySize(src, d).staticValue();
       if (a && b && *a > *b)
-        inferFail(op.name() + ": size of index (" + std::to_string(*a) +
-                  ") exceeds size of src (" + std::to_string(*b) +
-                  ") at dimension " + std::to_string(d));
+        inferFail(op.name() + ": size of index (" + std::to_string(*a) + ") exceeds size of src (" +
+                  std::to_string(*b) + ") at dimension " + std::to_string(d));
     }
   } else if (op.name() != "scatter") {
     tensorOperand(op, 2); // scatter_add / scatter_reduce need a src tensor
   } else if (hasOperand(op, 2)) {
     if (!op.operand(2)->type().isScalar())
-      inferFail("scatter: src must be a tensor or a number, got " +
-                op.operand(2)->type().str());
+      inferFail("scatter: src must be a tensor or a number, got " + op.operand(2)->type().str());
   } else if (!op.attrOrNull("value")) {
     inferFail("scatter: needs a src tensor or a value");
   }
@@ -286,8 +258,7 @@ void combine(const Tensor &out, int64_t j, const Scalar &v, Reduce r) {
   if (r == Reduce::None)
     return setScalar(out, j, v);
   if (isFloating(out.dtype())) {
-    double a = out.getDouble(j),
-           b = v.category == DTypeCategory::Floating ? v.f : double(v.i);
+    double a = out.getDouble(j), b = v.category == DTypeCategory::Floating ? v.f : double(v.i);
     double res = r == Reduce::Sum || r == Reduce::Mean ? a + b
                  : r == Reduce::Prod                   ? a * b
                  : std::isnan(a) || std::isnan(b)      ? NAN
@@ -302,8 +273,7 @@ void combine(const Tensor &out, int64_t j, const Scalar &v, Reduce r) {
   uint64_t res = r == Reduce::Sum || r == Reduce::Mean ? ua + ub
                  : r == Reduce::Prod
                      ? ua * ub
-                     : static_cast<uint64_t>(r == Reduce::Max ? std::max(a, b)
-                                                              : std::min(a, b));
+                     : static_cast<uint64_t>(r == Reduce::Max ? std::max(a, b) : std::min(a, b));
   out.setInt(j, static_cast<int64_t>(res));
 }
 
@@ -312,11 +282,9 @@ Scalar identity(Reduce r, DType d) {
   case Reduce::Prod:
     return Scalar::fromInt(1);
   case Reduce::Max:
-    return isFloating(d) ? Scalar::fromDouble(-INFINITY)
-                         : Scalar::fromInt(INT64_MIN);
+    return isFloating(d) ? Scalar::fromDouble(-INFINITY) : Scalar::fromInt(INT64_MIN);
   case Reduce::Min:
-    return isFloating(d) ? Scalar::fromDouble(INFINITY)
-                         : Scalar::fromInt(INT64_MAX);
+    return isFloating(d) ? Scalar::fromDouble(INFINITY) : Scalar::fromInt(INT64_MAX);
   default:
     return Scalar::fromInt(0);
   }
@@ -326,8 +294,7 @@ Tensor scatterInto(const Op &op, In in, Tensor out) {
   const Tensor &index = tensorIn(op, in, 1);
   int64_t dim = normDim(attrInt(op, "dim"), out.rank());
   Reduce r = reduceOf(op);
-  bool includeSelf =
-      !op.attrOrNull("include_self") || attrBool(op, "include_self");
+  bool includeSelf = !op.attrOrNull("include_self") || attrBool(op, "include_self");
   std::optional<Tensor> src;
   std::optional<Scalar> value;
   if (hasInput(in, 2) && in[2].isTensor())
@@ -338,16 +305,13 @@ Tensor scatterInto(const Op &op, In in, Tensor out) {
     value = Scalar::fromAttr(op.attr("value"));
   Tensor o = nonEmpty(out), ix = nonEmpty(index);
   for (int64_t d = 0; d < ix.rank(); ++d) {
-    if ((d != dim && ix.sizes()[d] > o.sizes()[d]) ||
-        (src && ix.sizes()[d] > src->sizes()[d]))
-      kernelFail(op.name() +
-                 ": size of index exceeds size of self or src at dimension " +
+    if ((d != dim && ix.sizes()[d] > o.sizes()[d]) || (src && ix.sizes()[d] > src->sizes()[d]))
+      kernelFail(op.name() + ": size of index exceeds size of self or src at dimension " +
                  std::to_string(d));
   }
   // Targets get the identity first when self is excluded; mean divides by the
   // count.
-  std::vector<int64_t> count(static_cast<size_t>(o.numel()),
-                             includeSelf ? 1 : 0);
+  std::vector<int64_t> count(static_cast<size_t>(o.numel()), includeSelf ? 1 : 0);
   std::vector<int64_t> target;
   auto targetOf = [&](const std::vector<int64_t> &idx, int64_t linear) {
     target = idx;
@@ -355,12 +319,10 @@ Tensor scatterInto(const Op &op, In in, Tensor out) {
     return linearIndex(o.sizes(), target);
   };
   if (!includeSelf && r != Reduce::None)
-    forEachIndex(ix.sizes(),
-                 [&](const std::vector<int64_t> &idx, int64_t linear) {
-                   setScalar(o, targetOf(idx, linear), identity(r, o.dtype()));
-                 });
-  forEachIndex(ix.sizes(), [&](const std::vector<int64_t> &idx,
-                               int64_t linear) {
+    forEachIndex(ix.sizes(), [&](const std::vector<int64_t> &idx, int64_t linear) {
+      setScalar(o, targetOf(idx, linear), identity(r, o.dtype()));
+    });
+  forEachIndex(ix.sizes(), [&](const std::vector<int64_t> &idx, int64_t linear) {
     int64_t j = targetOf(idx, linear);
     Scalar v = src ? elementAt(*src, linearIndex(src->sizes(), idx)) : *value;
     combine(o, j, v, r);
@@ -384,14 +346,12 @@ Results scatterKernel(const Op &op, In in) {
   return one(scatterInto(op, in, tensorIn(op, in, 0).contiguousCopy()));
 }
 
-OpDef scatterRow(std::string name, std::string summary,
-                 std::vector<AttrSpec> attrs, bool srcOptional) {
+OpDef scatterRow(std::string name, std::string summary, std::vector<AttrSpec> attrs,
+                 bool srcOptional) {
   attrs.insert(attrs.begin(), AttrSpec{"dim", AttrKind::Int});
   return {.name = std::move(name),
           .summary = std::move(summary),
-          .operands = {{"self"},
-                       {"index"},
-                       {.name = "src", .optional = srcOptional}},
+          .operands = {{"self"}, {"index"}, {.name = "src", .optional = srcOptional}},
           .attrs = std::move(attrs),
           .infer = inferScatter,
           .kernel = scatterKernel};
@@ -408,8 +368,7 @@ std::vector<Type> inferMaskedScatter(const Op &op) {
   if (source.dtype() != t.dtype())
     inferFail("masked_scatter: expected self and source to have the same "
               "dtype, got " +
-              std::string(dtypeName(t.dtype())) + " and " +
-              std::string(dtypeName(source.dtype())));
+              std::string(dtypeName(t.dtype())) + " and " + std::string(dtypeName(source.dtype())));
   return {t.withShape(broadcastShapes(t.shape(), mask.shape()))};
 }
 
@@ -438,12 +397,10 @@ std::vector<Type> inferCopy(const Op &op) {
   const Type &src = tensorOperand(op, 1);
   Shape b = broadcastShapes(dst.shape(), src.shape());
   if (b.size() != dst.shape().size())
-    inferFail("copy_: source " + src.str() +
-              " cannot be broadcast to destination " + dst.str());
+    inferFail("copy_: source " + src.str() + " cannot be broadcast to destination " + dst.str());
   for (size_t i = 0; i < b.size(); ++i)
     if (b[i].isStatic() && dst.shape()[i].isStatic() && b[i] != dst.shape()[i])
-      inferFail("copy_: source " + src.str() +
-                " cannot be broadcast to destination " + dst.str());
+      inferFail("copy_: source " + src.str() + " cannot be broadcast to destination " + dst.str());
   return {dst};
 }
 
@@ -452,9 +409,7 @@ std::vector<Type> inferFill(const Op &op) {
   if (hasOperand(op, 1)) {
     const Type &v = op.operand(1)->type();
     if (!(v.isScalar() || (v.isTensor() && v.rank() == 0)))
-      inferFail(
-          "fill_: value must be a number or a 0-dimensional tensor, got " +
-          v.str());
+      inferFail("fill_: value must be a number or a 0-dimensional tensor, got " + v.str());
   } else if (!op.attrOrNull("value")) {
     inferFail("fill_: needs a value (operand or attribute)");
   }
@@ -472,8 +427,7 @@ void registerIndexingOps(OpRegistry &r) {
          .infer = inferIndexSelect,
          .kernel = indexSelectKernel});
   r.add({.name = "gather",
-         .summary =
-             "out[i][j] = self[index[i][j]][j] (dim 0); index has self's rank",
+         .summary = "out[i][j] = self[index[i][j]][j] (dim 0); index has self's rank",
          .operands = {{"self"}, {"index"}},
          .attrs = {{"dim", AttrKind::Int}},
          .infer = inferGather,
@@ -490,18 +444,14 @@ void registerIndexingOps(OpRegistry &r) {
       "scatter",
       "A copy of self with self[index[i][j]][j] = src[i][j] (dim 0); src is a "
       "tensor or a number (operand or `value` attribute); reduce add/multiply",
-      {{"reduce", AttrKind::Str, std::nullopt},
-       {"value", AttrKind::Float, std::nullopt}},
-      true));
-  r.add(scatterRow("scatter_add",
-                   "scatter that adds src into self (duplicates accumulate)",
-                   {}, false));
-  r.add(scatterRow(
-      "scatter_reduce",
-      "scatter reducing with sum, prod, mean, amax or amin; include_self false "
-      "leaves self out of the reduction where a value is scattered",
-      {{"reduce", AttrKind::Str}, {"include_self", AttrKind::Bool, Attr(true)}},
-      false));
+      {{"reduce", AttrKind::Str, std::nullopt}, {"value", AttrKind::Float, std::nullopt}}, true));
+  r.add(scatterRow("scatter_add", "scatter that adds src into self (duplicates accumulate)", {},
+                   false));
+  r.add(scatterRow("scatter_reduce",
+                   "scatter reducing with sum, prod, mean, amax or amin; include_self false "
+                   "leaves self out of the reduction where a value is scattered",
+                   {{"reduce", AttrKind::Str}, {"include_self", AttrKind::Bool, Attr(true)}},
+                   false));
   r.add({.name = "masked_scatter",
          .summary = "self with consecutive source elements where the "
                     "(broadcast) mask is true",
@@ -509,8 +459,7 @@ void registerIndexingOps(OpRegistry &r) {
          .infer = inferMaskedScatter,
          .kernel = maskedScatterKernel});
   r.add({.name = "copy_",
-         .summary =
-             "Copies src (broadcast, dtype converted) into self; returns self",
+         .summary = "Copies src (broadcast, dtype converted) into self; returns self",
          .operands = {{"self"}, {"src"}},
          .traits = kInPlace,
          .infer = inferCopy,

@@ -30,25 +30,22 @@ std::string intsStr(const std::vector<int64_t> &v) {
 // ---- reshape family: the result is a view when the strides allow it, else a
 // copy ----
 
-Tensor reshapeTensor(const Tensor &t, const std::vector<int64_t> &sizes,
-                     bool mustView, const std::string &opName) {
+Tensor reshapeTensor(const Tensor &t, const std::vector<int64_t> &sizes, bool mustView,
+                     const std::string &opName) {
   if (auto strides = viewStrides(t.sizes(), t.strides(), sizes))
     return t.view(sizes, *strides, t.offset());
   if (mustView)
-    kernelFail(
-        opName +
-        ": view size is not compatible with input tensor's size and stride (at "
-        "least one dimension spans across two contiguous subspaces); use "
-        "reshape "
-        "instead");
+    kernelFail(opName + ": view size is not compatible with input tensor's size and stride (at "
+                        "least one dimension spans across two contiguous subspaces); use "
+                        "reshape "
+                        "instead");
   Tensor c = t.contiguousCopy();
   return c.view(sizes, contiguousStrides(sizes), c.offset());
 }
 
 std::vector<Type> inferReshape(const Op &op) {
   const Type &t = self(op);
-  return {t.withShape(
-      inferReshapeShape(attrInts(op, "shape"), numelOf(t.shape()), op.name()))};
+  return {t.withShape(inferReshapeShape(attrInts(op, "shape"), numelOf(t.shape()), op.name()))};
 }
 
 Results reshapeKernel(const Op &op, In in, bool mustView) {
@@ -60,15 +57,13 @@ Results reshapeKernel(const Op &op, In in, bool mustView) {
 // flatten(start_dim, end_dim): 0-d tensors become 1-d.
 std::pair<int64_t, int64_t> flattenRange(const Op &op, int64_t rank) {
   int64_t r = std::max<int64_t>(rank, 1);
-  int64_t s = normDim(attrInt(op, "start_dim"), r),
-          e = normDim(attrInt(op, "end_dim"), r);
+  int64_t s = normDim(attrInt(op, "start_dim"), r), e = normDim(attrInt(op, "end_dim"), r);
   if (s > e)
     inferFail("flatten: start_dim cannot come after end_dim");
   return {s, e};
 }
 
-template <class D>
-std::vector<D> flattened(const std::vector<D> &sizes, int64_t s, int64_t e) {
+template <class D> std::vector<D> flattened(const std::vector<D> &sizes, int64_t s, int64_t e) {
   if (sizes.empty())
     return {D(1)};
   std::vector<D> out(sizes.begin(), sizes.begin() + s);
@@ -82,8 +77,7 @@ std::vector<D> flattened(const std::vector<D> &sizes, int64_t s, int64_t e) {
 
 // unflatten(dim, sizes): one dim split into several, sizes may hold one -1.
 template <class D>
-std::vector<D> unflattened(const std::vector<D> &sizes, int64_t dim,
-                           const std::vector<D> &parts) {
+std::vector<D> unflattened(const std::vector<D> &sizes, int64_t dim, const std::vector<D> &parts) {
   std::vector<D> out(sizes.begin(), sizes.begin() + dim);
   out.insert(out.end(), parts.begin(), parts.end());
   out.insert(out.end(), sizes.begin() + dim + 1, sizes.end());
@@ -105,8 +99,7 @@ std::vector<int64_t> transposePerm(int64_t rank, int64_t d0, int64_t d1) {
 
 std::vector<int64_t> tPerm(const Op &op, int64_t rank) {
   if (rank > 2)
-    inferFail("t: expects a tensor with <= 2 dimensions, got " +
-              std::to_string(rank));
+    inferFail("t: expects a tensor with <= 2 dimensions, got " + std::to_string(rank));
   return rank == 2 ? std::vector<int64_t>{1, 0} : transposePerm(rank, 0, 0);
 }
 
@@ -116,11 +109,9 @@ std::vector<int64_t> movedimPerm(const Op &op, int64_t rank) {
   if (src.size() != dst.size())
     inferFail("movedim: source and destination must have the same number of "
               "dims, got " +
-              std::to_string(src.size()) + " and " +
-              std::to_string(dst.size()));
+              std::to_string(src.size()) + " and " + std::to_string(dst.size()));
   std::vector<int64_t> perm(static_cast<size_t>(rank), -1);
-  std::vector<bool> used(static_cast<size_t>(rank), false),
-      placed(perm.size(), false);
+  std::vector<bool> used(static_cast<size_t>(rank), false), placed(perm.size(), false);
   for (size_t i = 0; i < src.size(); ++i) {
     int64_t s = normDim(src[i], rank), d = normDim(dst[i], rank);
     if (rank == 0)
@@ -151,8 +142,7 @@ Shape permuted(const Shape &s, const std::vector<int64_t> &perm) {
 
 using PermFn = std::vector<int64_t> (*)(const Op &, int64_t);
 
-OpDef permuteRow(std::string name, std::string summary,
-                 std::vector<AttrSpec> attrs, PermFn perm) {
+OpDef permuteRow(std::string name, std::string summary, std::vector<AttrSpec> attrs, PermFn perm) {
   return {.name = std::move(name),
           .summary = std::move(summary),
           .operands = {{"self"}},
@@ -170,11 +160,9 @@ OpDef permuteRow(std::string name, std::string summary,
 
 // ---- expand ----
 
-Shape expandShape(const Shape &in, const std::vector<int64_t> &target,
-                  const std::string &name) {
+Shape expandShape(const Shape &in, const std::vector<int64_t> &target, const std::string &name) {
   if (target.size() < in.size())
-    inferFail(name + ": the number of sizes provided (" +
-              std::to_string(target.size()) +
+    inferFail(name + ": the number of sizes provided (" + std::to_string(target.size()) +
               ") must be greater or equal to the number of dimensions in the "
               "tensor (" +
               std::to_string(in.size()) + ")");
@@ -185,8 +173,7 @@ Shape expandShape(const Shape &in, const std::vector<int64_t> &target,
     if (i < lead) {
       if (t < 0)
         inferFail(name + ": the expanded size " + std::to_string(t) +
-                  " isn't allowed in a leading, non-existing dimension " +
-                  std::to_string(i));
+                  " isn't allowed in a leading, non-existing dimension " + std::to_string(i));
       out.push_back(t);
       continue;
     }
@@ -197,9 +184,8 @@ Shape expandShape(const Shape &in, const std::vector<int64_t> &target,
       inferFail(name + ": invalid expanded size " + std::to_string(t));
     else if (d.isStatic() && d.value() != 1 && d.value() != t)
       inferFail(name + ": the expanded size (" + std::to_string(t) +
-                ") must match the existing size (" + d.str() +
-                ") at non-singleton dimension " + std::to_string(i) +
-                "; target sizes " + intsStr(target));
+                ") must match the existing size (" + d.str() + ") at non-singleton dimension " +
+                std::to_string(i) + "; target sizes " + intsStr(target));
     else
       out.push_back(t); // a symbolic dim is assumed to be t or 1 (guarded by
                         // the frontend)
@@ -207,8 +193,7 @@ Shape expandShape(const Shape &in, const std::vector<int64_t> &target,
   return out;
 }
 
-Tensor expandKernel(const Tensor &t, const std::vector<int64_t> &target,
-                    const std::string &name) {
+Tensor expandKernel(const Tensor &t, const std::vector<int64_t> &target, const std::string &name) {
   size_t lead = target.size() - static_cast<size_t>(t.rank());
   std::vector<int64_t> sizes(target.size()), strides(target.size(), 0);
   for (size_t i = 0; i < target.size(); ++i) {
@@ -220,8 +205,8 @@ Tensor expandKernel(const Tensor &t, const std::vector<int64_t> &target,
     int64_t want = target[i] == -1 ? d : target[i];
     if (d != want && d != 1)
       kernelFail(name + ": the expanded size (" + std::to_string(want) +
-                 ") must match the existing size (" + std::to_string(d) +
-                 ") at dimension " + std::to_string(i));
+                 ") must match the existing size (" + std::to_string(d) + ") at dimension " +
+                 std::to_string(i));
     sizes[i] = want;
     strides[i] = d == want ? t.strides()[i - lead] : 0;
   }
@@ -262,26 +247,21 @@ std::vector<Type> inferSlice(const Op &op) {
   if (step <= 0)
     inferFail("slice: step must be positive, got " + std::to_string(step));
   Shape s = t.shape();
-  s[dim] = resolveSlice(s[dim], attrInt(op, "start"), attrInt(op, "end"), step)
-               .length;
+  s[dim] = resolveSlice(s[dim], attrInt(op, "start"), attrInt(op, "end"), step).length;
   return {t.withShape(s)};
 }
 
 Results sliceKernel(const Op &op, In in) {
   const Tensor &t = tensorIn(op, in, 0);
-  int64_t dim = normDim(attrInt(op, "dim"), t.rank()),
-          step = attrInt(op, "step");
-  auto [start, len] = resolveSlice(t.sizes()[dim], attrInt(op, "start"),
-                                   attrInt(op, "end"), step);
+  int64_t dim = normDim(attrInt(op, "dim"), t.rank()), step = attrInt(op, "step");
+  auto [start, len] = resolveSlice(t.sizes()[dim], attrInt(op, "start"), attrInt(op, "end"), step);
   return one(sliceView(t, dim, start, len, step));
 }
 
-int64_t checkedIndex(const std::string &name, int64_t index, int64_t size,
-                     int64_t dim) {
+int64_t checkedIndex(const std::string &name, int64_t index, int64_t size, int64_t dim) {
   if (index < -size || index >= size)
-    kernelFail(name + ": index " + std::to_string(index) +
-               " out of range for tensor of size " + std::to_string(size) +
-               " at dimension " + std::to_string(dim));
+    kernelFail(name + ": index " + std::to_string(index) + " out of range for tensor of size " +
+               std::to_string(size) + " at dimension " + std::to_string(dim));
   return index < 0 ? index + size : index;
 }
 
@@ -289,13 +269,10 @@ std::vector<Type> inferSelect(const Op &op) {
   const Type &t = self(op);
   if (t.rank() == 0)
     inferFail("select: cannot be applied to a 0-d tensor");
-  int64_t dim = normDim(attrInt(op, "dim"), t.rank()),
-          index = attrInt(op, "index");
-  if (auto size = t.shape()[dim].staticValue();
-      size && (index < -*size || index >= *size))
-    inferFail("select: index " + std::to_string(index) +
-              " out of range for tensor of size " + std::to_string(*size) +
-              " at dimension " + std::to_string(dim));
+  int64_t dim = normDim(attrInt(op, "dim"), t.rank()), index = attrInt(op, "index");
+  if (auto size = t.shape()[dim].staticValue(); size && (index < -*size || index >= *size))
+    inferFail("select: index " + std::to_string(index) + " out of range for tensor of size " +
+              std::to_string(*size) + " at dimension " + std::to_string(dim));
   return {t.withShape(dropDim(t.shape(), dim))};
 }
 
@@ -306,17 +283,16 @@ std::vector<Type> inferNarrow(const Op &op) {
   int64_t dim = normDim(attrInt(op, "dim"), t.rank());
   int64_t start = attrInt(op, "start"), length = attrInt(op, "length");
   if (length < 0)
-    inferFail("narrow: length must be non-negative, got " +
-              std::to_string(length));
+    inferFail("narrow: length must be non-negative, got " + std::to_string(length));
   if (auto size = t.shape()[dim].staticValue()) {
     if (start < -*size || start > *size)
-      inferFail("narrow: start " + std::to_string(start) +
-                " out of range for dimension of size " + std::to_string(*size));
+      inferFail("narrow: start " + std::to_string(start) + " out of range for dimension of size " +
+                std::to_string(*size));
     int64_t s = start < 0 ? start + *size : start;
     if (s + length > *size)
       inferFail("narrow: start (" + std::to_string(start) + ") + length (" +
-                std::to_string(length) + ") exceeds dimension size (" +
-                std::to_string(*size) + ")");
+                std::to_string(length) + ") exceeds dimension size (" + std::to_string(*size) +
+                ")");
   }
   Shape s = t.shape();
   s[dim] = length;
@@ -326,14 +302,12 @@ std::vector<Type> inferNarrow(const Op &op) {
 Results narrowKernel(const Op &op, In in) {
   const Tensor &t = tensorIn(op, in, 0);
   int64_t dim = normDim(attrInt(op, "dim"), t.rank());
-  int64_t size = t.sizes()[dim], start = attrInt(op, "start"),
-          length = attrInt(op, "length");
+  int64_t size = t.sizes()[dim], start = attrInt(op, "start"), length = attrInt(op, "length");
   if (start < 0)
     start += size;
   if (start < 0 || start + length > size)
-    kernelFail("narrow: start (" + std::to_string(attrInt(op, "start")) +
-               ") + length (" + std::to_string(length) +
-               ") exceeds dimension size (" + std::to_string(size) + ")");
+    kernelFail("narrow: start (" + std::to_string(attrInt(op, "start")) + ") + length (" +
+               std::to_string(length) + ") exceeds dimension size (" + std::to_string(size) + ")");
   return one(sliceView(t, dim, start, length));
 }
 
@@ -348,8 +322,7 @@ std::vector<int64_t> splitSizes(const Op &op, int64_t size) {
     int64_t sum = 0;
     for (int64_t p : pieces) {
       if (p < 0)
-        inferFail("split_with_sizes: split sizes must be non-negative, got " +
-                  intsStr(pieces));
+        inferFail("split_with_sizes: split sizes must be non-negative, got " + intsStr(pieces));
       sum += p;
     }
     if (sum != size)
@@ -363,16 +336,14 @@ std::vector<int64_t> splitSizes(const Op &op, int64_t size) {
   if (name == "chunk") {
     int64_t chunks = attrInt(op, "chunks");
     if (chunks <= 0)
-      inferFail("chunk: number of chunks must be positive, got " +
-                std::to_string(chunks));
+      inferFail("chunk: number of chunks must be positive, got " + std::to_string(chunks));
     if (size == 0)
       return std::vector<int64_t>(static_cast<size_t>(chunks), 0);
     splitSize = (size + chunks - 1) / chunks;
   } else {
     splitSize = attrInt(op, "split_size");
     if (splitSize < 0 || (splitSize == 0 && size != 0))
-      inferFail("split: split_size must be positive, got " +
-                std::to_string(splitSize));
+      inferFail("split: split_size must be positive, got " + std::to_string(splitSize));
   }
   if (size == 0)
     return {0};
@@ -397,8 +368,7 @@ std::vector<Type> inferSplit(const Op &op) {
   if (op.name() == "split_with_sizes" && !size.isStatic())
     pieces = attrInts(op, "split_sizes");
   else
-    pieces =
-        splitSizes(op, requireStatic(size, op.name(), "the split dimension"));
+    pieces = splitSizes(op, requireStatic(size, op.name(), "the split dimension"));
   std::vector<Type> out;
   for (int64_t p : pieces) {
     Shape s = t.shape();
@@ -423,15 +393,13 @@ Results splitKernel(const Op &op, In in) {
   Results out;
   int64_t at = 0;
   for (int64_t p : pieces) {
-    out.emplace_back(op.name() == "unbind" ? selectView(t, dim, at)
-                                           : sliceView(t, dim, at, p));
+    out.emplace_back(op.name() == "unbind" ? selectView(t, dim, at) : sliceView(t, dim, at, p));
     at += p;
   }
   return out;
 }
 
-OpDef splitRow(std::string name, std::string summary,
-               std::vector<AttrSpec> attrs) {
+OpDef splitRow(std::string name, std::string summary, std::vector<AttrSpec> attrs) {
   return {.name = std::move(name),
           .summary = std::move(summary),
           .operands = {{"self"}},
@@ -449,18 +417,14 @@ struct DiagPlan {
 
 DiagPlan diagPlan(const Op &op, int64_t rank) {
   if (rank < 2)
-    inferFail("diagonal: expects a tensor with at least 2 dims, got " +
-              std::to_string(rank));
-  int64_t d1 = normDim(attrInt(op, "dim1"), rank),
-          d2 = normDim(attrInt(op, "dim2"), rank);
+    inferFail("diagonal: expects a tensor with at least 2 dims, got " + std::to_string(rank));
+  int64_t d1 = normDim(attrInt(op, "dim1"), rank), d2 = normDim(attrInt(op, "dim2"), rank);
   if (d1 == d2)
-    inferFail("diagonal: dim1 and dim2 cannot be the same dimension (" +
-              std::to_string(d1) + ")");
+    inferFail("diagonal: dim1 and dim2 cannot be the same dimension (" + std::to_string(d1) + ")");
   return {d1, d2, attrInt(op, "offset")};
 }
 
-template <class D>
-std::vector<D> diagSizes(const std::vector<D> &s, const DiagPlan &p) {
+template <class D> std::vector<D> diagSizes(const std::vector<D> &s, const DiagPlan &p) {
   std::vector<D> out;
   for (size_t i = 0; i < s.size(); ++i)
     if (static_cast<int64_t>(i) != p.dim1 && static_cast<int64_t>(i) != p.dim2)
@@ -475,8 +439,8 @@ DimExpr diagLength(const DimExpr &a, const DimExpr &b, int64_t offset) {
     return std::max<int64_t>(std::min(x.value(), y.value()), 0);
   if (x == y)
     return x;
-  inferFail("diagonal: the diagonal length of dims " + a.str() + " and " +
-            b.str() + " must be static");
+  inferFail("diagonal: the diagonal length of dims " + a.str() + " and " + b.str() +
+            " must be static");
 }
 
 Tensor diagonalKernel(const Op &op, const Tensor &t) {
@@ -496,9 +460,7 @@ Tensor diagonalKernel(const Op &op, const Tensor &t) {
 AttrSpec attrI(std::string name, int64_t def) {
   return {std::move(name), AttrKind::Int, Attr(def)};
 }
-AttrSpec attrReq(std::string name, AttrKind kind) {
-  return {std::move(name), kind};
-}
+AttrSpec attrReq(std::string name, AttrKind kind) { return {std::move(name), kind}; }
 
 } // namespace
 
@@ -511,9 +473,7 @@ void registerMovementOps(OpRegistry &r) {
          .attrs = {attrReq("shape", AttrKind::Ints)},
          .traits = kView,
          .infer = inferReshape,
-         .kernel = [](const Op &op, In in) {
-           return reshapeKernel(op, in, false);
-         }});
+         .kernel = [](const Op &op, In in) { return reshapeKernel(op, in, false); }});
   r.add({.name = "view",
          .summary = "View with a new shape (one dim may be -1); fails when the "
                     "strides do not "
@@ -522,12 +482,9 @@ void registerMovementOps(OpRegistry &r) {
          .attrs = {attrReq("shape", AttrKind::Ints)},
          .traits = kView,
          .infer = inferReshape,
-         .kernel = [](const Op &op, In in) {
-           return reshapeKernel(op, in, true);
-         }});
+         .kernel = [](const Op &op, In in) { return reshapeKernel(op, in, true); }});
   r.add({.name = "flatten",
-         .summary =
-             "Merges dims start_dim..end_dim into one (a view when possible)",
+         .summary = "Merges dims start_dim..end_dim into one (a view when possible)",
          .operands = {{"self"}},
          .attrs = {attrI("start_dim", 0), attrI("end_dim", -1)},
          .traits = kView,
@@ -539,14 +496,12 @@ void registerMovementOps(OpRegistry &r) {
          .kernel = [](const Op &op, In in) -> Results {
            const Tensor &t = tensorIn(op, in, 0);
            auto [s, e] = flattenRange(op, t.rank());
-           return one(
-               reshapeTensor(t, flattened(t.sizes(), s, e), false, op.name()));
+           return one(reshapeTensor(t, flattened(t.sizes(), s, e), false, op.name()));
          }});
   r.add({.name = "unflatten",
          .summary = "Splits dim into the given sizes (one may be -1)",
          .operands = {{"self"}},
-         .attrs = {attrReq("dim", AttrKind::Int),
-                   attrReq("sizes", AttrKind::Ints)},
+         .attrs = {attrReq("dim", AttrKind::Int), attrReq("sizes", AttrKind::Ints)},
          .traits = kView,
          .infer = [](const Op &op) -> std::vector<Type> {
            const Type &t = self(op);
@@ -562,29 +517,23 @@ void registerMovementOps(OpRegistry &r) {
          .kernel = [](const Op &op, In in) -> Results {
            const Tensor &t = tensorIn(op, in, 0);
            int64_t dim = normDim(attrInt(op, "dim"), t.rank());
-           auto parts =
-               reshapeSizes(attrInts(op, "sizes"), t.sizes()[dim], "unflatten");
-           return one(reshapeTensor(t, unflattened(t.sizes(), dim, parts), true,
-                                    "unflatten"));
+           auto parts = reshapeSizes(attrInts(op, "sizes"), t.sizes()[dim], "unflatten");
+           return one(reshapeTensor(t, unflattened(t.sizes(), dim, parts), true, "unflatten"));
          }});
 
-  r.add(permuteRow(
-      "permute", "Reorders dims: result dim i is input dim dims[i]",
-      {attrReq("dims", AttrKind::Ints)}, [](const Op &op, int64_t rank) {
-        return normPermutation(attrInts(op, "dims"), rank, "permute");
-      }));
-  r.add(permuteRow(
-      "transpose", "Swaps dims dim0 and dim1",
-      {attrReq("dim0", AttrKind::Int), attrReq("dim1", AttrKind::Int)},
-      [](const Op &op, int64_t rank) {
-        return transposePerm(rank, attrInt(op, "dim0"), attrInt(op, "dim1"));
-      }));
+  r.add(permuteRow("permute", "Reorders dims: result dim i is input dim dims[i]",
+                   {attrReq("dims", AttrKind::Ints)}, [](const Op &op, int64_t rank) {
+                     return normPermutation(attrInts(op, "dims"), rank, "permute");
+                   }));
+  r.add(permuteRow("transpose", "Swaps dims dim0 and dim1",
+                   {attrReq("dim0", AttrKind::Int), attrReq("dim1", AttrKind::Int)},
+                   [](const Op &op, int64_t rank) {
+                     return transposePerm(rank, attrInt(op, "dim0"), attrInt(op, "dim1"));
+                   }));
   r.add(permuteRow("t", "Transposes a tensor of at most 2 dims", {}, tPerm));
-  r.add(permuteRow(
-      "movedim", "Moves dims at source to destination, others keep their order",
-      {attrReq("source", AttrKind::Ints),
-       attrReq("destination", AttrKind::Ints)},
-      movedimPerm));
+  r.add(permuteRow("movedim", "Moves dims at source to destination, others keep their order",
+                   {attrReq("source", AttrKind::Ints), attrReq("destination", AttrKind::Ints)},
+                   movedimPerm));
 
   r.add({.name = "expand",
          .summary = "Broadcast view to shape (-1 keeps a dim; new dims lead)",
@@ -593,12 +542,10 @@ void registerMovementOps(OpRegistry &r) {
          .traits = kView,
          .infer = [](const Op &op) -> std::vector<Type> {
            const Type &t = self(op);
-           return {t.withShape(
-               expandShape(t.shape(), attrInts(op, "shape"), "expand"))};
+           return {t.withShape(expandShape(t.shape(), attrInts(op, "shape"), "expand"))};
          },
          .kernel = [](const Op &op, In in) -> Results {
-           return one(expandKernel(tensorIn(op, in, 0), attrInts(op, "shape"),
-                                   "expand"));
+           return one(expandKernel(tensorIn(op, in, 0), attrInts(op, "shape"), "expand"));
          }});
   r.add({.name = "expand_as",
          .summary = "Broadcast view of self to other's shape",
@@ -612,8 +559,7 @@ void registerMovementOps(OpRegistry &r) {
            // kept as they are.
            for (const DimExpr &d : target)
              sizes.push_back(d.staticValue().value_or(-1));
-           size_t lead =
-               target.size() - std::min(target.size(), t.shape().size());
+           size_t lead = target.size() - std::min(target.size(), t.shape().size());
            for (size_t i = 0; i < lead; ++i)
              if (sizes[i] < 0)
                sizes[i] = 1;
@@ -621,8 +567,7 @@ void registerMovementOps(OpRegistry &r) {
            return {t.withShape(target)};
          },
          .kernel = [](const Op &op, In in) -> Results {
-           return one(expandKernel(tensorIn(op, in, 0),
-                                   tensorIn(op, in, 1).sizes(), "expand_as"));
+           return one(expandKernel(tensorIn(op, in, 0), tensorIn(op, in, 1).sizes(), "expand_as"));
          }});
 
   r.add({.name = "squeeze",
@@ -666,16 +611,13 @@ void registerMovementOps(OpRegistry &r) {
          },
          .kernel = [](const Op &op, In in) -> Results {
            const Tensor &t = tensorIn(op, in, 0);
-           return one(
-               unsqueezeView(t, normDim(attrInt(op, "dim"), t.rank() + 1)));
+           return one(unsqueezeView(t, normDim(attrInt(op, "dim"), t.rank() + 1)));
          }});
 
   r.add({.name = "slice",
-         .summary =
-             "Elements start:end:step along dim (Python clamping; step > 0)",
+         .summary = "Elements start:end:step along dim (Python clamping; step > 0)",
          .operands = {{"self"}},
-         .attrs = {attrI("dim", 0), attrI("start", 0), attrI("end", INT64_MAX),
-                   attrI("step", 1)},
+         .attrs = {attrI("dim", 0), attrI("start", 0), attrI("end", INT64_MAX), attrI("step", 1)},
          .traits = kView,
          .infer = inferSlice,
          .kernel = sliceKernel});
@@ -683,40 +625,31 @@ void registerMovementOps(OpRegistry &r) {
          .summary = "The slice at index along dim, removing dim (negative "
                     "index from the end)",
          .operands = {{"self"}},
-         .attrs = {attrReq("dim", AttrKind::Int),
-                   attrReq("index", AttrKind::Int)},
+         .attrs = {attrReq("dim", AttrKind::Int), attrReq("index", AttrKind::Int)},
          .traits = kView,
          .infer = inferSelect,
          .kernel = [](const Op &op, In in) -> Results {
            const Tensor &t = tensorIn(op, in, 0);
            int64_t dim = normDim(attrInt(op, "dim"), t.rank());
-           int64_t index = checkedIndex("select", attrInt(op, "index"),
-                                        t.sizes()[dim], dim);
+           int64_t index = checkedIndex("select", attrInt(op, "index"), t.sizes()[dim], dim);
            return one(selectView(t, dim, index));
          }});
-  r.add(
-      {.name = "narrow",
-       .summary =
-           "length elements along dim from start (negative start from the end)",
-       .operands = {{"self"}},
-       .attrs = {attrReq("dim", AttrKind::Int), attrReq("start", AttrKind::Int),
-                 attrReq("length", AttrKind::Int)},
-       .traits = kView,
-       .infer = inferNarrow,
-       .kernel = narrowKernel});
+  r.add({.name = "narrow",
+         .summary = "length elements along dim from start (negative start from the end)",
+         .operands = {{"self"}},
+         .attrs = {attrReq("dim", AttrKind::Int), attrReq("start", AttrKind::Int),
+                   attrReq("length", AttrKind::Int)},
+         .traits = kView,
+         .infer = inferNarrow,
+         .kernel = narrowKernel});
 
-  r.add(splitRow(
-      "split",
-      "Views of split_size elements along dim (the last may be smaller)",
-      {attrReq("split_size", AttrKind::Int), attrI("dim", 0)}));
+  r.add(splitRow("split", "Views of split_size elements along dim (the last may be smaller)",
+                 {attrReq("split_size", AttrKind::Int), attrI("dim", 0)}));
   r.add(splitRow("split_with_sizes", "Views of the given sizes along dim",
                  {attrReq("split_sizes", AttrKind::Ints), attrI("dim", 0)}));
-  r.add(splitRow(
-      "chunk",
-      "At most `chunks` equal views along dim (the last may be smaller)",
-      {attrReq("chunks", AttrKind::Int), attrI("dim", 0)}));
-  r.add(splitRow("unbind", "Every slice along dim, each without dim",
-                 {attrI("dim", 0)}));
+  r.add(splitRow("chunk", "At most `chunks` equal views along dim (the last may be smaller)",
+                 {attrReq("chunks", AttrKind::Int), attrI("dim", 0)}));
+  r.add(splitRow("unbind", "Every slice along dim, each without dim", {attrI("dim", 0)}));
 
   r.add({.name = "diagonal",
          .summary = "View of the diagonal of dims dim1, dim2 (offset > 0 "
@@ -728,8 +661,7 @@ void registerMovementOps(OpRegistry &r) {
            const Type &t = self(op);
            DiagPlan p = diagPlan(op, t.rank());
            Shape s = diagSizes(t.shape(), p);
-           s.push_back(
-               diagLength(t.shape()[p.dim1], t.shape()[p.dim2], p.offset));
+           s.push_back(diagLength(t.shape()[p.dim1], t.shape()[p.dim2], p.offset));
            return {t.withShape(s)};
          },
          .kernel = [](const Op &op, In in) -> Results {

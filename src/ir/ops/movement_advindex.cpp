@@ -18,10 +18,9 @@ using In = std::span<const RtValue>;
 // Where the broadcast index dims go in the result and which self dims each
 // result dim reads.
 struct Layout {
-  std::vector<int64_t>
-      indexed;               // self dims that carry an index tensor, in order
-  std::vector<int64_t> rest; // the other self dims, in order
-  size_t bpos = 0;           // position of the broadcast dims in the result
+  std::vector<int64_t> indexed; // self dims that carry an index tensor, in order
+  std::vector<int64_t> rest;    // the other self dims, in order
+  size_t bpos = 0;              // position of the broadcast dims in the result
 };
 
 Layout layoutOf(const std::vector<bool> &has) {
@@ -29,15 +28,13 @@ Layout layoutOf(const std::vector<bool> &has) {
   for (size_t d = 0; d < has.size(); ++d)
     (has[d] ? l.indexed : l.rest).push_back(int64_t(d));
   bool adjacent =
-      !l.indexed.empty() &&
-      l.indexed.back() - l.indexed.front() + 1 == int64_t(l.indexed.size());
+      !l.indexed.empty() && l.indexed.back() - l.indexed.front() + 1 == int64_t(l.indexed.size());
   l.bpos = adjacent ? size_t(l.indexed.front()) : 0;
   return l;
 }
 
 template <class D>
-std::vector<D> resultSizes(const std::vector<D> &self, const Layout &l,
-                           const std::vector<D> &b) {
+std::vector<D> resultSizes(const std::vector<D> &self, const Layout &l, const std::vector<D> &b) {
   std::vector<D> out;
   for (size_t k = 0; k < l.bpos; ++k)
     out.push_back(self[l.rest[k]]);
@@ -51,8 +48,7 @@ std::vector<D> resultSizes(const std::vector<D> &self, const Layout &l,
 
 // Operands from `first` on are the indices; returns which self dims are indexed
 // and B.
-std::vector<bool> indexedDims(const Op &op, size_t first, const Type &self,
-                              Shape &b) {
+std::vector<bool> indexedDims(const Op &op, size_t first, const Type &self, Shape &b) {
   size_t n = op.numOperands() > first ? op.numOperands() - first : 0;
   if (int64_t(n) > self.rank())
     inferFail(op.name() + ": too many indices for tensor of dimension " +
@@ -64,17 +60,15 @@ std::vector<bool> indexedDims(const Op &op, size_t first, const Type &self,
     if (t.kind() == TypeKind::None)
       continue;
     if (!t.isTensor())
-      inferFail(op.name() + ": index " + std::to_string(i) +
-                " must be a tensor or none, got " + t.str());
+      inferFail(op.name() + ": index " + std::to_string(i) + " must be a tensor or none, got " +
+                t.str());
     if (t.dtype() == DType::Bool || t.dtype() == DType::U8)
-      inferFail(
-          op.name() +
-          ": boolean/uint8 mask indices are not supported (the result shape "
-          "would depend on the data); index " +
-          std::to_string(i) + " is " + t.str());
-    if (t.dtype() != DType::I64 && t.dtype() != DType::I32)
       inferFail(op.name() +
-                ": tensors used as indices must be int64 or int32, index " +
+                ": boolean/uint8 mask indices are not supported (the result shape "
+                "would depend on the data); index " +
+                std::to_string(i) + " is " + t.str());
+    if (t.dtype() != DType::I64 && t.dtype() != DType::I32)
+      inferFail(op.name() + ": tensors used as indices must be int64 or int32, index " +
                 std::to_string(i) + " is " + t.str());
     b = any ? broadcastShapes(b, t.shape()) : t.shape();
     any = has[i] = true;
@@ -105,11 +99,9 @@ std::vector<Type> inferIndexPut(const Op &op) {
   const Type &t = tensorOperand(op, 0);
   const Type &values = tensorOperand(op, 1);
   if (values.dtype() != t.dtype())
-    inferFail(
-        op.name() +
-        ": index put requires the source and destination dtypes match, got " +
-        std::string(dtypeName(t.dtype())) + " for the destination and " +
-        std::string(dtypeName(values.dtype())) + " for the source");
+    inferFail(op.name() + ": index put requires the source and destination dtypes match, got " +
+              std::string(dtypeName(t.dtype())) + " for the destination and " +
+              std::string(dtypeName(values.dtype())) + " for the source");
   Shape r = indexResultShape(op, 2, t);
   Shape v = stripLeadingOnes(values.shape(), r.size());
   Shape b = v.size() <= r.size() ? broadcastShapes(r, v) : v;
@@ -117,10 +109,8 @@ std::vector<Type> inferIndexPut(const Op &op) {
   for (size_t i = 0; ok && i < r.size(); ++i)
     ok = !(r[i].isStatic() && b[i] != r[i]);
   if (!ok)
-    inferFail(op.name() + ": shape mismatch: value tensor of shape " +
-              shapeStr(values.shape()) +
-              " cannot be broadcast to indexing result of shape " +
-              shapeStr(r));
+    inferFail(op.name() + ": shape mismatch: value tensor of shape " + shapeStr(values.shape()) +
+              " cannot be broadcast to indexing result of shape " + shapeStr(r));
   return {t};
 }
 
@@ -157,8 +147,7 @@ Plan plan(const Op &op, const Tensor &self, In in, size_t first) {
 
 // Calls f(result linear index, self linear index) for every element of the
 // indexing result.
-template <class F>
-void forEachIndexed(const Op &op, const Tensor &self, const Plan &p, F f) {
+template <class F> void forEachIndexed(const Op &op, const Tensor &self, const Plan &p, F f) {
   const Layout &l = p.layout;
   size_t nb = p.b.size();
   std::vector<int64_t> src(size_t(self.rank())), bIdx(nb);
@@ -170,9 +159,8 @@ void forEachIndexed(const Op &op, const Tensor &self, const Plan &p, F f) {
     for (int64_t d : l.indexed) {
       int64_t size = self.sizes()[d], v = p.index[d]->getInt(bLinear);
       if (v < -size || v >= size)
-        kernelFail(op.name() + ": index " + std::to_string(v) +
-                   " is out of bounds for dimension " + std::to_string(d) +
-                   " with size " + std::to_string(size));
+        kernelFail(op.name() + ": index " + std::to_string(v) + " is out of bounds for dimension " +
+                   std::to_string(d) + " with size " + std::to_string(size));
       src[d] = v < 0 ? v + size : v;
     }
     f(linear, linearIndex(self.sizes(), src));
@@ -183,8 +171,7 @@ Results indexKernel(const Op &op, In in) {
   const Tensor &t = tensorIn(op, in, 0);
   Plan p = plan(op, t, in, 1);
   Tensor out = Tensor::empty(t.dtype(), p.result);
-  forEachIndexed(op, t, p,
-                 [&](int64_t o, int64_t s) { copyElement(out, o, t, s); });
+  forEachIndexed(op, t, p, [&](int64_t o, int64_t s) { copyElement(out, o, t, s); });
   return {RtValue(out)};
 }
 
@@ -193,8 +180,7 @@ void accumulate(const Tensor &dst, int64_t di, const Tensor &src, int64_t si) {
   if (isFloating(dst.dtype()))
     dst.setDouble(di, dst.getDouble(di) + src.getDouble(si));
   else
-    dst.setInt(di,
-               int64_t(uint64_t(dst.getInt(di)) + uint64_t(src.getInt(si))));
+    dst.setInt(di, int64_t(uint64_t(dst.getInt(di)) + uint64_t(src.getInt(si))));
 }
 
 Results indexPutKernel(const Op &op, In in, bool inPlace) {
@@ -204,10 +190,8 @@ Results indexPutKernel(const Op &op, In in, bool inPlace) {
   while (values.rank() > int64_t(p.result.size()) && values.sizes()[0] == 1)
     values = selectView(values, 0, 0);
   if (values.rank() > int64_t(p.result.size()))
-    kernelFail(
-        op.name() +
-        ": shape mismatch: value tensor cannot be broadcast to the indexing "
-        "result");
+    kernelFail(op.name() + ": shape mismatch: value tensor cannot be broadcast to the indexing "
+                           "result");
   // Read values before writing: they may alias self.
   Tensor v = expandTo(values, p.result).contiguousCopy();
   Tensor out = inPlace ? self : self.contiguousCopy();
@@ -222,16 +206,13 @@ Results indexPutKernel(const Op &op, In in, bool inPlace) {
 }
 
 OpDef indexPutRow(std::string name, std::string summary, bool inPlace) {
-  return {
-      .name = std::move(name),
-      .summary = std::move(summary),
-      .operands = {{"self"}, {"values"}, {.name = "indices", .variadic = true}},
-      .attrs = {{"accumulate", AttrKind::Bool, Attr(false)}},
-      .traits = inPlace ? kInPlace : kNoTraits,
-      .infer = inferIndexPut,
-      .kernel = [inPlace](const Op &op, In in) {
-        return indexPutKernel(op, in, inPlace);
-      }};
+  return {.name = std::move(name),
+          .summary = std::move(summary),
+          .operands = {{"self"}, {"values"}, {.name = "indices", .variadic = true}},
+          .attrs = {{"accumulate", AttrKind::Bool, Attr(false)}},
+          .traits = inPlace ? kInPlace : kNoTraits,
+          .infer = inferIndexPut,
+          .kernel = [inPlace](const Op &op, In in) { return indexPutKernel(op, in, inPlace); }};
 }
 
 } // namespace
@@ -244,12 +225,10 @@ void registerAdvancedIndexOps(OpRegistry &r) {
          .operands = {{"self"}, {.name = "indices", .variadic = true}},
          .infer = inferIndex,
          .kernel = indexKernel});
-  r.add(indexPutRow(
-      "index_put",
-      "A copy of self with self[indices] = values (broadcast); accumulate adds",
-      false));
-  r.add(indexPutRow("index_put_",
-                    "index_put writing self in place; returns self", true));
+  r.add(indexPutRow("index_put",
+                    "A copy of self with self[indices] = values (broadcast); accumulate adds",
+                    false));
+  r.add(indexPutRow("index_put_", "index_put writing self in place; returns self", true));
 }
 
 } // namespace xjit::ops::mv

@@ -51,8 +51,8 @@ std::vector<Type> inferCat(const Op &op) {
     if (legacyEmpty(t))
       continue;
     if (t.rank() == 0)
-      inferFail("cat: zero-dimensional tensor (at position " +
-                std::to_string(i) + ") cannot be concatenated");
+      inferFail("cat: zero-dimensional tensor (at position " + std::to_string(i) +
+                ") cannot be concatenated");
     if (!first) {
       first = &t;
       dim = normDim(attrInt(op, "dim"), t.rank());
@@ -61,17 +61,15 @@ std::vector<Type> inferCat(const Op &op) {
     }
     if (t.rank() != first->rank())
       inferFail("cat: tensors must have the same number of dimensions: got " +
-                std::to_string(first->rank()) + " and " +
-                std::to_string(t.rank()));
+                std::to_string(first->rank()) + " and " + std::to_string(t.rank()));
     for (int64_t d = 0; d < t.rank(); ++d) {
       if (d == dim) {
         (*out)[d] = (*out)[d] + t.shape()[d];
         continue;
       }
       mergeDim((*out)[d], t.shape()[d],
-               "cat: sizes of tensors must match except in dimension " +
-                   std::to_string(dim) + ". Expected size " + (*out)[d].str() +
-                   " but got size " + t.shape()[d].str() +
+               "cat: sizes of tensors must match except in dimension " + std::to_string(dim) +
+                   ". Expected size " + (*out)[d].str() + " but got size " + t.shape()[d].str() +
                    " for tensor number " + std::to_string(i) + " in the list");
     }
   }
@@ -95,8 +93,7 @@ Results catKernel(const Op &op, In in) {
   for (const Tensor &p : parts) {
     for (int64_t d = 0; d < p.rank(); ++d)
       if (d != dim && (p.rank() != parts[0].rank() || p.sizes()[d] != sizes[d]))
-        kernelFail("cat: sizes of tensors must match except in dimension " +
-                   std::to_string(dim));
+        kernelFail("cat: sizes of tensors must match except in dimension " + std::to_string(dim));
     sizes[dim] += p.sizes()[dim];
   }
   Tensor out = Tensor::empty(dtype, sizes);
@@ -115,14 +112,12 @@ std::vector<Type> inferStack(const Op &op) {
   for (size_t i = 1; i < op.numOperands(); ++i) {
     const Type &t = tensorOperand(op, i);
     if (t.rank() != t0.rank())
-      inferFail("stack: expects each tensor to be equal size, but got " +
-                t0.str() + " at entry 0 and " + t.str() + " at entry " +
-                std::to_string(i));
+      inferFail("stack: expects each tensor to be equal size, but got " + t0.str() +
+                " at entry 0 and " + t.str() + " at entry " + std::to_string(i));
     for (int64_t d = 0; d < t.rank(); ++d)
       mergeDim(s[d], t.shape()[d],
-               "stack: expects each tensor to be equal size, but got " +
-                   t0.str() + " at entry 0 and " + t.str() + " at entry " +
-                   std::to_string(i));
+               "stack: expects each tensor to be equal size, but got " + t0.str() +
+                   " at entry 0 and " + t.str() + " at entry " + std::to_string(i));
   }
   int64_t dim = normDim(attrInt(op, "dim"), t0.rank() + 1);
   s.insert(s.begin() + dim, DimExpr(static_cast<int64_t>(op.numOperands())));
@@ -138,8 +133,7 @@ Results stackKernel(const Op &op, In in) {
   for (size_t i = 0; i < in.size(); ++i) {
     const Tensor &t = tensorIn(op, in, i);
     if (t.sizes() != t0.sizes())
-      kernelFail("stack: expects each tensor to be equal size (entry " +
-                 std::to_string(i) + ")");
+      kernelFail("stack: expects each tensor to be equal size (entry " + std::to_string(i) + ")");
     selectView(out, dim, static_cast<int64_t>(i)).copyFrom(t);
   }
   return one(out);
@@ -159,33 +153,28 @@ PadMode padMode(const Op &op) {
     return PadMode::Replicate;
   if (m == "circular")
     return PadMode::Circular;
-  inferFail("pad: unknown mode '" + m +
-            "' (expected constant, reflect, replicate or circular)");
+  inferFail("pad: unknown mode '" + m + "' (expected constant, reflect, replicate or circular)");
 }
 
 // (before, after) padding per dim of a tensor of `rank`, from torch's
 // last-dim-first list.
-std::vector<std::pair<int64_t, int64_t>> padAmounts(const Op &op,
-                                                    int64_t rank) {
+std::vector<std::pair<int64_t, int64_t>> padAmounts(const Op &op, int64_t rank) {
   const auto &pad = attrInts(op, "pad");
   if (pad.size() % 2 != 0)
     inferFail("pad: padding length must be divisible by 2");
   if (static_cast<int64_t>(pad.size()) > 2 * rank)
     inferFail("pad: padding length " + std::to_string(pad.size()) +
               " is too large for a tensor of rank " + std::to_string(rank));
-  std::vector<std::pair<int64_t, int64_t>> out(static_cast<size_t>(rank),
-                                               {0, 0});
+  std::vector<std::pair<int64_t, int64_t>> out(static_cast<size_t>(rank), {0, 0});
   for (size_t k = 0; k < pad.size() / 2; ++k)
     out[rank - 1 - k] = {pad[2 * k], pad[2 * k + 1]};
   return out;
 }
 
 // Checks one padded dim of static size n; returns an error message or "".
-std::string checkPad(PadMode mode, int64_t n, int64_t before, int64_t after,
-                     int64_t dim) {
-  std::string where = " (dim " + std::to_string(dim) + " of size " +
-                      std::to_string(n) + ", pad (" + std::to_string(before) +
-                      ", " + std::to_string(after) + "))";
+std::string checkPad(PadMode mode, int64_t n, int64_t before, int64_t after, int64_t dim) {
+  std::string where = " (dim " + std::to_string(dim) + " of size " + std::to_string(n) + ", pad (" +
+                      std::to_string(before) + ", " + std::to_string(after) + "))";
   if (n + before + after < 0)
     return "pad: the padded size would be negative" + where;
   if (before == 0 && after == 0)
@@ -259,25 +248,21 @@ Results padKernel(const Op &op, In in) {
 // ---- repeat / tile ----
 
 std::vector<int64_t> repeatsOf(const Op &op, int64_t rank) {
-  std::vector<int64_t> reps =
-      attrInts(op, op.name() == "tile" ? "dims" : "repeats");
+  std::vector<int64_t> reps = attrInts(op, op.name() == "tile" ? "dims" : "repeats");
   if (op.name() == "tile" && static_cast<int64_t>(reps.size()) < rank)
     reps.insert(reps.begin(), rank - static_cast<int64_t>(reps.size()), 1);
   if (static_cast<int64_t>(reps.size()) < rank)
-    inferFail("repeat: number of dimensions of repeat dims (" +
-              std::to_string(reps.size()) +
-              ") can not be smaller than number of dimensions of tensor (" +
-              std::to_string(rank) + ")");
+    inferFail("repeat: number of dimensions of repeat dims (" + std::to_string(reps.size()) +
+              ") can not be smaller than number of dimensions of tensor (" + std::to_string(rank) +
+              ")");
   for (int64_t r : reps)
     if (r < 0)
-      inferFail(op.name() + ": repeats must be non-negative, got " +
-                std::to_string(r));
+      inferFail(op.name() + ": repeats must be non-negative, got " + std::to_string(r));
   return reps;
 }
 
 template <class D>
-std::vector<D> repeatedSizes(const std::vector<D> &sizes,
-                             const std::vector<int64_t> &reps) {
+std::vector<D> repeatedSizes(const std::vector<D> &sizes, const std::vector<int64_t> &reps) {
   size_t lead = reps.size() - sizes.size();
   std::vector<D> out;
   for (size_t i = 0; i < reps.size(); ++i)
@@ -286,34 +271,31 @@ std::vector<D> repeatedSizes(const std::vector<D> &sizes,
 }
 
 OpDef repeatRow(std::string name, std::string summary, std::string attr) {
-  return {
-      .name = std::move(name),
-      .summary = std::move(summary),
-      .operands = {{"self"}},
-      .attrs = {{std::move(attr), AttrKind::Ints}},
-      .infer = [](const Op &op) -> std::vector<Type> {
-        const Type &t = tensorOperand(op, 0);
-        return {t.withShape(repeatedSizes(t.shape(), repeatsOf(op, t.rank())))};
-      },
-      .kernel = [](const Op &op, In in) -> Results {
-        const Tensor &t = tensorIn(op, in, 0);
-        auto reps = repeatsOf(op, t.rank());
-        size_t lead = reps.size() - static_cast<size_t>(t.rank());
-        return one(remap(
-            t, repeatedSizes(t.sizes(), reps),
-            [&](const std::vector<int64_t> &idx, std::vector<int64_t> &src) {
-              for (size_t d = 0; d < src.size(); ++d)
-                src[d] = idx[lead + d] % t.sizes()[d];
-              return true;
-            }));
-      }};
+  return {.name = std::move(name),
+          .summary = std::move(summary),
+          .operands = {{"self"}},
+          .attrs = {{std::move(attr), AttrKind::Ints}},
+          .infer = [](const Op &op) -> std::vector<Type> {
+            const Type &t = tensorOperand(op, 0);
+            return {t.withShape(repeatedSizes(t.shape(), repeatsOf(op, t.rank())))};
+          },
+          .kernel = [](const Op &op, In in) -> Results {
+            const Tensor &t = tensorIn(op, in, 0);
+            auto reps = repeatsOf(op, t.rank());
+            size_t lead = reps.size() - static_cast<size_t>(t.rank());
+            return one(remap(t, repeatedSizes(t.sizes(), reps),
+                             [&](const std::vector<int64_t> &idx, std::vector<int64_t> &src) {
+                               for (size_t d = 0; d < src.size(); ++d)
+                                 src[d] = idx[lead + d] % t.sizes()[d];
+                               return true;
+                             }));
+          }};
 }
 
 // ---- flip / roll ----
 
 std::vector<bool> flipMask(const Op &op, int64_t rank) {
-  std::vector<bool> mask(static_cast<size_t>(std::max<int64_t>(rank, 1)),
-                         false);
+  std::vector<bool> mask(static_cast<size_t>(std::max<int64_t>(rank, 1)), false);
   for (int64_t d : attrInts(op, "dims")) {
     int64_t n = normDim(d, rank);
     if (mask[n])
@@ -334,10 +316,8 @@ std::vector<int64_t> rollShifts(const Op &op, int64_t rank) {
   }
   if (shifts.size() != dims.size())
     inferFail("roll: shifts and dimensions must align: shifts has " +
-              std::to_string(shifts.size()) + " elements, dims has " +
-              std::to_string(dims.size()));
-  std::vector<int64_t> perDim(static_cast<size_t>(std::max<int64_t>(rank, 1)),
-                              0);
+              std::to_string(shifts.size()) + " elements, dims has " + std::to_string(dims.size()));
+  std::vector<int64_t> perDim(static_cast<size_t>(std::max<int64_t>(rank, 1)), 0);
   for (size_t i = 0; i < dims.size(); ++i)
     perDim[normDim(dims[i], rank)] += shifts[i];
   return perDim;
@@ -356,13 +336,11 @@ Results rollKernel(const Op &op, In in) {
       copyElement(out, i, t, wrap(i - s, numel));
     return one(out);
   }
-  return one(
-      remap(t, t.sizes(),
-            [&](const std::vector<int64_t> &idx, std::vector<int64_t> &src) {
-              for (size_t d = 0; d < idx.size(); ++d)
-                src[d] = wrap(idx[d] - shifts[d], t.sizes()[d]);
-              return true;
-            }));
+  return one(remap(t, t.sizes(), [&](const std::vector<int64_t> &idx, std::vector<int64_t> &src) {
+    for (size_t d = 0; d < idx.size(); ++d)
+      src[d] = wrap(idx[d] - shifts[d], t.sizes()[d]);
+    return true;
+  }));
 }
 
 // ---- triu / tril ----
@@ -375,8 +353,7 @@ OpDef triangleRow(std::string name, std::string summary, bool upper) {
           .infer = [](const Op &op) -> std::vector<Type> {
             const Type &t = tensorOperand(op, 0);
             if (t.rank() < 2)
-              inferFail(op.name() +
-                        ": input tensor must have at least 2 dimensions, got " +
+              inferFail(op.name() + ": input tensor must have at least 2 dimensions, got " +
                         std::to_string(t.rank()));
             return {t};
           },
@@ -385,8 +362,7 @@ OpDef triangleRow(std::string name, std::string summary, bool upper) {
             int64_t diag = attrInt(op, "diagonal");
             size_t r = static_cast<size_t>(t.rank());
             return one(remap(t, t.sizes(),
-                             [&](const std::vector<int64_t> &idx,
-                                 std::vector<int64_t> &src) {
+                             [&](const std::vector<int64_t> &idx, std::vector<int64_t> &src) {
                                int64_t k = idx[r - 1] - idx[r - 2];
                                src = idx;
                                return upper ? k >= diag : k <= diag;
@@ -411,9 +387,7 @@ void checkFillValue(const Op &op, size_t operand) {
   if (hasOperand(op, operand)) {
     const Type &v = op.operand(operand)->type();
     if (!(v.isScalar() || (v.isTensor() && v.rank() == 0)))
-      inferFail(op.name() +
-                ": value must be a number or a 0-dimensional tensor, got " +
-                v.str());
+      inferFail(op.name() + ": value must be a number or a 0-dimensional tensor, got " + v.str());
   } else if (!op.attrOrNull("value")) {
     inferFail(op.name() + ": needs a value (operand or attribute)");
   }
@@ -461,22 +435,18 @@ void registerCombineOps(OpRegistry &r) {
          .infer = inferStack,
          .kernel = stackKernel});
   r.add({.name = "pad",
-         .summary =
-             "Pads (or crops, when negative) trailing dims; pad lists (before, "
-             "after) pairs "
-             "from the last dim; mode constant, reflect, replicate or circular",
+         .summary = "Pads (or crops, when negative) trailing dims; pad lists (before, "
+                    "after) pairs "
+                    "from the last dim; mode constant, reflect, replicate or circular",
          .operands = {{"self"}},
          .attrs = {{"pad", AttrKind::Ints},
                    {"mode", AttrKind::Str, Attr("constant")},
                    {"value", AttrKind::Float, Attr(0.0)}},
          .infer = inferPad,
          .kernel = padKernel});
-  r.add(repeatRow("repeat",
-                  "Tiles self repeats[i] times along each dim (new dims lead)",
-                  "repeats"));
-  r.add(repeatRow("tile",
-                  "repeat, with dims padded with leading 1s to self's rank",
-                  "dims"));
+  r.add(
+      repeatRow("repeat", "Tiles self repeats[i] times along each dim (new dims lead)", "repeats"));
+  r.add(repeatRow("tile", "repeat, with dims padded with leading 1s to self's rank", "dims"));
   r.add({.name = "flip",
          .summary = "Reverses the order of elements along dims",
          .operands = {{"self"}},
@@ -489,35 +459,31 @@ void registerCombineOps(OpRegistry &r) {
          .kernel = [](const Op &op, In in) -> Results {
            const Tensor &t = tensorIn(op, in, 0);
            auto mask = flipMask(op, t.rank());
-           return one(remap(
-               t, t.sizes(), [&](const std::vector<int64_t> &idx, auto &src) {
-                 for (size_t d = 0; d < idx.size(); ++d)
-                   src[d] = mask[d] ? t.sizes()[d] - 1 - idx[d] : idx[d];
-                 return true;
-               }));
+           return one(remap(t, t.sizes(), [&](const std::vector<int64_t> &idx, auto &src) {
+             for (size_t d = 0; d < idx.size(); ++d)
+               src[d] = mask[d] ? t.sizes()[d] - 1 - idx[d] : idx[d];
+             return true;
+           }));
          }});
   r.add({.name = "roll",
          .summary = "Rotates elements by shifts along dims (dims empty: the "
                     "flattened tensor)",
          .operands = {{"self"}},
-         .attrs = {{"shifts", AttrKind::Ints},
-                   {"dims", AttrKind::Ints, Attr(Attr::Ints{})}},
+         .attrs = {{"shifts", AttrKind::Ints}, {"dims", AttrKind::Ints, Attr(Attr::Ints{})}},
          .infer = [](const Op &op) -> std::vector<Type> {
            const Type &t = tensorOperand(op, 0);
            rollShifts(op, t.rank());
            return {t};
          },
          .kernel = rollKernel});
-  r.add(triangleRow(
-      "triu",
-      "Keeps elements on and above the diagonal-th diagonal of the last "
-      "two dims, zeroes the rest",
-      true));
-  r.add(triangleRow(
-      "tril",
-      "Keeps elements on and below the diagonal-th diagonal of the last "
-      "two dims, zeroes the rest",
-      false));
+  r.add(triangleRow("triu",
+                    "Keeps elements on and above the diagonal-th diagonal of the last "
+                    "two dims, zeroes the rest",
+                    true));
+  r.add(triangleRow("tril",
+                    "Keeps elements on and below the diagonal-th diagonal of the last "
+                    "two dims, zeroes the rest",
+                    false));
   r.add({.name = "masked_fill",
          .summary = "self with value where the (broadcast) bool mask is true; "
                     "value is the "

@@ -13,9 +13,7 @@ namespace {
 using Results = std::vector<RtValue>;
 using In = std::span<const RtValue>;
 
-Tensor nonEmpty(const Tensor &t) {
-  return t.rank() == 0 ? t.view({1}, {1}, t.offset()) : t;
-}
+Tensor nonEmpty(const Tensor &t) { return t.rank() == 0 ? t.view({1}, {1}, t.offset()) : t; }
 
 // Moves `dim` last so every line along it is contiguous in row-major index
 // order.
@@ -31,15 +29,13 @@ std::vector<int64_t> dimLast(int64_t rank, int64_t dim) {
 // Writes the first k of every sorted line of t (along dim) to values and
 // indices (either may be undefined). The outputs have t's shape with dim sized
 // k.
-void sortLines(const Tensor &t0, int64_t dim, bool descending, int64_t k,
-               const Tensor &values0, const Tensor &indices0) {
+void sortLines(const Tensor &t0, int64_t dim, bool descending, int64_t k, const Tensor &values0,
+               const Tensor &indices0) {
   Tensor t = nonEmpty(t0);
   auto perm = dimLast(t.rank(), dim);
   Tensor tp = permuteView(t, perm);
-  Tensor vp =
-      values0.defined() ? permuteView(nonEmpty(values0), perm) : Tensor();
-  Tensor ip =
-      indices0.defined() ? permuteView(nonEmpty(indices0), perm) : Tensor();
+  Tensor vp = values0.defined() ? permuteView(nonEmpty(values0), perm) : Tensor();
+  Tensor ip = indices0.defined() ? permuteView(nonEmpty(indices0), perm) : Tensor();
   int64_t n = t.sizes()[dim];
   int64_t lines = n == 0 ? 0 : t.numel() / n;
   bool fp = isFloating(t.dtype());
@@ -74,9 +70,7 @@ void sortLines(const Tensor &t0, int64_t dim, bool descending, int64_t k,
   }
 }
 
-int64_t sortDim(const Op &op, int64_t rank) {
-  return normDim(attrInt(op, "dim"), rank);
-}
+int64_t sortDim(const Op &op, int64_t rank) { return normDim(attrInt(op, "dim"), rank); }
 
 std::vector<Type> inferSort(const Op &op) {
   const Type &t = tensorOperand(op, 0);
@@ -105,8 +99,8 @@ std::vector<Type> inferTopk(const Op &op) {
   int64_t dim = sortDim(op, t.rank()), k = attrInt(op, "k");
   DimExpr size = t.rank() == 0 ? DimExpr(1) : t.shape()[dim];
   if (k < 0 || (size.isStatic() && k > size.value()))
-    inferFail("topk: k (" + std::to_string(k) +
-              ") is out of range for dimension of size " + size.str());
+    inferFail("topk: k (" + std::to_string(k) + ") is out of range for dimension of size " +
+              size.str());
   Shape s = t.shape();
   if (t.rank() > 0)
     s[dim] = k;
@@ -118,29 +112,25 @@ Results topkKernel(const Op &op, In in) {
   int64_t dim = sortDim(op, t.rank()), k = attrInt(op, "k");
   int64_t size = t.rank() == 0 ? 1 : t.sizes()[dim];
   if (k > size)
-    kernelFail("topk: k (" + std::to_string(k) +
-               ") is out of range for dimension of size " +
+    kernelFail("topk: k (" + std::to_string(k) + ") is out of range for dimension of size " +
                std::to_string(size));
   std::vector<int64_t> sizes = t.sizes();
   if (t.rank() > 0)
     sizes[dim] = k;
-  Tensor values = Tensor::empty(t.dtype(), sizes),
-         indices = Tensor::empty(DType::I64, sizes);
+  Tensor values = Tensor::empty(t.dtype(), sizes), indices = Tensor::empty(DType::I64, sizes);
   // sorted=false leaves the order unspecified in PyTorch; the sorted order is
   // one valid answer. A 0-d tensor is its own top-k for k = 0 and 1 (as in
   // PyTorch).
-  sortLines(t, dim, attrBool(op, "largest"), t.rank() == 0 ? 1 : k, values,
-            indices);
+  sortLines(t, dim, attrBool(op, "largest"), t.rank() == 0 ? 1 : k, values, indices);
   return {RtValue(values), RtValue(indices)};
 }
 
 } // namespace
 
 void registerSortOps(OpRegistry &r) {
-  std::vector<AttrSpec> sortAttrs = {
-      {"dim", AttrKind::Int, Attr(-1)},
-      {"descending", AttrKind::Bool, Attr(false)},
-      {"stable", AttrKind::Bool, Attr(false)}};
+  std::vector<AttrSpec> sortAttrs = {{"dim", AttrKind::Int, Attr(-1)},
+                                     {"descending", AttrKind::Bool, Attr(false)},
+                                     {"stable", AttrKind::Bool, Attr(false)}};
   r.add({.name = "sort",
          .summary = "Values sorted along dim and their int64 indices (stable; "
                     "NaN largest)",
@@ -149,8 +139,7 @@ void registerSortOps(OpRegistry &r) {
          .infer = inferSort,
          .kernel = sortKernel});
   r.add({.name = "argsort",
-         .summary =
-             "int64 indices that sort self along dim (stable; NaN largest)",
+         .summary = "int64 indices that sort self along dim (stable; NaN largest)",
          .operands = {{"self"}},
          .attrs = sortAttrs,
          .infer = inferSort,

@@ -5,11 +5,9 @@
 
 namespace xjit::ops::mv {
 
-int64_t requireStatic(const DimExpr &d, std::string_view opName,
-                      std::string_view what) {
+int64_t requireStatic(const DimExpr &d, std::string_view opName, std::string_view what) {
   if (!d.isStatic())
-    inferFail(std::string(opName) + ": " + std::string(what) +
-              " must be static, got " + d.str());
+    inferFail(std::string(opName) + ": " + std::string(what) + " must be static, got " + d.str());
   return d.value();
 }
 
@@ -19,19 +17,17 @@ Shape dropDim(const Shape &shape, int64_t dim) {
   return out;
 }
 
-std::vector<int64_t> normPermutation(const std::vector<int64_t> &dims,
-                                     int64_t rank, std::string_view opName) {
+std::vector<int64_t> normPermutation(const std::vector<int64_t> &dims, int64_t rank,
+                                     std::string_view opName) {
   if (static_cast<int64_t>(dims.size()) != rank)
-    inferFail(std::string(opName) + ": number of dims (" +
-              std::to_string(dims.size()) +
+    inferFail(std::string(opName) + ": number of dims (" + std::to_string(dims.size()) +
               ") does not match the tensor's rank " + std::to_string(rank));
   std::vector<int64_t> perm;
   std::vector<bool> seen(static_cast<size_t>(rank), false);
   for (int64_t d : dims) {
     int64_t n = normDim(d, rank);
     if (rank > 0 && seen[static_cast<size_t>(n)])
-      inferFail(std::string(opName) + ": dim " + std::to_string(d) +
-                " repeats");
+      inferFail(std::string(opName) + ": dim " + std::to_string(d) + " repeats");
     if (rank > 0)
       seen[static_cast<size_t>(n)] = true;
     perm.push_back(n);
@@ -39,8 +35,8 @@ std::vector<int64_t> normPermutation(const std::vector<int64_t> &dims,
   return perm;
 }
 
-Shape inferReshapeShape(const std::vector<int64_t> &target,
-                        const DimExpr &numel, std::string_view opName) {
+Shape inferReshapeShape(const std::vector<int64_t> &target, const DimExpr &numel,
+                        std::string_view opName) {
   std::string name(opName);
   int64_t known = 1;
   int inferIdx = -1;
@@ -50,8 +46,7 @@ Shape inferReshapeShape(const std::vector<int64_t> &target,
         inferFail(name + ": only one dimension can be inferred (-1)");
       inferIdx = static_cast<int>(i);
     } else if (target[i] < 0) {
-      inferFail(name + ": invalid shape dimension " +
-                std::to_string(target[i]));
+      inferFail(name + ": invalid shape dimension " + std::to_string(target[i]));
     } else {
       known *= target[i];
     }
@@ -61,8 +56,7 @@ Shape inferReshapeShape(const std::vector<int64_t> &target,
     std::string s = "[";
     for (size_t i = 0; i < target.size(); ++i)
       s += (i ? "," : "") + std::to_string(target[i]);
-    inferFail(name + ": shape " + s + "] is invalid for input of size " +
-              numel.str());
+    inferFail(name + ": shape " + s + "] is invalid for input of size " + numel.str());
   };
   if (inferIdx >= 0) {
     // -1 with zero known elements is ambiguous (torch rejects it too).
@@ -78,8 +72,7 @@ Shape inferReshapeShape(const std::vector<int64_t> &target,
   return out;
 }
 
-SliceRange resolveSlice(const DimExpr &size, int64_t start, int64_t end,
-                        int64_t step) {
+SliceRange resolveSlice(const DimExpr &size, int64_t start, int64_t end, int64_t step) {
   if (size.isStatic()) {
     auto [s, len] = resolveSlice(size.value(), start, end, step);
     return {s, len};
@@ -87,16 +80,14 @@ SliceRange resolveSlice(const DimExpr &size, int64_t start, int64_t end,
   // Symbolic: a bound is taken literally (or from the end when negative);
   // INT64_MAX and other ends past any plausible size mean "to the end".
   DimExpr s = start >= 0 ? DimExpr(start) : size + DimExpr(start);
-  DimExpr e =
-      end == INT64_MAX ? size : (end >= 0 ? DimExpr(end) : size + DimExpr(end));
+  DimExpr e = end == INT64_MAX ? size : (end >= 0 ? DimExpr(end) : size + DimExpr(end));
   if (start >= 0 && end >= 0 && end != INT64_MAX && end <= start)
     return {s, 0};
   DimExpr len = step == 1 ? e - s : (e - s + DimExpr(step - 1)).floorDiv(step);
   return {s, len};
 }
 
-std::pair<int64_t, int64_t> resolveSlice(int64_t size, int64_t start,
-                                         int64_t end, int64_t step) {
+std::pair<int64_t, int64_t> resolveSlice(int64_t size, int64_t start, int64_t end, int64_t step) {
   if (start < 0)
     start += size;
   if (end < 0)
@@ -108,8 +99,7 @@ std::pair<int64_t, int64_t> resolveSlice(int64_t size, int64_t start,
 
 const Tensor &tensorIn(const Op &op, std::span<const RtValue> in, size_t i) {
   if (i >= in.size() || !in[i].isTensor())
-    kernelFail(op.name() + ": operand " + std::to_string(i) +
-               " must be a tensor, got " +
+    kernelFail(op.name() + ": operand " + std::to_string(i) + " must be a tensor, got " +
                (i < in.size() ? in[i].kindName() : "nothing"));
   return in[i].tensor();
 }
@@ -118,17 +108,11 @@ bool hasOperand(const Op &op, size_t i) {
   return i < op.numOperands() && op.operand(i)->type().kind() != TypeKind::None;
 }
 
-bool hasInput(std::span<const RtValue> in, size_t i) {
-  return i < in.size() && !in[i].isNone();
-}
+bool hasInput(std::span<const RtValue> in, size_t i) { return i < in.size() && !in[i].isNone(); }
 
 Scalar Scalar::fromDouble(double v) { return {DTypeCategory::Floating, v, 0}; }
-Scalar Scalar::fromInt(int64_t v) {
-  return {DTypeCategory::Integer, static_cast<double>(v), v};
-}
-Scalar Scalar::fromBool(bool v) {
-  return {DTypeCategory::Bool, v ? 1.0 : 0.0, v ? 1 : 0};
-}
+Scalar Scalar::fromInt(int64_t v) { return {DTypeCategory::Integer, static_cast<double>(v), v}; }
+Scalar Scalar::fromBool(bool v) { return {DTypeCategory::Bool, v ? 1.0 : 0.0, v ? 1 : 0}; }
 
 Scalar Scalar::fromAttr(const Attr &a) {
   switch (a.kind()) {
@@ -153,8 +137,7 @@ Scalar Scalar::fromRt(const RtValue &v, std::string_view opName) {
   if (v.isTensor()) {
     const Tensor &t = v.tensor();
     if (t.numel() != 1)
-      kernelFail(std::string(opName) +
-                 ": value must be a scalar or a one-element tensor, got " +
+      kernelFail(std::string(opName) + ": value must be a scalar or a one-element tensor, got " +
                  std::to_string(t.numel()) + " elements");
     if (isFloating(t.dtype()))
       return fromDouble(t.getDouble(0));
@@ -162,8 +145,7 @@ Scalar Scalar::fromRt(const RtValue &v, std::string_view opName) {
       return fromBool(t.getInt(0) != 0);
     return fromInt(t.getInt(0));
   }
-  kernelFail(std::string(opName) + ": value must be a number, got " +
-             v.kindName());
+  kernelFail(std::string(opName) + ": value must be a number, got " + v.kindName());
 }
 
 // Tensor::setDouble converts like a C cast (NaN -> 0, saturating), as torch's
@@ -189,10 +171,9 @@ void copyElement(const Tensor &dst, int64_t di, const Tensor &src, int64_t si) {
 
 // A port of ATen's computeStride: walks the old dims in contiguous chunks and
 // fits the new dims into each chunk.
-std::optional<std::vector<int64_t>>
-viewStrides(const std::vector<int64_t> &sizes,
-            const std::vector<int64_t> &strides,
-            const std::vector<int64_t> &newSizes) {
+std::optional<std::vector<int64_t>> viewStrides(const std::vector<int64_t> &sizes,
+                                                const std::vector<int64_t> &strides,
+                                                const std::vector<int64_t> &newSizes) {
   if (sizes.empty())
     return std::vector<int64_t>(newSizes.size(), 1);
   int64_t numel = 1;
@@ -213,8 +194,7 @@ viewStrides(const std::vector<int64_t> &sizes,
   int64_t tensorNumel = 1, viewNumel = 1;
   for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
     tensorNumel *= sizes[d];
-    if (d == 0 || (sizes[d - 1] != 1 &&
-                   strides[d - 1] != tensorNumel * chunkBaseStride)) {
+    if (d == 0 || (sizes[d - 1] != 1 && strides[d - 1] != tensorNumel * chunkBaseStride)) {
       while (viewD >= 0 && (viewNumel < tensorNumel || newSizes[viewD] == 1)) {
         out[viewD] = viewNumel * chunkBaseStride;
         viewNumel *= newSizes[viewD];
@@ -234,8 +214,8 @@ viewStrides(const std::vector<int64_t> &sizes,
   return out;
 }
 
-std::vector<int64_t> reshapeSizes(const std::vector<int64_t> &target,
-                                  int64_t numel, std::string_view opName) {
+std::vector<int64_t> reshapeSizes(const std::vector<int64_t> &target, int64_t numel,
+                                  std::string_view opName) {
   std::vector<int64_t> out = target;
   int64_t known = 1;
   int64_t inferIdx = -1;
@@ -254,8 +234,7 @@ std::vector<int64_t> reshapeSizes(const std::vector<int64_t> &target,
   return out;
 }
 
-Tensor sliceView(const Tensor &t, int64_t dim, int64_t start, int64_t length,
-                 int64_t step) {
+Tensor sliceView(const Tensor &t, int64_t dim, int64_t start, int64_t length, int64_t step) {
   auto sizes = t.sizes();
   auto strides = t.strides();
   int64_t offset = t.offset() + (length > 0 ? start * strides[dim] : 0);
@@ -291,8 +270,8 @@ Tensor unsqueezeView(const Tensor &t, int64_t dim) {
   return t.view(sizes, strides, t.offset());
 }
 
-Tensor remap(const Tensor &t, const std::vector<int64_t> &outSizes,
-             const SourceFn &srcOf, const Scalar &outside) {
+Tensor remap(const Tensor &t, const std::vector<int64_t> &outSizes, const SourceFn &srcOf,
+             const Scalar &outside) {
   Tensor out = Tensor::empty(t.dtype(), outSizes);
   std::vector<int64_t> src(static_cast<size_t>(t.rank()));
   forEachIndex(outSizes, [&](const std::vector<int64_t> &idx, int64_t linear) {
@@ -304,8 +283,7 @@ Tensor remap(const Tensor &t, const std::vector<int64_t> &outSizes,
   return out;
 }
 
-std::vector<int64_t> unravel(int64_t linear,
-                             const std::vector<int64_t> &sizes) {
+std::vector<int64_t> unravel(int64_t linear, const std::vector<int64_t> &sizes) {
   std::vector<int64_t> idx(sizes.size());
   for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
     idx[d] = sizes[d] ? linear % sizes[d] : 0;

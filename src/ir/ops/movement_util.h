@@ -18,18 +18,17 @@ namespace xjit::ops::mv {
 
 /// Static value of a dim, or an inference error naming the op and what needs
 /// it.
-int64_t requireStatic(const DimExpr &d, std::string_view opName,
-                      std::string_view what);
+int64_t requireStatic(const DimExpr &d, std::string_view opName, std::string_view what);
 /// Dims of `shape` except `dim`.
 Shape dropDim(const Shape &shape, int64_t dim);
 /// A permutation attribute checked against rank: every dim exactly once
 /// (negative allowed).
-std::vector<int64_t> normPermutation(const std::vector<int64_t> &dims,
-                                     int64_t rank, std::string_view opName);
+std::vector<int64_t> normPermutation(const std::vector<int64_t> &dims, int64_t rank,
+                                     std::string_view opName);
 /// Resolves a reshape target with at most one -1 against the number of
 /// elements.
-Shape inferReshapeShape(const std::vector<int64_t> &target,
-                        const DimExpr &numel, std::string_view opName);
+Shape inferReshapeShape(const std::vector<int64_t> &target, const DimExpr &numel,
+                        std::string_view opName);
 
 /// A Python-style slice resolved against a dim: the start offset and number of
 /// elements.
@@ -40,11 +39,9 @@ struct SliceRange {
 /// Clamps start/end like Python (end may be INT64_MAX). Static dims clamp
 /// exactly; on symbolic dims the bounds are assumed in range (the frontend
 /// guards that assumption).
-SliceRange resolveSlice(const DimExpr &size, int64_t start, int64_t end,
-                        int64_t step);
+SliceRange resolveSlice(const DimExpr &size, int64_t start, int64_t end, int64_t step);
 /// Run-time version of resolveSlice.
-std::pair<int64_t, int64_t> resolveSlice(int64_t size, int64_t start,
-                                         int64_t end, int64_t step);
+std::pair<int64_t, int64_t> resolveSlice(int64_t size, int64_t start, int64_t end, int64_t step);
 
 // ---- kernels ----
 
@@ -76,28 +73,25 @@ void copyElement(const Tensor &dst, int64_t di, const Tensor &src, int64_t si);
 
 /// Strides that view (sizes, strides) as newSizes without copying, as torch's
 /// computeStride; nullopt when the layout does not allow it.
-std::optional<std::vector<int64_t>>
-viewStrides(const std::vector<int64_t> &sizes,
-            const std::vector<int64_t> &strides,
-            const std::vector<int64_t> &newSizes);
+std::optional<std::vector<int64_t>> viewStrides(const std::vector<int64_t> &sizes,
+                                                const std::vector<int64_t> &strides,
+                                                const std::vector<int64_t> &newSizes);
 /// Resolves a -1 in a run-time reshape target; throws KernelError on a
 /// mismatch.
-std::vector<int64_t> reshapeSizes(const std::vector<int64_t> &target,
-                                  int64_t numel, std::string_view opName);
+std::vector<int64_t> reshapeSizes(const std::vector<int64_t> &target, int64_t numel,
+                                  std::string_view opName);
 
 /// Views sharing t's storage.
-Tensor sliceView(const Tensor &t, int64_t dim, int64_t start, int64_t length,
-                 int64_t step = 1);
+Tensor sliceView(const Tensor &t, int64_t dim, int64_t start, int64_t length, int64_t step = 1);
 Tensor selectView(const Tensor &t, int64_t dim, int64_t index);
 Tensor permuteView(const Tensor &t, const std::vector<int64_t> &perm);
 Tensor unsqueezeView(const Tensor &t, int64_t dim);
 
 /// A new tensor of t's dtype: out[idx] = t[src] where srcOf(idx, src) fills src
 /// (sized like t's rank) and returns true, or `outside` where it returns false.
-using SourceFn = std::function<bool(const std::vector<int64_t> &idx,
-                                    std::vector<int64_t> &src)>;
-Tensor remap(const Tensor &t, const std::vector<int64_t> &outSizes,
-             const SourceFn &srcOf, const Scalar &outside = Scalar::fromInt(0));
+using SourceFn = std::function<bool(const std::vector<int64_t> &idx, std::vector<int64_t> &src)>;
+Tensor remap(const Tensor &t, const std::vector<int64_t> &outSizes, const SourceFn &srcOf,
+             const Scalar &outside = Scalar::fromInt(0));
 
 /// Multi-index of a linear row-major index.
 std::vector<int64_t> unravel(int64_t linear, const std::vector<int64_t> &sizes);
