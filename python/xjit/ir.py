@@ -1,0 +1,168 @@
+"""The xjit graph IR from Python: parse and print IR text, build and verify graphs, query the op
+registry, and run graphs (or single ops) on numpy arrays / torch CPU tensors with the reference
+interpreter.
+
+Tensors are exchanged zero-copy through DLPack: inputs are borrowed (kept alive while the run
+needs them) and outputs wrap the interpreter's buffers, which are freed when the returned
+objects die. Outputs are torch tensors if any input was a torch tensor, else numpy arrays (pass
+``framework=`` to choose); bf16 outputs are always torch tensors since numpy has no bfloat16.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any, Literal, TypedDict
+
+from xjit import _xjit
+from xjit._xjit import (
+    Graph,
+    InferenceError,
+    KernelError,
+    ParseError,
+    Value,
+    VerifyError,
+    XjitError,
+)
+
+__all__ = [
+    "Framework",
+    "Graph",
+    "InferenceError",
+    "KernelError",
+    "OpInfo",
+    "ParseError",
+    "Value",
+    "VerifyError",
+    "XjitError",
+    "op_info",
+    "ops",
+    "parse",
+    "parse_module",
+    "run",
+    "run_op",
+    "verify",
+    "verify_or_raise",
+]
+
+Framework = Literal["numpy", "torch"]
+# A run-time value: torch.Tensor | numpy.ndarray | int | float | bool | str | None | list of
+# these, or any other Python object (passed opaquely). Typed as Any so that neither numpy nor
+# torch must be importable for type checking.
+RtInput = Any
+
+
+class OperandInfo(TypedDict):
+    name: str
+    variadic: bool
+    optional: bool
+
+
+class AttrInfo(TypedDict):
+    name: str
+    kind: str  # "int", "float", "bool", "str", "ints", "floats", "dtype", "type", "tensor", "any"
+    default: Any
+    required: bool
+
+
+class OpInfo(TypedDict):
+    name: str
+    summary: str
+    operands: list[OperandInfo]
+    attrs: list[AttrInfo]
+    traits: list[str]
+    num_regions: int
+    has_kernel: bool
+
+
+def parse(text: str, filename: str = "<input>") -> Graph:
+    """Parses one graph; malformed text raises ParseError (with .line and .col)."""
+    return _xjit.parse(text, filename)
+
+
+def parse_module(text: str, filename: str = "<input>") -> list[Graph]:
+    """Parses every graph of a module text."""
+    return _xjit.parse_module(text, filename)
+
+
+def verify(graph: Graph) -> list[str]:
+    """All problems of the graph (empty when valid); each names the op and its location."""
+    return graph.verify()
+
+
+def verify_or_raise(graph: Graph) -> None:
+    """Raises VerifyError for the first problem."""
+    graph.verify_or_raise()
+
+
+def ops() -> list[str]:
+    """Names of every registered op, sorted."""
+    return _xjit.ops()
+
+
+def op_info(name: str) -> OpInfo:
+    """The registry row of an op: summary, operands, attributes, traits."""
+    info: OpInfo = _xjit.op_info(name)
+    return info
+
+
+def _is_torch_tensor(x: object) -> bool:
+    # torch is never imported here: if it is not loaded, x cannot be a torch tensor.
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _prepare(x: RtInput) -> RtInput:
+    """Makes a value exportable: torch tensors lose autograd and lazy neg/conj bits (DLPack
+    refuses those; the data is shared), numpy scalars become Python scalars."""
+    if _is_torch_tensor(x):
+        t = x.detach()
+        if t.is_conj():
+            t = t.resolve_conj()
+        if t.is_neg():
+            t = t.resolve_neg()
+        return t
+    if isinstance(x, (list, tuple)):
+        return [_prepare(e) for e in x]
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def _any_torch(values: Sequence[RtInput]) -> bool:
+    return any(
+        _is_torch_tensor(v) or (isinstance(v, (list, tuple)) and _any_torch(v)) for v in values
+    )
+
+
+def _framework(values: Sequence[RtInput], framework: Framework | None) -> Framework:
+    if framework is not None:
+        return framework
+    return "torch" if _any_torch(values) else "numpy"
+
+
+def run(
+    graph: Graph, inputs: Sequence[RtInput], *, framework: Framework | None = None
+) -> list[Any]:
+    """Runs the graph on the inputs with the reference interpreter (GIL released)."""
+    prepared = [_prepare(x) for x in inputs]
+    return _xjit.run(graph, prepared, _framework(inputs, framework))
+
+
+def run_op(
+    op: str,
+    operands: Sequence[RtInput],
+    attrs: dict[str, Any] | None = None,
+    *,
+    framework: Framework | None = None,
+) -> list[Any]:
+    """Runs one op: builds a graph whose inputs are the operands (tensors get static shapes,
+    Python numbers scalar types, None a `none` constant), infers result types, verifies and
+    interprets it.
+
+    Attribute values: bool, int, float, str, lists of ints / floats, torch.dtype, or a dtype name
+    ("f32") for dtype attributes. Errors raise InferenceError (invalid operands/attributes),
+    KernelError (the kernel refused its inputs) or XjitError."""
+    prepared = [_prepare(x) for x in operands]
+    return _xjit.run_op(op, prepared, attrs or {}, _framework(operands, framework))
