@@ -74,8 +74,7 @@ using HeaderValue = std::variant<std::string, bool, std::vector<int64_t>>;
 
 class HeaderParser {
 public:
-  HeaderParser(std::string_view text, const std::string &name)
-      : s_(text), name_(name) {}
+  HeaderParser(std::string_view text, const std::string &name) : s_(text), name_(name) {}
 
   std::vector<std::pair<std::string, HeaderValue>> parseDict() {
     std::vector<std::pair<std::string, HeaderValue>> out;
@@ -96,12 +95,11 @@ public:
 
 private:
   [[noreturn]] void error(const std::string &msg) {
-    fail(name_, "malformed .npy header (" + msg + " at offset " +
-                    std::to_string(pos_) + "): " + std::string(s_));
+    fail(name_, "malformed .npy header (" + msg + " at offset " + std::to_string(pos_) +
+                    "): " + std::string(s_));
   }
   void skipSpace() {
-    while (pos_ < s_.size() &&
-           std::isspace(static_cast<unsigned char>(s_[pos_])))
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_])))
       ++pos_;
   }
   bool peekIs(char c) {
@@ -151,8 +149,7 @@ private:
     std::vector<int64_t> dims;
     while (!peekIs(')')) {
       size_t start = pos_;
-      while (pos_ < s_.size() &&
-             std::isdigit(static_cast<unsigned char>(s_[pos_])))
+      while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_])))
         ++pos_;
       // Python 2 era files may write longs as "3L".
       std::string digits(s_.substr(start, pos_ - start));
@@ -176,8 +173,7 @@ private:
 uint32_t readLE(std::string_view bytes, size_t offset, size_t width) {
   uint32_t v = 0;
   for (size_t i = 0; i < width; ++i)
-    v |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[offset + i]))
-         << (8 * i);
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[offset + i])) << (8 * i);
   return v;
 }
 
@@ -199,8 +195,8 @@ Tensor parse(std::string_view bytes, const std::string &name) {
     fail(name, "not a .npy file (bad magic string)");
   int major = static_cast<unsigned char>(bytes[6]);
   if (major < 1 || major > 3)
-    fail(name, "unsupported .npy format version " + std::to_string(major) +
-                   "." + std::to_string(static_cast<unsigned char>(bytes[7])));
+    fail(name, "unsupported .npy format version " + std::to_string(major) + "." +
+                   std::to_string(static_cast<unsigned char>(bytes[7])));
   size_t lenWidth = major == 1 ? 2 : 4;
   if (bytes.size() < 8 + lenWidth)
     fail(name, "truncated .npy header");
@@ -214,9 +210,7 @@ Tensor parse(std::string_view bytes, const std::string &name) {
   std::optional<bool> fortran;
   std::optional<std::vector<int64_t>> shape;
   for (auto &[key, value] : HeaderParser(header, name).parseDict()) {
-    auto mismatch = [&] {
-      fail(name, "malformed .npy header: bad value for '" + key + "'");
-    };
+    auto mismatch = [&] { fail(name, "malformed .npy header: bad value for '" + key + "'"); };
     if (key == "descr") {
       if (!std::holds_alternative<std::string>(value))
         mismatch();
@@ -232,8 +226,7 @@ Tensor parse(std::string_view bytes, const std::string &name) {
     }
   }
   if (!descr || !fortran || !shape)
-    fail(name,
-         "malformed .npy header: needs 'descr', 'fortran_order' and 'shape'");
+    fail(name, "malformed .npy header: needs 'descr', 'fortran_order' and 'shape'");
   Descr d = parseDescr(*descr, name);
 
   const int64_t item = dtypeSize(d.dtype);
@@ -246,9 +239,8 @@ Tensor parse(std::string_view bytes, const std::string &name) {
   const size_t nbytes = static_cast<size_t>(numel * item);
   // Trailing bytes are ignored, like numpy (a stream may hold several arrays).
   if (bytes.size() - dataStart < nbytes)
-    fail(name, "truncated data: shape " + shapeText(*shape) + " of " + *descr +
-                   " needs " + std::to_string(nbytes) +
-                   " bytes, the file has " +
+    fail(name, "truncated data: shape " + shapeText(*shape) + " of " + *descr + " needs " +
+                   std::to_string(nbytes) + " bytes, the file has " +
                    std::to_string(bytes.size() - dataStart));
 
   auto storage = std::make_shared<Storage>(static_cast<int64_t>(nbytes));
@@ -257,8 +249,7 @@ Tensor parse(std::string_view bytes, const std::string &name) {
   if (d.bigEndian)
     for (size_t i = 0; i < nbytes; i += static_cast<size_t>(item))
       std::reverse(out + i, out + i + item);
-  if (d.dtype ==
-      DType::Bool) // numpy's bool is any non-zero byte; the IR's is 0 or 1
+  if (d.dtype == DType::Bool) // numpy's bool is any non-zero byte; the IR's is 0 or 1
     for (size_t i = 0; i < nbytes; ++i)
       out[i] = out[i] != 0;
 
@@ -275,12 +266,10 @@ Tensor parse(std::string_view bytes, const std::string &name) {
 
 std::string serialize(const Tensor &t) {
   Tensor c = t.isContiguous() ? t : t.contiguousCopy();
-  auto code =
-      std::find_if(kCodes.begin(), kCodes.end(),
-                   [&](const DTypeCode &x) { return x.dtype == c.dtype(); });
-  std::string dict =
-      "{'descr': '" + std::string(code->descr) +
-      "', 'fortran_order': False, 'shape': " + shapeText(c.sizes()) + ", }";
+  auto code = std::find_if(kCodes.begin(), kCodes.end(),
+                           [&](const DTypeCode &x) { return x.dtype == c.dtype(); });
+  std::string dict = "{'descr': '" + std::string(code->descr) +
+                     "', 'fortran_order': False, 'shape': " + shapeText(c.sizes()) + ", }";
   // Pad with spaces so the data starts at a multiple of 64 bytes; the header
   // ends in '\n'.
   size_t lenWidth = 2;
@@ -310,8 +299,7 @@ std::string serialize(const Tensor &t) {
 Tensor read(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    throw Error(ErrorKind::User,
-                path + ": cannot open: " + std::strerror(errno));
+    throw Error(ErrorKind::User, path + ": cannot open: " + std::strerror(errno));
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad())
@@ -323,13 +311,11 @@ void write(const std::string &path, const Tensor &t) {
   std::string bytes = serialize(t);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out)
-    throw Error(ErrorKind::User,
-                path + ": cannot write: " + std::strerror(errno));
+    throw Error(ErrorKind::User, path + ": cannot write: " + std::strerror(errno));
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.close();
   if (!out)
-    throw Error(ErrorKind::User,
-                path + ": write failed: " + std::strerror(errno));
+    throw Error(ErrorKind::User, path + ": write failed: " + std::strerror(errno));
 }
 
 } // namespace xjit::npy

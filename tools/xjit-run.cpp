@@ -112,8 +112,7 @@ std::string readFile(const std::string &path) {
 /// An input argument: a typed scalar literal or a .npy path.
 RtValue parseInput(const std::string &arg, size_t index) {
   auto bad = [&](const std::string &why) -> RtValue {
-    throw Error(ErrorKind::User,
-                "input " + std::to_string(index) + " '" + arg + "': " + why);
+    throw Error(ErrorKind::User, "input " + std::to_string(index) + " '" + arg + "': " + why);
   };
   if (arg == "none")
     return RtValue();
@@ -146,8 +145,7 @@ RtValue parseInput(const std::string &arg, size_t index) {
 
 /// Checks a tensor input's dtype and rank against the declared type, naming the
 /// file (the interpreter checks the dims, symbols included).
-void checkInput(const Graph &g, size_t i, const RtValue &v,
-                const std::string &arg) {
+void checkInput(const Graph &g, size_t i, const RtValue &v, const std::string &arg) {
   const Type &t = g.input(i)->type();
   if (!v.isTensor() || !t.isTensor())
     return;
@@ -156,10 +154,9 @@ void checkInput(const Graph &g, size_t i, const RtValue &v,
     std::string shape;
     for (int64_t d : x.sizes())
       shape += (shape.empty() ? "" : ",") + std::to_string(d);
-    throw Error(ErrorKind::User,
-                "input " + std::to_string(i) + " (" + arg +
-                    "): " + std::string(dtypeName(x.dtype())) + "[" + shape +
-                    "] does not match the declared type " + t.str());
+    throw Error(ErrorKind::User, "input " + std::to_string(i) + " (" + arg +
+                                     "): " + std::string(dtypeName(x.dtype())) + "[" + shape +
+                                     "] does not match the declared type " + t.str());
   }
 }
 
@@ -178,9 +175,8 @@ Tensor outputTensor(const RtValue &v, size_t i) {
     t = Tensor::empty(DType::F64, {});
     t.setDouble(0, v.toDouble());
   } else {
-    throw Error(ErrorKind::User,
-                "output " + std::to_string(i) + " is a " + v.kindName() +
-                    "; .npy files hold tensors and scalars only");
+    throw Error(ErrorKind::User, "output " + std::to_string(i) + " is a " + v.kindName() +
+                                     "; .npy files hold tensors and scalars only");
   }
   return t;
 }
@@ -196,8 +192,7 @@ std::string formatElement(const Tensor &t, int64_t i) {
 }
 
 /// Nested-bracket text of a tensor's values, row-major.
-void formatValues(std::ostream &os, const Tensor &t, size_t dim,
-                  int64_t &next) {
+void formatValues(std::ostream &os, const Tensor &t, size_t dim, int64_t &next) {
   if (dim == t.sizes().size()) {
     os << formatElement(t, next++);
     return;
@@ -211,8 +206,7 @@ void formatValues(std::ostream &os, const Tensor &t, size_t dim,
   os << ']';
 }
 
-void printOutput(std::ostream &os, const Type &type, const RtValue &v,
-                 size_t i) {
+void printOutput(std::ostream &os, const Type &type, const RtValue &v, size_t i) {
   os << "out" << i << ": " << type.str() << " = ";
   if (v.isTensor()) {
     int64_t next = 0;
@@ -243,8 +237,7 @@ int run(const Options &o) {
   }
   if (o.inputs.size() != g->numInputs())
     throw Error(ErrorKind::User, "graph @" + g->name() + " takes " +
-                                     std::to_string(g->numInputs()) +
-                                     " inputs, got " +
+                                     std::to_string(g->numInputs()) + " inputs, got " +
                                      std::to_string(o.inputs.size()));
   std::vector<RtValue> inputs;
   for (size_t i = 0; i < o.inputs.size(); ++i) {
@@ -264,17 +257,14 @@ int run(const Options &o) {
     std::error_code ec;
     std::filesystem::create_directories(*o.outDir, ec);
     if (ec)
-      throw Error(ErrorKind::User,
-                  *o.outDir + ": cannot create directory: " + ec.message());
+      throw Error(ErrorKind::User, *o.outDir + ": cannot create directory: " + ec.message());
     for (size_t i = 0; i < outputs.size(); ++i)
-      paths.push_back((std::filesystem::path(*o.outDir) /
-                       ("out" + std::to_string(i) + ".npy"))
-                          .string());
+      paths.push_back(
+          (std::filesystem::path(*o.outDir) / ("out" + std::to_string(i) + ".npy")).string());
   }
   if (paths.size() != outputs.size())
     throw Error(ErrorKind::User, "--out names " + std::to_string(paths.size()) +
-                                     " files but the graph has " +
-                                     std::to_string(outputs.size()) +
+                                     " files but the graph has " + std::to_string(outputs.size()) +
                                      " outputs");
   for (size_t i = 0; i < outputs.size(); ++i)
     npy::write(paths[i], outputTensor(outputs[i], i));
@@ -295,9 +285,7 @@ int main(int argc, char **argv) {
     std::cerr << e.what() << '\n'; // already "file:line:col: error: message"
     return 1;
   } catch (const Error &e) {
-    std::cerr << "xjit-run: "
-              << (e.kind() == ErrorKind::Internal ? "internal error: "
-                                                  : "error: ")
+    std::cerr << "xjit-run: " << (e.kind() == ErrorKind::Internal ? "internal error: " : "error: ")
               << e.what() << '\n';
     if (!e.hint().empty())
       std::cerr << "  hint: " << e.hint() << '\n';

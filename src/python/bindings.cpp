@@ -36,15 +36,13 @@ namespace {
 
 /// The Python exception classes (module lifetime; created at import).
 struct ExceptionTypes {
-  PyObject *base = nullptr, *parse = nullptr, *verify = nullptr,
-           *inference = nullptr, *kernel = nullptr;
+  PyObject *base = nullptr, *parse = nullptr, *verify = nullptr, *inference = nullptr,
+           *kernel = nullptr;
 };
 ExceptionTypes gExc;
 
-PyObject *newException(nb::module_ &m, const char *name,
-                       std::initializer_list<PyObject *> bases) {
-  nb::tuple baseTuple =
-      nb::steal<nb::tuple>(PyTuple_New(static_cast<Py_ssize_t>(bases.size())));
+PyObject *newException(nb::module_ &m, const char *name, std::initializer_list<PyObject *> bases) {
+  nb::tuple baseTuple = nb::steal<nb::tuple>(PyTuple_New(static_cast<Py_ssize_t>(bases.size())));
   Py_ssize_t i = 0;
   for (PyObject *b : bases)
     PyTuple_SET_ITEM(baseTuple.ptr(), i++, Py_NewRef(b));
@@ -57,9 +55,8 @@ PyObject *newException(nb::module_ &m, const char *name,
   return t; // our reference lives as long as the module
 }
 
-void raise(
-    PyObject *type, const std::string &message,
-    std::initializer_list<std::pair<const char *, nb::object>> attrs = {}) {
+void raise(PyObject *type, const std::string &message,
+           std::initializer_list<std::pair<const char *, nb::object>> attrs = {}) {
   nb::object msg = nb::str(message.c_str(), message.size());
   nb::object exc = nb::steal(PyObject_CallOneArg(type, msg.ptr()));
   if (!exc.is_valid())
@@ -80,8 +77,7 @@ void translateException(const std::exception_ptr &p, void *) {
   } catch (const VerifyError &e) {
     raise(gExc.verify, e.what());
   } catch (const Error &e) {
-    raise(gExc.base, e.what(),
-          {{"internal", nb::bool_(e.kind() == ErrorKind::Internal)}});
+    raise(gExc.base, e.what(), {{"internal", nb::bool_(e.kind() == ErrorKind::Internal)}});
   } catch (const TypeInferenceError &e) {
     raise(gExc.inference, e.what());
   } catch (const KernelError &e) {
@@ -107,9 +103,8 @@ nb::list opNames() {
 }
 
 const char *attrKindName(AttrKind k) {
-  static constexpr std::array<const char *, 9> kNames{
-      "int",    "float", "bool", "str",   "ints",
-      "floats", "dtype", "type", "tensor"};
+  static constexpr std::array<const char *, 9> kNames{"int",    "float", "bool", "str",   "ints",
+                                                      "floats", "dtype", "type", "tensor"};
   return kNames.at(static_cast<size_t>(k));
 }
 
@@ -168,22 +163,19 @@ nb::list toPythonList(const std::vector<RtValue> &values, Framework fw) {
 /// Interprets with the GIL released. Inputs are moved in; borrowed Python
 /// memory stays alive through the Storage objects (their release re-acquires
 /// the GIL).
-std::vector<RtValue> interpretNoGil(const Graph &g,
-                                    std::vector<RtValue> inputs) {
+std::vector<RtValue> interpretNoGil(const Graph &g, std::vector<RtValue> inputs) {
   nb::gil_scoped_release nogil;
   return interpret(g, std::move(inputs));
 }
 
-nb::list runGraph(const Graph &g, const nb::sequence &inputs,
-                  const std::string &framework) {
+nb::list runGraph(const Graph &g, const nb::sequence &inputs, const std::string &framework) {
   Framework fw = parseFramework(framework);
   std::vector<RtValue> ins;
   for (nb::handle h : inputs) {
     RtValue v = toRtValue(h);
     // Python semantics: an int is accepted where a float is declared.
     size_t i = ins.size();
-    if (v.isInt() && i < g.numInputs() &&
-        g.input(i)->type().kind() == TypeKind::Float)
+    if (v.isInt() && i < g.numInputs() && g.input(i)->type().kind() == TypeKind::Float)
       v = RtValue(static_cast<double>(v.toInt()));
     ins.push_back(std::move(v));
   }
@@ -192,8 +184,8 @@ nb::list runGraph(const Graph &g, const nb::sequence &inputs,
 
 /// Builds a graph of one op whose inputs are the operands (None operands become
 /// `none` constants), infers its result types, verifies and interprets it.
-nb::list runOp(const std::string &name, const nb::sequence &operands,
-               nb::handle attrs, const std::string &framework) {
+nb::list runOp(const std::string &name, const nb::sequence &operands, nb::handle attrs,
+               const std::string &framework) {
   Framework fw = parseFramework(framework);
   const OpDef &def = lookupOp(name);
   Graph g(name);
@@ -202,8 +194,7 @@ nb::list runOp(const std::string &name, const nb::sequence &operands,
   std::vector<RtValue> ins;
   for (nb::handle h : operands) {
     if (h.is_none()) {
-      vals.push_back(
-          b.createWithTypes("constant", {}, {Type::none()})->result());
+      vals.push_back(b.createWithTypes("constant", {}, {Type::none()})->result());
       continue;
     }
     RtValue v = toRtValue(h);
@@ -212,8 +203,7 @@ nb::list runOp(const std::string &name, const nb::sequence &operands,
   }
   AttrMap attrMap = toAttrMap(&def, attrs);
   if (!def.infer)
-    throw Error(ErrorKind::User,
-                "op '" + name + "' has no type inference; build it in a graph");
+    throw Error(ErrorKind::User, "op '" + name + "' has no type inference; build it in a graph");
   Op *op;
   try {
     op = b.create(name, vals, std::move(attrMap));
@@ -246,18 +236,16 @@ std::vector<std::string> typeStrings(const std::vector<Type> &types) {
   return out;
 }
 
-std::vector<Value *>
-addOp(Graph &g, const std::string &name, const std::vector<Value *> &operands,
-      nb::handle attrs,
-      std::optional<std::tuple<std::string, int, std::string>> loc) {
+std::vector<Value *> addOp(Graph &g, const std::string &name, const std::vector<Value *> &operands,
+                           nb::handle attrs,
+                           std::optional<std::tuple<std::string, int, std::string>> loc) {
   const OpDef &def = lookupOp(name);
   Block *body = g.body();
   // Insert before the return when the outputs are already set.
   Op *term = body->terminator();
   Builder b(body, term);
   if (loc)
-    b.setLoc(
-        SourceLoc{std::get<0>(*loc), std::get<1>(*loc), std::get<2>(*loc)});
+    b.setLoc(SourceLoc{std::get<0>(*loc), std::get<1>(*loc), std::get<2>(*loc)});
   Op *op;
   try {
     op = b.create(name, operands, toAttrMap(&def, attrs));
@@ -283,27 +271,23 @@ void setOutputs(Graph &g, const std::vector<Value *> &values) {
 NB_MODULE(_xjit, m) {
   using namespace xjit;
   using namespace xjit::py;
-  m.doc() =
-      "xjit core: graph IR, verifier, op registry and reference interpreter";
+  m.doc() = "xjit core: graph IR, verifier, op registry and reference interpreter";
   m.attr("__version__") = XJIT_VERSION;
 
   gExc.base = newException(m, "XjitError", {PyExc_Exception});
   gExc.parse = newException(m, "ParseError", {gExc.base});
   gExc.verify = newException(m, "VerifyError", {gExc.base});
-  gExc.inference =
-      newException(m, "InferenceError", {gExc.base, PyExc_TypeError});
+  gExc.inference = newException(m, "InferenceError", {gExc.base, PyExc_TypeError});
   gExc.kernel = newException(m, "KernelError", {gExc.base, PyExc_RuntimeError});
   nb::register_exception_translator(translateException);
 
   nb::class_<Value>(m, "Value", "An SSA value of a graph (owned by the graph).")
       .def_prop_ro("type", [](const Value &v) { return v.type().str(); })
       .def_prop_rw("name", &Value::name, &Value::setName)
-      .def("__repr__", [](const Value &v) {
-        return "<xjit Value %" + v.name() + ": " + v.type().str() + ">";
-      });
+      .def("__repr__",
+           [](const Value &v) { return "<xjit Value %" + v.name() + ": " + v.type().str() + ">"; });
 
-  nb::class_<Graph>(m, "Graph",
-                    "A graph: SSA ops in a body block with inputs and outputs.")
+  nb::class_<Graph>(m, "Graph", "A graph: SSA ops in a body block with inputs and outputs.")
       .def(nb::init<std::string>(), "name"_a = "main")
       .def_prop_rw("name", &Graph::name, &Graph::setName)
       .def("__str__", [](const Graph &g) { return printGraph(g); })
@@ -313,10 +297,8 @@ NB_MODULE(_xjit, m) {
             return printGraph(g, PrintOptions{.printLocations = locations});
           },
           "locations"_a = true)
-      .def("verify", &verifyGraph,
-           "All problems found (empty if the graph is valid).")
-      .def("verify_or_raise", &verifyOrThrow,
-           "Raises VerifyError for the first problem.")
+      .def("verify", &verifyGraph, "All problems found (empty if the graph is valid).")
+      .def("verify_or_raise", &verifyOrThrow, "Raises VerifyError for the first problem.")
       .def_prop_ro("inputs",
                    [](const Graph &g) {
                      std::vector<std::string> out;
@@ -324,8 +306,7 @@ NB_MODULE(_xjit, m) {
                        out.push_back(g.input(i)->type().str());
                      return out;
                    })
-      .def_prop_ro("outputs",
-                   [](const Graph &g) { return typeStrings(g.outputTypes()); })
+      .def_prop_ro("outputs", [](const Graph &g) { return typeStrings(g.outputTypes()); })
       .def_prop_ro("num_ops", &Graph::numOps)
       .def("clone", &Graph::clone)
       .def(
@@ -334,8 +315,8 @@ NB_MODULE(_xjit, m) {
             return g.addInput(parseType(type), name);
           },
           "type"_a, "name"_a = "", nb::rv_policy::reference_internal)
-      .def("add_op", &addOp, "op"_a, "operands"_a, "attrs"_a = nb::none(),
-           "loc"_a = nb::none(), nb::rv_policy::reference_internal)
+      .def("add_op", &addOp, "op"_a, "operands"_a, "attrs"_a = nb::none(), "loc"_a = nb::none(),
+           nb::rv_policy::reference_internal)
       .def("set_outputs", &setOutputs, "values"_a);
 
   m.def(
@@ -351,8 +332,7 @@ NB_MODULE(_xjit, m) {
       },
       "text"_a, "filename"_a = "<input>");
   m.def("run", &runGraph, "graph"_a, "inputs"_a, "framework"_a = "numpy");
-  m.def("run_op", &runOp, "op"_a, "operands"_a, "attrs"_a = nb::none(),
-        "framework"_a = "numpy");
+  m.def("run_op", &runOp, "op"_a, "operands"_a, "attrs"_a = nb::none(), "framework"_a = "numpy");
   m.def("ops", &opNames);
   m.def("op_info", &opInfo, "name"_a);
 }

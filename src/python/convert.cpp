@@ -75,8 +75,7 @@ dl::dtype toDLPack(DType t) {
     code = t == DType::BF16 ? dl::dtype_code::Bfloat : dl::dtype_code::Float;
     break;
   }
-  return dl::dtype{static_cast<uint8_t>(code),
-                   static_cast<uint8_t>(dtypeSize(t) * 8), 1};
+  return dl::dtype{static_cast<uint8_t>(code), static_cast<uint8_t>(dtypeSize(t) * 8), 1};
 }
 
 /// torch.dtype objects print as "torch.float32"; the canonical names map to IR
@@ -100,9 +99,7 @@ std::optional<DType> torchDTypeByName(std::string_view name) {
   return std::nullopt;
 }
 
-std::string typeName(nb::handle obj) {
-  return nb::type_name(obj.type()).c_str();
-}
+std::string typeName(nb::handle obj) { return nb::type_name(obj.type()).c_str(); }
 
 bool isTorchDType(nb::handle obj) { return typeName(obj) == "torch.dtype"; }
 
@@ -151,15 +148,13 @@ Tensor wrapArray(const nb::ndarray<> &arr, DType dtype) {
     nb::gil_scoped_acquire gil;
     keep.reset();
   });
-  return Tensor(std::move(storage), dtype, std::move(sizes), std::move(strides),
-                -lo);
+  return Tensor(std::move(storage), dtype, std::move(sizes), std::move(strides), -lo);
 }
 
 std::string describeDLPackDType(dl::dtype dt) {
-  static constexpr std::array<const char *, 7> kCodes{
-      "int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
-  std::string code = dt.code < kCodes.size() ? kCodes[dt.code]
-                                             : "code" + std::to_string(dt.code);
+  static constexpr std::array<const char *, 7> kCodes{"int",    "uint",    "float", "opaque",
+                                                      "bfloat", "complex", "bool"};
+  std::string code = dt.code < kCodes.size() ? kCodes[dt.code] : "code" + std::to_string(dt.code);
   std::string s = code + std::to_string(dt.bits);
   if (dt.lanes != 1)
     s += "x" + std::to_string(dt.lanes);
@@ -167,26 +162,22 @@ std::string describeDLPackDType(dl::dtype dt) {
 }
 
 nb::object exportTensor(Tensor t, Framework fw) {
-  if (std::any_of(t.strides().begin(), t.strides().end(),
-                  [](int64_t s) { return s < 0; }))
+  if (std::any_of(t.strides().begin(), t.strides().end(), [](int64_t s) { return s < 0; }))
     t = t.contiguousCopy();
   if (t.dtype() == DType::BF16)
     fw = Framework::Torch; // numpy has no bfloat16
   auto *keep = new std::shared_ptr<Storage>(t.storage());
-  nb::capsule owner(keep, [](void *p) noexcept {
-    delete static_cast<std::shared_ptr<Storage> *>(p);
-  });
+  nb::capsule owner(keep,
+                    [](void *p) noexcept { delete static_cast<std::shared_ptr<Storage> *>(p); });
   std::vector<size_t> shape(t.sizes().begin(), t.sizes().end());
   const std::vector<int64_t> &strides = t.strides();
   if (fw == Framework::Torch) {
-    nb::ndarray<nb::pytorch, nb::device::cpu> arr(
-        t.data(), shape.size(), shape.data(), owner, strides.data(),
-        toDLPack(t.dtype()));
+    nb::ndarray<nb::pytorch, nb::device::cpu> arr(t.data(), shape.size(), shape.data(), owner,
+                                                  strides.data(), toDLPack(t.dtype()));
     return arr.cast();
   }
-  nb::ndarray<nb::numpy, nb::device::cpu> arr(
-      t.data(), shape.size(), shape.data(), owner, strides.data(),
-      toDLPack(t.dtype()));
+  nb::ndarray<nb::numpy, nb::device::cpu> arr(t.data(), shape.size(), shape.data(), owner,
+                                              strides.data(), toDLPack(t.dtype()));
   return arr.cast();
 }
 
@@ -197,13 +188,11 @@ Framework parseFramework(const std::string &name) {
     return Framework::NumPy;
   if (name == "torch")
     return Framework::Torch;
-  throw nb::value_error(
-      ("framework must be 'numpy' or 'torch', not '" + name + "'").c_str());
+  throw nb::value_error(("framework must be 'numpy' or 'torch', not '" + name + "'").c_str());
 }
 
 bool isArrayLike(nb::handle obj) {
-  if (PyBytes_Check(obj.ptr()) || PyByteArray_Check(obj.ptr()) ||
-      PyUnicode_Check(obj.ptr()))
+  if (PyBytes_Check(obj.ptr()) || PyByteArray_Check(obj.ptr()) || PyUnicode_Check(obj.ptr()))
     return false;
   return nb::ndarray_check(obj);
 }
@@ -215,24 +204,21 @@ Tensor importTensor(nb::handle obj) {
     nb::ndarray<nb::ro> ro;
     if (!nb::try_cast(obj, ro, /*convert=*/false))
       throw nb::type_error(
-          ("cannot read a " + typeName(obj) +
-           " as a tensor through DLPack or the buffer protocol")
+          ("cannot read a " + typeName(obj) + " as a tensor through DLPack or the buffer protocol")
               .c_str());
     arr = nb::ndarray<>(ro);
     readOnly = true;
   }
   if (arr.device_type() != nb::device::cpu::value)
-    throw nb::value_error(
-        ("the reference interpreter runs on CPU tensors only; got a " +
-         typeName(obj) + " on DLPack device type " +
-         std::to_string(arr.device_type()))
-            .c_str());
+    throw nb::value_error(("the reference interpreter runs on CPU tensors only; got a " +
+                           typeName(obj) + " on DLPack device type " +
+                           std::to_string(arr.device_type()))
+                              .c_str());
   std::optional<DType> dtype = fromDLPack(arr.dtype());
   if (!dtype)
-    throw nb::type_error(
-        ("unsupported tensor dtype " + describeDLPackDType(arr.dtype()) +
-         " (xjit supports f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool)")
-            .c_str());
+    throw nb::type_error(("unsupported tensor dtype " + describeDLPackDType(arr.dtype()) +
+                          " (xjit supports f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool)")
+                             .c_str());
   Tensor t = wrapArray(arr, *dtype);
   return readOnly ? t.contiguousCopy() : t;
 }
@@ -289,8 +275,7 @@ Type typeOf(const RtValue &v) {
   for (const RtValue &e : v.list())
     elems.push_back(typeOf(e));
   if (!elems.empty() &&
-      std::all_of(elems.begin(), elems.end(),
-                  [&](const Type &t) { return t == elems[0]; }))
+      std::all_of(elems.begin(), elems.end(), [&](const Type &t) { return t == elems[0]; }))
     return Type::list(elems[0]);
   return Type::tuple(std::move(elems));
 }
@@ -317,8 +302,7 @@ nb::object fromRtValue(const RtValue &v, Framework fw) {
   const std::shared_ptr<void> &h = v.object().handle;
   if (h && std::get_deleter<PyObjectDeleter>(h))
     return nb::borrow(static_cast<PyObject *>(h.get()));
-  throw nb::type_error(
-      "an opaque object that was not created from Python cannot be returned");
+  throw nb::type_error("an opaque object that was not created from Python cannot be returned");
 }
 
 // --- attributes
@@ -331,37 +315,32 @@ DType dtypeFromAttr(const std::string &name, nb::handle value) {
     std::string s = nb::cast<std::string>(nb::str(value));
     if (auto t = torchDTypeByName(s))
       return *t;
-    throw nb::type_error(
-        ("attribute '" + name + "': unsupported dtype " + s).c_str());
+    throw nb::type_error(("attribute '" + name + "': unsupported dtype " + s).c_str());
   }
   if (!PyUnicode_Check(value.ptr()))
-    throw nb::type_error(
-        ("attribute '" + name +
-         "': expected a dtype name such as 'f32' or a torch.dtype, got " +
-         typeName(value))
-            .c_str());
+    throw nb::type_error(("attribute '" + name +
+                          "': expected a dtype name such as 'f32' or a torch.dtype, got " +
+                          typeName(value))
+                             .c_str());
   std::string s = nb::cast<std::string>(value);
   if (auto t = parseDType(s))
     return *t;
-  throw nb::value_error(
-      ("attribute '" + name + "': '" + s +
-       "' is not a dtype (expected f64, f32, f16, bf16, i64, i32, i16, i8, "
-       "u8 or bool)")
-          .c_str());
+  throw nb::value_error(("attribute '" + name + "': '" + s +
+                         "' is not a dtype (expected f64, f32, f16, bf16, i64, i32, i16, i8, "
+                         "u8 or bool)")
+                            .c_str());
 }
 
-Attr listAttr(const std::string &name, nb::handle value,
-              std::optional<AttrKind> kind) {
+Attr listAttr(const std::string &name, nb::handle value, std::optional<AttrKind> kind) {
   Attr::Ints ints;
   Attr::Floats floats;
   bool anyFloat = kind == AttrKind::Floats;
   for (nb::handle item : value) {
     PyObject *p = item.ptr();
     if (PyBool_Check(p) || !(PyLong_Check(p) || PyFloat_Check(p)))
-      throw nb::type_error(("attribute '" + name +
-                            "': list elements must be int or float, got " +
-                            typeName(item))
-                               .c_str());
+      throw nb::type_error(
+          ("attribute '" + name + "': list elements must be int or float, got " + typeName(item))
+              .c_str());
     if (PyFloat_Check(p))
       anyFloat = true;
     floats.push_back(PyFloat_AsDouble(p));
@@ -411,9 +390,9 @@ Attr toAttr(const OpDef *def, const std::string &name, nb::handle value) {
     return listAttr(name, value, kind);
   if (isArrayLike(value))
     return Attr(importTensor(value).contiguousCopy());
-  throw nb::type_error(("attribute '" + name + "': cannot convert a " +
-                        typeName(value) + " to an attribute")
-                           .c_str());
+  throw nb::type_error(
+      ("attribute '" + name + "': cannot convert a " + typeName(value) + " to an attribute")
+          .c_str());
 }
 
 AttrMap toAttrMap(const OpDef *def, nb::handle dict) {
