@@ -58,11 +58,10 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-const char *kUsage =
-    "usage: xjit-opt [file|-] [--passes=a,b] [--list-ops] [--list-passes]\n"
-    "                [--verify-diagnostics] [--no-verify] [--no-locs] [-o "
-    "out]\n"
-    "                [--dump-after-each]\n";
+const char *kUsage = "usage: xjit-opt [file|-] [--passes=a,b] [--list-ops] [--list-passes]\n"
+                     "                [--verify-diagnostics] [--no-verify] [--no-locs] [-o "
+                     "out]\n"
+                     "                [--dump-after-each]\n";
 
 std::vector<std::string> splitCommas(const std::string &s) {
   std::vector<std::string> out;
@@ -102,8 +101,7 @@ Options parseArgs(int argc, char **argv) {
     } else if (a != "-" && a.rfind('-', 0) == 0) {
       throw UsageError("unknown option '" + a + "'\n" + kUsage);
     } else if (haveInput) {
-      throw UsageError("more than one input file given\n" +
-                       std::string(kUsage));
+      throw UsageError("more than one input file given\n" + std::string(kUsage));
     } else {
       o.input = a;
       haveInput = true;
@@ -121,9 +119,7 @@ std::string readInput(const std::string &path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-std::string displayName(const std::string &path) {
-  return path == "-" ? "<stdin>" : path;
-}
+std::string displayName(const std::string &path) { return path == "-" ? "<stdin>" : path; }
 
 /// A verifier diagnostic positioned at its op's text (or the graph header).
 struct Located {
@@ -131,15 +127,13 @@ struct Located {
   std::string message;
 };
 
-std::vector<Located>
-verifyModule(const std::vector<std::unique_ptr<Graph>> &graphs,
-             const TextPositions &pos) {
+std::vector<Located> verifyModule(const std::vector<std::unique_ptr<Graph>> &graphs,
+                                  const TextPositions &pos) {
   std::vector<Located> out;
   for (const auto &g : graphs)
     for (const auto &d : verifyGraphDiagnostics(*g)) {
       TextPosition p;
-      if (auto it = d.op ? pos.ops.find(d.op) : pos.ops.end();
-          it != pos.ops.end())
+      if (auto it = d.op ? pos.ops.find(d.op) : pos.ops.end(); it != pos.ops.end())
         p = it->second;
       else if (auto gt = pos.graphs.find(g.get()); gt != pos.graphs.end())
         p = gt->second;
@@ -156,20 +150,17 @@ struct Expectation {
 };
 
 std::vector<Expectation> readExpectations(const std::string &src) {
-  static const std::regex re(
-      R"(expected-error(@([+-]?[0-9]+))?\s*\{\{(.*?)\}\})");
+  static const std::regex re(R"(expected-error(@([+-]?[0-9]+))?\s*\{\{(.*?)\}\})");
   std::vector<Expectation> out;
   std::istringstream in(src);
   int lineNo = 0;
   for (std::string line; std::getline(in, line);) {
     ++lineNo;
-    for (std::sregex_iterator it(line.begin(), line.end(), re), end; it != end;
-         ++it) {
+    for (std::sregex_iterator it(line.begin(), line.end(), re), end; it != end; ++it) {
       int target = lineNo;
       if ((*it)[2].matched) {
         std::string off = (*it)[2].str();
-        target = off[0] == '+' || off[0] == '-' ? lineNo + std::stoi(off)
-                                                : std::stoi(off);
+        target = off[0] == '+' || off[0] == '-' ? lineNo + std::stoi(off) : std::stoi(off);
       }
       out.push_back({target, (*it)[3].str(), lineNo});
     }
@@ -204,8 +195,7 @@ int checkDiagnostics(const Options &o, const std::string &src) {
   }
   for (const Expectation &x : expectations)
     if (!x.matched) {
-      std::cerr << file << ":" << x.annotationLine
-                << ": error: expected error on line " << x.line
+      std::cerr << file << ":" << x.annotationLine << ": error: expected error on line " << x.line
                 << " was not produced: " << x.text << "\n";
       ok = false;
     }
@@ -243,8 +233,7 @@ int run(const Options &o) {
       return true;
     auto diags = verifyModule(graphs, pos);
     for (const Located &d : diags) {
-      std::cerr << file << ":" << d.line << ":" << d.col
-                << ": error: " << d.message;
+      std::cerr << file << ":" << d.line << ":" << d.col << ": error: " << d.message;
       if (!after.empty())
         std::cerr << " (after pass '" << after << "')";
       std::cerr << "\n";

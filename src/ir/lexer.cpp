@@ -10,9 +10,7 @@ namespace xjit::text {
 namespace {
 
 bool isDigit(char c) { return c >= '0' && c <= '9'; }
-bool isAlpha(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
+bool isAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool isNameChar(char c) { return isAlpha(c) || isDigit(c) || c == '.'; }
 bool isPunct(char c) {
   return std::string_view("(){}[]<>,:=@^-").find(c) != std::string_view::npos;
@@ -44,8 +42,7 @@ bool isValueName(std::string_view s) {
 }
 
 bool isIdentifier(std::string_view s) {
-  return !s.empty() && isAlpha(s[0]) &&
-         std::all_of(s.begin(), s.end(), isNameChar);
+  return !s.empty() && isAlpha(s[0]) && std::all_of(s.begin(), s.end(), isNameChar);
 }
 
 std::string quoteString(std::string_view s) {
@@ -70,8 +67,7 @@ std::string quoteString(std::string_view s) {
     default:
       if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
         char buf[8];
-        std::snprintf(buf, sizeof buf, "\\x%02x",
-                      static_cast<unsigned char>(c));
+        std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
         out += buf;
       } else {
         out += c;
@@ -91,10 +87,8 @@ Lexer::Lexer(std::string_view src, std::string filename)
 
 std::pair<int, int> Lexer::lineCol(size_t offset) const {
   offset = std::min(offset, src_.size());
-  auto it =
-      std::upper_bound(lineStarts_.begin(), lineStarts_.end(), offset) - 1;
-  return {static_cast<int>(it - lineStarts_.begin()) + 1,
-          static_cast<int>(offset - *it) + 1};
+  auto it = std::upper_bound(lineStarts_.begin(), lineStarts_.end(), offset) - 1;
+  return {static_cast<int>(it - lineStarts_.begin()) + 1, static_cast<int>(offset - *it) + 1};
 }
 
 void Lexer::error(size_t offset, const std::string &message) const {
@@ -189,8 +183,7 @@ Token Lexer::lexAt(size_t pos) const {
       if (r.ec != std::errc())
         error(d, "result index out of range");
     }
-  } else if (isDigit(c) ||
-             (c == '-' && p + 1 < src_.size() && isDigit(src_[p + 1]))) {
+  } else if (isDigit(c) || (c == '-' && p + 1 < src_.size() && isDigit(src_[p + 1]))) {
     lexNumber(t, pos);
     return t;
   } else if (c == '"') {
@@ -302,8 +295,7 @@ void Lexer::lexString(Token &t, size_t pos) const {
       break;
     }
     default:
-      error(p,
-            "unknown escape sequence '\\" + std::string(1, e) + "' in string");
+      error(p, "unknown escape sequence '\\" + std::string(1, e) + "' in string");
     }
     p += 2;
   }

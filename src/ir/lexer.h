@@ -30,18 +30,13 @@ struct Token {
   std::string_view text; // the token's source text
   size_t offset = 0;     // byte offset of its first character
   size_t end = 0;        // byte offset just past it
-  std::string
-      str; // String: decoded contents; ValueRef: the name without '%' and '#N'
+  std::string str;       // String: decoded contents; ValueRef: the name without '%' and '#N'
   int64_t intValue = 0;  // Int
   double floatValue = 0; // Float
   int resultIndex = -1;  // ValueRef: N of %name#N, else -1
 
-  bool is(char punct) const {
-    return kind == Tok::Punct && text.size() == 1 && text[0] == punct;
-  }
-  bool isIdent(std::string_view s) const {
-    return kind == Tok::Ident && text == s;
-  }
+  bool is(char punct) const { return kind == Tok::Punct && text.size() == 1 && text[0] == punct; }
+  bool isIdent(std::string_view s) const { return kind == Tok::Ident && text == s; }
 };
 
 class Lexer {

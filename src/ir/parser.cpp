@@ -34,8 +34,7 @@ std::string typeListStr(const std::vector<Type> &ts) {
 
 class Parser {
 public:
-  Parser(std::string_view src, std::string_view filename,
-         TextPositions *positions)
+  Parser(std::string_view src, std::string_view filename, TextPositions *positions)
       : lex_(src, std::string(filename)), positions_(positions) {}
 
   std::vector<std::unique_ptr<Graph>> parseModule() {
@@ -64,8 +63,7 @@ private:
   [[noreturn]] void errorAt(const Token &t, const std::string &msg) const {
     lex_.error(t.offset, msg);
   }
-  [[noreturn]] void expected(const std::string &what,
-                             const Token &found) const {
+  [[noreturn]] void expected(const std::string &what, const Token &found) const {
     errorAt(found, "expected " + what + ", found " + Lexer::describe(found));
   }
   Token expect(char punct, const std::string &context) {
@@ -101,8 +99,7 @@ private:
     Token name = lex_.next();
     if (name.kind != Tok::Ident && name.kind != Tok::String)
       expected("a graph name", name);
-    auto g = std::make_unique<Graph>(
-        name.kind == Tok::String ? name.str : std::string(name.text));
+    auto g = std::make_unique<Graph>(name.kind == Tok::String ? name.str : std::string(name.text));
     if (positions_)
       positions_->graphs[g.get()] = position(kw.offset);
     defs_.clear();
@@ -130,9 +127,8 @@ private:
       for (Value *v : ret->operands())
         returned.push_back(v->type());
       if (returned != outputs)
-        errorAt(arrow, "graph @" + g->name() + " declares result types " +
-                           typeListStr(outputs) + " but its return has " +
-                           typeListStr(returned));
+        errorAt(arrow, "graph @" + g->name() + " declares result types " + typeListStr(outputs) +
+                           " but its return has " + typeListStr(returned));
     }
     return g;
   }
@@ -168,8 +164,7 @@ private:
     Nest nest(*this);
     while (!lex_.peek().is('}')) {
       if (lex_.peek().kind == Tok::Eof)
-        expected("'}' to close the block opened at " + lineOf(open.offset),
-                 lex_.peek());
+        expected("'}' to close the block opened at " + lineOf(open.offset), lex_.peek());
       parseOp(block);
     }
     lex_.next();
@@ -193,8 +188,8 @@ private:
     if (first.kind == Tok::ValueRef) {
       result = lex_.next();
       if (result.resultIndex >= 0)
-        errorAt(result, "a result name takes no '#N'; write '%" + result.str +
-                            ":N' to define N results");
+        errorAt(result,
+                "a result name takes no '#N'; write '%" + result.str + ":N' to define N results");
       numResults = 1;
       if (consumeIf(':')) {
         Token n = lex_.next();
@@ -233,37 +228,31 @@ private:
 
     AttrMap attrs;
     if (lex_.peek().is('{') &&
-        (lex_.peek(1).is('}') ||
-         (lex_.peek(1).kind == Tok::Ident && lex_.peek(2).is('='))))
+        (lex_.peek(1).is('}') || (lex_.peek(1).kind == Tok::Ident && lex_.peek(2).is('='))))
       attrs = parseAttrDict(*def);
 
     std::vector<Type> types;
     if (lex_.peek().is(':')) {
       Token colon = lex_.next();
       if (numResults == 0)
-        errorAt(colon,
-                "'" + def->name +
-                    "' has no result names, so it takes no result types");
+        errorAt(colon, "'" + def->name + "' has no result names, so it takes no result types");
       do
         types.push_back(parseType());
       while (consumeIf(','));
       if (types.size() != numResults)
-        errorAt(colon, "expected " + std::to_string(numResults) +
-                           " result type" + (numResults == 1 ? "" : "s") +
-                           " for '%" + result.str + "', found " +
+        errorAt(colon, "expected " + std::to_string(numResults) + " result type" +
+                           (numResults == 1 ? "" : "s") + " for '%" + result.str + "', found " +
                            std::to_string(types.size()));
     } else if (numResults > 0) {
-      expected("':' and the result types of '%" + result.str + "'",
-               lex_.peek());
+      expected("':' and the result types of '%" + result.str + "'", lex_.peek());
     }
 
     SourceLoc loc;
     if (lex_.peek().isIdent("loc"))
       loc = parseLoc();
 
-    Op *op = block->push_back(
-        std::make_unique<Op>(def, std::move(operands), std::move(types),
-                             std::move(attrs), std::move(loc)));
+    Op *op = block->push_back(std::make_unique<Op>(def, std::move(operands), std::move(types),
+                                                   std::move(attrs), std::move(loc)));
     if (positions_)
       positions_->ops[op] = position(first.offset);
     // The op was created with its OpDef's number of regions; the text must fill
@@ -271,15 +260,12 @@ private:
     size_t numRegions = 0;
     for (; lex_.peek().is('{'); ++numRegions) {
       if (numRegions == op->numRegions())
-        errorAt(lex_.peek(), "'" + def->name + "' takes " +
-                                 std::to_string(op->numRegions()) + " region" +
-                                 (op->numRegions() == 1 ? "" : "s") +
-                                 ", found more");
+        errorAt(lex_.peek(), "'" + def->name + "' takes " + std::to_string(op->numRegions()) +
+                                 " region" + (op->numRegions() == 1 ? "" : "s") + ", found more");
       parseRegion(op->region(numRegions));
     }
     if (numRegions < op->numRegions())
-      expected("'{' to start region " + std::to_string(numRegions) + " of '" +
-                   def->name + "'",
+      expected("'{' to start region " + std::to_string(numRegions) + " of '" + def->name + "'",
                lex_.peek());
 
     if (numResults > 0) {
@@ -333,14 +319,12 @@ private:
         errorAt(u, "'%" + u.str + "' has " + std::to_string(d.values.size()) +
                        " results; refer to one as '%" + u.str + "#0'");
       if (static_cast<size_t>(u.resultIndex) >= d.values.size())
-        errorAt(u, "result index #" + std::to_string(u.resultIndex) +
-                       " out of range: '%" + u.str + "' has " +
-                       std::to_string(d.values.size()) + " results");
+        errorAt(u, "result index #" + std::to_string(u.resultIndex) + " out of range: '%" + u.str +
+                       "' has " + std::to_string(d.values.size()) + " results");
       return d.values[u.resultIndex];
     }
     if (u.resultIndex >= 0)
-      errorAt(u, "'%" + u.str + "' is a single value; '#" +
-                     std::to_string(u.resultIndex) +
+      errorAt(u, "'%" + u.str + "' is a single value; '#" + std::to_string(u.resultIndex) +
                      "' only applies to results defined as '%name:N'");
     return d.values[0];
   }
@@ -351,9 +335,7 @@ private:
     auto &forName = pending_[u.str];
     auto it = forName.find(u.resultIndex);
     if (it == forName.end())
-      it = forName
-               .emplace(u.resultIndex, Pending{forward_.addArgument(Type()), u})
-               .first;
+      it = forName.emplace(u.resultIndex, Pending{forward_.addArgument(Type()), u}).first;
     return it->second.placeholder;
   }
 
@@ -362,8 +344,7 @@ private:
       errorAt(name, "redefinition of '%" + name.str + "' (first defined at " +
                         lineOf(it->second.offset) + ")");
     const Def &d =
-        defs_.emplace(name.str, Def{std::move(values), group, name.offset})
-            .first->second;
+        defs_.emplace(name.str, Def{std::move(values), group, name.offset}).first->second;
     if (auto it = pending_.find(name.str); it != pending_.end()) {
       for (auto &[index, p] : it->second)
         p.placeholder->replaceAllUsesWith(pick(d, p.firstUse));
@@ -379,8 +360,7 @@ private:
         if (!first || p.firstUse.offset < first->offset)
           first = &p.firstUse;
     if (first)
-      errorAt(*first,
-              "use of undefined value '" + std::string(first->text) + "'");
+      errorAt(*first, "use of undefined value '" + std::string(first->text) + "'");
   }
 
   // ---- attributes ----
@@ -521,8 +501,7 @@ private:
     // Each element takes at least one character, so this bounds the allocation
     // by the text.
     if (!empty && nonZeroProduct > static_cast<int64_t>(lex_.src().size()))
-      errorAt(typeTok, "dense<...> of type " + ty.str() +
-                           " has more elements than the text");
+      errorAt(typeTok, "dense<...> of type " + ty.str() + " has more elements than the text");
     expect(':', "after the dense tensor type");
     Tensor t = Tensor::empty(ty.dtype(), sizes);
     int64_t next = 0;
@@ -537,15 +516,13 @@ private:
       return;
     }
     Nest nest(*this);
-    Token open = expect('[', "to start dimension " + std::to_string(dim) +
-                                 " of the dense tensor");
+    Token open = expect('[', "to start dimension " + std::to_string(dim) + " of the dense tensor");
     int64_t count = 0;
     if (!consumeIf(']')) {
       for (;;) {
         if (count == t.sizes()[dim])
-          errorAt(lex_.peek(),
-                  "dense tensor has more than " + std::to_string(count) +
-                      " elements in dimension " + std::to_string(dim));
+          errorAt(lex_.peek(), "dense tensor has more than " + std::to_string(count) +
+                                   " elements in dimension " + std::to_string(dim));
         parseDenseLevel(t, dim + 1, next);
         ++count;
         if (consumeIf(','))
@@ -556,9 +533,8 @@ private:
       }
     }
     if (count != t.sizes()[dim])
-      errorAt(open, "dense tensor has " + std::to_string(count) +
-                        " elements in dimension " + std::to_string(dim) +
-                        ", expected " + std::to_string(t.sizes()[dim]));
+      errorAt(open, "dense tensor has " + std::to_string(count) + " elements in dimension " +
+                        std::to_string(dim) + ", expected " + std::to_string(t.sizes()[dim]));
   }
 
   void parseDenseElement(const Tensor &t, int64_t index) {
@@ -573,8 +549,7 @@ private:
     }
     auto n = parseNumber();
     if (!n)
-      expected(std::string("a ") + std::string(dtypeName(dt)) + " element",
-               tok);
+      expected(std::string("a ") + std::string(dtypeName(dt)) + " element", tok);
     if (isFloating(dt)) {
       t.setDouble(index, n->asNumber());
       return;
@@ -586,11 +561,10 @@ private:
     int bits = static_cast<int>(dtypeSize(dt)) * 8;
     bool ok = dt == DType::U8 ? (v >= 0 && v <= 255)
               : bits == 64    ? true
-                              : (v >= -(int64_t{1} << (bits - 1)) &&
-                              v < (int64_t{1} << (bits - 1)));
+                           : (v >= -(int64_t{1} << (bits - 1)) && v < (int64_t{1} << (bits - 1)));
     if (!ok)
-      errorAt(tok, "value " + std::to_string(v) + " out of range for " +
-                       std::string(dtypeName(dt)));
+      errorAt(tok,
+              "value " + std::to_string(v) + " out of range for " + std::string(dtypeName(dt)));
     t.setInt(index, v);
   }
 
@@ -600,8 +574,7 @@ private:
     Token t = lex_.next();
     if (t.kind != Tok::Ident)
       expected("a type", t);
-    if (auto dt = parseDType(t.text);
-        dt && (lex_.peek().is('[') || t.text != "bool"))
+    if (auto dt = parseDType(t.text); dt && (lex_.peek().is('[') || t.text != "bool"))
       return parseTensorType(*dt);
     if (t.text == "int")
       return Type::intTy();
@@ -636,8 +609,7 @@ private:
   }
 
   static bool isDimChar(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c >= '0' && c <= '9') ||
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
            std::string_view("_+-*/%() \t").find(c) != std::string_view::npos;
   }
 
@@ -671,8 +643,7 @@ private:
           lex_.error(start + std::min(errOffset, text.size()),
                      "bad dimension '" + std::string(text) + "': " + err);
         if (dim->isStatic() && dim->value() < 0)
-          lex_.error(start, "dimension must be non-negative, found " +
-                                std::string(text));
+          lex_.error(start, "dimension must be non-negative, found " + std::string(text));
         shape.push_back(*dim);
         if (p < src.size() && src[p] == ',') {
           ++p;
@@ -687,10 +658,8 @@ private:
         lex_.setRawPos(p);
         if (p >= src.size())
           expected("',' or ']' after a dimension", lex_.peek());
-        std::string c =
-            src[p] >= 0x20 && src[p] < 0x7f ? std::string(1, src[p]) : "?";
-        lex_.error(p,
-                   "expected ',' or ']' after a dimension, found '" + c + "'");
+        std::string c = src[p] >= 0x20 && src[p] < 0x7f ? std::string(1, src[p]) : "?";
+        lex_.error(p, "expected ',' or ']' after a dimension, found '" + c + "'");
       }
     }
     lex_.setRawPos(p);
@@ -703,8 +672,7 @@ private:
       if (lex_.peek().is(':') && lex_.peek(1).kind == Tok::Int) {
         lex_.next();
         Token index = lex_.next();
-        if (index.intValue < 0 ||
-            index.intValue > std::numeric_limits<int>::max())
+        if (index.intValue < 0 || index.intValue > std::numeric_limits<int>::max())
           errorAt(index, "device index out of range");
         device.index = static_cast<int>(index.intValue);
       }
@@ -731,24 +699,19 @@ private:
 
 } // namespace
 
-std::unique_ptr<Graph> parseGraph(std::string_view text,
-                                  std::string_view filename) {
+std::unique_ptr<Graph> parseGraph(std::string_view text, std::string_view filename) {
   return Parser(text, filename, nullptr).parseSingleGraph();
 }
 
-std::vector<std::unique_ptr<Graph>> parseModule(std::string_view text,
-                                                std::string_view filename) {
+std::vector<std::unique_ptr<Graph>> parseModule(std::string_view text, std::string_view filename) {
   return Parser(text, filename, nullptr).parseModule();
 }
 
-std::vector<std::unique_ptr<Graph>> parseModule(std::string_view text,
-                                                std::string_view filename,
+std::vector<std::unique_ptr<Graph>> parseModule(std::string_view text, std::string_view filename,
                                                 TextPositions *positions) {
   return Parser(text, filename, positions).parseModule();
 }
 
-Type parseType(std::string_view text) {
-  return Parser(text, "<type>", nullptr).parseTypeOnly();
-}
+Type parseType(std::string_view text) { return Parser(text, "<type>", nullptr).parseTypeOnly(); }
 
 } // namespace xjit

@@ -98,8 +98,8 @@ private:
     std::string hint = hintOf(first), name;
     // A value from outside the named blocks (printOp's operands) keeps its hint
     // only if free.
-    bool keep = !hint.empty() && (collected_.count(unit) ? hintCount_[hint] == 1
-                                                         : !taken_.count(hint));
+    bool keep =
+        !hint.empty() && (collected_.count(unit) ? hintCount_[hint] == 1 : !taken_.count(hint));
     if (keep) {
       name = hint;
     } else {
@@ -124,9 +124,7 @@ public:
 
   void graph(const Graph &g) {
     namer_.assign({g.body()});
-    os_ << "graph @"
-        << (text::isIdentifier(g.name()) ? g.name()
-                                         : text::quoteString(g.name()));
+    os_ << "graph @" << (text::isIdentifier(g.name()) ? g.name() : text::quoteString(g.name()));
     arguments(*g.body());
     os_ << " -> (";
     // Only a final `return` declares the results (the verifier insists on one).
@@ -148,15 +146,12 @@ public:
   }
 
 private:
-  static std::string typeOf(const Value *v) {
-    return v ? v->type().str() : "none";
-  }
+  static std::string typeOf(const Value *v) { return v ? v->type().str() : "none"; }
 
   void arguments(const Block &b) {
     os_ << "(";
     for (size_t i = 0; i < b.numArguments(); ++i)
-      os_ << (i ? ", " : "") << namer_.ref(b.argument(i)) << ": "
-          << b.argument(i)->type().str();
+      os_ << (i ? ", " : "") << namer_.ref(b.argument(i)) << ": " << b.argument(i)->type().str();
     os_ << ")";
   }
 
@@ -165,9 +160,7 @@ private:
       op(*o, indent, true);
   }
 
-  bool printsLoc(const Op &op) const {
-    return opts_.printLocations && !(op.loc() == SourceLoc{});
-  }
+  bool printsLoc(const Op &op) const { return opts_.printLocations && !(op.loc() == SourceLoc{}); }
 
   void op(const Op &op, int indent, bool newline) {
     os_ << std::string(indent, ' ');
@@ -197,8 +190,8 @@ private:
         os_ << (i ? ", " : "") << op.result(i)->type().str();
     }
     if (printsLoc(op))
-      os_ << " loc(" << text::quoteString(op.loc().file) << ":" << op.loc().line
-          << " " << text::quoteString(op.loc().function) << ")";
+      os_ << " loc(" << text::quoteString(op.loc().file) << ":" << op.loc().line << " "
+          << text::quoteString(op.loc().function) << ")";
     for (size_t r = 0; r < op.numRegions(); ++r) {
       const Block &b = *op.region(r);
       os_ << " {\n";

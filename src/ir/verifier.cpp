@@ -51,8 +51,7 @@ std::string operandName(const Op &op, size_t i) {
 
 /// The block a value is defined in.
 const Block *definingBlock(const Value *v) {
-  return v->isBlockArgument() ? v->ownerBlock()
-                              : v->definingOp()->parentBlock();
+  return v->isBlockArgument() ? v->ownerBlock() : v->definingOp()->parentBlock();
 }
 
 class Verifier {
@@ -65,9 +64,7 @@ public:
   }
 
 private:
-  void report(const Op *op, std::string msg) {
-    diags_.push_back({op, std::move(msg)});
-  }
+  void report(const Op *op, std::string msg) { diags_.push_back({op, std::move(msg)}); }
 
   void block(const Block &b, const Op *parent, size_t regionIndex) {
     for (const auto &a : b.arguments())
@@ -101,13 +98,11 @@ private:
       return;
     std::string found = last ? "found '" + last->name() + "'" : "it is empty";
     if (parent)
-      report(parent, "region #" + std::to_string(regionIndex) +
-                         " must end in 'yield', " + found);
+      report(parent, "region #" + std::to_string(regionIndex) + " must end in 'yield', " + found);
     else if (last)
       report(last, "the graph body must end in 'return', " + found);
     else
-      report(nullptr, "graph @" + g_.name() +
-                          ": the graph body must end in 'return', " + found);
+      report(nullptr, "graph @" + g_.name() + ": the graph body must end in 'return', " + found);
   }
 
   void op(const Op &op) {
@@ -144,12 +139,11 @@ private:
     size_t n = op.numOperands(), lo = def.minOperands(), hi = def.maxOperands();
     bool ok = true;
     if (n < lo || n > hi) {
-      std::string want = lo == hi ? std::to_string(lo)
-                         : hi == SIZE_MAX
-                             ? "at least " + std::to_string(lo)
-                             : std::to_string(lo) + " to " + std::to_string(hi);
-      report(&op, "expects " + want + " operand" + (hi == 1 ? "" : "s") +
-                      ", got " + std::to_string(n));
+      std::string want = lo == hi         ? std::to_string(lo)
+                         : hi == SIZE_MAX ? "at least " + std::to_string(lo)
+                                          : std::to_string(lo) + " to " + std::to_string(hi);
+      report(&op,
+             "expects " + want + " operand" + (hi == 1 ? "" : "s") + ", got " + std::to_string(n));
       ok = false;
     }
     for (size_t i = 0; i < n; ++i) {
@@ -196,8 +190,8 @@ private:
         report(&op, "unknown attribute '" + name + "'");
         ok = false;
       } else if (!spec->anyKind && !kindAccepts(spec->kind, value.kind())) {
-        report(&op, "attribute '" + name + "' must be " + kindName(spec->kind) +
-                        ", got " + value.str());
+        report(&op,
+               "attribute '" + name + "' must be " + kindName(spec->kind) + ", got " + value.str());
         ok = false;
       }
     }
@@ -230,9 +224,8 @@ private:
       }
       for (size_t i = 0; i < y->numOperands(); ++i)
         if (y->operand(i) && y->operand(i)->type() != op.result(i)->type())
-          report(&op, "region #" + std::to_string(r) + " yields " +
-                          y->operand(i)->type().str() + " for result #" +
-                          std::to_string(i) + " of type " +
+          report(&op, "region #" + std::to_string(r) + " yields " + y->operand(i)->type().str() +
+                          " for result #" + std::to_string(i) + " of type " +
                           op.result(i)->type().str());
     }
   }
@@ -250,14 +243,12 @@ private:
       return;
     }
     if (y->operand(0) && y->operand(0)->type() != Type::boolTy())
-      report(&op, "body must yield a bool condition first, got " +
-                      y->operand(0)->type().str());
+      report(&op, "body must yield a bool condition first, got " + y->operand(0)->type().str());
     for (size_t i = 0; i < op.numResults(); ++i) {
       const Value *v = y->operand(i + 1);
       if (v && v->type() != op.result(i)->type())
-        report(&op, "body yields " + v->type().str() + " for carried value #" +
-                        std::to_string(i) + " of type " +
-                        op.result(i)->type().str());
+        report(&op, "body yields " + v->type().str() + " for carried value #" + std::to_string(i) +
+                        " of type " + op.result(i)->type().str());
     }
   }
 
@@ -274,17 +265,16 @@ private:
       return;
     }
     if (types.size() != op.numResults()) {
-      report(&op, "has " + plural(op.numResults(), "result") + " but '" +
-                      op.name() + "' produces " + std::to_string(types.size()));
+      report(&op, "has " + plural(op.numResults(), "result") + " but '" + op.name() +
+                      "' produces " + std::to_string(types.size()));
       return;
     }
     for (size_t i = 0; i < types.size(); ++i) {
       if (op.result(i)->type() == types[i])
         continue;
-      std::string which =
-          types.size() == 1 ? "result" : "result #" + std::to_string(i);
-      report(&op, which + " type " + op.result(i)->type().str() +
-                      " does not match inferred " + types[i].str());
+      std::string which = types.size() == 1 ? "result" : "result #" + std::to_string(i);
+      report(&op, which + " type " + op.result(i)->type().str() + " does not match inferred " +
+                      types[i].str());
     }
   }
 
@@ -295,13 +285,9 @@ private:
 
 } // namespace
 
-std::string VerifyDiagnostic::str() const {
-  return op ? op->describe() + ": " + message : message;
-}
+std::string VerifyDiagnostic::str() const { return op ? op->describe() + ": " + message : message; }
 
-std::vector<VerifyDiagnostic> verifyGraphDiagnostics(const Graph &g) {
-  return Verifier(g).run();
-}
+std::vector<VerifyDiagnostic> verifyGraphDiagnostics(const Graph &g) { return Verifier(g).run(); }
 
 std::vector<std::string> verifyGraph(const Graph &g) {
   std::vector<std::string> out;
