@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Idempotent setup: installs the system and Python packages xjit needs, skipping what is there.
+# Used by `make demo` and `make test` (and so by CI on a fresh machine).
+set -euo pipefail
+
+APT_PACKAGES=(llvm-19-dev llvm-19-tools libdnnl-dev libgtest-dev clang-format-19 ccache ninja-build)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing system packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+# torch is pinned: an unpinned request would pull a CUDA build.
+need_py=()
+"$PY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null || need_py+=("torch==2.13.0")
+"$PY" -c "import numpy" 2>/dev/null || need_py+=("numpy")
+"$PY" -c "import pytest" 2>/dev/null || need_py+=("pytest")
+"$PY" -c "import lit" 2>/dev/null || need_py+=("lit")
+"$PY" -c "import nanobind" 2>/dev/null || need_py+=("nanobind")
+"$PY" -c "import scikit_build_core" 2>/dev/null || need_py+=("scikit-build-core")
+"$PY" -c "import ninja" 2>/dev/null || command -v ninja >/dev/null || need_py+=("ninja")
+if ((${#need_py[@]})); then
+  echo "setup: installing Python packages: ${need_py[*]}"
+  "$PY" -m pip install -q "${need_py[@]}"
+fi
