@@ -153,6 +153,11 @@ nb::dict opInfo(const std::string &name) {
 // --- running
 // ----------------------------------------------------------------------------------
 
+/// Inference messages do not name the op (callers add it), though some rows' messages do.
+std::string withOpName(const std::string &op, const std::string &msg) {
+  return msg.starts_with(op + ":") ? msg : op + ": " + msg;
+}
+
 nb::list toPythonList(const std::vector<RtValue> &values, Framework fw) {
   nb::list out;
   for (const RtValue &v : values)
@@ -208,7 +213,7 @@ nb::list runOp(const std::string &name, const nb::sequence &operands, nb::handle
   try {
     op = b.create(name, vals, std::move(attrMap));
   } catch (const TypeInferenceError &e) {
-    throw TypeInferenceError("'" + name + "': " + e.what());
+    throw TypeInferenceError(withOpName(name, e.what()));
   }
   std::vector<Value *> results;
   for (const auto &r : op->results())
@@ -250,7 +255,7 @@ std::vector<Value *> addOp(Graph &g, const std::string &name, const std::vector<
   try {
     op = b.create(name, operands, toAttrMap(&def, attrs));
   } catch (const TypeInferenceError &e) {
-    throw TypeInferenceError("'" + name + "': " + e.what());
+    throw TypeInferenceError(withOpName(name, e.what()));
   }
   std::vector<Value *> out;
   for (const auto &r : op->results())

@@ -99,7 +99,15 @@ std::optional<DType> torchDTypeByName(std::string_view name) {
   return std::nullopt;
 }
 
-std::string typeName(nb::handle obj) { return nb::type_name(obj.type()).c_str(); }
+/// "torch.dtype", "numpy.ndarray", "int" (builtins unqualified), for checks and messages.
+std::string typeName(nb::handle obj) {
+  nb::handle t = obj.type();
+  nb::object mod = nb::getattr(t, "__module__", nb::none());
+  std::string qual = nb::cast<std::string>(nb::getattr(t, "__qualname__"));
+  if (!PyUnicode_Check(mod.ptr())) return qual;
+  std::string m = nb::cast<std::string>(mod);
+  return m == "builtins" ? qual : m + "." + qual;
+}
 
 bool isTorchDType(nb::handle obj) { return typeName(obj) == "torch.dtype"; }
 
@@ -366,8 +374,6 @@ Attr toAttr(const OpDef *def, const std::string &name, nb::handle value) {
     return Attr(p == Py_True);
   if (PyLong_Check(p)) {
     int64_t v = nb::cast<int64_t>(value);
-    if (kind == AttrKind::Float)
-      return Attr(static_cast<double>(v));
     if (kind == AttrKind::Ints)
       return Attr(Attr::Ints{v});
     if (kind == AttrKind::Floats)

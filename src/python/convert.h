@@ -43,10 +43,9 @@ Type typeOf(const RtValue &v);
 /// copied first since DLPack consumers reject them.
 nb::object fromRtValue(const RtValue &v, Framework fw);
 
-/// Python attribute value -> Attr, guided by the op's AttrSpec for `name` when
-/// there is one (a str names a dtype for DType attrs, a type for Type attrs; an
-/// int is widened for Float attrs, and a single int/float is wrapped for list
-/// attrs).
+/// Python attribute value -> Attr, guided by the op's AttrSpec for `name` when there is one (a
+/// str names a dtype for DType attrs, a type for Type attrs; a single int/float is wrapped for
+/// list attrs). Ints stay ints for Float attrs: `alpha=2` and `alpha=2.0` differ in PyTorch.
 Attr toAttr(const OpDef *def, const std::string &name, nb::handle value);
 AttrMap toAttrMap(const OpDef *def, nb::handle dict);
 /// Attr -> Python (dtypes and types as their text, tensors as text).

@@ -1,0 +1,155 @@
+"""Shared pytest setup for the Python tests: locating the build (xjit package, xjit-run) and the
+op-table summary printed at the end of a run."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TESTS_DIR = Path(__file__).resolve().parent
+# The op table (optable/*.py) imports as the package `optable`.
+if str(TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTS_DIR))
+
+
+def _build_dirs() -> list[Path]:
+    """XJIT_BUILD_DIR if set, else every build dir in the repo, newest first."""
+    env = os.environ.get("XJIT_BUILD_DIR")
+    if env:
+        return [Path(env)]
+    found = {Path(p).parent.parent for p in glob.glob(str(REPO / "build*" / "**" / "tools" / "xjit-run"), recursive=True)}
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def _ensure_xjit_importable() -> None:
+    """Prefers an installed xjit (pip install [-e] .); else a development build's python dir."""
+    try:
+        import xjit._xjit  # noqa: F401
+    except ImportError:
+        for d in _build_dirs():
+            if glob.glob(str(d / "python" / "xjit" / "_xjit*.so")):
+                sys.path.insert(0, str(d / "python"))
+                return
+
+
+_ensure_xjit_importable()
+
+
+def find_tool(name: str) -> str | None:
+    """A built tool: $XJIT_<NAME> (xjit-run -> XJIT_RUN), the build dir, or PATH."""
+    env = os.environ.get("XJIT_" + name.removeprefix("xjit-").upper().replace("-", "_"))
+    if env:
+        return env
+    for d in _build_dirs():
+        p = d / "tools" / name
+        if p.is_file() and os.access(p, os.X_OK):
+            return str(p)
+    return shutil.which(name)
+
+
+@pytest.fixture(scope="session")
+def xjit_run() -> str:
+    tool = find_tool("xjit-run")
+    if tool is None:
+        pytest.skip("xjit-run not built (set XJIT_BUILD_DIR or XJIT_RUN)")
+    return tool
+
+
+# ---- op-table summary --------------------------------------------------------------------------
+
+LOW_PRECISION = {"f16", "bf16"}
+INTEGER = {"i64", "i32", "i16", "i8", "u8"}
+
+
+def _category(dtype: str) -> str | None:
+    if dtype == "f32":
+        return "f32"
+    if dtype in LOW_PRECISION:
+        return "low"
+    if dtype in INTEGER:
+        return "int"
+    return None
+
+
+class OpTableStats:
+    """Outcomes of test_ops.py tests, by op and dtype (from the user_properties the test sets)."""
+
+    def __init__(self) -> None:
+        # op -> category -> list of outcomes ("passed", "failed")
+        self.outcomes: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+        self.unregistered: set[str] = set()
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def record(self, report: pytest.TestReport) -> None:
+        props = dict(report.user_properties)
+        op = props.get("xjit_op")
+        if op is None:
+            return
+        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+            if hasattr(report, "wasxfail"):
+                outcome = "xfailed" if report.outcome == "skipped" else "xpassed"
+            elif report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
+                outcome = "xpassed"
+            else:
+                outcome = report.outcome
+            self.counts[outcome] += 1
+            if props.get("xjit_unregistered"):
+                self.unregistered.add(str(op))
+                return
+            if outcome == "skipped":
+                return
+            bucket = "passed" if outcome in ("passed", "xpassed") else "failed"
+            self.outcomes[str(op)]["all"].append(bucket)
+            cat = _category(str(props.get("xjit_dtype")))
+            if cat:
+                self.outcomes[str(op)][cat].append(bucket)
+
+    def meets_bar(self, op: str) -> bool:
+        """Passes in f32 and, where the op's rows cover them, in a low-precision and an integer
+        dtype: every test of those categories passes, and each covered category has a pass."""
+        cats = self.outcomes[op]
+        if "passed" not in cats.get("f32", []):
+            return False
+        return all("failed" not in cats[c] and "passed" in cats[c] for c in ("f32", "low", "int") if c in cats)
+
+    def lines(self) -> list[str]:
+        ops = sorted(self.outcomes)
+        fully = [o for o in ops if "failed" not in self.outcomes[o]["all"]]
+        per_cat = {c: sum(1 for o in ops if self.outcomes[o].get(c) and "failed" not in self.outcomes[o][c]) for c in ("f32", "low", "int")}
+        bar = [o for o in ops if self.meets_bar(o)]
+        c = self.counts
+        out = [
+            f"tests: {c['passed']} passed, {c['failed']} failed, {c['xfailed']} known failures, "
+            f"{c['xpassed']} known failures now passing, {c['skipped']} skipped",
+            f"ops tested: {len(ops)}; passing every test: {len(fully)}; passing in f32: {per_cat['f32']}, "
+            f"low precision (f16/bf16): {per_cat['low']}, integer: {per_cat['int']}",
+            f"ops passing in f32 + low precision + integer (where the op supports them): {len(bar)} "
+            f"(issue target: >= 120)",
+        ]
+        if self.unregistered:
+            names = ", ".join(sorted(self.unregistered))
+            out.append(f"skipped rows of {len(self.unregistered)} unregistered ops: {names}")
+        return out
+
+
+_STATS = OpTableStats()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _STATS.record(report)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _STATS.counts:
+        return
+    terminalreporter.section("xjit op table")
+    for line in _STATS.lines():
+        terminalreporter.write_line(line)
