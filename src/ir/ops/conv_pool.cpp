@@ -122,7 +122,7 @@ ConvGeom convGeom(const std::string &op, size_t nd, bool transposed, const ConvC
         inferFail(op + ": padded input size " + std::to_string(*pv) + " of " + dimName(d) +
                   " is smaller than the effective kernel size " + std::to_string(eff));
       r.padLeft.push_back(pl);
-      r.out.push_back((padded - eff).floorDiv(s) + 1);
+      r.out.push_back((padded - eff + s).floorDiv(s));
     }
   }
   r.out = unbatchLike(input, nd, r.out);
@@ -216,20 +216,21 @@ DimExpr poolOutDim(const std::string &op, const DimExpr &L, int64_t k, int64_t s
                 std::to_string(p) + ", dilation " + std::to_string(dil) + ")");
     return o;
   }
-  if (!ceil) return num.floorDiv(s) + 1;
+  // floor(num/s) + 1 written as (num+s)//s, which keeps the canonical text short (s0//2).
+  if (!ceil) return (num + s).floorDiv(s);
   // With a symbolic size the last-window rule is decidable only when it can never fire:
   // a window starting at (out-1)*s < L + 2p - eff + s never reaches L + p if s + p <= eff.
   if (s + p > eff)
     inferFail(op + ": ceil_mode on a symbolic size needs stride + padding <= " +
               "dilation*(kernel-1)+1, got stride " + std::to_string(s) + ", padding " +
               std::to_string(p) + ", kernel " + std::to_string(k));
-  return (num + (s - 1)).floorDiv(s) + 1;
+  return (num + (2 * s - 1)).floorDiv(s);
 }
 
 Shape poolShape(const std::string &op, size_t nd, PoolKind kind, const PoolConfig &c,
                 const Shape &input) {
   Shape x = batchedInput(op, nd, input);
-  for (size_t d = input.size() == nd + 1 ? 1 : 2; d < x.size(); ++d)
+  for (size_t d = 1; d < x.size(); ++d) // every dim but the batch
     checkDimAtLeast(x[d], 1, op + ": input of shape " + shapeStr(input) +
                                  " must have non-zero channel and spatial sizes");
   Shape out = {x[0], x[1]};
