@@ -1,5 +1,5 @@
-// Elementwise ops with their own operand contracts: clamp (scalar bounds as attributes), where,
-// cast, lerp, addcmul and addcdiv.
+// Elementwise ops with their own operand contracts: clamp (scalar bounds as
+// attributes), where, cast, lerp, addcmul and addcdiv.
 #include "ops/elementwise_util.h"
 
 #include <cmath>
@@ -10,12 +10,16 @@ namespace {
 using Results = std::vector<RtValue>;
 using In = std::span<const RtValue>;
 
-/// The Python scalar type an attribute value promotes as (Int/Float/Bool attrs).
+/// The Python scalar type an attribute value promotes as (Int/Float/Bool
+/// attrs).
 Type attrScalarType(const Attr &a) {
   switch (a.kind()) {
-  case AttrKind::Int: return Type::intTy();
-  case AttrKind::Bool: return Type::boolTy();
-  default: return Type::floatTy();
+  case AttrKind::Int:
+    return Type::intTy();
+  case AttrKind::Bool:
+    return Type::boolTy();
+  default:
+    return Type::floatTy();
   }
 }
 
@@ -27,7 +31,8 @@ bool hasOperand(In in, size_t i) { return i < in.size() && !in[i].isNone(); }
 
 const Tensor &tensorIn(const Op &op, In in, size_t i) {
   if (i >= in.size() || !in[i].isTensor())
-    kernelFail(op.name() + ": operand " + std::to_string(i) + " must be a tensor");
+    kernelFail(op.name() + ": operand " + std::to_string(i) +
+               " must be a tensor");
   return in[i].tensor();
 }
 
@@ -36,10 +41,12 @@ const Tensor &tensorIn(const Op &op, In in, size_t i) {
 std::vector<Type> inferClamp(const Op &op) {
   const Type &self = tensorOperand(op, 0);
   const Attr *lo = op.attrOrNull("min"), *hi = op.attrOrNull("max");
-  if (!lo && !hi) inferFail("clamp: at least one of 'min' or 'max' must be given");
+  if (!lo && !hi)
+    inferFail("clamp: at least one of 'min' or 'max' must be given");
   std::vector<Type> types{self};
   for (const Attr *b : {lo, hi})
-    if (b) types.push_back(attrScalarType(*b));
+    if (b)
+      types.push_back(attrScalarType(*b));
   DType d = resultType(types);
   requireDType(op, kNumeric, d, "promoted dtype");
   for (const Attr *b : {lo, hi})
@@ -52,21 +59,27 @@ std::vector<Type> inferClamp(const Op &op) {
 Results clampKernel(const Op &op, In in) {
   DType out = resultDType(op);
   const Attr *lo = op.attrOrNull("min"), *hi = op.attrOrNull("max");
-  // Bounds are first converted to the result dtype, as torch converts the scalars.
+  // Bounds are first converted to the result dtype, as torch converts the
+  // scalars.
   double flo = lo ? roundTo(out, lo->asNumber()) : -INFINITY;
   double fhi = hi ? roundTo(out, hi->asNumber()) : INFINITY;
-  // Integer bounds wrap into the dtype (torch lets -1 bound a u8 tensor as 255).
+  // Integer bounds wrap into the dtype (torch lets -1 bound a u8 tensor as
+  // 255).
   auto intBound = [out](const Attr *b, int64_t none) {
-    if (!b) return none;
+    if (!b)
+      return none;
     Tensor t = Tensor::empty(out, {});
-    t.setInt(0, b->kind() == AttrKind::Int ? b->asInt() : static_cast<int64_t>(b->asNumber()));
+    t.setInt(0, b->kind() == AttrKind::Int
+                    ? b->asInt()
+                    : static_cast<int64_t>(b->asNumber()));
     return t.getInt(0);
   };
   int64_t ilo = intBound(lo, INT64_MIN), ihi = intBound(hi, INT64_MAX);
   return {map1(
       tensorIn(op, in, 0), out, out,
       [=](double x) {
-        if (std::isnan(x) || std::isnan(flo) || std::isnan(fhi)) return kNaN;
+        if (std::isnan(x) || std::isnan(flo) || std::isnan(fhi))
+          return kNaN;
         return std::min(std::max(x, flo), fhi);
       },
       [=](int64_t x) { return std::min(std::max(x, ilo), ihi); })};
@@ -86,29 +99,36 @@ std::vector<Type> inferWhere(const Op &op) {
 
 Results whereKernel(const Op &op, In in) {
   DType out = resultDType(op);
-  Tensor ins[] = {tensorIn(op, in, 0), operandAs(in, 1, out), operandAs(in, 2, out)};
+  Tensor ins[] = {tensorIn(op, in, 0), operandAs(in, 1, out),
+                  operandAs(in, 2, out)};
   return {mapAll(
-      ins, out, out, [](std::span<const double> v) { return v[0] != 0 ? v[1] : v[2]; },
+      ins, out, out,
+      [](std::span<const double> v) { return v[0] != 0 ? v[1] : v[2]; },
       [](std::span<const int64_t> v) { return v[0] != 0 ? v[1] : v[2]; })};
 }
 
 // ---- lerp ----
 
-/// lerp takes its weight as a third operand (tensor or scalar) or as the `weight` attribute.
+/// lerp takes its weight as a third operand (tensor or scalar) or as the
+/// `weight` attribute.
 std::vector<Type> inferLerp(const Op &op) {
   const Type &start = tensorOperand(op, 0), &end = tensorOperand(op, 1);
   requireDType(op, kFloatOk, start.dtype());
   if (end.dtype() != start.dtype())
     inferFail("lerp: expected dtype " + std::string(dtypeName(start.dtype())) +
-              " for `end` but got dtype " + std::string(dtypeName(end.dtype())));
-  bool weightOperand = hasOperand(op, 2), weightAttr = op.attrOrNull("weight") != nullptr;
+              " for `end` but got dtype " +
+              std::string(dtypeName(end.dtype())));
+  bool weightOperand = hasOperand(op, 2),
+       weightAttr = op.attrOrNull("weight") != nullptr;
   if (weightOperand == weightAttr)
-    inferFail("lerp: give the weight either as the third operand or as the `weight` attribute");
+    inferFail("lerp: give the weight either as the third operand or as the "
+              "`weight` attribute");
   if (weightOperand) {
     const Type &w = tensorOrScalarOperand(op, 2);
     if (w.isTensor() && w.rank() > 0 && w.dtype() != start.dtype())
-      inferFail("lerp: expected dtype " + std::string(dtypeName(start.dtype())) +
-                " for `weight` but got dtype " + std::string(dtypeName(w.dtype())));
+      inferFail(
+          "lerp: expected dtype " + std::string(dtypeName(start.dtype())) +
+          " for `weight` but got dtype " + std::string(dtypeName(w.dtype())));
     return {broadcastResult(op, 0, 3, start.dtype())};
   }
   return {broadcastResult(op, 0, 2, start.dtype())};
@@ -125,21 +145,27 @@ Results lerpKernel(const Op &op, In in) {
   }
   Tensor ins[] = {tensorIn(op, in, 0), tensorIn(op, in, 1), w};
   // torch's formula: interpolate from the nearer end point for accuracy.
-  return {mapAll(ins, out, out, [](std::span<const double> v) {
-    double s = v[0], e = v[1], wt = v[2];
-    return std::fabs(wt) < 0.5 ? s + wt * (e - s) : e - (e - s) * (1.0 - wt);
-  }, nullptr)};
+  return {mapAll(
+      ins, out, out,
+      [](std::span<const double> v) {
+        double s = v[0], e = v[1], wt = v[2];
+        return std::fabs(wt) < 0.5 ? s + wt * (e - s)
+                                   : e - (e - s) * (1.0 - wt);
+      },
+      nullptr)};
 }
 
 // ---- addcmul / addcdiv ----
 
 std::vector<Type> inferAddc(const Op &op, bool divide) {
-  for (size_t i = 0; i < 3; ++i) tensorOperand(op, i);
+  for (size_t i = 0; i < 3; ++i)
+    tensorOperand(op, i);
   DType d = resultTypeOfOperands(op, 0, 3);
   requireDType(op, kNumeric, d, "promoted dtype");
   if (divide && !isFloating(op.operand(1)->type().dtype()) &&
       !isFloating(op.operand(2)->type().dtype()))
-    inferFail("addcdiv: integer division with addcdiv is not supported; use a floating point "
+    inferFail("addcdiv: integer division with addcdiv is not supported; use a "
+              "floating point "
               "tensor1 or tensor2");
   return {broadcastResult(op, 0, 3, d)};
 }
@@ -147,14 +173,21 @@ std::vector<Type> inferAddc(const Op &op, bool divide) {
 Results addcKernel(const Op &op, In in, bool divide) {
   DType out = resultDType(op);
   double value = attrFloat(op, "value");
-  auto ivalue = static_cast<int64_t>(value); // integral results truncate value, like torch
-  Tensor ins[] = {operandAs(in, 0, out), operandAs(in, 1, out), operandAs(in, 2, out)};
+  auto ivalue = static_cast<int64_t>(
+      value); // integral results truncate value, like torch
+  Tensor ins[] = {operandAs(in, 0, out), operandAs(in, 1, out),
+                  operandAs(in, 2, out)};
   if (divide)
-    return {mapAll(ins, out, out,
-                   [=](std::span<const double> v) { return v[0] + value * v[1] / v[2]; }, nullptr)};
+    return {mapAll(
+        ins, out, out,
+        [=](std::span<const double> v) { return v[0] + value * v[1] / v[2]; },
+        nullptr)};
   return {mapAll(
-      ins, out, out, [=](std::span<const double> v) { return v[0] + value * v[1] * v[2]; },
-      [=](std::span<const int64_t> v) { return wrapAdd(v[0], wrapMul(wrapMul(ivalue, v[1]), v[2])); })};
+      ins, out, out,
+      [=](std::span<const double> v) { return v[0] + value * v[1] * v[2]; },
+      [=](std::span<const int64_t> v) {
+        return wrapAdd(v[0], wrapMul(wrapMul(ivalue, v[1]), v[2]));
+      })};
 }
 
 } // namespace
@@ -162,10 +195,12 @@ Results addcKernel(const Op &op, In in, bool divide) {
 void registerMiscOps(OpRegistry &r) {
   r.add(OpDef{
       .name = "clamp",
-      .summary = "min(max(self, min), max) with scalar bounds; NaN propagates; integer "
+      .summary = "min(max(self, min), max) with scalar bounds; NaN propagates; "
+                 "integer "
                  "tensors with integer bounds stay integers",
       .operands = {{"self"}},
-      .attrs = {attrOpt("min", AttrKind::Float), attrOpt("max", AttrKind::Float)},
+      .attrs = {attrOpt("min", AttrKind::Float),
+                attrOpt("max", AttrKind::Float)},
       .traits = kElementwise,
       .infer = inferClamp,
       .kernel = clampKernel,
@@ -180,20 +215,25 @@ void registerMiscOps(OpRegistry &r) {
   });
   r.add(OpDef{
       .name = "cast",
-      .summary = "converts to `dtype` (float -> int truncates toward zero, like torch)",
+      .summary = "converts to `dtype` (float -> int truncates toward zero, "
+                 "like torch)",
       .operands = {{"self"}},
       .attrs = {{"dtype", AttrKind::DType}},
       .traits = kElementwise,
-      .infer = [](const Op &op) {
-        return std::vector<Type>{tensorOperand(op, 0).withDType(attrDType(op, "dtype"))};
-      },
-      .kernel = [](const Op &op, In in) {
-        return Results{tensorIn(op, in, 0).to(attrDType(op, "dtype"))};
-      },
+      .infer =
+          [](const Op &op) {
+            return std::vector<Type>{
+                tensorOperand(op, 0).withDType(attrDType(op, "dtype"))};
+          },
+      .kernel =
+          [](const Op &op, In in) {
+            return Results{tensorIn(op, in, 0).to(attrDType(op, "dtype"))};
+          },
   });
   r.add(OpDef{
       .name = "lerp",
-      .summary = "self + weight * (end - self); weight is the third operand or an attribute",
+      .summary = "self + weight * (end - self); weight is the third operand or "
+                 "an attribute",
       .operands = {{"self"}, {"end"}, {.name = "weight", .optional = true}},
       .attrs = {attrOpt("weight", AttrKind::Float)},
       .traits = kElementwise,
@@ -211,7 +251,8 @@ void registerMiscOps(OpRegistry &r) {
   });
   r.add(OpDef{
       .name = "addcdiv",
-      .summary = "self + value * tensor1 / tensor2 (tensor1 or tensor2 must be floating)",
+      .summary = "self + value * tensor1 / tensor2 (tensor1 or tensor2 must be "
+                 "floating)",
       .operands = {{"self"}, {"tensor1"}, {"tensor2"}},
       .attrs = {attrDef("value", AttrKind::Float, Attr(int64_t{1}))},
       .traits = kElementwise,
