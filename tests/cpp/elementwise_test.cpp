@@ -31,9 +31,7 @@ Tensor make(DType dt, Sizes sizes, const Values &v) {
     t.setDouble(i, v[static_cast<size_t>(i)]);
   return t;
 }
-Tensor vec(DType dt, const Values &v) {
-  return make(dt, {static_cast<int64_t>(v.size())}, v);
-}
+Tensor vec(DType dt, const Values &v) { return make(dt, {static_cast<int64_t>(v.size())}, v); }
 Tensor f32(const Values &v) { return vec(DType::F32, v); }
 Tensor scalarTensor(DType dt, double v) { return make(dt, {}, {v}); }
 
@@ -51,8 +49,8 @@ Type typeOf(const RtValue &v) {
 }
 
 /// Runs one op on tensors and Python scalars through the interpreter.
-std::vector<RtValue> run(std::string_view name,
-                         const std::vector<RtValue> &args, AttrMap attrs = {}) {
+std::vector<RtValue> run(std::string_view name, const std::vector<RtValue> &args,
+                         AttrMap attrs = {}) {
   Graph g;
   Builder b(g.body());
   std::vector<Value *> operands;
@@ -65,16 +63,14 @@ std::vector<RtValue> run(std::string_view name,
   b.createWithTypes("return", outs, {});
   return interpret(g, args);
 }
-Tensor run1(std::string_view name, const std::vector<RtValue> &args,
-            AttrMap attrs = {}) {
+Tensor run1(std::string_view name, const std::vector<RtValue> &args, AttrMap attrs = {}) {
   auto res = run(name, args, std::move(attrs));
   EXPECT_TRUE(res.at(0).isTensor());
   return res.at(0).tensor();
 }
 
 /// Result types inferred for operands of the given types.
-std::vector<Type> infer(std::string_view name, const std::vector<Type> &types,
-                        AttrMap attrs = {}) {
+std::vector<Type> infer(std::string_view name, const std::vector<Type> &types, AttrMap attrs = {}) {
   Graph g;
   Builder b(g.body());
   std::vector<Value *> operands;
@@ -89,20 +85,18 @@ std::vector<Type> infer(std::string_view name, const std::vector<Type> &types,
 Type ty(DType dt, Shape s = {}) { return Type::tensor(dt, std::move(s)); }
 
 /// Expects inference to fail with a message containing `needle`.
-void expectInferError(std::string_view name, const std::vector<Type> &types,
-                      AttrMap attrs, const std::string &needle) {
+void expectInferError(std::string_view name, const std::vector<Type> &types, AttrMap attrs,
+                      const std::string &needle) {
   try {
     infer(name, types, std::move(attrs));
-    ADD_FAILURE() << name << ": expected a type inference error containing '"
-                  << needle << "'";
+    ADD_FAILURE() << name << ": expected a type inference error containing '" << needle << "'";
   } catch (const TypeInferenceError &e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
 }
 
-void expectValues(const Tensor &got, DType dt, const Sizes &sizes,
-                  const Values &want, double rtol = 1e-6) {
+void expectValues(const Tensor &got, DType dt, const Sizes &sizes, const Values &want,
+                  double rtol = 1e-6) {
   EXPECT_EQ(got.dtype(), dt);
   ASSERT_EQ(got.sizes(), sizes);
   ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
@@ -116,8 +110,7 @@ void expectValues(const Tensor &got, DType dt, const Sizes &sizes,
       EXPECT_NEAR(g, w, rtol * (1 + std::abs(w))) << "at " << i;
   }
 }
-void expectVec(const Tensor &got, DType dt, const Values &want,
-               double rtol = 1e-6) {
+void expectVec(const Tensor &got, DType dt, const Values &want, double rtol = 1e-6) {
   expectValues(got, dt, {static_cast<int64_t>(want.size())}, want, rtol);
 }
 
@@ -192,32 +185,23 @@ TEST(ElementwiseUnary, ClosedFormValues) {
 TEST(ElementwiseUnary, Activations) {
   // Phi(1) = 0.5 * (1 + erf(1/sqrt 2)) = 0.841344746068543.
   expectVec(run1("gelu", {f32({1, 0})}), DType::F32, {0.841344746068543, 0});
-  expectVec(
-      run1("gelu", {f32({1})}, {{"approximate", "tanh"}}), DType::F32,
-      {0.5 * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * 1.044715))});
-  expectVec(run1("softplus", {f32({1, 30})}), DType::F32,
-            {std::log(1 + kE), 30});
-  expectVec(
-      run1("softplus", {f32({1, 6})}, {{"beta", 2.0}, {"threshold", 10.0}}),
-      DType::F32, {std::log(1 + kE * kE) / 2, 6});
+  expectVec(run1("gelu", {f32({1})}, {{"approximate", "tanh"}}), DType::F32,
+            {0.5 * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * 1.044715))});
+  expectVec(run1("softplus", {f32({1, 30})}), DType::F32, {std::log(1 + kE), 30});
+  expectVec(run1("softplus", {f32({1, 6})}, {{"beta", 2.0}, {"threshold", 10.0}}), DType::F32,
+            {std::log(1 + kE * kE) / 2, 6});
   expectVec(run1("elu", {f32({-1, 2})}), DType::F32, {1 / kE - 1, 2});
-  expectVec(run1("elu", {f32({-1})}, {{"alpha", 2.0}}), DType::F32,
-            {2 * (1 / kE - 1)});
-  expectVec(run1("celu", {f32({-2, 3})}, {{"alpha", 2.0}}), DType::F32,
-            {2 * (1 / kE - 1), 3});
+  expectVec(run1("elu", {f32({-1})}, {{"alpha", 2.0}}), DType::F32, {2 * (1 / kE - 1)});
+  expectVec(run1("celu", {f32({-2, 3})}, {{"alpha", 2.0}}), DType::F32, {2 * (1 / kE - 1), 3});
   expectVec(run1("leaky_relu", {f32({-2, 3})}), DType::F32, {-0.02, 3});
-  expectVec(run1("leaky_relu", {f32({-2})}, {{"negative_slope", 0.5}}),
-            DType::F32, {-1});
+  expectVec(run1("leaky_relu", {f32({-2})}, {{"negative_slope", 0.5}}), DType::F32, {-1});
   expectVec(run1("hardtanh", {f32({-3, 0.5, 3})}), DType::F32, {-1, 0.5, 1});
-  expectVec(run1("hardtanh", {f32({-3, 0.5, 3})},
-                 {{"min_val", 0.0}, {"max_val", 2.0}}),
-            DType::F32, {0, 0.5, 2});
-  expectVec(run1("hardtanh", {vec(DType::I32, {-5, 3})},
-                 {{"min_val", -2.0}, {"max_val", 2.0}}),
+  expectVec(run1("hardtanh", {f32({-3, 0.5, 3})}, {{"min_val", 0.0}, {"max_val", 2.0}}), DType::F32,
+            {0, 0.5, 2});
+  expectVec(run1("hardtanh", {vec(DType::I32, {-5, 3})}, {{"min_val", -2.0}, {"max_val", 2.0}}),
             DType::I32, {-2, 2});
   expectVec(run1("relu6", {vec(DType::U8, {250, 3})}), DType::U8, {6, 3});
-  expectVec(run1("logit", {f32({0.25, 0.5})}), DType::F32,
-            {std::log(1.0 / 3), 0});
+  expectVec(run1("logit", {f32({0.25, 0.5})}), DType::F32, {std::log(1.0 / 3), 0});
   expectVec(run1("logit", {f32({0, 1})}, {{"eps", 0.1}}), DType::F32,
             {std::log(0.1 / 0.9), std::log(0.9 / 0.1)}, 1e-6);
 }
@@ -239,8 +223,8 @@ TEST(ElementwiseUnary, NaNAndInfinities) {
   expectVec(run1("logical_not", {f32({0, 2, kNaN})}), DType::Bool, {1, 0, 0});
   expectVec(run1("nan_to_num", {f32({kNaN, kInf, -kInf, 1})}), DType::F32,
             {0, FLT_MAX, -FLT_MAX, 1});
-  expectVec(run1("nan_to_num", {vec(DType::F16, {kNaN, kInf, -kInf})}),
-            DType::F16, {0, 65504, -65504});
+  expectVec(run1("nan_to_num", {vec(DType::F16, {kNaN, kInf, -kInf})}), DType::F16,
+            {0, 65504, -65504});
   expectVec(run1("nan_to_num", {f32({kNaN, kInf, -kInf})},
                  {{"nan", 1.0}, {"posinf", 2.0}, {"neginf", -3.0}}),
             DType::F32, {1, 2, -3});
@@ -251,10 +235,9 @@ TEST(ElementwiseUnary, Rounding) {
             {0, 2, 2, -0.0, -2, 3});
   // In f32, 1.35 is 1.35000002; scaled by 10 it rounds up. 1.25 * 10 is an
   // exact tie.
-  expectVec(run1("round", {f32({1.25, 1.35})}, {{"decimals", int64_t{1}}}),
-            DType::F32, {1.2, 1.4});
-  expectVec(run1("round", {f32({125, 135, 144})}, {{"decimals", int64_t{-1}}}),
-            DType::F32, {120, 140, 140});
+  expectVec(run1("round", {f32({1.25, 1.35})}, {{"decimals", int64_t{1}}}), DType::F32, {1.2, 1.4});
+  expectVec(run1("round", {f32({125, 135, 144})}, {{"decimals", int64_t{-1}}}), DType::F32,
+            {120, 140, 140});
   expectVec(run1("round", {vec(DType::I32, {7, -3})}), DType::I32, {7, -3});
   expectVec(run1("floor", {vec(DType::I64, {7, -3})}), DType::I64, {7, -3});
   expectInferError("round", {ty(DType::I32, {3})}, {{"decimals", int64_t{1}}},
@@ -262,19 +245,14 @@ TEST(ElementwiseUnary, Rounding) {
 }
 
 TEST(ElementwiseUnary, IntegerSemantics) {
-  expectVec(run1("neg", {vec(DType::U8, {1, 0})}), DType::U8,
-            {255, 0}); // wraps
+  expectVec(run1("neg", {vec(DType::U8, {1, 0})}), DType::U8, {255, 0}); // wraps
   expectVec(run1("abs", {vec(DType::I8, {-128, -5})}), DType::I8, {-128, 5});
   expectVec(run1("sign", {vec(DType::Bool, {1, 0})}), DType::Bool, {1, 0});
-  expectVec(run1("sign", {vec(DType::I32, {-7, 0, 9})}), DType::I32,
-            {-1, 0, 1});
+  expectVec(run1("sign", {vec(DType::I32, {-7, 0, 9})}), DType::I32, {-1, 0, 1});
   expectVec(run1("square", {vec(DType::Bool, {1, 0})}), DType::I64, {1, 0});
-  expectVec(run1("square", {vec(DType::I8, {12})}), DType::I8,
-            {-112}); // 144 wraps
-  expectVec(run1("bitwise_not", {vec(DType::I32, {5, -1})}), DType::I32,
-            {-6, 0});
-  expectVec(run1("bitwise_not", {vec(DType::Bool, {1, 0})}), DType::Bool,
-            {0, 1});
+  expectVec(run1("square", {vec(DType::I8, {12})}), DType::I8, {-112}); // 144 wraps
+  expectVec(run1("bitwise_not", {vec(DType::I32, {5, -1})}), DType::I32, {-6, 0});
+  expectVec(run1("bitwise_not", {vec(DType::Bool, {1, 0})}), DType::Bool, {0, 1});
   expectVec(run1("bitwise_not", {vec(DType::U8, {0})}), DType::U8, {255});
   expectVec(run1("relu", {vec(DType::I64, {-4, 4})}), DType::I64, {0, 4});
   // Float math on integers computes in f32.
@@ -290,34 +268,26 @@ TEST(ElementwiseUnary, DTypeRules) {
   EXPECT_EQ(infer("abs", {ty(DType::I16, {DimExpr::symbol("s0")})})[0],
             ty(DType::I16, {DimExpr::symbol("s0")}));
   EXPECT_EQ(infer("isnan", {ty(DType::F16, {})})[0], ty(DType::Bool, {}));
-  expectInferError("neg", {ty(DType::Bool, {2})}, {},
-                   "dtype bool is not supported");
+  expectInferError("neg", {ty(DType::Bool, {2})}, {}, "dtype bool is not supported");
   expectInferError("gelu", {ty(DType::I32, {2})}, {}, "floating point");
   expectInferError("bitwise_not", {ty(DType::F32, {2})}, {}, "integer or bool");
-  expectInferError("hardtanh", {ty(DType::U8, {2})}, {},
-                   "unsigned type with negative limits");
-  expectInferError("hardtanh", {ty(DType::F32, {2})},
-                   {{"min_val", 2.0}, {"max_val", 1.0}},
+  expectInferError("hardtanh", {ty(DType::U8, {2})}, {}, "unsigned type with negative limits");
+  expectInferError("hardtanh", {ty(DType::F32, {2})}, {{"min_val", 2.0}, {"max_val", 1.0}},
                    "min_val cannot be greater than max_val");
-  expectInferError("celu", {ty(DType::F32, {2})}, {{"alpha", 0.0}},
-                   "alpha cannot be 0");
-  expectInferError("gelu", {ty(DType::F32, {2})}, {{"approximate", "fast"}},
-                   "approximate");
+  expectInferError("celu", {ty(DType::F32, {2})}, {{"alpha", 0.0}}, "alpha cannot be 0");
+  expectInferError("gelu", {ty(DType::F32, {2})}, {{"approximate", "fast"}}, "approximate");
   expectInferError("exp", {Type::floatTy()}, {}, "must be a tensor");
 }
 
 TEST(ElementwiseUnary, ShapesAndStrides) {
   // 0-d, empty and a non-contiguous (transposed) input.
-  expectValues(run1("neg", {scalarTensor(DType::F32, 2)}), DType::F32, {},
-               {-2});
-  expectValues(run1("exp", {make(DType::F32, {0, 3}, {})}), DType::F32, {0, 3},
-               {});
+  expectValues(run1("neg", {scalarTensor(DType::F32, 2)}), DType::F32, {}, {-2});
+  expectValues(run1("exp", {make(DType::F32, {0, 3}, {})}), DType::F32, {0, 3}, {});
   Tensor base = make(DType::F32, {2, 3}, {0, 1, 2, 3, 4, 5});
   Tensor t = base.view({3, 2}, {1, 3}, 0); // the transpose: [[0,3],[1,4],[2,5]]
   expectValues(run1("square", {t}), DType::F32, {3, 2}, {0, 9, 1, 16, 4, 25});
-  expectValues(
-      run1("bitwise_not", {make(DType::I16, {7}, {0, 1, 2, 3, 4, 5, 6})}),
-      DType::I16, {7}, {-1, -2, -3, -4, -5, -6, -7});
+  expectValues(run1("bitwise_not", {make(DType::I16, {7}, {0, 1, 2, 3, 4, 5, 6})}), DType::I16, {7},
+               {-1, -2, -3, -4, -5, -6, -7});
 }
 
 // ---- binary ----
@@ -339,53 +309,36 @@ TEST(ElementwiseBinary, BroadcastAddSubWithAlpha) {
   expectValues(diff, DType::F32, {4, 5}, want);
   // Scalar operands on either side.
   expectVec(run1("add", {f32({1, 2}), RtValue(2.5)}), DType::F32, {3.5, 4.5});
-  expectVec(run1("sub", {RtValue(int64_t{10}), vec(DType::I32, {1, 2})}),
-            DType::I32, {9, 8});
-  expectValues(run1("add", {make(DType::F32, {0, 3}, {}), f32({1, 2, 3})}),
-               DType::F32, {0, 3}, {});
-  expectValues(
-      run1("mul", {scalarTensor(DType::F32, 3), scalarTensor(DType::F32, 4)}),
-      DType::F32, {}, {12});
+  expectVec(run1("sub", {RtValue(int64_t{10}), vec(DType::I32, {1, 2})}), DType::I32, {9, 8});
+  expectValues(run1("add", {make(DType::F32, {0, 3}, {}), f32({1, 2, 3})}), DType::F32, {0, 3}, {});
+  expectValues(run1("mul", {scalarTensor(DType::F32, 3), scalarTensor(DType::F32, 4)}), DType::F32,
+               {}, {12});
 }
 
 TEST(ElementwiseBinary, PromotionAndWrapAround) {
-  EXPECT_EQ(infer("add", {ty(DType::I32, {3}), Type::floatTy()})[0],
-            ty(DType::F32, {3}));
-  EXPECT_EQ(infer("add", {ty(DType::I32, {3}), ty(DType::I64, {})})[0],
-            ty(DType::I32, {3}));
-  EXPECT_EQ(infer("add", {ty(DType::I32, {3}), ty(DType::F64, {})})[0],
-            ty(DType::F64, {3}));
-  EXPECT_EQ(infer("add", {ty(DType::F16, {3}), ty(DType::F32, {})})[0],
-            ty(DType::F16, {3}));
-  EXPECT_EQ(infer("add", {ty(DType::Bool, {3}), Type::intTy()})[0],
-            ty(DType::I64, {3}));
-  EXPECT_EQ(infer("add", {ty(DType::U8, {3}), ty(DType::I8, {3})})[0],
-            ty(DType::I16, {3}));
-  EXPECT_EQ(infer("div", {ty(DType::I32, {3}), ty(DType::I32, {3})})[0],
-            ty(DType::F32, {3}));
-  EXPECT_EQ(infer("div", {ty(DType::I32, {3}), ty(DType::I32, {3})},
-                  {{"rounding_mode", "floor"}})[0],
-            ty(DType::I32, {3}));
-  EXPECT_EQ(infer("atan2", {ty(DType::I64, {3}), ty(DType::I64, {3})})[0],
-            ty(DType::F32, {3}));
-  EXPECT_EQ(infer("lt", {ty(DType::F32, {2, 1}), ty(DType::I64, {3})})[0],
-            ty(DType::Bool, {2, 3}));
+  EXPECT_EQ(infer("add", {ty(DType::I32, {3}), Type::floatTy()})[0], ty(DType::F32, {3}));
+  EXPECT_EQ(infer("add", {ty(DType::I32, {3}), ty(DType::I64, {})})[0], ty(DType::I32, {3}));
+  EXPECT_EQ(infer("add", {ty(DType::I32, {3}), ty(DType::F64, {})})[0], ty(DType::F64, {3}));
+  EXPECT_EQ(infer("add", {ty(DType::F16, {3}), ty(DType::F32, {})})[0], ty(DType::F16, {3}));
+  EXPECT_EQ(infer("add", {ty(DType::Bool, {3}), Type::intTy()})[0], ty(DType::I64, {3}));
+  EXPECT_EQ(infer("add", {ty(DType::U8, {3}), ty(DType::I8, {3})})[0], ty(DType::I16, {3}));
+  EXPECT_EQ(infer("div", {ty(DType::I32, {3}), ty(DType::I32, {3})})[0], ty(DType::F32, {3}));
+  EXPECT_EQ(
+      infer("div", {ty(DType::I32, {3}), ty(DType::I32, {3})}, {{"rounding_mode", "floor"}})[0],
+      ty(DType::I32, {3}));
+  EXPECT_EQ(infer("atan2", {ty(DType::I64, {3}), ty(DType::I64, {3})})[0], ty(DType::F32, {3}));
+  EXPECT_EQ(infer("lt", {ty(DType::F32, {2, 1}), ty(DType::I64, {3})})[0], ty(DType::Bool, {2, 3}));
   const DimExpr s0 = DimExpr::symbol("s0");
   EXPECT_EQ(infer("mul", {ty(DType::F32, {s0, 1}), ty(DType::F32, {1, 5})})[0],
             ty(DType::F32, {s0, 5}));
-  expectVec(run1("add", {vec(DType::U8, {1, 255}), RtValue(int64_t{-1})}),
-            DType::U8, {0, 254});
-  expectVec(run1("add", {vec(DType::I8, {1}), RtValue(int64_t{300})}),
-            DType::I8, {45});
-  expectVec(
-      run1("add", {vec(DType::Bool, {1, 0, 0}), vec(DType::Bool, {1, 1, 0})}),
-      DType::Bool, {1, 1, 0});
-  expectVec(run1("mul", {vec(DType::Bool, {1, 0}), RtValue(2.5)}), DType::F32,
-            {2.5, 0});
+  expectVec(run1("add", {vec(DType::U8, {1, 255}), RtValue(int64_t{-1})}), DType::U8, {0, 254});
+  expectVec(run1("add", {vec(DType::I8, {1}), RtValue(int64_t{300})}), DType::I8, {45});
+  expectVec(run1("add", {vec(DType::Bool, {1, 0, 0}), vec(DType::Bool, {1, 1, 0})}), DType::Bool,
+            {1, 1, 0});
+  expectVec(run1("mul", {vec(DType::Bool, {1, 0}), RtValue(2.5)}), DType::F32, {2.5, 0});
   // i64 values are converted to f32 before comparing with a float (16777217
   // rounds to 2^24).
-  expectVec(run1("eq", {vec(DType::I64, {16777217}), RtValue(16777216.0)}),
-            DType::Bool, {1});
+  expectVec(run1("eq", {vec(DType::I64, {16777217}), RtValue(16777216.0)}), DType::Bool, {1});
 }
 
 TEST(ElementwiseBinary, TwoScalarsFollowPython) {
@@ -417,68 +370,52 @@ TEST(ElementwiseBinary, TwoScalarsFollowPython) {
   r = one("maximum", int64_t{1}, 2.5);
   ASSERT_TRUE(r.isFloat());
   EXPECT_EQ(r.toDouble(), 2.5);
-  EXPECT_EQ(one("sub", int64_t{1}, int64_t{5}, {{"alpha", int64_t{2}}}).toInt(),
-            -9);
+  EXPECT_EQ(one("sub", int64_t{1}, int64_t{5}, {{"alpha", int64_t{2}}}).toInt(), -9);
   EXPECT_EQ(infer("add", {Type::intTy(), Type::floatTy()})[0], Type::floatTy());
   EXPECT_EQ(infer("lt", {Type::intTy(), Type::intTy()})[0], Type::boolTy());
   EXPECT_THROW(one("div", int64_t{1}, int64_t{0}), Error);
   EXPECT_THROW(one("remainder", 1.0, 0.0), Error);
   EXPECT_THROW(one("pow", int64_t{2}, int64_t{-1}), Error);
-  expectInferError("bitwise_or", {Type::floatTy(), Type::intTy()}, {},
-                   "integer or bool");
+  expectInferError("bitwise_or", {Type::floatTy(), Type::intTy()}, {}, "integer or bool");
 }
 
 TEST(ElementwiseBinary, DivisionFamily) {
-  Tensor a = vec(DType::I32, {-7, 7, -8, 5}),
-         b = vec(DType::I32, {2, -2, 3, 5});
+  Tensor a = vec(DType::I32, {-7, 7, -8, 5}), b = vec(DType::I32, {2, -2, 3, 5});
   expectVec(run1("div", {a, b}), DType::F32, {-3.5, -3.5, -8.0 / 3, 1});
-  expectVec(run1("div", {a, b}, {{"rounding_mode", "trunc"}}), DType::I32,
-            {-3, -3, -2, 1});
-  expectVec(run1("div", {a, b}, {{"rounding_mode", "floor"}}), DType::I32,
-            {-4, -4, -3, 1});
+  expectVec(run1("div", {a, b}, {{"rounding_mode", "trunc"}}), DType::I32, {-3, -3, -2, 1});
+  expectVec(run1("div", {a, b}, {{"rounding_mode", "floor"}}), DType::I32, {-4, -4, -3, 1});
   expectVec(run1("floor_divide", {a, b}), DType::I32, {-4, -4, -3, 1});
   expectVec(run1("remainder", {a, b}), DType::I32, {1, -1, 1, 0});
   expectVec(run1("fmod", {a, b}), DType::I32, {-1, 1, -2, 0});
   Tensor fa = f32({-7, 7, -0.5, 5}), fb = f32({2, -2, 2, 0});
   expectVec(run1("floor_divide", {fa, fb}), DType::F32, {-4, -4, -1, kInf});
-  expectVec(run1("div", {fa, fb}, {{"rounding_mode", "trunc"}}), DType::F32,
-            {-3, -3, -0.0, kInf});
+  expectVec(run1("div", {fa, fb}, {{"rounding_mode", "trunc"}}), DType::F32, {-3, -3, -0.0, kInf});
   expectVec(run1("remainder", {fa, fb}), DType::F32, {1, -1, 1.5, kNaN});
   expectVec(run1("fmod", {fa, fb}), DType::F32, {-1, 1, -0.5, kNaN});
-  expectVec(run1("floor_divide", {f32({-5, 0}), RtValue(0.0)}), DType::F32,
-            {-kInf, kNaN});
+  expectVec(run1("floor_divide", {f32({-5, 0}), RtValue(0.0)}), DType::F32, {-kInf, kNaN});
   // i8: -128 // -1 wraps to -128 like torch, instead of trapping.
-  expectVec(
-      run1("floor_divide", {vec(DType::I8, {-128}), RtValue(int64_t{-1})}),
-      DType::I8, {-128});
-  expectVec(
-      run1("remainder", {vec(DType::I64, {INT64_MIN}), RtValue(int64_t{-1})}),
-      DType::I64, {0});
+  expectVec(run1("floor_divide", {vec(DType::I8, {-128}), RtValue(int64_t{-1})}), DType::I8,
+            {-128});
+  expectVec(run1("remainder", {vec(DType::I64, {INT64_MIN}), RtValue(int64_t{-1})}), DType::I64,
+            {0});
   EXPECT_THROW(run1("floor_divide", {a, vec(DType::I32, {1, 0, 1, 1})}), Error);
   EXPECT_THROW(run1("remainder", {a, RtValue(int64_t{0})}), Error);
   EXPECT_THROW(run1("fmod", {a, vec(DType::I32, {0, 1, 1, 1})}), Error);
-  expectInferError("floor_divide", {ty(DType::Bool, {2}), ty(DType::Bool, {2})},
-                   {}, "bool");
-  expectInferError("div", {ty(DType::F32, {2}), ty(DType::F32, {2})},
-                   {{"rounding_mode", "up"}}, "rounding_mode");
+  expectInferError("floor_divide", {ty(DType::Bool, {2}), ty(DType::Bool, {2})}, {}, "bool");
+  expectInferError("div", {ty(DType::F32, {2}), ty(DType::F32, {2})}, {{"rounding_mode", "up"}},
+                   "rounding_mode");
 }
 
 TEST(ElementwiseBinary, Powers) {
-  expectVec(run1("pow", {vec(DType::I8, {2, 3}), vec(DType::I8, {7, 5})}),
-            DType::I8, {-128, -13});
-  expectVec(run1("pow", {vec(DType::I64, {2, -1, 1, -1}),
-                         vec(DType::I64, {-1, -1, -5, -2})}),
+  expectVec(run1("pow", {vec(DType::I8, {2, 3}), vec(DType::I8, {7, 5})}), DType::I8, {-128, -13});
+  expectVec(run1("pow", {vec(DType::I64, {2, -1, 1, -1}), vec(DType::I64, {-1, -1, -5, -2})}),
             DType::I64, {0, -1, 1, 1});
-  expectVec(run1("pow", {RtValue(int64_t{2}), vec(DType::I32, {3, 0})}),
-            DType::I32, {8, 1});
+  expectVec(run1("pow", {RtValue(int64_t{2}), vec(DType::I32, {3, 0})}), DType::I32, {8, 1});
   expectVec(run1("pow", {f32({4, -8}), RtValue(0.5)}), DType::F32, {2, kNaN});
   expectVec(run1("pow", {vec(DType::I32, {4}), RtValue(0.5)}), DType::F32, {2});
-  expectVec(run1("pow", {vec(DType::Bool, {1, 0}), RtValue(int64_t{2})}),
-            DType::I64, {1, 0});
-  EXPECT_THROW(run1("pow", {vec(DType::I32, {2}), RtValue(int64_t{-1})}),
-               Error);
-  expectInferError("pow", {ty(DType::Bool, {2}), ty(DType::Bool, {2})}, {},
-                   "bool");
+  expectVec(run1("pow", {vec(DType::Bool, {1, 0}), RtValue(int64_t{2})}), DType::I64, {1, 0});
+  EXPECT_THROW(run1("pow", {vec(DType::I32, {2}), RtValue(int64_t{-1})}), Error);
+  expectInferError("pow", {ty(DType::Bool, {2}), ty(DType::Bool, {2})}, {}, "bool");
 }
 
 TEST(ElementwiseBinary, ComparisonsMinMaxLogicalBitwise) {
@@ -493,61 +430,41 @@ TEST(ElementwiseBinary, ComparisonsMinMaxLogicalBitwise) {
   expectVec(run1("minimum", {a, b}), DType::F32, {1, kNaN, 3, kNaN});
   expectVec(run1("fmax", {a, b}), DType::F32, {2, 1, 3, -1});
   expectVec(run1("fmin", {a, b}), DType::F32, {1, 1, 3, -1});
-  expectVec(
-      run1("maximum", {vec(DType::I32, {1}), scalarTensor(DType::F32, 2.5)}),
-      DType::F32, {2.5});
-  expectVec(
-      run1("logical_and", {f32({0, 2, kNaN}), vec(DType::I32, {5, 0, 1})}),
-      DType::Bool, {0, 0, 1});
-  expectVec(run1("logical_or", {f32({0, 0}), vec(DType::I32, {0, 1})}),
-            DType::Bool, {0, 1});
-  expectVec(
-      run1("logical_xor", {vec(DType::Bool, {1, 1}), RtValue(int64_t{1})}),
-      DType::Bool, {0, 0});
-  expectVec(run1("bitwise_and",
-                 {vec(DType::I32, {12, -1}), vec(DType::I32, {10, 7})}),
-            DType::I32, {8, 7});
-  expectVec(run1("bitwise_or", {vec(DType::U8, {12}), vec(DType::U8, {3})}),
-            DType::U8, {15});
-  expectVec(
-      run1("bitwise_xor", {vec(DType::Bool, {1, 0}), RtValue(int64_t{1})}),
-      DType::I64, {0, 1});
-  expectVec(run1("bitwise_and", {vec(DType::I32, {5}), RtValue(true)}),
-            DType::I32, {1});
-  expectInferError("bitwise_and", {ty(DType::F32, {2}), ty(DType::F32, {2})},
-                   {}, "f32");
-  expectInferError("bitwise_and", {ty(DType::I32, {2}), Type::floatTy()}, {},
-                   "f32");
+  expectVec(run1("maximum", {vec(DType::I32, {1}), scalarTensor(DType::F32, 2.5)}), DType::F32,
+            {2.5});
+  expectVec(run1("logical_and", {f32({0, 2, kNaN}), vec(DType::I32, {5, 0, 1})}), DType::Bool,
+            {0, 0, 1});
+  expectVec(run1("logical_or", {f32({0, 0}), vec(DType::I32, {0, 1})}), DType::Bool, {0, 1});
+  expectVec(run1("logical_xor", {vec(DType::Bool, {1, 1}), RtValue(int64_t{1})}), DType::Bool,
+            {0, 0});
+  expectVec(run1("bitwise_and", {vec(DType::I32, {12, -1}), vec(DType::I32, {10, 7})}), DType::I32,
+            {8, 7});
+  expectVec(run1("bitwise_or", {vec(DType::U8, {12}), vec(DType::U8, {3})}), DType::U8, {15});
+  expectVec(run1("bitwise_xor", {vec(DType::Bool, {1, 0}), RtValue(int64_t{1})}), DType::I64,
+            {0, 1});
+  expectVec(run1("bitwise_and", {vec(DType::I32, {5}), RtValue(true)}), DType::I32, {1});
+  expectInferError("bitwise_and", {ty(DType::F32, {2}), ty(DType::F32, {2})}, {}, "f32");
+  expectInferError("bitwise_and", {ty(DType::I32, {2}), Type::floatTy()}, {}, "f32");
 }
 
 TEST(ElementwiseBinary, FloatMath) {
-  expectVec(run1("atan2", {vec(DType::I32, {1, -1}), vec(DType::I32, {1, -1})}),
-            DType::F32, {std::numbers::pi / 4, -3 * std::numbers::pi / 4});
+  expectVec(run1("atan2", {vec(DType::I32, {1, -1}), vec(DType::I32, {1, -1})}), DType::F32,
+            {std::numbers::pi / 4, -3 * std::numbers::pi / 4});
   expectVec(run1("hypot", {f32({3, 5}), f32({4, 12})}), DType::F32, {5, 13});
-  expectVec(run1("copysign", {f32({1, 2, 3}), f32({-0.0, -5, kNaN})}),
-            DType::F32, {-1, -2, 3});
-  expectVec(run1("copysign", {vec(DType::I32, {1}), vec(DType::I32, {-1})}),
-            DType::F32, {-1});
-  expectVec(run1("xlogy", {f32({0, 0, 2}), f32({0, kNaN, kE})}), DType::F32,
-            {0, kNaN, 2});
-  expectInferError("hypot", {ty(DType::I32, {2}), ty(DType::I32, {2})}, {},
-                   "floating point");
+  expectVec(run1("copysign", {f32({1, 2, 3}), f32({-0.0, -5, kNaN})}), DType::F32, {-1, -2, 3});
+  expectVec(run1("copysign", {vec(DType::I32, {1}), vec(DType::I32, {-1})}), DType::F32, {-1});
+  expectVec(run1("xlogy", {f32({0, 0, 2}), f32({0, kNaN, kE})}), DType::F32, {0, kNaN, 2});
+  expectInferError("hypot", {ty(DType::I32, {2}), ty(DType::I32, {2})}, {}, "floating point");
 }
 
 TEST(ElementwiseBinary, Errors) {
-  expectInferError("sub", {ty(DType::Bool, {2}), ty(DType::Bool, {2})}, {},
-                   "bool tensor");
-  expectInferError("sub", {ty(DType::F32, {2}), Type::boolTy()}, {},
-                   "bool tensor");
-  expectInferError("add", {ty(DType::I32, {2}), ty(DType::I32, {2})},
-                   {{"alpha", 0.5}},
+  expectInferError("sub", {ty(DType::Bool, {2}), ty(DType::Bool, {2})}, {}, "bool tensor");
+  expectInferError("sub", {ty(DType::F32, {2}), Type::boolTy()}, {}, "bool tensor");
+  expectInferError("add", {ty(DType::I32, {2}), ty(DType::I32, {2})}, {{"alpha", 0.5}},
                    "alpha must not be a floating point number");
-  expectInferError("add", {ty(DType::F32, {2, 3}), ty(DType::F32, {4})}, {},
-                   "broadcast");
-  expectInferError("add", {ty(DType::F32, {2}), Type::strTy()}, {},
-                   "tensor or a Python scalar");
-  expectInferError("maximum", {Type::intTy(), Type::strTy()}, {},
-                   "tensor or a Python scalar");
+  expectInferError("add", {ty(DType::F32, {2, 3}), ty(DType::F32, {4})}, {}, "broadcast");
+  expectInferError("add", {ty(DType::F32, {2}), Type::strTy()}, {}, "tensor or a Python scalar");
+  expectInferError("maximum", {Type::intTy(), Type::strTy()}, {}, "tensor or a Python scalar");
 }
 
 TEST(ElementwiseBinary, NonContiguousOperands) {
@@ -557,39 +474,29 @@ TEST(ElementwiseBinary, NonContiguousOperands) {
   expectValues(run1("mul", {t, c}), DType::F32, {3, 2}, {0, 3, 2, 8, 6, 15});
   Tensor odd = make(DType::I32, {7}, {0, 1, 2, 3, 4, 5, 6});
   Tensor stepped =
-      make(DType::I32, {14}, {0, 9, 1, 9, 2, 9, 3, 9, 4, 9, 5, 9, 6, 9})
-          .view({7}, {2}, 0);
+      make(DType::I32, {14}, {0, 9, 1, 9, 2, 9, 3, 9, 4, 9, 5, 9, 6, 9}).view({7}, {2}, 0);
   expectVec(run1("eq", {odd, stepped}), DType::Bool, {1, 1, 1, 1, 1, 1, 1});
 }
 
 // ---- clamp, where, cast, lerp, addcmul, addcdiv ----
 
 TEST(ElementwiseMisc, Clamp) {
-  expectVec(
-      run1("clamp", {f32({-2, 0.5, 3, kNaN})}, {{"min", -1.0}, {"max", 1.0}}),
-      DType::F32, {-1, 0.5, 1, kNaN});
+  expectVec(run1("clamp", {f32({-2, 0.5, 3, kNaN})}, {{"min", -1.0}, {"max", 1.0}}), DType::F32,
+            {-1, 0.5, 1, kNaN});
   expectVec(run1("clamp", {f32({-2, 3})}, {{"min", 0.0}}), DType::F32, {0, 3});
   expectVec(run1("clamp", {f32({-2, 3})}, {{"max", 0.0}}), DType::F32, {-2, 0});
-  expectVec(run1("clamp", {f32({-2, 3})}, {{"min", 2.0}, {"max", 1.0}}),
-            DType::F32, {1, 1});
-  expectVec(run1("clamp", {f32({1, 2})}, {{"min", kNaN}, {"max", 0.5}}),
-            DType::F32, {kNaN, kNaN});
-  expectVec(run1("clamp", {vec(DType::I32, {5, -3, 7})},
-                 {{"min", int64_t{0}}, {"max", int64_t{4}}}),
-            DType::I32, {4, 0, 4});
-  expectVec(run1("clamp", {vec(DType::I32, {5, -3})}, {{"min", 0.5}}),
-            DType::F32, {5, 0.5});
-  expectVec(run1("clamp", {vec(DType::Bool, {1, 0})}, {{"min", int64_t{0}}}),
-            DType::I64, {1, 0});
-  expectVec(run1("clamp", {vec(DType::U8, {1, 2})},
-                 {{"min", int64_t{-1}}, {"max", int64_t{1}}}),
+  expectVec(run1("clamp", {f32({-2, 3})}, {{"min", 2.0}, {"max", 1.0}}), DType::F32, {1, 1});
+  expectVec(run1("clamp", {f32({1, 2})}, {{"min", kNaN}, {"max", 0.5}}), DType::F32, {kNaN, kNaN});
+  expectVec(
+      run1("clamp", {vec(DType::I32, {5, -3, 7})}, {{"min", int64_t{0}}, {"max", int64_t{4}}}),
+      DType::I32, {4, 0, 4});
+  expectVec(run1("clamp", {vec(DType::I32, {5, -3})}, {{"min", 0.5}}), DType::F32, {5, 0.5});
+  expectVec(run1("clamp", {vec(DType::Bool, {1, 0})}, {{"min", int64_t{0}}}), DType::I64, {1, 0});
+  expectVec(run1("clamp", {vec(DType::U8, {1, 2})}, {{"min", int64_t{-1}}, {"max", int64_t{1}}}),
             DType::U8, {1, 1});
-  expectInferError("clamp", {ty(DType::F32, {2})}, {},
-                   "at least one of 'min' or 'max'");
-  expectInferError("clamp", {ty(DType::I8, {2})}, {{"min", int64_t{300}}},
-                   "overflow");
-  expectInferError("clamp", {ty(DType::F16, {2})}, {{"max", 70000.0}},
-                   "overflow");
+  expectInferError("clamp", {ty(DType::F32, {2})}, {}, "at least one of 'min' or 'max'");
+  expectInferError("clamp", {ty(DType::I8, {2})}, {{"min", int64_t{300}}}, "overflow");
+  expectInferError("clamp", {ty(DType::F16, {2})}, {{"max", 70000.0}}, "overflow");
   expectInferError("clamp", {ty(DType::Bool, {2})}, {{"min", false}}, "bool");
 }
 
@@ -602,34 +509,26 @@ TEST(ElementwiseMisc, Where) {
     for (int j = 0; j < 5; ++j)
       want.push_back(i % 2 == 0 ? j : -1);
   expectValues(out, DType::F32, {4, 5}, want);
-  expectVec(run1("where",
-                 {vec(DType::Bool, {1, 0}), RtValue(int64_t{1}), RtValue(2.5)}),
+  expectVec(run1("where", {vec(DType::Bool, {1, 0}), RtValue(int64_t{1}), RtValue(2.5)}),
             DType::F32, {1, 2.5});
-  expectVec(run1("where", {vec(DType::Bool, {1, 0}), RtValue(int64_t{1}),
-                           RtValue(int64_t{2})}),
+  expectVec(run1("where", {vec(DType::Bool, {1, 0}), RtValue(int64_t{1}), RtValue(int64_t{2})}),
             DType::I64, {1, 2});
-  expectVec(run1("where", {vec(DType::Bool, {1, 0}), vec(DType::I8, {1, 2}),
-                           vec(DType::U8, {3, 4})}),
-            DType::I16, {1, 4});
-  expectVec(run1("where", {vec(DType::U8, {1, 0}), f32({1, 2}), f32({3, 4})}),
-            DType::F32, {1, 4});
-  expectInferError(
-      "where", {ty(DType::I32, {2}), ty(DType::F32, {2}), ty(DType::F32, {2})},
-      {}, "condition");
+  expectVec(
+      run1("where", {vec(DType::Bool, {1, 0}), vec(DType::I8, {1, 2}), vec(DType::U8, {3, 4})}),
+      DType::I16, {1, 4});
+  expectVec(run1("where", {vec(DType::U8, {1, 0}), f32({1, 2}), f32({3, 4})}), DType::F32, {1, 4});
+  expectInferError("where", {ty(DType::I32, {2}), ty(DType::F32, {2}), ty(DType::F32, {2})}, {},
+                   "condition");
 }
 
 TEST(ElementwiseMisc, Cast) {
   Tensor x = f32({2.7, -2.7, 300, 0});
-  expectVec(run1("cast", {x}, {{"dtype", DType::U8}}), DType::U8,
-            {2, 254, 44, 0});
-  expectVec(run1("cast", {x}, {{"dtype", DType::I32}}), DType::I32,
-            {2, -2, 300, 0});
-  expectVec(run1("cast", {x}, {{"dtype", DType::Bool}}), DType::Bool,
-            {1, 1, 1, 0});
-  expectVec(run1("cast", {vec(DType::I64, {-1, 256})}, {{"dtype", DType::U8}}),
-            DType::U8, {255, 0});
-  expectVec(run1("cast", {vec(DType::I64, {2049})}, {{"dtype", DType::F16}}),
-            DType::F16, {2048});
+  expectVec(run1("cast", {x}, {{"dtype", DType::U8}}), DType::U8, {2, 254, 44, 0});
+  expectVec(run1("cast", {x}, {{"dtype", DType::I32}}), DType::I32, {2, -2, 300, 0});
+  expectVec(run1("cast", {x}, {{"dtype", DType::Bool}}), DType::Bool, {1, 1, 1, 0});
+  expectVec(run1("cast", {vec(DType::I64, {-1, 256})}, {{"dtype", DType::U8}}), DType::U8,
+            {255, 0});
+  expectVec(run1("cast", {vec(DType::I64, {2049})}, {{"dtype", DType::F16}}), DType::F16, {2048});
   EXPECT_EQ(infer("cast", {ty(DType::F32, {3})}, {{"dtype", DType::BF16}})[0],
             ty(DType::BF16, {3}));
 }
@@ -641,12 +540,11 @@ TEST(ElementwiseMisc, Lerp) {
   expectVec(run1("lerp", {s, e, f32({0.5, 0.75})}), DType::F32, {2, 8});
   Tensor col = make(DType::F32, {2, 1}, {0, 1});
   expectValues(run1("lerp", {s, e, col}), DType::F32, {2, 2}, {1, 2, 3, 10});
-  expectInferError("lerp", {ty(DType::F32, {2}), ty(DType::F16, {2})},
-                   {{"weight", 0.5}}, "expected dtype f32 for `end`");
-  expectInferError("lerp", {ty(DType::I32, {2}), ty(DType::I32, {2})},
-                   {{"weight", 0.5}}, "floating point");
-  expectInferError("lerp", {ty(DType::F32, {2}), ty(DType::F32, {2})}, {},
-                   "weight");
+  expectInferError("lerp", {ty(DType::F32, {2}), ty(DType::F16, {2})}, {{"weight", 0.5}},
+                   "expected dtype f32 for `end`");
+  expectInferError("lerp", {ty(DType::I32, {2}), ty(DType::I32, {2})}, {{"weight", 0.5}},
+                   "floating point");
+  expectInferError("lerp", {ty(DType::F32, {2}), ty(DType::F32, {2})}, {}, "weight");
 }
 
 TEST(ElementwiseMisc, AddcmulAddcdiv) {
@@ -658,18 +556,12 @@ TEST(ElementwiseMisc, AddcmulAddcdiv) {
   Tensor i = vec(DType::I32, {5, -3});
   // Integer results truncate value: 2.5 -> 2, -2.7 -> -2.
   expectVec(run1("addcmul", {i, i, i}, {{"value", 2.5}}), DType::I32, {55, 15});
-  expectVec(run1("addcmul", {i, i, i}, {{"value", -2.7}}), DType::I32,
-            {-45, -21});
-  expectVec(run1("addcdiv", {i, f32({1, 1}), vec(DType::I32, {2, 4})}),
-            DType::F32, {5.5, -2.75});
-  expectInferError(
-      "addcdiv",
-      {ty(DType::I32, {2}), ty(DType::I32, {2}), ty(DType::I32, {2})}, {},
-      "integer division");
-  expectInferError(
-      "addcmul",
-      {ty(DType::Bool, {2}), ty(DType::Bool, {2}), ty(DType::Bool, {2})}, {},
-      "bool");
+  expectVec(run1("addcmul", {i, i, i}, {{"value", -2.7}}), DType::I32, {-45, -21});
+  expectVec(run1("addcdiv", {i, f32({1, 1}), vec(DType::I32, {2, 4})}), DType::F32, {5.5, -2.75});
+  expectInferError("addcdiv", {ty(DType::I32, {2}), ty(DType::I32, {2}), ty(DType::I32, {2})}, {},
+                   "integer division");
+  expectInferError("addcmul", {ty(DType::Bool, {2}), ty(DType::Bool, {2}), ty(DType::Bool, {2})},
+                   {}, "bool");
 }
 
 TEST(ElementwiseRegistry, RowsAndTraits) {

@@ -34,10 +34,8 @@ struct BinaryDef {
   /// `result`.
   std::function<Result(const Op &)> resultOf = nullptr;
   bool commutative = false;
-  bool boolStaysBool =
-      false; // two Python bools give a bool (bitwise, max/min), not an int
-  bool zeroDivIsError =
-      false; // Python raises ZeroDivisionError for scalar operands
+  bool boolStaysBool = false;  // two Python bools give a bool (bitwise, max/min), not an int
+  bool zeroDivIsError = false; // Python raises ZeroDivisionError for scalar operands
 };
 
 /// Python scalars compute in i64 / f64 (or bool for bitwise and max/min of two
@@ -46,8 +44,7 @@ DType scalarComputeDType(const BinaryDef &d, const Type &a, const Type &b) {
   auto cat = std::max(a.category(), b.category());
   if (cat == DTypeCategory::Floating)
     return DType::F64;
-  if (cat == DTypeCategory::Bool &&
-      (d.boolStaysBool || d.result == Result::Bool))
+  if (cat == DTypeCategory::Bool && (d.boolStaysBool || d.result == Result::Bool))
     return DType::Bool;
   return DType::I64;
 }
@@ -68,8 +65,7 @@ Result resultKind(const BinaryDef &d, const Op &op) {
 }
 
 std::vector<Type> inferBinary(const BinaryDef &d, const Op &op) {
-  const Type &a = tensorOrScalarOperand(op, 0),
-             &b = tensorOrScalarOperand(op, 1);
+  const Type &a = tensorOrScalarOperand(op, 0), &b = tensorOrScalarOperand(op, 1);
   Result r = resultKind(d, op);
   if (a.isScalar() && b.isScalar()) {
     DType compute = scalarComputeDType(d, a, b);
@@ -88,16 +84,13 @@ std::vector<Type> inferBinary(const BinaryDef &d, const Op &op) {
 
 /// Two Python scalars: computed in i64 / f64 (or bool) and returned as a Python
 /// scalar.
-RtValue runScalars(const BinaryDef &d, const Op &op,
-                   std::span<const RtValue> in) {
+RtValue runScalars(const BinaryDef &d, const Op &op, std::span<const RtValue> in) {
   Result r = resultKind(d, op);
-  DType compute =
-      scalarComputeDType(d, op.operand(0)->type(), op.operand(1)->type());
+  DType compute = scalarComputeDType(d, op.operand(0)->type(), op.operand(1)->type());
   DType out = r == Result::Float ? DType::F64 : resultDTypeOf(r, compute);
   Impl impl = d.make(op, compute, in);
   bool useFloat = isFloating(compute) || r == Result::Float;
-  if (d.zeroDivIsError &&
-      (useFloat ? in[1].toDouble() == 0 : in[1].toInt() == 0))
+  if (d.zeroDivIsError && (useFloat ? in[1].toDouble() == 0 : in[1].toInt() == 0))
     kernelFail(op.name() + ": ZeroDivisionError");
   if (useFloat) {
     double v = impl.f(in[0].toDouble(), in[1].toDouble());
@@ -111,18 +104,16 @@ RtValue runScalars(const BinaryDef &d, const Op &op,
   return RtValue(v);
 }
 
-std::vector<RtValue> runBinary(const BinaryDef &d, const Op &op,
-                               std::span<const RtValue> in) {
+std::vector<RtValue> runBinary(const BinaryDef &d, const Op &op, std::span<const RtValue> in) {
   if (in.size() != 2)
     kernelFail(op.name() + ": expected 2 operands");
   if (!in[0].isTensor() && !in[1].isTensor())
     return std::vector<RtValue>(1, runScalars(d, op, in));
   DType out = resultDType(op);
-  DType compute =
-      resultKind(d, op) == Result::Float ? out : resultTypeOfOperands(op, 0, 2);
+  DType compute = resultKind(d, op) == Result::Float ? out : resultTypeOfOperands(op, 0, 2);
   Impl impl = d.make(op, compute, in);
-  Tensor t = map2(operandAs(in, 0, compute), operandAs(in, 1, compute), compute,
-                  out, impl.f, impl.i);
+  Tensor t =
+      map2(operandAs(in, 0, compute), operandAs(in, 1, compute), compute, out, impl.f, impl.i);
   return std::vector<RtValue>(1, RtValue(std::move(t)));
 }
 
@@ -135,17 +126,13 @@ void addBinary(OpRegistry &r, BinaryDef d) {
       .attrs = def->attrs,
       .traits = kElementwise | (def->commutative ? kCommutative : kNoTraits),
       .infer = [def](const Op &op) { return inferBinary(*def, op); },
-      .kernel =
-          [def](const Op &op, std::span<const RtValue> in) {
-            return runBinary(*def, op, in);
-          },
+      .kernel = [def](const Op &op,
+                      std::span<const RtValue> in) { return runBinary(*def, op, in); },
   });
 }
 
 Maker fixed(Float2 f, Int2 i) {
-  return [f, i](const Op &, DType, std::span<const RtValue>) {
-    return Impl{f, i};
-  };
+  return [f, i](const Op &, DType, std::span<const RtValue>) { return Impl{f, i}; };
 }
 
 // ---- division family, as PyTorch's CPU kernels compute them (in the op-math
@@ -176,21 +163,18 @@ template <class T> T remainderOf(T a, T b) {
 }
 
 /// The float function evaluated in the op-math type of `compute`.
-Float2 inOpMath(DType compute, float (*f32)(float, float),
-                double (*f64)(double, double)) {
+Float2 inOpMath(DType compute, float (*f32)(float, float), double (*f64)(double, double)) {
   if (compute == DType::F64)
     return f64;
   return [f32](double a, double b) {
-    return static_cast<double>(
-        f32(static_cast<float>(a), static_cast<float>(b)));
+    return static_cast<double>(f32(static_cast<float>(a), static_cast<float>(b)));
   };
 }
 
 int64_t intDivTrunc(int64_t a, int64_t b) {
   if (b == 0)
     zeroDivision();
-  return b == -1 ? wrapNeg(a)
-                 : a / b; // INT64_MIN / -1 wraps instead of trapping
+  return b == -1 ? wrapNeg(a) : a / b; // INT64_MIN / -1 wraps instead of trapping
 }
 
 int64_t intDivFloor(int64_t a, int64_t b) {
@@ -265,18 +249,14 @@ Maker addMaker(double sign) {
     double alpha = attrFloat(op, "alpha") * sign;
     int64_t ialpha = static_cast<int64_t>(alpha);
     return {[alpha](double a, double b) { return a + alpha * b; },
-            [ialpha](int64_t a, int64_t b) {
-              return wrapAdd(a, wrapMul(ialpha, b));
-            }};
+            [ialpha](int64_t a, int64_t b) { return wrapAdd(a, wrapMul(ialpha, b)); }};
   };
 }
 
 // ---- comparisons, min/max ----
 
 Float2 nanPropagating(double (*f)(double, double)) {
-  return [f](double a, double b) {
-    return std::isnan(a) || std::isnan(b) ? kNaN : f(a, b);
-  };
+  return [f](double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : f(a, b); };
 }
 
 void addArithmetic(OpRegistry &r) {
@@ -286,128 +266,104 @@ void addArithmetic(OpRegistry &r) {
                 .attrs = {alpha},
                 .make = addMaker(1),
                 .check = checkAlpha});
-  addBinary(
-      r,
-      {.name = "sub",
-       .summary = "self - alpha * other (bool operands rejected, as in torch)",
-       .attrs = {alpha},
-       .make = addMaker(-1),
-       .check = [](const Op &op, DType d) {
-         checkAlpha(op, d);
-         if (allScalars(op, 0, 2))
-           return;
-         for (size_t i = 0; i < 2; ++i)
-           if (op.operand(i)->type().category() == DTypeCategory::Bool)
-             inferFail("sub: subtraction, the `-` operator, with a bool tensor "
-                       "is not "
-                       "supported; if you are trying to invert a mask, use "
-                       "logical_not instead");
-       }});
-  addBinary(r,
-            {.name = "mul",
-             .summary = "self * other",
-             .make = fixed([](double a, double b) { return a * b; }, wrapMul),
-             .commutative = true});
-  addBinary(
-      r, {.name = "div",
-          .summary =
-              "self / other; rounding_mode \"\" (true division, float result), "
-              "\"trunc\" or \"floor\" (keep the promoted dtype)",
-          .mask = kAnyDType,
-          .attrs = {attrDef("rounding_mode", AttrKind::Str, Attr(""))},
-          .make = divMaker(),
-          .check =
-              [](const Op &op, DType d) {
-                const std::string &mode = attrStr(op, "rounding_mode");
-                if (mode != "" && mode != "trunc" && mode != "floor")
-                  inferFail("div: rounding_mode must be \"\", \"trunc\" or "
-                            "\"floor\", got \"" +
-                            mode + "\"");
-                if (mode != "")
-                  requireDType(op, kNumeric, d, "promoted operand dtype");
-              },
-          .resultOf =
-              [](const Op &op) {
-                return attrStr(op, "rounding_mode").empty() ? Result::Float
-                                                            : Result::Promoted;
-              },
-          .zeroDivIsError = true});
-  addBinary(r,
-            {.name = "floor_divide",
-             .summary = "floor(self / other), keeping the promoted dtype",
-             .mask = kNumeric,
-             .make =
-                 [](const Op &, DType c, std::span<const RtValue>) {
-                   return Impl{inOpMath(c, divFloor<float>, divFloor<double>),
-                               intDivFloor};
-                 },
-             .zeroDivIsError = true});
-  addBinary(
-      r,
-      {.name = "remainder",
-       .summary =
-           "self - floor(self / other) * other (sign of the divisor, Python %)",
-       .mask = kNumeric,
-       .make =
-           [](const Op &, DType c, std::span<const RtValue>) {
-             return Impl{inOpMath(c, remainderOf<float>, remainderOf<double>),
-                         intRemainder};
-           },
-       .zeroDivIsError = true});
-  addBinary(r,
-            {.name = "fmod",
-             .summary = "C fmod: remainder with the sign of the dividend",
-             .mask = kNumeric,
-             .make = fixed([](double a, double b) { return std::fmod(a, b); },
-                           intFmod),
-             .zeroDivIsError = true});
-  addBinary(
-      r, {.name = "pow",
-          .summary = "self ** other; integer tensors to negative scalar powers "
-                     "are errors",
-          .mask = kNumeric,
-          .make = [](const Op &op, DType c, std::span<const RtValue> in) {
-            if (!isFloating(c) && (in[1].isInt() || in[1].isBool()) &&
-                in[1].toInt() < 0)
-              kernelFail(
-                  "pow: integers to negative integer powers are not allowed");
-            return Impl{[](double a, double b) { return std::pow(a, b); },
-                        intPow};
-          }});
+  addBinary(r, {.name = "sub",
+                .summary = "self - alpha * other (bool operands rejected, as in torch)",
+                .attrs = {alpha},
+                .make = addMaker(-1),
+                .check = [](const Op &op, DType d) {
+                  checkAlpha(op, d);
+                  if (allScalars(op, 0, 2))
+                    return;
+                  for (size_t i = 0; i < 2; ++i)
+                    if (op.operand(i)->type().category() == DTypeCategory::Bool)
+                      inferFail("sub: subtraction, the `-` operator, with a bool tensor "
+                                "is not "
+                                "supported; if you are trying to invert a mask, use "
+                                "logical_not instead");
+                }});
+  addBinary(r, {.name = "mul",
+                .summary = "self * other",
+                .make = fixed([](double a, double b) { return a * b; }, wrapMul),
+                .commutative = true});
+  addBinary(r, {.name = "div",
+                .summary = "self / other; rounding_mode \"\" (true division, float result), "
+                           "\"trunc\" or \"floor\" (keep the promoted dtype)",
+                .mask = kAnyDType,
+                .attrs = {attrDef("rounding_mode", AttrKind::Str, Attr(""))},
+                .make = divMaker(),
+                .check =
+                    [](const Op &op, DType d) {
+                      const std::string &mode = attrStr(op, "rounding_mode");
+                      if (mode != "" && mode != "trunc" && mode != "floor")
+                        inferFail("div: rounding_mode must be \"\", \"trunc\" or "
+                                  "\"floor\", got \"" +
+                                  mode + "\"");
+                      if (mode != "")
+                        requireDType(op, kNumeric, d, "promoted operand dtype");
+                    },
+                .resultOf =
+                    [](const Op &op) {
+                      return attrStr(op, "rounding_mode").empty() ? Result::Float
+                                                                  : Result::Promoted;
+                    },
+                .zeroDivIsError = true});
+  addBinary(r, {.name = "floor_divide",
+                .summary = "floor(self / other), keeping the promoted dtype",
+                .mask = kNumeric,
+                .make =
+                    [](const Op &, DType c, std::span<const RtValue>) {
+                      return Impl{inOpMath(c, divFloor<float>, divFloor<double>), intDivFloor};
+                    },
+                .zeroDivIsError = true});
+  addBinary(r, {.name = "remainder",
+                .summary = "self - floor(self / other) * other (sign of the divisor, Python %)",
+                .mask = kNumeric,
+                .make =
+                    [](const Op &, DType c, std::span<const RtValue>) {
+                      return Impl{inOpMath(c, remainderOf<float>, remainderOf<double>),
+                                  intRemainder};
+                    },
+                .zeroDivIsError = true});
+  addBinary(r, {.name = "fmod",
+                .summary = "C fmod: remainder with the sign of the dividend",
+                .mask = kNumeric,
+                .make = fixed([](double a, double b) { return std::fmod(a, b); }, intFmod),
+                .zeroDivIsError = true});
+  addBinary(r, {.name = "pow",
+                .summary = "self ** other; integer tensors to negative scalar powers "
+                           "are errors",
+                .mask = kNumeric,
+                .make = [](const Op &op, DType c, std::span<const RtValue> in) {
+                  if (!isFloating(c) && (in[1].isInt() || in[1].isBool()) && in[1].toInt() < 0)
+                    kernelFail("pow: integers to negative integer powers are not allowed");
+                  return Impl{[](double a, double b) { return std::pow(a, b); }, intPow};
+                }});
 }
 
 void addFloatMath(OpRegistry &r) {
-  addBinary(
-      r,
-      {.name = "atan2",
-       .summary = "arctangent of self / other with the quadrant (float result)",
-       .result = Result::Float,
-       .make = fixed([](double a, double b) { return std::atan2(a, b); },
-                     nullptr)});
-  addBinary(r,
-            {.name = "hypot",
-             .summary = "sqrt(self^2 + other^2), floating dtypes only",
-             .mask = kFloatOk,
-             .make = fixed([](double a, double b) { return std::hypot(a, b); },
-                           nullptr),
-             .commutative = true});
-  addBinary(
-      r, {.name = "copysign",
-          .summary = "|self| with the sign bit of other (float result)",
-          .result = Result::Float,
-          .make = fixed([](double a, double b) { return std::copysign(a, b); },
-                        nullptr)});
-  addBinary(
-      r, {.name = "xlogy",
-          .summary = "self * log(other), 0 where self == 0 unless other is NaN",
-          .result = Result::Float,
-          .make = fixed(
-              [](double x, double y) {
-                if (std::isnan(y))
-                  return kNaN;
-                return x == 0 ? 0.0 : x * std::log(y);
-              },
-              nullptr)});
+  addBinary(r, {.name = "atan2",
+                .summary = "arctangent of self / other with the quadrant (float result)",
+                .result = Result::Float,
+                .make = fixed([](double a, double b) { return std::atan2(a, b); }, nullptr)});
+  addBinary(r, {.name = "hypot",
+                .summary = "sqrt(self^2 + other^2), floating dtypes only",
+                .mask = kFloatOk,
+                .make = fixed([](double a, double b) { return std::hypot(a, b); }, nullptr),
+                .commutative = true});
+  addBinary(r, {.name = "copysign",
+                .summary = "|self| with the sign bit of other (float result)",
+                .result = Result::Float,
+                .make = fixed([](double a, double b) { return std::copysign(a, b); }, nullptr)});
+  addBinary(r, {.name = "xlogy",
+                .summary = "self * log(other), 0 where self == 0 unless other is NaN",
+                .result = Result::Float,
+                .make = fixed(
+                    [](double x, double y) {
+                      if (std::isnan(y))
+                        return kNaN;
+                      return x == 0 ? 0.0 : x * std::log(y);
+                    },
+                    nullptr)});
 }
 
 void addMinMax(OpRegistry &r) {
@@ -425,26 +381,24 @@ void addMinMax(OpRegistry &r) {
                 .make = fixed(nanPropagating(mn), imn),
                 .commutative = true,
                 .boolStaysBool = true});
-  addBinary(
-      r, {.name = "fmax",
-          .summary = "elementwise max ignoring NaN (NaN only if both are NaN)",
-          .make = fixed(
-              [mx](double a, double b) {
-                return std::isnan(a) ? b : std::isnan(b) ? a : mx(a, b);
-              },
-              imx),
-          .commutative = true,
-          .boolStaysBool = true});
-  addBinary(
-      r, {.name = "fmin",
-          .summary = "elementwise min ignoring NaN (NaN only if both are NaN)",
-          .make = fixed(
-              [mn](double a, double b) {
-                return std::isnan(a) ? b : std::isnan(b) ? a : mn(a, b);
-              },
-              imn),
-          .commutative = true,
-          .boolStaysBool = true});
+  addBinary(r, {.name = "fmax",
+                .summary = "elementwise max ignoring NaN (NaN only if both are NaN)",
+                .make = fixed(
+                    [mx](double a, double b) {
+                      return std::isnan(a) ? b : std::isnan(b) ? a : mx(a, b);
+                    },
+                    imx),
+                .commutative = true,
+                .boolStaysBool = true});
+  addBinary(r, {.name = "fmin",
+                .summary = "elementwise min ignoring NaN (NaN only if both are NaN)",
+                .make = fixed(
+                    [mn](double a, double b) {
+                      return std::isnan(a) ? b : std::isnan(b) ? a : mn(a, b);
+                    },
+                    imn),
+                .commutative = true,
+                .boolStaysBool = true});
 }
 
 /// Rows whose result is bool: comparisons in the promoted dtype, and logical
@@ -485,12 +439,9 @@ struct BitwiseRow {
   int64_t (*i)(int64_t, int64_t);
 };
 const BitwiseRow kBitwiseRows[] = {
-    {"bitwise_and", "self & other (integers and bool)",
-     [](int64_t a, int64_t b) { return a & b; }},
-    {"bitwise_or", "self | other (integers and bool)",
-     [](int64_t a, int64_t b) { return a | b; }},
-    {"bitwise_xor", "self ^ other (integers and bool)",
-     [](int64_t a, int64_t b) { return a ^ b; }},
+    {"bitwise_and", "self & other (integers and bool)", [](int64_t a, int64_t b) { return a & b; }},
+    {"bitwise_or", "self | other (integers and bool)", [](int64_t a, int64_t b) { return a | b; }},
+    {"bitwise_xor", "self ^ other (integers and bool)", [](int64_t a, int64_t b) { return a ^ b; }},
 };
 
 } // namespace
@@ -505,9 +456,8 @@ void registerBinaryOps(OpRegistry &r) {
     addBinary(r, {.name = p.name,
                   .summary = p.summary,
                   .result = Result::Bool,
-                  .make = fixed(
-                      [f](double a, double b) { return double(f(a, b)); },
-                      [i](int64_t a, int64_t b) -> int64_t { return i(a, b); }),
+                  .make = fixed([f](double a, double b) { return double(f(a, b)); },
+                                [i](int64_t a, int64_t b) -> int64_t { return i(a, b); }),
                   .commutative = p.commutative});
   }
   for (const BitwiseRow &b : kBitwiseRows)

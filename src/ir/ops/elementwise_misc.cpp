@@ -31,8 +31,7 @@ bool hasOperand(In in, size_t i) { return i < in.size() && !in[i].isNone(); }
 
 const Tensor &tensorIn(const Op &op, In in, size_t i) {
   if (i >= in.size() || !in[i].isTensor())
-    kernelFail(op.name() + ": operand " + std::to_string(i) +
-               " must be a tensor");
+    kernelFail(op.name() + ": operand " + std::to_string(i) + " must be a tensor");
   return in[i].tensor();
 }
 
@@ -69,9 +68,7 @@ Results clampKernel(const Op &op, In in) {
     if (!b)
       return none;
     Tensor t = Tensor::empty(out, {});
-    t.setInt(0, b->kind() == AttrKind::Int
-                    ? b->asInt()
-                    : static_cast<int64_t>(b->asNumber()));
+    t.setInt(0, b->kind() == AttrKind::Int ? b->asInt() : static_cast<int64_t>(b->asNumber()));
     return t.getInt(0);
   };
   int64_t ilo = intBound(lo, INT64_MIN), ihi = intBound(hi, INT64_MAX);
@@ -99,11 +96,9 @@ std::vector<Type> inferWhere(const Op &op) {
 
 Results whereKernel(const Op &op, In in) {
   DType out = resultDType(op);
-  Tensor ins[] = {tensorIn(op, in, 0), operandAs(in, 1, out),
-                  operandAs(in, 2, out)};
+  Tensor ins[] = {tensorIn(op, in, 0), operandAs(in, 1, out), operandAs(in, 2, out)};
   return {mapAll(
-      ins, out, out,
-      [](std::span<const double> v) { return v[0] != 0 ? v[1] : v[2]; },
+      ins, out, out, [](std::span<const double> v) { return v[0] != 0 ? v[1] : v[2]; },
       [](std::span<const int64_t> v) { return v[0] != 0 ? v[1] : v[2]; })};
 }
 
@@ -116,19 +111,16 @@ std::vector<Type> inferLerp(const Op &op) {
   requireDType(op, kFloatOk, start.dtype());
   if (end.dtype() != start.dtype())
     inferFail("lerp: expected dtype " + std::string(dtypeName(start.dtype())) +
-              " for `end` but got dtype " +
-              std::string(dtypeName(end.dtype())));
-  bool weightOperand = hasOperand(op, 2),
-       weightAttr = op.attrOrNull("weight") != nullptr;
+              " for `end` but got dtype " + std::string(dtypeName(end.dtype())));
+  bool weightOperand = hasOperand(op, 2), weightAttr = op.attrOrNull("weight") != nullptr;
   if (weightOperand == weightAttr)
     inferFail("lerp: give the weight either as the third operand or as the "
               "`weight` attribute");
   if (weightOperand) {
     const Type &w = tensorOrScalarOperand(op, 2);
     if (w.isTensor() && w.rank() > 0 && w.dtype() != start.dtype())
-      inferFail(
-          "lerp: expected dtype " + std::string(dtypeName(start.dtype())) +
-          " for `weight` but got dtype " + std::string(dtypeName(w.dtype())));
+      inferFail("lerp: expected dtype " + std::string(dtypeName(start.dtype())) +
+                " for `weight` but got dtype " + std::string(dtypeName(w.dtype())));
     return {broadcastResult(op, 0, 3, start.dtype())};
   }
   return {broadcastResult(op, 0, 2, start.dtype())};
@@ -149,8 +141,7 @@ Results lerpKernel(const Op &op, In in) {
       ins, out, out,
       [](std::span<const double> v) {
         double s = v[0], e = v[1], wt = v[2];
-        return std::fabs(wt) < 0.5 ? s + wt * (e - s)
-                                   : e - (e - s) * (1.0 - wt);
+        return std::fabs(wt) < 0.5 ? s + wt * (e - s) : e - (e - s) * (1.0 - wt);
       },
       nullptr)};
 }
@@ -173,18 +164,14 @@ std::vector<Type> inferAddc(const Op &op, bool divide) {
 Results addcKernel(const Op &op, In in, bool divide) {
   DType out = resultDType(op);
   double value = attrFloat(op, "value");
-  auto ivalue = static_cast<int64_t>(
-      value); // integral results truncate value, like torch
-  Tensor ins[] = {operandAs(in, 0, out), operandAs(in, 1, out),
-                  operandAs(in, 2, out)};
+  auto ivalue = static_cast<int64_t>(value); // integral results truncate value, like torch
+  Tensor ins[] = {operandAs(in, 0, out), operandAs(in, 1, out), operandAs(in, 2, out)};
   if (divide)
     return {mapAll(
-        ins, out, out,
-        [=](std::span<const double> v) { return v[0] + value * v[1] / v[2]; },
+        ins, out, out, [=](std::span<const double> v) { return v[0] + value * v[1] / v[2]; },
         nullptr)};
   return {mapAll(
-      ins, out, out,
-      [=](std::span<const double> v) { return v[0] + value * v[1] * v[2]; },
+      ins, out, out, [=](std::span<const double> v) { return v[0] + value * v[1] * v[2]; },
       [=](std::span<const int64_t> v) {
         return wrapAdd(v[0], wrapMul(wrapMul(ivalue, v[1]), v[2]));
       })};
@@ -199,8 +186,7 @@ void registerMiscOps(OpRegistry &r) {
                  "integer "
                  "tensors with integer bounds stay integers",
       .operands = {{"self"}},
-      .attrs = {attrOpt("min", AttrKind::Float),
-                attrOpt("max", AttrKind::Float)},
+      .attrs = {attrOpt("min", AttrKind::Float), attrOpt("max", AttrKind::Float)},
       .traits = kElementwise,
       .infer = inferClamp,
       .kernel = clampKernel,
@@ -222,13 +208,10 @@ void registerMiscOps(OpRegistry &r) {
       .traits = kElementwise,
       .infer =
           [](const Op &op) {
-            return std::vector<Type>{
-                tensorOperand(op, 0).withDType(attrDType(op, "dtype"))};
+            return std::vector<Type>{tensorOperand(op, 0).withDType(attrDType(op, "dtype"))};
           },
-      .kernel =
-          [](const Op &op, In in) {
-            return Results{tensorIn(op, in, 0).to(attrDType(op, "dtype"))};
-          },
+      .kernel = [](const Op &op,
+                   In in) { return Results{tensorIn(op, in, 0).to(attrDType(op, "dtype"))}; },
   });
   r.add(OpDef{
       .name = "lerp",

@@ -104,130 +104,90 @@ struct SimpleRow {
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 double softplus1(double x) { return std::log1p(std::exp(x)); }
 // NaN-propagating clamp of x into [lo, hi] (comparisons with NaN are false).
-double clampNaN(double x, double lo, double hi) {
-  return x < lo ? lo : (x > hi ? hi : x);
-}
-int64_t clampInt(int64_t x, int64_t lo, int64_t hi) {
-  return x < lo ? lo : (x > hi ? hi : x);
-}
+double clampNaN(double x, double lo, double hi) { return x < lo ? lo : (x > hi ? hi : x); }
+int64_t clampInt(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
 constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
 constexpr double kSeluScale = 1.0507009873554804934193349852946;
 
 const SimpleRow kSimpleRows[] = {
     // Float math: integer and bool inputs give f32.
-    {"exp", "e to the power x", Kind::FloatMath,
-     [](double x) { return std::exp(x); }},
-    {"exp2", "2 to the power x", Kind::FloatMath,
-     [](double x) { return std::exp2(x); }},
-    {"expm1", "exp(x) - 1", Kind::FloatMath,
-     [](double x) { return std::expm1(x); }},
-    {"log", "natural logarithm", Kind::FloatMath,
-     [](double x) { return std::log(x); }},
-    {"log2", "base-2 logarithm", Kind::FloatMath,
-     [](double x) { return std::log2(x); }},
-    {"log10", "base-10 logarithm", Kind::FloatMath,
-     [](double x) { return std::log10(x); }},
-    {"log1p", "log(1 + x)", Kind::FloatMath,
-     [](double x) { return std::log1p(x); }},
-    {"sqrt", "square root", Kind::FloatMath,
-     [](double x) { return std::sqrt(x); }},
-    {"rsqrt", "1 / sqrt(x)", Kind::FloatMath,
-     [](double x) { return 1.0 / std::sqrt(x); }},
+    {"exp", "e to the power x", Kind::FloatMath, [](double x) { return std::exp(x); }},
+    {"exp2", "2 to the power x", Kind::FloatMath, [](double x) { return std::exp2(x); }},
+    {"expm1", "exp(x) - 1", Kind::FloatMath, [](double x) { return std::expm1(x); }},
+    {"log", "natural logarithm", Kind::FloatMath, [](double x) { return std::log(x); }},
+    {"log2", "base-2 logarithm", Kind::FloatMath, [](double x) { return std::log2(x); }},
+    {"log10", "base-10 logarithm", Kind::FloatMath, [](double x) { return std::log10(x); }},
+    {"log1p", "log(1 + x)", Kind::FloatMath, [](double x) { return std::log1p(x); }},
+    {"sqrt", "square root", Kind::FloatMath, [](double x) { return std::sqrt(x); }},
+    {"rsqrt", "1 / sqrt(x)", Kind::FloatMath, [](double x) { return 1.0 / std::sqrt(x); }},
     {"reciprocal", "1 / x", Kind::FloatMath, [](double x) { return 1.0 / x; }},
     {"sin", "sine", Kind::FloatMath, [](double x) { return std::sin(x); }},
     {"cos", "cosine", Kind::FloatMath, [](double x) { return std::cos(x); }},
     {"tan", "tangent", Kind::FloatMath, [](double x) { return std::tan(x); }},
     {"asin", "arcsine", Kind::FloatMath, [](double x) { return std::asin(x); }},
-    {"acos", "arccosine", Kind::FloatMath,
-     [](double x) { return std::acos(x); }},
-    {"atan", "arctangent", Kind::FloatMath,
-     [](double x) { return std::atan(x); }},
-    {"sinh", "hyperbolic sine", Kind::FloatMath,
-     [](double x) { return std::sinh(x); }},
-    {"cosh", "hyperbolic cosine", Kind::FloatMath,
-     [](double x) { return std::cosh(x); }},
-    {"tanh", "hyperbolic tangent", Kind::FloatMath,
-     [](double x) { return std::tanh(x); }},
-    {"asinh", "inverse hyperbolic sine", Kind::FloatMath,
-     [](double x) { return std::asinh(x); }},
-    {"acosh", "inverse hyperbolic cosine", Kind::FloatMath,
-     [](double x) { return std::acosh(x); }},
+    {"acos", "arccosine", Kind::FloatMath, [](double x) { return std::acos(x); }},
+    {"atan", "arctangent", Kind::FloatMath, [](double x) { return std::atan(x); }},
+    {"sinh", "hyperbolic sine", Kind::FloatMath, [](double x) { return std::sinh(x); }},
+    {"cosh", "hyperbolic cosine", Kind::FloatMath, [](double x) { return std::cosh(x); }},
+    {"tanh", "hyperbolic tangent", Kind::FloatMath, [](double x) { return std::tanh(x); }},
+    {"asinh", "inverse hyperbolic sine", Kind::FloatMath, [](double x) { return std::asinh(x); }},
+    {"acosh", "inverse hyperbolic cosine", Kind::FloatMath, [](double x) { return std::acosh(x); }},
     {"atanh", "inverse hyperbolic tangent", Kind::FloatMath,
      [](double x) { return std::atanh(x); }},
     {"sigmoid", "1 / (1 + exp(-x))", Kind::FloatMath, sigmoid},
-    {"erf", "Gauss error function", Kind::FloatMath,
-     [](double x) { return std::erf(x); }},
-    {"erfc", "1 - erf(x)", Kind::FloatMath,
-     [](double x) { return std::erfc(x); }},
-    {"lgamma", "log |gamma(x)|", Kind::FloatMath,
-     [](double x) { return std::lgamma(x); }},
+    {"erf", "Gauss error function", Kind::FloatMath, [](double x) { return std::erf(x); }},
+    {"erfc", "1 - erf(x)", Kind::FloatMath, [](double x) { return std::erfc(x); }},
+    {"lgamma", "log |gamma(x)|", Kind::FloatMath, [](double x) { return std::lgamma(x); }},
 
     // Same dtype out; bool is rejected like in torch.
     {"neg", "-x", Kind::Numeric, [](double x) { return -x; }, wrapNeg},
     {"abs", "|x| (integers wrap: abs(-128 as i8) is -128)", Kind::Numeric,
-     [](double x) { return std::fabs(x); },
-     [](int64_t x) { return x < 0 ? wrapNeg(x) : x; }},
+     [](double x) { return std::fabs(x); }, [](int64_t x) { return x < 0 ? wrapNeg(x) : x; }},
     {"floor", "round toward -inf (identity on integers)", Kind::Numeric,
      [](double x) { return std::floor(x); }, [](int64_t x) { return x; }},
     {"ceil", "round toward +inf (identity on integers)", Kind::Numeric,
      [](double x) { return std::ceil(x); }, [](int64_t x) { return x; }},
     {"trunc", "round toward zero (identity on integers)", Kind::Numeric,
      [](double x) { return std::trunc(x); }, [](int64_t x) { return x; }},
-    {"relu", "max(x, 0), NaN propagates", Kind::Numeric,
-     [](double x) { return x < 0 ? 0.0 : x; },
+    {"relu", "max(x, 0), NaN propagates", Kind::Numeric, [](double x) { return x < 0 ? 0.0 : x; },
      [](int64_t x) { return x < 0 ? 0 : x; }},
     {"relu6", "min(max(x, 0), 6), NaN propagates", Kind::Numeric,
-     [](double x) { return clampNaN(x, 0, 6); },
-     [](int64_t x) { return clampInt(x, 0, 6); }},
+     [](double x) { return clampNaN(x, 0, 6); }, [](int64_t x) { return clampInt(x, 0, 6); }},
     {"sign", "-1, 0 or 1 (0 for NaN)", Kind::AnyDType,
      [](double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0); },
      [](int64_t x) -> int64_t { return (x > 0) - (x < 0); }},
-    {"square", "x * x (bool gives i64)", Kind::Square,
-     [](double x) { return x * x; }, [](int64_t x) { return wrapMul(x, x); }},
+    {"square", "x * x (bool gives i64)", Kind::Square, [](double x) { return x * x; },
+     [](int64_t x) { return wrapMul(x, x); }},
 
     // Floating dtypes only.
-    {"frac", "x - trunc(x)", Kind::FloatOnly,
-     [](double x) { return x - std::trunc(x); }},
-    {"silu", "x * sigmoid(x)", Kind::FloatOnly,
-     [](double x) { return x / (1.0 + std::exp(-x)); }},
+    {"frac", "x - trunc(x)", Kind::FloatOnly, [](double x) { return x - std::trunc(x); }},
+    {"silu", "x * sigmoid(x)", Kind::FloatOnly, [](double x) { return x / (1.0 + std::exp(-x)); }},
     {"mish", "x * tanh(softplus(x))", Kind::FloatOnly,
      [](double x) { return x * std::tanh(softplus1(x)); }},
-    {"selu", "scale * elu(x, alpha) with the self-normalizing constants",
-     Kind::FloatOnly,
-     [](double x) {
-       return kSeluScale * (x > 0 ? x : kSeluAlpha * std::expm1(x));
-     }},
+    {"selu", "scale * elu(x, alpha) with the self-normalizing constants", Kind::FloatOnly,
+     [](double x) { return kSeluScale * (x > 0 ? x : kSeluAlpha * std::expm1(x)); }},
     {"hardswish", "x * min(max(x + 3, 0), 6) / 6", Kind::FloatOnly,
      [](double x) { return x * std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; }},
     {"hardsigmoid", "min(max(x + 3, 0), 6) / 6", Kind::FloatOnly,
      [](double x) { return std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; }},
     {"log_sigmoid", "log(sigmoid(x)), computed stably", Kind::FloatOnly,
-     [](double x) {
-       return std::min(x, 0.0) - std::log1p(std::exp(-std::fabs(x)));
-     }},
+     [](double x) { return std::min(x, 0.0) - std::log1p(std::exp(-std::fabs(x))); }},
 
     // Bool results.
-    {"isnan", "x is NaN", Kind::Predicate,
-     [](double x) { return double(std::isnan(x)); },
+    {"isnan", "x is NaN", Kind::Predicate, [](double x) { return double(std::isnan(x)); },
      [](int64_t) -> int64_t { return 0; }},
-    {"isinf", "x is +-inf", Kind::Predicate,
-     [](double x) { return double(std::isinf(x)); },
+    {"isinf", "x is +-inf", Kind::Predicate, [](double x) { return double(std::isinf(x)); },
      [](int64_t) -> int64_t { return 0; }},
-    {"isposinf", "x is +inf", Kind::Predicate,
-     [](double x) { return double(x == INFINITY); },
+    {"isposinf", "x is +inf", Kind::Predicate, [](double x) { return double(x == INFINITY); },
      [](int64_t) -> int64_t { return 0; }},
-    {"isneginf", "x is -inf", Kind::Predicate,
-     [](double x) { return double(x == -INFINITY); },
+    {"isneginf", "x is -inf", Kind::Predicate, [](double x) { return double(x == -INFINITY); },
      [](int64_t) -> int64_t { return 0; }},
     {"isfinite", "x is neither inf nor NaN", Kind::Predicate,
-     [](double x) { return double(std::isfinite(x)); },
-     [](int64_t) -> int64_t { return 1; }},
+     [](double x) { return double(std::isfinite(x)); }, [](int64_t) -> int64_t { return 1; }},
     {"signbit", "the sign bit of x is set (true for -0.0)", Kind::Predicate,
-     [](double x) { return double(std::signbit(x)); },
-     [](int64_t x) -> int64_t { return x < 0; }},
-    {"logical_not", "x == 0", Kind::Predicate,
-     [](double x) { return double(x == 0); },
+     [](double x) { return double(std::signbit(x)); }, [](int64_t x) -> int64_t { return x < 0; }},
+    {"logical_not", "x == 0", Kind::Predicate, [](double x) { return double(x == 0); },
      [](int64_t x) -> int64_t { return x == 0; }},
 };
 
@@ -242,28 +202,21 @@ void addRounding(OpRegistry &r) {
   // op-math type (f32 for f16/bf16/f32), so we reproduce that rounding of the
   // scaled value.
   addUnary(
-      r, "round", "round half to even, optionally to `decimals` decimal places",
-      Kind::Numeric, {attrDef("decimals", AttrKind::Int, Attr(int64_t{0}))},
+      r, "round", "round half to even, optionally to `decimals` decimal places", Kind::Numeric,
+      {attrDef("decimals", AttrKind::Int, Attr(int64_t{0}))},
       [](const Op &op, DType d) -> Impl {
         int64_t decimals = attrInt(op, "decimals");
         if (decimals == 0)
-          return {[](double x) { return std::nearbyint(x); },
-                  [](int64_t x) { return x; }};
+          return {[](double x) { return std::nearbyint(x); }, [](int64_t x) { return x; }};
         DType opmath = d == DType::F64 ? DType::F64 : DType::F32;
-        double scale = roundTo(
-            opmath, std::pow(10.0, static_cast<double>(std::abs(decimals))));
+        double scale = roundTo(opmath, std::pow(10.0, static_cast<double>(std::abs(decimals))));
         bool negative = decimals < 0;
-        return {
-            [=](double x) {
-              return negative
-                         ? roundTo(opmath,
-                                   std::nearbyint(roundTo(opmath, x / scale)) *
-                                       scale)
-                         : roundTo(opmath,
-                                   std::nearbyint(roundTo(opmath, x * scale)) /
-                                       scale);
-            },
-            nullptr};
+        return {[=](double x) {
+                  return negative
+                             ? roundTo(opmath, std::nearbyint(roundTo(opmath, x / scale)) * scale)
+                             : roundTo(opmath, std::nearbyint(roundTo(opmath, x * scale)) / scale);
+                },
+                nullptr};
       },
       [](const Op &op, DType d) {
         if (attrInt(op, "decimals") != 0 && !isFloating(d))
@@ -275,69 +228,55 @@ void addRounding(OpRegistry &r) {
 
 void addActivations(OpRegistry &r) {
   addUnary(
-      r, "gelu", "x * Phi(x); approximate = \"none\" (erf) or \"tanh\"",
-      Kind::FloatOnly, {attrDef("approximate", AttrKind::Str, Attr("none"))},
+      r, "gelu", "x * Phi(x); approximate = \"none\" (erf) or \"tanh\"", Kind::FloatOnly,
+      {attrDef("approximate", AttrKind::Str, Attr("none"))},
       [](const Op &op, DType) -> Impl {
         if (attrStr(op, "approximate") == "tanh")
           return {[](double x) {
                     const double k = std::sqrt(2.0 / std::numbers::pi);
-                    return 0.5 * x *
-                           (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+                    return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
                   },
                   nullptr};
-        return {[](double x) {
-                  return 0.5 * x * (1.0 + std::erf(x / std::numbers::sqrt2));
-                },
+        return {[](double x) { return 0.5 * x * (1.0 + std::erf(x / std::numbers::sqrt2)); },
                 nullptr};
       },
       [](const Op &op, DType) {
         const std::string &a = attrStr(op, "approximate");
         if (a != "none" && a != "tanh")
-          inferFail("gelu: approximate must be \"none\" or \"tanh\", got \"" +
-                    a + "\"");
+          inferFail("gelu: approximate must be \"none\" or \"tanh\", got \"" + a + "\"");
       });
 
-  addUnary(r, "softplus",
-           "log(1 + exp(beta * x)) / beta; x where beta * x > threshold",
+  addUnary(r, "softplus", "log(1 + exp(beta * x)) / beta; x where beta * x > threshold",
            Kind::FloatOnly,
            {attrDef("beta", AttrKind::Float, Attr(1.0)),
             attrDef("threshold", AttrKind::Float, Attr(20.0))},
            [](const Op &op, DType) -> Impl {
-             double beta = attrFloat(op, "beta"),
-                    threshold = attrFloat(op, "threshold");
+             double beta = attrFloat(op, "beta"), threshold = attrFloat(op, "threshold");
              return {[=](double x) {
-                       return x * beta > threshold
-                                  ? x
-                                  : std::log1p(std::exp(x * beta)) / beta;
+                       return x * beta > threshold ? x : std::log1p(std::exp(x * beta)) / beta;
                      },
                      nullptr};
            });
 
-  addUnary(r, "elu", "x for x > 0, alpha * (exp(x) - 1) otherwise",
-           Kind::FloatOnly, {attrDef("alpha", AttrKind::Float, Attr(1.0))},
-           [](const Op &op, DType) -> Impl {
+  addUnary(r, "elu", "x for x > 0, alpha * (exp(x) - 1) otherwise", Kind::FloatOnly,
+           {attrDef("alpha", AttrKind::Float, Attr(1.0))}, [](const Op &op, DType) -> Impl {
              double alpha = attrFloat(op, "alpha");
-             return {
-                 [=](double x) { return x > 0 ? x : alpha * std::expm1(x); },
-                 nullptr};
+             return {[=](double x) { return x > 0 ? x : alpha * std::expm1(x); }, nullptr};
            });
 
   addUnary(
-      r, "celu", "x for x > 0, alpha * (exp(x / alpha) - 1) otherwise",
-      Kind::FloatOnly, {attrDef("alpha", AttrKind::Float, Attr(1.0))},
+      r, "celu", "x for x > 0, alpha * (exp(x / alpha) - 1) otherwise", Kind::FloatOnly,
+      {attrDef("alpha", AttrKind::Float, Attr(1.0))},
       [](const Op &op, DType) -> Impl {
         double alpha = attrFloat(op, "alpha");
-        return {
-            [=](double x) { return x > 0 ? x : alpha * std::expm1(x / alpha); },
-            nullptr};
+        return {[=](double x) { return x > 0 ? x : alpha * std::expm1(x / alpha); }, nullptr};
       },
       [](const Op &op, DType) {
         if (attrFloat(op, "alpha") == 0)
           inferFail("celu: alpha cannot be 0");
       });
 
-  addUnary(r, "leaky_relu", "x for x > 0, negative_slope * x otherwise",
-           Kind::FloatOnly,
+  addUnary(r, "leaky_relu", "x for x > 0, negative_slope * x otherwise", Kind::FloatOnly,
            {attrDef("negative_slope", AttrKind::Float, Attr(0.01))},
            [](const Op &op, DType) -> Impl {
              double slope = attrFloat(op, "negative_slope");
@@ -345,8 +284,7 @@ void addActivations(OpRegistry &r) {
            });
 
   addUnary(
-      r, "hardtanh", "clamp(x, min_val, max_val), NaN propagates",
-      Kind::Numeric,
+      r, "hardtanh", "clamp(x, min_val, max_val), NaN propagates", Kind::Numeric,
       {attrDef("min_val", AttrKind::Float, Attr(-1.0)),
        attrDef("max_val", AttrKind::Float, Attr(1.0))},
       [](const Op &op, DType) -> Impl {
@@ -367,8 +305,7 @@ void addActivations(OpRegistry &r) {
   addUnary(r, "logit",
            "log(x / (1 - x)), x first clamped to [eps, 1 - eps] when eps >= 0 "
            "is given",
-           Kind::FloatMath, {attrOpt("eps", AttrKind::Float)},
-           [](const Op &op, DType) -> Impl {
+           Kind::FloatMath, {attrOpt("eps", AttrKind::Float)}, [](const Op &op, DType) -> Impl {
              double eps = hasAttrValue(op, "eps") ? attrFloat(op, "eps") : -1.0;
              return {[=](double x) {
                        if (eps >= 0)
@@ -383,20 +320,14 @@ void addActivations(OpRegistry &r) {
            "(default: the dtype's "
            "largest / lowest finite value); identity on integers",
            Kind::AnyDType,
-           {attrDef("nan", AttrKind::Float, Attr(0.0)),
-            attrOpt("posinf", AttrKind::Float),
+           {attrDef("nan", AttrKind::Float, Attr(0.0)), attrOpt("posinf", AttrKind::Float),
             attrOpt("neginf", AttrKind::Float)},
            [](const Op &op, DType d) -> Impl {
              double nan = attrFloat(op, "nan");
-             double pos = hasAttrValue(op, "posinf") ? attrFloat(op, "posinf")
-                                                     : floatMax(d);
-             double neg = hasAttrValue(op, "neginf") ? attrFloat(op, "neginf")
-                                                     : -floatMax(d);
+             double pos = hasAttrValue(op, "posinf") ? attrFloat(op, "posinf") : floatMax(d);
+             double neg = hasAttrValue(op, "neginf") ? attrFloat(op, "neginf") : -floatMax(d);
              return {[=](double x) {
-                       return std::isnan(x)    ? nan
-                              : x == INFINITY  ? pos
-                              : x == -INFINITY ? neg
-                                               : x;
+                       return std::isnan(x) ? nan : x == INFINITY ? pos : x == -INFINITY ? neg : x;
                      },
                      [](int64_t x) { return x; }};
            });

@@ -36,9 +36,8 @@ static std::string describeMask(uint8_t mask) {
 void requireDType(const Op &op, uint8_t mask, DType d, std::string_view what) {
   if (dtypeAllowed(mask, d))
     return;
-  inferFail(op.name() + ": " + std::string(what) + " of dtype " +
-            std::string(dtypeName(d)) + " is not supported (expected " +
-            describeMask(mask) + ")");
+  inferFail(op.name() + ": " + std::string(what) + " of dtype " + std::string(dtypeName(d)) +
+            " is not supported (expected " + describeMask(mask) + ")");
 }
 
 const Type &tensorOrScalarOperand(const Op &op, size_t i) {
@@ -71,8 +70,8 @@ Type broadcastResult(const Op &op, size_t first, size_t count, DType dtype) {
       device = &t.device();
       deviceFromZeroDim = zeroDim;
     } else if (!zeroDim && *device != t.device()) {
-      inferFail(op.name() + ": operands are on different devices (" +
-                device->str() + " and " + t.device().str() + ")");
+      inferFail(op.name() + ": operands are on different devices (" + device->str() + " and " +
+                t.device().str() + ")");
     }
   }
   if (!device)
@@ -114,45 +113,35 @@ Tensor operandAs(std::span<const RtValue> in, size_t i, DType d) {
     else
       t.setInt(0, v.toInt());
   } else {
-    kernelFail(std::string("expected a tensor or a number, got ") +
-               v.kindName());
+    kernelFail(std::string("expected a tensor or a number, got ") + v.kindName());
   }
   return t;
 }
 
-Tensor mapAll(std::span<const Tensor> inputs, DType compute, DType out,
-              const FloatFn &f, const IntFn &i) {
+Tensor mapAll(std::span<const Tensor> inputs, DType compute, DType out, const FloatFn &f,
+              const IntFn &i) {
   if (out != DType::Bool)
     return mapElements(inputs, compute, out, f, i);
   // Bool results store truth values; NaN is true like in torch.
-  FloatFn fb = f ? FloatFn([&](std::span<const double> v) {
-    return f(v) != 0 ? 1.0 : 0.0;
-  })
-                 : FloatFn();
-  IntFn ib = i ? IntFn([&](std::span<const int64_t> v) -> int64_t {
-    return i(v) != 0;
-  })
-               : IntFn();
+  FloatFn fb =
+      f ? FloatFn([&](std::span<const double> v) { return f(v) != 0 ? 1.0 : 0.0; }) : FloatFn();
+  IntFn ib = i ? IntFn([&](std::span<const int64_t> v) -> int64_t { return i(v) != 0; }) : IntFn();
   return mapElements(inputs, compute, out, fb, ib);
 }
 
-Tensor map1(const Tensor &x, DType compute, DType out, const Float1 &f,
-            const Int1 &i) {
+Tensor map1(const Tensor &x, DType compute, DType out, const Float1 &f, const Int1 &i) {
   Tensor in[] = {x.dtype() == compute ? x : x.to(compute)};
   FloatFn ff = [&](std::span<const double> v) { return f(v[0]); };
-  IntFn ii =
-      i ? IntFn([&](std::span<const int64_t> v) { return i(v[0]); }) : IntFn();
+  IntFn ii = i ? IntFn([&](std::span<const int64_t> v) { return i(v[0]); }) : IntFn();
   return mapAll(in, compute, out, ff, ii);
 }
 
-Tensor map2(const Tensor &a, const Tensor &b, DType compute, DType out,
-            const Float2 &f, const Int2 &i) {
+Tensor map2(const Tensor &a, const Tensor &b, DType compute, DType out, const Float2 &f,
+            const Int2 &i) {
   Tensor in[] = {a.dtype() == compute ? a : a.to(compute),
                  b.dtype() == compute ? b : b.to(compute)};
   FloatFn ff = [&](std::span<const double> v) { return f(v[0], v[1]); };
-  IntFn ii =
-      i ? IntFn([&](std::span<const int64_t> v) { return i(v[0], v[1]); })
-        : IntFn();
+  IntFn ii = i ? IntFn([&](std::span<const int64_t> v) { return i(v[0], v[1]); }) : IntFn();
   return mapAll(in, compute, out, ff, ii);
 }
 

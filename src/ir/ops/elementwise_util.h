@@ -18,14 +18,12 @@ namespace xjit::ops::ew {
 // Parts of registerElementwiseOps, one per file.
 void registerUnaryOps(OpRegistry &r);  // elementwise_unary.cpp
 void registerBinaryOps(OpRegistry &r); // elementwise_binary.cpp
-void registerMiscOps(
-    OpRegistry &r); // elementwise_misc.cpp: clamp, where, cast, lerp...
+void registerMiscOps(OpRegistry &r);   // elementwise_misc.cpp: clamp, where, cast, lerp...
 
 /// An attribute slot with a default, an optional one (may be absent) and a
 /// required one.
 inline AttrSpec attrDef(std::string name, AttrKind kind, Attr def) {
-  return {
-      .name = std::move(name), .kind = kind, .defaultValue = std::move(def)};
+  return {.name = std::move(name), .kind = kind, .defaultValue = std::move(def)};
 }
 inline AttrSpec attrOpt(std::string name, AttrKind kind) {
   return {.name = std::move(name), .kind = kind, .optional = true};
@@ -46,8 +44,7 @@ enum DTypeMask : uint8_t {
 bool dtypeAllowed(uint8_t mask, DType d);
 /// Throws TypeInferenceError "<op>: <what> does not support <dtype> (expects
 /// ...)" when d is not in mask.
-void requireDType(const Op &op, uint8_t mask, DType d,
-                  std::string_view what = "input");
+void requireDType(const Op &op, uint8_t mask, DType d, std::string_view what = "input");
 
 /// Operand i must be a tensor or a Python scalar (int, float, bool); returns
 /// its type.
@@ -73,12 +70,11 @@ using Int2 = std::function<int64_t(int64_t, int64_t)>;
 Tensor operandAs(std::span<const RtValue> in, size_t i, DType d);
 /// mapElements over inputs already in `compute`, with a bool output normalized
 /// to 0/1.
-Tensor mapAll(std::span<const Tensor> inputs, DType compute, DType out,
-              const FloatFn &f, const IntFn &i);
-Tensor map1(const Tensor &x, DType compute, DType out, const Float1 &f,
-            const Int1 &i);
-Tensor map2(const Tensor &a, const Tensor &b, DType compute, DType out,
-            const Float2 &f, const Int2 &i);
+Tensor mapAll(std::span<const Tensor> inputs, DType compute, DType out, const FloatFn &f,
+              const IntFn &i);
+Tensor map1(const Tensor &x, DType compute, DType out, const Float1 &f, const Int1 &i);
+Tensor map2(const Tensor &a, const Tensor &b, DType compute, DType out, const Float2 &f,
+            const Int2 &i);
 
 /// Whether an (int or float) number fits the range of `d` (for clamp bounds,
 /// like torch's "value cannot be converted to type ... without overflow").
@@ -88,16 +84,13 @@ double floatMax(DType d);
 
 // ---- wrapping int64 arithmetic (no UB on overflow) ----
 inline int64_t wrapAdd(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) +
-                              static_cast<uint64_t>(b));
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
 }
 inline int64_t wrapSub(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) -
-                              static_cast<uint64_t>(b));
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
 }
 inline int64_t wrapMul(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) *
-                              static_cast<uint64_t>(b));
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
 }
 inline int64_t wrapNeg(int64_t a) { return wrapSub(0, a); }
 

@@ -30,13 +30,10 @@ AttrSpec dimsAttr() {
   return {.name = "dims", .kind = AttrKind::Ints, .defaultValue = Attr(Ints{})};
 }
 AttrSpec keepdimAttr() {
-  return {
-      .name = "keepdim", .kind = AttrKind::Bool, .defaultValue = Attr(false)};
+  return {.name = "keepdim", .kind = AttrKind::Bool, .defaultValue = Attr(false)};
 }
 AttrSpec dimAttr() { return {.name = "dim", .kind = AttrKind::Int}; }
-AttrSpec dtypeAttr() {
-  return {.name = "dtype", .kind = AttrKind::DType, .optional = true};
-}
+AttrSpec dtypeAttr() { return {.name = "dtype", .kind = AttrKind::DType, .optional = true}; }
 
 /// Normalized reduction dims, errors prefixed with the op name.
 Ints reductionDims(const Op &op, const Ints &dims, int64_t rank) {
@@ -55,12 +52,9 @@ int64_t oneDim(const Op &op, int64_t rank) {
 }
 /// `dims` of an op that has that attribute, else every dim.
 Ints opDims(const Op &op, int64_t rank) {
-  return reductionDims(
-      op, op.def().attrSpec("dims") ? attrInts(op, "dims") : Ints{}, rank);
+  return reductionDims(op, op.def().attrSpec("dims") ? attrInts(op, "dims") : Ints{}, rank);
 }
-bool opKeepdim(const Op &op) {
-  return op.def().attrSpec("keepdim") && attrBool(op, "keepdim");
-}
+bool opKeepdim(const Op &op) { return op.def().attrSpec("keepdim") && attrBool(op, "keepdim"); }
 std::optional<DType> optDType(const Op &op) {
   if (!hasAttrValue(op, "dtype"))
     return std::nullopt;
@@ -69,8 +63,7 @@ std::optional<DType> optDType(const Op &op) {
 
 void requireFloat(const Op &op, DType d, const char *what = "input") {
   if (!isFloating(d))
-    inferFail(op.name() + ": expected a floating point " + what +
-              ", got dtype " + str(d));
+    inferFail(op.name() + ": expected a floating point " + what + ", got dtype " + str(d));
 }
 
 // ---- kernels: grouping ----
@@ -81,9 +74,7 @@ const Tensor &input(const Op &op, In in) {
   return in[0].tensor();
 }
 
-Tensor convert(const Tensor &t, DType d) {
-  return t.dtype() == d ? t : t.to(d);
-}
+Tensor convert(const Tensor &t, DType d) { return t.dtype() == d ? t : t.to(d); }
 
 /// The input elements reduced into each output element: members[g] holds the
 /// row-major linear indices of group g, in row-major order (so with one reduced
@@ -109,8 +100,7 @@ Groups groupBy(const Ints &sizes, const Ints &dims, bool keepdim) {
     g.members[static_cast<size_t>(linearIndex(kept, outIdx))].push_back(linear);
   });
   for (size_t d = 0; d < sizes.size(); ++d) {
-    bool reduced = std::find(dims.begin(), dims.end(),
-                             static_cast<int64_t>(d)) != dims.end();
+    bool reduced = std::find(dims.begin(), dims.end(), static_cast<int64_t>(d)) != dims.end();
     if (!reduced)
       g.outSizes.push_back(sizes[d]);
     else if (keepdim)
@@ -179,8 +169,8 @@ void addReduction(OpRegistry &r, ReduceDef def) {
             const Type &t = tensorOperand(op, 0);
             DType out = d->result(op, t.dtype());
             Ints dims = opDims(op, t.rank());
-            return std::vector<Type>{Type::tensor(
-                out, reducedShape(t.shape(), dims, opKeepdim(op)), t.device())};
+            return std::vector<Type>{
+                Type::tensor(out, reducedShape(t.shape(), dims, opKeepdim(op)), t.device())};
           },
       .kernel =
           [d](const Op &op, In in) {
@@ -210,9 +200,7 @@ void addReduction(OpRegistry &r, ReduceDef def) {
 DType sumLike(const Op &op, DType in) {
   if (auto d = optDType(op))
     return *d;
-  return isFloating(in)
-             ? in
-             : DType::I64; // bool and integers accumulate in i64 (torch)
+  return isFloating(in) ? in : DType::I64; // bool and integers accumulate in i64 (torch)
 }
 DType sameDType(const Op &, DType in) { return in; }
 DType floatOnly(const Op &op, DType in) {
@@ -221,12 +209,10 @@ DType floatOnly(const Op &op, DType in) {
 }
 
 int64_t wrapMul(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) *
-                              static_cast<uint64_t>(b));
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
 }
 int64_t wrapAdd(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) +
-                              static_cast<uint64_t>(b));
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
 }
 
 double sumOf(std::span<const double> v) {
@@ -235,14 +221,11 @@ double sumOf(std::span<const double> v) {
     s += x;
   return s;
 }
-double meanOf(std::span<const double> v) {
-  return sumOf(v) / static_cast<double>(v.size());
-}
+double meanOf(std::span<const double> v) { return sumOf(v) / static_cast<double>(v.size()); }
 
 /// Extremum with NaN propagation: the first NaN wins. Returns (value,
 /// position).
-template <class T>
-std::pair<T, int64_t> extremum(std::span<const T> v, bool isMax) {
+template <class T> std::pair<T, int64_t> extremum(std::span<const T> v, bool isMax) {
   T best = v[0];
   int64_t pos = 0;
   for (size_t k = 1; k < v.size(); ++k) {
@@ -260,9 +243,8 @@ std::pair<T, int64_t> extremum(std::span<const T> v, bool isMax) {
 }
 
 Reducer extremumReducer(bool isMax) {
-  return {
-      [isMax](std::span<const double> v) { return extremum(v, isMax).first; },
-      [isMax](std::span<const int64_t> v) { return extremum(v, isMax).first; }};
+  return {[isMax](std::span<const double> v) { return extremum(v, isMax).first; },
+          [isMax](std::span<const int64_t> v) { return extremum(v, isMax).first; }};
 }
 
 /// var with Bessel-style correction: sum((x - mean)^2) / max(0, N -
@@ -320,89 +302,76 @@ double logSumExpOf(std::span<const double> v) {
 }
 
 void addValueReductions(OpRegistry &r) {
-  const std::vector<AttrSpec> withDType = {dimsAttr(), keepdimAttr(),
-                                           dtypeAttr()};
+  const std::vector<AttrSpec> withDType = {dimsAttr(), keepdimAttr(), dtypeAttr()};
   const std::vector<AttrSpec> plain = {dimsAttr(), keepdimAttr()};
 
-  addReduction(r,
-               {.name = "sum",
-                .summary = "sum over dims (all when empty); bool/int give i64",
-                .attrs = withDType,
-                .result = sumLike,
-                .make = [](const Op &) {
-                  return Reducer{sumOf, [](std::span<const int64_t> v) {
-                                   int64_t s = 0;
-                                   for (int64_t x : v)
-                                     s = wrapAdd(s, x);
-                                   return s;
-                                 }};
-                }});
-  addReduction(
-      r, {.name = "prod",
-          .summary = "product over dims (all when empty); bool/int give i64",
-          .attrs = withDType,
-          .result = sumLike,
-          .make = [](const Op &) {
-            return Reducer{[](std::span<const double> v) {
-                             double p = 1;
-                             for (double x : v)
-                               p *= x;
-                             return p;
-                           },
-                           [](std::span<const int64_t> v) {
-                             int64_t p = 1;
-                             for (int64_t x : v)
-                               p = wrapMul(p, x);
-                             return p;
-                           }};
-          }});
-  addReduction(
-      r,
-      {.name = "mean",
-       .summary = "mean over dims (all when empty); floating dtypes only, NaN "
-                  "when empty",
-       .attrs = withDType,
-       .result =
-           [](const Op &op, DType in) {
-             DType d = optDType(op).value_or(in);
-             if (!isFloating(d))
-               inferFail(
-                   "mean: could not infer output dtype; input dtype must be a "
-                   "floating point dtype, got " +
-                   str(d) + " (pass a floating `dtype` to average integers)");
-             return d;
-           },
-       .make = [](const Op &) { return Reducer{meanOf, nullptr}; }});
+  addReduction(r, {.name = "sum",
+                   .summary = "sum over dims (all when empty); bool/int give i64",
+                   .attrs = withDType,
+                   .result = sumLike,
+                   .make = [](const Op &) {
+                     return Reducer{sumOf, [](std::span<const int64_t> v) {
+                                      int64_t s = 0;
+                                      for (int64_t x : v)
+                                        s = wrapAdd(s, x);
+                                      return s;
+                                    }};
+                   }});
+  addReduction(r, {.name = "prod",
+                   .summary = "product over dims (all when empty); bool/int give i64",
+                   .attrs = withDType,
+                   .result = sumLike,
+                   .make = [](const Op &) {
+                     return Reducer{[](std::span<const double> v) {
+                                      double p = 1;
+                                      for (double x : v)
+                                        p *= x;
+                                      return p;
+                                    },
+                                    [](std::span<const int64_t> v) {
+                                      int64_t p = 1;
+                                      for (int64_t x : v)
+                                        p = wrapMul(p, x);
+                                      return p;
+                                    }};
+                   }});
+  addReduction(r, {.name = "mean",
+                   .summary = "mean over dims (all when empty); floating dtypes only, NaN "
+                              "when empty",
+                   .attrs = withDType,
+                   .result =
+                       [](const Op &op, DType in) {
+                         DType d = optDType(op).value_or(in);
+                         if (!isFloating(d))
+                           inferFail("mean: could not infer output dtype; input dtype must be a "
+                                     "floating point dtype, got " +
+                                     str(d) + " (pass a floating `dtype` to average integers)");
+                         return d;
+                       },
+                   .make = [](const Op &) { return Reducer{meanOf, nullptr}; }});
   for (bool isMax : {true, false}) {
     std::string what = isMax ? "maximum" : "minimum";
-    addReduction(
-        r, {.name = isMax ? "amax" : "amin",
-            .summary = what + " over dims (all when empty); NaN propagates",
-            .attrs = plain,
-            .result = sameDType,
-            .make = [isMax](const Op &) { return extremumReducer(isMax); },
-            .needsNonEmpty = [](const Op &) { return true; }});
-    addReduction(
-        r, {.name = isMax ? "max" : "min",
-            .summary = what + " of all elements (a 0-d tensor); NaN propagates",
-            .attrs = {},
-            .result = sameDType,
-            .make = [isMax](const Op &) { return extremumReducer(isMax); },
-            .needsNonEmpty = [](const Op &) { return true; }});
+    addReduction(r, {.name = isMax ? "amax" : "amin",
+                     .summary = what + " over dims (all when empty); NaN propagates",
+                     .attrs = plain,
+                     .result = sameDType,
+                     .make = [isMax](const Op &) { return extremumReducer(isMax); },
+                     .needsNonEmpty = [](const Op &) { return true; }});
+    addReduction(r, {.name = isMax ? "max" : "min",
+                     .summary = what + " of all elements (a 0-d tensor); NaN propagates",
+                     .attrs = {},
+                     .result = sameDType,
+                     .make = [isMax](const Op &) { return extremumReducer(isMax); },
+                     .needsNonEmpty = [](const Op &) { return true; }});
   }
   for (bool isAny : {true, false}) {
     addReduction(
         r,
         {.name = isAny ? "any" : "all",
-         .summary =
-             isAny
-                 ? "some element is non-zero (bool result; u8 input gives u8)"
-                 : "every element is non-zero (bool result; u8 input gives u8)",
+         .summary = isAny ? "some element is non-zero (bool result; u8 input gives u8)"
+                          : "every element is non-zero (bool result; u8 input gives u8)",
          .attrs = plain,
-         .result =
-             [](const Op &, DType in) {
-               return in == DType::U8 ? DType::U8 : DType::Bool;
-             },
+         .result = [](const Op &, DType in) { return in == DType::U8 ? DType::U8 : DType::Bool; },
          .compute = [](DType in, DType) { return in; },
          .make =
              [isAny](const Op &) {
@@ -412,90 +381,73 @@ void addValueReductions(OpRegistry &r) {
                      return isAny;
                  return !isAny;
                };
-               return Reducer{[test](std::span<const double> v) {
-                                return double(test(v));
-                              },
-                              [test](std::span<const int64_t> v) {
-                                return int64_t(test(v));
-                              }};
+               return Reducer{[test](std::span<const double> v) { return double(test(v)); },
+                              [test](std::span<const int64_t> v) { return int64_t(test(v)); }};
              }});
   }
-  addReduction(
-      r,
-      {.name = "count_nonzero",
-       .summary = "number of non-zero elements over dims (all when empty), i64",
-       .attrs = {dimsAttr()},
-       .result = [](const Op &, DType) { return DType::I64; },
-       .compute = [](DType in, DType) { return in; },
-       .make =
-           [](const Op &) {
-             auto count = [](auto v) {
-               int64_t n = 0;
-               for (auto x : v)
-                 n += x != 0;
-               return n;
-             };
-             return Reducer{[count](std::span<const double> v) {
-                              return double(count(v));
-                            },
-                            count};
-           }});
+  addReduction(r, {.name = "count_nonzero",
+                   .summary = "number of non-zero elements over dims (all when empty), i64",
+                   .attrs = {dimsAttr()},
+                   .result = [](const Op &, DType) { return DType::I64; },
+                   .compute = [](DType in, DType) { return in; },
+                   .make =
+                       [](const Op &) {
+                         auto count = [](auto v) {
+                           int64_t n = 0;
+                           for (auto x : v)
+                             n += x != 0;
+                           return n;
+                         };
+                         return Reducer{
+                             [count](std::span<const double> v) { return double(count(v)); },
+                             count};
+                       }});
   for (bool isStd : {false, true}) {
-    addReduction(
-        r, {.name = isStd ? "std" : "var",
-            .summary =
-                std::string(isStd ? "standard deviation" : "variance") +
-                " over dims (all when empty) with `correction` (1: unbiased)",
-            .attrs = {dimsAttr(),
-                      keepdimAttr(),
-                      {.name = "correction",
-                       .kind = AttrKind::Float,
-                       .defaultValue = Attr(int64_t{1})}},
-            .result = floatOnly,
-            .make = [isStd](const Op &op) {
-              double c = attrFloat(op, "correction");
-              return Reducer{[c, isStd](std::span<const double> v) {
-                               double var = varianceOf(v, c);
-                               return isStd ? std::sqrt(var) : var;
-                             },
-                             nullptr};
-            }});
+    addReduction(r, {.name = isStd ? "std" : "var",
+                     .summary = std::string(isStd ? "standard deviation" : "variance") +
+                                " over dims (all when empty) with `correction` (1: unbiased)",
+                     .attrs = {dimsAttr(),
+                               keepdimAttr(),
+                               {.name = "correction",
+                                .kind = AttrKind::Float,
+                                .defaultValue = Attr(int64_t{1})}},
+                     .result = floatOnly,
+                     .make = [isStd](const Op &op) {
+                       double c = attrFloat(op, "correction");
+                       return Reducer{[c, isStd](std::span<const double> v) {
+                                        double var = varianceOf(v, c);
+                                        return isStd ? std::sqrt(var) : var;
+                                      },
+                                      nullptr};
+                     }});
   }
-  addReduction(
-      r,
-      {.name = "norm",
-       .summary = "vector p-norm over dims (all when empty): p = 2 by default, "
-                  "also inf, -inf, 0 (count of non-zeros), 1 and any float",
-       .attrs = {{.name = "p",
-                  .kind = AttrKind::Float,
-                  .defaultValue = Attr(2.0)},
-                 dimsAttr(),
-                 keepdimAttr(),
-                 dtypeAttr()},
-       .result =
-           [](const Op &op, DType in) {
-             requireFloat(op, in);
-             DType d = optDType(op).value_or(in);
-             requireFloat(op, d, "dtype");
-             return d;
-           },
-       .make =
-           [](const Op &op) {
-             double p = attrFloat(op, "p");
-             return Reducer{
-                 [p](std::span<const double> v) { return normOf(v, p); },
-                 nullptr};
-           },
-       .needsNonEmpty =
-           [](const Op &op) { return std::isinf(attrFloat(op, "p")); }});
-  addReduction(
-      r, {.name = "logsumexp",
-          .summary =
-              "log(sum(exp(x))) over dims (all when empty), computed stably; "
-              "integers give f32",
-          .attrs = plain,
-          .result = [](const Op &, DType in) { return floatResultDType(in); },
-          .make = [](const Op &) { return Reducer{logSumExpOf, nullptr}; }});
+  addReduction(r, {.name = "norm",
+                   .summary = "vector p-norm over dims (all when empty): p = 2 by default, "
+                              "also inf, -inf, 0 (count of non-zeros), 1 and any float",
+                   .attrs = {{.name = "p", .kind = AttrKind::Float, .defaultValue = Attr(2.0)},
+                             dimsAttr(),
+                             keepdimAttr(),
+                             dtypeAttr()},
+                   .result =
+                       [](const Op &op, DType in) {
+                         requireFloat(op, in);
+                         DType d = optDType(op).value_or(in);
+                         requireFloat(op, d, "dtype");
+                         return d;
+                       },
+                   .make =
+                       [](const Op &op) {
+                         double p = attrFloat(op, "p");
+                         return Reducer{[p](std::span<const double> v) { return normOf(v, p); },
+                                        nullptr};
+                       },
+                   .needsNonEmpty = [](const Op &op) { return std::isinf(attrFloat(op, "p")); }});
+  addReduction(r, {.name = "logsumexp",
+                   .summary = "log(sum(exp(x))) over dims (all when empty), computed stably; "
+                              "integers give f32",
+                   .attrs = plain,
+                   .result = [](const Op &, DType in) { return floatResultDType(in); },
+                   .make = [](const Op &) { return Reducer{logSumExpOf, nullptr}; }});
 }
 
 // ---- var_mean / std_mean: two results ----
@@ -517,25 +469,22 @@ void addMoments(OpRegistry &r) {
             [](const Op &op) {
               const Type &t = tensorOperand(op, 0);
               requireFloat(op, t.dtype());
-              Type out = Type::tensor(
-                  t.dtype(),
-                  reducedShape(t.shape(), opDims(op, t.rank()), opKeepdim(op)),
-                  t.device());
+              Type out = Type::tensor(t.dtype(),
+                                      reducedShape(t.shape(), opDims(op, t.rank()), opKeepdim(op)),
+                                      t.device());
               return std::vector<Type>{out, out};
             },
         .kernel =
             [isStd](const Op &op, In in) {
               const Tensor &x = input(op, in);
               double c = attrFloat(op, "correction");
-              Groups g =
-                  groupBy(x.sizes(), opDims(op, x.rank()), opKeepdim(op));
+              Groups g = groupBy(x.sizes(), opDims(op, x.rank()), opKeepdim(op));
               Tensor var = Tensor::empty(x.dtype(), g.outSizes);
               Tensor mean = Tensor::empty(x.dtype(), g.outSizes);
               for (size_t k = 0; k < g.members.size(); ++k) {
                 auto v = valuesOf(x, g.members[k]);
                 double s = varianceOf(v, c);
-                var.setDouble(static_cast<int64_t>(k),
-                              isStd ? std::sqrt(s) : s);
+                var.setDouble(static_cast<int64_t>(k), isStd ? std::sqrt(s) : s);
                 mean.setDouble(static_cast<int64_t>(k), meanOf(v));
               }
               return Results{RtValue(var), RtValue(mean)};
@@ -552,8 +501,7 @@ void addIndexReductions(OpRegistry &r) {
     // torch on CPU.
     r.add(OpDef{
         .name = isMax ? "max_dim" : "min_dim",
-        .summary = std::string("(values, i64 indices) of the ") +
-                   (isMax ? "maximum" : "minimum") +
+        .summary = std::string("(values, i64 indices) of the ") + (isMax ? "maximum" : "minimum") +
                    " along `dim`; the first occurrence wins, NaN propagates",
         .operands = {{"self"}},
         .attrs = {dimAttr(), keepdimAttr()},
@@ -570,9 +518,7 @@ void addIndexReductions(OpRegistry &r) {
         .kernel =
             [isMax](const Op &op, In in) {
               const Tensor &x = input(op, in);
-              Ints dims = x.rank() == 0
-                              ? Ints{}
-                              : Ints{normDim(attrInt(op, "dim"), x.rank())};
+              Ints dims = x.rank() == 0 ? Ints{} : Ints{normDim(attrInt(op, "dim"), x.rank())};
               requireNonEmpty(op, x, dims);
               Groups g = groupBy(x.sizes(), dims, attrBool(op, "keepdim"));
               Tensor values = Tensor::empty(x.dtype(), g.outSizes);
@@ -580,13 +526,11 @@ void addIndexReductions(OpRegistry &r) {
               for (size_t k = 0; k < g.members.size(); ++k) {
                 auto i = static_cast<int64_t>(k);
                 if (isFloating(x.dtype())) {
-                  auto [v, pos] =
-                      extremum<double>(valuesOf(x, g.members[k]), isMax);
+                  auto [v, pos] = extremum<double>(valuesOf(x, g.members[k]), isMax);
                   values.setDouble(i, v);
                   indices.setInt(i, pos);
                 } else {
-                  auto [v, pos] =
-                      extremum<int64_t>(intsOf(x, g.members[k]), isMax);
+                  auto [v, pos] = extremum<int64_t>(intsOf(x, g.members[k]), isMax);
                   values.setInt(i, v);
                   indices.setInt(i, pos);
                 }
@@ -597,13 +541,11 @@ void addIndexReductions(OpRegistry &r) {
     // argmax / argmin: indices only; without `dim` over the flattened tensor.
     r.add(OpDef{
         .name = isMax ? "argmax" : "argmin",
-        .summary = std::string("i64 index of the ") +
-                   (isMax ? "maximum" : "minimum") +
+        .summary = std::string("i64 index of the ") + (isMax ? "maximum" : "minimum") +
                    " along `dim` (flattened when absent); first occurrence, "
                    "NaN propagates",
         .operands = {{"self"}},
-        .attrs = {{.name = "dim", .kind = AttrKind::Int, .optional = true},
-                  keepdimAttr()},
+        .attrs = {{.name = "dim", .kind = AttrKind::Int, .optional = true}, keepdimAttr()},
         .traits = kReduction,
         .infer =
             [](const Op &op) {
@@ -614,8 +556,7 @@ void addIndexReductions(OpRegistry &r) {
               Shape s;
               if (hasAttrValue(op, "dim")) {
                 int64_t d = oneDim(op, t.rank());
-                s = reducedShape(t.shape(), t.rank() == 0 ? Ints{} : Ints{d},
-                                 keepdim);
+                s = reducedShape(t.shape(), t.rank() == 0 ? Ints{} : Ints{d}, keepdim);
               } else if (keepdim) {
                 s = Shape(t.shape().size(), DimExpr(1));
               }
@@ -636,12 +577,9 @@ void addIndexReductions(OpRegistry &r) {
               Groups g = groupBy(x.sizes(), dims, keepdim);
               Tensor out = Tensor::empty(DType::I64, g.outSizes);
               for (size_t k = 0; k < g.members.size(); ++k) {
-                int64_t pos =
-                    isFloating(x.dtype())
-                        ? extremum<double>(valuesOf(x, g.members[k]), isMax)
-                              .second
-                        : extremum<int64_t>(intsOf(x, g.members[k]), isMax)
-                              .second;
+                int64_t pos = isFloating(x.dtype())
+                                  ? extremum<double>(valuesOf(x, g.members[k]), isMax).second
+                                  : extremum<int64_t>(intsOf(x, g.members[k]), isMax).second;
                 out.setInt(static_cast<int64_t>(k), pos);
               }
               return Results{RtValue(out)};
@@ -653,8 +591,7 @@ void addIndexReductions(OpRegistry &r) {
 // ---- scans along one dim: the result has the input's shape ----
 
 /// Fills out[members] from in[members] along one dim for each group.
-using Scan = std::function<void(const Tensor &in, const Tensor &out,
-                                const Ints &members)>;
+using Scan = std::function<void(const Tensor &in, const Tensor &out, const Ints &members)>;
 
 void addScan(OpRegistry &r, std::string name, std::string summary,
              std::function<DType(const Op &, DType)> result, Scan scan) {
@@ -675,9 +612,7 @@ void addScan(OpRegistry &r, std::string name, std::string summary,
             const Tensor &x = input(op, in);
             DType out = resultDType(op);
             Tensor src = convert(x, out); // torch converts to `dtype` first
-            Ints dims = x.rank() == 0
-                            ? Ints{}
-                            : Ints{normDim(attrInt(op, "dim"), x.rank())};
+            Ints dims = x.rank() == 0 ? Ints{} : Ints{normDim(attrInt(op, "dim"), x.rank())};
             Groups g = groupBy(src.sizes(), dims, true);
             Tensor res = Tensor::empty(out, src.sizes());
             for (const Ints &m : g.members)
@@ -709,8 +644,7 @@ void softmaxScan(const Tensor &in, const Tensor &out, const Ints &m, bool log) {
   }
 }
 
-void cumulativeScan(const Tensor &in, const Tensor &out, const Ints &m,
-                    bool product) {
+void cumulativeScan(const Tensor &in, const Tensor &out, const Ints &m, bool product) {
   if (isFloating(in.dtype())) {
     double acc = product ? 1 : 0;
     for (int64_t i : m) {
@@ -727,26 +661,16 @@ void cumulativeScan(const Tensor &in, const Tensor &out, const Ints &m,
 }
 
 void addScans(OpRegistry &r) {
-  addScan(r, "softmax",
-          "exp(x - max) / sum(exp(x - max)) along `dim`; floating dtypes",
-          softmaxDType, [](const Tensor &i, const Tensor &o, const Ints &m) {
-            softmaxScan(i, o, m, false);
-          });
-  addScan(r, "log_softmax",
-          "x - max - log(sum(exp(x - max))) along `dim`; floating dtypes",
-          softmaxDType, [](const Tensor &i, const Tensor &o, const Ints &m) {
-            softmaxScan(i, o, m, true);
-          });
-  addScan(r, "cumsum",
-          "running sum along `dim`; bool/int give i64 unless `dtype`", sumLike,
-          [](const Tensor &i, const Tensor &o, const Ints &m) {
-            cumulativeScan(i, o, m, false);
-          });
-  addScan(r, "cumprod",
-          "running product along `dim`; bool/int give i64 unless `dtype`",
-          sumLike, [](const Tensor &i, const Tensor &o, const Ints &m) {
-            cumulativeScan(i, o, m, true);
-          });
+  addScan(r, "softmax", "exp(x - max) / sum(exp(x - max)) along `dim`; floating dtypes",
+          softmaxDType,
+          [](const Tensor &i, const Tensor &o, const Ints &m) { softmaxScan(i, o, m, false); });
+  addScan(r, "log_softmax", "x - max - log(sum(exp(x - max))) along `dim`; floating dtypes",
+          softmaxDType,
+          [](const Tensor &i, const Tensor &o, const Ints &m) { softmaxScan(i, o, m, true); });
+  addScan(r, "cumsum", "running sum along `dim`; bool/int give i64 unless `dtype`", sumLike,
+          [](const Tensor &i, const Tensor &o, const Ints &m) { cumulativeScan(i, o, m, false); });
+  addScan(r, "cumprod", "running product along `dim`; bool/int give i64 unless `dtype`", sumLike,
+          [](const Tensor &i, const Tensor &o, const Ints &m) { cumulativeScan(i, o, m, true); });
 }
 
 } // namespace
