@@ -150,6 +150,10 @@ Results linspaceKernel(const Op &op, In) {
     start = std::trunc(start);
     end = std::trunc(end);
   }
+  if (steps == 1) { // ATen fills with start (the step would divide by zero)
+    out.setDouble(0, start);
+    return one(out);
+  }
   double step = steps > 1 ? rt(rt(end - start) / rt(double(steps - 1))) : 0;
   int64_t half = steps / 2;
   for (int64_t i = 0; i < steps; ++i) {
@@ -197,8 +201,8 @@ OpDef fillRow(std::string name, std::string summary, ShapeFrom from, Fill fill) 
   if (from != ShapeFrom::Like)
     attrs.push_back({"shape", AttrKind::Ints});
   if (fill == Fill::Value)
-    attrs.push_back({"fill_value", AttrKind::Float});
-  attrs.push_back({"dtype", AttrKind::DType, std::nullopt});
+    attrs.push_back(numberAttr("fill_value"));
+  attrs.push_back(optionalAttr("dtype", AttrKind::DType));
   return {.name = std::move(name),
           .summary = std::move(summary),
           .operands = std::move(operands),
@@ -249,7 +253,7 @@ void registerCreationOps(OpRegistry &r) {
          .attrs = {{"start", AttrKind::Float, Attr(int64_t{0})},
                    {"end", AttrKind::Float},
                    {"step", AttrKind::Float, Attr(int64_t{1})},
-                   {"dtype", AttrKind::DType, std::nullopt}},
+                   optionalAttr("dtype", AttrKind::DType)},
          .traits = kConstantLike,
          .infer = [](const Op &op) -> std::vector<Type> {
            Arange a = arangeOf(op);
@@ -271,7 +275,7 @@ void registerCreationOps(OpRegistry &r) {
   r.add({.name = "eye",
          .summary = "n x m matrix (m defaults to n) with ones on the diagonal",
          .attrs = {{"n", AttrKind::Int},
-                   {"m", AttrKind::Int, std::nullopt},
+                   optionalAttr("m", AttrKind::Int),
                    {"dtype", AttrKind::DType, Attr(DType::F32)}},
          .traits = kConstantLike,
          .infer = [](const Op &op) -> std::vector<Type> {

@@ -437,14 +437,13 @@ void registerIndexingOps(OpRegistry &r) {
                     "(negative indices "
                     "wrap); without dim both are flattened",
          .operands = {{"self"}, {"indices"}},
-         .attrs = {{"dim", AttrKind::Int, std::nullopt}},
+         .attrs = {optionalAttr("dim", AttrKind::Int)},
          .infer = inferTakeAlongDim,
          .kernel = takeAlongDimKernel});
-  r.add(scatterRow(
-      "scatter",
-      "A copy of self with self[index[i][j]][j] = src[i][j] (dim 0); src is a "
-      "tensor or a number (operand or `value` attribute); reduce add/multiply",
-      {{"reduce", AttrKind::Str, std::nullopt}, {"value", AttrKind::Float, std::nullopt}}, true));
+  r.add(scatterRow("scatter",
+                   "A copy of self with self[index[i][j]][j] = src[i][j] (dim 0); src is a "
+                   "tensor or a number (operand or `value` attribute); reduce add/multiply",
+                   {optionalAttr("reduce", AttrKind::Str), numberAttr("value", true)}, true));
   r.add(scatterRow("scatter_add", "scatter that adds src into self (duplicates accumulate)", {},
                    false));
   r.add(scatterRow("scatter_reduce",
@@ -474,7 +473,7 @@ void registerIndexingOps(OpRegistry &r) {
          .summary = "Fills self with value (operand: number or 0-d tensor, or "
                     "attribute)",
          .operands = {{"self"}, {.name = "value", .optional = true}},
-         .attrs = {{"value", AttrKind::Float, std::nullopt}},
+         .attrs = {numberAttr("value", true)},
          .traits = kInPlace,
          .infer = inferFill,
          .kernel = [](const Op &op, In in) -> Results {

@@ -574,7 +574,7 @@ void registerMovementOps(OpRegistry &r) {
          .summary = "Removes size-1 dims: those listed in dim, or all when dim "
                     "is absent",
          .operands = {{"self"}},
-         .attrs = {{"dim", AttrKind::Ints, std::nullopt}},
+         .attrs = {optionalAttr("dim", AttrKind::Ints)},
          .traits = kView,
          .infer = [](const Op &op) -> std::vector<Type> {
            const Type &t = self(op);

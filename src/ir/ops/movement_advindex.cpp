@@ -104,10 +104,12 @@ std::vector<Type> inferIndexPut(const Op &op) {
               std::string(dtypeName(values.dtype())) + " for the source");
   Shape r = indexResultShape(op, 2, t);
   Shape v = stripLeadingOnes(values.shape(), r.size());
-  Shape b = v.size() <= r.size() ? broadcastShapes(r, v) : v;
-  bool ok = b.size() == r.size();
-  for (size_t i = 0; ok && i < r.size(); ++i)
-    ok = !(r[i].isStatic() && b[i] != r[i]);
+  // values must broadcast to r: right-aligned, each static dim 1 or equal (symbols assumed).
+  bool ok = v.size() <= r.size();
+  for (size_t i = 0; ok && i < v.size(); ++i) {
+    const DimExpr &vd = v[v.size() - 1 - i], &rd = r[r.size() - 1 - i];
+    ok = !(vd.isStatic() && rd.isStatic() && vd.value() != 1 && vd != rd);
+  }
   if (!ok)
     inferFail(op.name() + ": shape mismatch: value tensor of shape " + shapeStr(values.shape()) +
               " cannot be broadcast to indexing result of shape " + shapeStr(r));

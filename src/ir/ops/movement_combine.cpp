@@ -489,7 +489,7 @@ void registerCombineOps(OpRegistry &r) {
                     "value is the "
                     "optional operand (number or 0-d tensor) or the attribute",
          .operands = {{"self"}, {"mask"}, {.name = "value", .optional = true}},
-         .attrs = {{"value", AttrKind::Float, std::nullopt}},
+         .attrs = {numberAttr("value", true)},
          .infer = inferMaskedFill,
          .kernel = maskedFillKernel});
 }

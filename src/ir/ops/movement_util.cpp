@@ -72,6 +72,14 @@ Shape inferReshapeShape(const std::vector<int64_t> &target, const DimExpr &numel
   return out;
 }
 
+AttrSpec optionalAttr(std::string name, AttrKind kind) {
+  return {.name = std::move(name), .kind = kind, .optional = true};
+}
+
+AttrSpec numberAttr(std::string name, bool optional) {
+  return {.name = std::move(name), .kind = AttrKind::Float, .optional = optional, .anyKind = true};
+}
+
 SliceRange resolveSlice(const DimExpr &size, int64_t start, int64_t end, int64_t step) {
   if (size.isStatic()) {
     auto [s, len] = resolveSlice(size.value(), start, end, step);

@@ -43,6 +43,11 @@ SliceRange resolveSlice(const DimExpr &size, int64_t start, int64_t end, int64_t
 /// Run-time version of resolveSlice.
 std::pair<int64_t, int64_t> resolveSlice(int64_t size, int64_t start, int64_t end, int64_t step);
 
+/// An attribute that may be absent (Op::attrOrNull returns nullptr).
+AttrSpec optionalAttr(std::string name, AttrKind kind);
+/// A Python number attribute: int, float or bool.
+AttrSpec numberAttr(std::string name, bool optional = false);
+
 // ---- kernels ----
 
 /// Operand i of a kernel, which must be a tensor.
