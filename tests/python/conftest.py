@@ -25,7 +25,10 @@ def _build_dirs() -> list[Path]:
     env = os.environ.get("XJIT_BUILD_DIR")
     if env:
         return [Path(env)]
-    found = {Path(p).parent.parent for p in glob.glob(str(REPO / "build*" / "**" / "tools" / "xjit-run"), recursive=True)}
+    found = {
+        Path(p).parent.parent
+        for p in glob.glob(str(REPO / "build*" / "**" / "tools" / "xjit-run"), recursive=True)
+    }
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
 
@@ -118,20 +121,31 @@ class OpTableStats:
         cats = self.outcomes[op]
         if "passed" not in cats.get("f32", []):
             return False
-        return all("failed" not in cats[c] and "passed" in cats[c] for c in ("f32", "low", "int") if c in cats)
+        return all(
+            "failed" not in cats[c] and "passed" in cats[c]
+            for c in ("f32", "low", "int")
+            if c in cats
+        )
 
     def lines(self) -> list[str]:
         ops = sorted(self.outcomes)
         fully = [o for o in ops if "failed" not in self.outcomes[o]["all"]]
-        per_cat = {c: sum(1 for o in ops if self.outcomes[o].get(c) and "failed" not in self.outcomes[o][c]) for c in ("f32", "low", "int")}
+        per_cat = {
+            c: sum(
+                1 for o in ops if self.outcomes[o].get(c) and "failed" not in self.outcomes[o][c]
+            )
+            for c in ("f32", "low", "int")
+        }
         bar = [o for o in ops if self.meets_bar(o)]
         c = self.counts
         out = [
             f"tests: {c['passed']} passed, {c['failed']} failed, {c['xfailed']} known failures, "
             f"{c['xpassed']} known failures now passing, {c['skipped']} skipped",
-            f"ops tested: {len(ops)}; passing every test: {len(fully)}; passing in f32: {per_cat['f32']}, "
+            f"ops tested: {len(ops)}; passing every test: {len(fully)}; "
+            f"passing in f32: {per_cat['f32']}, "
             f"low precision (f16/bf16): {per_cat['low']}, integer: {per_cat['int']}",
-            f"ops passing in f32 + low precision + integer (where the op supports them): {len(bar)} "
+            "ops passing in f32 + low precision + integer (where the op supports them): "
+            f"{len(bar)} "
             f"(issue target: >= 120)",
         ]
         if self.unregistered:

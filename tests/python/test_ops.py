@@ -83,7 +83,9 @@ class Variant:
 
 
 def _has_noncontig_operand(case: OpCase) -> bool:
-    return any(a.shape is not None and len(a.shape) >= 1 and math.prod(a.shape) > 1 for a in case.args)
+    return any(
+        a.shape is not None and len(a.shape) >= 1 and math.prod(a.shape) > 1 for a in case.args
+    )
 
 
 def variants(cases: list[OpCase]) -> list[Variant]:
@@ -114,7 +116,11 @@ REGISTERED = set(ir.ops())
 
 def _params() -> Iterator[Any]:
     for v in VARIANTS:
-        marks = [pytest.mark.xfail(strict=True, reason="listed in known_failures.txt")] if v.id in KNOWN else []
+        marks = (
+            [pytest.mark.xfail(strict=True, reason="listed in known_failures.txt")]
+            if v.id in KNOWN
+            else []
+        )
         yield pytest.param(v, id=v.id, marks=marks)
 
 
@@ -151,7 +157,9 @@ def make_tensor(arg: Arg, dtype_name: str, gen: torch.Generator) -> torch.Tensor
     if arg.kind == "randn":
         values = torch.randn(shape, generator=gen, dtype=torch.float64)
     elif arg.kind == "uniform":
-        values = arg.low + (arg.high - arg.low) * torch.rand(shape, generator=gen, dtype=torch.float64)
+        values = arg.low + (arg.high - arg.low) * torch.rand(
+            shape, generator=gen, dtype=torch.float64
+        )
     elif arg.kind == "positive":
         values = 0.1 + (arg.high - 0.1) * torch.rand(shape, generator=gen, dtype=torch.float64)
     else:
@@ -173,7 +181,9 @@ def noncontiguous(t: torch.Tensor) -> torch.Tensor:
         return t
     shape = list(t.shape)
     if t.dim() >= 2:
-        base = torch.full(shape[:-2] + [shape[-1], 2 * shape[-2]], _sentinel(t.dtype), dtype=t.dtype)
+        base = torch.full(
+            shape[:-2] + [shape[-1], 2 * shape[-2]], _sentinel(t.dtype), dtype=t.dtype
+        )
         view = base[..., ::2].transpose(-1, -2)
     else:
         base = torch.full([2 * shape[0]], _sentinel(t.dtype), dtype=t.dtype)
@@ -199,9 +209,15 @@ def flatten(x: Any) -> list[Any]:
 
 def assert_close(actual: Any, expected: Any, case: OpCase, where: str) -> None:
     if isinstance(expected, torch.Tensor):
-        assert isinstance(actual, torch.Tensor), f"{where}: expected a tensor, got {type(actual).__name__}"
-        assert actual.dtype == expected.dtype, f"{where}: dtype {actual.dtype}, expected {expected.dtype}"
-        assert actual.shape == expected.shape, f"{where}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+        assert isinstance(
+            actual, torch.Tensor
+        ), f"{where}: expected a tensor, got {type(actual).__name__}"
+        assert (
+            actual.dtype == expected.dtype
+        ), f"{where}: dtype {actual.dtype}, expected {expected.dtype}"
+        assert (
+            actual.shape == expected.shape
+        ), f"{where}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
         if not expected.dtype.is_floating_point:
             mismatch = actual != expected
             assert not mismatch.any(), (
@@ -215,7 +231,9 @@ def assert_close(actual: Any, expected: Any, case: OpCase, where: str) -> None:
         atol = case.atol if case.atol is not None else atol
         a, e = actual.double(), expected.double()
         nan_a, nan_e = a.isnan(), e.isnan()
-        assert torch.equal(nan_a, nan_e), f"{where}: NaN positions differ ({int(nan_a.sum())} vs expected {int(nan_e.sum())})"
+        assert torch.equal(
+            nan_a, nan_e
+        ), f"{where}: NaN positions differ ({int(nan_a.sum())} vs expected {int(nan_e.sum())})"
         inf = e.isinf() | a.isinf()
         bad = (a[inf] != e[inf]).any() if inf.any() else False
         assert not bad, f"{where}: infinities differ"
@@ -226,19 +244,25 @@ def assert_close(actual: Any, expected: Any, case: OpCase, where: str) -> None:
         if over.any():
             idx = tuple(over.nonzero()[0].tolist())
             raise AssertionError(
-                f"{where}: {int(over.sum())} of {e.numel()} elements exceed rtol={rtol} atol={atol}; "
+                f"{where}: {int(over.sum())} of {e.numel()} elements exceed "
+                f"rtol={rtol} atol={atol}; "
                 f"max abs diff {diff[finite].max().item():.3g}; first at {idx}: "
                 f"{a[idx].item()!r} vs expected {e[idx].item()!r}"
             )
         return
     # Python scalars (and None): same type; floats within f64 tolerance.
-    assert type(actual) is type(expected), f"{where}: got {type(actual).__name__} {actual!r}, expected {type(expected).__name__} {expected!r}"
+    assert type(actual) is type(expected), (
+        f"{where}: got {type(actual).__name__} {actual!r}, "
+        f"expected {type(expected).__name__} {expected!r}"
+    )
     if isinstance(expected, float):
         rtol, atol = TOLERANCES[torch.float64]
         if math.isnan(expected):
             assert math.isnan(actual), f"{where}: {actual} vs expected nan"
         else:
-            assert actual == expected or abs(actual - expected) <= atol + rtol * abs(expected), f"{where}: {actual} vs expected {expected}"
+            assert actual == expected or abs(actual - expected) <= atol + rtol * abs(
+                expected
+            ), f"{where}: {actual} vs expected {expected}"
     else:
         assert actual == expected, f"{where}: {actual!r} vs expected {expected!r}"
 
@@ -261,7 +285,9 @@ def test_op(v: Variant, request: pytest.FixtureRequest) -> None:
         operands = [noncontiguous(x) if isinstance(x, torch.Tensor) else x for x in operands]
     actual = flatten(ir.run_op(case.op, operands, dict(case.attrs), framework="torch"))
     expected = flatten(case.ref(*ref_operands))
-    assert len(actual) == len(expected), f"{len(actual)} outputs, the reference gives {len(expected)}"
+    assert len(actual) == len(
+        expected
+    ), f"{len(actual)} outputs, the reference gives {len(expected)}"
     for i, (a, e) in enumerate(zip(actual, expected)):
         assert_close(a, e, case, f"{v.id} output {i}")
 

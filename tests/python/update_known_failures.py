@@ -42,14 +42,29 @@ class Collector:
 
 def main(argv: list[str]) -> int:
     if argv:
-        print("usage: python tests/python/update_known_failures.py (takes no arguments)", file=sys.stderr)
+        print(
+            "usage: python tests/python/update_known_failures.py (takes no arguments)",
+            file=sys.stderr,
+        )
         return 2
     os.environ["XJIT_IGNORE_KNOWN_FAILURES"] = "1"
     collector = Collector()
-    args = [str(HERE / "test_ops.py"), "-q", "-p", "no:cacheprovider", "--no-header", "-rN", "-k", "test_op"]
+    args = [
+        str(HERE / "test_ops.py"),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--no-header",
+        "-rN",
+        "-k",
+        "test_op",
+    ]
     status = pytest.main(args, plugins=[collector])
     if status not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-        print(f"pytest did not run the cases (exit status {int(status)}); list left unchanged", file=sys.stderr)
+        print(
+            f"pytest did not run the cases (exit status {int(status)}); list left unchanged",
+            file=sys.stderr,
+        )
         return 1
     OUT.write_text(HEADER + "".join(f"{case}\n" for case in sorted(collector.failed)))
     print(f"{OUT}: {len(collector.failed)} known failures out of {collector.ran} cases run")
