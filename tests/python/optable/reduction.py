@@ -88,7 +88,21 @@ def _prod(x: torch.Tensor, dims: list[int], keepdim: bool = False) -> torch.Tens
     return x
 
 
-rows("prod", _prod, ("f32", "bf16", "i32", "bool"), dims_variants(), kind="uniform", low=0.9, high=1.1)
+# torch multiplies bf16/f16 products in the low precision dtype (one rounding per factor, in its
+# vectorized order), so long products drift from the exactly rounded one: the reduced extent
+# stays small here and the 127-sized dims are kept.
+PROD_VARIANTS = [
+    ("dim1", (127, 7), {"dims": [1]}),
+    ("d0-keep", (7, 5), {"dims": [0], "keepdim": True}),
+    ("d02", (3, 4, 7), {"dims": [0, -1]}),
+    ("all", (3, 5), {"dims": []}),
+    ("all-keep", (3, 7), {"dims": [], "keepdim": True}),
+    ("0d", (), {"dims": []}),
+    ("0d-dim", (), {"dims": [0]}),
+    ("empty", (0, 3), {"dims": [0]}),
+    ("empty-all", (0, 3), {"dims": []}),
+]
+rows("prod", _prod, ("f32", "bf16", "i32", "bool"), PROD_VARIANTS, kind="uniform", low=0.5, high=1.5)
 rows("prod", _prod, ("i32", "i8"), [("ints", (5, 7), {"dims": [1]})], kind="int", low=-9, high=9)
 
 # ---- index reductions ----
