@@ -67,8 +67,7 @@ std::vector<std::string> splitCommas(const std::string &s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty())
-      out.push_back(item);
+    if (!item.empty()) out.push_back(item);
   return out;
 }
 
@@ -111,11 +110,9 @@ Options parseArgs(int argc, char **argv) {
 }
 
 std::string readInput(const std::string &path) {
-  if (path == "-")
-    return std::string(std::istreambuf_iterator<char>(std::cin), {});
+  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
   std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw UsageError("cannot open '" + path + "'");
+  if (!in) throw UsageError("cannot open '" + path + "'");
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
@@ -185,8 +182,7 @@ int checkDiagnostics(const Options &o, const std::string &src) {
   for (const Located &d : diags) {
     bool found = false;
     for (Expectation &x : expectations)
-      if (x.line == d.line && d.message.find(x.text) != std::string::npos)
-        found = x.matched = true;
+      if (x.line == d.line && d.message.find(x.text) != std::string::npos) found = x.matched = true;
     if (!found) {
       std::cerr << file << ":" << d.line << ":" << d.col
                 << ": error: unexpected error: " << d.message << "\n";
@@ -204,74 +200,61 @@ int checkDiagnostics(const Options &o, const std::string &src) {
 
 int run(const Options &o) {
   if (o.listOps) {
-    for (const OpDef *d : OpRegistry::instance().all())
-      std::cout << d->name << "\n";
+    for (const OpDef *d : OpRegistry::instance().all()) std::cout << d->name << "\n";
     return 0;
   }
   if (o.listPasses) {
-    for (const auto &[name, fn] : passTable())
-      std::cout << name << "\n";
+    for (const auto &[name, fn] : passTable()) std::cout << name << "\n";
     return 0;
   }
   std::vector<const PassFn *> passes;
   for (const std::string &name : o.passes) {
     auto it = passTable().find(name);
-    if (it == passTable().end())
-      throw UsageError("unknown pass '" + name + "'");
+    if (it == passTable().end()) throw UsageError("unknown pass '" + name + "'");
     passes.push_back(&it->second);
   }
 
   std::string src = readInput(o.input);
-  if (o.verifyDiagnostics)
-    return checkDiagnostics(o, src);
+  if (o.verifyDiagnostics) return checkDiagnostics(o, src);
 
   std::string file = displayName(o.input);
   TextPositions pos;
   auto graphs = parseModule(src, file, &pos);
   auto verify = [&](const std::string &after) {
-    if (!o.verify)
-      return true;
+    if (!o.verify) return true;
     auto diags = verifyModule(graphs, pos);
     for (const Located &d : diags) {
       std::cerr << file << ":" << d.line << ":" << d.col << ": error: " << d.message;
-      if (!after.empty())
-        std::cerr << " (after pass '" << after << "')";
+      if (!after.empty()) std::cerr << " (after pass '" << after << "')";
       std::cerr << "\n";
     }
     return diags.empty();
   };
-  if (!verify(""))
-    return 1;
+  if (!verify("")) return 1;
 
   PrintOptions popts;
   popts.printLocations = o.printLocations;
   for (size_t i = 0; i < passes.size(); ++i) {
-    for (auto &g : graphs)
-      (*passes[i])(*g);
-    if (!verify(o.passes[i]))
-      return 1;
+    for (auto &g : graphs) (*passes[i])(*g);
+    if (!verify(o.passes[i])) return 1;
     if (o.dumpAfterEach) {
       std::cerr << "// ----- IR after " << o.passes[i] << " ----- //\n";
-      for (const auto &g : graphs)
-        printGraph(std::cerr, *g, popts);
+      for (const auto &g : graphs) printGraph(std::cerr, *g, popts);
     }
   }
 
   std::ofstream file_out;
   if (o.output != "-") {
     file_out.open(o.output, std::ios::binary);
-    if (!file_out)
-      throw UsageError("cannot write '" + o.output + "'");
+    if (!file_out) throw UsageError("cannot write '" + o.output + "'");
   }
   std::ostream &out = o.output == "-" ? std::cout : file_out;
   for (size_t i = 0; i < graphs.size(); ++i) {
-    if (i)
-      out << "\n";
+    if (i) out << "\n";
     printGraph(out, *graphs[i], popts);
   }
   out.flush();
-  if (!out)
-    throw UsageError("error writing '" + displayName(o.output) + "'");
+  if (!out) throw UsageError("error writing '" + displayName(o.output) + "'");
   return 0;
 }
 
@@ -289,8 +272,7 @@ int main(int argc, char **argv) {
     std::string msg = e.what();
     bool positioned = msg.find(": error: ") != std::string::npos;
     std::cerr << (positioned ? "" : "xjit-opt: error: ") << msg << "\n";
-    if (!e.hint().empty())
-      std::cerr << "note: " << e.hint() << "\n";
+    if (!e.hint().empty()) std::cerr << "note: " << e.hint() << "\n";
     return e.kind() == xjit::ErrorKind::User ? 1 : 2;
   } catch (const std::exception &e) {
     std::cerr << "xjit-opt: internal error: " << e.what() << "\n";

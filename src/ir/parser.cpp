@@ -27,8 +27,7 @@ constexpr int kMaxNesting = 256;
 
 std::string typeListStr(const std::vector<Type> &ts) {
   std::string s = "(";
-  for (size_t i = 0; i < ts.size(); ++i)
-    s += (i ? ", " : "") + ts[i].str();
+  for (size_t i = 0; i < ts.size(); ++i) s += (i ? ", " : "") + ts[i].str();
   return s + ")";
 }
 
@@ -39,22 +38,19 @@ public:
 
   std::vector<std::unique_ptr<Graph>> parseModule() {
     std::vector<std::unique_ptr<Graph>> graphs;
-    while (lex_.peek().kind != Tok::Eof)
-      graphs.push_back(parseGraph());
+    while (lex_.peek().kind != Tok::Eof) graphs.push_back(parseGraph());
     return graphs;
   }
 
   std::unique_ptr<Graph> parseSingleGraph() {
     auto g = parseGraph();
-    if (lex_.peek().kind != Tok::Eof)
-      expected("end of input after the graph", lex_.peek());
+    if (lex_.peek().kind != Tok::Eof) expected("end of input after the graph", lex_.peek());
     return g;
   }
 
   Type parseTypeOnly() {
     Type t = parseType();
-    if (lex_.peek().kind != Tok::Eof)
-      expected("end of input after the type", lex_.peek());
+    if (lex_.peek().kind != Tok::Eof) expected("end of input after the type", lex_.peek());
     return t;
   }
 
@@ -67,13 +63,11 @@ private:
     errorAt(found, "expected " + what + ", found " + Lexer::describe(found));
   }
   Token expect(char punct, const std::string &context) {
-    if (!lex_.peek().is(punct))
-      expected(std::string("'") + punct + "' " + context, lex_.peek());
+    if (!lex_.peek().is(punct)) expected(std::string("'") + punct + "' " + context, lex_.peek());
     return lex_.next();
   }
   bool consumeIf(char punct) {
-    if (!lex_.peek().is(punct))
-      return false;
+    if (!lex_.peek().is(punct)) return false;
     lex_.next();
     return true;
   }
@@ -83,8 +77,7 @@ private:
 
   struct Nest {
     explicit Nest(Parser &p) : p(p) {
-      if (++p.depth_ > kMaxNesting)
-        p.lex_.error(p.lex_.peek().offset, "nesting too deep");
+      if (++p.depth_ > kMaxNesting) p.lex_.error(p.lex_.peek().offset, "nesting too deep");
     }
     ~Nest() { --p.depth_; }
     Parser &p;
@@ -93,28 +86,23 @@ private:
   // ---- graphs, blocks, ops ----
   std::unique_ptr<Graph> parseGraph() {
     Token kw = lex_.next();
-    if (!kw.isIdent("graph"))
-      expected("'graph'", kw);
+    if (!kw.isIdent("graph")) expected("'graph'", kw);
     expect('@', "before the graph name");
     Token name = lex_.next();
-    if (name.kind != Tok::Ident && name.kind != Tok::String)
-      expected("a graph name", name);
+    if (name.kind != Tok::Ident && name.kind != Tok::String) expected("a graph name", name);
     auto g = std::make_unique<Graph>(name.kind == Tok::String ? name.str : std::string(name.text));
-    if (positions_)
-      positions_->graphs[g.get()] = position(kw.offset);
+    if (positions_) positions_->graphs[g.get()] = position(kw.offset);
     defs_.clear();
     pending_.clear();
 
     expect('(', "before the graph arguments");
     parseArguments(g->body());
     Token arrow = lex_.next();
-    if (arrow.kind != Tok::Arrow)
-      expected("'->' after the graph arguments", arrow);
+    if (arrow.kind != Tok::Arrow) expected("'->' after the graph arguments", arrow);
     expect('(', "before the graph result types");
     std::vector<Type> outputs;
     if (!consumeIf(')')) {
-      do
-        outputs.push_back(parseType());
+      do outputs.push_back(parseType());
       while (consumeIf(','));
       expect(')', "after the graph result types");
     }
@@ -124,8 +112,7 @@ private:
     Op *ret = g->body()->back();
     if (ret && ret->name() == "return") {
       std::vector<Type> returned;
-      for (Value *v : ret->operands())
-        returned.push_back(v->type());
+      for (Value *v : ret->operands()) returned.push_back(v->type());
       if (returned != outputs)
         errorAt(arrow, "graph @" + g->name() + " declares result types " + typeListStr(outputs) +
                            " but its return has " + typeListStr(returned));
@@ -136,8 +123,7 @@ private:
   /// `(%a: T, ...)` after the '(' has been consumed; adds the arguments to
   /// `block`.
   void parseArguments(Block *block) {
-    if (consumeIf(')'))
-      return;
+    if (consumeIf(')')) return;
     for (;;) {
       Token name = lex_.next();
       if (name.kind != Tok::ValueRef || name.resultIndex >= 0)
@@ -145,10 +131,8 @@ private:
       expect(':', "after the argument name");
       Type t = parseType();
       define(name, {block->addArgument(t, name.str)}, false);
-      if (consumeIf(','))
-        continue;
-      if (consumeIf(')'))
-        return;
+      if (consumeIf(',')) continue;
+      if (consumeIf(')')) return;
       expected("',' or ')' after an argument", lex_.peek());
     }
   }
@@ -193,10 +177,8 @@ private:
       numResults = 1;
       if (consumeIf(':')) {
         Token n = lex_.next();
-        if (n.kind != Tok::Int)
-          expected("a result count after ':'", n);
-        if (n.intValue < 1 || n.intValue > 4096)
-          errorAt(n, "result count must be in 1..4096");
+        if (n.kind != Tok::Int) expected("a result count after ':'", n);
+        if (n.intValue < 1 || n.intValue > 4096) errorAt(n, "result count must be in 1..4096");
         numResults = static_cast<size_t>(n.intValue);
         group = true;
       }
@@ -204,24 +186,19 @@ private:
     }
 
     Token opName = lex_.next();
-    if (opName.kind != Tok::Ident)
-      expected("an op name", opName);
+    if (opName.kind != Tok::Ident) expected("an op name", opName);
     const OpDef *def = OpRegistry::instance().lookup(opName.text);
-    if (!def)
-      errorAt(opName, "unknown op '" + std::string(opName.text) + "'");
+    if (!def) errorAt(opName, "unknown op '" + std::string(opName.text) + "'");
 
     expect('(', "after the op name");
     std::vector<Value *> operands;
     if (!consumeIf(')')) {
       for (;;) {
         Token u = lex_.next();
-        if (u.kind != Tok::ValueRef)
-          expected("an operand such as '%x'", u);
+        if (u.kind != Tok::ValueRef) expected("an operand such as '%x'", u);
         operands.push_back(use(u));
-        if (consumeIf(','))
-          continue;
-        if (consumeIf(')'))
-          break;
+        if (consumeIf(',')) continue;
+        if (consumeIf(')')) break;
         expected("')' after operands", lex_.peek());
       }
     }
@@ -236,8 +213,7 @@ private:
       Token colon = lex_.next();
       if (numResults == 0)
         errorAt(colon, "'" + def->name + "' has no result names, so it takes no result types");
-      do
-        types.push_back(parseType());
+      do types.push_back(parseType());
       while (consumeIf(','));
       if (types.size() != numResults)
         errorAt(colon, "expected " + std::to_string(numResults) + " result type" +
@@ -248,13 +224,11 @@ private:
     }
 
     SourceLoc loc;
-    if (lex_.peek().isIdent("loc"))
-      loc = parseLoc();
+    if (lex_.peek().isIdent("loc")) loc = parseLoc();
 
     Op *op = block->push_back(std::make_unique<Op>(def, std::move(operands), std::move(types),
                                                    std::move(attrs), std::move(loc)));
-    if (positions_)
-      positions_->ops[op] = position(first.offset);
+    if (positions_) positions_->ops[op] = position(first.offset);
     // The op was created with its OpDef's number of regions; the text must fill
     // each one.
     size_t numRegions = 0;
@@ -283,19 +257,16 @@ private:
     expect('(', "after 'loc'");
     SourceLoc loc;
     Token file = lex_.next();
-    if (file.kind != Tok::String)
-      expected("a file name string in loc(...)", file);
+    if (file.kind != Tok::String) expected("a file name string in loc(...)", file);
     loc.file = file.str;
     expect(':', "after the file name in loc(...)");
     Token line = lex_.next();
-    if (line.kind != Tok::Int)
-      expected("a line number in loc(...)", line);
+    if (line.kind != Tok::Int) expected("a line number in loc(...)", line);
     if (line.intValue < 0 || line.intValue > std::numeric_limits<int>::max())
       errorAt(line, "line number out of range");
     loc.line = static_cast<int>(line.intValue);
     Token fn = lex_.next();
-    if (fn.kind != Tok::String)
-      expected("a function name string in loc(...)", fn);
+    if (fn.kind != Tok::String) expected("a function name string in loc(...)", fn);
     loc.function = fn.str;
     expect(')', "to close loc(...)");
     return loc;
@@ -330,8 +301,7 @@ private:
   }
 
   Value *use(const Token &u) {
-    if (auto it = defs_.find(u.str); it != defs_.end())
-      return pick(it->second, u);
+    if (auto it = defs_.find(u.str); it != defs_.end()) return pick(it->second, u);
     auto &forName = pending_[u.str];
     auto it = forName.find(u.resultIndex);
     if (it == forName.end())
@@ -346,8 +316,7 @@ private:
     const Def &d =
         defs_.emplace(name.str, Def{std::move(values), group, name.offset}).first->second;
     if (auto it = pending_.find(name.str); it != pending_.end()) {
-      for (auto &[index, p] : it->second)
-        p.placeholder->replaceAllUsesWith(pick(d, p.firstUse));
+      for (auto &[index, p] : it->second) p.placeholder->replaceAllUsesWith(pick(d, p.firstUse));
       pending_.erase(it);
     }
   }
@@ -357,31 +326,24 @@ private:
     const Token *first = nullptr;
     for (auto &[name, uses] : pending_)
       for (auto &[index, p] : uses)
-        if (!first || p.firstUse.offset < first->offset)
-          first = &p.firstUse;
-    if (first)
-      errorAt(*first, "use of undefined value '" + std::string(first->text) + "'");
+        if (!first || p.firstUse.offset < first->offset) first = &p.firstUse;
+    if (first) errorAt(*first, "use of undefined value '" + std::string(first->text) + "'");
   }
 
   // ---- attributes ----
   AttrMap parseAttrDict(const OpDef &def) {
     lex_.next(); // {
     AttrMap attrs;
-    if (consumeIf('}'))
-      return attrs;
+    if (consumeIf('}')) return attrs;
     for (;;) {
       Token key = lex_.next();
-      if (key.kind != Tok::Ident)
-        expected("an attribute name", key);
+      if (key.kind != Tok::Ident) expected("an attribute name", key);
       std::string k(key.text);
-      if (attrs.count(k))
-        errorAt(key, "duplicate attribute '" + k + "'");
+      if (attrs.count(k)) errorAt(key, "duplicate attribute '" + k + "'");
       expect('=', "after the attribute name");
       attrs.emplace(k, parseAttrValue(def.attrSpec(k)));
-      if (consumeIf(','))
-        continue;
-      if (consumeIf('}'))
-        return attrs;
+      if (consumeIf(',')) continue;
+      if (consumeIf('}')) return attrs;
       expected("',' or '}' after an attribute", lex_.peek());
     }
   }
@@ -390,40 +352,32 @@ private:
   /// token is not one.
   std::optional<Attr> parseNumber() {
     const Token &t = lex_.peek();
-    if (t.kind == Tok::Int)
-      return Attr(lex_.next().intValue);
-    if (t.kind == Tok::Float)
-      return Attr(lex_.next().floatValue);
+    if (t.kind == Tok::Int) return Attr(lex_.next().intValue);
+    if (t.kind == Tok::Float) return Attr(lex_.next().floatValue);
     bool neg = t.is('-');
     const Token &w = lex_.peek(neg ? 1 : 0);
     if (!w.isIdent("inf") && !w.isIdent("nan")) {
-      if (neg)
-        expected("'inf' or 'nan' after '-'", w);
+      if (neg) expected("'inf' or 'nan' after '-'", w);
       return std::nullopt;
     }
     double v = w.isIdent("inf") ? std::numeric_limits<double>::infinity()
                                 : std::numeric_limits<double>::quiet_NaN();
-    if (neg)
-      lex_.next();
+    if (neg) lex_.next();
     lex_.next();
     return Attr(neg ? -v : v);
   }
 
   Attr parseAttrValue(const AttrSpec *spec) {
-    if (auto n = parseNumber())
-      return *n;
+    if (auto n = parseNumber()) return *n;
     Token t = lex_.peek();
-    if (t.kind == Tok::String)
-      return Attr(lex_.next().str);
-    if (t.is('['))
-      return parseNumberList(spec);
+    if (t.kind == Tok::String) return Attr(lex_.next().str);
+    if (t.is('[')) return parseNumberList(spec);
     if (t.kind == Tok::Ident) {
       if (t.text == "true" || t.text == "false") {
         lex_.next();
         return Attr(t.text == "true");
       }
-      if (t.text == "dense")
-        return Attr(parseDense());
+      if (t.text == "dense") return Attr(parseDense());
       if (t.text == "type") {
         lex_.next();
         expect('<', "after 'type'");
@@ -447,30 +401,23 @@ private:
     if (!consumeIf(']')) {
       for (;;) {
         auto n = parseNumber();
-        if (!n)
-          expected("a number in the list", lex_.peek());
+        if (!n) expected("a number in the list", lex_.peek());
         elems.push_back(*n);
-        if (consumeIf(','))
-          continue;
-        if (consumeIf(']'))
-          break;
+        if (consumeIf(',')) continue;
+        if (consumeIf(']')) break;
         expected("',' or ']' in the list", lex_.peek());
       }
     }
     bool allInts = true;
-    for (const Attr &a : elems)
-      allInts = allInts && a.kind() == AttrKind::Int;
-    if (elems.empty() && spec && spec->kind == AttrKind::Floats)
-      allInts = false;
+    for (const Attr &a : elems) allInts = allInts && a.kind() == AttrKind::Int;
+    if (elems.empty() && spec && spec->kind == AttrKind::Floats) allInts = false;
     if (allInts) {
       Attr::Ints v;
-      for (const Attr &a : elems)
-        v.push_back(a.asInt());
+      for (const Attr &a : elems) v.push_back(a.asInt());
       return Attr(std::move(v));
     }
     Attr::Floats v;
-    for (const Attr &a : elems)
-      v.push_back(a.asNumber());
+    for (const Attr &a : elems) v.push_back(a.asNumber());
     return Attr(std::move(v));
   }
 
@@ -481,16 +428,13 @@ private:
     expect('<', "after 'dense'");
     Token typeTok = lex_.peek();
     Type ty = parseType();
-    if (!ty.isTensor())
-      errorAt(typeTok, "dense<...> needs a tensor type, found " + ty.str());
-    if (ty.device() != Device{})
-      errorAt(typeTok, "dense<...> tensors live on the cpu");
+    if (!ty.isTensor()) errorAt(typeTok, "dense<...> needs a tensor type, found " + ty.str());
+    if (ty.device() != Device{}) errorAt(typeTok, "dense<...> tensors live on the cpu");
     std::vector<int64_t> sizes;
     int64_t nonZeroProduct = 1;
     bool empty = false;
     for (const DimExpr &d : ty.shape()) {
-      if (!d.isStatic())
-        errorAt(typeTok, "dense<...> needs a static shape, found " + ty.str());
+      if (!d.isStatic()) errorAt(typeTok, "dense<...> needs a static shape, found " + ty.str());
       int64_t s = d.value();
       sizes.push_back(s);
       empty = empty || s == 0;
@@ -525,10 +469,8 @@ private:
                                    " elements in dimension " + std::to_string(dim));
         parseDenseLevel(t, dim + 1, next);
         ++count;
-        if (consumeIf(','))
-          continue;
-        if (consumeIf(']'))
-          break;
+        if (consumeIf(',')) continue;
+        if (consumeIf(']')) break;
         expected("',' or ']' in the dense tensor", lex_.peek());
       }
     }
@@ -541,15 +483,13 @@ private:
     Token tok = lex_.peek();
     DType dt = t.dtype();
     if (dt == DType::Bool) {
-      if (!tok.isIdent("true") && !tok.isIdent("false"))
-        expected("'true' or 'false'", tok);
+      if (!tok.isIdent("true") && !tok.isIdent("false")) expected("'true' or 'false'", tok);
       lex_.next();
       t.setInt(index, tok.isIdent("true"));
       return;
     }
     auto n = parseNumber();
-    if (!n)
-      expected(std::string("a ") + std::string(dtypeName(dt)) + " element", tok);
+    if (!n) expected(std::string("a ") + std::string(dtypeName(dt)) + " element", tok);
     if (isFloating(dt)) {
       t.setDouble(index, n->asNumber());
       return;
@@ -572,28 +512,20 @@ private:
   Type parseType() {
     Nest nest(*this);
     Token t = lex_.next();
-    if (t.kind != Tok::Ident)
-      expected("a type", t);
+    if (t.kind != Tok::Ident) expected("a type", t);
     if (auto dt = parseDType(t.text); dt && (lex_.peek().is('[') || t.text != "bool"))
       return parseTensorType(*dt);
-    if (t.text == "int")
-      return Type::intTy();
-    if (t.text == "float")
-      return Type::floatTy();
-    if (t.text == "bool")
-      return Type::boolTy();
-    if (t.text == "none")
-      return Type::none();
-    if (t.text == "str")
-      return Type::strTy();
-    if (t.text == "object")
-      return Type::object();
+    if (t.text == "int") return Type::intTy();
+    if (t.text == "float") return Type::floatTy();
+    if (t.text == "bool") return Type::boolTy();
+    if (t.text == "none") return Type::none();
+    if (t.text == "str") return Type::strTy();
+    if (t.text == "object") return Type::object();
     if (t.text == "tuple") {
       expect('<', "after 'tuple'");
       std::vector<Type> elems;
       if (!consumeIf('>')) {
-        do
-          elems.push_back(parseType());
+        do elems.push_back(parseType());
         while (consumeIf(','));
         expect('>', "to close tuple<...>");
       }
@@ -626,11 +558,9 @@ private:
     } else {
       for (;;) {
         size_t start = p;
-        while (p < src.size() && isDimChar(src[p]))
-          ++p;
+        while (p < src.size() && isDimChar(src[p])) ++p;
         size_t end = p;
-        while (end > start && (src[end - 1] == ' ' || src[end - 1] == '\t'))
-          --end;
+        while (end > start && (src[end - 1] == ' ' || src[end - 1] == '\t')) --end;
         std::string_view text = src.substr(start, end - start);
         if (text.empty()) {
           lex_.setRawPos(start);
@@ -642,13 +572,10 @@ private:
         if (!dim)
           lex_.error(start + std::min(errOffset, text.size()),
                      "bad dimension '" + std::string(text) + "': " + err);
-        if (dim->isStatic() && dim->value() < 0)
-          lex_.error(start, "dimension must be non-negative, found " + std::string(text));
         shape.push_back(*dim);
         if (p < src.size() && src[p] == ',') {
           ++p;
-          while (p < src.size() && (src[p] == ' ' || src[p] == '\t'))
-            ++p;
+          while (p < src.size() && (src[p] == ' ' || src[p] == '\t')) ++p;
           continue;
         }
         if (p < src.size() && src[p] == ']') {
@@ -656,8 +583,7 @@ private:
           break;
         }
         lex_.setRawPos(p);
-        if (p >= src.size())
-          expected("',' or ']' after a dimension", lex_.peek());
+        if (p >= src.size()) expected("',' or ']' after a dimension", lex_.peek());
         std::string c = src[p] >= 0x20 && src[p] < 0x7f ? std::string(1, src[p]) : "?";
         lex_.error(p, "expected ',' or ']' after a dimension, found '" + c + "'");
       }
@@ -666,8 +592,7 @@ private:
     Device device;
     if (consumeIf('@')) {
       Token kind = lex_.next();
-      if (kind.kind != Tok::Ident)
-        expected("a device name after '@'", kind);
+      if (kind.kind != Tok::Ident) expected("a device name after '@'", kind);
       device.kind = std::string(kind.text);
       if (lex_.peek().is(':') && lex_.peek(1).kind == Tok::Int) {
         lex_.next();

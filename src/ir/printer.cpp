@@ -20,8 +20,7 @@ namespace {
 std::string sanitize(const std::string &hint) {
   std::string s = hint;
   for (char &c : s)
-    if (!text::isValueName(std::string_view(&c, 1)))
-      c = '_';
+    if (!text::isValueName(std::string_view(&c, 1))) c = '_';
   return s;
 }
 
@@ -32,27 +31,21 @@ class Namer {
 public:
   /// Names every value defined in `blocks` (and below).
   void assign(const std::vector<const Block *> &blocks) {
-    for (const Block *b : blocks)
-      collect(b);
-    for (const auto &[hint, n] : hintCount_)
-      taken_.insert(hint);
-    for (const Block *b : blocks)
-      number(b);
+    for (const Block *b : blocks) collect(b);
+    for (const auto &[hint, n] : hintCount_) taken_.insert(hint);
+    for (const Block *b : blocks) number(b);
   }
 
   /// "%x", "%m#1"; values defined outside the named blocks get a local guess.
   std::string ref(const Value *v) {
-    if (!v)
-      return "%<null>";
+    if (!v) return "%<null>";
     const Op *op = v->definingOp();
-    if (op && op->numResults() > 1)
-      return "%" + unitName(op) + "#" + std::to_string(v->index());
+    if (op && op->numResults() > 1) return "%" + unitName(op) + "#" + std::to_string(v->index());
     return "%" + unitName(v);
   }
   /// The result part of an op line: "%x" or "%m:2".
   std::string results(const Op &op) {
-    if (op.numResults() == 1)
-      return "%" + unitName(op.result(0));
+    if (op.numResults() == 1) return "%" + unitName(op.result(0));
     return "%" + unitName(&op) + ":" + std::to_string(op.numResults());
   }
 
@@ -64,13 +57,10 @@ private:
   static std::string hintOf(const Value *v) { return sanitize(v->name()); }
 
   void collect(const Block *b) {
-    for (const auto &a : b->arguments())
-      count(a.get());
+    for (const auto &a : b->arguments()) count(a.get());
     for (const Op *op : *b) {
-      if (op->numResults() > 0)
-        count(op->result(0));
-      for (size_t r = 0; r < op->numRegions(); ++r)
-        collect(op->region(r));
+      if (op->numResults() > 0) count(op->result(0));
+      for (size_t r = 0; r < op->numRegions(); ++r) collect(op->region(r));
     }
   }
   void count(const Value *v) {
@@ -79,13 +69,10 @@ private:
   }
 
   void number(const Block *b) {
-    for (const auto &a : b->arguments())
-      unitName(a.get());
+    for (const auto &a : b->arguments()) unitName(a.get());
     for (const Op *op : *b) {
-      if (op->numResults() > 0)
-        unitName(op->result(0));
-      for (size_t r = 0; r < op->numRegions(); ++r)
-        number(op->region(r));
+      if (op->numResults() > 0) unitName(op->result(0));
+      for (size_t r = 0; r < op->numRegions(); ++r) number(op->region(r));
     }
   }
 
@@ -93,8 +80,7 @@ private:
   std::string unitName(const Op *op) { return unitNameOf(op, op->result(0)); }
 
   std::string unitNameOf(const void *unit, const Value *first) {
-    if (auto it = names_.find(unit); it != names_.end())
-      return it->second;
+    if (auto it = names_.find(unit); it != names_.end()) return it->second;
     std::string hint = hintOf(first), name;
     // A value from outside the named blocks (printOp's operands) keeps its hint
     // only if free.
@@ -103,8 +89,7 @@ private:
     if (keep) {
       name = hint;
     } else {
-      do
-        name = std::to_string(next_++);
+      do name = std::to_string(next_++);
       while (taken_.count(name));
     }
     taken_.insert(name);
@@ -139,8 +124,7 @@ public:
 
   void singleOp(const Op &op) {
     std::vector<const Block *> regions;
-    for (size_t r = 0; r < op.numRegions(); ++r)
-      regions.push_back(op.region(r));
+    for (size_t r = 0; r < op.numRegions(); ++r) regions.push_back(op.region(r));
     namer_.assign(regions);
     this->op(op, 0, false);
   }
@@ -156,16 +140,14 @@ private:
   }
 
   void ops(const Block &b, int indent) {
-    for (const Op *o : b)
-      op(*o, indent, true);
+    for (const Op *o : b) op(*o, indent, true);
   }
 
   bool printsLoc(const Op &op) const { return opts_.printLocations && !(op.loc() == SourceLoc{}); }
 
   void op(const Op &op, int indent, bool newline) {
     os_ << std::string(indent, ' ');
-    if (op.numResults() > 0)
-      os_ << namer_.results(op) << " = ";
+    if (op.numResults() > 0) os_ << namer_.results(op) << " = ";
     os_ << op.name() << "(";
     for (size_t i = 0; i < op.numOperands(); ++i)
       os_ << (i ? ", " : "") << namer_.ref(op.operand(i));
@@ -203,8 +185,7 @@ private:
       ops(b, indent + 2);
       os_ << std::string(indent, ' ') << "}";
     }
-    if (newline)
-      os_ << "\n";
+    if (newline) os_ << "\n";
   }
 
   std::ostream &os_;

@@ -13,24 +13,15 @@ namespace {
 
 const char *kindName(AttrKind k) {
   switch (k) {
-  case AttrKind::Int:
-    return "an int";
-  case AttrKind::Float:
-    return "a float";
-  case AttrKind::Bool:
-    return "a bool";
-  case AttrKind::Str:
-    return "a string";
-  case AttrKind::Ints:
-    return "an int list";
-  case AttrKind::Floats:
-    return "a float list";
-  case AttrKind::DType:
-    return "a dtype";
-  case AttrKind::Type:
-    return "a type";
-  case AttrKind::Tensor:
-    return "a dense tensor";
+  case AttrKind::Int: return "an int";
+  case AttrKind::Float: return "a float";
+  case AttrKind::Bool: return "a bool";
+  case AttrKind::Str: return "a string";
+  case AttrKind::Ints: return "an int list";
+  case AttrKind::Floats: return "a float list";
+  case AttrKind::DType: return "a dtype";
+  case AttrKind::Type: return "a type";
+  case AttrKind::Tensor: return "a dense tensor";
   }
   return "?";
 }
@@ -47,6 +38,22 @@ std::string operandName(const Op &op, size_t i) {
   const Value *v = op.operand(i);
   std::string s = "operand #" + std::to_string(i);
   return v && !v->name().empty() ? s + " (%" + v->name() + ")" : s;
+}
+
+/// True if a tensor type (or one inside a tuple/list) has a negative static dimension.
+bool hasNegativeDim(const Type &t) {
+  switch (t.kind()) {
+  case TypeKind::Tensor:
+    for (const DimExpr &d : t.shape())
+      if (d.isStatic() && d.value() < 0) return true;
+    return false;
+  case TypeKind::Tuple:
+    for (const Type &e : t.elements())
+      if (hasNegativeDim(e)) return true;
+    return false;
+  case TypeKind::List: return hasNegativeDim(t.elementType());
+  default: return false;
+  }
 }
 
 /// The block a value is defined in.
@@ -67,23 +74,27 @@ private:
   void report(const Op *op, std::string msg) { diags_.push_back({op, std::move(msg)}); }
 
   void block(const Block &b, const Op *parent, size_t regionIndex) {
-    for (const auto &a : b.arguments())
+    for (const auto &a : b.arguments()) {
       visible_.insert(a.get());
+      if (!hasNegativeDim(a->type())) continue;
+      std::string what = "argument #" + std::to_string(a->index()) + " type " + a->type().str() +
+                         " has a negative dimension";
+      if (parent)
+        report(parent, "region #" + std::to_string(regionIndex) + " " + what);
+      else
+        report(nullptr, "graph @" + g_.name() + ": " + what);
+    }
     terminators(b, parent, regionIndex);
     for (const Op *op : b) {
       this->op(*op);
-      for (size_t r = 0; r < op->numRegions(); ++r)
-        block(*op->region(r), op, r);
-      for (const auto &res : op->results())
-        visible_.insert(res.get());
+      for (size_t r = 0; r < op->numRegions(); ++r) block(*op->region(r), op, r);
+      for (const auto &res : op->results()) visible_.insert(res.get());
     }
     // Leaving the block: its values are not visible to what follows its parent
     // op.
-    for (const auto &a : b.arguments())
-      visible_.erase(a.get());
+    for (const auto &a : b.arguments()) visible_.erase(a.get());
     for (const Op *op : b)
-      for (const auto &res : op->results())
-        visible_.erase(res.get());
+      for (const auto &res : op->results()) visible_.erase(res.get());
   }
 
   /// The graph body ends in `return`, a region in `yield`, and nothing else is
@@ -94,8 +105,7 @@ private:
       if (op != b.back() && op->def().has(kTerminator))
         report(op, "'" + op->name() + "' must be the last op in its block");
     const Op *last = b.back();
-    if (last && last->name() == want)
-      return;
+    if (last && last->name() == want) return;
     std::string found = last ? "found '" + last->name() + "'" : "it is empty";
     if (parent)
       report(parent, "region #" + std::to_string(regionIndex) + " must end in 'yield', " + found);
@@ -108,6 +118,12 @@ private:
   void op(const Op &op) {
     const OpDef &def = op.def();
     bool wellFormed = operands(op);
+    for (size_t i = 0; i < op.numResults(); ++i)
+      if (hasNegativeDim(op.result(i)->type())) {
+        report(&op, "result #" + std::to_string(i) + " type " + op.result(i)->type().str() +
+                        " has a negative dimension");
+        wellFormed = false;
+      }
     wellFormed = attributes(op) && wellFormed;
     if (op.numRegions() != static_cast<size_t>(def.numRegions)) {
       report(&op, "expects " + plural(def.numRegions, "region") + ", has " +
@@ -116,22 +132,17 @@ private:
     }
     // Hooks below read operands, attributes and regions by index: only run them
     // on ops whose shape matches the contract, so they cannot trip over it.
-    if (!wellFormed)
-      return;
-    if (op.name() == "if")
-      ifYields(op);
-    if (op.name() == "loop")
-      loopYield(op);
+    if (!wellFormed) return;
+    if (op.name() == "if") ifYields(op);
+    if (op.name() == "loop") loopYield(op);
     if (def.verify) {
       try {
-        if (std::string msg = def.verify(op); !msg.empty())
-          report(&op, msg);
+        if (std::string msg = def.verify(op); !msg.empty()) report(&op, msg);
       } catch (const std::exception &e) {
         report(&op, e.what());
       }
     }
-    if (def.infer)
-      inferred(op);
+    if (def.infer) inferred(op);
   }
 
   bool operands(const Op &op) {
@@ -161,21 +172,18 @@ private:
   /// Why a value does not dominate its use at `user`.
   std::string whyNotVisible(const Value *v, const Op &user) const {
     const Block *def = definingBlock(v);
-    if (!def)
-      return "is not defined in any block";
+    if (!def) return "is not defined in any block";
     // Is the defining block the user's block or one enclosing it? Then the use
     // comes first.
     for (const Block *b = user.parentBlock(); b;) {
-      if (b == def)
-        return "is used before its definition";
+      if (b == def) return "is used before its definition";
       const Op *p = b->parentOp();
       b = p ? p->parentBlock() : nullptr;
     }
     const Block *root = def;
     while (root->parentOp() && root->parentOp()->parentBlock())
       root = root->parentOp()->parentBlock();
-    if (root != g_.body())
-      return "is not defined in this graph";
+    if (root != g_.body()) return "is not defined in this graph";
     if (v->definingOp() && v->definingOp()->isInside(&user))
       return "is defined inside this op's own region";
     return "is defined in a region that does not enclose this use";
@@ -214,8 +222,7 @@ private:
   void ifYields(const Op &op) {
     for (size_t r = 0; r < op.numRegions(); ++r) {
       const Op *y = yieldOf(*op.region(r));
-      if (!y)
-        continue;
+      if (!y) continue;
       if (y->numOperands() != op.numResults()) {
         report(&op, "region #" + std::to_string(r) + " yields " +
                         plural(y->numOperands(), "value") + " but 'if' has " +
@@ -234,8 +241,7 @@ private:
   /// types...).
   void loopYield(const Op &op) {
     const Op *y = yieldOf(*op.region(0));
-    if (!y)
-      return;
+    if (!y) return;
     if (y->numOperands() != op.numResults() + 1) {
       report(&op, "body must yield a bool condition and " +
                       plural(op.numResults(), "carried value") + ", yields " +
@@ -270,8 +276,7 @@ private:
       return;
     }
     for (size_t i = 0; i < types.size(); ++i) {
-      if (op.result(i)->type() == types[i])
-        continue;
+      if (op.result(i)->type() == types[i]) continue;
       std::string which = types.size() == 1 ? "result" : "result #" + std::to_string(i);
       report(&op, which + " type " + op.result(i)->type().str() + " does not match inferred " +
                       types[i].str());
@@ -291,15 +296,13 @@ std::vector<VerifyDiagnostic> verifyGraphDiagnostics(const Graph &g) { return Ve
 
 std::vector<std::string> verifyGraph(const Graph &g) {
   std::vector<std::string> out;
-  for (const auto &d : verifyGraphDiagnostics(g))
-    out.push_back(d.str());
+  for (const auto &d : verifyGraphDiagnostics(g)) out.push_back(d.str());
   return out;
 }
 
 void verifyOrThrow(const Graph &g) {
   auto diags = verifyGraphDiagnostics(g);
-  if (!diags.empty())
-    throw VerifyError(diags[0].op, diags[0].message);
+  if (!diags.empty()) throw VerifyError(diags[0].op, diags[0].message);
 }
 
 } // namespace xjit

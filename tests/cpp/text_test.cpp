@@ -163,8 +163,7 @@ TEST(Text, AttributesRoundTripExactly) {
   Tensor flags = Tensor::empty(DType::Bool, {});
   flags.setInt(0, 1);
   std::string allBytes;
-  for (int c = 1; c < 256; ++c)
-    allBytes += static_cast<char>(c);
+  for (int c = 1; c < 256; ++c) allBytes += static_cast<char>(c);
   AttrMap attrs = {
       {"i", int64_t{-5}},
       {"f", 0.1},
@@ -327,15 +326,12 @@ TEST(Text, ParseErrorPositionsAndMessages) {
 
 TEST(Text, DeepNestingIsAnErrorNotACrash) {
   std::string deep = "graph @g(%x: ";
-  for (int i = 0; i < 100000; ++i)
-    deep += "list<";
+  for (int i = 0; i < 100000; ++i) deep += "list<";
   EXPECT_THROW(parseModule(deep), ParseError);
   std::string rank = "graph @g() -> () {\n  %c = constant() {value = dense<f32[";
-  for (int i = 0; i < 2000; ++i)
-    rank += "1,";
+  for (int i = 0; i < 2000; ++i) rank += "1,";
   rank += "1]: ";
-  for (int i = 0; i < 2001; ++i)
-    rank += "[";
+  for (int i = 0; i < 2001; ++i) rank += "[";
   EXPECT_THROW(parseModule(rank), ParseError);
 }
 
@@ -428,8 +424,7 @@ std::vector<std::string> fuzzSeeds() {
 
 TEST(TextFuzz, EveryPrefixParsesOrFailsCleanly) {
   for (const std::string &text : fuzzSeeds())
-    for (size_t n = 0; n <= text.size(); ++n)
-      parseAnything(text.substr(0, n));
+    for (size_t n = 0; n <= text.size(); ++n) parseAnything(text.substr(0, n));
 }
 
 TEST(TextFuzz, RandomMutationsParseOrFailCleanly) {
@@ -442,18 +437,10 @@ TEST(TextFuzz, RandomMutationsParseOrFailCleanly) {
       for (int e = 0; e < edits && !text.empty(); ++e) {
         size_t pos = rng() % text.size();
         switch (rng() % 4) {
-        case 0:
-          text[pos] = static_cast<char>(rng() % 256);
-          break; // random byte
-        case 1:
-          text[pos] = alphabet[rng() % alphabet.size()];
-          break;
-        case 2:
-          text.erase(pos, 1 + rng() % 8);
-          break;
-        default:
-          text.insert(pos, 1, alphabet[rng() % alphabet.size()]);
-          break;
+        case 0: text[pos] = static_cast<char>(rng() % 256); break; // random byte
+        case 1: text[pos] = alphabet[rng() % alphabet.size()]; break;
+        case 2: text.erase(pos, 1 + rng() % 8); break;
+        default: text.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;
         }
       }
       parseAnything(text);
