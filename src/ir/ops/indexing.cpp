@@ -277,19 +277,6 @@ void combine(const Tensor &out, int64_t j, const Scalar &v, Reduce r) {
   out.setInt(j, static_cast<int64_t>(res));
 }
 
-Scalar identity(Reduce r, DType d) {
-  switch (r) {
-  case Reduce::Prod:
-    return Scalar::fromInt(1);
-  case Reduce::Max:
-    return isFloating(d) ? Scalar::fromDouble(-INFINITY) : Scalar::fromInt(INT64_MIN);
-  case Reduce::Min:
-    return isFloating(d) ? Scalar::fromDouble(INFINITY) : Scalar::fromInt(INT64_MAX);
-  default:
-    return Scalar::fromInt(0);
-  }
-}
-
 Tensor scatterInto(const Op &op, In in, Tensor out) {
   const Tensor &index = tensorIn(op, in, 1);
   int64_t dim = normDim(attrInt(op, "dim"), out.rank());
@@ -309,24 +296,18 @@ Tensor scatterInto(const Op &op, In in, Tensor out) {
       kernelFail(op.name() + ": size of index exceeds size of self or src at dimension " +
                  std::to_string(d));
   }
-  // Targets get the identity first when self is excluded; mean divides by the
-  // count.
+  // Without self in the reduction, the first value scattered to a target replaces it (the same
+  // as starting from the reduction's identity); mean divides by the number of values combined.
   std::vector<int64_t> count(static_cast<size_t>(o.numel()), includeSelf ? 1 : 0);
   std::vector<int64_t> target;
-  auto targetOf = [&](const std::vector<int64_t> &idx, int64_t linear) {
+  forEachIndex(ix.sizes(), [&](const std::vector<int64_t> &idx, int64_t linear) {
     target = idx;
     target[dim] = indexValue(op, ix.getInt(linear), o.sizes()[dim], dim, false);
-    return linearIndex(o.sizes(), target);
-  };
-  if (!includeSelf && r != Reduce::None)
-    forEachIndex(ix.sizes(), [&](const std::vector<int64_t> &idx, int64_t linear) {
-      setScalar(o, targetOf(idx, linear), identity(r, o.dtype()));
-    });
-  forEachIndex(ix.sizes(), [&](const std::vector<int64_t> &idx, int64_t linear) {
-    int64_t j = targetOf(idx, linear);
+    int64_t j = linearIndex(o.sizes(), target);
     Scalar v = src ? elementAt(*src, linearIndex(src->sizes(), idx)) : *value;
-    combine(o, j, v, r);
-    ++count[static_cast<size_t>(j)];
+    int64_t &c = count[static_cast<size_t>(j)];
+    combine(o, j, v, c == 0 ? Reduce::None : r);
+    ++c;
   });
   if (r == Reduce::Mean) {
     for (int64_t j = 0; j < o.numel(); ++j) {
