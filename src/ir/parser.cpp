@@ -545,6 +545,18 @@ private:
            std::string_view("_+-*/%() \t").find(c) != std::string_view::npos;
   }
 
+  /// parseDimExpr recurses once per open parenthesis and per unary minus: bound both.
+  void checkDimNesting(std::string_view text, size_t start) const {
+    int depth = 0, minuses = 0;
+    for (size_t i = 0; i < text.size(); ++i) {
+      char c = text[i];
+      depth += c == '(' ? 1 : c == ')' ? -1 : 0;
+      minuses = c == '-' ? minuses + 1 : (c == ' ' || c == '\t') ? minuses : 0;
+      if (depth > kMaxNesting || minuses > kMaxNesting)
+        lex_.error(start + i, "dimension expression nested too deeply");
+    }
+  }
+
   /// `[d, ...][@device]` after the dtype. Dims are scanned raw: they are
   /// DimExpr text, not tokens.
   Type parseTensorType(DType dtype) {
@@ -566,6 +578,7 @@ private:
           lex_.setRawPos(start);
           expected("a dimension", lex_.peek());
         }
+        checkDimNesting(text, start);
         std::string err;
         size_t errOffset = 0;
         auto dim = parseDimExpr(text, &err, &errOffset);

@@ -333,6 +333,8 @@ TEST(Text, DeepNestingIsAnErrorNotACrash) {
   rank += "1]: ";
   for (int i = 0; i < 2001; ++i) rank += "[";
   EXPECT_THROW(parseModule(rank), ParseError);
+  EXPECT_THROW(parseType("f32[" + std::string(100000, '(') + "]"), ParseError);
+  EXPECT_THROW(parseType("f32[" + std::string(100000, '-') + "1]"), ParseError);
 }
 
 // ---- verifier through the API ----
