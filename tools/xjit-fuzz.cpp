@@ -10,6 +10,7 @@
 
 int main(int argc, char **argv) {
   int64_t graphs = 10000;
+  size_t show = 5;
   uint64_t seed = 1;
   xjit::testing::RandomGraphOptions opts;
   for (int i = 1; i < argc; ++i) {
@@ -21,13 +22,14 @@ int main(int argc, char **argv) {
     if (const char *v = value("--graphs=")) graphs = std::atoll(v);
     else if (const char *v = value("--seed=")) seed = std::strtoull(v, nullptr, 10);
     else if (const char *v = value("--max-ops=")) opts.maxOps = std::atoi(v);
+    else if (const char *v = value("--show=")) show = std::strtoull(v, nullptr, 10);
     else {
-      std::fprintf(stderr, "usage: xjit-fuzz [--graphs=N] [--seed=S] [--max-ops=N]\n");
+      std::fprintf(stderr, "usage: xjit-fuzz [--graphs=N] [--seed=S] [--max-ops=N] [--show=FAILURES]\n");
       return 1;
     }
   }
   auto start = std::chrono::steady_clock::now();
-  auto stats = xjit::testing::fuzz(seed, graphs, opts);
+  auto stats = xjit::testing::fuzz(seed, graphs, opts, show);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (const auto &m : stats.failureMessages) std::fprintf(stderr, "FAILURE %s\n\n", m.c_str());
   std::printf("xjit-fuzz: %lld graphs (%lld ops), %lld with inputs rejected by kernels, "

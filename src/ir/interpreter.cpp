@@ -82,10 +82,14 @@ private:
                                            std::to_string(op->numResults()) + " results");
     for (size_t i = 0; i < out.size(); ++i) {
       if (opts_.checkTypes) {
+        symbolicMismatch_ = false;
         std::string why = mismatch(op->result(i)->type(), out[i]);
+        // A symbolic dim that does not hold means the inputs broke an assumption the graph
+        // was built under (e.g. two symbols assumed equal); a static one is an xjit bug.
         if (!why.empty())
-          throw Error(ErrorKind::Internal,
-                      op->describe() + ": result " + std::to_string(i) + " " + why);
+          throw Error(symbolicMismatch_ ? ErrorKind::User : ErrorKind::Internal,
+                      op->describe() + ": result " + std::to_string(i) + " " + why +
+                          (symbolicMismatch_ ? " (the inputs violate the graph's shape assumptions)" : ""));
       }
       env_[op->result(i)] = std::move(out[i]);
     }
@@ -125,9 +129,11 @@ private:
           if (syms.size() == 1 && e == DimExpr::symbol(syms[0])) symbols_[syms[0]] = actual;
           continue; // compound expression over unbound symbols: nothing to check yet
         }
-        if (*expected != actual)
+        if (*expected != actual) {
+          symbolicMismatch_ = !e.isStatic();
           return "has size " + std::to_string(actual) + " at dim " + std::to_string(d) +
                  ", type says " + t.str() + " (" + e.str() + " = " + std::to_string(*expected) + ")";
+        }
       }
       return "";
     }
@@ -159,6 +165,7 @@ private:
   const InterpreterOptions &opts_;
   std::unordered_map<const Value *, RtValue> env_;
   SymbolBindings symbols_;
+  bool symbolicMismatch_ = false; // set by mismatch(): the failing dim was symbolic
 };
 
 } // namespace

@@ -140,11 +140,12 @@ private:
     for (size_t i = 0; i < n; ++i) operands.push_back(pick(scope));
     AttrMap attrs;
     for (const AttrSpec &spec : def->attrs) {
-      if (spec.anyKind) { // constant: a random scalar value
-        if (chance(0.8)) attrs[spec.name] = chance(0.5) ? Attr(int64_t{uniform(-2, 4)}) : Attr(1.5);
+      bool required = !spec.defaultValue && !spec.optional;
+      if (spec.anyKind) { // e.g. constant's value, fill values: a random scalar
+        if (required || chance(0.8))
+          attrs[spec.name] = chance(0.5) ? Attr(int64_t{uniform(-2, 4)}) : Attr(1.5);
         continue;
       }
-      bool required = !spec.defaultValue && !spec.optional;
       if (required || chance(0.4)) attrs[spec.name] = randomAttr(spec, operands);
     }
     auto op = std::make_unique<Op>(def, operands, std::vector<Type>{}, attrs,
@@ -284,7 +285,8 @@ CheckResult checkRandomGraph(uint64_t seed, const RandomGraphOptions &opts) {
   return result;
 }
 
-FuzzStats fuzz(uint64_t firstSeed, int64_t count, const RandomGraphOptions &opts) {
+FuzzStats fuzz(uint64_t firstSeed, int64_t count, const RandomGraphOptions &opts,
+               size_t keepMessages) {
   FuzzStats s;
   for (int64_t i = 0; i < count; ++i) {
     uint64_t seed = firstSeed + static_cast<uint64_t>(i);
@@ -294,7 +296,7 @@ FuzzStats fuzz(uint64_t firstSeed, int64_t count, const RandomGraphOptions &opts
     s.rejectedInputs += r.inputsRejected;
     if (!r.failure.empty()) {
       ++s.failures;
-      if (s.failureMessages.size() < 5) s.failureMessages.push_back(r.failure);
+      if (s.failureMessages.size() < keepMessages) s.failureMessages.push_back(r.failure);
     }
   }
   return s;

@@ -43,6 +43,7 @@ struct FuzzStats {
   int64_t graphs = 0, ops = 0, rejectedInputs = 0, failures = 0;
   std::vector<std::string> failureMessages; // first few
 };
-FuzzStats fuzz(uint64_t firstSeed, int64_t count, const RandomGraphOptions &opts = {});
+FuzzStats fuzz(uint64_t firstSeed, int64_t count, const RandomGraphOptions &opts = {},
+               size_t keepMessages = 5);
 
 } // namespace xjit::testing
