@@ -1,0 +1,1 @@
+"""Benchmark harness and model suite (see bench/run.py)."""

@@ -1,0 +1,184 @@
+"""Shared helpers: machine description, backends, timing, memory and error measurement."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import platform
+import resource
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+BACKENDS = ("eager", "inductor", "xjit")
+COMPILERS = ("inductor", "xjit")
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def setup_threads() -> None:
+    torch.set_num_threads(cores())
+
+
+def cpu_info() -> tuple[str, list[str]]:
+    """CPU model name and the vector ISA extensions that matter for kernels."""
+    fields: dict[str, str] = {}
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    model = fields.get("model name") or platform.processor() or "unknown"
+    flags = fields.get("flags", "").split()
+    return model, [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
+
+
+def describe_machine() -> dict[str, Any]:
+    model, isa = cpu_info()
+    return {
+        "cpu": model,
+        "isa": isa,
+        "cores": cores(),
+        "torch_threads": torch.get_num_threads(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": importlib.metadata.version("transformers"),
+        "loadavg_1m_at_start": os.getloadavg()[0],
+        "env": {k: v for k, v in os.environ.items() if k.startswith(("OMP_", "GOMP_", "KMP_", "MKL_", "TORCH"))},
+    }
+
+
+def error_text(exc: BaseException) -> str:
+    """One-line reason plus the last traceback frames, for the JSON."""
+    tail = "".join(traceback.format_exception(exc)[-3:])
+    return f"{type(exc).__name__}: {exc}"[:500] + "\n" + tail[-1500:]
+
+
+def load_xjit() -> Any:
+    """Import xjit (installed, or from the source tree's python/ dir); raise if it has no `jit`."""
+    try:
+        xjit = importlib.import_module("xjit")
+    except ModuleNotFoundError:
+        src = ROOT / "python"
+        if not (src / "xjit" / "__init__.py").exists():
+            raise
+        sys.path.insert(0, str(src))
+        xjit = importlib.import_module("xjit")
+    if not callable(getattr(xjit, "jit", None)):
+        raise RuntimeError("xjit is importable but exposes no callable `jit`")
+    return xjit
+
+
+def make_backend(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    if name == "eager":
+        return fn
+    compiled: Callable[..., Any]
+    if name == "inductor":
+        compiled = torch.compile(fn)
+    elif name == "xjit":
+        compiled = load_xjit().jit(fn)
+    else:
+        raise ValueError(f"unknown backend {name!r}")
+    return compiled
+
+
+def time_per_call(fn: Callable[[], Any], inner: int) -> float:
+    start = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - start) / inner
+
+
+def prepare(
+    backends: list[str], fn: Callable[..., Any], args: tuple[Any, ...], calls: int = 3
+) -> tuple[dict[str, Callable[[], Any]], dict[str, Any], dict[str, str]]:
+    """Wrap `fn` with each backend and call it `calls` times (compiling it): the ready-to-time
+    closures, each backend's last output, and the error text of each backend that failed."""
+    fns: dict[str, Callable[[], Any]] = {}
+    outputs: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for b in backends:
+        try:
+            f = make_backend(b, fn)
+            for _ in range(calls):
+                outputs[b] = f(*args)
+            fns[b] = partial(f, *args)
+        except Exception as exc:
+            errors[b] = error_text(exc)
+    return fns, outputs, errors
+
+
+def interleave(
+    fns: dict[str, Callable[[], Any]], repeats: int, inner: int, errors: dict[str, str]
+) -> dict[str, list[float]]:
+    """Per-call seconds, `repeats` samples of `inner` calls for each fn, round-robin with the
+    order rotated every repeat. A fn that raises is dropped and its error added to `errors`."""
+    live = dict(fns)
+    samples: dict[str, list[float]] = {n: [] for n in fns}
+    for r in range(repeats):
+        names = list(live)
+        for n in names[r % len(names) :] + names[: r % len(names)]:
+            try:
+                samples[n].append(time_per_call(live[n], inner))
+            except Exception as exc:
+                errors[n] = error_text(exc)
+                del live[n]
+    return {n: s for n, s in samples.items() if n in live}
+
+
+def leaves(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, Mapping):
+        return [t for v in out.values() for t in leaves(v)]
+    if isinstance(out, (list, tuple)):
+        return [t for v in out for t in leaves(v)]
+    return []
+
+
+def max_errors(out: Any, ref: Any) -> dict[str, float]:
+    """Max abs error, and max abs error relative to the largest |ref| of the same output."""
+    got, want = leaves(out), leaves(ref)
+    if len(got) != len(want):
+        raise ValueError(f"{len(got)} output tensors, eager has {len(want)}")
+    abs_err = rel_err = 0.0
+    for g, w in zip(got, want, strict=True):
+        diff = (g.float() - w.float()).abs().max().item() if w.numel() else 0.0
+        scale = w.float().abs().max().item() if w.numel() else 0.0
+        abs_err = max(abs_err, diff)
+        rel_err = max(rel_err, diff / scale if scale else diff)
+    return {"max_abs_err": abs_err, "max_rel_err": rel_err}
+
+
+# Peak memory: the process's resident-set high-water mark (VmHWM), which Linux lets a process
+# reset by writing "5" to /proc/self/clear_refs. It counts everything torch allocates (weights,
+# activations, compiled code, allocator caches), unlike tracemalloc.
+
+
+def rss_mb(field: str = "VmRSS") -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def reset_peak_rss() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def children_peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024

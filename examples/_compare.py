@@ -1,0 +1,58 @@
+"""Shared by the examples: run a model eagerly and through `xjit.jit`, print speedup and compile time.
+
+When xjit is not importable (or has no `jit` yet), the model runs eagerly only and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def _median_s(fn: Callable[[], Any], calls: int) -> float:
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _max_abs_err(out: Any, ref: Any) -> float:
+    def leaves(x: Any) -> list[torch.Tensor]:
+        if isinstance(x, torch.Tensor):
+            return [x]
+        values = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else []
+        return [t for v in values for t in leaves(v)]
+
+    return max((a - b).abs().max().item() for a, b in zip(leaves(out), leaves(ref), strict=True))
+
+
+def compare(name: str, model: torch.nn.Module, *inputs: torch.Tensor, calls: int = 20) -> None:
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    model.eval()
+    with torch.no_grad():
+        ref = model(*inputs)
+        eager_s = _median_s(lambda: model(*inputs), calls)
+        print(f"{name}: eager {eager_s * 1e3:.2f} ms per call")
+        try:
+            import xjit
+
+            jit = xjit.jit
+        except (ImportError, AttributeError) as exc:
+            print(f"xjit is not available ({type(exc).__name__}: {exc}); ran eager only")
+            return
+        compiled = jit(model)
+        start = time.perf_counter()
+        out = compiled(*inputs)
+        compile_s = time.perf_counter() - start
+        xjit_s = _median_s(lambda: compiled(*inputs), calls)
+    print(
+        f"{name}: xjit {xjit_s * 1e3:.2f} ms per call, {eager_s / xjit_s:.2f}x eager; "
+        f"compile (first call) {compile_s:.2f} s; max abs error vs eager {_max_abs_err(out, ref):.1e}"
+    )
