@@ -418,6 +418,21 @@ TEST(ElementwiseBinary, Powers) {
   expectInferError("pow", {ty(DType::Bool, {2}), ty(DType::Bool, {2})}, {}, "bool");
 }
 
+TEST(ElementwiseBinary, ReducedFloatScalarOperands) {
+  // f16(2.7) = 2.69921875. torch's mul/div/floor_divide read a scalar `other` in f32 for
+  // f16/bf16 tensors; other ops (eq, sub...) round it to f16 first.
+  Tensor x = vec(DType::F16, {2.7});
+  expectVec(run1("mul", {x, RtValue(2.7)}), DType::F16, {7.2890625}); // f16(2.69921875 * 2.7)
+  expectVec(run1("floor_divide", {x, RtValue(2.7)}), DType::F16, {0});
+  expectVec(run1("div", {x, scalarTensor(DType::F32, 2.7)}, {{"rounding_mode", "trunc"}}),
+            DType::F16, {0});
+  expectVec(run1("eq", {x, RtValue(2.7)}), DType::Bool, {1});
+  expectVec(run1("sub", {x, RtValue(2.7)}), DType::F16, {0});
+  // A bool exponent is special-cased: x ** True is x, x ** False is 1.
+  expectVec(run1("pow", {vec(DType::Bool, {1, 0}), RtValue(true)}), DType::Bool, {1, 0});
+  expectVec(run1("pow", {vec(DType::Bool, {1, 0}), RtValue(false)}), DType::Bool, {1, 1});
+}
+
 TEST(ElementwiseBinary, ComparisonsMinMaxLogicalBitwise) {
   Tensor a = f32({1, kNaN, 3, -1}), b = f32({2, 1, 3, kNaN});
   expectVec(run1("lt", {a, b}), DType::Bool, {1, 0, 0, 0});

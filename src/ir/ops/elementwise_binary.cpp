@@ -36,6 +36,9 @@ struct BinaryDef {
   bool commutative = false;
   bool boolStaysBool = false;  // two Python bools give a bool (bitwise, max/min), not an int
   bool zeroDivIsError = false; // Python raises ZeroDivisionError for scalar operands
+  /// For f16/bf16 results PyTorch's CPU kernel reads a one-element `other` operand in f32
+  /// without first rounding it to the tensor's dtype (mul, div, floor_divide).
+  bool otherScalarInOpMath = false;
 };
 
 /// Python scalars compute in i64 / f64 (or bool for bitwise and max/min of two
@@ -111,6 +114,9 @@ std::vector<RtValue> runBinary(const BinaryDef &d, const Op &op, std::span<const
     return std::vector<RtValue>(1, runScalars(d, op, in));
   DType out = resultDType(op);
   DType compute = resultKind(d, op) == Result::Float ? out : resultTypeOfOperands(op, 0, 2);
+  bool otherIsScalar = !in[1].isTensor() || in[1].tensor().numel() == 1;
+  if (d.otherScalarInOpMath && otherIsScalar && (compute == DType::F16 || compute == DType::BF16))
+    compute = DType::F32; // f16/bf16 inputs convert to f32 exactly; the result still rounds
   Impl impl = d.make(op, compute, in);
   Tensor t =
       map2(operandAs(in, 0, compute), operandAs(in, 1, compute), compute, out, impl.f, impl.i);
@@ -284,7 +290,8 @@ void addArithmetic(OpRegistry &r) {
   addBinary(r, {.name = "mul",
                 .summary = "self * other",
                 .make = fixed([](double a, double b) { return a * b; }, wrapMul),
-                .commutative = true});
+                .commutative = true,
+                .otherScalarInOpMath = true});
   addBinary(r, {.name = "div",
                 .summary = "self / other; rounding_mode \"\" (true division, float result), "
                            "\"trunc\" or \"floor\" (keep the promoted dtype)",
@@ -306,7 +313,8 @@ void addArithmetic(OpRegistry &r) {
                       return attrStr(op, "rounding_mode").empty() ? Result::Float
                                                                   : Result::Promoted;
                     },
-                .zeroDivIsError = true});
+                .zeroDivIsError = true,
+                .otherScalarInOpMath = true});
   addBinary(r, {.name = "floor_divide",
                 .summary = "floor(self / other), keeping the promoted dtype",
                 .mask = kNumeric,
@@ -314,7 +322,8 @@ void addArithmetic(OpRegistry &r) {
                     [](const Op &, DType c, std::span<const RtValue>) {
                       return Impl{inOpMath(c, divFloor<float>, divFloor<double>), intDivFloor};
                     },
-                .zeroDivIsError = true});
+                .zeroDivIsError = true,
+                .otherScalarInOpMath = true});
   addBinary(r, {.name = "remainder",
                 .summary = "self - floor(self / other) * other (sign of the divisor, Python %)",
                 .mask = kNumeric,
@@ -332,12 +341,19 @@ void addArithmetic(OpRegistry &r) {
   addBinary(r, {.name = "pow",
                 .summary = "self ** other; integer tensors to negative scalar powers "
                            "are errors",
-                .mask = kNumeric,
-                .make = [](const Op &op, DType c, std::span<const RtValue> in) {
-                  if (!isFloating(c) && (in[1].isInt() || in[1].isBool()) && in[1].toInt() < 0)
-                    kernelFail("pow: integers to negative integer powers are not allowed");
-                  return Impl{[](double a, double b) { return std::pow(a, b); }, intPow};
-                }});
+                .make =
+                    [](const Op &op, DType c, std::span<const RtValue> in) {
+                      if (!isFloating(c) && (in[1].isInt() || in[1].isBool()) && in[1].toInt() < 0)
+                        kernelFail("pow: integers to negative integer powers are not allowed");
+                      return Impl{[](double a, double b) { return std::pow(a, b); }, intPow};
+                    },
+                // torch special-cases a bool exponent (x ** True is x, x ** False is 1), so
+                // only that form accepts bool tensors.
+                .check =
+                    [](const Op &op, DType d) {
+                      if (d == DType::Bool && op.operand(1)->type().kind() != TypeKind::Bool)
+                        inferFail("pow: not supported for bool tensors");
+                    }});
 }
 
 void addFloatMath(OpRegistry &r) {
