@@ -106,6 +106,14 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// Host callbacks for `external_call` ops (e.g. a PyTorch function the IR has no op for, called
+/// by the frontend's glue). The IR only knows them by id; whoever builds such graphs registers
+/// the callback before running them.
+using ExternalFn = std::function<std::vector<RtValue>(std::span<const RtValue>)>;
+int64_t registerExternalFunction(ExternalFn fn); // returns the id for the `callee` attribute
+void unregisterExternalFunction(int64_t id);
+const ExternalFn *lookupExternalFunction(int64_t id);
+
 // Registration entry points, one per op family (src/ir/ops/*.cpp).
 void registerControlFlowOps(OpRegistry &r);
 void registerElementwiseOps(OpRegistry &r);

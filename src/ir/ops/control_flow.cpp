@@ -1,6 +1,10 @@
 // Structural ops: constants, terminators, structured control flow and tuples.
 #include "ops/op_util.h"
 
+#include <map>
+#include <memory>
+#include <mutex>
+
 namespace xjit {
 using namespace ops;
 
@@ -66,6 +70,29 @@ std::string verifyLoop(const Op &op) {
 }
 } // namespace
 
+namespace {
+std::mutex gExternalMutex;
+std::map<int64_t, std::shared_ptr<ExternalFn>> gExternals;
+int64_t gNextExternal = 1;
+} // namespace
+
+int64_t registerExternalFunction(ExternalFn fn) {
+  std::lock_guard<std::mutex> lock(gExternalMutex);
+  gExternals[gNextExternal] = std::make_shared<ExternalFn>(std::move(fn));
+  return gNextExternal++;
+}
+
+void unregisterExternalFunction(int64_t id) {
+  std::lock_guard<std::mutex> lock(gExternalMutex);
+  gExternals.erase(id);
+}
+
+const ExternalFn *lookupExternalFunction(int64_t id) {
+  std::lock_guard<std::mutex> lock(gExternalMutex);
+  auto it = gExternals.find(id);
+  return it == gExternals.end() ? nullptr : it->second.get();
+}
+
 void registerControlFlowOps(OpRegistry &r) {
   r.add({.name = "constant",
          .summary = "a value given by the `value` attribute (none when absent)",
@@ -93,6 +120,18 @@ void registerControlFlowOps(OpRegistry &r) {
          .operands = {{"max_trip_count"}, {"initial_condition"}, {"carried", true}},
          .verify = verifyLoop,
          .numRegions = 1});
+  r.add({.name = "external_call",
+         .summary = "calls host function `callee` (registered at run time; results as written)",
+         .operands = {{"args", true}},
+         .attrs = {{"callee", AttrKind::Int}, {"name", AttrKind::Str, Attr("")}},
+         .traits = kSideEffect, // an arbitrary host function: never removed or reordered
+         .kernel = [](const Op &op, std::span<const RtValue> in) {
+           const ExternalFn *fn = lookupExternalFunction(attrInt(op, "callee"));
+           if (!fn)
+             kernelFail("external function " + std::to_string(attrInt(op, "callee")) + " ('" +
+                        attrStr(op, "name") + "') is not registered in this process");
+           return (*fn)(in);
+         }});
   r.add({.name = "tuple_construct",
          .summary = "a tuple of the operands",
          .operands = {{"elements", true}},

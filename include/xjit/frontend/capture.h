@@ -1,0 +1,164 @@
+// What the bytecode analyzer hands to the frame hook: a captured graph, where each of its
+// inputs is read from at call time, the guards under which it may be reused, how to rebuild
+// the frame's return value from the graph outputs, and the Python side effects to replay.
+//
+// This header is the contract between the analyzer (src/frontend/analyzer*) and the frame hook /
+// guard / driver side (src/frontend/eval_frame*, guards*, driver*). It uses the CPython API.
+#pragma once
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "xjit/ir/ir.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace xjit::frontend {
+
+/// An owned reference to a Python object (Py_XINCREF/Py_XDECREF). The GIL must be held.
+class PyRef {
+public:
+  PyRef() = default;
+  static PyRef borrow(PyObject *o) { Py_XINCREF(o); return PyRef(o); }
+  static PyRef steal(PyObject *o) { return PyRef(o); }
+  PyRef(const PyRef &o) : o_(o.o_) { Py_XINCREF(o_); }
+  PyRef(PyRef &&o) noexcept : o_(o.o_) { o.o_ = nullptr; }
+  PyRef &operator=(PyRef o) noexcept { std::swap(o_, o.o_); return *this; }
+  ~PyRef() { Py_XDECREF(o_); }
+  PyObject *get() const { return o_; }
+  PyObject *release() { PyObject *o = o_; o_ = nullptr; return o; }
+  explicit operator bool() const { return o_ != nullptr; }
+
+private:
+  explicit PyRef(PyObject *o) : o_(o) {}
+  PyObject *o_ = nullptr;
+};
+
+/// An access path from the frame to a Python object, e.g. L[self].layers[2].weight.
+/// Evaluated at call time to fetch graph inputs and guarded values.
+struct SourceStep {
+  enum Kind : uint8_t {
+    Local,   // frame local slot `index` (fast locals, arguments first); `name` for messages
+    Cell,    // the contents of closure cell / free variable slot `index` (localsplus index)
+    Global,  // f_globals[name], falling back to builtins
+    Attr,    // getattr(prev, name)
+    Item,    // prev[index] (list/tuple/ModuleList)
+    DictKey, // prev[key] with `key` a str or int constant
+  };
+  Kind kind;
+  int64_t index = 0;
+  std::string name;
+  PyRef key; // DictKey only
+};
+using Source = std::vector<SourceStep>;
+/// "L['self'].layers[2].weight", for guards' messages and logs.
+std::string sourceStr(const Source &s);
+
+/// One assumption of a capture, checked before the capture is reused.
+struct Guard {
+  enum Kind : uint8_t {
+    TensorMatch, // a torch.Tensor with this dtype/device/requires_grad/rank/sizes/strides
+    TypeIs,      // type(x) is `object`
+    IdIs,        // x is `object` (modules, functions, classes)
+    Equals,      // x == `object` for int/float/bool/str/None/tuples of those (with TypeIs)
+    LenIs,       // len(x) == `length` (lists, tuples, dicts, ModuleList)
+    DictKeysAre, // list(x.keys()) == `object` (a list)
+    GlobalStateIs, // torch.is_grad_enabled() == (length != 0) -- `source` empty
+  };
+  Kind kind;
+  Source source;
+  PyRef object;
+  int64_t length = 0;
+  // TensorMatch: dtype name ("f32", xjit dtype names), device str, requires_grad, sizes and
+  // strides (-1: symbolic/any, the dim's symbol is named in `symbols`).
+  std::string dtype, device;
+  bool requiresGrad = false;
+  std::vector<int64_t> sizes, strides;
+  std::vector<std::string> symbols; // per dim: "" static, else the symbol name (e.g. "s0")
+  /// Human-readable form, e.g. "L['x']: tensor f32[s0,128] cpu requires_grad=False".
+  std::string description;
+};
+
+/// How to build the frame's return value (or any reconstructed object).
+struct OutputNode {
+  enum Kind : uint8_t {
+    GraphOutput, // output `index` of the compiled graph (a tensor or a scalar)
+    Constant,    // `object`
+    FromSource,  // the object at `source` (e.g. returning an input unchanged)
+    Tuple, List, Dict, // children; Dict: `keys` parallel to children
+    NamedTuple,  // `object` is the namedtuple type; children are the fields
+  };
+  Kind kind;
+  int64_t index = 0;
+  PyRef object;
+  Source source;
+  std::vector<OutputNode> children;
+  std::vector<PyRef> keys;
+};
+
+/// A Python-visible effect of the captured code, replayed after the graph runs, in order.
+struct SideEffect {
+  enum Kind : uint8_t {
+    SetAttr,     // setattr(target, name, value)
+    SetGlobal,   // f_globals[name] = value
+    ListAppend,  // target.append(value)
+    SetItem,     // target[key] = value
+    TensorCopy,  // target.copy_(value): an in-place write to a tensor the caller can see
+  };
+  Kind kind;
+  Source target;
+  std::string name;
+  PyRef key;
+  OutputNode value;
+};
+
+/// A successful capture of a whole frame.
+struct Capture {
+  std::unique_ptr<Graph> graph;
+  std::vector<Source> inputs; // graph input i is fetched from inputs[i] at call time
+  std::vector<Guard> guards;
+  OutputNode result;
+  std::vector<SideEffect> sideEffects;
+  /// PyTorch fallback nodes: op `pytorch_call` attribute `fn` indexes into this table.
+  std::vector<PyRef> fallbackCallables;
+  double captureMilliseconds = 0;
+};
+
+/// Why a frame (or part of it) could not be captured.
+struct GraphBreak {
+  std::string reason;  // "call to print", "data-dependent control flow on a tensor", ...
+  SourceLoc where;     // the user's file:line
+  bool internal = false; // an xjit bug rather than an unsupported construct
+  std::string errorId;   // stable id for internal errors, e.g. "XJIT-E0003"
+};
+
+struct AnalyzeResult {
+  std::optional<Capture> capture;
+  std::optional<GraphBreak> graphBreak;
+};
+
+/// The frame's inputs as the analyzer sees them (borrowed references; valid during the call).
+struct FrameView {
+  PyCodeObject *code;
+  PyObject *function; // the PyFunctionObject (closure, defaults, globals)
+  PyObject *globals;
+  PyObject *builtins;
+  PyObject *const *localsplus; // co_nlocalsplus slots; arguments first; may hold NULLs
+  int nlocalsplus;
+};
+
+struct AnalyzeOptions {
+  int inlineDepth = 16; // recursion limit for inlining user functions
+  bool dynamicShapes = false; // mark input dims symbolic (after a recompile on a shape change)
+  std::vector<std::string> dynamicSources; // sources whose dims should be symbolic
+};
+
+/// Symbolically executes the frame's bytecode over abstract values. Never throws: internal
+/// errors come back as a GraphBreak with internal = true.
+AnalyzeResult analyzeFrame(const FrameView &frame, const AnalyzeOptions &opts = {});
+
+} // namespace xjit::frontend
