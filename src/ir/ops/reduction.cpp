@@ -109,13 +109,21 @@ Groups groupBy(const Ints &sizes, const Ints &dims, bool keepdim) {
   return g;
 }
 
-/// Ops without an identity (max, argmax, inf-norm) cannot reduce over a
-/// zero-size dim.
+std::string emptyDimMessage(const Op &op, int64_t d) {
+  return op.name() + ": expected reduction dim " + std::to_string(d) + " to have non-zero size";
+}
+
+/// Ops without an identity (max, argmax, inf-norm) cannot reduce over a zero-size dim: an
+/// inference error when the dim is statically 0, else a kernel error.
+void requireNonEmptyType(const Op &op, const Shape &s, const Ints &dims) {
+  for (int64_t d : dims)
+    if (auto v = s[static_cast<size_t>(d)].staticValue(); v && *v == 0)
+      inferFail(emptyDimMessage(op, d));
+}
 void requireNonEmpty(const Op &op, const Tensor &t, const Ints &dims) {
   for (int64_t d : dims)
     if (t.size(d) == 0)
-      kernelFail(op.name() + ": expected reduction dim " + std::to_string(d) +
-                 " to have non-zero size");
+      kernelFail(emptyDimMessage(op, d));
 }
 
 std::vector<double> valuesOf(const Tensor &t, const Ints &members) {
@@ -169,6 +177,8 @@ void addReduction(OpRegistry &r, ReduceDef def) {
             const Type &t = tensorOperand(op, 0);
             DType out = d->result(op, t.dtype());
             Ints dims = opDims(op, t.rank());
+            if (d->needsNonEmpty && d->needsNonEmpty(op))
+              requireNonEmptyType(op, t.shape(), dims);
             return std::vector<Type>{
                 Type::tensor(out, reducedShape(t.shape(), dims, opKeepdim(op)), t.device())};
           },
@@ -511,6 +521,7 @@ void addIndexReductions(OpRegistry &r) {
               const Type &t = tensorOperand(op, 0);
               int64_t d = oneDim(op, t.rank());
               Ints dims = t.rank() == 0 ? Ints{} : Ints{d};
+              requireNonEmptyType(op, t.shape(), dims);
               Shape s = reducedShape(t.shape(), dims, attrBool(op, "keepdim"));
               return std::vector<Type>{Type::tensor(t.dtype(), s, t.device()),
                                        Type::tensor(DType::I64, s, t.device())};
@@ -552,14 +563,18 @@ void addIndexReductions(OpRegistry &r) {
               const Type &t = tensorOperand(op, 0);
               if (t.dtype() == DType::Bool)
                 inferFail(op.name() + ": does not support bool input");
-              bool keepdim = attrBool(op, "keepdim");
-              Shape s;
+              // Without `dim` every dim is reduced (keepdim keeps them all as size 1).
+              Ints dims;
               if (hasAttrValue(op, "dim")) {
                 int64_t d = oneDim(op, t.rank());
-                s = reducedShape(t.shape(), t.rank() == 0 ? Ints{} : Ints{d}, keepdim);
-              } else if (keepdim) {
-                s = Shape(t.shape().size(), DimExpr(1));
+                if (t.rank() > 0)
+                  dims = {d};
+              } else {
+                for (int64_t d = 0; d < t.rank(); ++d)
+                  dims.push_back(d);
               }
+              requireNonEmptyType(op, t.shape(), dims);
+              Shape s = reducedShape(t.shape(), dims, attrBool(op, "keepdim"));
               return std::vector<Type>{Type::tensor(DType::I64, s, t.device())};
             },
         .kernel =
