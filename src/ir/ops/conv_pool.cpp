@@ -12,7 +12,10 @@ using namespace ops;
 using namespace ops::nn;
 
 std::string spatialName(const std::string &op, size_t nd) {
-  return op + ": input must be [N, C" + std::string(nd == 1 ? ", L" : nd == 2 ? ", H, W" : ", D, H, W") +
+  return op + ": input must be [N, C" +
+         std::string(nd == 1   ? ", L"
+                     : nd == 2 ? ", H, W"
+                               : ", D, H, W") +
          "] or unbatched";
 }
 
@@ -22,13 +25,15 @@ Shape batchedInput(const std::string &op, size_t nd, const Shape &in) {
     inferFail(spatialName(op, nd) + " (" + std::to_string(nd + 1) + " or " +
               std::to_string(nd + 2) + " dims), got shape " + shapeStr(in));
   Shape x = in;
-  if (in.size() == nd + 1) x.insert(x.begin(), DimExpr(1));
+  if (in.size() == nd + 1)
+    x.insert(x.begin(), DimExpr(1));
   return x;
 }
 
 /// Result shape in the input's batched-ness: `out` is [N, C, spatial...].
 Shape unbatchLike(const Shape &in, size_t nd, Shape out) {
-  if (in.size() == nd + 1) out.erase(out.begin());
+  if (in.size() == nd + 1)
+    out.erase(out.begin());
   return out;
 }
 
@@ -49,7 +54,8 @@ ConvConfig convConfig(const Op &op, size_t nd, bool transposed) {
                .outputPadding = transposed ? spatialInts(op, "output_padding", nd, 0)
                                            : std::vector<int64_t>(nd, 0),
                .groups = attrInt(op, "groups")};
-  if (c.groups < 1) inferFail(op.name() + ": groups must be positive, got " + std::to_string(c.groups));
+  if (c.groups < 1)
+    inferFail(op.name() + ": groups must be positive, got " + std::to_string(c.groups));
   if (!transposed) {
     c.mode = attrStr(op, "padding_mode");
     if (c.mode != "" && c.mode != "same" && c.mode != "valid")
@@ -57,13 +63,14 @@ ConvConfig convConfig(const Op &op, size_t nd, bool transposed) {
                 "\"");
     if (c.mode == "same")
       for (int64_t s : c.stride)
-        if (s != 1) inferFail(op.name() + ": padding_mode \"same\" needs stride 1, got " + dimsStr(c.stride));
+        if (s != 1)
+          inferFail(op.name() + ": padding_mode \"same\" needs stride 1, got " + dimsStr(c.stride));
   }
   return c;
 }
 
 struct ConvGeom {
-  Shape out;                  // in the input's batched-ness
+  Shape out;                   // in the input's batched-ness
   std::vector<int64_t> kernel; // spatial kernel sizes
   std::vector<int64_t> padLeft;
 };
@@ -76,24 +83,26 @@ ConvGeom convGeom(const std::string &op, size_t nd, bool transposed, const ConvC
               std::to_string(nd + 2) + " (shape " + shapeStr(w) + ")");
   int64_t g = c.groups;
   DimExpr cout;
-  std::string chanMsg = op + ": input of shape " + shapeStr(input) + " does not match weight of shape " +
-                        shapeStr(w) + " with groups=" + std::to_string(g);
+  std::string chanMsg = op + ": input of shape " + shapeStr(input) +
+                        " does not match weight of shape " + shapeStr(w) +
+                        " with groups=" + std::to_string(g);
   if (!transposed) { // weight [Cout, Cin/groups, k...]
     checkDimEq(x[1], w[1] * g, chanMsg + " (expected " + (w[1] * g).str() + " input channels)");
     if (auto co = w[0].staticValue(); co && *co % g != 0)
-      inferFail(op + ": out channels (" + std::to_string(*co) + ") must be divisible by groups=" +
-                std::to_string(g));
+      inferFail(op + ": out channels (" + std::to_string(*co) +
+                ") must be divisible by groups=" + std::to_string(g));
     cout = w[0];
   } else { // weight [Cin, Cout/groups, k...]
     checkDimEq(x[1], w[0], chanMsg + " (expected " + w[0].str() + " input channels)");
     if (auto ci = w[0].staticValue(); ci && *ci % g != 0)
-      inferFail(op + ": in channels (" + std::to_string(*ci) + ") must be divisible by groups=" +
-                std::to_string(g));
+      inferFail(op + ": in channels (" + std::to_string(*ci) +
+                ") must be divisible by groups=" + std::to_string(g));
     cout = w[1] * g;
   }
   if (bias) {
     std::string msg = op + ": bias must be [" + cout.str() + "], got shape " + shapeStr(*bias);
-    if (bias->size() != 1) inferFail(msg);
+    if (bias->size() != 1)
+      inferFail(msg);
     checkDimEq((*bias)[0], cout, msg);
   }
 
@@ -101,7 +110,8 @@ ConvGeom convGeom(const std::string &op, size_t nd, bool transposed, const ConvC
   r.out = {x[0], cout};
   for (size_t d = 0; d < nd; ++d) {
     auto kv = w[2 + d].staticValue();
-    if (!kv) inferFail(op + ": kernel size must be static, got weight shape " + shapeStr(w));
+    if (!kv)
+      inferFail(op + ": kernel size must be static, got weight shape " + shapeStr(w));
     int64_t k = *kv, s = c.stride[d], dil = c.dilation[d], eff = dil * (k - 1) + 1;
     const DimExpr &L = x[2 + d];
     r.kernel.push_back(k);
@@ -134,7 +144,8 @@ std::vector<Type> convInfer(const Op &op, size_t nd, bool transposed) {
   requireNotBool(op.name(), "input", x);
   requireSameDType(op.name(), "input", x, "weight", w);
   const Type *b = optionalTensor(op, 2);
-  if (b) requireSameDType(op.name(), "input", x, "bias", *b);
+  if (b)
+    requireSameDType(op.name(), "input", x, "bias", *b);
   ConvConfig c = convConfig(op, nd, transposed);
   return {x.withShape(
       convGeom(op.name(), nd, transposed, c, x.shape(), w.shape(), b ? &b->shape() : nullptr).out)};
@@ -144,7 +155,8 @@ std::vector<RtValue> convKernel(const Op &op, std::span<const RtValue> in, size_
                                 bool transposed) {
   const Tensor &x = in[0].tensor(), &w = in[1].tensor();
   std::optional<Tensor> bias;
-  if (present(in, 2)) bias = in[2].tensor();
+  if (present(in, 2))
+    bias = in[2].tensor();
   ConvConfig c = convConfig(op, nd, transposed);
   Shape biasShape = bias ? shapeOf(bias->sizes()) : Shape{};
   ConvGeom geom = atRuntime([&] {
@@ -187,7 +199,8 @@ PoolConfig poolConfig(const Op &op, size_t nd, PoolKind kind) {
   c.kernel = spatialInts(op, "kernel_size", nd, 1);
   c.stride = attrInts(op, "stride").empty() ? c.kernel : spatialInts(op, "stride", nd, 1);
   c.padding = spatialInts(op, "padding", nd, 0);
-  c.dilation = kind == PoolKind::Max ? spatialInts(op, "dilation", nd, 1) : std::vector<int64_t>(nd, 1);
+  c.dilation =
+      kind == PoolKind::Max ? spatialInts(op, "dilation", nd, 1) : std::vector<int64_t>(nd, 1);
   c.ceil = attrBool(op, "ceil_mode");
   for (size_t d = 0; d < nd; ++d)
     if (c.padding[d] > c.kernel[d] / 2)
@@ -209,7 +222,8 @@ DimExpr poolOutDim(const std::string &op, const DimExpr &L, int64_t k, int64_t s
   if (auto lv = L.staticValue()) {
     int64_t n = *lv + 2 * p - eff;
     int64_t o = (ceil ? ceilDiv(n, s) : floorDiv(n, s)) + 1;
-    if (ceil && (o - 1) * s >= *lv + p) --o;
+    if (ceil && (o - 1) * s >= *lv + p)
+      --o;
     if (o < 1)
       inferFail(op + ": output size is too small (input " + std::to_string(*lv) + ", kernel " +
                 std::to_string(k) + ", stride " + std::to_string(s) + ", padding " +
@@ -217,7 +231,8 @@ DimExpr poolOutDim(const std::string &op, const DimExpr &L, int64_t k, int64_t s
     return o;
   }
   // floor(num/s) + 1 written as (num+s)//s, which keeps the canonical text short (s0//2).
-  if (!ceil) return (num + s).floorDiv(s);
+  if (!ceil)
+    return (num + s).floorDiv(s);
   // With a symbolic size the last-window rule is decidable only when it can never fire:
   // a window starting at (out-1)*s < L + 2p - eff + s never reaches L + p if s + p <= eff.
   if (s + p > eff)
@@ -231,32 +246,38 @@ Shape poolShape(const std::string &op, size_t nd, PoolKind kind, const PoolConfi
                 const Shape &input) {
   Shape x = batchedInput(op, nd, input);
   for (size_t d = 1; d < x.size(); ++d) // every dim but the batch
-    checkDimAtLeast(x[d], 1, op + ": input of shape " + shapeStr(input) +
-                                 " must have non-zero channel and spatial sizes");
+    checkDimAtLeast(x[d], 1,
+                    op + ": input of shape " + shapeStr(input) +
+                        " must have non-zero channel and spatial sizes");
   Shape out = {x[0], x[1]};
   for (size_t d = 0; d < nd; ++d) {
     const DimExpr &L = x[2 + d];
     if (isAdaptive(kind))
       out.push_back(c.outputSize[d] < 0 ? L : DimExpr(c.outputSize[d]));
     else
-      out.push_back(poolOutDim(op, L, c.kernel[d], c.stride[d], c.padding[d], c.dilation[d], c.ceil));
+      out.push_back(
+          poolOutDim(op, L, c.kernel[d], c.stride[d], c.padding[d], c.dilation[d], c.ceil));
   }
   return unbatchLike(input, nd, out);
 }
 
 std::vector<Type> poolInfer(const Op &op, size_t nd, PoolKind kind, bool withIndices) {
   const Type &x = tensorOperand(op, 0);
-  if (kind == PoolKind::AdaptiveAvg) requireFloating(op.name(), "input", x);
-  else requireNotBool(op.name(), "input", x);
-  if (kind == PoolKind::Avg) attrBool(op, "count_include_pad");
+  if (kind == PoolKind::AdaptiveAvg)
+    requireFloating(op.name(), "input", x);
+  else
+    requireNotBool(op.name(), "input", x);
+  if (kind == PoolKind::Avg)
+    attrBool(op, "count_include_pad");
   Shape out = poolShape(op.name(), nd, kind, poolConfig(op, nd, kind), x.shape());
   std::vector<Type> r = {x.withShape(out)};
-  if (withIndices) r.push_back(x.withShape(out).withDType(DType::I64));
+  if (withIndices)
+    r.push_back(x.withShape(out).withDType(DType::I64));
   return r;
 }
 
-std::vector<RtValue> poolKernel(const Op &op, std::span<const RtValue> in, size_t nd,
-                                PoolKind kind, bool withIndices) {
+std::vector<RtValue> poolKernel(const Op &op, std::span<const RtValue> in, size_t nd, PoolKind kind,
+                                bool withIndices) {
   const Tensor &x = in[0].tensor();
   PoolConfig c = poolConfig(op, nd, kind);
   std::vector<int64_t> outSizes =
@@ -266,9 +287,9 @@ std::vector<RtValue> poolKernel(const Op &op, std::span<const RtValue> in, size_
   std::vector<Taps> taps;
   for (size_t d = 0; d < nd; ++d) {
     int64_t L = x.size(lead + d), o = outSizes[lead + d];
-    taps.push_back(isAdaptive(kind) ? adaptiveTaps(L, o)
-                                    : windowTaps(L, o, c.kernel[d], c.stride[d], c.padding[d],
-                                                 c.dilation[d]));
+    taps.push_back(isAdaptive(kind)
+                       ? adaptiveTaps(L, o)
+                       : windowTaps(L, o, c.kernel[d], c.stride[d], c.padding[d], c.dilation[d]));
   }
   std::array<Taps, 3> t = liftTaps(std::move(taps));
   bool includePad = kind == PoolKind::Avg && attrBool(op, "count_include_pad");
@@ -284,7 +305,8 @@ std::vector<RtValue> poolKernel(const Op &op, std::span<const RtValue> in, size_
     return store<T>(y, x.dtype(), outSizes);
   };
   std::vector<RtValue> r = {isFloating(x.dtype()) ? run(double{}) : run(int64_t{})};
-  if (withIndices) r.emplace_back(store<int64_t>(indices, DType::I64, outSizes));
+  if (withIndices)
+    r.emplace_back(store<int64_t>(indices, DType::I64, outSizes));
   return r;
 }
 
@@ -292,7 +314,8 @@ std::vector<RtValue> poolKernel(const Op &op, std::span<const RtValue> in, size_
 
 std::vector<AttrSpec> ints(std::initializer_list<std::pair<const char *, Attr::Ints>> specs) {
   std::vector<AttrSpec> out;
-  for (auto &[n, v] : specs) out.push_back({.name = n, .kind = AttrKind::Ints, .defaultValue = Attr(v)});
+  for (auto &[n, v] : specs)
+    out.push_back({.name = n, .kind = AttrKind::Ints, .defaultValue = Attr(v)});
   return out;
 }
 
@@ -302,31 +325,33 @@ void addConvRows(OpRegistry &r, size_t nd) {
   std::vector<AttrSpec> fwd = ints({{"stride", {1}}, {"padding", {0}}, {"dilation", {1}}});
   fwd.push_back({.name = "groups", .kind = AttrKind::Int, .defaultValue = Attr(1)});
   fwd.push_back({.name = "padding_mode", .kind = AttrKind::Str, .defaultValue = Attr("")});
-  r.add({.name = "conv" + d,
-         .summary = "F.conv" + d + ": input [N,Cin,...] or unbatched, weight [Cout,Cin/groups,k...], "
-                    "bias [Cout]; stride/padding/dilation take 1 or " + std::to_string(nd) +
-                    " values. padding_mode is F.conv's string padding: \"\" (use padding), \"same\" "
-                    "(stride 1; odd total padding goes right) or \"valid\" (no padding). One "
-                    "non-bool dtype; integers wrap.",
-         .operands = operands,
-         .attrs = fwd,
-         .infer = [nd](const Op &op) { return convInfer(op, nd, false); },
-         .kernel = [nd](const Op &op, std::span<const RtValue> in) {
-           return convKernel(op, in, nd, false);
-         }});
+  r.add(
+      {.name = "conv" + d,
+       .summary = "F.conv" + d +
+                  ": input [N,Cin,...] or unbatched, weight [Cout,Cin/groups,k...], "
+                  "bias [Cout]; stride/padding/dilation take 1 or " +
+                  std::to_string(nd) +
+                  " values. padding_mode is F.conv's string padding: \"\" (use padding), \"same\" "
+                  "(stride 1; odd total padding goes right) or \"valid\" (no padding). One "
+                  "non-bool dtype; integers wrap.",
+       .operands = operands,
+       .attrs = fwd,
+       .infer = [nd](const Op &op) { return convInfer(op, nd, false); },
+       .kernel = [nd](const Op &op,
+                      std::span<const RtValue> in) { return convKernel(op, in, nd, false); }});
   std::vector<AttrSpec> tr =
       ints({{"stride", {1}}, {"padding", {0}}, {"output_padding", {0}}, {"dilation", {1}}});
   tr.push_back({.name = "groups", .kind = AttrKind::Int, .defaultValue = Attr(1)});
   r.add({.name = "conv_transpose" + d,
-         .summary = "F.conv_transpose" + d + ": weight [Cin,Cout/groups,k...]; output size "
+         .summary = "F.conv_transpose" + d +
+                    ": weight [Cin,Cout/groups,k...]; output size "
                     "(L-1)*stride - 2*padding + dilation*(k-1) + output_padding + 1, "
                     "output_padding < stride or dilation.",
          .operands = operands,
          .attrs = tr,
          .infer = [nd](const Op &op) { return convInfer(op, nd, true); },
-         .kernel = [nd](const Op &op, std::span<const RtValue> in) {
-           return convKernel(op, in, nd, true);
-         }});
+         .kernel = [nd](const Op &op,
+                        std::span<const RtValue> in) { return convKernel(op, in, nd, true); }});
 }
 
 void addPoolRow(OpRegistry &r, size_t nd, PoolKind kind, bool withIndices, std::string name,
@@ -336,11 +361,14 @@ void addPoolRow(OpRegistry &r, size_t nd, PoolKind kind, bool withIndices, std::
     attrs = {{.name = "output_size", .kind = AttrKind::Ints}};
   } else {
     attrs = {{.name = "kernel_size", .kind = AttrKind::Ints}};
-    for (AttrSpec &a : ints({{"stride", {}}, {"padding", {0}}})) attrs.push_back(a);
-    if (kind == PoolKind::Max) attrs.push_back(ints({{"dilation", {1}}})[0]);
+    for (AttrSpec &a : ints({{"stride", {}}, {"padding", {0}}}))
+      attrs.push_back(a);
+    if (kind == PoolKind::Max)
+      attrs.push_back(ints({{"dilation", {1}}})[0]);
     attrs.push_back({.name = "ceil_mode", .kind = AttrKind::Bool, .defaultValue = Attr(false)});
     if (kind == PoolKind::Avg) {
-      attrs.push_back({.name = "count_include_pad", .kind = AttrKind::Bool, .defaultValue = Attr(true)});
+      attrs.push_back(
+          {.name = "count_include_pad", .kind = AttrKind::Bool, .defaultValue = Attr(true)});
       attrs.push_back({.name = "divisor_override", .kind = AttrKind::Int, .optional = true});
     }
   }
@@ -349,9 +377,10 @@ void addPoolRow(OpRegistry &r, size_t nd, PoolKind kind, bool withIndices, std::
          .operands = {{"input"}},
          .attrs = attrs,
          .infer = [=](const Op &op) { return poolInfer(op, nd, kind, withIndices); },
-         .kernel = [=](const Op &op, std::span<const RtValue> in) {
-           return poolKernel(op, in, nd, kind, withIndices);
-         }});
+         .kernel =
+             [=](const Op &op, std::span<const RtValue> in) {
+               return poolKernel(op, in, nd, kind, withIndices);
+             }});
 }
 
 void addPoolRows(OpRegistry &r, size_t nd) {
@@ -364,19 +393,22 @@ void addPoolRows(OpRegistry &r, size_t nd) {
     addPoolRow(r, nd, PoolKind::Max, wi, "max_pool" + d + sfx,
                "F.max_pool" + d + (wi ? " with return_indices (result, indices)." : ".") + window +
                    " ceil_mode drops a last window starting in the right padding. NaN "
-                   "propagates. Any non-bool dtype." + (wi ? idx : ""));
+                   "propagates. Any non-bool dtype." +
+                   (wi ? idx : ""));
     addPoolRow(r, nd, PoolKind::AdaptiveMax, wi, "adaptive_max_pool" + d + sfx,
                "F.adaptive_max_pool" + d + (wi ? " with return_indices (result, indices)" : "") +
                    ": windows [floor(i*L/out), ceil((i+1)*L/out)); output_size -1 keeps the input "
-                   "size. Any non-bool dtype." + (wi ? idx : ""));
+                   "size. Any non-bool dtype." +
+                   (wi ? idx : ""));
   }
   addPoolRow(r, nd, PoolKind::Avg, false, "avg_pool" + d,
              "F.avg_pool" + d + "." + window +
                  " Divisor: divisor_override if given, else the window size (count_include_pad) "
                  "or its in-bounds part. Integer dtypes divide truncating toward zero.");
   addPoolRow(r, nd, PoolKind::AdaptiveAvg, false, "adaptive_avg_pool" + d,
-             "F.adaptive_avg_pool" + d + ": mean over windows [floor(i*L/out), ceil((i+1)*L/out)); "
-             "output_size -1 keeps the input size. Floating dtypes.");
+             "F.adaptive_avg_pool" + d +
+                 ": mean over windows [floor(i*L/out), ceil((i+1)*L/out)); "
+                 "output_size -1 keeps the input size. Floating dtypes.");
 }
 
 } // namespace

@@ -24,10 +24,12 @@ Shape broadcastIn(const std::string &op, const Shape &a, const Shape &b) {
 void checkBroadcastsTo(const std::string &op, const Shape &from, const Shape &to) {
   std::string msg = op + ": bias of shape " + shapeStr(from) +
                     " does not broadcast to the result shape " + shapeStr(to);
-  if (from.size() > to.size()) inferFail(msg);
+  if (from.size() > to.size())
+    inferFail(msg);
   size_t lead = to.size() - from.size();
   for (size_t i = 0; i < from.size(); ++i)
-    if (from[i] != DimExpr(1)) checkDimEq(from[i], to[lead + i], msg);
+    if (from[i] != DimExpr(1))
+      checkDimEq(from[i], to[lead + i], msg);
 }
 
 /// torch.matmul's result shape: 1-D operands get a dim prepended (lhs) or appended (rhs) that
@@ -51,8 +53,10 @@ Shape matmulShape(const std::string &op, const Shape &a, const Shape &b, bool br
                  op + ": batch dims of " + shapeStr(a) + " and " + shapeStr(b) + " must match");
     out = batchA;
   }
-  if (!aVec) out.push_back(a[a.size() - 2]);
-  if (!bVec) out.push_back(b.back());
+  if (!aVec)
+    out.push_back(a[a.size() - 2]);
+  if (!bVec)
+    out.push_back(b.back());
   return out;
 }
 
@@ -67,7 +71,8 @@ std::vector<int64_t> batchSources(const std::vector<int64_t> &out, const std::ve
     for (size_t d = out.size(); d-- > 0;) {
       int64_t i = rem % out[d];
       rem /= out[d];
-      if (d >= lead && in[d - lead] != 1) s += i * inStrides[d - lead];
+      if (d >= lead && in[d - lead] != 1)
+        s += i * inStrides[d - lead];
     }
     src[static_cast<size_t>(lin)] = s;
   }
@@ -78,14 +83,17 @@ std::vector<int64_t> batchSources(const std::vector<int64_t> &out, const std::ve
 template <Acc T> std::vector<T> matmulBuffer(const Tensor &a, const Tensor &b) {
   // A 1-D operand has the same row-major layout as its [1,k] / [k,1] matrix form.
   std::vector<int64_t> as = a.sizes(), bs = b.sizes();
-  if (as.size() == 1) as.insert(as.begin(), 1);
-  if (bs.size() == 1) bs.push_back(1);
+  if (as.size() == 1)
+    as.insert(as.begin(), 1);
+  if (bs.size() == 1)
+    bs.push_back(1);
   int64_t n = as[as.size() - 2], k = as.back(), m = bs.back();
   std::vector<int64_t> batchA(as.begin(), as.end() - 2), batchB(bs.begin(), bs.end() - 2);
   std::vector<int64_t> batch = broadcastSizes(batchA, batchB);
   int64_t nb = product(batch);
   std::vector<T> A = load<T>(a), B = load<T>(b), C(static_cast<size_t>(nb * n * m), T{});
-  if (C.empty() || k == 0) return C;
+  if (C.empty() || k == 0)
+    return C;
   if (product(batchB) == 1 && product(batchA) == nb) {
     // One shared rhs matrix (e.g. linear's weight): fold the batch into the rows.
     gemm(A.data(), B.data(), C.data(), nb * n, k, m);
@@ -103,15 +111,20 @@ template <Acc T>
 void applyBias(std::vector<T> &c, const std::vector<int64_t> &sizes, const Tensor *bias,
                double alpha, double beta) {
   auto conv = [](double v) {
-    if constexpr (std::same_as<T, double>) return v;
-    else return static_cast<uint64_t>(static_cast<int64_t>(v));
+    if constexpr (std::same_as<T, double>)
+      return v;
+    else
+      return static_cast<uint64_t>(static_cast<int64_t>(v));
   };
   T a = conv(alpha), bt = conv(beta);
   if (alpha != 1)
-    for (T &v : c) v *= a;
-  if (!bias || beta == 0) return;
+    for (T &v : c)
+      v *= a;
+  if (!bias || beta == 0)
+    return;
   std::vector<T> bv = load<T>(expandTo(*bias, sizes));
-  for (size_t i = 0; i < c.size(); ++i) c[i] += beta == 1 ? bv[i] : bt * bv[i];
+  for (size_t i = 0; i < c.size(); ++i)
+    c[i] += beta == 1 ? bv[i] : bt * bv[i];
 }
 
 /// A matmul-family op: result = alpha * (lhs · rhs) + beta * bias.
@@ -119,8 +132,8 @@ struct MatmulForm {
   const char *name;
   const char *summary;
   std::vector<OperandSpec> operands;
-  size_t lhs, rhs;                   // operand indices of the factors
-  int bias = -1;                     // operand index of the (optional) bias, or -1
+  size_t lhs, rhs;                    // operand indices of the factors
+  int bias = -1;                      // operand index of the (optional) bias, or -1
   std::vector<int64_t> lhsRanks = {}; // allowed ranks; empty: any >= 1
   std::vector<int64_t> rhsRanks = {};
   bool transposeRhs = false; // linear: weight is [out, in]
@@ -130,9 +143,11 @@ struct MatmulForm {
 
 void checkRank(const MatmulForm &f, const char *what, const Shape &s,
                const std::vector<int64_t> &ranks) {
-  if (ranks.empty()) return;
+  if (ranks.empty())
+    return;
   for (int64_t r : ranks)
-    if (static_cast<int64_t>(s.size()) == r) return;
+    if (static_cast<int64_t>(s.size()) == r)
+      return;
   std::string allowed;
   for (size_t i = 0; i < ranks.size(); ++i)
     allowed += (i ? " or " : "") + std::to_string(ranks[i]);
@@ -142,7 +157,8 @@ void checkRank(const MatmulForm &f, const char *what, const Shape &s,
 
 Shape transposed(const Shape &s) {
   Shape t = s;
-  if (t.size() >= 2) std::swap(t[t.size() - 1], t[t.size() - 2]);
+  if (t.size() >= 2)
+    std::swap(t[t.size() - 1], t[t.size() - 2]);
   return t;
 }
 
@@ -150,7 +166,8 @@ Shape formShape(const MatmulForm &f, const Shape &lhs, const Shape &rhs, const S
   checkRank(f, f.operands[f.lhs].name.c_str(), lhs, f.lhsRanks);
   checkRank(f, f.operands[f.rhs].name.c_str(), rhs, f.rhsRanks);
   Shape out = matmulShape(f.name, lhs, f.transposeRhs ? transposed(rhs) : rhs, f.broadcastBatch);
-  if (bias) checkBroadcastsTo(f.name, *bias, out);
+  if (bias)
+    checkBroadcastsTo(f.name, *bias, out);
   return out;
 }
 
@@ -159,7 +176,8 @@ std::vector<Type> formInfer(const MatmulForm &f, const Op &op) {
   requireNotBool(f.name, f.operands[f.lhs].name, a);
   requireSameDType(f.name, f.operands[f.lhs].name, a, f.operands[f.rhs].name, b);
   const Type *bias = f.bias >= 0 ? optionalTensor(op, f.bias) : nullptr;
-  if (bias) requireSameDType(f.name, f.operands[f.lhs].name, a, f.operands[f.bias].name, *bias);
+  if (bias)
+    requireSameDType(f.name, f.operands[f.lhs].name, a, f.operands[f.bias].name, *bias);
   if (f.scaled) {
     attrFloat(op, "alpha");
     attrFloat(op, "beta");
@@ -170,7 +188,8 @@ std::vector<Type> formInfer(const MatmulForm &f, const Op &op) {
 std::vector<RtValue> formKernel(const MatmulForm &f, const Op &op, std::span<const RtValue> in) {
   Tensor a = in[f.lhs].tensor(), b = in[f.rhs].tensor();
   std::optional<Tensor> bias;
-  if (f.bias >= 0 && present(in, f.bias)) bias = in[f.bias].tensor();
+  if (f.bias >= 0 && present(in, f.bias))
+    bias = in[f.bias].tensor();
   Shape biasShape = bias ? shapeOf(bias->sizes()) : Shape{};
   std::vector<int64_t> sizes = sizesOf(atRuntime([&] {
     return formShape(f, shapeOf(a.sizes()), shapeOf(b.sizes()), bias ? &biasShape : nullptr);
@@ -298,7 +317,8 @@ OpDef outerRow() {
               std::vector<T> av = load<T>(a.to(dt)), bv = load<T>(b.to(dt));
               std::vector<T> c(av.size() * bv.size());
               for (size_t i = 0; i < av.size(); ++i)
-                for (size_t j = 0; j < bv.size(); ++j) c[i * bv.size() + j] = av[i] * bv[j];
+                for (size_t j = 0; j < bv.size(); ++j)
+                  c[i * bv.size() + j] = av[i] * bv[j];
               return store<T>(c, dt, {a.size(0), b.size(0)});
             })};
           },
@@ -308,7 +328,8 @@ OpDef outerRow() {
 } // namespace
 
 void registerLinalgOps(OpRegistry &r) {
-  for (const MatmulForm &f : matmulForms()) r.add(formRow(f));
+  for (const MatmulForm &f : matmulForms())
+    r.add(formRow(f));
   r.add(outerRow());
   ops::nn::registerLayerOps(r);
 }

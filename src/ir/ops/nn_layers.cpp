@@ -14,7 +14,8 @@ namespace {
 
 std::vector<Type> embeddingInfer(const Op &op) {
   const Type &w = tensorOperand(op, 0), &idx = tensorOperand(op, 1);
-  if (w.rank() != 2) inferFail("embedding: weight must be 2-D, got " + w.str());
+  if (w.rank() != 2)
+    inferFail("embedding: weight must be 2-D, got " + w.str());
   if (idx.dtype() != DType::I64 && idx.dtype() != DType::I32)
     inferFail("embedding: indices must be i64 or i32, got " + idx.str());
   Shape out = idx.shape();
@@ -56,8 +57,10 @@ double uniformAt(uint64_t seed, uint64_t i) {
 std::vector<Type> dropoutInfer(const Op &op) {
   const Type &x = tensorOperand(op, 0);
   double p = attrFloat(op, "p");
-  if (!(p >= 0 && p <= 1)) inferFail("dropout: p must be in [0, 1], got " + formatDouble(p));
-  if (attrBool(op, "train") && p > 0) requireFloating("dropout", "input in training mode", x);
+  if (!(p >= 0 && p <= 1))
+    inferFail("dropout: p must be in [0, 1], got " + formatDouble(p));
+  if (attrBool(op, "train") && p > 0)
+    requireFloating("dropout", "input in training mode", x);
   attrInt(op, "seed");
   return {x};
 }
@@ -65,7 +68,8 @@ std::vector<Type> dropoutInfer(const Op &op) {
 std::vector<RtValue> dropoutKernel(const Op &op, std::span<const RtValue> in) {
   const Tensor &x = in[0].tensor();
   double p = attrFloat(op, "p");
-  if (!attrBool(op, "train") || p == 0) return {x.contiguousCopy()};
+  if (!attrBool(op, "train") || p == 0)
+    return {x.contiguousCopy()};
   auto seed = static_cast<uint64_t>(attrInt(op, "seed"));
   std::vector<double> v = load<double>(x);
   for (size_t i = 0; i < v.size(); ++i)
@@ -81,17 +85,18 @@ struct SdpaShapes {
   std::optional<int64_t> gqaGroups; // k/v heads repeat this many times (enable_gqa)
 };
 
-SdpaShapes sdpaShapes(const Shape &q, const Shape &k, const Shape &v, const Shape *mask,
-                      bool gqa) {
+SdpaShapes sdpaShapes(const Shape &q, const Shape &k, const Shape &v, const Shape *mask, bool gqa) {
   const std::string op = "scaled_dot_product_attention";
   if (q.size() < 2 || k.size() < 2 || v.size() < 2)
     inferFail(op + ": query, key and value need at least 2 dims, got " + shapeStr(q) + ", " +
               shapeStr(k) + " and " + shapeStr(v));
   SdpaShapes r{.l = q[q.size() - 2], .s = k[k.size() - 2], .e = q.back(), .ev = v.back()};
   checkDimEq(q.back(), k.back(),
-             op + ": query " + shapeStr(q) + " and key " + shapeStr(k) + " differ in embedding size");
+             op + ": query " + shapeStr(q) + " and key " + shapeStr(k) +
+                 " differ in embedding size");
   checkDimEq(k[k.size() - 2], v[v.size() - 2],
-             op + ": key " + shapeStr(k) + " and value " + shapeStr(v) + " differ in sequence length");
+             op + ": key " + shapeStr(k) + " and value " + shapeStr(v) +
+                 " differ in sequence length");
   Shape qb(q.begin(), q.end() - 2), kb(k.begin(), k.end() - 2), vb(v.begin(), v.end() - 2);
   if (gqa && !qb.empty() && !kb.empty() && !vb.empty() && kb.back() != qb.back()) {
     // Grouped-query attention: each k/v head serves hq / hk query heads (repeat_interleave).
@@ -115,11 +120,13 @@ SdpaShapes sdpaShapes(const Shape &q, const Shape &k, const Shape &v, const Shap
     Shape scores = r.batch;
     scores.push_back(r.l);
     scores.push_back(r.s);
-    std::string msg =
-        op + ": attn_mask of shape " + shapeStr(*mask) + " does not broadcast to " + shapeStr(scores);
-    if (mask->size() > scores.size()) inferFail(msg);
+    std::string msg = op + ": attn_mask of shape " + shapeStr(*mask) + " does not broadcast to " +
+                      shapeStr(scores);
+    if (mask->size() > scores.size())
+      inferFail(msg);
     for (size_t i = 0; i < mask->size(); ++i)
-      if ((*mask)[i] != DimExpr(1)) checkDimEq((*mask)[i], scores[scores.size() - mask->size() + i], msg);
+      if ((*mask)[i] != DimExpr(1))
+        checkDimEq((*mask)[i], scores[scores.size() - mask->size() + i], msg);
   }
   return r;
 }
@@ -138,7 +145,8 @@ std::vector<Type> sdpaInfer(const Op &op) {
   if (attrFloat(op, "dropout_p") != 0)
     inferFail(name + ": dropout_p must be 0 (apply a dropout op to the attention weights "
                      "explicitly)");
-  if (hasAttrValue(op, "scale")) attrFloat(op, "scale");
+  if (hasAttrValue(op, "scale"))
+    attrFloat(op, "scale");
   SdpaShapes s = sdpaShapes(q.shape(), k.shape(), v.shape(), mask ? &mask->shape() : nullptr,
                             attrBool(op, "enable_gqa"));
   Shape out = s.batch;
@@ -169,7 +177,8 @@ std::vector<double> loadExpanded(const Tensor &t, std::vector<int64_t> batch, in
 std::vector<RtValue> sdpaKernel(const Op &op, std::span<const RtValue> in) {
   Tensor q = in[0].tensor(), k = in[1].tensor(), v = in[2].tensor();
   std::optional<Tensor> mask;
-  if (present(in, 3)) mask = in[3].tensor();
+  if (present(in, 3))
+    mask = in[3].tensor();
   Shape maskShape = mask ? shapeOf(mask->sizes()) : Shape{};
   SdpaShapes s = atRuntime([&] {
     return sdpaShapes(shapeOf(q.sizes()), shapeOf(k.sizes()), shapeOf(v.sizes()),
@@ -185,10 +194,11 @@ std::vector<RtValue> sdpaKernel(const Op &op, std::span<const RtValue> in) {
   std::vector<double> Q = loadExpanded(q, batch, L, E), K = loadExpanded(k, batch, S, E),
                       V = loadExpanded(v, batch, S, Ev), M;
   bool boolMask = mask && mask->dtype() == DType::Bool;
-  if (mask) M = loadExpanded(*mask, batch, L, S);
+  if (mask)
+    M = loadExpanded(*mask, batch, L, S);
   bool causal = attrBool(op, "is_causal");
-  double scale = hasAttrValue(op, "scale") ? attrFloat(op, "scale")
-                                           : 1.0 / std::sqrt(static_cast<double>(E));
+  double scale =
+      hasAttrValue(op, "scale") ? attrFloat(op, "scale") : 1.0 / std::sqrt(static_cast<double>(E));
   const double ninf = -std::numeric_limits<double>::infinity();
 
   std::vector<double> out(static_cast<size_t>(nb * L * Ev), 0.0), scores(static_cast<size_t>(S)),
@@ -196,7 +206,8 @@ std::vector<RtValue> sdpaKernel(const Op &op, std::span<const RtValue> in) {
   for (int64_t b = 0; b < nb; ++b) {
     const double *qb = &Q[b * L * E], *kb = &K[b * S * E], *vb = &V[b * S * Ev];
     for (int64_t j = 0; j < S; ++j) // K^T so the score loop is unit-stride
-      for (int64_t e = 0; e < E; ++e) kt[e * S + j] = kb[j * E + e];
+      for (int64_t e = 0; e < E; ++e)
+        kt[e * S + j] = kb[j * E + e];
     for (int64_t i = 0; i < L; ++i) {
       std::fill(scores.begin(), scores.end(), 0.0);
       gemm(qb + i * E, kt.data(), scores.data(), 1, E, S);
@@ -204,7 +215,8 @@ std::vector<RtValue> sdpaKernel(const Op &op, std::span<const RtValue> in) {
       for (int64_t j = 0; j < S; ++j) {
         double &sc = scores[j];
         sc *= scale;
-        if (causal && j > i) sc = ninf;
+        if (causal && j > i)
+          sc = ninf;
         if (mask) {
           double mv = M[(b * L + i) * S + j];
           sc = boolMask ? (mv != 0 ? sc : ninf) : sc + mv;
@@ -212,10 +224,13 @@ std::vector<RtValue> sdpaKernel(const Op &op, std::span<const RtValue> in) {
         mx = std::max(mx, sc);
       }
       // A row with every position masked out gives zeros (torch's safe softmax), not NaN.
-      if (mx == ninf) continue;
+      if (mx == ninf)
+        continue;
       double sum = 0;
-      for (double &sc : scores) sum += (sc = std::exp(sc - mx));
-      for (double &sc : scores) sc /= sum;
+      for (double &sc : scores)
+        sum += (sc = std::exp(sc - mx));
+      for (double &sc : scores)
+        sc /= sum;
       gemm(scores.data(), vb, &out[(b * L + i) * Ev], 1, S, Ev);
     }
   }
@@ -231,8 +246,10 @@ Shape pixelShape(const Op &op, const Shape &in, bool shuffle) {
   const std::string name = op.name();
   const char *attr = shuffle ? "upscale_factor" : "downscale_factor";
   int64_t r = attrInt(op, attr);
-  if (r < 1) inferFail(name + ": " + attr + " must be positive, got " + std::to_string(r));
-  if (in.size() < 3) inferFail(name + ": input must have at least 3 dims, got " + shapeStr(in));
+  if (r < 1)
+    inferFail(name + ": " + attr + " must be positive, got " + std::to_string(r));
+  if (in.size() < 3)
+    inferFail(name + ": input must have at least 3 dims, got " + shapeStr(in));
   Shape out = in;
   size_t c = in.size() - 3, h = c + 1, w = c + 2;
   if (shuffle) {
@@ -245,8 +262,8 @@ Shape pixelShape(const Op &op, const Shape &in, bool shuffle) {
   } else {
     for (size_t d : {h, w})
       if (auto dv = in[d].staticValue(); dv && *dv % r != 0)
-        inferFail(name + ": height and width must be divisible by " + std::to_string(r) +
-                  ", got " + shapeStr(in));
+        inferFail(name + ": height and width must be divisible by " + std::to_string(r) + ", got " +
+                  shapeStr(in));
     out[c] = in[c] * (r * r);
     out[h] = in[h].floorDiv(r);
     out[w] = in[w].floorDiv(r);
@@ -257,13 +274,13 @@ Shape pixelShape(const Op &op, const Shape &in, bool shuffle) {
 /// Both ops are a permutation of a 6-d view: [.., C, r, r, H, W] <-> [.., C, H, r, W, r].
 std::vector<RtValue> pixelKernel(const Op &op, std::span<const RtValue> in, bool shuffle) {
   const Tensor &x = in[0].tensor();
-  std::vector<int64_t> outSizes = sizesOf(atRuntime([&] {
-    return pixelShape(op, shapeOf(x.sizes()), shuffle);
-  }));
+  std::vector<int64_t> outSizes =
+      sizesOf(atRuntime([&] { return pixelShape(op, shapeOf(x.sizes()), shuffle); }));
   int64_t r = attrInt(op, shuffle ? "upscale_factor" : "downscale_factor");
   size_t c = x.sizes().size() - 3;
   std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().begin() + static_cast<ptrdiff_t>(c));
-  std::vector<int64_t> strides(x.strides().begin(), x.strides().begin() + static_cast<ptrdiff_t>(c));
+  std::vector<int64_t> strides(x.strides().begin(),
+                               x.strides().begin() + static_cast<ptrdiff_t>(c));
   int64_t sc = x.strides()[c], sh = x.strides()[c + 1], sw = x.strides()[c + 2];
   int64_t C = outSizes[c], H = shuffle ? x.size(c + 1) : outSizes[c + 1],
           W = shuffle ? x.size(c + 2) : outSizes[c + 2];
@@ -334,9 +351,8 @@ void registerLayerOps(OpRegistry &r) {
               const Type &x = tensorOperand(op, 0);
               return std::vector<Type>{x.withShape(pixelShape(op, x.shape(), shuffle))};
             },
-        .kernel = [shuffle](const Op &op, std::span<const RtValue> in) {
-          return pixelKernel(op, in, shuffle);
-        },
+        .kernel = [shuffle](const Op &op,
+                            std::span<const RtValue> in) { return pixelKernel(op, in, shuffle); },
     });
   }
 }

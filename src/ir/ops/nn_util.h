@@ -5,6 +5,7 @@
 
 #include "op_util.h"
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <span>
@@ -73,21 +74,30 @@ template <Elem T> Tensor store(std::span<const T> data, DType dtype, std::vector
 
 /// Calls f(double{}) for floating dtypes and f(uint64_t{}) otherwise: the accumulator type.
 template <class F> decltype(auto) withAcc(DType d, F &&f) {
-  if (isFloating(d)) return f(double{});
+  if (isFloating(d))
+    return f(double{});
   return f(uint64_t{});
 }
 
-/// c[n×m] += a[n×k] · b[k×m], all contiguous row-major. The i-p-j loop order keeps the inner
-/// loop unit-stride over b and c.
+/// c[n×m] += a[n×k] · b[k×m], all contiguous row-major. The inner loop runs unit-stride over
+/// rows of b and c; tiling k and m keeps a tile of b in cache across all rows of a (a BERT-sized
+/// linear streams its weight once per tile, not once per row). Each c[i,j] still sums its
+/// products in increasing p, so results do not depend on the tiling.
 template <Acc T> void gemm(const T *a, const T *b, T *c, int64_t n, int64_t k, int64_t m) {
-  for (int64_t i = 0; i < n; ++i) {
-    T *ci = c + i * m;
-    for (int64_t p = 0; p < k; ++p) {
-      T av = a[i * k + p];
-      const T *bp = b + p * m;
-      for (int64_t j = 0; j < m; ++j) ci[j] += av * bp[j];
+  constexpr int64_t kTileK = 128, kTileM = 256;
+  for (int64_t p0 = 0; p0 < k; p0 += kTileK)
+    for (int64_t j0 = 0; j0 < m; j0 += kTileM) {
+      int64_t p1 = std::min(k, p0 + kTileK), j1 = std::min(m, j0 + kTileM);
+      for (int64_t i = 0; i < n; ++i) {
+        T *ci = c + i * m;
+        for (int64_t p = p0; p < p1; ++p) {
+          T av = a[i * k + p];
+          const T *bp = b + p * m;
+          for (int64_t j = j0; j < j1; ++j)
+            ci[j] += av * bp[j];
+        }
+      }
     }
-  }
 }
 
 /// Python floor / ceil division by a positive divisor.

@@ -8,7 +8,8 @@ namespace {
 
 Dims3 lift3(const std::vector<int64_t> &v, int64_t fill) {
   Dims3 d{fill, fill, fill};
-  for (size_t i = 0; i < v.size(); ++i) d[3 - v.size() + i] = v[i];
+  for (size_t i = 0; i < v.size(); ++i)
+    d[3 - v.size() + i] = v[i];
   return d;
 }
 
@@ -32,11 +33,10 @@ template <class T> T sumAsSigned(T a, T b) {
 } // namespace
 
 ConvWindow ConvWindow::lift(const std::vector<int64_t> &in, const std::vector<int64_t> &out,
-                            const std::vector<int64_t> &kernel,
-                            const std::vector<int64_t> &stride, const std::vector<int64_t> &pad,
-                            const std::vector<int64_t> &dil) {
-  return {lift3(in, 1), lift3(out, 1), lift3(kernel, 1), lift3(stride, 1), lift3(pad, 0),
-          lift3(dil, 1)};
+                            const std::vector<int64_t> &kernel, const std::vector<int64_t> &stride,
+                            const std::vector<int64_t> &pad, const std::vector<int64_t> &dil) {
+  return {lift3(in, 1),     lift3(out, 1), lift3(kernel, 1),
+          lift3(stride, 1), lift3(pad, 0), lift3(dil, 1)};
 }
 
 template <Acc T>
@@ -49,7 +49,8 @@ std::vector<T> convForward(const std::vector<T> &x, const std::vector<T> &w,
   for (int64_t b = 0; b < n; ++b)
     for (int64_t oc = 0; oc < cout; ++oc) {
       T *yc = &y[(b * cout + oc) * outVol];
-      if (!bias.empty()) std::fill(yc, yc + outVol, bias[oc]);
+      if (!bias.empty())
+        std::fill(yc, yc + outVol, bias[oc]);
       int64_t grp = oc / coutG;
       for (int64_t icg = 0; icg < cinG; ++icg) {
         const T *xc = &x[(b * cin + grp * cinG + icg) * inVol];
@@ -67,9 +68,11 @@ std::vector<T> convForward(const std::vector<T> &x, const std::vector<T> &w,
               for (int64_t od = d0; od < d1; ++od)
                 for (int64_t oh = h0; oh < h1; ++oh) {
                   const T *xr =
-                      xc + ((od * g.stride[0] + offD) * g.in[1] + oh * g.stride[1] + offH) * g.in[2];
+                      xc +
+                      ((od * g.stride[0] + offD) * g.in[1] + oh * g.stride[1] + offH) * g.in[2];
                   T *yr = yc + (od * g.out[1] + oh) * g.out[2];
-                  for (int64_t ow = w0; ow < w1; ++ow) yr[ow] += wv * xr[ow * g.stride[2] + offW];
+                  for (int64_t ow = w0; ow < w1; ++ow)
+                    yr[ow] += wv * xr[ow * g.stride[2] + offW];
                 }
             }
       }
@@ -109,7 +112,8 @@ std::vector<T> convTransposed(const std::vector<T> &x, const std::vector<T> &w,
                   const T *xr = xc + (id * g.in[1] + ih) * g.in[2];
                   T *yr = yc + ((id * g.stride[0] + offD) * g.out[1] + ih * g.stride[1] + offH) *
                                    g.out[2];
-                  for (int64_t iw = w0; iw < w1; ++iw) yr[iw * g.stride[2] + offW] += wv * xr[iw];
+                  for (int64_t iw = w0; iw < w1; ++iw)
+                    yr[iw * g.stride[2] + offW] += wv * xr[iw];
                 }
             }
       }
@@ -125,7 +129,8 @@ Taps windowTaps(int64_t inSize, int64_t outSize, int64_t kernel, int64_t stride,
     int64_t start = o * stride - pad;
     std::vector<int64_t> p;
     for (int64_t j = 0; j < kernel; ++j)
-      if (int64_t i = start + j * dil; i >= 0 && i < inSize) p.push_back(i);
+      if (int64_t i = start + j * dil; i >= 0 && i < inSize)
+        p.push_back(i);
     t.pos.push_back(std::move(p));
     t.padded.push_back(std::min(start + kernel, inSize + pad) - start);
   }
@@ -137,7 +142,8 @@ Taps adaptiveTaps(int64_t inSize, int64_t outSize) {
   for (int64_t o = 0; o < outSize; ++o) {
     int64_t start = o * inSize / outSize, end = ((o + 1) * inSize + outSize - 1) / outSize;
     std::vector<int64_t> p;
-    for (int64_t i = start; i < end; ++i) p.push_back(i);
+    for (int64_t i = start; i < end; ++i)
+      p.push_back(i);
     t.pos.push_back(std::move(p));
     t.padded.push_back(end - start);
   }
@@ -146,8 +152,10 @@ Taps adaptiveTaps(int64_t inSize, int64_t outSize) {
 
 std::array<Taps, 3> liftTaps(std::vector<Taps> taps) {
   std::array<Taps, 3> out;
-  for (Taps &t : out) t = Taps{.inSize = 1, .pos = {{0}}, .padded = {1}};
-  for (size_t i = 0; i < taps.size(); ++i) out[3 - taps.size() + i] = std::move(taps[i]);
+  for (Taps &t : out)
+    t = Taps{.inSize = 1, .pos = {{0}}, .padded = {1}};
+  for (size_t i = 0; i < taps.size(); ++i)
+    out[3 - taps.size() + i] = std::move(taps[i]);
   return out;
 }
 
@@ -173,7 +181,8 @@ std::vector<T> maxPool(const std::vector<T> &x, int64_t planes, const std::array
                        std::vector<int64_t> *indices) {
   int64_t inVol = t[0].inSize * t[1].inSize * t[2].inSize, outVol = outVolume(t);
   std::vector<T> y(static_cast<size_t>(planes * outVol));
-  if (indices) indices->assign(y.size(), 0);
+  if (indices)
+    indices->assign(y.size(), 0);
   for (int64_t p = 0; p < planes; ++p) {
     const T *xp = &x[p * inVol];
     forEachWindow(t, [&](int64_t o, size_t d, size_t h, size_t w) {
@@ -186,15 +195,18 @@ std::vector<T> maxPool(const std::vector<T> &x, int64_t planes, const std::array
             int64_t i = (id * t[1].inSize + ih) * t[2].inSize + iw;
             T v = xp[i];
             bool isNan = false;
-            if constexpr (std::floating_point<T>) isNan = std::isnan(v);
-            if (bestIdx < 0) bestIdx = i; // PyTorch starts from the window's first tap
+            if constexpr (std::floating_point<T>)
+              isNan = std::isnan(v);
+            if (bestIdx < 0)
+              bestIdx = i; // PyTorch starts from the window's first tap
             if (v > best || isNan) {
               best = v;
               bestIdx = i;
             }
           }
       y[p * outVol + o] = best;
-      if (indices) (*indices)[p * outVol + o] = bestIdx;
+      if (indices)
+        (*indices)[p * outVol + o] = bestIdx;
     });
   }
   return y;
@@ -213,11 +225,11 @@ std::vector<T> avgPool(const std::vector<T> &x, int64_t planes, const std::array
         for (int64_t ih : t[1].pos[h])
           for (int64_t iw : t[2].pos[w])
             sum = sumAsSigned(sum, xp[(id * t[1].inSize + ih) * t[2].inSize + iw]);
-      int64_t div = divisor > 0 ? divisor
-                    : countIncludePad
-                        ? t[0].padded[d] * t[1].padded[h] * t[2].padded[w]
-                        : static_cast<int64_t>(t[0].pos[d].size() * t[1].pos[h].size() *
-                                               t[2].pos[w].size());
+      int64_t div =
+          divisor > 0 ? divisor
+          : countIncludePad
+              ? t[0].padded[d] * t[1].padded[h] * t[2].padded[w]
+              : static_cast<int64_t>(t[0].pos[d].size() * t[1].pos[h].size() * t[2].pos[w].size());
       // An empty window (possible only past the input in ceil_mode) averages to zero.
       y[p * outVol + o] = div == 0 ? T{} : sum / static_cast<T>(div);
     });
@@ -230,8 +242,8 @@ template std::vector<double> convForward(const std::vector<double> &, const std:
                                          int64_t, const ConvWindow &);
 template std::vector<uint64_t> convForward(const std::vector<uint64_t> &,
                                            const std::vector<uint64_t> &,
-                                           const std::vector<uint64_t> &, int64_t, int64_t,
-                                           int64_t, int64_t, const ConvWindow &);
+                                           const std::vector<uint64_t> &, int64_t, int64_t, int64_t,
+                                           int64_t, const ConvWindow &);
 template std::vector<double> convTransposed(const std::vector<double> &,
                                             const std::vector<double> &,
                                             const std::vector<double> &, int64_t, int64_t, int64_t,

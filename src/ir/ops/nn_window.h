@@ -14,8 +14,7 @@ using Dims3 = std::array<int64_t, 3>;
 
 /// Spatial geometry of a convolution (or transposed convolution).
 struct ConvWindow {
-  Dims3 in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, pad{0, 0, 0},
-      dil{1, 1, 1};
+  Dims3 in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, pad{0, 0, 0}, dil{1, 1, 1};
   /// Lifts per-dim values of an nd-dim op (nd <= 3); `pad` is the left/top/front padding.
   static ConvWindow lift(const std::vector<int64_t> &in, const std::vector<int64_t> &out,
                          const std::vector<int64_t> &kernel, const std::vector<int64_t> &stride,

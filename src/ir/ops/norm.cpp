@@ -22,24 +22,28 @@ void checkParamDType(const Op &op, const Type &x, const Type &p, std::string_vie
   bool mixedOk = p.dtype() == DType::F32 && (x.dtype() == DType::F16 || x.dtype() == DType::BF16);
   if (p.dtype() != x.dtype() && !mixedOk)
     inferFail(op.name() + ": " + std::string(what) + " must have the input's dtype " +
-              std::string(dtypeName(x.dtype())) + (x.dtype() == DType::F16 || x.dtype() == DType::BF16
-                                                       ? " or f32"
-                                                       : "") +
-              ", got " + p.str());
+              std::string(dtypeName(x.dtype())) +
+              (x.dtype() == DType::F16 || x.dtype() == DType::BF16 ? " or f32" : "") + ", got " +
+              p.str());
 }
 
 /// Optional operand i, if present, must be a tensor of `shape` with an allowed dtype.
 const Type *paramOperand(const Op &op, size_t i, const Type &x, const Shape &shape,
                          bool anyFloat = false) {
   const Type *p = optionalTensor(op, i);
-  if (!p) return nullptr;
+  if (!p)
+    return nullptr;
   const std::string &what = op.def().operands[i].name;
-  if (anyFloat) requireFloating(op.name(), what, *p);
-  else checkParamDType(op, x, *p, what);
+  if (anyFloat)
+    requireFloating(op.name(), what, *p);
+  else
+    checkParamDType(op, x, *p, what);
   std::string msg = op.name() + ": " + what + " must have shape " + shapeStr(shape) + ", got " +
                     shapeStr(p->shape());
-  if (p->shape().size() != shape.size()) inferFail(msg);
-  for (size_t d = 0; d < shape.size(); ++d) checkDimEq(p->shape()[d], shape[d], msg);
+  if (p->shape().size() != shape.size())
+    inferFail(msg);
+  for (size_t d = 0; d < shape.size(); ++d)
+    checkDimEq(p->shape()[d], shape[d], msg);
   return p;
 }
 
@@ -47,8 +51,8 @@ const Type &normInput(const Op &op, int64_t minRank) {
   const Type &x = tensorOperand(op, 0);
   requireFloating(op.name(), "input", x);
   if (x.rank() < minRank)
-    inferFail(op.name() + ": input must have at least " + std::to_string(minRank) +
-              " dims, got " + x.str());
+    inferFail(op.name() + ": input must have at least " + std::to_string(minRank) + " dims, got " +
+              x.str());
   return x;
 }
 
@@ -75,8 +79,8 @@ struct Stats {
 
 /// y[o, c, i] = (x - mean[s]) * rstd[s] * w[c] + b[c] with s = stat(o, c).
 template <class StatIndex>
-std::vector<double> normalize(const std::vector<double> &x, int64_t outer, int64_t C,
-                              int64_t inner, const Stats &st, const std::vector<double> &w,
+std::vector<double> normalize(const std::vector<double> &x, int64_t outer, int64_t C, int64_t inner,
+                              const Stats &st, const std::vector<double> &w,
                               const std::vector<double> &b, StatIndex stat) {
   std::vector<double> y(x.size());
   for (int64_t o = 0; o < outer; ++o)
@@ -86,7 +90,8 @@ std::vector<double> normalize(const std::vector<double> &x, int64_t outer, int64
       double shift = (b.empty() ? 0.0 : b[c]) - st.mean[s] * scale;
       const double *xr = &x[(o * C + c) * inner];
       double *yr = &y[(o * C + c) * inner];
-      for (int64_t i = 0; i < inner; ++i) yr[i] = xr[i] * scale + shift;
+      for (int64_t i = 0; i < inner; ++i)
+        yr[i] = xr[i] * scale + shift;
     }
   return y;
 }
@@ -99,9 +104,11 @@ void runStats(const std::vector<double> &x, int64_t groups, int64_t len, std::ve
   for (int64_t g = 0; g < groups; ++g) {
     const double *p = &x[g * len];
     double s = 0, ss = 0;
-    for (int64_t i = 0; i < len; ++i) s += p[i];
+    for (int64_t i = 0; i < len; ++i)
+      s += p[i];
     double m = len ? s / len : std::numeric_limits<double>::quiet_NaN();
-    for (int64_t i = 0; i < len; ++i) ss += (p[i] - m) * (p[i] - m);
+    for (int64_t i = 0; i < len; ++i)
+      ss += (p[i] - m) * (p[i] - m);
     mean[g] = m;
     var[g] = len ? ss / len : std::numeric_limits<double>::quiet_NaN();
   }
@@ -109,7 +116,8 @@ void runStats(const std::vector<double> &x, int64_t groups, int64_t len, std::ve
 
 Stats toStats(std::vector<double> mean, const std::vector<double> &var, double eps) {
   Stats st{std::move(mean), {}};
-  for (double v : var) st.rstd.push_back(1.0 / std::sqrt(v + eps));
+  for (double v : var)
+    st.rstd.push_back(1.0 / std::sqrt(v + eps));
   return st;
 }
 
@@ -119,7 +127,8 @@ Stats toStats(std::vector<double> mean, const std::vector<double> &var, double e
 std::vector<Type> channelNormInfer(const Op &op, bool needRunning, size_t results) {
   const Type &x = normInput(op, 2);
   Shape c = {x.shape()[1]};
-  for (size_t i = 1; i <= 2; ++i) paramOperand(op, i, x, c);
+  for (size_t i = 1; i <= 2; ++i)
+    paramOperand(op, i, x, c);
   const Type *rm = paramOperand(op, 3, x, c), *rv = paramOperand(op, 4, x, c);
   if (needRunning && (!rm || !rv))
     inferFail(op.name() + ": running_mean and running_var are required" +
@@ -128,7 +137,8 @@ std::vector<Type> channelNormInfer(const Op &op, bool needRunning, size_t result
   attrFloat(op, "eps");
   attrFloat(op, "momentum");
   std::vector<Type> r = {x};
-  if (results == 3) r.insert(r.end(), {*rm, *rv});
+  if (results == 3)
+    r.insert(r.end(), {*rm, *rv});
   return r;
 }
 
@@ -154,12 +164,14 @@ std::vector<RtValue> batchNormKernel(const Op &op, std::span<const RtValue> in, 
   std::vector<double> mean = rm, var = rv;
   if (training) {
     if (N * inner == 1)
-      kernelFail(op.name() + ": expected more than 1 value per channel when training, got "
-                             "input of shape " + dimsStr(xt.sizes()));
+      kernelFail(op.name() +
+                 ": expected more than 1 value per channel when training, got "
+                 "input of shape " +
+                 dimsStr(xt.sizes()));
     channelStats(x, N, C, inner, mean, var);
   }
-  std::vector<double> y =
-      normalize(x, N, C, inner, toStats(mean, var, eps), w, b, [](int64_t, int64_t c) { return c; });
+  std::vector<double> y = normalize(x, N, C, inner, toStats(mean, var, eps), w, b,
+                                    [](int64_t, int64_t c) { return c; });
   std::vector<RtValue> r = {store<double>(y, xt.dtype(), xt.sizes())};
   if (update) {
     // An empty batch leaves the running statistics unchanged, as PyTorch does.
@@ -184,17 +196,18 @@ std::vector<RtValue> instanceNormKernel(const Op &op, std::span<const RtValue> i
   bool perInstance = attrBool(op, "use_input_stats");
   if (perInstance) {
     if (inner == 1)
-      kernelFail(op.name() + ": expected more than 1 spatial element when using input stats, "
-                             "got input of shape " + dimsStr(xt.sizes()));
+      kernelFail(op.name() +
+                 ": expected more than 1 spatial element when using input stats, "
+                 "got input of shape " +
+                 dimsStr(xt.sizes()));
     std::vector<double> mean, var;
     runStats(x, N * C, inner, mean, var);
     st = toStats(mean, var, eps);
   } else {
     st = toStats(optionalValues(in, 3), optionalValues(in, 4), eps);
   }
-  std::vector<double> y = normalize(x, N, C, inner, st, w, b, [&](int64_t n, int64_t c) {
-    return perInstance ? n * C + c : c;
-  });
+  std::vector<double> y = normalize(
+      x, N, C, inner, st, w, b, [&](int64_t n, int64_t c) { return perInstance ? n * C + c : c; });
   return {store<double>(y, xt.dtype(), xt.sizes())};
 }
 
@@ -205,10 +218,12 @@ Shape normalizedShape(const Op &op, const Type &x) {
   const std::vector<int64_t> &ns = attrInts(op, "normalized_shape");
   std::string msg = op.name() + ": normalized_shape " + dimsStr(ns) +
                     " must match the trailing dims of the input " + x.str();
-  if (static_cast<int64_t>(ns.size()) > x.rank()) inferFail(msg);
+  if (static_cast<int64_t>(ns.size()) > x.rank())
+    inferFail(msg);
   Shape s;
   for (size_t i = 0; i < ns.size(); ++i) {
-    if (ns[i] < 0) inferFail(msg);
+    if (ns[i] < 0)
+      inferFail(msg);
     checkDimEq(x.shape()[x.rank() - ns.size() + i], ns[i], msg);
     s.push_back(ns[i]);
   }
@@ -219,8 +234,10 @@ std::vector<Type> lastDimsNormInfer(const Op &op, bool rms) {
   const Type &x = normInput(op, 0);
   Shape s = normalizedShape(op, x);
   paramOperand(op, 1, x, s, rms);
-  if (!rms) paramOperand(op, 2, x, s);
-  if (hasAttrValue(op, "eps")) attrFloat(op, "eps");
+  if (!rms)
+    paramOperand(op, 2, x, s);
+  if (hasAttrValue(op, "eps"))
+    attrFloat(op, "eps");
   return {x};
 }
 
@@ -239,9 +256,9 @@ std::vector<RtValue> lastDimsNormKernel(const Op &op, std::span<const RtValue> i
   std::vector<double> x = load<double>(xt), w = optionalValues(in, 1),
                       b = rms ? std::vector<double>{} : optionalValues(in, 2);
   // rms_norm's eps=None is the machine epsilon of the compute type (f32 for f16/bf16).
-  double eps = hasAttrValue(op, "eps")                ? attrFloat(op, "eps")
-               : xt.dtype() == DType::F64             ? std::numeric_limits<double>::epsilon()
-                                                      : std::numeric_limits<float>::epsilon();
+  double eps = hasAttrValue(op, "eps")    ? attrFloat(op, "eps")
+               : xt.dtype() == DType::F64 ? std::numeric_limits<double>::epsilon()
+                                          : std::numeric_limits<float>::epsilon();
   std::vector<double> mean, var;
   runStats(x, rows, M, mean, var);
   if (rms)
@@ -265,10 +282,11 @@ std::vector<RtValue> lastDimsNormKernel(const Op &op, std::span<const RtValue> i
 std::vector<Type> groupNormInfer(const Op &op) {
   const Type &x = normInput(op, 2);
   int64_t g = attrInt(op, "num_groups");
-  if (g < 1) inferFail("group_norm: num_groups must be positive, got " + std::to_string(g));
+  if (g < 1)
+    inferFail("group_norm: num_groups must be positive, got " + std::to_string(g));
   if (auto c = x.shape()[1].staticValue(); c && *c % g != 0)
-    inferFail("group_norm: channels (" + std::to_string(*c) + ") must be divisible by num_groups=" +
-              std::to_string(g));
+    inferFail("group_norm: channels (" + std::to_string(*c) +
+              ") must be divisible by num_groups=" + std::to_string(g));
   Shape c = {x.shape()[1]};
   paramOperand(op, 1, x, c);
   paramOperand(op, 2, x, c);
@@ -282,8 +300,8 @@ std::vector<RtValue> groupNormKernel(const Op &op, std::span<const RtValue> in) 
   checkParamSizes(op, in, {1, 2}, C);
   int64_t G = attrInt(op, "num_groups");
   if (C % G != 0)
-    kernelFail("group_norm: channels (" + std::to_string(C) + ") must be divisible by num_groups=" +
-               std::to_string(G));
+    kernelFail("group_norm: channels (" + std::to_string(C) +
+               ") must be divisible by num_groups=" + std::to_string(G));
   std::vector<double> x = load<double>(xt), mean, var;
   // Each (n, group) is a contiguous run of C/G * inner values.
   runStats(x, N * G, C / G * inner, mean, var);
@@ -343,42 +361,43 @@ void registerNormOps(OpRegistry &r) {
                     "that. Parameters have the input dtype (or f32 for f16/bf16 input).",
          .operands = channelNormOperands(false),
          .attrs = {{.name = "training", .kind = AttrKind::Bool, .defaultValue = Attr(false)},
-                   floatAttr("momentum", 0.1), floatAttr("eps", 1e-5)},
+                   floatAttr("momentum", 0.1),
+                   floatAttr("eps", 1e-5)},
          .infer = [](const Op &op) { return channelNormInfer(op, !attrBool(op, "training"), 1); },
-         .kernel = [](const Op &op, std::span<const RtValue> in) {
-           return batchNormKernel(op, in, false);
-         }});
+         .kernel = [](const Op &op,
+                      std::span<const RtValue> in) { return batchNormKernel(op, in, false); }});
   r.add({.name = "batch_norm_with_update",
-         .summary = "Training-mode batch_norm made functional: returns (out, new_running_mean, "
-                    "new_running_var) with new = (1-momentum)*old + momentum*batch_stat (unbiased "
-                    "variance), i.e. the values F.batch_norm(training=True) writes into the running "
-                    "buffers; the frontend stores them back. An empty batch leaves them unchanged.",
+         .summary =
+             "Training-mode batch_norm made functional: returns (out, new_running_mean, "
+             "new_running_var) with new = (1-momentum)*old + momentum*batch_stat (unbiased "
+             "variance), i.e. the values F.batch_norm(training=True) writes into the running "
+             "buffers; the frontend stores them back. An empty batch leaves them unchanged.",
          .operands = channelNormOperands(true),
          .attrs = {floatAttr("momentum", 0.1), floatAttr("eps", 1e-5)},
          .infer = [](const Op &op) { return channelNormInfer(op, true, 3); },
-         .kernel = [](const Op &op, std::span<const RtValue> in) {
-           return batchNormKernel(op, in, true);
-         }});
+         .kernel = [](const Op &op,
+                      std::span<const RtValue> in) { return batchNormKernel(op, in, true); }});
   r.add({.name = "instance_norm",
          .summary = "F.instance_norm over input [N, C, ...]: use_input_stats=true normalizes each "
                     "(n, c) plane by its own mean / biased variance (running stats are not "
                     "updated); false uses running_mean/running_var per channel.",
          .operands = channelNormOperands(false),
          .attrs = {{.name = "use_input_stats", .kind = AttrKind::Bool, .defaultValue = Attr(true)},
-                   floatAttr("momentum", 0.1), floatAttr("eps", 1e-5)},
-         .infer = [](const Op &op) {
-           return channelNormInfer(op, !attrBool(op, "use_input_stats"), 1);
-         },
+                   floatAttr("momentum", 0.1),
+                   floatAttr("eps", 1e-5)},
+         .infer =
+             [](const Op &op) { return channelNormInfer(op, !attrBool(op, "use_input_stats"), 1); },
          .kernel = instanceNormKernel});
   r.add({.name = "layer_norm",
          .summary = "F.layer_norm over the trailing normalized_shape dims; weight and bias have "
                     "shape normalized_shape.",
-         .operands = {{"input"}, {.name = "weight", .optional = true}, {.name = "bias", .optional = true}},
+         .operands = {{"input"},
+                      {.name = "weight", .optional = true},
+                      {.name = "bias", .optional = true}},
          .attrs = {{.name = "normalized_shape", .kind = AttrKind::Ints}, floatAttr("eps", 1e-5)},
          .infer = [](const Op &op) { return lastDimsNormInfer(op, false); },
-         .kernel = [](const Op &op, std::span<const RtValue> in) {
-           return lastDimsNormKernel(op, in, false);
-         }});
+         .kernel = [](const Op &op,
+                      std::span<const RtValue> in) { return lastDimsNormKernel(op, in, false); }});
   r.add({.name = "rms_norm",
          .summary = "F.rms_norm: x * rsqrt(mean(x^2 over normalized_shape) + eps) * weight. eps "
                     "absent = None: the machine epsilon of the compute type (f64: 2^-52, else "
@@ -388,32 +407,37 @@ void registerNormOps(OpRegistry &r) {
          .attrs = {{.name = "normalized_shape", .kind = AttrKind::Ints},
                    {.name = "eps", .kind = AttrKind::Float, .optional = true}},
          .infer = [](const Op &op) { return lastDimsNormInfer(op, true); },
-         .kernel = [](const Op &op, std::span<const RtValue> in) {
-           return lastDimsNormKernel(op, in, true);
-         }});
+         .kernel = [](const Op &op,
+                      std::span<const RtValue> in) { return lastDimsNormKernel(op, in, true); }});
   r.add({.name = "group_norm",
          .summary = "F.group_norm: input [N, C, ...] split into num_groups channel groups, each "
                     "normalized per sample; weight and bias are per channel [C].",
-         .operands = {{"input"}, {.name = "weight", .optional = true}, {.name = "bias", .optional = true}},
+         .operands = {{"input"},
+                      {.name = "weight", .optional = true},
+                      {.name = "bias", .optional = true}},
          .attrs = {{.name = "num_groups", .kind = AttrKind::Int}, floatAttr("eps", 1e-5)},
          .infer = groupNormInfer,
          .kernel = groupNormKernel});
   r.add({.name = "local_response_norm",
-         .summary = "F.local_response_norm over channels (dim 1) of input [N, C, ...] (>= 3 dims): "
-                    "x / (k + alpha * mean of x^2 over a zero-padded window of `size` channels)^beta.",
+         .summary =
+             "F.local_response_norm over channels (dim 1) of input [N, C, ...] (>= 3 dims): "
+             "x / (k + alpha * mean of x^2 over a zero-padded window of `size` channels)^beta.",
          .operands = {{"input"}},
-         .attrs = {{.name = "size", .kind = AttrKind::Int}, floatAttr("alpha", 1e-4),
-                   floatAttr("beta", 0.75), floatAttr("k", 1.0)},
-         .infer = [](const Op &op) {
-           const Type &x = normInput(op, 3);
-           if (attrInt(op, "size") < 1)
-             inferFail("local_response_norm: size must be positive, got " +
-                       std::to_string(attrInt(op, "size")));
-           attrFloat(op, "alpha");
-           attrFloat(op, "beta");
-           attrFloat(op, "k");
-           return std::vector<Type>{x};
-         },
+         .attrs = {{.name = "size", .kind = AttrKind::Int},
+                   floatAttr("alpha", 1e-4),
+                   floatAttr("beta", 0.75),
+                   floatAttr("k", 1.0)},
+         .infer =
+             [](const Op &op) {
+               const Type &x = normInput(op, 3);
+               if (attrInt(op, "size") < 1)
+                 inferFail("local_response_norm: size must be positive, got " +
+                           std::to_string(attrInt(op, "size")));
+               attrFloat(op, "alpha");
+               attrFloat(op, "beta");
+               attrFloat(op, "k");
+               return std::vector<Type>{x};
+             },
          .kernel = lrnKernel});
 }
 
