@@ -1,7 +1,6 @@
-// Elementwise ops: small graphs built with the Builder and run by the
-// interpreter, checked against values worked out by hand or in closed form (and
-// PyTorch's documented behavior for dtype promotion, integer wrap-around, NaN
-// propagation and error cases).
+// Elementwise ops: small graphs built with the Builder and run by the interpreter, checked against
+// values worked out by hand or in closed form (and PyTorch's documented behavior for dtype
+// promotion, integer wrap-around, NaN propagation and error cases).
 #include "xjit/ir/builder.h"
 #include "xjit/ir/interpreter.h"
 #include "xjit/ir/ir.h"
@@ -233,8 +232,7 @@ TEST(ElementwiseUnary, NaNAndInfinities) {
 TEST(ElementwiseUnary, Rounding) {
   expectVec(run1("round", {f32({0.5, 1.5, 2.5, -0.5, -1.5, 2.6})}), DType::F32,
             {0, 2, 2, -0.0, -2, 3});
-  // In f32, 1.35 is 1.35000002; scaled by 10 it rounds up. 1.25 * 10 is an
-  // exact tie.
+  // In f32, 1.35 is 1.35000002; scaled by 10 it rounds up. 1.25 * 10 is an exact tie.
   expectVec(run1("round", {f32({1.25, 1.35})}, {{"decimals", int64_t{1}}}), DType::F32, {1.2, 1.4});
   expectVec(run1("round", {f32({125, 135, 144})}, {{"decimals", int64_t{-1}}}), DType::F32,
             {120, 140, 140});
@@ -336,8 +334,7 @@ TEST(ElementwiseBinary, PromotionAndWrapAround) {
   expectVec(run1("add", {vec(DType::Bool, {1, 0, 0}), vec(DType::Bool, {1, 1, 0})}), DType::Bool,
             {1, 1, 0});
   expectVec(run1("mul", {vec(DType::Bool, {1, 0}), RtValue(2.5)}), DType::F32, {2.5, 0});
-  // i64 values are converted to f32 before comparing with a float (16777217
-  // rounds to 2^24).
+  // i64 values are converted to f32 before comparing with a float (16777217 rounds to 2^24).
   expectVec(run1("eq", {vec(DType::I64, {16777217}), RtValue(16777216.0)}), DType::Bool, {1});
 }
 
@@ -419,8 +416,8 @@ TEST(ElementwiseBinary, Powers) {
 }
 
 TEST(ElementwiseBinary, ReducedFloatScalarOperands) {
-  // f16(2.7) = 2.69921875. torch's mul/div/floor_divide read a scalar `other` in f32 for
-  // f16/bf16 tensors; other ops (eq, sub...) round it to f16 first.
+  // f16(2.7) = 2.69921875. torch's mul/div/floor_divide read a scalar `other` in f32 for f16/bf16
+  // tensors; other ops (eq, sub...) round it to f16 first.
   Tensor x = vec(DType::F16, {2.7});
   expectVec(run1("mul", {x, RtValue(2.7)}), DType::F16, {7.2890625}); // f16(2.69921875 * 2.7)
   expectVec(run1("floor_divide", {x, RtValue(2.7)}), DType::F16, {0});

@@ -1,6 +1,6 @@
-// Reduction, index-reduction and scan ops: small graphs run by the interpreter
-// and checked against sums, products and closed forms worked out by hand, plus
-// PyTorch's dtype rules, empty-input behavior and error cases.
+// Reduction, index-reduction and scan ops: small graphs run by the interpreter and checked against
+// sums, products and closed forms worked out by hand, plus PyTorch's dtype rules, empty-input
+// behavior and error cases.
 #include "xjit/ir/builder.h"
 #include "xjit/ir/interpreter.h"
 #include "xjit/ir/ir.h"
@@ -117,8 +117,7 @@ TEST(Reduction, SumProdMeanOverDims) {
 }
 
 TEST(Reduction, DTypeRules) {
-  // Sums and products of bool/int accumulate in i64; `dtype` converts the input
-  // first.
+  // Sums and products of bool/int accumulate in i64; `dtype` converts the input first.
   expectValues(run1("sum", vec(DType::Bool, {1, 1, 0, 1})), DType::I64, {}, {3});
   expectValues(run1("sum", vec(DType::I8, {100, 100, 100})), DType::I64, {}, {300});
   expectValues(run1("sum", vec(DType::I8, {100, 100, 100}), {{"dtype", DType::I8}}), DType::I8, {},

@@ -1,8 +1,7 @@
-// Binary elementwise ops over tensor-or-scalar operands: arithmetic, division
-// and remainders, powers, comparisons, logical and bitwise ops. Tensor operands
-// follow torch.result_type and broadcasting; two Python scalars give a Python
-// scalar with Python's semantics (bool behaves as int in arithmetic, division
-// by zero is an error).
+// Binary elementwise ops over tensor-or-scalar operands: arithmetic, division and remainders,
+// powers, comparisons, logical and bitwise ops. Tensor operands follow torch.result_type and
+// broadcasting; two Python scalars give a Python scalar with Python's semantics (bool behaves as
+// int in arithmetic, division by zero is an error).
 #include "ops/elementwise_util.h"
 
 #include <cmath>
@@ -17,8 +16,7 @@ struct Impl {
   Float2 f;
   Int2 i;
 };
-/// Builds the scalar functions from attributes, the compute dtype and the
-/// run-time operands.
+/// Builds the scalar functions from attributes, the compute dtype and the run-time operands.
 using Maker = std::function<Impl(const Op &, DType, std::span<const RtValue>)>;
 
 struct BinaryDef {
@@ -27,22 +25,19 @@ struct BinaryDef {
   uint8_t mask = kAnyDType; // accepted promoted dtypes
   std::vector<AttrSpec> attrs = {};
   Maker make;
-  /// Extra inference check, given the promoted (tensors) or compute (scalars)
-  /// dtype.
+  /// Extra inference check, given the promoted (tensors) or compute (scalars) dtype.
   std::function<void(const Op &, DType)> check = nullptr;
-  /// Result kind depending on attributes (div's rounding_mode); overrides
-  /// `result`.
+  /// Result kind depending on attributes (div's rounding_mode); overrides `result`.
   std::function<Result(const Op &)> resultOf = nullptr;
   bool commutative = false;
   bool boolStaysBool = false;  // two Python bools give a bool (bitwise, max/min), not an int
   bool zeroDivIsError = false; // Python raises ZeroDivisionError for scalar operands
-  /// For f16/bf16 results PyTorch's CPU kernel reads a one-element `other` operand in f32
-  /// without first rounding it to the tensor's dtype (mul, div, floor_divide).
+  /// For f16/bf16 results PyTorch's CPU kernel reads a one-element `other` operand in f32 without
+  /// first rounding it to the tensor's dtype (mul, div, floor_divide).
   bool otherScalarInOpMath = false;
 };
 
-/// Python scalars compute in i64 / f64 (or bool for bitwise and max/min of two
-/// bools).
+/// Python scalars compute in i64 / f64 (or bool for bitwise and max/min of two bools).
 DType scalarComputeDType(const BinaryDef &d, const Type &a, const Type &b) {
   auto cat = std::max(a.category(), b.category());
   if (cat == DTypeCategory::Floating)
@@ -85,8 +80,7 @@ std::vector<Type> inferBinary(const BinaryDef &d, const Op &op) {
   return {broadcastResult(op, 0, 2, resultDTypeOf(r, promoted))};
 }
 
-/// Two Python scalars: computed in i64 / f64 (or bool) and returned as a Python
-/// scalar.
+/// Two Python scalars: computed in i64 / f64 (or bool) and returned as a Python scalar.
 RtValue runScalars(const BinaryDef &d, const Op &op, std::span<const RtValue> in) {
   Result r = resultKind(d, op);
   DType compute = scalarComputeDType(d, op.operand(0)->type(), op.operand(1)->type());
@@ -207,8 +201,7 @@ int64_t intFmod(int64_t a, int64_t b) {
   return b == -1 ? 0 : a % b;
 }
 
-/// Integer power with wrapping; negative exponents give 0 except for bases 1
-/// and -1 (torch).
+/// Integer power with wrapping; negative exponents give 0 except for bases 1 and -1 (torch).
 int64_t intPow(int64_t base, int64_t exp) {
   if (exp < 0) {
     if (base == 1)
@@ -347,8 +340,8 @@ void addArithmetic(OpRegistry &r) {
                         kernelFail("pow: integers to negative integer powers are not allowed");
                       return Impl{[](double a, double b) { return std::pow(a, b); }, intPow};
                     },
-                // torch special-cases a bool exponent (x ** True is x, x ** False is 1), so
-                // only that form accepts bool tensors.
+                // torch special-cases a bool exponent (x ** True is x, x ** False is 1), so only
+                // that form accepts bool tensors.
                 .check =
                     [](const Op &op, DType d) {
                       if (d == DType::Bool && op.operand(1)->type().kind() != TypeKind::Bool)
@@ -417,8 +410,7 @@ void addMinMax(OpRegistry &r) {
                 .boolStaysBool = true});
 }
 
-/// Rows whose result is bool: comparisons in the promoted dtype, and logical
-/// ops.
+/// Rows whose result is bool: comparisons in the promoted dtype, and logical ops.
 struct PredicateRow {
   const char *name, *summary;
   bool (*f)(double, double);

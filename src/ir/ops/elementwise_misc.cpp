@@ -1,5 +1,5 @@
-// Elementwise ops with their own operand contracts: clamp (scalar bounds as
-// attributes), where, cast, lerp, addcmul and addcdiv.
+// Elementwise ops with their own operand contracts: clamp (scalar bounds as attributes), where,
+// cast, lerp, addcmul and addcdiv.
 #include "ops/elementwise_util.h"
 
 #include <cmath>
@@ -10,8 +10,7 @@ namespace {
 using Results = std::vector<RtValue>;
 using In = std::span<const RtValue>;
 
-/// The Python scalar type an attribute value promotes as (Int/Float/Bool
-/// attrs).
+/// The Python scalar type an attribute value promotes as (Int/Float/Bool attrs).
 Type attrScalarType(const Attr &a) {
   switch (a.kind()) {
   case AttrKind::Int:
@@ -58,12 +57,10 @@ std::vector<Type> inferClamp(const Op &op) {
 Results clampKernel(const Op &op, In in) {
   DType out = resultDType(op);
   const Attr *lo = op.attrOrNull("min"), *hi = op.attrOrNull("max");
-  // Bounds are first converted to the result dtype, as torch converts the
-  // scalars.
+  // Bounds are first converted to the result dtype, as torch converts the scalars.
   double flo = lo ? roundTo(out, lo->asNumber()) : -INFINITY;
   double fhi = hi ? roundTo(out, hi->asNumber()) : INFINITY;
-  // Integer bounds wrap into the dtype (torch lets -1 bound a u8 tensor as
-  // 255).
+  // Integer bounds wrap into the dtype (torch lets -1 bound a u8 tensor as 255).
   auto intBound = [out](const Attr *b, int64_t none) {
     if (!b)
       return none;
@@ -104,8 +101,7 @@ Results whereKernel(const Op &op, In in) {
 
 // ---- lerp ----
 
-/// lerp takes its weight as a third operand (tensor or scalar) or as the
-/// `weight` attribute.
+/// lerp takes its weight as a third operand (tensor or scalar) or as the `weight` attribute.
 std::vector<Type> inferLerp(const Op &op) {
   const Type &start = tensorOperand(op, 0), &end = tensorOperand(op, 1);
   requireDType(op, kFloatOk, start.dtype());

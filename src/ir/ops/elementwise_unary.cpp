@@ -1,7 +1,6 @@
-// Unary elementwise ops: math functions, rounding, activations and predicates.
-// Each row names a dtype rule (which input dtypes are accepted and what the
-// result dtype is, as in PyTorch) and a scalar function; parameterized rows
-// build their function from the op's attributes.
+// Unary elementwise ops: math functions, rounding, activations and predicates. Each row names a
+// dtype rule (which input dtypes are accepted and what the result dtype is, as in PyTorch) and a
+// scalar function; parameterized rows build their function from the op's attributes.
 #include "ops/elementwise_util.h"
 
 #include <cmath>
@@ -78,9 +77,8 @@ void addUnary(OpRegistry &r, std::string name, std::string summary, Kind kind,
               kernelFail(op.name() + ": expected a tensor");
             const Tensor &x = in[0].tensor();
             DType out = resultDType(op);
-            // Predicates look at the input as it is; the others compute in the
-            // result dtype (PyTorch's integer -> float promotion happens before
-            // the math).
+            // Predicates look at the input as it is; the others compute in the result dtype
+            // (PyTorch's integer -> float promotion happens before the math).
             DType compute = kind == Kind::Predicate ? x.dtype() : out;
             Impl impl = make(op, compute);
             return std::vector<RtValue>{map1(x, compute, out, impl.f, impl.i)};
@@ -198,9 +196,8 @@ Maker fixed(F f, I i) {
 // ---- rows with attributes ----
 
 void addRounding(OpRegistry &r) {
-  // round(x, decimals): half to even; with decimals, torch scales in the
-  // op-math type (f32 for f16/bf16/f32), so we reproduce that rounding of the
-  // scaled value.
+  // round(x, decimals): half to even; with decimals, torch scales in the op-math type (f32 for
+  // f16/bf16/f32), so we reproduce that rounding of the scaled value.
   addUnary(
       r, "round", "round half to even, optionally to `decimals` decimal places", Kind::Numeric,
       {attrDef("decimals", AttrKind::Int, Attr(int64_t{0}))},

@@ -63,8 +63,7 @@ Type broadcastResult(const Op &op, size_t first, size_t count, DType dtype) {
     } catch (const TypeInferenceError &e) {
       inferFail(op.name() + ": operand shapes do not broadcast: " + e.what());
     }
-    // 0-d tensors may live on another device (a CPU scalar tensor with CUDA
-    // tensors).
+    // 0-d tensors may live on another device (a CPU scalar tensor with CUDA tensors).
     bool zeroDim = t.rank() == 0;
     if (!device || (deviceFromZeroDim && !zeroDim)) {
       device = &t.device();

@@ -1,7 +1,6 @@
-// Private helpers shared by the elementwise op rows (elementwise*.cpp):
-// dtype-class checks, tensor-or-scalar operands, result types of broadcasting
-// ops, and thin kernel adapters over ops::mapElements. Integer helpers wrap
-// like the fixed-width C types instead of overflowing.
+// Private helpers shared by the elementwise op rows (elementwise*.cpp): dtype-class checks,
+// tensor-or-scalar operands, result types of broadcasting ops, and thin kernel adapters over
+// ops::mapElements. Integer helpers wrap like the fixed-width C types instead of overflowing.
 #pragma once
 
 #include "ops/op_util.h"
@@ -20,8 +19,7 @@ void registerUnaryOps(OpRegistry &r);  // elementwise_unary.cpp
 void registerBinaryOps(OpRegistry &r); // elementwise_binary.cpp
 void registerMiscOps(OpRegistry &r);   // elementwise_misc.cpp: clamp, where, cast, lerp...
 
-/// An attribute slot with a default, an optional one (may be absent) and a
-/// required one.
+/// An attribute slot with a default, an optional one (may be absent) and a required one.
 inline AttrSpec attrDef(std::string name, AttrKind kind, Attr def) {
   return {.name = std::move(name), .kind = kind, .defaultValue = std::move(def)};
 }
@@ -42,16 +40,14 @@ enum DTypeMask : uint8_t {
 };
 
 bool dtypeAllowed(uint8_t mask, DType d);
-/// Throws TypeInferenceError "<op>: <what> does not support <dtype> (expects
-/// ...)" when d is not in mask.
+/// Throws TypeInferenceError ("<op>: <what> of dtype <d> is not supported (expected ...)") when d
+/// is not in mask.
 void requireDType(const Op &op, uint8_t mask, DType d, std::string_view what = "input");
 
-/// Operand i must be a tensor or a Python scalar (int, float, bool); returns
-/// its type.
+/// Operand i must be a tensor or a Python scalar (int, float, bool); returns its type.
 const Type &tensorOrScalarOperand(const Op &op, size_t i);
-/// Broadcast shape and device of operands [first, first + count) (scalars act
-/// as 0-d tensors). At least one must be a tensor; devices must agree except
-/// for 0-d tensors.
+/// Broadcast shape and device of operands [first, first + count) (scalars act as 0-d tensors). At
+/// least one must be a tensor; devices must agree except for 0-d tensors.
 Type broadcastResult(const Op &op, size_t first, size_t count, DType dtype);
 /// The Python scalar type of a category (bool, int, float).
 Type scalarType(DTypeCategory c);
@@ -64,20 +60,18 @@ using Int1 = std::function<int64_t(int64_t)>;
 using Float2 = std::function<double(double, double)>;
 using Int2 = std::function<int64_t(int64_t, int64_t)>;
 
-/// Run-time operand i as a tensor converted to `d` (scalars become 0-d
-/// tensors); inputs are converted first because PyTorch computes in the common
-/// dtype (e.g. i64 -> f32 rounds).
+/// Run-time operand i as a tensor converted to `d` (scalars become 0-d tensors); inputs are
+/// converted first because PyTorch computes in the common dtype (e.g. i64 -> f32 rounds).
 Tensor operandAs(std::span<const RtValue> in, size_t i, DType d);
-/// mapElements over inputs already in `compute`, with a bool output normalized
-/// to 0/1.
+/// mapElements over inputs already in `compute`, with a bool output normalized to 0/1.
 Tensor mapAll(std::span<const Tensor> inputs, DType compute, DType out, const FloatFn &f,
               const IntFn &i);
 Tensor map1(const Tensor &x, DType compute, DType out, const Float1 &f, const Int1 &i);
 Tensor map2(const Tensor &a, const Tensor &b, DType compute, DType out, const Float2 &f,
             const Int2 &i);
 
-/// Whether an (int or float) number fits the range of `d` (for clamp bounds,
-/// like torch's "value cannot be converted to type ... without overflow").
+/// Whether an (int or float) number fits the range of `d` (for clamp bounds, like torch's "value
+/// cannot be converted to type ... without overflow").
 bool scalarFits(DType d, double v);
 /// Largest finite value of a floating dtype.
 double floatMax(DType d);

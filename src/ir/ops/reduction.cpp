@@ -1,8 +1,7 @@
-// Reductions (sum, mean, prod, amax/amin, max/min, any/all, count_nonzero,
-// var/std, norm, logsumexp), index reductions (max_dim/min_dim, argmax/argmin)
-// and scans along one dim (softmax, log_softmax, cumsum, cumprod). Every kernel
-// first groups the input elements that reduce together, then applies a plain
-// function to each group: slow but obviously correct.
+// Reductions (sum, mean, prod, amax/amin, max/min, any/all, count_nonzero, var/std, norm,
+// logsumexp), index reductions (max_dim/min_dim, argmax/argmin) and scans along one dim (softmax,
+// log_softmax, cumsum, cumprod). Every kernel first groups the input elements that reduce together,
+// then applies a plain function to each group: slow but obviously correct.
 #include "ops/op_util.h"
 
 #include <algorithm>
@@ -76,9 +75,8 @@ const Tensor &input(const Op &op, In in) {
 
 Tensor convert(const Tensor &t, DType d) { return t.dtype() == d ? t : t.to(d); }
 
-/// The input elements reduced into each output element: members[g] holds the
-/// row-major linear indices of group g, in row-major order (so with one reduced
-/// dim, position = index on it).
+/// The input elements reduced into each output element: members[g] holds the row-major linear
+/// indices of group g, in row-major order (so with one reduced dim, position = index on it).
 struct Groups {
   Ints outSizes; // with keepdim applied
   std::vector<Ints> members;
@@ -113,8 +111,8 @@ std::string emptyDimMessage(const Op &op, int64_t d) {
   return op.name() + ": expected reduction dim " + std::to_string(d) + " to have non-zero size";
 }
 
-/// Ops without an identity (max, argmax, inf-norm) cannot reduce over a zero-size dim: an
-/// inference error when the dim is statically 0, else a kernel error.
+/// Ops without an identity (max, argmax, inf-norm) cannot reduce over a zero-size dim: an inference
+/// error when the dim is statically 0, else a kernel error.
 void requireNonEmptyType(const Op &op, const Shape &s, const Ints &dims) {
   for (int64_t d : dims)
     if (auto v = s[static_cast<size_t>(d)].staticValue(); v && *v == 0)
@@ -153,14 +151,12 @@ struct Reducer {
 struct ReduceDef {
   std::string name, summary;
   std::vector<AttrSpec> attrs;
-  /// Result dtype from the input dtype (throws TypeInferenceError for
-  /// unsupported dtypes).
+  /// Result dtype from the input dtype (throws TypeInferenceError for unsupported dtypes).
   std::function<DType(const Op &, DType)> result;
   /// dtype the input is converted to before reducing; null: the result dtype.
   std::function<DType(DType in, DType out)> compute;
   std::function<Reducer(const Op &)> make;
-  /// Whether an empty group is an error (no identity); may depend on
-  /// attributes.
+  /// Whether an empty group is an error (no identity); may depend on attributes.
   std::function<bool(const Op &)> needsNonEmpty = nullptr;
 };
 
@@ -233,8 +229,7 @@ double sumOf(std::span<const double> v) {
 }
 double meanOf(std::span<const double> v) { return sumOf(v) / static_cast<double>(v.size()); }
 
-/// Extremum with NaN propagation: the first NaN wins. Returns (value,
-/// position).
+/// Extremum with NaN propagation: the first NaN wins. Returns (value, position).
 template <class T> std::pair<T, int64_t> extremum(std::span<const T> v, bool isMax) {
   T best = v[0];
   int64_t pos = 0;
@@ -257,8 +252,7 @@ Reducer extremumReducer(bool isMax) {
           [isMax](std::span<const int64_t> v) { return extremum(v, isMax).first; }};
 }
 
-/// var with Bessel-style correction: sum((x - mean)^2) / max(0, N -
-/// correction).
+/// var with Bessel-style correction: sum((x - mean)^2) / max(0, N - correction).
 double varianceOf(std::span<const double> v, double correction) {
   double mean = meanOf(v), m2 = 0;
   for (double x : v)
@@ -294,8 +288,7 @@ double normOf(std::span<const double> v, double p) {
   return p == 2 ? std::sqrt(s) : std::pow(s, 1.0 / p);
 }
 
-/// log(sum(exp(x))) shifted by the max; an infinite max is not subtracted
-/// (torch).
+/// log(sum(exp(x))) shifted by the max; an infinite max is not subtracted (torch).
 double logSumExpOf(std::span<const double> v) {
   double m = -kInf;
   for (double x : v)
@@ -507,8 +500,7 @@ void addMoments(OpRegistry &r) {
 
 void addIndexReductions(OpRegistry &r) {
   for (bool isMax : {true, false}) {
-    // max_dim / min_dim: (values, indices) along `dim`, first occurrence like
-    // torch on CPU.
+    // max_dim / min_dim: (values, indices) along `dim`, first occurrence like torch on CPU.
     r.add(OpDef{
         .name = isMax ? "max_dim" : "min_dim",
         .summary = std::string("(values, i64 indices) of the ") + (isMax ? "maximum" : "minimum") +
