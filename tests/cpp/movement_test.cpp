@@ -745,6 +745,27 @@ TEST(Creation, SizeQueries) {
   EXPECT_HAS(inferError("size", {f32({})}, {{"dim", 0}}), "no dimensions");
 }
 
+// A slice of a symbolic dim assumes its bounds in range; a run-time size that breaks that fails
+// like a shape guard (a user error), never with a result of the wrong size.
+TEST(Symbolic, SliceBoundsAreGuardedAtRunTime) {
+  Graph g;
+  Builder b(g.body());
+  Value *x = g.addInput(f32({s0, 2}), "x");
+  Value *y = b.op("slice", {x}, {{"end", 3}});
+  EXPECT_EQ(y->type().str(), "f32[3,2]");
+  b.createWithTypes("return", {y}, {});
+  EXPECT_EQ(interpret(g, {iota(DType::F32, {5, 2})})[0].tensor().sizes(), (Sizes{3, 2}));
+  try {
+    interpret(g, {iota(DType::F32, {1, 2})});
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.kind(), ErrorKind::User);
+    EXPECT_HAS(e.what(), "assumes bounds 0:3 lie within dimension 0");
+  }
+  EXPECT_HAS(inferError("split_with_sizes", {f32({s0})}, {{"split_sizes", Attr::Ints{-1, 2}}}),
+             "non-negative");
+}
+
 // Symbolic shapes flow end to end: a graph over f32[s0,128] runs for a concrete s0.
 TEST(Symbolic, GraphRunsWithBoundSymbols) {
   Graph g;

@@ -180,6 +180,8 @@ Scalar fillScalar(const Op &op, Fill f) {
 enum class ShapeFrom { Attr, Like, New };
 
 Type fillType(const Op &op, ShapeFrom from, Fill fill) {
+  if (fill == Fill::Value)
+    attrOf(op, "fill_value"); // required: check it is there and a number
   if (from == ShapeFrom::Like) {
     const Type &t = tensorOperand(op, 0);
     return t.withDType(dtypeOr(op, t.dtype()));

@@ -194,6 +194,8 @@ Reduce reduceOf(const Op &op) {
   if (op.name() == "scatter_add")
     return Reduce::Sum;
   const Attr *a = op.attrOrNull("reduce");
+  if (!a && op.name() == "scatter_reduce")
+    inferFail("scatter_reduce: missing required attribute 'reduce'");
   if (!a)
     return Reduce::None;
   if (a->kind() != AttrKind::Str)

@@ -254,7 +254,16 @@ std::vector<Type> inferSlice(const Op &op) {
 Results sliceKernel(const Op &op, In in) {
   const Tensor &t = tensorIn(op, in, 0);
   int64_t dim = normDim(attrInt(op, "dim"), t.rank()), step = attrInt(op, "step");
-  auto [start, len] = resolveSlice(t.sizes()[dim], attrInt(op, "start"), attrInt(op, "end"), step);
+  int64_t size = t.sizes()[dim], startAttr = attrInt(op, "start"), endAttr = attrInt(op, "end");
+  // On a symbolic dim the result type assumed the bounds in range; a run-time size that breaks
+  // the assumption fails like a failed shape guard instead of producing a mistyped view.
+  const DimExpr &declared = tensorOperand(op, 0).shape()[dim];
+  if (!declared.isStatic() && !sliceAssumptionHolds(size, startAttr, endAttr))
+    kernelFail("slice: the graph assumes bounds " + std::to_string(startAttr) + ":" +
+               (endAttr == INT64_MAX ? std::string() : std::to_string(endAttr)) +
+               " lie within dimension " + std::to_string(dim) + " (size " + declared.str() +
+               "), but its size is " + std::to_string(size) + " at run time");
+  auto [start, len] = resolveSlice(size, startAttr, endAttr, step);
   return one(sliceView(t, dim, start, len, step));
 }
 
@@ -365,9 +374,12 @@ std::vector<Type> inferSplit(const Op &op) {
   // split_with_sizes on a symbolic dim: the sizes are taken as given (the
   // frontend guards sums).
   std::vector<int64_t> pieces;
-  if (op.name() == "split_with_sizes" && !size.isStatic())
+  if (op.name() == "split_with_sizes" && !size.isStatic()) {
     pieces = attrInts(op, "split_sizes");
-  else
+    for (int64_t p : pieces)
+      if (p < 0)
+        inferFail("split_with_sizes: split sizes must be non-negative, got " + intsStr(pieces));
+  } else
     pieces = splitSizes(op, requireStatic(size, op.name(), "the split dimension"));
   std::vector<Type> out;
   for (int64_t p : pieces) {

@@ -95,6 +95,14 @@ SliceRange resolveSlice(const DimExpr &size, int64_t start, int64_t end, int64_t
   return {s, len};
 }
 
+bool sliceAssumptionHolds(int64_t size, int64_t start, int64_t end) {
+  if (start >= 0 && end >= 0 && end != INT64_MAX && end <= start)
+    return true; // always empty
+  int64_t s = start >= 0 ? start : size + start;
+  int64_t e = end == INT64_MAX ? size : (end >= 0 ? end : size + end);
+  return 0 <= s && s <= e && e <= size;
+}
+
 std::pair<int64_t, int64_t> resolveSlice(int64_t size, int64_t start, int64_t end, int64_t step) {
   if (start < 0)
     start += size;

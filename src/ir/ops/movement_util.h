@@ -40,6 +40,9 @@ struct SliceRange {
 /// exactly; on symbolic dims the bounds are assumed in range (the frontend
 /// guards that assumption).
 SliceRange resolveSlice(const DimExpr &size, int64_t start, int64_t end, int64_t step);
+/// Whether a run-time size satisfies the in-range assumption resolveSlice makes for symbolic dims
+/// (else the declared result size would be wrong).
+bool sliceAssumptionHolds(int64_t size, int64_t start, int64_t end);
 /// Run-time version of resolveSlice.
 std::pair<int64_t, int64_t> resolveSlice(int64_t size, int64_t start, int64_t end, int64_t step);
 

@@ -65,6 +65,10 @@ CASES: list[OpCase] = [
          dtypes=("f32", "f64", "i64", "i32"))
     for reduce in ("sum", "prod", "mean", "amax", "amin") for include in (True, False)
 ] + [
+    case("scatter_reduce", lambda x, i, s, r=reduce: torch.scatter_reduce(x, 0, i, s, r), [Arg((5, 3)),
+         idx((4, 3), 5), Arg((4, 3))], {"dim": 0, "reduce": reduce}, name=f"{reduce}_lowp", dtypes=("bf16", "f16"))
+    for reduce in ("sum", "amax", "amin")
+] + [
     case("masked_scatter", lambda x, m, s: x.masked_scatter(m, s), [Arg((3, 4)), Arg((3, 4), dtype="bool"),
          Arg((12,))]),
     case("masked_scatter", lambda x, m, s: x.masked_scatter(m, s), [Arg((3, 4)), Arg((4,), dtype="bool"),
