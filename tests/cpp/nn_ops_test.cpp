@@ -222,7 +222,7 @@ Values naiveConv(const Tensor &x, const Tensor &w, const Tensor *bias, const Con
 
 // =============================== linear algebra ===============================
 
-TEST(Linalg, MatmulRankCases) {
+TEST(NnLinalg, MatmulRankCases) {
   Tensor v3 = rnd({3}, 1), v3b = rnd({3}, 2), m34 = rnd({3, 4}, 3), m23 = rnd({2, 3}, 4);
   // 1-D . 1-D: dot, 0-d result.
   Tensor d = run1("matmul", {v3, v3b});
@@ -256,7 +256,7 @@ TEST(Linalg, MatmulRankCases) {
   expectNear(run1("matmul", {rnd({0, 3}, 8), m34}), {0, 4}, {});
 }
 
-TEST(Linalg, NonContiguousAndLowPrecision) {
+TEST(NnLinalg, NonContiguousAndLowPrecision) {
   Tensor a = rnd({5, 7}, 11), b = rnd({7, 3}, 12);
   Values want = naiveMatmul(a, b, 1, 5, 7, 3, [](int64_t) { return 0; }, [](int64_t) { return 0; });
   expectNear(run1("mm", {nonContiguous2d(a), nonContiguous2d(b)}), {5, 3}, want);
@@ -270,7 +270,7 @@ TEST(Linalg, NonContiguousAndLowPrecision) {
   expectNear(run1("matmul", {a.to(DType::F64), b.to(DType::F64)}), {5, 3}, want, 1e-12);
 }
 
-TEST(Linalg, IntegerMatmulWraps) {
+TEST(NnLinalg, IntegerMatmulWraps) {
   Tensor a = make(DType::I8, {1, 2}, {100, 100}), b = make(DType::I8, {2, 1}, {100, 1});
   Tensor r = run1("matmul", {a, b});
   EXPECT_EQ(r.dtype(), DType::I8);
@@ -280,7 +280,7 @@ TEST(Linalg, IntegerMatmulWraps) {
   EXPECT_EQ(run1("mm", {big, make(DType::I64, {1, 1}, {4})}).getInt(0), 0); // 2^64 wraps to 0
 }
 
-TEST(Linalg, FixedRankForms) {
+TEST(NnLinalg, FixedRankForms) {
   Tensor a = rnd({2, 3, 4}, 21), b = rnd({2, 4, 5}, 22);
   expectNear(
       run1("bmm", {a, b}), {2, 3, 5},
@@ -298,7 +298,7 @@ TEST(Linalg, FixedRankForms) {
   expectNear(ob, {2, 2}, {1, 1, 0, 0});
 }
 
-TEST(Linalg, LinearAddmmBaddbmm) {
+TEST(NnLinalg, LinearAddmmBaddbmm) {
   Tensor x = rnd({2, 3, 4}, 31), w = rnd({5, 4}, 32), bias = rnd({5}, 33);
   Values want;
   for (int64_t r = 0; r < 6; ++r)
@@ -345,7 +345,7 @@ TEST(Linalg, LinearAddmmBaddbmm) {
   expectNear(run1("addmm", {ones, ones, ones}, {{"alpha", 1.5}}), {2, 2}, {3, 3, 3, 3});
 }
 
-TEST(Linalg, SymbolicInference) {
+TEST(NnLinalg, SymbolicInference) {
   EXPECT_EQ(infer("matmul", {ty(DType::F32, {s0, 128}), ty(DType::F32, {128, 64})})[0].str(),
             "f32[s0,64]");
   EXPECT_EQ(infer("matmul", {ty(DType::F16, {s0, 1, 8, 16}), ty(DType::F16, {4, 16, 2})})[0].str(),
@@ -363,7 +363,7 @@ TEST(Linalg, SymbolicInference) {
             "f32[s0,2,5]");
 }
 
-TEST(Linalg, Errors) {
+TEST(NnLinalg, Errors) {
   expectError<TypeInferenceError>(
       [] { infer("matmul", {ty(DType::F32, {2, 3}), ty(DType::F32, {4, 5})}); },
       "matmul: shapes [2,3] and [4,5] cannot be multiplied");
@@ -398,7 +398,7 @@ TEST(Linalg, Errors) {
 
 // =============================== convolution ===============================
 
-TEST(Conv, Conv2dMatchesDefinition) {
+TEST(NnConv, Conv2dMatchesDefinition) {
   struct Case {
     Sizes x, w;
     ConvArgs a;
@@ -419,7 +419,7 @@ TEST(Conv, Conv2dMatchesDefinition) {
   }
 }
 
-TEST(Conv, Conv1dAnd3dAndUnbatched) {
+TEST(NnConv, Conv1dAnd3dAndUnbatched) {
   Tensor x = rnd({2, 3, 11}, 51), w = rnd({5, 3, 4}, 52);
   Sizes os;
   Values want = naiveConv(x, w, nullptr, {{2}, {1}, {2}, 1}, os);
@@ -437,7 +437,7 @@ TEST(Conv, Conv1dAnd3dAndUnbatched) {
       want);
 }
 
-TEST(Conv, SameAndValidPadding) {
+TEST(NnConv, SameAndValidPadding) {
   // Even kernel with dilation: total padding 3 -> 1 left, 2 right (torch pads the extra right).
   Tensor x = rnd({1, 2, 6}, 61), w = rnd({3, 2, 4}, 62);
   Tensor xp = Tensor::empty(DType::F32, {1, 2, 6 + 3});
@@ -451,7 +451,7 @@ TEST(Conv, SameAndValidPadding) {
   expectNear(run1("conv1d", {x, w}, {{"padding_mode", "valid"}, {"padding", Sizes{5}}}), os, want);
 }
 
-TEST(Conv, TransposedMatchesScatterDefinition) {
+TEST(NnConv, TransposedMatchesScatterDefinition) {
   // y[n, g*coutG+ocg, i*s - p + k*d] += x[n, ic, i] * w[ic, ocg, k]
   Tensor x = rnd({2, 4, 3, 2}, 71), w = rnd({4, 3, 2, 3}, 72), b = rnd({6}, 73);
   int64_t s[2] = {2, 1}, p[2] = {1, 0}, d[2] = {1, 2}, op[2] = {1, 0}, G = 2;
@@ -481,7 +481,7 @@ TEST(Conv, TransposedMatchesScatterDefinition) {
              os, want);
 }
 
-TEST(Conv, IntegerAndInference) {
+TEST(NnConv, IntegerAndInference) {
   Tensor x = make(DType::I64, {1, 1, 3}, {1, 2, 3}), w = make(DType::I64, {1, 1, 2}, {10, -1});
   Tensor r = run1("conv1d", {x, w});
   EXPECT_EQ(r.dtype(), DType::I64);
@@ -504,7 +504,7 @@ TEST(Conv, IntegerAndInference) {
             "f32[1,2,s0*2+1,11]");
 }
 
-TEST(Conv, Errors) {
+TEST(NnConv, Errors) {
   auto conv = [](Sizes x, Sizes w, AttrMap attrs = {}) {
     std::vector<DimExpr> xd(x.begin(), x.end()), wd(w.begin(), w.end());
     infer("conv2d", {ty(DType::F32, xd), ty(DType::F32, wd)}, std::move(attrs));
@@ -538,7 +538,7 @@ TEST(Conv, Errors) {
 
 // =============================== pooling ===============================
 
-TEST(Pool, MaxPoolWithIndicesAndNaN) {
+TEST(NnPool, MaxPoolWithIndicesAndNaN) {
   Tensor x = make(DType::F32, {1, 1, 3, 4}, {1, 5, 2, 0, 3, 4, 9, 8, -1, 7, 6, kNaN});
   auto r =
       run("max_pool2d_with_indices", {x}, {{"kernel_size", Sizes{2}}, {"stride", Sizes{1, 2}}});
@@ -559,7 +559,7 @@ TEST(Pool, MaxPoolWithIndicesAndNaN) {
             std::numeric_limits<int64_t>::max() - 1);
 }
 
-TEST(Pool, CeilModeAndAvgDivisors) {
+TEST(NnPool, CeilModeAndAvgDivisors) {
   // F.avg_pool2d(torch.ones(1,1,5,5), 3, stride=2, padding=1, ceil_mode=True)
   Tensor ones = make(DType::F32, {1, 1, 5, 5}, Values(25, 1.0));
   AttrMap a = {
@@ -588,7 +588,7 @@ TEST(Pool, CeilModeAndAvgDivisors) {
             3);
 }
 
-TEST(Pool, Adaptive) {
+TEST(NnPool, Adaptive) {
   // L=5 -> 3 windows: [0,2), [1,4), [3,5).
   Tensor x = make(DType::F32, {1, 5}, {1, 2, 3, 4, 10});
   expectNear(run1("adaptive_avg_pool1d", {x}, {{"output_size", Sizes{3}}}), {1, 3}, {1.5, 3, 7});
@@ -610,7 +610,7 @@ TEST(Pool, Adaptive) {
       "f32[s0,3,1,1]");
 }
 
-TEST(Pool, InferenceAndErrors) {
+TEST(NnPool, InferenceAndErrors) {
   EXPECT_EQ(
       infer("max_pool2d", {ty(DType::F32, {s0, 3, s0, 32})}, {{"kernel_size", Sizes{2}}})[0].str(),
       "f32[s0,3,(s0)//2,16]");
@@ -656,7 +656,7 @@ std::pair<double, double> meanVar(int64_t n, const std::function<double(int64_t)
   return {m, v / n};
 }
 
-TEST(Norm, BatchNormEvalTrainAndUpdate) {
+TEST(NnNorm, BatchNormEvalTrainAndUpdate) {
   Tensor x = rnd({4, 3, 5}, 91), w = rnd({3}, 92), b = rnd({3}, 93);
   Tensor rm = make(DType::F32, {3}, {0.1, -0.2, 0.3}), rv = make(DType::F32, {3}, {1.5, 0.5, 2});
   double eps = 1e-3;
@@ -699,7 +699,7 @@ TEST(Norm, BatchNormEvalTrainAndUpdate) {
   expectNear(lo, {4, 3, 5}, plain, 1e-2);
 }
 
-TEST(Norm, BatchNormErrors) {
+TEST(NnNorm, BatchNormErrors) {
   expectError<TypeInferenceError>([] { infer("batch_norm", {ty(DType::F32, {2, 3})}); },
                                   "running_mean and running_var are required");
   expectError<TypeInferenceError>(
@@ -721,7 +721,7 @@ TEST(Norm, BatchNormErrors) {
                      "expected more than 1 value per channel when training");
 }
 
-TEST(Norm, LayerGroupRmsInstance) {
+TEST(NnNorm, LayerGroupRmsInstance) {
   Tensor x = rnd({2, 3, 4}, 101), w = rnd({3, 4}, 102), b = rnd({3, 4}, 103);
   Values ln;
   for (int64_t r = 0; r < 2; ++r) {
@@ -777,7 +777,7 @@ TEST(Norm, LayerGroupRmsInstance) {
             "f32[s0,7,768]");
 }
 
-TEST(Norm, LocalResponseNorm) {
+TEST(NnNorm, LocalResponseNorm) {
   Tensor x = rnd({1, 5, 2}, 111);
   int64_t size = 3;
   Values want;
@@ -794,7 +794,7 @@ TEST(Norm, LocalResponseNorm) {
 
 // =============================== layers ===============================
 
-TEST(Layers, Embedding) {
+TEST(NnLayers, Embedding) {
   Tensor w = rnd({4, 3}, 121);
   Tensor idx = make(DType::I32, {2, 2}, {3, 0, 0, 2});
   Tensor r = run1("embedding", {w, idx});
@@ -809,7 +809,7 @@ TEST(Layers, Embedding) {
                                   "indices must be i64 or i32");
 }
 
-TEST(Layers, Dropout) {
+TEST(NnLayers, Dropout) {
   Tensor x = rnd({100, 100}, 131);
   expectNear(run1("dropout", {x}, {{"train", false}}), {100, 100}, values(x), 0);
   Tensor y = run1("dropout", {x}, {{"p", 0.25}, {"seed", int64_t{7}}});
@@ -854,7 +854,7 @@ Values naiveAttention(const Values &q, const Values &k, const Values &v, int64_t
   return out;
 }
 
-TEST(Layers, ScaledDotProductAttention) {
+TEST(NnLayers, ScaledDotProductAttention) {
   Tensor q = rnd({2, 3, 4}, 141), k = rnd({2, 5, 4}, 142), v = rnd({2, 5, 6}, 143);
   auto slice = [](const Tensor &t, int64_t b) {
     Values all = values(t), out;
@@ -895,7 +895,7 @@ TEST(Layers, ScaledDotProductAttention) {
   expectNear(run1("scaled_dot_product_attention", {q, k, v, fm}), {2, 3, 6}, added);
 }
 
-TEST(Layers, AttentionGqaAndErrors) {
+TEST(NnLayers, AttentionGqaAndErrors) {
   // 4 query heads share 2 key/value heads: query head h reads kv head h / 2.
   Tensor q = rnd({1, 4, 2, 3}, 151), k = rnd({1, 2, 3, 3}, 152), v = rnd({1, 2, 3, 2}, 153);
   Tensor r = run1("scaled_dot_product_attention", {q, k, v}, {{"enable_gqa", true}});
@@ -938,7 +938,7 @@ TEST(Layers, AttentionGqaAndErrors) {
             "f32[s0,12,7,32]");
 }
 
-TEST(Layers, PixelShuffle) {
+TEST(NnLayers, PixelShuffle) {
   Tensor x = rnd({2, 8, 2, 3}, 161);
   Tensor y = run1("pixel_shuffle", {x}, {{"upscale_factor", int64_t{2}}});
   ASSERT_EQ(y.sizes(), (Sizes{2, 2, 4, 6}));
