@@ -75,28 +75,39 @@ const Tensor &input(const Op &op, In in) {
 
 Tensor convert(const Tensor &t, DType d) { return t.dtype() == d ? t : t.to(d); }
 
-/// The input elements reduced into each output element: members[g] holds the row-major linear
-/// indices of group g, in row-major order (so with one reduced dim, position = index on it).
+/// The input elements reduced into each output element. A row-major linear index is linear in
+/// the multi-index, so group k's members are bases[k] + offsets[j]: bases enumerate the kept
+/// coordinates (in output order), offsets the reduced ones in row-major order (with one reduced
+/// dim, position j is the index along it).
 struct Groups {
   Ints outSizes; // with keepdim applied
-  std::vector<Ints> members;
+  Ints bases, offsets;
+  size_t size() const { return bases.size(); }
+  Ints members(size_t k) const {
+    Ints m(offsets);
+    for (int64_t &o : m)
+      o += bases[k];
+    return m;
+  }
 };
 
 Groups groupBy(const Ints &sizes, const Ints &dims, bool keepdim) {
-  Ints kept = sizes;
-  for (int64_t d : dims)
+  Ints rowStrides = contiguousStrides(sizes), kept = sizes, reducedSizes, reducedStrides;
+  for (int64_t d : dims) {
     kept[d] = 1;
+    reducedSizes.push_back(sizes[d]);
+    reducedStrides.push_back(rowStrides[d]);
+  }
+  auto dot = [](const Ints &idx, const Ints &strides) {
+    int64_t v = 0;
+    for (size_t i = 0; i < idx.size(); ++i)
+      v += idx[i] * strides[i];
+    return v;
+  };
   Groups g;
-  int64_t n = 1;
-  for (int64_t s : kept)
-    n *= s;
-  g.members.resize(static_cast<size_t>(n));
-  Ints outIdx(sizes.size());
-  forEachIndex(sizes, [&](const Ints &idx, int64_t linear) {
-    for (size_t d = 0; d < idx.size(); ++d)
-      outIdx[d] = kept[d] == 1 ? 0 : idx[d];
-    g.members[static_cast<size_t>(linearIndex(kept, outIdx))].push_back(linear);
-  });
+  forEachIndex(kept, [&](const Ints &idx, int64_t) { g.bases.push_back(dot(idx, rowStrides)); });
+  forEachIndex(reducedSizes,
+               [&](const Ints &idx, int64_t) { g.offsets.push_back(dot(idx, reducedStrides)); });
   for (size_t d = 0; d < sizes.size(); ++d) {
     bool reduced = std::find(dims.begin(), dims.end(), static_cast<int64_t>(d)) != dims.end();
     if (!reduced)
@@ -190,12 +201,12 @@ void addReduction(OpRegistry &r, ReduceDef def) {
             Groups g = groupBy(src.sizes(), dims, opKeepdim(op));
             Tensor res = Tensor::empty(out, g.outSizes);
             Reducer red = d->make(op);
-            for (size_t k = 0; k < g.members.size(); ++k) {
+            for (size_t k = 0; k < g.size(); ++k) {
               auto i = static_cast<int64_t>(k);
               if (isFloating(compute) || !red.i)
-                res.setDouble(i, red.f(valuesOf(src, g.members[k])));
+                res.setDouble(i, red.f(valuesOf(src, g.members(k))));
               else
-                res.setInt(i, red.i(intsOf(src, g.members[k])));
+                res.setInt(i, red.i(intsOf(src, g.members(k))));
             }
             return Results{RtValue(res)};
           },
@@ -484,8 +495,8 @@ void addMoments(OpRegistry &r) {
               Groups g = groupBy(x.sizes(), opDims(op, x.rank()), opKeepdim(op));
               Tensor var = Tensor::empty(x.dtype(), g.outSizes);
               Tensor mean = Tensor::empty(x.dtype(), g.outSizes);
-              for (size_t k = 0; k < g.members.size(); ++k) {
-                auto v = valuesOf(x, g.members[k]);
+              for (size_t k = 0; k < g.size(); ++k) {
+                auto v = valuesOf(x, g.members(k));
                 double s = varianceOf(v, c);
                 var.setDouble(static_cast<int64_t>(k), isStd ? std::sqrt(s) : s);
                 mean.setDouble(static_cast<int64_t>(k), meanOf(v));
@@ -526,14 +537,14 @@ void addIndexReductions(OpRegistry &r) {
               Groups g = groupBy(x.sizes(), dims, attrBool(op, "keepdim"));
               Tensor values = Tensor::empty(x.dtype(), g.outSizes);
               Tensor indices = Tensor::empty(DType::I64, g.outSizes);
-              for (size_t k = 0; k < g.members.size(); ++k) {
+              for (size_t k = 0; k < g.size(); ++k) {
                 auto i = static_cast<int64_t>(k);
                 if (isFloating(x.dtype())) {
-                  auto [v, pos] = extremum<double>(valuesOf(x, g.members[k]), isMax);
+                  auto [v, pos] = extremum<double>(valuesOf(x, g.members(k)), isMax);
                   values.setDouble(i, v);
                   indices.setInt(i, pos);
                 } else {
-                  auto [v, pos] = extremum<int64_t>(intsOf(x, g.members[k]), isMax);
+                  auto [v, pos] = extremum<int64_t>(intsOf(x, g.members(k)), isMax);
                   values.setInt(i, v);
                   indices.setInt(i, pos);
                 }
@@ -583,10 +594,10 @@ void addIndexReductions(OpRegistry &r) {
               bool keepdim = attrBool(op, "keepdim");
               Groups g = groupBy(x.sizes(), dims, keepdim);
               Tensor out = Tensor::empty(DType::I64, g.outSizes);
-              for (size_t k = 0; k < g.members.size(); ++k) {
+              for (size_t k = 0; k < g.size(); ++k) {
                 int64_t pos = isFloating(x.dtype())
-                                  ? extremum<double>(valuesOf(x, g.members[k]), isMax).second
-                                  : extremum<int64_t>(intsOf(x, g.members[k]), isMax).second;
+                                  ? extremum<double>(valuesOf(x, g.members(k)), isMax).second
+                                  : extremum<int64_t>(intsOf(x, g.members(k)), isMax).second;
                 out.setInt(static_cast<int64_t>(k), pos);
               }
               return Results{RtValue(out)};
@@ -622,8 +633,8 @@ void addScan(OpRegistry &r, std::string name, std::string summary,
             Ints dims = x.rank() == 0 ? Ints{} : Ints{normDim(attrInt(op, "dim"), x.rank())};
             Groups g = groupBy(src.sizes(), dims, true);
             Tensor res = Tensor::empty(out, src.sizes());
-            for (const Ints &m : g.members)
-              scan(src, res, m);
+            for (size_t k = 0; k < g.size(); ++k)
+              scan(src, res, g.members(k));
             return Results{RtValue(res)};
           },
   });
