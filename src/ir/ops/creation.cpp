@@ -1,8 +1,6 @@
-// Creation ops (no tensor data read): arange, linspace, eye,
-// full/zeros/ones/empty and their
-// *_like and new_* forms, and the size queries size/numel/dim. The `dtype`
-// attribute is optional where PyTorch infers it; `empty` tensors are
-// zero-filled.
+// Creation ops (no tensor data read): arange, linspace, eye, full/zeros/ones/empty and their
+// *_like and new_* forms, and the size queries size/numel/dim. The `dtype` attribute is optional
+// where PyTorch infers it; `empty` tensors are zero-filled.
 #include "ops/movement_util.h"
 
 #include <cmath>
@@ -34,8 +32,7 @@ DType dtypeOr(const Op &op, DType fallback) {
   return hasAttrValue(op, "dtype") ? attrDType(op, "dtype") : fallback;
 }
 
-// The dtype PyTorch gives a Python number (int -> i64, float -> f32, bool ->
-// bool).
+// The dtype PyTorch gives a Python number (int -> i64, float -> f32, bool -> bool).
 DType dtypeOfNumber(const Attr &a) {
   return defaultDTypeFor(a.kind() == AttrKind::Int    ? DTypeCategory::Integer
                          : a.kind() == AttrKind::Bool ? DTypeCategory::Bool
@@ -61,9 +58,8 @@ std::vector<int64_t> sizesOf(const Type &t) {
 
 // ---- arange ----
 
-// Follows ATen's arange_out: integer dtypes compute in int64 from truncated
-// bounds, floating ones in double; the length is computed in double (exactly in
-// int64 for int64 output).
+// Follows ATen's arange_out: integer dtypes compute in int64 from truncated bounds, floating ones
+// in double; the length is computed in double (exactly in int64 for int64 output).
 struct Arange {
   DType dtype;
   double start, end, step;
@@ -133,9 +129,8 @@ int64_t linspaceSteps(const Op &op) {
   return steps;
 }
 
-// ATen's linspace kernel: the first half counts up from start, the second down
-// from end; float dtypes compute in their own precision, integer ones with a
-// double step.
+// ATen's linspace kernel: the first half counts up from start, the second down from end; float
+// dtypes compute in their own precision, integer ones with a double step.
 Results linspaceKernel(const Op &op, In) {
   DType dt = resultDType(op);
   int64_t steps = linspaceSteps(op);
@@ -249,9 +244,8 @@ OpDef queryRow(std::string name, std::string summary, std::vector<AttrSpec> attr
 
 void registerCreationOps(OpRegistry &r) {
   r.add({.name = "arange",
-         .summary = "Values start, start+step, ... below end; int64 if all "
-                    "bounds are ints, "
-                    "else the default float dtype",
+         .summary = "Values start, start+step, ... below end; int64 if all bounds are ints, else "
+                    "the default float dtype",
          .attrs = {{"start", AttrKind::Float, Attr(int64_t{0})},
                    {"end", AttrKind::Float},
                    {"step", AttrKind::Float, Attr(int64_t{1})},
@@ -301,9 +295,7 @@ void registerCreationOps(OpRegistry &r) {
     Fill fill;
   };
   static const FillForm forms[] = {
-      {"full",
-       "Tensor of shape filled with fill_value (dtype from the value by "
-       "default)",
+      {"full", "Tensor of shape filled with fill_value (dtype from the value by default)",
        ShapeFrom::Attr, Fill::Value},
       {"zeros", "Tensor of shape filled with 0", ShapeFrom::Attr, Fill::Zero},
       {"ones", "Tensor of shape filled with 1", ShapeFrom::Attr, Fill::One},
@@ -319,9 +311,7 @@ void registerCreationOps(OpRegistry &r) {
        Fill::Zero},
       {"new_ones", "Tensor of shape with self's dtype by default, filled with 1", ShapeFrom::New,
        Fill::One},
-      {"new_empty",
-       "Uninitialized tensor of shape with self's dtype by default "
-       "(zero-filled)",
+      {"new_empty", "Uninitialized tensor of shape with self's dtype by default (zero-filled)",
        ShapeFrom::New, Fill::Zero},
   };
   for (const FillForm &f : forms)

@@ -1,7 +1,6 @@
-// Indexing ops: index_select, gather / take_along_dim, the scatter family,
-// masked_scatter and the in-place writes copy_ / fill_. Advanced indexing
-// (index, index_put) and sorting live in movement_advindex.cpp and
-// movement_sort.cpp and are registered from here.
+// Indexing ops: index_select, gather / take_along_dim, the scatter family, masked_scatter and the
+// in-place writes copy_ / fill_. Advanced indexing (index, index_put) and sorting live in
+// movement_advindex.cpp and movement_sort.cpp and are registered from here.
 #include "ops/movement_util.h"
 
 #include <algorithm>
@@ -20,8 +19,7 @@ using In = std::span<const RtValue>;
 
 Results one(Tensor t) { return {RtValue(std::move(t))}; }
 
-// gather/scatter treat a 0-d tensor as 1-d of size 1 (torch's
-// ensure_nonempty_dim).
+// gather/scatter treat a 0-d tensor as 1-d of size 1 (torch's ensure_nonempty_dim).
 int64_t nonEmptyRank(const Type &t) { return std::max<int64_t>(t.rank(), 1); }
 DimExpr nonEmptySize(const Type &t, int64_t d) { return t.rank() == 0 ? DimExpr(1) : t.shape()[d]; }
 Tensor nonEmpty(const Tensor &t) { return t.rank() == 0 ? t.view({1}, {1}, t.offset()) : t; }
@@ -110,8 +108,8 @@ std::vector<Type> inferGather(const Op &op) {
   return {t.withShape(index.shape())};
 }
 
-// out[idx] = self[idx with idx[dim] = index[idx]]; `index` and `self` are
-// broadcast alike except along dim.
+// out[idx] = self[idx with idx[dim] = index[idx]]; `index` and `self` are broadcast alike except
+// along dim.
 Tensor gatherAlong(const Op &op, const Tensor &self, const Tensor &index, int64_t dim,
                    bool wrapNegative, const std::vector<int64_t> &outSizes) {
   Tensor s = nonEmpty(self), ix = nonEmpty(index);
@@ -136,8 +134,8 @@ Results gatherKernel(const Op &op, In in) {
   return one(gatherAlong(op, t, index, dim, false, index.sizes()));
 }
 
-// take_along_dim: without dim, both are flattened; with dim, self and indices
-// broadcast in every dim but dim.
+// take_along_dim: without dim, both are flattened; with dim, self and indices broadcast in every
+// dim but dim.
 template <class D>
 std::vector<D>
 takeAlongSizes(const std::vector<D> &self, const std::vector<D> &index, int64_t dim,
@@ -157,10 +155,9 @@ std::vector<Type> inferTakeAlongDim(const Op &op) {
   if (!hasAttrValue(op, "dim"))
     return {t.withShape({numelOf(index.shape())})};
   if (t.rank() != index.rank())
-    inferFail("take_along_dim: input and indices should have the same number "
-              "of dimensions, "
-              "but got " +
-              std::to_string(t.rank()) + " and " + std::to_string(index.rank()));
+    inferFail(
+        "take_along_dim: input and indices should have the same number of dimensions, but got " +
+        std::to_string(t.rank()) + " and " + std::to_string(index.rank()));
   int64_t dim = normDim(attrInt(op, "dim"), t.rank());
   if (t.rank() == 0)
     return {t};
@@ -218,8 +215,7 @@ Reduce reduceOf(const Op &op) {
     return Reduce::Max;
   if (r == "amin")
     return Reduce::Min;
-  inferFail("scatter_reduce: reduce argument must be one of sum, prod, mean, "
-            "amax, amin, got '" +
+  inferFail("scatter_reduce: reduce argument must be one of sum, prod, mean, amax, amin, got '" +
             r + "'");
 }
 
@@ -254,8 +250,7 @@ std::vector<Type> inferScatter(const Op &op) {
   return {t};
 }
 
-// Folds v into out[j] (values round to out's dtype at every step, as torch's
-// in-place update).
+// Folds v into out[j] (values round to out's dtype at every step, as torch's in-place update).
 void combine(const Tensor &out, int64_t j, const Scalar &v, Reduce r) {
   if (r == Reduce::None)
     return setScalar(out, j, v);
@@ -269,8 +264,7 @@ void combine(const Tensor &out, int64_t j, const Scalar &v, Reduce r) {
     return out.setDouble(j, res);
   }
   int64_t a = out.getInt(j), b = v.i;
-  // Unsigned wrap-around avoids signed-overflow UB; the store wraps to the
-  // dtype anyway.
+  // Unsigned wrap-around avoids signed-overflow UB; the store wraps to the dtype anyway.
   auto ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
   uint64_t res = r == Reduce::Sum || r == Reduce::Mean ? ua + ub
                  : r == Reduce::Prod
@@ -349,8 +343,7 @@ std::vector<Type> inferMaskedScatter(const Op &op) {
   if (mask.dtype() != DType::Bool)
     inferFail("masked_scatter: expected a bool mask, got " + mask.str());
   if (source.dtype() != t.dtype())
-    inferFail("masked_scatter: expected self and source to have the same "
-              "dtype, got " +
+    inferFail("masked_scatter: expected self and source to have the same dtype, got " +
               std::string(dtypeName(t.dtype())) + " and " + std::string(dtypeName(source.dtype())));
   return {t.withShape(broadcastShapes(t.shape(), mask.shape()))};
 }
@@ -366,8 +359,7 @@ Results maskedScatterKernel(const Op &op, In in) {
     if (!m.getInt(i))
       continue;
     if (next >= source.numel())
-      kernelFail("masked_scatter: number of elements in source < number of "
-                 "ones in mask");
+      kernelFail("masked_scatter: number of elements in source < number of ones in mask");
     copyElement(out, i, source, next++);
   }
   return one(out);
@@ -403,8 +395,7 @@ std::vector<Type> inferFill(const Op &op) {
 
 void registerIndexingOps(OpRegistry &r) {
   r.add({.name = "index_select",
-         .summary = "Slices of self along dim at the positions in a 1-d index "
-                    "(no wrap-around)",
+         .summary = "Slices of self along dim at the positions in a 1-d index (no wrap-around)",
          .operands = {{"self"}, {"index"}},
          .attrs = {{"dim", AttrKind::Int}},
          .infer = inferIndexSelect,
@@ -416,27 +407,25 @@ void registerIndexingOps(OpRegistry &r) {
          .infer = inferGather,
          .kernel = gatherKernel});
   r.add({.name = "take_along_dim",
-         .summary = "gather with self and indices broadcast except along dim "
-                    "(negative indices "
+         .summary = "gather with self and indices broadcast except along dim (negative indices "
                     "wrap); without dim both are flattened",
          .operands = {{"self"}, {"indices"}},
          .attrs = {optionalAttr("dim", AttrKind::Int)},
          .infer = inferTakeAlongDim,
          .kernel = takeAlongDimKernel});
   r.add(scatterRow("scatter",
-                   "A copy of self with self[index[i][j]][j] = src[i][j] (dim 0); src is a "
-                   "tensor or a number (operand or `value` attribute); reduce add/multiply",
+                   "A copy of self with self[index[i][j]][j] = src[i][j] (dim 0); src is a tensor "
+                   "or a number (operand or `value` attribute); reduce add/multiply",
                    {optionalAttr("reduce", AttrKind::Str), numberAttr("value", true)}, true));
   r.add(scatterRow("scatter_add", "scatter that adds src into self (duplicates accumulate)", {},
                    false));
   r.add(scatterRow("scatter_reduce",
-                   "scatter reducing with sum, prod, mean, amax or amin; include_self false "
-                   "leaves self out of the reduction where a value is scattered",
+                   "scatter reducing with sum, prod, mean, amax or amin; include_self false leaves "
+                   "self out of the reduction where a value is scattered",
                    {{"reduce", AttrKind::Str}, {"include_self", AttrKind::Bool, Attr(true)}},
                    false));
   r.add({.name = "masked_scatter",
-         .summary = "self with consecutive source elements where the "
-                    "(broadcast) mask is true",
+         .summary = "self with consecutive source elements where the (broadcast) mask is true",
          .operands = {{"self"}, {"mask"}, {"source"}},
          .infer = inferMaskedScatter,
          .kernel = maskedScatterKernel});
@@ -453,8 +442,7 @@ void registerIndexingOps(OpRegistry &r) {
            return one(dst);
          }});
   r.add({.name = "fill_",
-         .summary = "Fills self with value (operand: number or 0-d tensor, or "
-                    "attribute)",
+         .summary = "Fills self with value (operand: number or 0-d tensor, or attribute)",
          .operands = {{"self"}, {.name = "value", .optional = true}},
          .attrs = {numberAttr("value", true)},
          .traits = kInPlace,

@@ -1,8 +1,7 @@
-// Shape and view ops: reshape/view, permute/transpose, expand,
-// squeeze/unsqueeze, flatten, slicing, splitting, diagonal, contiguous/clone.
-// View ops return strided views sharing operand 0's storage wherever PyTorch
-// returns a view; reshape-like ops copy only when the strides do not allow a
-// view (those rows carry kView meaning "may alias operand 0").
+// Shape and view ops: reshape/view, permute/transpose, expand, squeeze/unsqueeze, flatten, slicing,
+// splitting, diagonal, contiguous/clone. View ops return strided views sharing operand 0's storage
+// wherever PyTorch returns a view; reshape-like ops copy only when the strides do not allow a view
+// (those rows carry kView meaning "may alias operand 0").
 #include "ops/movement_util.h"
 
 #include <algorithm>
@@ -35,10 +34,9 @@ Tensor reshapeTensor(const Tensor &t, const std::vector<int64_t> &sizes, bool mu
   if (auto strides = viewStrides(t.sizes(), t.strides(), sizes))
     return t.view(sizes, *strides, t.offset());
   if (mustView)
-    kernelFail(opName + ": view size is not compatible with input tensor's size and stride (at "
-                        "least one dimension spans across two contiguous subspaces); use "
-                        "reshape "
-                        "instead");
+    kernelFail(opName +
+               ": view size is not compatible with input tensor's size and stride (at least one "
+               "dimension spans across two contiguous subspaces); use reshape instead");
   Tensor c = t.contiguousCopy();
   return c.view(sizes, contiguousStrides(sizes), c.offset());
 }
@@ -107,8 +105,7 @@ std::vector<int64_t> movedimPerm(const Op &op, int64_t rank) {
   const auto &src = attrInts(op, "source");
   const auto &dst = attrInts(op, "destination");
   if (src.size() != dst.size())
-    inferFail("movedim: source and destination must have the same number of "
-              "dims, got " +
+    inferFail("movedim: source and destination must have the same number of dims, got " +
               std::to_string(src.size()) + " and " + std::to_string(dst.size()));
   std::vector<int64_t> perm(static_cast<size_t>(rank), -1);
   std::vector<bool> used(static_cast<size_t>(rank), false), placed(perm.size(), false);
@@ -163,8 +160,7 @@ OpDef permuteRow(std::string name, std::string summary, std::vector<AttrSpec> at
 Shape expandShape(const Shape &in, const std::vector<int64_t> &target, const std::string &name) {
   if (target.size() < in.size())
     inferFail(name + ": the number of sizes provided (" + std::to_string(target.size()) +
-              ") must be greater or equal to the number of dimensions in the "
-              "tensor (" +
+              ") must be greater or equal to the number of dimensions in the tensor (" +
               std::to_string(in.size()) + ")");
   size_t lead = target.size() - in.size();
   Shape out;
@@ -215,9 +211,8 @@ Tensor expandKernel(const Tensor &t, const std::vector<int64_t> &target, const s
 
 // ---- squeeze / unsqueeze ----
 
-// Dims squeezed: the listed ones (or all) whose declared size is the static 1.
-// A symbolic dim is never squeezed (PyTorch's dynamic shapes assume symbols are
-// not 1).
+// Dims squeezed: the listed ones (or all) whose declared size is the static 1. A symbolic dim is
+// never squeezed (PyTorch's dynamic shapes assume symbols are not 1).
 std::vector<bool> squeezeMask(const Op &op, const Shape &s) {
   std::vector<bool> mask(s.size(), false);
   const Attr *dims = op.attrOrNull("dim");
@@ -371,8 +366,7 @@ std::vector<Type> inferSplit(const Op &op) {
   const Type &t = self(op);
   int64_t dim = splitDim(op, t.rank());
   const DimExpr &size = t.shape()[dim];
-  // split_with_sizes on a symbolic dim: the sizes are taken as given (the
-  // frontend guards sums).
+  // split_with_sizes on a symbolic dim: the sizes are taken as given (the frontend guards sums).
   std::vector<int64_t> pieces;
   if (op.name() == "split_with_sizes" && !size.isStatic()) {
     pieces = attrInts(op, "split_sizes");
@@ -478,23 +472,22 @@ AttrSpec attrReq(std::string name, AttrKind kind) { return {std::move(name), kin
 
 void registerMovementOps(OpRegistry &r) {
   r.add({.name = "reshape",
-         .summary = "Tensor with the same elements in a new shape (one dim may "
-                    "be -1); a view "
-                    "when the strides allow, else a copy",
+         .summary = "Tensor with the same elements in a new shape (one dim may be -1); a view when "
+                    "the strides allow, else a copy",
          .operands = {{"self"}},
          .attrs = {attrReq("shape", AttrKind::Ints)},
          .traits = kView,
          .infer = inferReshape,
          .kernel = [](const Op &op, In in) { return reshapeKernel(op, in, false); }});
-  r.add({.name = "view",
-         .summary = "View with a new shape (one dim may be -1); fails when the "
-                    "strides do not "
-                    "allow a view",
-         .operands = {{"self"}},
-         .attrs = {attrReq("shape", AttrKind::Ints)},
-         .traits = kView,
-         .infer = inferReshape,
-         .kernel = [](const Op &op, In in) { return reshapeKernel(op, in, true); }});
+  r.add(
+      {.name = "view",
+       .summary =
+           "View with a new shape (one dim may be -1); fails when the strides do not allow a view",
+       .operands = {{"self"}},
+       .attrs = {attrReq("shape", AttrKind::Ints)},
+       .traits = kView,
+       .infer = inferReshape,
+       .kernel = [](const Op &op, In in) { return reshapeKernel(op, in, true); }});
   r.add({.name = "flatten",
          .summary = "Merges dims start_dim..end_dim into one (a view when possible)",
          .operands = {{"self"}},
@@ -567,8 +560,7 @@ void registerMovementOps(OpRegistry &r) {
            const Type &t = self(op);
            const Shape &target = tensorOperand(op, 1).shape();
            std::vector<int64_t> sizes;
-           // Check static dims through expandShape; symbolic target dims are
-           // kept as they are.
+           // Check static dims through expandShape; symbolic target dims are kept as they are.
            for (const DimExpr &d : target)
              sizes.push_back(d.staticValue().value_or(-1));
            size_t lead = target.size() - std::min(target.size(), t.shape().size());
@@ -583,8 +575,7 @@ void registerMovementOps(OpRegistry &r) {
          }});
 
   r.add({.name = "squeeze",
-         .summary = "Removes size-1 dims: those listed in dim, or all when dim "
-                    "is absent",
+         .summary = "Removes size-1 dims: those listed in dim, or all when dim is absent",
          .operands = {{"self"}},
          .attrs = {optionalAttr("dim", AttrKind::Ints)},
          .traits = kView,
@@ -634,8 +625,7 @@ void registerMovementOps(OpRegistry &r) {
          .infer = inferSlice,
          .kernel = sliceKernel});
   r.add({.name = "select",
-         .summary = "The slice at index along dim, removing dim (negative "
-                    "index from the end)",
+         .summary = "The slice at index along dim, removing dim (negative index from the end)",
          .operands = {{"self"}},
          .attrs = {attrReq("dim", AttrKind::Int), attrReq("index", AttrKind::Int)},
          .traits = kView,
@@ -664,8 +654,7 @@ void registerMovementOps(OpRegistry &r) {
   r.add(splitRow("unbind", "Every slice along dim, each without dim", {attrI("dim", 0)}));
 
   r.add({.name = "diagonal",
-         .summary = "View of the diagonal of dims dim1, dim2 (offset > 0 "
-                    "above), appended last",
+         .summary = "View of the diagonal of dims dim1, dim2 (offset > 0 above), appended last",
          .operands = {{"self"}},
          .attrs = {attrI("offset", 0), attrI("dim1", 0), attrI("dim2", 1)},
          .traits = kView,
@@ -682,8 +671,7 @@ void registerMovementOps(OpRegistry &r) {
 
   auto sameType = [](const Op &op) -> std::vector<Type> { return {self(op)}; };
   r.add({.name = "contiguous",
-         .summary = "self if already contiguous, else a contiguous copy (may "
-                    "alias self)",
+         .summary = "self if already contiguous, else a contiguous copy (may alias self)",
          .operands = {{"self"}},
          .traits = kView,
          .infer = sameType,

@@ -1,10 +1,8 @@
-// Advanced indexing with integer index tensors, as PyTorch's aten::index /
-// index_put: one optional index tensor per leading dim of self (absent or None
-// = the full slice). The index tensors broadcast together to a shape B. When
-// the indexed dims are adjacent, B replaces them in place; otherwise B leads
-// the result, followed by the remaining dims in order. Negative indices count
-// from the end. Boolean masks are not supported: their result shape depends on
-// the data.
+// Advanced indexing with integer index tensors, as PyTorch's aten::index / index_put: one optional
+// index tensor per leading dim of self (absent or None = the full slice). The index tensors
+// broadcast together to a shape B. When the indexed dims are adjacent, B replaces them in place;
+// otherwise B leads the result, followed by the remaining dims in order. Negative indices count
+// from the end. Boolean masks are not supported: their result shape depends on the data.
 #include "ops/movement_util.h"
 
 #include <optional>
@@ -15,8 +13,7 @@ namespace {
 using Results = std::vector<RtValue>;
 using In = std::span<const RtValue>;
 
-// Where the broadcast index dims go in the result and which self dims each
-// result dim reads.
+// Where the broadcast index dims go in the result and which self dims each result dim reads.
 struct Layout {
   std::vector<int64_t> indexed; // self dims that carry an index tensor, in order
   std::vector<int64_t> rest;    // the other self dims, in order
@@ -64,8 +61,8 @@ std::vector<bool> indexedDims(const Op &op, size_t first, const Type &self, Shap
                 t.str());
     if (t.dtype() == DType::Bool || t.dtype() == DType::U8)
       inferFail(op.name() +
-                ": boolean/uint8 mask indices are not supported (the result shape "
-                "would depend on the data); index " +
+                ": boolean/uint8 mask indices are not supported (the result shape would depend on "
+                "the data); index " +
                 std::to_string(i) + " is " + t.str());
     if (t.dtype() != DType::I64 && t.dtype() != DType::I32)
       inferFail(op.name() + ": tensors used as indices must be int64 or int32, index " +
@@ -87,8 +84,7 @@ std::vector<Type> inferIndex(const Op &op) {
   return {t.withShape(indexResultShape(op, 1, t))};
 }
 
-// Values may carry extra leading size-1 dims (torch strips them before
-// broadcasting).
+// Values may carry extra leading size-1 dims (torch strips them before broadcasting).
 Shape stripLeadingOnes(Shape s, size_t rank) {
   while (s.size() > rank && s.front().isStatic() && s.front().value() == 1)
     s.erase(s.begin());
@@ -147,8 +143,7 @@ Plan plan(const Op &op, const Tensor &self, In in, size_t first) {
   return p;
 }
 
-// Calls f(result linear index, self linear index) for every element of the
-// indexing result.
+// Calls f(result linear index, self linear index) for every element of the indexing result.
 template <class F> void forEachIndexed(const Op &op, const Tensor &self, const Plan &p, F f) {
   const Layout &l = p.layout;
   size_t nb = p.b.size();
@@ -192,8 +187,8 @@ Results indexPutKernel(const Op &op, In in, bool inPlace) {
   while (values.rank() > int64_t(p.result.size()) && values.sizes()[0] == 1)
     values = selectView(values, 0, 0);
   if (values.rank() > int64_t(p.result.size()))
-    kernelFail(op.name() + ": shape mismatch: value tensor cannot be broadcast to the indexing "
-                           "result");
+    kernelFail(op.name() +
+               ": shape mismatch: value tensor cannot be broadcast to the indexing result");
   // Read values before writing: they may alias self.
   Tensor v = expandTo(values, p.result).contiguousCopy();
   Tensor out = inPlace ? self : self.contiguousCopy();
@@ -221,8 +216,7 @@ OpDef indexPutRow(std::string name, std::string summary, bool inPlace) {
 
 void registerAdvancedIndexOps(OpRegistry &r) {
   r.add({.name = "index",
-         .summary = "Advanced indexing self[i0, i1, ...] with integer index "
-                    "tensors per leading "
+         .summary = "Advanced indexing self[i0, i1, ...] with integer index tensors per leading "
                     "dim (none = full slice)",
          .operands = {{"self"}, {.name = "indices", .variadic = true}},
          .infer = inferIndex,

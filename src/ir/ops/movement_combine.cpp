@@ -1,5 +1,5 @@
-// Copying data-movement ops: cat, stack, pad, repeat/tile, flip, roll,
-// triu/tril, masked_fill. Each returns a fresh contiguous tensor.
+// Copying data-movement ops: cat, stack, pad, repeat/tile, flip, roll, triu/tril, masked_fill. Each
+// returns a fresh contiguous tensor.
 #include "ops/movement_util.h"
 
 #include <algorithm>
@@ -15,8 +15,7 @@ Results one(Tensor t) { return {RtValue(std::move(t))}; }
 
 // ---- cat / stack ----
 
-// torch.cat still skips 1-d empty tensors, whatever the other tensors' shapes
-// (legacy).
+// torch.cat still skips 1-d empty tensors, whatever the other tensors' shapes (legacy).
 bool legacyEmpty(const Type &t) {
   return t.rank() == 1 && t.shape()[0].isStatic() && t.shape()[0].value() == 0;
 }
@@ -31,9 +30,8 @@ DType promotedDType(const Op &op) {
   return d;
 }
 
-// Merges a dim of another operand into `acc`: static dims must agree; a
-// symbolic dim is assumed equal to the other (the frontend guards it) and a
-// static one is preferred.
+// Merges a dim of another operand into `acc`: static dims must agree; a symbolic dim is assumed
+// equal to the other (the frontend guards it) and a static one is preferred.
 void mergeDim(DimExpr &acc, const DimExpr &d, const std::string &what) {
   if (acc.isStatic() && d.isStatic() && acc.value() != d.value())
     inferFail(what);
@@ -156,8 +154,7 @@ PadMode padMode(const Op &op) {
   inferFail("pad: unknown mode '" + m + "' (expected constant, reflect, replicate or circular)");
 }
 
-// (before, after) padding per dim of a tensor of `rank`, from torch's
-// last-dim-first list.
+// (before, after) padding per dim of a tensor of `rank`, from torch's last-dim-first list.
 std::vector<std::pair<int64_t, int64_t>> padAmounts(const Op &op, int64_t rank) {
   const auto &pad = attrInts(op, "pad");
   if (pad.size() % 2 != 0)
@@ -180,9 +177,7 @@ std::string checkPad(PadMode mode, int64_t n, int64_t before, int64_t after, int
   if (before == 0 && after == 0)
     return "";
   if (mode == PadMode::Reflect && (before >= n || after >= n))
-    return "pad: padding size should be less than the corresponding input "
-           "dimension" +
-           where;
+    return "pad: padding size should be less than the corresponding input dimension" + where;
   if (mode == PadMode::Replicate && n == 0)
     return "pad: cannot replicate-pad an empty dimension" + where;
   if (mode == PadMode::Circular && (before > n || after > n))
@@ -372,8 +367,8 @@ OpDef triangleRow(std::string name, std::string summary, bool upper) {
 
 // ---- masked_fill ----
 
-// The fill value comes from the optional `value` operand (a number or a 0-d
-// tensor) or else the `value` attribute.
+// The fill value comes from the optional `value` operand (a number or a 0-d tensor) or else the
+// `value` attribute.
 Scalar fillValue(const Op &op, In in, size_t operand) {
   if (hasInput(in, operand))
     return Scalar::fromRt(in[operand], op.name());
@@ -422,8 +417,7 @@ Results maskedFillKernel(const Op &op, In in) {
 
 void registerCombineOps(OpRegistry &r) {
   r.add({.name = "cat",
-         .summary = "Concatenates tensors along dim (dtypes promoted; 1-d "
-                    "empty tensors skipped)",
+         .summary = "Concatenates tensors along dim (dtypes promoted; 1-d empty tensors skipped)",
          .operands = {{.name = "tensors", .variadic = true}},
          .attrs = {{"dim", AttrKind::Int, Attr(0)}},
          .infer = inferCat,
@@ -435,8 +429,7 @@ void registerCombineOps(OpRegistry &r) {
          .infer = inferStack,
          .kernel = stackKernel});
   r.add({.name = "pad",
-         .summary = "Pads (or crops, when negative) trailing dims; pad lists (before, "
-                    "after) pairs "
+         .summary = "Pads (or crops, when negative) trailing dims; pad lists (before, after) pairs "
                     "from the last dim; mode constant, reflect, replicate or circular",
          .operands = {{"self"}},
          .attrs = {{"pad", AttrKind::Ints},
@@ -466,8 +459,7 @@ void registerCombineOps(OpRegistry &r) {
            }));
          }});
   r.add({.name = "roll",
-         .summary = "Rotates elements by shifts along dims (dims empty: the "
-                    "flattened tensor)",
+         .summary = "Rotates elements by shifts along dims (dims empty: the flattened tensor)",
          .operands = {{"self"}},
          .attrs = {{"shifts", AttrKind::Ints}, {"dims", AttrKind::Ints, Attr(Attr::Ints{})}},
          .infer = [](const Op &op) -> std::vector<Type> {
@@ -476,17 +468,16 @@ void registerCombineOps(OpRegistry &r) {
            return {t};
          },
          .kernel = rollKernel});
-  r.add(triangleRow("triu",
-                    "Keeps elements on and above the diagonal-th diagonal of the last "
-                    "two dims, zeroes the rest",
-                    true));
-  r.add(triangleRow("tril",
-                    "Keeps elements on and below the diagonal-th diagonal of the last "
-                    "two dims, zeroes the rest",
-                    false));
+  r.add(triangleRow(
+      "triu",
+      "Keeps elements on and above the diagonal-th diagonal of the last two dims, zeroes the rest",
+      true));
+  r.add(triangleRow(
+      "tril",
+      "Keeps elements on and below the diagonal-th diagonal of the last two dims, zeroes the rest",
+      false));
   r.add({.name = "masked_fill",
-         .summary = "self with value where the (broadcast) bool mask is true; "
-                    "value is the "
+         .summary = "self with value where the (broadcast) bool mask is true; value is the "
                     "optional operand (number or 0-d tensor) or the attribute",
          .operands = {{"self"}, {"mask"}, {.name = "value", .optional = true}},
          .attrs = {numberAttr("value", true)},

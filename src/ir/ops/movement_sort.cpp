@@ -1,6 +1,5 @@
-// Sorting ops: sort, argsort, topk. Every line along dim is ordered with a
-// stable sort, NaN counting as the largest value (PyTorch's CPU order), so ties
-// keep their original order.
+// Sorting ops: sort, argsort, topk. Every line along dim is ordered with a stable sort, NaN
+// counting as the largest value (PyTorch's CPU order), so ties keep their original order.
 #include "ops/movement_util.h"
 
 #include <algorithm>
@@ -15,8 +14,7 @@ using In = std::span<const RtValue>;
 
 Tensor nonEmpty(const Tensor &t) { return t.rank() == 0 ? t.view({1}, {1}, t.offset()) : t; }
 
-// Moves `dim` last so every line along it is contiguous in row-major index
-// order.
+// Moves `dim` last so every line along it is contiguous in row-major index order.
 std::vector<int64_t> dimLast(int64_t rank, int64_t dim) {
   std::vector<int64_t> perm;
   for (int64_t d = 0; d < rank; ++d)
@@ -26,9 +24,8 @@ std::vector<int64_t> dimLast(int64_t rank, int64_t dim) {
   return perm;
 }
 
-// Writes the first k of every sorted line of t (along dim) to values and
-// indices (either may be undefined). The outputs have t's shape with dim sized
-// k.
+// Writes the first k of every sorted line of t (along dim) to values and indices (either may be
+// undefined). The outputs have t's shape with dim sized k.
 void sortLines(const Tensor &t0, int64_t dim, bool descending, int64_t k, const Tensor &values0,
                const Tensor &indices0) {
   Tensor t = nonEmpty(t0);
@@ -118,9 +115,8 @@ Results topkKernel(const Op &op, In in) {
   if (t.rank() > 0)
     sizes[dim] = k;
   Tensor values = Tensor::empty(t.dtype(), sizes), indices = Tensor::empty(DType::I64, sizes);
-  // sorted=false leaves the order unspecified in PyTorch; the sorted order is
-  // one valid answer. A 0-d tensor is its own top-k for k = 0 and 1 (as in
-  // PyTorch).
+  // sorted=false leaves the order unspecified in PyTorch; the sorted order is one valid answer. A
+  // 0-d tensor is its own top-k for k = 0 and 1 (as in PyTorch).
   sortLines(t, dim, attrBool(op, "largest"), t.rank() == 0 ? 1 : k, values, indices);
   return {RtValue(values), RtValue(indices)};
 }
@@ -132,8 +128,7 @@ void registerSortOps(OpRegistry &r) {
                                      {"descending", AttrKind::Bool, Attr(false)},
                                      {"stable", AttrKind::Bool, Attr(false)}};
   r.add({.name = "sort",
-         .summary = "Values sorted along dim and their int64 indices (stable; "
-                    "NaN largest)",
+         .summary = "Values sorted along dim and their int64 indices (stable; NaN largest)",
          .operands = {{"self"}},
          .attrs = sortAttrs,
          .infer = inferSort,
@@ -145,8 +140,7 @@ void registerSortOps(OpRegistry &r) {
          .infer = inferSort,
          .kernel = sortKernel});
   r.add({.name = "topk",
-         .summary = "The k largest (or smallest) values along dim, sorted, and "
-                    "their int64 indices",
+         .summary = "The k largest (or smallest) values along dim, sorted, and their int64 indices",
          .operands = {{"self"}},
          .attrs = {{"k", AttrKind::Int},
                    {"dim", AttrKind::Int, Attr(-1)},

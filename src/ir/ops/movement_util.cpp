@@ -85,8 +85,8 @@ SliceRange resolveSlice(const DimExpr &size, int64_t start, int64_t end, int64_t
     auto [s, len] = resolveSlice(size.value(), start, end, step);
     return {s, len};
   }
-  // Symbolic: a bound is taken literally (or from the end when negative);
-  // INT64_MAX and other ends past any plausible size mean "to the end".
+  // Symbolic: a bound is taken literally (or from the end when negative); INT64_MAX and other ends
+  // past any plausible size mean "to the end".
   DimExpr s = start >= 0 ? DimExpr(start) : size + DimExpr(start);
   DimExpr e = end == INT64_MAX ? size : (end >= 0 ? DimExpr(end) : size + DimExpr(end));
   if (start >= 0 && end >= 0 && end != INT64_MAX && end <= start)
@@ -164,8 +164,7 @@ Scalar Scalar::fromRt(const RtValue &v, std::string_view opName) {
   kernelFail(std::string(opName) + ": value must be a number, got " + v.kindName());
 }
 
-// Tensor::setDouble converts like a C cast (NaN -> 0, saturating), as torch's
-// fill does.
+// Tensor::setDouble converts like a C cast (NaN -> 0, saturating), as torch's fill does.
 void setScalar(const Tensor &t, int64_t linear, const Scalar &s) {
   if (s.category == DTypeCategory::Floating)
     t.setDouble(linear, s.f);
@@ -185,8 +184,8 @@ void copyElement(const Tensor &dst, int64_t di, const Tensor &src, int64_t si) {
     dst.setInt(di, src.getInt(si));
 }
 
-// A port of ATen's computeStride: walks the old dims in contiguous chunks and
-// fits the new dims into each chunk.
+// A port of ATen's computeStride: walks the old dims in contiguous chunks and fits the new dims
+// into each chunk.
 std::optional<std::vector<int64_t>> viewStrides(const std::vector<int64_t> &sizes,
                                                 const std::vector<int64_t> &strides,
                                                 const std::vector<int64_t> &newSizes) {

@@ -1,7 +1,6 @@
-// Private helpers shared by the data-movement, indexing and creation op
-// families (movement.cpp, indexing.cpp, creation.cpp): shape arithmetic for
-// inference, strided views and element copies for the reference kernels, and
-// scalar fill values.
+// Private helpers shared by the data-movement, indexing and creation op families (movement.cpp,
+// indexing.cpp, creation.cpp): shape arithmetic for inference, strided views and element copies for
+// the reference kernels, and scalar fill values.
 #pragma once
 
 #include "ops/op_util.h"
