@@ -142,7 +142,7 @@ bool sharesStorage(const Tensor &a, const Tensor &b) { return a.storage() == b.s
 // ---------------------------------------------------------------------------------------------
 // Views and shapes
 
-TEST(Reshape, ViewWhenPossibleCopyOtherwise) {
+TEST(MovementReshape, ViewWhenPossibleCopyOtherwise) {
   Tensor x = iota(DType::F32, {2, 6});
   Tensor y = run1("reshape", {x}, {{"shape", Attr::Ints{3, -1}}});
   EXPECT_EQ(y.sizes(), (Sizes{3, 4}));
@@ -164,7 +164,7 @@ TEST(Reshape, ViewWhenPossibleCopyOtherwise) {
             (Sizes{3, 0, 5}));
 }
 
-TEST(Reshape, SymbolicInference) {
+TEST(MovementReshape, SymbolicInference) {
   EXPECT_EQ(infer("reshape", {f32({s0, 128})}, {{"shape", Attr::Ints{-1, 64}}})[0].str(),
             "f32[s0*2,64]");
   EXPECT_EQ(infer("view", {f32({s0, 4, 8})}, {{"shape", Attr::Ints{-1}}})[0].str(), "f32[s0*32]");
@@ -174,7 +174,7 @@ TEST(Reshape, SymbolicInference) {
       "f32[s0*2,2]");
 }
 
-TEST(Reshape, Errors) {
+TEST(MovementReshape, Errors) {
   EXPECT_HAS(inferError("reshape", {f32({2, 3})}, {{"shape", Attr::Ints{4, 2}}}),
              "is invalid for input of size 6");
   EXPECT_HAS(inferError("reshape", {f32({2, 3})}, {{"shape", Attr::Ints{-1, -1}}}),
@@ -184,7 +184,7 @@ TEST(Reshape, Errors) {
              "use reshape instead");
 }
 
-TEST(View, SharesStorageAndWritesShow) {
+TEST(MovementView, SharesStorageAndWritesShow) {
   Tensor x = iota(DType::I64, {4, 3});
   Tensor y = run1("view", {x}, {{"shape", Attr::Ints{2, 2, 3}}});
   ASSERT_TRUE(sharesStorage(x, y));
@@ -192,7 +192,7 @@ TEST(View, SharesStorageAndWritesShow) {
   EXPECT_EQ(x.getInt(5), 100);
 }
 
-TEST(Permute, TransposeTMovedim) {
+TEST(MovementPermute, TransposeTMovedim) {
   Tensor x = iota(DType::F32, {2, 3, 4});
   Tensor p = run1("permute", {x}, {{"dims", Attr::Ints{2, 0, -2}}});
   EXPECT_EQ(p.sizes(), (Sizes{4, 2, 3}));
@@ -217,7 +217,7 @@ TEST(Permute, TransposeTMovedim) {
   EXPECT_HAS(inferError("transpose", {f32({2, 3})}, {{"dim0", 0}, {"dim1", 2}}), "out of range");
 }
 
-TEST(Expand, StrideZeroViews) {
+TEST(MovementExpand, StrideZeroViews) {
   Tensor x = make(DType::F32, {3, 1}, {1, 2, 3});
   Tensor y = run1("expand", {x}, {{"shape", Attr::Ints{2, -1, 4}}});
   EXPECT_EQ(y.sizes(), (Sizes{2, 3, 4}));
@@ -236,7 +236,7 @@ TEST(Expand, StrideZeroViews) {
   EXPECT_HAS(inferError("expand", {f32({2, 3})}, {{"shape", Attr::Ints{3}}}), "greater or equal");
 }
 
-TEST(Squeeze, AllListedAndUnsqueeze) {
+TEST(MovementSqueeze, AllListedAndUnsqueeze) {
   Tensor x = iota(DType::F32, {1, 3, 1});
   EXPECT_EQ(run1("squeeze", {x}).sizes(), (Sizes{3}));
   EXPECT_EQ(run1("squeeze", {x}, {{"dim", Attr::Ints{-1}}}).sizes(), (Sizes{1, 3}));
@@ -252,7 +252,7 @@ TEST(Squeeze, AllListedAndUnsqueeze) {
   EXPECT_HAS(inferError("unsqueeze", {f32({2})}, {{"dim", 3}}), "out of range");
 }
 
-TEST(Flatten, RangesAndZeroD) {
+TEST(MovementFlatten, RangesAndZeroD) {
   Tensor x = iota(DType::I16, {2, 3, 4});
   EXPECT_EQ(run1("flatten", {x}).sizes(), (Sizes{24}));
   EXPECT_EQ(run1("flatten", {x}, {{"start_dim", 1}}).sizes(), (Sizes{2, 12}));
@@ -265,7 +265,7 @@ TEST(Flatten, RangesAndZeroD) {
              "start_dim cannot come after end_dim");
 }
 
-TEST(Slice, PythonClampingAndSteps) {
+TEST(MovementSlice, PythonClampingAndSteps) {
   Tensor x = iota(DType::F32, {3, 10});
   auto slice = [&](int64_t start, int64_t end, int64_t step) {
     return run1("slice", {x}, {{"dim", -1}, {"start", start}, {"end", end}, {"step", step}});
@@ -289,7 +289,7 @@ TEST(Slice, PythonClampingAndSteps) {
   EXPECT_HAS(inferError("slice", {f32({})}), "0-d");
 }
 
-TEST(Select, NarrowIndexing) {
+TEST(MovementSelect, NarrowIndexing) {
   Tensor x = iota(DType::I32, {3, 4});
   Tensor s = run1("select", {x}, {{"dim", 1}, {"index", -1}});
   EXPECT_EQ(vals(s), (Values{3, 7, 11}));
@@ -303,7 +303,7 @@ TEST(Select, NarrowIndexing) {
   EXPECT_EQ(infer("select", {f32({s0, 4})}, {{"dim", 0}, {"index", -1}})[0].str(), "f32[4]");
 }
 
-TEST(Split, SplitChunkUnbind) {
+TEST(MovementSplit, SplitChunkUnbind) {
   Tensor x = iota(DType::F32, {7, 2});
   auto parts = run("split", {x}, {{"split_size", 3}});
   ASSERT_EQ(parts.size(), 3u);
@@ -328,7 +328,7 @@ TEST(Split, SplitChunkUnbind) {
   EXPECT_EQ(infer("split", {f32({s0, 4})}, {{"split_size", 2}, {"dim", 1}})[1].str(), "f32[s0,2]");
 }
 
-TEST(Diagonal, OffsetsAndDims) {
+TEST(MovementDiagonal, OffsetsAndDims) {
   Tensor x = iota(DType::F32, {3, 4});
   EXPECT_EQ(vals(run1("diagonal", {x})), (Values{0, 5, 10}));
   EXPECT_EQ(vals(run1("diagonal", {x}, {{"offset", 1}})), (Values{1, 6, 11}));
@@ -344,7 +344,7 @@ TEST(Diagonal, OffsetsAndDims) {
   EXPECT_HAS(inferError("diagonal", {f32({3})}), "at least 2 dims");
 }
 
-TEST(Contiguous, CloneAlias) {
+TEST(MovementContiguous, CloneAlias) {
   Tensor x = iota(DType::F32, {2, 3});
   EXPECT_TRUE(sharesStorage(x, run1("contiguous", {x})));
   Tensor t = transposedIota(DType::F32, 2, 3);
@@ -358,7 +358,7 @@ TEST(Contiguous, CloneAlias) {
   EXPECT_TRUE(sharesStorage(x, run1("alias", {x})));
 }
 
-TEST(ViewTraits, RowsDeclareAliasing) {
+TEST(MovementViewTraits, RowsDeclareAliasing) {
   const auto &r = OpRegistry::instance();
   for (const char *name : {"reshape", "view", "permute", "transpose", "expand", "squeeze",
                            "unsqueeze", "slice", "select", "narrow", "split", "chunk", "unbind",
@@ -373,7 +373,7 @@ TEST(ViewTraits, RowsDeclareAliasing) {
 // ---------------------------------------------------------------------------------------------
 // Copying data movement
 
-TEST(Cat, PromotionLegacyEmptyAndSymbolic) {
+TEST(MovementCat, PromotionLegacyEmptyAndSymbolic) {
   Tensor a = iota(DType::I32, {2, 2});
   Tensor b = make(DType::F32, {1, 2}, {0.5, 1.5});
   Tensor c = run1("cat", {a, b});
@@ -391,7 +391,7 @@ TEST(Cat, PromotionLegacyEmptyAndSymbolic) {
   EXPECT_HAS(inferError("cat", {f32({2, 3}), f32({3})}), "same number of dimensions");
 }
 
-TEST(Stack, NewDim) {
+TEST(MovementStack, NewDim) {
   Tensor a = iota(DType::F32, {2}), b = make(DType::BF16, {2}, {5, 6});
   Tensor s = run1("stack", {a, b}, {{"dim", -1}});
   EXPECT_EQ(s.sizes(), (Sizes{2, 2}));
@@ -402,7 +402,7 @@ TEST(Stack, NewDim) {
   EXPECT_HAS(inferError("stack", {f32({2}), f32({3})}), "equal size");
 }
 
-TEST(Pad, AllModes) {
+TEST(MovementPad, AllModes) {
   Tensor x = iota(DType::F32, {1, 4}); // [0 1 2 3]
   auto pad = [&](const char *mode, Attr::Ints p, double value = 0) {
     return vals(run1("pad", {x}, {{"pad", p}, {"mode", mode}, {"value", value}}));
@@ -425,7 +425,7 @@ TEST(Pad, AllModes) {
              "unknown mode");
 }
 
-TEST(Repeat, RepeatTile) {
+TEST(MovementRepeat, RepeatTile) {
   Tensor x = make(DType::I8, {2}, {1, 2});
   Tensor r = run1("repeat", {x}, {{"repeats", Attr::Ints{2, 3}}});
   EXPECT_EQ(r.sizes(), (Sizes{2, 6}));
@@ -438,7 +438,7 @@ TEST(Repeat, RepeatTile) {
              "can not be smaller");
 }
 
-TEST(FlipRoll, Values) {
+TEST(MovementFlipRoll, Values) {
   Tensor x = iota(DType::F32, {2, 3});
   EXPECT_EQ(vals(run1("flip", {x}, {{"dims", Attr::Ints{-1}}})), (Values{2, 1, 0, 5, 4, 3}));
   EXPECT_EQ(vals(run1("flip", {x}, {{"dims", Attr::Ints{0, 1}}})), (Values{5, 4, 3, 2, 1, 0}));
@@ -451,7 +451,7 @@ TEST(FlipRoll, Values) {
   EXPECT_HAS(inferError("roll", {f32({2})}, {{"shifts", Attr::Ints{1, 1}}}), "one element");
 }
 
-TEST(Triangle, TriuTril) {
+TEST(MovementTriangle, TriuTril) {
   Tensor x = make(DType::F32, {3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
   EXPECT_EQ(vals(run1("triu", {x})), (Values{1, 2, 3, 0, 5, 6, 0, 0, 9}));
   EXPECT_EQ(vals(run1("triu", {x}, {{"diagonal", 1}})), (Values{0, 2, 3, 0, 0, 6, 0, 0, 0}));
@@ -461,7 +461,7 @@ TEST(Triangle, TriuTril) {
   EXPECT_HAS(inferError("triu", {f32({3})}), "at least 2 dimensions");
 }
 
-TEST(MaskedFill, BroadcastAndValueForms) {
+TEST(MovementMaskedFill, BroadcastAndValueForms) {
   Tensor x = iota(DType::F32, {3});
   Tensor mask = make(DType::Bool, {2, 1}, {1, 0});
   Tensor y = run1("masked_fill", {x, mask}, {{"value", -1.5}});
@@ -480,7 +480,7 @@ TEST(MaskedFill, BroadcastAndValueForms) {
 // ---------------------------------------------------------------------------------------------
 // Indexing
 
-TEST(IndexSelect, Values) {
+TEST(IndexingIndexSelect, Values) {
   Tensor x = iota(DType::F32, {3, 4});
   Tensor y = run1("index_select", {x, i64({3}, {3, 0, 3})}, {{"dim", 1}});
   EXPECT_EQ(vals(y), (Values{3, 0, 3, 7, 4, 7, 11, 8, 11}));
@@ -494,7 +494,7 @@ TEST(IndexSelect, Values) {
       "f32[s1,4]");
 }
 
-TEST(Gather, TakeAlongDim) {
+TEST(IndexingGather, TakeAlongDim) {
   Tensor x = make(DType::F32, {2, 2}, {1, 2, 3, 4});
   Tensor g = run1("gather", {x, i64({2, 2}, {0, 0, 1, 0})}, {{"dim", 1}});
   EXPECT_EQ(vals(g), (Values{1, 1, 4, 3}));
@@ -513,7 +513,7 @@ TEST(Gather, TakeAlongDim) {
   EXPECT_EQ(vals(f), (Values{4, 1, 4}));
 }
 
-TEST(Scatter, Forms) {
+TEST(IndexingScatter, Forms) {
   Tensor self = make(DType::F32, {2, 3}, {1, 1, 1, 1, 1, 1});
   Tensor index = i64({1, 3}, {1, 0, 1});
   Tensor src = make(DType::F32, {2, 3}, {5, 6, 7, 8, 9, 10});
@@ -541,7 +541,7 @@ TEST(Scatter, Forms) {
              "add or multiply");
 }
 
-TEST(Scatter, Reduce) {
+TEST(IndexingScatter, Reduce) {
   Tensor self = make(DType::F32, {4}, {0, 1, 2, 3});
   Tensor index = i64({3}, {0, 0, 1});
   Tensor src = make(DType::F32, {3}, {3, 4, 6});
@@ -561,7 +561,7 @@ TEST(Scatter, Reduce) {
   EXPECT_TRUE(std::isnan(withNaN[0]));
 }
 
-TEST(MaskedScatter, ConsumesSourceInOrder) {
+TEST(IndexingMaskedScatter, ConsumesSourceInOrder) {
   Tensor x = make(DType::I32, {2, 2}, {0, 0, 0, 0});
   Tensor mask = make(DType::Bool, {2}, {1, 0});
   Tensor y = run1("masked_scatter", {x, mask, make(DType::I32, {3}, {5, 6, 7})});
@@ -569,7 +569,7 @@ TEST(MaskedScatter, ConsumesSourceInOrder) {
   EXPECT_HAS(runError("masked_scatter", {x, mask, make(DType::I32, {1}, {5})}), "source");
 }
 
-TEST(AdvancedIndex, AdjacentAndSeparatedIndices) {
+TEST(IndexingAdvancedIndex, AdjacentAndSeparatedIndices) {
   Tensor x = iota(DType::F32, {2, 3, 4});
   RtValue none;
   // x[:, [0, 2], [1, 3]] -> [2, 2]; adjacent indices stay in place.
@@ -598,7 +598,7 @@ TEST(AdvancedIndex, AdjacentAndSeparatedIndices) {
       "too many indices");
 }
 
-TEST(AdvancedIndex, IndexPut) {
+TEST(IndexingAdvancedIndex, IndexPut) {
   Tensor x = iota(DType::F32, {3, 2});
   RtValue none;
   Tensor y = run1("index_put", {x, make(DType::F32, {}, {-1}), i64({2}, {0, -1})});
@@ -623,7 +623,7 @@ TEST(AdvancedIndex, IndexPut) {
              "shape mismatch");
 }
 
-TEST(InPlace, CopyAndFill) {
+TEST(IndexingInPlace, CopyAndFill) {
   Tensor dst = iota(DType::F32, {2, 3});
   Tensor r = run1("copy_", {dst, make(DType::I64, {3}, {7, 8, 9})});
   EXPECT_TRUE(sharesStorage(dst, r));
@@ -645,7 +645,7 @@ TEST(InPlace, CopyAndFill) {
 // ---------------------------------------------------------------------------------------------
 // Sorting
 
-TEST(Sort, StableWithNaNLargest) {
+TEST(SortingSort, StableWithNaNLargest) {
   Tensor x = make(DType::F32, {6}, {1, 2, 2, 1, kNaN, 3});
   auto r = run("sort", {x});
   Values v = vals(r[0].tensor());
@@ -662,7 +662,7 @@ TEST(Sort, StableWithNaNLargest) {
   EXPECT_EQ(z[1].tensor().sizes(), (Sizes{}));
 }
 
-TEST(Sort, Topk) {
+TEST(SortingSort, Topk) {
   Tensor x = make(DType::F32, {6}, {1, 2, 2, 1, kNaN, 3});
   auto r = run("topk", {x}, {{"k", 3}});
   Values v = vals(r[0].tensor());
@@ -747,7 +747,7 @@ TEST(Creation, SizeQueries) {
 
 // A slice of a symbolic dim assumes its bounds in range; a run-time size that breaks that fails
 // like a shape guard (a user error), never with a result of the wrong size.
-TEST(Symbolic, SliceBoundsAreGuardedAtRunTime) {
+TEST(MovementSymbolic, SliceBoundsAreGuardedAtRunTime) {
   Graph g;
   Builder b(g.body());
   Value *x = g.addInput(f32({s0, 2}), "x");
@@ -767,7 +767,7 @@ TEST(Symbolic, SliceBoundsAreGuardedAtRunTime) {
 }
 
 // Symbolic shapes flow end to end: a graph over f32[s0,128] runs for a concrete s0.
-TEST(Symbolic, GraphRunsWithBoundSymbols) {
+TEST(MovementSymbolic, GraphRunsWithBoundSymbols) {
   Graph g;
   Builder b(g.body());
   Value *x = g.addInput(f32({s0, 128}), "x");
