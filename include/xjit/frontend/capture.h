@@ -123,7 +123,12 @@ struct Capture {
   std::vector<Guard> guards;
   OutputNode result;
   std::vector<SideEffect> sideEffects;
-  /// PyTorch fallback nodes: op `pytorch_call` attribute `fn` indexes into this table.
+  /// PyTorch fallback nodes: an `external_call` op whose attribute `callee` is an INDEX into
+  /// this table (not a registered id). When it compiles the capture, the driver registers each
+  /// callable with registerExternalFunction (tensors cross as torch tensors, ints/floats/bools/
+  /// None/str as Python objects, lists as lists, opaque objects as themselves; the callable's
+  /// result is one value, or a tuple/list when the op has several results) and rewrites `callee`
+  /// to the registered id. Keyword arguments are bound into the callable (functools.partial).
   std::vector<PyRef> fallbackCallables;
   double captureMilliseconds = 0;
 };
@@ -147,7 +152,10 @@ struct FrameView {
   PyObject *function; // the PyFunctionObject (closure, defaults, globals)
   PyObject *globals;
   PyObject *builtins;
-  PyObject *const *localsplus; // co_nlocalsplus slots; arguments first; may hold NULLs
+  // co_nlocalsplus slots; arguments first; may hold NULLs. As at frame entry: free-variable
+  // slots hold the closure's cells (as after COPY_FREE_VARS), cell-variable slots hold the
+  // argument's value itself (MAKE_CELL has not run) or NULL.
+  PyObject *const *localsplus;
   int nlocalsplus;
 };
 
