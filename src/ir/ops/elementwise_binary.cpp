@@ -67,14 +67,14 @@ std::vector<Type> inferBinary(const BinaryDef &d, const Op &op) {
   Result r = resultKind(d, op);
   if (a.isScalar() && b.isScalar()) {
     DType compute = scalarComputeDType(d, a, b);
-    requireDType(op, d.mask, compute, "operands");
+    requireDType(op, d.mask, compute, "scalar operand");
     if (d.check)
       d.check(op, compute);
     DType out = r == Result::Float ? DType::F64 : resultDTypeOf(r, compute);
     return {scalarType(dtypeCategory(out))};
   }
   DType promoted = resultTypeOfOperands(op, 0, 2);
-  requireDType(op, d.mask, promoted, "promoted operand dtype");
+  requireDType(op, d.mask, promoted, "promoted");
   if (d.check)
     d.check(op, promoted);
   return {broadcastResult(op, 0, 2, resultDTypeOf(r, promoted))};
@@ -299,7 +299,7 @@ void addArithmetic(OpRegistry &r) {
                                   "\"floor\", got \"" +
                                   mode + "\"");
                       if (mode != "")
-                        requireDType(op, kNumeric, d, "promoted operand dtype");
+                        requireDType(op, kNumeric, d, "promoted");
                     },
                 .resultOf =
                     [](const Op &op) {

@@ -46,7 +46,7 @@ std::vector<Type> inferClamp(const Op &op) {
     if (b)
       types.push_back(attrScalarType(*b));
   DType d = resultType(types);
-  requireDType(op, kNumeric, d, "promoted dtype");
+  requireDType(op, kNumeric, d, "promoted");
   for (const Attr *b : {lo, hi})
     if (b && !scalarFits(d, b->asNumber()))
       inferFail("clamp: bound " + b->str() + " cannot be converted to " +
@@ -148,7 +148,7 @@ std::vector<Type> inferAddc(const Op &op, bool divide) {
   for (size_t i = 0; i < 3; ++i)
     tensorOperand(op, i);
   DType d = resultTypeOfOperands(op, 0, 3);
-  requireDType(op, kNumeric, d, "promoted dtype");
+  requireDType(op, kNumeric, d, "promoted");
   if (divide && !isFloating(op.operand(1)->type().dtype()) &&
       !isFloating(op.operand(2)->type().dtype()))
     inferFail("addcdiv: integer division with addcdiv is not supported; use a "

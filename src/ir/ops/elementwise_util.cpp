@@ -36,7 +36,7 @@ static std::string describeMask(uint8_t mask) {
 void requireDType(const Op &op, uint8_t mask, DType d, std::string_view what) {
   if (dtypeAllowed(mask, d))
     return;
-  inferFail(op.name() + ": " + std::string(what) + " of dtype " + std::string(dtypeName(d)) +
+  inferFail(op.name() + ": " + std::string(what) + " dtype " + std::string(dtypeName(d)) +
             " is not supported (expected " + describeMask(mask) + ")");
 }
 

@@ -40,7 +40,7 @@ enum DTypeMask : uint8_t {
 };
 
 bool dtypeAllowed(uint8_t mask, DType d);
-/// Throws TypeInferenceError ("<op>: <what> of dtype <d> is not supported (expected ...)") when d
+/// Throws TypeInferenceError ("<op>: <what> dtype <d> is not supported (expected ...)") when d
 /// is not in mask.
 void requireDType(const Op &op, uint8_t mask, DType d, std::string_view what = "input");
 
