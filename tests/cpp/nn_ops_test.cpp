@@ -460,7 +460,7 @@ TEST(NnConv, TransposedMatchesScatterDefinition) {
   Values want(static_cast<size_t>(os[0] * os[1] * os[2] * os[3]));
   forEach(os, [&](const Sizes &o) { want[lin(os, o)] = b.getDouble(o[1]); });
   forEach(x.sizes(), [&](const Sizes &i) {
-    int64_t g = i[1] / 2;
+    int64_t g = i[1] / (x.size(1) / G);
     for (int64_t ocg = 0; ocg < 3; ++ocg)
       forEach({w.size(2), w.size(3)}, [&](const Sizes &k) {
         int64_t oh = i[2] * s[0] - p[0] + k[0] * d[0], ow = i[3] * s[1] - p[1] + k[1] * d[1];
@@ -475,7 +475,7 @@ TEST(NnConv, TransposedMatchesScatterDefinition) {
                    {"padding", Sizes{1, 0}},
                    {"dilation", Sizes{1, 2}},
                    {"output_padding", Sizes{1, 0}},
-                   {"groups", int64_t{2}}}),
+                   {"groups", G}}),
              os, want);
 }
 
