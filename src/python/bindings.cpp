@@ -1,7 +1,6 @@
-// The nanobind module xjit._xjit: IR text parsing and printing, graph building,
-// verification, op registry queries and the reference interpreter on numpy
-// arrays / torch tensors (zero-copy through DLPack). python/xjit/ir.py is the
-// typed public surface over it.
+// The nanobind module xjit._xjit: IR text parsing and printing, graph building, verification, op
+// registry queries and the reference interpreter on numpy arrays / torch tensors (zero-copy through
+// DLPack). python/xjit/ir.py is the typed public surface over it.
 #include "convert.h"
 
 #include "xjit/ir/builder.h"
@@ -31,8 +30,7 @@ using namespace nb::literals;
 namespace xjit::py {
 namespace {
 
-// --- exceptions
-// -------------------------------------------------------------------------------
+// ---- exceptions ----
 
 /// The Python exception classes (module lifetime; created at import).
 struct ExceptionTypes {
@@ -85,8 +83,7 @@ void translateException(const std::exception_ptr &p, void *) {
   }
 }
 
-// --- registry queries
-// -------------------------------------------------------------------------
+// ---- registry queries ----
 
 const OpDef &lookupOp(const std::string &name) {
   const OpDef *def = OpRegistry::instance().lookup(name);
@@ -150,8 +147,7 @@ nb::dict opInfo(const std::string &name) {
   return info;
 }
 
-// --- running
-// ----------------------------------------------------------------------------------
+// ---- running ----
 
 /// Inference messages do not name the op (callers add it), though some rows' messages do.
 std::string withOpName(const std::string &op, const std::string &msg) {
@@ -165,9 +161,8 @@ nb::list toPythonList(const std::vector<RtValue> &values, Framework fw) {
   return out;
 }
 
-/// Interprets with the GIL released. Inputs are moved in; borrowed Python
-/// memory stays alive through the Storage objects (their release re-acquires
-/// the GIL).
+/// Interprets with the GIL released. Inputs are moved in; borrowed Python memory stays alive
+/// through the Storage objects (their release re-acquires the GIL).
 std::vector<RtValue> interpretNoGil(const Graph &g, std::vector<RtValue> inputs) {
   nb::gil_scoped_release nogil;
   return interpret(g, std::move(inputs));
@@ -187,8 +182,8 @@ nb::list runGraph(const Graph &g, const nb::sequence &inputs, const std::string 
   return toPythonList(interpretNoGil(g, std::move(ins)), fw);
 }
 
-/// Builds a graph of one op whose inputs are the operands (None operands become
-/// `none` constants), infers its result types, verifies and interprets it.
+/// Builds a graph of one op whose inputs are the operands (None operands become `none` constants),
+/// infers its result types, verifies and interprets it.
 nb::list runOp(const std::string &name, const nb::sequence &operands, nb::handle attrs,
                const std::string &framework) {
   Framework fw = parseFramework(framework);
@@ -223,16 +218,15 @@ nb::list runOp(const std::string &name, const nb::sequence &operands, nb::handle
   try {
     return toPythonList(interpretNoGil(g, std::move(ins)), fw);
   } catch (const Error &e) {
-    // The graph's inputs are typed from the operands themselves, so a user
-    // error at run time can only come from the kernel.
+    // The graph's inputs are typed from the operands themselves, so a user error at run time can
+    // only come from the kernel.
     if (e.kind() == ErrorKind::User)
       throw KernelError(e.what());
     throw;
   }
 }
 
-// --- graph building
-// ---------------------------------------------------------------------------
+// ---- graph building ----
 
 std::vector<std::string> typeStrings(const std::vector<Type> &types) {
   std::vector<std::string> out;
@@ -241,10 +235,25 @@ std::vector<std::string> typeStrings(const std::vector<Type> &types) {
   return out;
 }
 
+/// Values must come from the graph being built: a Value object keeps only its own graph alive, so
+/// a use from another graph could dangle.
+void checkOwnValues(const Graph &g, const std::vector<Value *> &values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    Value *v = values[i];
+    Block *b = v->isBlockArgument() ? v->ownerBlock() : v->definingOp()->parentBlock();
+    while (b && b->parentOp())
+      b = b->parentOp()->parentBlock();
+    if (b != g.body())
+      throw Error(ErrorKind::User, "operand " + std::to_string(i) + " (%" + v->name() +
+                                       ") belongs to another graph than @" + g.name());
+  }
+}
+
 std::vector<Value *> addOp(Graph &g, const std::string &name, const std::vector<Value *> &operands,
                            nb::handle attrs,
                            std::optional<std::tuple<std::string, int, std::string>> loc) {
   const OpDef &def = lookupOp(name);
+  checkOwnValues(g, operands);
   Block *body = g.body();
   // Insert before the return when the outputs are already set.
   Op *term = body->terminator();
@@ -264,6 +273,7 @@ std::vector<Value *> addOp(Graph &g, const std::string &name, const std::vector<
 }
 
 void setOutputs(Graph &g, const std::vector<Value *> &values) {
+  checkOwnValues(g, values);
   Block *body = g.body();
   if (Op *term = body->terminator())
     body->erase(term);

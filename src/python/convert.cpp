@@ -15,52 +15,7 @@ namespace {
 
 namespace dl = nb::dlpack;
 
-// --- dtypes
-// ---------------------------------------------------------------------------------
-
-std::optional<DType> fromDLPack(dl::dtype dt) {
-  if (dt.lanes != 1)
-    return std::nullopt;
-  switch (static_cast<dl::dtype_code>(dt.code)) {
-  case dl::dtype_code::Bool:
-    if (dt.bits == 8)
-      return DType::Bool;
-    break;
-  case dl::dtype_code::UInt:
-    if (dt.bits == 8)
-      return DType::U8;
-    break;
-  case dl::dtype_code::Int:
-    switch (dt.bits) {
-    case 8:
-      return DType::I8;
-    case 16:
-      return DType::I16;
-    case 32:
-      return DType::I32;
-    case 64:
-      return DType::I64;
-    }
-    break;
-  case dl::dtype_code::Float:
-    switch (dt.bits) {
-    case 16:
-      return DType::F16;
-    case 32:
-      return DType::F32;
-    case 64:
-      return DType::F64;
-    }
-    break;
-  case dl::dtype_code::Bfloat:
-    if (dt.bits == 16)
-      return DType::BF16;
-    break;
-  default:
-    break;
-  }
-  return std::nullopt;
-}
+// ---- dtypes ----
 
 dl::dtype toDLPack(DType t) {
   dl::dtype_code code;
@@ -78,8 +33,14 @@ dl::dtype toDLPack(DType t) {
   return dl::dtype{static_cast<uint8_t>(code), static_cast<uint8_t>(dtypeSize(t) * 8), 1};
 }
 
-/// torch.dtype objects print as "torch.float32"; the canonical names map to IR
-/// dtypes.
+std::optional<DType> fromDLPack(dl::dtype dt) {
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (toDLPack(static_cast<DType>(i)) == dt)
+      return static_cast<DType>(i);
+  return std::nullopt;
+}
+
+/// torch.dtype objects print as "torch.float32"; the canonical names map to IR dtypes.
 std::optional<DType> torchDTypeByName(std::string_view name) {
   static constexpr std::array<std::pair<std::string_view, DType>, 10> kNames{{
       {"torch.float64", DType::F64},
@@ -104,19 +65,18 @@ std::string typeName(nb::handle obj) {
   nb::handle t = obj.type();
   nb::object mod = nb::getattr(t, "__module__", nb::none());
   std::string qual = nb::cast<std::string>(nb::getattr(t, "__qualname__"));
-  if (!PyUnicode_Check(mod.ptr())) return qual;
+  if (!PyUnicode_Check(mod.ptr()))
+    return qual;
   std::string m = nb::cast<std::string>(mod);
   return m == "builtins" ? qual : m + "." + qual;
 }
 
 bool isTorchDType(nb::handle obj) { return typeName(obj) == "torch.dtype"; }
 
-// --- opaque Python objects
-// ---------------------------------------------------------------
+// ---- opaque Python objects ----
 
-/// Deleter of OpaqueObject handles that hold a Python reference; its type also
-/// marks handles that are PyObject* (std::get_deleter), so only those are
-/// turned back into Python objects.
+/// Deleter of OpaqueObject handles that hold a Python reference; its type also marks handles that
+/// are PyObject* (std::get_deleter), so only those are turned back into Python objects.
 struct PyObjectDeleter {
   void operator()(void *p) const {
     nb::gil_scoped_acquire gil;
@@ -124,12 +84,10 @@ struct PyObjectDeleter {
   }
 };
 
-// --- tensors
-// --------------------------------------------------------------------------------
+// ---- tensors ----
 
-/// Wraps an imported array's memory in a Storage that keeps the array alive.
-/// Negative strides are allowed: the storage starts at the lowest addressed
-/// element.
+/// Wraps an imported array's memory in a Storage that keeps the array alive. Negative strides are
+/// allowed: the storage starts at the lowest addressed element.
 Tensor wrapArray(const nb::ndarray<> &arr, DType dtype) {
   const size_t ndim = arr.ndim();
   std::vector<int64_t> sizes(ndim), strides(ndim);
@@ -148,9 +106,8 @@ Tensor wrapArray(const nb::ndarray<> &arr, DType dtype) {
   const int64_t item = dtypeSize(dtype);
   char *base = static_cast<char *>(arr.data()) + lo * item;
   int64_t nbytes = numel > 0 ? (hi - lo + 1) * item : 0;
-  // The release runs when the last tensor on this storage dies, possibly on a
-  // thread that has released the GIL; dropping the nanobind reference needs the
-  // GIL.
+  // The release runs when the last tensor on this storage dies, possibly on a thread that has
+  // released the GIL; dropping the nanobind reference needs the GIL.
   auto keep = std::make_shared<nb::ndarray<>>(arr);
   auto storage = std::make_shared<Storage>(base, nbytes, [keep]() mutable {
     nb::gil_scoped_acquire gil;
@@ -277,8 +234,7 @@ Type typeOf(const RtValue &v) {
     return Type::strTy();
   if (v.isObject())
     return Type::object();
-  // Lists: list<T> when every element has the same type, else a tuple of the
-  // element types.
+  // Lists: list<T> when every element has the same type, else a tuple of the element types.
   std::vector<Type> elems;
   for (const RtValue &e : v.list())
     elems.push_back(typeOf(e));
@@ -313,8 +269,7 @@ nb::object fromRtValue(const RtValue &v, Framework fw) {
   throw nb::type_error("an opaque object that was not created from Python cannot be returned");
 }
 
-// --- attributes
-// ------------------------------------------------------------------------------
+// ---- attributes ----
 
 namespace {
 

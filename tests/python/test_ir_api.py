@@ -72,7 +72,7 @@ def test_version_comes_from_cmake() -> None:
 
 
 def test_stubs_match_the_extension() -> None:
-    tree = ast.parse((Path(_xjit.__file__).parent / "_xjit.pyi").read_text())
+    tree = ast.parse((Path(xjit.__file__).parent / "_xjit.pyi").read_text())
     stubbed = set()
     for node in tree.body:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
@@ -154,6 +154,11 @@ def test_build_graph_inference_error() -> None:
         g.add_op("add", [a, b])
     with pytest.raises(ir.XjitError, match="unknown op 'nope'"):
         g.add_op("nope", [a])
+    other = ir.Graph("other")
+    with pytest.raises(ir.XjitError, match="belongs to another graph"):
+        other.add_op("neg", [a])
+    with pytest.raises(ir.XjitError, match="belongs to another graph"):
+        other.set_outputs([a])
 
 
 # ---- registry --------------------------------------------------------------------------------
