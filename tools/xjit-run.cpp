@@ -37,7 +37,9 @@ constexpr const char *kUsage =
     "  -o OUTDIR        write outputs to OUTDIR/out0.npy, OUTDIR/out1.npy, "
     "...\n"
     "  --out F0,F1,...  write output i to Fi\n"
-    "  (without -o/--out the outputs are printed)\n";
+    "  (without -o/--out the outputs are printed)\n"
+    "bf16 arrays are stored as the 2-byte void dtype '|V2' holding the raw bits (numpy has no\n"
+    "bfloat16); scalar outputs are written as 0-d arrays (int: i64, float: f64, bool).\n";
 
 [[noreturn]] void usageError(const std::string &msg) {
   throw Error(ErrorKind::User, msg + "\n" + kUsage);
