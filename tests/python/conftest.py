@@ -21,15 +21,18 @@ if str(TESTS_DIR) not in sys.path:
 
 
 def _build_dirs() -> list[Path]:
-    """XJIT_BUILD_DIR if set, else every build dir in the repo, newest first."""
+    """XJIT_BUILD_DIR if set, else the repo's build dirs (build-x/, build/x/) with a built
+    xjit-run, most recently built first."""
     env = os.environ.get("XJIT_BUILD_DIR")
     if env:
         return [Path(env)]
-    found = {
-        Path(p).parent.parent
-        for p in glob.glob(str(REPO / "build*" / "**" / "tools" / "xjit-run"), recursive=True)
-    }
-    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+    tools = [
+        Path(p)
+        for pat in ("build*/tools/xjit-run", "build/*/tools/xjit-run")
+        for p in glob.glob(str(REPO / pat))
+    ]
+    tools.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    return [t.parent.parent for t in tools]
 
 
 def _ensure_xjit_importable() -> None:
