@@ -351,11 +351,11 @@ private:
   /// A number: Int or Float token, inf, nan, -inf, -nan. nullopt if the next
   /// token is not one.
   std::optional<Attr> parseNumber() {
-    const Token &t = lex_.peek();
+    Token t = lex_.peek(); // copies: peeking further may move the lookahead buffer
     if (t.kind == Tok::Int) return Attr(lex_.next().intValue);
     if (t.kind == Tok::Float) return Attr(lex_.next().floatValue);
     bool neg = t.is('-');
-    const Token &w = lex_.peek(neg ? 1 : 0);
+    Token w = lex_.peek(neg ? 1 : 0);
     if (!w.isIdent("inf") && !w.isIdent("nan")) {
       if (neg) expected("'inf' or 'nan' after '-'", w);
       return std::nullopt;
@@ -536,6 +536,12 @@ private:
       Type elem = parseType();
       expect('>', "to close list<...>");
       return Type::list(std::move(elem));
+    }
+    if (lex_.peek().is('[')) {
+      std::string names;
+      for (int i = kNumDTypes - 1; i >= 0; --i)
+        names += std::string(dtypeName(static_cast<DType>(i))) + (i ? ", " : "");
+      errorAt(t, "unknown dtype '" + std::string(t.text) + "' (expected one of " + names + ")");
     }
     errorAt(t, "unknown type '" + std::string(t.text) + "'");
   }
