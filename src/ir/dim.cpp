@@ -145,7 +145,12 @@ std::string DimExpr::str() const {
     }
     if (c < 0) out += "-";
     else if (!first) out += "+";
-    for (size_t i = 0; i < m.size(); ++i) out += (i ? "*" : "") + m[i];
+    for (size_t i = 0; i < m.size(); ++i) {
+      // A floor-division/modulo atom binds like '*': parenthesize it inside a product, or
+      // "(s0)//3*(s1)//3" would re-parse as "((s0)//3*s1)//3".
+      bool wrap = m.size() > 1 && m[i][0] == '(';
+      out += (i ? "*" : "") + (wrap ? "(" + m[i] + ")" : m[i]);
+    }
     if (c != 1 && c != -1) out += "*" + std::to_string(c < 0 ? -c : c);
   };
   for (const auto &[m, c] : terms_)

@@ -26,7 +26,7 @@ TEST(DimExpr, CanonicalFormAndArithmetic) {
 }
 
 TEST(DimExpr, EvaluateAndParseRoundTrip) {
-  for (const char *text : {"s0", "s0*4", "s0*s1+2", "s0-1", "(s0+1)//2", "(s0)%3*s1+7", "-s0*2+1"}) {
+  for (const char *text : {"s0", "s0*4", "s0*s1+2", "s0-1", "(s0+1)//2", "(s0)%3*s1+7", "-s0*2+1", "(s0)//3*(s1)//3", "s1*(s0//2)"}) {
     std::string err;
     auto e = parseDimExpr(text, &err);
     ASSERT_TRUE(e) << text << ": " << err;
