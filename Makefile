@@ -22,7 +22,7 @@ test-cpp:
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS)
 
 test-ir:
-	$(PYTHON) -m lit -sv tests/ir -Dxjit_build_dir=$(abspath $(BUILD_DIR))
+	$(PYTHON) -c "import lit.main; lit.main.main()" -sv tests/ir -Dxjit_build_dir=$(abspath $(BUILD_DIR))
 
 test-python:
 	XJIT_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) -m pytest -q tests/python
