@@ -40,6 +40,7 @@ const OpRegistry &OpRegistry::instance() {
     registerMovementOps(r);
     registerIndexingOps(r);
     registerCreationOps(r);
+    registerDeviceOps(r);
     return r;
   }();
   return registry;

@@ -124,5 +124,6 @@ void registerNormOps(OpRegistry &r);
 void registerMovementOps(OpRegistry &r);
 void registerIndexingOps(OpRegistry &r);
 void registerCreationOps(OpRegistry &r);
+void registerDeviceOps(OpRegistry &r);
 
 } // namespace xjit
