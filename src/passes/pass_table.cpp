@@ -6,12 +6,43 @@ namespace xjit::passes {
 // Entry points (one file each in src/passes).
 // -- cleanup passes --
 // -- semantic passes (freezing, device erasure, functionalization, mixed precision) --
+bool runFreeze(Graph &g, PassContext &ctx);          // freeze.cpp
+bool runEraseDeviceOps(Graph &g, PassContext &ctx);  // erase_device_ops.cpp
+bool runFunctionalize(Graph &g, PassContext &ctx);   // functionalize.cpp
+bool runMixedPrecision(Graph &g, PassContext &ctx);  // mixed_precision.cpp
 // -- code-generation preparation (layout, fusion, memory planning) --
 
 const std::vector<PassInfo> &passTable() {
   static const std::vector<PassInfo> table = {
       // -- cleanup passes --
       // -- semantic passes --
+      {.name = "freeze",
+       .summary = "for inference: folds eval-mode batch_norm with constant parameters into the "
+                  "preceding conv/linear (else into a mul+add) and removes dropout that does "
+                  "nothing",
+       .options = {{"eval-mode", "false",
+                    "the graph runs in eval mode: dropout with train=true is removed too"}},
+       .statistics = {"batch-norms-folded", "batch-norms-to-mul-add", "dropouts-removed"},
+       .run = runFreeze},
+      {.name = "erase-device-ops",
+       .summary = "removes device transfers that are no-ops on the target, normalizes copies "
+                  "and devices, removes collectives over a group of one process",
+       .options = {{"target", "cpu", "the device the graph runs on (cpu, cuda, cuda:0 ...)"}},
+       .statistics = {"transfers-removed", "copies-normalized", "devices-normalized",
+                      "collectives-removed"},
+       .run = runEraseDeviceOps},
+      {.name = "functionalize",
+       .summary = "rewrites in-place ops (through views too) as pure ops producing new values, "
+                  "keeping one final write-back per mutated graph input",
+       .statistics = {"ops-functionalized", "views-rederived", "input-writebacks",
+                      "copies-before-writeback", "refused"},
+       .run = runFunctionalize},
+      {.name = "mixed-precision",
+       .summary = "opt-in AMP: f32 matmul/linear/bmm/addmm/baddbmm/conv/attention in bf16 or "
+                  "f16 (f32 accumulation), other ops kept in f32, fewest casts",
+       .options = {{"dtype", "bf16", "the low-precision dtype: bf16 or f16"}},
+       .statistics = {"ops-lowered", "casts-inserted"},
+       .run = runMixedPrecision},
       // -- code-generation preparation --
   };
   return table;
