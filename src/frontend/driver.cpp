@@ -400,11 +400,13 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
   // Graphs compute without autograd: where an input requires grad, the entry is only valid
   // for the grad mode seen now, and with grad enabled the frame runs in Python.
   std::vector<Guard> guards = cap.guards;
+  const bool hasModeGuard = std::any_of(
+      guards.begin(), guards.end(), [](const Guard &g) { return g.kind == Guard::GlobalStateIs; });
   if (anyInputRequiresGrad(*e, values)) {
     const bool grad = gradEnabled();
     Guard mode{Guard::GlobalStateIs};
     mode.length = grad ? 1 : 0;
-    guards.push_back(std::move(mode));
+    if (!hasModeGuard) guards.push_back(std::move(mode));
     if (grad) {
       e->action = EntryAction::RunPython;
       e->pythonReason = "an input requires grad while grad mode is enabled (xjit compiles "
@@ -522,12 +524,15 @@ PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions
     } else {
       Capture &cap = *r.capture;
       if (cap.captureMilliseconds > 0) captureMs = cap.captureMilliseconds;
-      int numOps = 0;
-      if (cap.graph) opCounts(*cap.graph, &numOps);
-      if (cap.graph && numOps == 0 && cap.sideEffects.empty() &&
-          !(opts.fullgraph || settings().strict)) {
-        // Nothing to compile (e.g. a helper on Python numbers): not worth a guard check per
-        // call. Marked for this code object for good, like a skipped file.
+      bool work = false;
+      if (cap.graph)
+        cap.graph->walk([&](Op *op) {
+          work = work || !(op->def().has(kTerminator) || op->def().has(kConstantLike));
+        });
+      if (cap.graph && !work) {
+        // Nothing to compute (a helper on Python values, an __init__ setting attributes): not
+        // worth a guard check per call. Marked for this code object for good, like a skipped
+        // file; not a graph break.
         status = CompileStatus::Skip;
         cache.state = CodeCache::Python;
         cache.pythonReason = "no tensor operations";

@@ -39,7 +39,8 @@ bool hasPrefix(const char *s, const std::string &prefix) {
 
 /// Frames that are never compiled as roots: module and class bodies (they run once),
 /// generators and coroutines (their frames outlive the call), comprehension frames (part of
-/// their parent), and code from the standard library, installed packages, torch and xjit.
+/// their parent), code without a source file, and code from the standard library, installed
+/// packages, torch and xjit.
 bool skipCode(PyCodeObject *code) {
   const int flags = code->co_flags;
   if (!(flags & CO_OPTIMIZED) || !(flags & CO_NEWLOCALS)) return true;
@@ -54,10 +55,31 @@ bool skipCode(PyCodeObject *code) {
   if (!std::strcmp(name, "<listcomp>") || !std::strcmp(name, "<dictcomp>") ||
       !std::strcmp(name, "<setcomp>") || !std::strcmp(name, "<genexpr>"))
     return true;
-  if (hasPrefix(file, "<frozen")) return true;
+  // "<frozen ...>", and "<string>" code made by exec (namedtuple, dataclasses) of libraries;
+  // such user code can still be compiled through xjit.jit (mark_root).
+  if (file[0] == '<') return true;
   for (const std::string &p : settings().skipPrefixes)
     if (hasPrefix(file, p)) return true;
   return false;
+}
+
+/// Nothing can be captured before the program imports torch (and importing it for a program
+/// that does not use it would cost seconds): until then every frame runs as usual.
+bool torchImported() {
+  static bool seen = false;
+  if (seen) return true;
+  PyObject *torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch"); // borrowed
+  if (!torch) return false;
+  // Frames run while torch itself is still being imported are not compiled either.
+  static PyObject *specName = internedStr("__spec__");
+  static PyObject *initializingName = internedStr("_initializing");
+  PyObject *spec = PyObject_GetAttr(torch, specName);
+  PyObject *init = spec ? PyObject_GetAttr(spec, initializingName) : nullptr;
+  seen = !init || init == Py_False;
+  Py_XDECREF(spec);
+  Py_XDECREF(init);
+  PyErr_Clear();
+  return seen;
 }
 
 } // namespace
@@ -94,6 +116,7 @@ void setProgramOptions(const ScopeOptions *opts) {
 bool hookInstalled() { return gInstalled; }
 
 PyObject *handleFrame(const FrameView &f, EvalDefault evalDefault) {
+  if (!torchImported()) return evalDefault();
   const ScopeOptions *opts = activeOptions();
   CodeCache *c = lookupCache(f.code);
   if (!c) {
@@ -149,10 +172,20 @@ PyObject *handleFrame(const FrameView &f, EvalDefault evalDefault) {
     if (settings().log & kLogRecompiles)
       logLine("recompiling " + shortLoc(loc) + ": guard failed: " + why.detail);
     if (opts->dynamic == -1 && why.size) {
+      // Automatic dynamic shapes: every input whose sizes changed since the latest entry.
       c->dynamic = true;
-      if (std::find(c->dynamicSources.begin(), c->dynamicSources.end(), why.source) ==
-          c->dynamicSources.end())
-        c->dynamicSources.push_back(why.source);
+      std::vector<std::string> changed;
+      {
+        BusyScope busy;
+        const CompiledEntry &last = *c->entries.back();
+        SourceValues now(last.sources, f);
+        changed = last.guards->sizeMismatches(now);
+      }
+      changed.push_back(why.source);
+      for (const std::string &s : changed)
+        if (std::find(c->dynamicSources.begin(), c->dynamicSources.end(), s) ==
+            c->dynamicSources.end())
+          c->dynamicSources.push_back(s);
     }
   }
   return compileAndRun(f, *c, *opts, evalDefault);

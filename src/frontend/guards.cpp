@@ -84,12 +84,47 @@ GuardSet::GuardSet(const std::vector<Guard> &guards, SourceTable &table) {
   }
 }
 
+std::vector<std::string> GuardSet::sizeMismatches(SourceValues &values) const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < guards_.size(); ++i) {
+    const Compiled &g = guards_[i];
+    if (g.kind != Guard::TensorMatch) continue;
+    const dlpack::DLTensor *t = values.tensor(g.slot);
+    if (!t || t->ndim != static_cast<int32_t>(g.sizes.size())) continue;
+    for (size_t d = 0; d < g.sizes.size(); ++d)
+      if (g.symbols[d] < 0 && g.sizes[d] >= 0 && g.sizes[d] != t->shape[d]) {
+        out.push_back(sourceText_[i]);
+        break;
+      }
+  }
+  PyErr_Clear();
+  return out;
+}
+
+namespace {
+/// One line: descriptions may embed multi-line reprs (modules).
+std::string oneLine(std::string s) {
+  std::string out;
+  bool space = false;
+  for (char c : s) {
+    if (c == '\n' || c == '\r' || c == '\t' || c == ' ') {
+      space = true;
+      continue;
+    }
+    if (space && !out.empty()) out += ' ';
+    space = false;
+    out += c;
+  }
+  return out;
+}
+} // namespace
+
 std::vector<std::string> GuardSet::descriptions() const {
   std::vector<std::string> out;
   for (size_t i = 0; i < guards_.size(); ++i) {
     const Compiled &g = guards_[i];
     if (!g.description.empty()) {
-      out.push_back(g.description);
+      out.push_back(oneLine(g.description));
       continue;
     }
     const std::string &src = sourceText_[i];

@@ -107,6 +107,8 @@ template <class F> decltype(auto) pyCall(F &&f) {
 
 NB_MODULE(_frontend, m) {
   m.doc() = "xjit's frontend: PEP 523 frame hook, guards, per-code cache and driver";
+  // Options objects held by jit wrappers live until interpreter exit: not leaks.
+  nb::set_leak_warnings(false);
   pyCall([] {
     initCodeExtra();
     return 0;
