@@ -39,11 +39,7 @@ BOUNDS = {"bf16": 2e-2, "f16": 3e-3}
 
 
 def rows() -> list[OpCase]:
-    return [
-        c
-        for c in linalg.CASES + conv_pool.CASES
-        if c.op in COMPUTE_OPS and "f32" in c.dtypes
-    ]
+    return [c for c in linalg.CASES + conv_pool.CASES if c.op in COMPUTE_OPS and "f32" in c.dtypes]
 
 
 def graph_text(case: OpCase, operands: list[Any], result: torch.Tensor) -> str:
