@@ -118,8 +118,9 @@ Capture Analyzer::run() {
     }
   }
   VarPtr result = runFrame(f);
+  Capture c = finish(result); // still located at the frame's RETURN_VALUE
   frame_ = nullptr;
-  return finish(result);
+  return c;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,6 +5,32 @@
 
 namespace xjit::frontend {
 
+namespace {
+
+// OutputNode::NamedTuple calls `object(*fields)`: namedtuple types take their fields that way;
+// torch.Size and structseqs (torch.return_types.*) take one sequence, through an adapter.
+PyRef fieldsConstructor(PyObject *type) {
+  if (PyObject_HasAttrString(type, "_fields")) return PyRef::borrow(type);
+  static PyObject *make = [] {
+    PyRef globals = check(PyDict_New(), "dict");
+    PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
+    PyRef code = check(Py_CompileString("def _xjit_from_fields(T):\n"
+                                        "    def build(*fields):\n"
+                                        "        return T(fields)\n"
+                                        "    build.__qualname__ = T.__qualname__\n"
+                                        "    return build\n",
+                                        "<xjit-output>", Py_file_input),
+                       "compiling the output adapter");
+    check(PyEval_EvalCode(code.get(), globals.get(), globals.get()), "output adapter");
+    PyObject *f = PyDict_GetItemString(globals.get(), "_xjit_from_fields");
+    Py_INCREF(f);
+    return f;
+  }();
+  return check(PyObject_CallOneArg(make, type), "output adapter");
+}
+
+} // namespace
+
 OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
                               std::map<Value *, int64_t> &outputIndex) {
   auto graphOutput = [&](Value *val) {
@@ -61,7 +87,7 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     auto *t = as<TupleVar>(v);
     if (!t->structType) return children(OutputNode::Tuple, t->items);
     OutputNode n = children(OutputNode::NamedTuple, t->items);
-    n.object = t->structType;
+    n.object = fieldsConstructor(t->structType.get());
     return n;
   }
   case VarKind::List: {

@@ -349,8 +349,8 @@ std::vector<int64_t> viewShape(Analyzer &a, const std::vector<VarPtr> &items) {
 
 LOWER(lowerView) {
   const VarPtr &self = b.at("input");
-  if (b.varargs.size() == 1 && toDType(a, b.varargs[0]).has_value() &&
-      as<ObjectVar>(b.varargs[0]) && dtypeFromTorch(as<ObjectVar>(b.varargs[0])->obj.get()))
+  if (b.varargs.size() == 1 && as<ObjectVar>(b.varargs[0]) &&
+      dtypeFromTorch(as<ObjectVar>(b.varargs[0])->obj.get()))
     a.fail("view(dtype) reinterprets bits");
   return a.emit1(row.op, {self}, {{"shape", Attr(viewShape(a, shapeArgs(a, b, "shape")))}});
 }
@@ -764,7 +764,7 @@ LOWER(lowerPool) { // max_poolNd / avg_poolNd
 LOWER(lowerAdaptivePool) {
   const TensorVar &t = tensorOf(a, b.at("input"), "input");
   std::string op = row.op;
-  int nd = op.back() - '0';
+  int nd = op[op.size() - 2] - '0'; // adaptive_avg_pool2d -> 2
   const VarPtr &os = b.at("output_size");
   std::vector<VarPtr> items;
   if (os->kind == VarKind::Tuple || os->kind == VarKind::List ||
@@ -1306,11 +1306,14 @@ const Index &index() {
           continue;
         }
         PyObject *base = torchModule();
-        std::string rest = target.substr(6); // after "torch."
-        PyRef holder;
+        std::string rest;
         if (target.rfind("F.", 0) == 0) {
           base = F.get();
           rest = target.substr(2);
+        } else if (target.rfind("torch.", 0) == 0) {
+          rest = target.substr(6);
+        } else {
+          throw std::logic_error("op table target without a torch./F./Tensor. prefix: " + target);
         }
         // Walk dotted names (torch.special.erf).
         PyRef cur = PyRef::borrow(base);
