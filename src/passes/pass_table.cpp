@@ -5,6 +5,12 @@ namespace xjit::passes {
 
 // Entry points (one file each in src/passes).
 // -- cleanup passes --
+bool runDce(Graph &g, PassContext &ctx);              // dce.cpp
+bool runCse(Graph &g, PassContext &ctx);              // cse.cpp
+bool runConstantFold(Graph &g, PassContext &ctx);     // constant_fold.cpp
+bool runCanonicalize(Graph &g, PassContext &ctx);     // canonicalize.cpp
+bool runShapePropagation(Graph &g, PassContext &ctx); // shape_propagation.cpp
+std::vector<std::string> canonicalizeRuleNames();      // canonicalize.cpp: its statistics
 // -- semantic passes (freezing, device erasure, functionalization, mixed precision) --
 bool runFreeze(Graph &g, PassContext &ctx);          // freeze.cpp
 bool runEraseDeviceOps(Graph &g, PassContext &ctx);  // erase_device_ops.cpp
@@ -15,6 +21,34 @@ bool runMixedPrecision(Graph &g, PassContext &ctx);  // mixed_precision.cpp
 const std::vector<PassInfo> &passTable() {
   static const std::vector<PassInfo> table = {
       // -- cleanup passes --
+      {.name = "dce",
+       .summary = "removes pure ops whose results are unused, dead if results and dead "
+                  "loop-carried values",
+       .statistics = {"ops-removed", "results-removed"},
+       .run = runDce},
+      {.name = "cse",
+       .summary = "merges pure ops that compute the same value (into nested blocks, never "
+                  "across writes)",
+       .statistics = {"ops-merged"},
+       .run = runCse},
+      {.name = "constant-fold",
+       .summary = "evaluates ops on constant operands with the reference kernels and folds "
+                  "static shape queries",
+       .options = {{"max-elements", "65536",
+                    "largest tensor (elements) read or produced by a folded op"}},
+       .statistics = {"ops-folded", "shape-queries-folded"},
+       .run = runConstantFold},
+      {.name = "canonicalize",
+       .summary = "algebraic simplifications and canonical forms (rewrite rules in "
+                  "canonicalize_rules.cpp)",
+       .statistics = canonicalizeRuleNames(),
+       .run = runCanonicalize},
+      {.name = "shape-propagation",
+       .summary = "re-infers result types, pinning shape symbols that broadcasting assumes "
+                  "equal to a static dim or to another symbol",
+       .options = {{"bind", "", "symbols to specialize, e.g. s0=8;s1=128 (';'-separated)"}},
+       .statistics = {"types-refined", "symbols-pinned"},
+       .run = runShapePropagation},
       // -- semantic passes --
       {.name = "freeze",
        .summary = "for inference: folds eval-mode batch_norm with constant parameters into the "
