@@ -41,6 +41,7 @@ const OpRegistry &OpRegistry::instance() {
     registerIndexingOps(r);
     registerCreationOps(r);
     registerDeviceOps(r);
+    registerFusionOps(r);
     return r;
   }();
   return registry;

@@ -17,6 +17,9 @@ bool runEraseDeviceOps(Graph &g, PassContext &ctx);  // erase_device_ops.cpp
 bool runFunctionalize(Graph &g, PassContext &ctx);   // functionalize.cpp
 bool runMixedPrecision(Graph &g, PassContext &ctx);  // mixed_precision.cpp
 // -- code-generation preparation (layout, fusion, memory planning) --
+bool runLayout(Graph &g, PassContext &ctx);     // layout.cpp
+bool runFuse(Graph &g, PassContext &ctx);       // fuse.cpp
+bool runPlanMemory(Graph &g, PassContext &ctx); // plan_memory.cpp
 
 const std::vector<PassInfo> &passTable() {
   static const std::vector<PassInfo> table = {
@@ -78,6 +81,30 @@ const std::vector<PassInfo> &passTable() {
        .statistics = {"ops-lowered", "casts-inserted"},
        .run = runMixedPrecision},
       // -- code-generation preparation --
+      {.name = "layout",
+       .summary = "runs chains of convolutions/poolings and the elementwise ops between them "
+                  "channels-last, converting only at a chain's edges",
+       .options = {{"target-layout", "nhwc", "nhwc (channels-last) or nchw (channels-first)"},
+                   {"min-convs", "2", "fewest convolutions/poolings in a chain worth converting"}},
+       .statistics = {"chains", "ops-converted", "conversions", "operands-adapted"},
+       .run = runLayout},
+      {.name = "fuse",
+       .summary = "groups elementwise chains, reductions with their elementwise producers and "
+                  "consumers, and matmul/conv epilogues into fusion ops",
+       .options = {{"max-group-size", "64", "most ops in one group"},
+                   {"min-group-size", "2", "fewest computing ops (views not counted) in a group"},
+                   {"duplicate-cheap", "true",
+                    "clone cheap producers (views, one-op arithmetic) into every group that "
+                    "reads them instead of reading them from memory"}},
+       .statistics = {"groups-elementwise", "groups-reduction", "groups-epilogue", "ops-fused",
+                      "ops-duplicated"},
+       .run = runFuse},
+      {.name = "plan-memory",
+       .summary = "assigns static-size intermediates arena offsets (liveness, best-fit reuse, "
+                  "in-place elementwise updates) as mem.* annotations",
+       .statistics = {"peak-bytes", "naive-bytes", "values-planned", "in-place",
+                      "output-values", "dynamic-values"},
+       .run = runPlanMemory},
   };
   return table;
 }

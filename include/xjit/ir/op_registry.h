@@ -125,5 +125,6 @@ void registerMovementOps(OpRegistry &r);
 void registerIndexingOps(OpRegistry &r);
 void registerCreationOps(OpRegistry &r);
 void registerDeviceOps(OpRegistry &r);
+void registerFusionOps(OpRegistry &r);
 
 } // namespace xjit
