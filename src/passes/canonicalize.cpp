@@ -159,6 +159,22 @@ public:
   }
 
 private:
+  /// The values op and the ops in its regions read from outside op: what may die with it.
+  static std::vector<Value *> operandsWithin(Op *op) {
+    std::vector<Value *> out;
+    auto visit = [&](auto &self, Op *o) -> void {
+      for (Value *v : o->operands()) {
+        Op *def = v->isBlockArgument() ? v->ownerBlock()->parentOp() : v->definingOp();
+        if (o == op || !def || !def->isInside(op)) out.push_back(v);
+      }
+      for (size_t r = 0; r < o->numRegions(); ++r)
+        for (Op *inner : *o->region(r))
+          self(self, inner);
+    };
+    visit(visit, op);
+    return out;
+  }
+
   void pushAll() {
     std::vector<Op *> all;
     g_.walk([&](Op *op) { all.push_back(op); });
@@ -174,7 +190,7 @@ private:
     auto it = byRoot_.find(op->name());
     if (it == byRoot_.end()) return;
     for (const CanonicalizeRule *rule : it->second) {
-      std::vector<Value *> operands = op->operands();
+      std::vector<Value *> operands = operandsWithin(op);
       Rewriter rw(*op, mutation_);
       if (!rule->apply(*op, rw)) {
         rw.rollback();

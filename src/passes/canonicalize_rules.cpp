@@ -294,6 +294,19 @@ bool reshapeChain(Op &op, Rewriter &rw) {
   return rw.replace(rw.create(copies ? "reshape" : "view", {x}, {{"shape", Attr(shape)}}));
 }
 
+// reshape/view with a -1 (or otherwise differently spelled) shape whose result is static ->
+// the same op with the static sizes spelled out, so equal reshapes compare equal for CSE.
+bool reshapeStaticShape(Op &op, Rewriter &rw) {
+  const Type &t = op.result(0)->type();
+  const Attr *a = op.attrOrNull("shape");
+  if (!isStaticShape(t.shape()) || !a || a->kind() != AttrKind::Ints) return false;
+  std::vector<int64_t> shape;
+  for (const DimExpr &d : t.shape())
+    shape.push_back(d.value());
+  if (a->asInts() == shape) return false;
+  return rw.replace(rw.create(op.name(), {op.operand(0)}, {{"shape", Attr(shape)}}));
+}
+
 // squeeze(unsqueeze(x)), unsqueeze(squeeze(x)) back to x's type -> x: they only add and drop
 // size-1 dims, so equal sizes mean the same elements.
 bool squeezeUnsqueeze(Op &op, Rewriter &rw) {
@@ -409,7 +422,9 @@ bool loopTrips(Op &op, Rewriter &rw) {
   Block *body = op.region(0);
   Op *yield = body->terminator();
   if (!yield || yield->numOperands() != inits.size() + 1) return false;
-  body->argument(0)->replaceAllUsesWith(rw.constantInt(0));
+  Value *iteration = rw.constantInt(0);
+  iteration->setName(body->argument(0)->name());
+  body->argument(0)->replaceAllUsesWith(iteration);
   for (size_t i = 0; i < inits.size(); ++i)
     body->argument(i + 1)->replaceAllUsesWith(inits[i]);
   inlineBlock(body, &op, rw);
@@ -448,6 +463,10 @@ const std::vector<CanonicalizeRule> &canonicalizeRules() {
        {"reshape", "view", "flatten", "unflatten"},
        reshapeChain,
        "reshape(reshape(x)) (and view/flatten/unflatten/squeeze/unsqueeze chains) -> one reshape"},
+      {"reshape-static-shape",
+       {"reshape", "view"},
+       reshapeStaticShape,
+       "reshape(x, [-1, 4]) with a static result -> reshape(x, [6, 4])"},
       {"squeeze-unsqueeze",
        {"squeeze", "unsqueeze"},
        squeezeUnsqueeze,

@@ -246,7 +246,8 @@ public:
   }
 
   void commit() {
-    ctx_.count("types-refined", static_cast<int64_t>(changedValues_.size()));
+    if (!changedValues_.empty())
+      ctx_.count("types-refined", static_cast<int64_t>(changedValues_.size()));
     undo_.clear();
     changedValues_.clear();
   }
