@@ -343,6 +343,19 @@ std::map<std::string, int> opCounts(const Graph &g, int *total) {
   return ops;
 }
 
+/// XJIT_LOG=bytecode: the disassembly of each frame handed to the analyzer.
+void logBytecode(PyCodeObject *code, const SourceLoc &loc) {
+  PyObject *dis = PyImport_ImportModule("dis");
+  PyObject *bc = dis ? PyObject_CallMethod(dis, "Bytecode", "O", code) : nullptr;
+  PyObject *text = bc ? PyObject_CallMethod(bc, "dis", nullptr) : nullptr;
+  const char *c = text && PyUnicode_Check(text) ? PyUnicode_AsUTF8(text) : nullptr;
+  logLine("bytecode of " + shortLoc(loc) + ":\n" + (c ? c : "<unavailable>"));
+  Py_XDECREF(text);
+  Py_XDECREF(bc);
+  Py_XDECREF(dis);
+  PyErr_Clear();
+}
+
 enum class CompileStatus { Entry, Python, Skip, Raised };
 
 /// Records a graph break / internal failure and decides what happens to the frame.
@@ -493,6 +506,7 @@ PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions
     std::vector<PyObject *> slots = analyzerSlots(f);
     FrameView view = f;
     view.localsplus = slots.data();
+    if (settings().log & kLogBytecode) logBytecode(f.code, loc);
     AnalyzeOptions aopts;
     aopts.dynamicShapes = opts.dynamic == 1 || (opts.dynamic == -1 && cache.dynamic);
     if (opts.dynamic == -1) aopts.dynamicSources = cache.dynamicSources;
@@ -689,7 +703,15 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
       throw InternalFailure{errors::kRun, "injected failure (XJIT_TEST_INJECT=run)"};
     std::vector<RtValue> in = fetchInputs(*e, values);
     graphRan = true;
-    std::vector<RtValue> outs = interpret(*e->graph, std::move(in));
+    std::vector<RtValue> outs;
+    if (settings().profile) {
+      Clock::time_point t0 = Clock::now();
+      outs = interpret(*e->graph, std::move(in));
+      events().counters.graphNs +=
+          static_cast<uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count());
+    } else {
+      outs = interpret(*e->graph, std::move(in));
+    }
     std::vector<PyRef> done(outs.size());
     PyRef result = buildOutput(e->result, outs, done, values);
     replayEffects(*e, outs, done, values);

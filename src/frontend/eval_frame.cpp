@@ -3,6 +3,7 @@
 #include "events.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <optional>
 
@@ -115,7 +116,23 @@ void setProgramOptions(const ScopeOptions *opts) {
 
 bool hookInstalled() { return gInstalled; }
 
+namespace {
+PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault);
+} // namespace
+
 PyObject *handleFrame(const FrameView &f, EvalDefault evalDefault) {
+  if (!settings().profile) return handleFrameImpl(f, evalDefault);
+  auto t0 = std::chrono::steady_clock::now();
+  PyObject *r = handleFrameImpl(f, evalDefault);
+  Counters &c = events().counters;
+  c.hookNs += static_cast<uint64_t>((std::chrono::steady_clock::now() - t0).count());
+  ++c.profiledFrames;
+  return r;
+}
+
+namespace {
+
+PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
   if (!torchImported()) return evalDefault();
   const ScopeOptions *opts = activeOptions();
   CodeCache *c = lookupCache(f.code);
@@ -141,7 +158,10 @@ PyObject *handleFrame(const FrameView &f, EvalDefault evalDefault) {
   GuardFailure why;
   {
     BusyScope busy;
-    for (const std::shared_ptr<CompiledEntry> &e : c->entries) {
+    // By index, holding each entry: guard checks may run Python, during which another thread
+    // may add entries to this cache (or xjit.explain may reset it).
+    for (size_t i = 0; i < c->entries.size(); ++i) {
+      std::shared_ptr<CompiledEntry> e = c->entries[i];
       if (e->optionsKey != key) {
         why = GuardFailure{-1, "compiled under other xjit.jit options", "", false};
         continue;
@@ -190,6 +210,8 @@ PyObject *handleFrame(const FrameView &f, EvalDefault evalDefault) {
   }
   return compileAndRun(f, *c, *opts, evalDefault);
 }
+
+} // namespace
 
 } // namespace xjit::frontend
 

@@ -44,10 +44,18 @@ namespace platform {
 
 bool supported(std::string *) { return true; }
 
-void install() { _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(), evalFrame); }
+// Whatever was installed before (normally the default evaluator) is put back on uninstall.
+_PyFrameEvalFunction gPrevious = nullptr;
+
+void install() {
+  PyInterpreterState *interp = PyInterpreterState_Get();
+  gPrevious = _PyInterpreterState_GetEvalFrameFunc(interp);
+  _PyInterpreterState_SetEvalFrameFunc(interp, evalFrame);
+}
 
 void uninstall() {
-  _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(), _PyEval_EvalFrameDefault);
+  _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(),
+                                       gPrevious ? gPrevious : _PyEval_EvalFrameDefault);
 }
 
 } // namespace platform

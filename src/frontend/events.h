@@ -26,10 +26,11 @@ unsigned parseLogFlags(const std::string &text);
 
 struct Settings {
   int recompileLimit = 8;
-  bool strict = false; // XJIT_STRICT: every graph break / fallback raises
-  unsigned log = 0;    // LogFlag bits (XJIT_LOG)
-  std::string dumpDir; // --dump: IR before/after passes
-  std::string inject;  // test-only failure injection: "analyze", "compile" or "run"
+  bool strict = false;  // XJIT_STRICT: every graph break / fallback raises
+  unsigned log = 0;     // LogFlag bits (XJIT_LOG)
+  std::string dumpDir;  // --dump: IR before/after passes
+  std::string inject;   // test-only failure injection: "analyze", "compile" or "run"
+  bool profile = false; // time the hook and graph execution (bench/frontend_overhead.py)
   std::vector<std::string> skipPrefixes; // files whose frames are never roots
 };
 Settings &settings();
@@ -78,6 +79,8 @@ struct CheckEvent {
 
 struct Counters {
   uint64_t cacheHits = 0, cacheMisses = 0, compiles = 0, framesInPython = 0, skippedNoOps = 0;
+  // Settings::profile: frames the hook handled, time in the hook, time running graphs.
+  uint64_t profiledFrames = 0, hookNs = 0, graphNs = 0;
 };
 
 struct EventLog {

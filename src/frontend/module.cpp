@@ -80,6 +80,9 @@ nb::dict eventsDict() {
   counters["compiles"] = log.counters.compiles;
   counters["frames_in_python"] = log.counters.framesInPython;
   counters["skipped_no_ops"] = log.counters.skippedNoOps;
+  counters["profiled_frames"] = log.counters.profiledFrames;
+  counters["hook_ns"] = log.counters.hookNs;
+  counters["graph_ns"] = log.counters.graphNs;
   nb::dict out;
   out["graphs"] = graphs;
   out["breaks"] = breaks;
@@ -235,7 +238,7 @@ NB_MODULE(_frontend, m) {
       [](std::optional<int> recompileLimit, std::optional<std::string> log,
          std::optional<bool> strict, std::optional<std::string> dumpDir,
          std::optional<std::string> inject, std::optional<std::vector<std::string>> skipPrefixes,
-         nb::object checkCompare) {
+         nb::object checkCompare, std::optional<bool> profile) {
         Settings &s = settings();
         if (recompileLimit) {
           if (*recompileLimit < 0) throw nb::value_error("recompile_limit must be >= 0");
@@ -256,6 +259,7 @@ NB_MODULE(_frontend, m) {
           s.inject = *inject;
         }
         if (skipPrefixes) s.skipPrefixes = *skipPrefixes;
+        if (profile) s.profile = *profile;
         if (!checkCompare.is_none()) {
           Py_XDECREF(pyClasses().checkCompare);
           pyClasses().checkCompare = checkCompare.inc_ref().ptr();
@@ -264,7 +268,8 @@ NB_MODULE(_frontend, m) {
       nb::arg("recompile_limit") = nb::none(), nb::arg("log") = nb::none(),
       nb::arg("strict") = nb::none(), nb::arg("dump_dir") = nb::none(),
       nb::arg("inject") = nb::none(), nb::arg("skip_prefixes") = nb::none(),
-      nb::arg("check_compare") = nb::none(), "Process-wide settings (xjit.config).");
+      nb::arg("check_compare") = nb::none(), nb::arg("profile") = nb::none(),
+      "Process-wide settings (xjit.config).");
   m.def("settings", [] {
     const Settings &s = settings();
     nb::dict d;
