@@ -276,10 +276,8 @@ bool GuardSet::checkTensor(const Compiled &g, SourceValues &values, std::vector<
         return fail(src + " stride(" + std::to_string(d) + ") == " + std::to_string(g.strides[d]));
     }
   }
-  static PyObject *requiresGradName = internedStr("requires_grad");
-  PyObject *rg = PyObject_GetAttr(values.get(g.slot), requiresGradName);
-  bool ok = rg && (rg == Py_True) == g.requiresGrad;
-  Py_XDECREF(rg);
+  int rg = requiresGrad(values.get(g.slot));
+  bool ok = rg >= 0 && (rg == 1) == g.requiresGrad;
   return ok || fail(src + ".requires_grad == " + boolStr(g.requiresGrad));
 }
 

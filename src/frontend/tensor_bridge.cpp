@@ -116,11 +116,53 @@ bool tensorView(PyObject *tensor, dlpack::DLTensor *out) {
 
 std::optional<DType> dtypeFromDLPack(dlpack::DataType t) {
   if (t.lanes != 1) return std::nullopt;
-  for (int i = 0; i < kNumDTypes; ++i) {
-    dlpack::DataType d = toDLPack(static_cast<DType>(i));
-    if (d.code == t.code && d.bits == t.bits) return static_cast<DType>(i);
+  switch (t.code) {
+  case dlpack::kDLBool:
+    if (t.bits == 8) return DType::Bool;
+    break;
+  case dlpack::kDLUInt:
+    if (t.bits == 8) return DType::U8;
+    break;
+  case dlpack::kDLInt:
+    switch (t.bits) {
+    case 8: return DType::I8;
+    case 16: return DType::I16;
+    case 32: return DType::I32;
+    case 64: return DType::I64;
+    }
+    break;
+  case dlpack::kDLFloat:
+    switch (t.bits) {
+    case 16: return DType::F16;
+    case 32: return DType::F32;
+    case 64: return DType::F64;
+    }
+    break;
+  case dlpack::kDLBfloat:
+    if (t.bits == 16) return DType::BF16;
+    break;
   }
   return std::nullopt;
+}
+
+int requiresGrad(PyObject *tensor) {
+  // requires_grad is a data descriptor of torch's tensor base class (it wins over an instance
+  // __dict__), so calling it directly is exactly getattr, without the MRO walk per call.
+  static PyObject *name = internedStr("requires_grad");
+  static PyObject *descr = [] {
+    PyObject *d = _PyType_Lookup(torchHandles().tensorType, name);
+    Py_XINCREF(d);
+    return d;
+  }();
+  PyObject *r = descr && PyType_IsSubtype(Py_TYPE(tensor), torchHandles().tensorType) &&
+                        Py_TYPE(descr)->tp_descr_get && Py_TYPE(descr)->tp_descr_set
+                    ? Py_TYPE(descr)->tp_descr_get(descr, tensor,
+                                                   reinterpret_cast<PyObject *>(Py_TYPE(tensor)))
+                    : PyObject_GetAttr(tensor, name);
+  if (!r) return -1;
+  int yes = r == Py_True;
+  Py_DECREF(r);
+  return yes;
 }
 
 std::string deviceStr(dlpack::Device d) {

@@ -39,6 +39,8 @@ bool isPlainTensor(PyObject *o);
 /// resized. Returns false with a Python exception set when the tensor cannot be exported.
 bool tensorView(PyObject *tensor, dlpack::DLTensor *out);
 std::optional<DType> dtypeFromDLPack(dlpack::DataType t);
+/// tensor.requires_grad: 1, 0, or -1 with a Python error set.
+int requiresGrad(PyObject *tensor);
 /// "cpu", "cuda:0", ...
 std::string deviceStr(dlpack::Device d);
 /// The inverse of deviceStr; nullopt for devices DLPack cannot name.
