@@ -113,6 +113,9 @@ public:
   /// Items of a tuple/list/iterator/known sequence for unpacking and iteration.
   std::vector<VarPtr> sequenceItems(const VarPtr &v, const char *what);
   std::vector<VarPtr> iterate(const VarPtr &v); // GET_ITER + exhaust
+  /// A dict/list/tuple object (subclasses included) the frame reaches, read as a DictVar /
+  /// ListVar / TupleVar with its items (guarded); other values are returned as they are.
+  VarPtr containerView(const VarPtr &v);
   VarPtr makeIterator(const VarPtr &v);
   int64_t length(const VarPtr &v);
   bool isModuleObject(PyObject *o);

@@ -261,6 +261,56 @@ VarPtr Analyzer::wrapSourced(PyObject *o, const Source &src) {
   return v;
 }
 
+VarPtr Analyzer::containerView(const VarPtr &v) {
+  auto *o = as<ObjectVar>(v);
+  if (!o) return v;
+  PyObject *obj = o->obj.get();
+  bool isDict = PyDict_Check(obj), isSeq = PyList_Check(obj) || PyTuple_Check(obj);
+  if (!isDict && !isSeq) return v;
+  if (!o->source) {
+    if (isConstantTuple(obj)) return v;
+    fail(std::string("a ") + Py_TYPE(obj)->tp_name + " the frame cannot reach");
+  }
+  std::string key = sourceKey(*o->source) + "#view";
+  if (auto it = sourceCache_.find(key); it != sourceCache_.end()) return it->second;
+  const Source &src = *o->source;
+  VarPtr view;
+  if (isDict) {
+    PyRef keys = check(PyDict_Keys(obj), "dict.keys()");
+    Guard g;
+    g.kind = Guard::DictKeysAre;
+    g.source = src;
+    g.object = keys;
+    g.description = "list(" + sourceKey(src) + ".keys()) == " + reprOf(keys.get());
+    addGuard(std::move(g));
+    auto d = std::make_shared<DictVar>();
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.get()); ++i) {
+      PyObject *k = PyList_GET_ITEM(keys.get(), i);
+      if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
+        fail("dict " + sourceKey(src) + " with a key of type " + Py_TYPE(k)->tp_name);
+      d->items.emplace_back(PyRef::borrow(k),
+                            wrapSourced(PyDict_GetItem(obj, k),
+                                        plus(src, SourceStep{SourceStep::DictKey, 0, "", PyRef::borrow(k)})));
+    }
+    view = d;
+  } else {
+    Py_ssize_t n = PySequence_Size(obj);
+    guardLen(src, n);
+    std::vector<VarPtr> items;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject *item = PyList_Check(obj) ? PyList_GET_ITEM(obj, i) : PyTuple_GET_ITEM(obj, i);
+      items.push_back(wrapSourced(item, plus(src, itemStep(i))));
+    }
+    if (PyList_Check(obj))
+      view = std::make_shared<ListVar>(std::move(items));
+    else
+      view = std::make_shared<TupleVar>(std::move(items));
+  }
+  view->source = src;
+  sourceCache_[key] = view;
+  return view;
+}
+
 VarPtr Analyzer::loadGlobal(Frame &f, const std::string &name) {
   if (auto it = globalOverlay.find({f.globals.get(), name}); it != globalOverlay.end())
     return it->second;

@@ -96,7 +96,16 @@ void registerExternals(Graph &g, const std::vector<PyRef> &callables, CompiledEn
       throw InternalFailure{errors::kCompile, "external_call refers to fallback callable " +
                                                   std::to_string(index) + " of " +
                                                   std::to_string(callables.size())};
-    PyRef fn = callables[static_cast<size_t>(index)];
+    // The registry may outlive the interpreter (static destructors at exit): the callable's
+    // reference is dropped only while Python is alive, with the GIL.
+    PyObject *callable = callables[static_cast<size_t>(index)].get();
+    Py_INCREF(callable);
+    std::shared_ptr<PyObject> fn(callable, [](PyObject *o) {
+      if (!Py_IsInitialized()) return;
+      PyGILState_STATE g = PyGILState_Ensure();
+      Py_DECREF(o);
+      PyGILState_Release(g);
+    });
     const size_t nres = op->numResults();
     std::string name = op->attrOrNull("name") ? op->attr("name").asStr() : "";
     int64_t id = registerExternalFunction([fn, nres, name](std::span<const RtValue> in) {

@@ -178,11 +178,12 @@ NB_MODULE(_frontend, m) {
   m.def(
       "enable_program",
       [](nb::object opts) {
-        // The options object is kept alive for as long as program mode is on.
-        static nb::object keep;
+        // The options object is kept alive while program mode is on (a plain reference: a
+        // static nb::object would be released after the interpreter is gone).
+        static PyObject *keep = nullptr;
         if (opts.is_none()) {
           setProgramOptions(nullptr);
-          keep = nb::object();
+          Py_CLEAR(keep);
           return;
         }
         const ScopeOptions *o = &nb::cast<const ScopeOptions &>(opts);
@@ -190,7 +191,8 @@ NB_MODULE(_frontend, m) {
           setProgramOptions(o);
           return 0;
         });
-        keep = opts;
+        Py_XDECREF(keep);
+        keep = opts.inc_ref().ptr();
       },
       nb::arg("opts").none(),
       "Compile frames of every thread under opts (None: stop); the CLI's whole-program mode.");

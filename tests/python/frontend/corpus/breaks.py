@@ -48,7 +48,16 @@ def try_except(x):
         y = helper(x)
     except RuntimeError:
         y = x
+    finally:
+        y = y + 1
     return y
+
+
+def try_raise_caught(x):
+    try:
+        raise KeyError("k")
+    except KeyError:
+        return helper(x)
 
 
 def raise_value_error(x, n=3):
@@ -87,7 +96,8 @@ CASES = [
     Case("tensor_bool", tensor_bool, x34, graphs=0, breaks=1, reason="data-dependent"),
     Case("tolist_call", tolist_call, x34, graphs=0, breaks=1, reason="tolist"),
     Case("numpy_call", numpy_call, x34, graphs=0, breaks=1, reason="numpy"),
-    Case("try_except", try_except, x34, graphs=1, breaks=1, reason="try"),
+    Case("try_except_normal_path", try_except, x34),
+    Case("try_raise_caught", try_raise_caught, x34, graphs=1, breaks=1, reason="raise"),
     Case("raise_value_error", raise_value_error, x34, graphs=0, breaks=1, reason="raise",
          raises=ValueError),
     Case("consume_generator", consume_generator, x34, graphs=1, breaks=0),
