@@ -40,8 +40,6 @@ const OpRegistry &OpRegistry::instance() {
     registerMovementOps(r);
     registerIndexingOps(r);
     registerCreationOps(r);
-    registerDeviceOps(r);
-    registerFusionOps(r);
     return r;
   }();
   return registry;

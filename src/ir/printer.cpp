@@ -31,12 +31,9 @@ class Namer {
 public:
   /// Names every value defined in `blocks` (and below).
   void assign(const std::vector<const Block *> &blocks) {
-    for (const Block *b : blocks)
-      collect(b);
-    for (const auto &[hint, n] : hintCount_)
-      taken_.insert(hint);
-    for (const Block *b : blocks)
-      number(b);
+    for (const Block *b : blocks) collect(b);
+    for (const auto &[hint, n] : hintCount_) taken_.insert(hint);
+    for (const Block *b : blocks) number(b);
   }
 
   /// "%x", "%m#1"; values defined outside the named blocks get a local guess.
@@ -60,12 +57,10 @@ private:
   static std::string hintOf(const Value *v) { return sanitize(v->name()); }
 
   void collect(const Block *b) {
-    for (const auto &a : b->arguments())
-      count(a.get());
+    for (const auto &a : b->arguments()) count(a.get());
     for (const Op *op : *b) {
       if (op->numResults() > 0) count(op->result(0));
-      for (size_t r = 0; r < op->numRegions(); ++r)
-        collect(op->region(r));
+      for (size_t r = 0; r < op->numRegions(); ++r) collect(op->region(r));
     }
   }
   void count(const Value *v) {
@@ -74,12 +69,10 @@ private:
   }
 
   void number(const Block *b) {
-    for (const auto &a : b->arguments())
-      unitName(a.get());
+    for (const auto &a : b->arguments()) unitName(a.get());
     for (const Op *op : *b) {
       if (op->numResults() > 0) unitName(op->result(0));
-      for (size_t r = 0; r < op->numRegions(); ++r)
-        number(op->region(r));
+      for (size_t r = 0; r < op->numRegions(); ++r) number(op->region(r));
     }
   }
 
@@ -96,8 +89,7 @@ private:
     if (keep) {
       name = hint;
     } else {
-      do
-        name = std::to_string(next_++);
+      do name = std::to_string(next_++);
       while (taken_.count(name));
     }
     taken_.insert(name);
@@ -132,8 +124,7 @@ public:
 
   void singleOp(const Op &op) {
     std::vector<const Block *> regions;
-    for (size_t r = 0; r < op.numRegions(); ++r)
-      regions.push_back(op.region(r));
+    for (size_t r = 0; r < op.numRegions(); ++r) regions.push_back(op.region(r));
     namer_.assign(regions);
     this->op(op, 0, false);
   }
@@ -149,8 +140,7 @@ private:
   }
 
   void ops(const Block &b, int indent) {
-    for (const Op *o : b)
-      op(*o, indent, true);
+    for (const Op *o : b) op(*o, indent, true);
   }
 
   bool printsLoc(const Op &op) const { return opts_.printLocations && !(op.loc() == SourceLoc{}); }
@@ -166,8 +156,7 @@ private:
       os_ << " {";
       bool first = true;
       for (const auto &[k, v] : op.attrs()) {
-        os_ << (first ? "" : ", ") << (text::isIdentifier(k) ? k : text::quoteString(k)) << " = "
-            << v.str();
+        os_ << (first ? "" : ", ") << k << " = " << v.str();
         first = false;
       }
       os_ << "}";

@@ -124,7 +124,5 @@ void registerNormOps(OpRegistry &r);
 void registerMovementOps(OpRegistry &r);
 void registerIndexingOps(OpRegistry &r);
 void registerCreationOps(OpRegistry &r);
-void registerDeviceOps(OpRegistry &r);
-void registerFusionOps(OpRegistry &r);
 
 } // namespace xjit
