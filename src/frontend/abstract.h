@@ -1,0 +1,190 @@
+// Abstract values of the bytecode analyzer: what a Python stack slot or local holds during
+// symbolic execution. Tensors and symbolic sizes stand for IR values computed by the graph;
+// everything else is a Python object known at capture time (a constant, a module, a function...)
+// or a container of abstract values. Values are shared (std::shared_ptr) so aliasing behaves like
+// Python's: a list appended to through one name is seen through every other.
+#pragma once
+
+#include "xjit/frontend/capture.h"
+#include "xjit/ir/ir.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace xjit::frontend {
+
+enum class VarKind : uint8_t {
+  Null,     // the NULL that CPython pushes below a callable (PUSH_NULL, LOAD_GLOBAL bit 0)
+  Object,   // a Python object known at capture time
+  Tensor,   // a torch.Tensor computed by (or fed into) the graph
+  SymInt,   // a Python int derived from a symbolic tensor size
+  Tuple,    // a tuple (or torch.Size / a structseq) of abstract values
+  List,     // a list of abstract values (mutable)
+  Dict,     // a dict with constant keys (mutable)
+  Slice,    // slice(start, stop, step) of abstract values
+  Module,   // a torch.nn.Module instance
+  Function, // a function made by MAKE_FUNCTION during the analysis (closure of abstract cells)
+  Bound,    // a bound method: `self` plus a function, or a builtin method name of `self`
+  Cell,     // a closure cell
+  Iterator, // an iterator over a known sequence of abstract values (unrolled loops)
+  GradMode, // torch.no_grad() / enable_grad() / set_grad_enabled(b) context manager
+  GradExit, // the __exit__ of such a context manager: restores the previous grad mode
+  Super,    // super() bound to a class and an instance
+};
+
+struct Var {
+  explicit Var(VarKind k) : kind(k) {}
+  virtual ~Var() = default;
+  Var(const Var &) = delete;
+  Var &operator=(const Var &) = delete;
+  const VarKind kind;
+  /// Where the frame's caller can reach this object (guards, graph inputs, side effects).
+  std::optional<Source> source;
+};
+using VarPtr = std::shared_ptr<Var>;
+
+struct NullVar : Var {
+  static constexpr VarKind Kind = VarKind::Null;
+  NullVar() : Var(VarKind::Null) {}
+};
+
+struct ObjectVar : Var {
+  static constexpr VarKind Kind = VarKind::Object;
+  explicit ObjectVar(PyRef o) : Var(VarKind::Object), obj(std::move(o)) {}
+  PyRef obj;
+};
+
+struct TensorVar : Var {
+  static constexpr VarKind Kind = VarKind::Tensor;
+  explicit TensorVar(Value *v) : Var(VarKind::Tensor), value(v) {}
+  Value *value;                      // the IR value holding the tensor's current contents
+  bool requiresGrad = false;         // what `tensor.requires_grad` reads
+  bool isInput = false;              // a graph input fetched from `source`
+  bool mutated = false;              // written in place (an input: the caller must see it)
+  std::shared_ptr<TensorVar> base;   // the tensor this one views (its root), for aliasing checks
+  uint64_t version = 0;              // bumped by every in-place write
+  uint64_t baseVersion = 0;          // base->version when this view was made
+  std::vector<int64_t> inputStrides; // an input's strides at capture time
+  bool stridesRead = false;          // the capture depends on the input's strides (guard them)
+  const Type &type() const { return value->type(); }
+};
+
+struct SymIntVar : Var {
+  static constexpr VarKind Kind = VarKind::SymInt;
+  SymIntVar(DimExpr e, int64_t h, Value *v)
+      : Var(VarKind::SymInt), expr(std::move(e)), hint(h), value(v) {}
+  DimExpr expr; // over the graph's shape symbols
+  int64_t hint; // its value in the frame being captured
+  Value *value; // an IR int computing it
+};
+
+struct TupleVar : Var {
+  static constexpr VarKind Kind = VarKind::Tuple;
+  explicit TupleVar(std::vector<VarPtr> i, PyRef type = {})
+      : Var(VarKind::Tuple), items(std::move(i)), structType(std::move(type)) {}
+  std::vector<VarPtr> items;
+  PyRef structType; // torch.Size, a namedtuple / structseq type, or empty for a plain tuple
+};
+
+struct ListVar : Var {
+  static constexpr VarKind Kind = VarKind::List;
+  explicit ListVar(std::vector<VarPtr> i) : Var(VarKind::List), items(std::move(i)) {}
+  std::vector<VarPtr> items;
+};
+
+struct DictVar : Var {
+  static constexpr VarKind Kind = VarKind::Dict;
+  DictVar() : Var(VarKind::Dict) {}
+  std::vector<std::pair<PyRef, VarPtr>> items; // insertion order; keys are hashable constants
+};
+
+struct SliceVar : Var {
+  static constexpr VarKind Kind = VarKind::Slice;
+  SliceVar(VarPtr a, VarPtr b, VarPtr c)
+      : Var(VarKind::Slice), start(std::move(a)), stop(std::move(b)), step(std::move(c)) {}
+  VarPtr start, stop, step;
+};
+
+struct ModuleVar : Var {
+  static constexpr VarKind Kind = VarKind::Module;
+  explicit ModuleVar(PyRef o) : Var(VarKind::Module), obj(std::move(o)) {}
+  PyRef obj;
+};
+
+struct CellVar : Var {
+  static constexpr VarKind Kind = VarKind::Cell;
+  explicit CellVar(VarPtr c) : Var(VarKind::Cell), contents(std::move(c)) {}
+  VarPtr contents; // nullptr: empty cell
+};
+
+struct FunctionVar : Var {
+  static constexpr VarKind Kind = VarKind::Function;
+  FunctionVar() : Var(VarKind::Function) {}
+  PyRef code;                          // the PyCodeObject
+  PyRef globals;                       // the defining frame's globals dict
+  std::optional<Source> globalsSource; // how guards reach those globals (nullopt: root globals)
+  bool trustedGlobals = false;         // globals of a library module: read without guards
+  VarPtr defaults;                     // TupleVar or nullptr
+  VarPtr kwdefaults;                   // DictVar or nullptr
+  std::vector<VarPtr> closure;         // CellVars, for the code's free variables
+  std::string qualname;
+};
+
+struct BoundVar : Var {
+  static constexpr VarKind Kind = VarKind::Bound;
+  BoundVar(VarPtr s, VarPtr f, std::string n)
+      : Var(VarKind::Bound), self(std::move(s)), func(std::move(f)), name(std::move(n)) {}
+  VarPtr self;
+  VarPtr func;      // the function to call with self first; nullptr: builtin method `name`
+  std::string name; // method name (for builtin methods and messages)
+};
+
+struct IteratorVar : Var {
+  static constexpr VarKind Kind = VarKind::Iterator;
+  explicit IteratorVar(std::vector<VarPtr> i) : Var(VarKind::Iterator), items(std::move(i)) {}
+  std::vector<VarPtr> items;
+  size_t pos = 0;
+};
+
+struct GradModeVar : Var {
+  static constexpr VarKind Kind = VarKind::GradMode;
+  explicit GradModeVar(bool e) : Var(VarKind::GradMode), enabled(e) {}
+  bool enabled;
+};
+
+struct GradExitVar : Var {
+  static constexpr VarKind Kind = VarKind::GradExit;
+  explicit GradExitVar(bool r) : Var(VarKind::GradExit), restore(r) {}
+  bool restore;
+};
+
+struct SuperVar : Var {
+  static constexpr VarKind Kind = VarKind::Super;
+  SuperVar(PyRef c, VarPtr s) : Var(VarKind::Super), cls(std::move(c)), self(std::move(s)) {}
+  PyRef cls; // look up attributes after this class in type(self).__mro__
+  VarPtr self;
+};
+
+template <class T> T *as(const VarPtr &v) {
+  return v && v->kind == T::Kind ? static_cast<T *>(v.get()) : nullptr;
+}
+
+/// Call arguments: positional, then keyword (in call order).
+struct Args {
+  std::vector<VarPtr> pos;
+  std::vector<std::pair<std::string, VarPtr>> kw;
+  const VarPtr *find(std::string_view name) const {
+    for (auto &[k, v] : kw)
+      if (k == name) return &v;
+    return nullptr;
+  }
+};
+
+/// Kind names for messages ("tensor", "list", ...).
+const char *varKindName(VarKind k);
+
+} // namespace xjit::frontend

@@ -1,0 +1,243 @@
+// The bytecode analyzer's internals, shared by src/frontend/analyzer*.cpp and torch_ops*.cpp.
+//
+// Symbolic execution: each frame (the captured one and every inlined callee) runs instruction by
+// instruction over abstract values (abstract.h). Python control flow is followed only where it
+// is decided by values known at capture time (the decision becomes a guard); anything else is a
+// graph break (BreakError), and the whole frame then runs in Python. Tensor operations append ops
+// to one IR graph through a Builder whose location is the current instruction's line.
+#pragma once
+
+#include "abstract.h"
+#include "analyzer_bridge.h"
+#include "analyzer_bytecode.h"
+
+#include "xjit/ir/builder.h"
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace xjit::frontend {
+
+/// Thrown inside the analysis to abandon the capture.
+struct BreakError : std::exception {
+  BreakError(std::string r, SourceLoc w, bool internal = false)
+      : reason(std::move(r)), where(std::move(w)), internal(internal) {}
+  const char *what() const noexcept override { return reason.c_str(); }
+  std::string reason;
+  SourceLoc where;
+  bool internal;
+};
+
+/// Thrown when a symbolic size must become static (Python control flow or a static attribute
+/// depends on it); the analysis restarts with that symbol specialized.
+struct SpecializeError : std::exception {
+  explicit SpecializeError(std::string s) : symbol(std::move(s)) {}
+  std::string symbol;
+};
+
+/// One frame of symbolic execution.
+struct Frame {
+  PyRef code;
+  std::shared_ptr<const bc::DecodedCode> decoded;
+  PyRef globals, builtins;
+  std::optional<Source> globalsSource; // nullopt: the captured frame's own globals
+  bool trustedGlobals = false;         // a library module's globals: read without guards
+  std::vector<VarPtr> locals;          // co_nlocalsplus slots
+  std::vector<VarPtr> stack;
+  std::vector<VarPtr> closure; // CellVars copied in by COPY_FREE_VARS
+  PyRef kwnames;               // set by KW_NAMES for the next CALL
+  int pc = 0;                  // offset of the instruction being executed
+  int line = -1;
+  int depth = 0;          // 0: the captured frame
+  bool generator = false; // collect YIELD_VALUE values instead of suspending
+  std::vector<VarPtr> yields;
+  std::string filename, qualname;
+  Frame *parent = nullptr;
+  PyCodeObject *co() const { return reinterpret_cast<PyCodeObject *>(code.get()); }
+};
+
+struct PendingEffect {
+  SideEffect::Kind kind;
+  Source target;
+  std::string name;
+  PyRef key;
+  VarPtr value;
+};
+
+class Analyzer {
+public:
+  Analyzer(const FrameView &frame, const AnalyzeOptions &opts,
+           const std::set<std::string> &specialized);
+  ~Analyzer();
+  Capture run();
+
+  // ---- errors ----
+  [[noreturn]] void fail(const std::string &reason) const;
+  SourceLoc currentLoc() const;
+
+  // ---- frames (analyzer.cpp) ----
+  VarPtr runFrame(Frame &f);
+  Frame *current() const { return frame_; }
+  /// Inlines a Python function: binds `args` to `code`'s parameters and runs it.
+  VarPtr inlineCall(PyObject *code, PyObject *globals, const std::optional<Source> &globalsSource,
+                    bool trustedGlobals, VarPtr defaults, VarPtr kwdefaults,
+                    std::vector<VarPtr> closure, const Args &args, const std::string &qualname);
+
+  // ---- Python values (analyzer_values.cpp) ----
+  VarPtr constant(PyObject *o);      // a known object without a source (borrowed reference)
+  VarPtr constantSteal(PyObject *o); // same, taking ownership; throws on nullptr
+  VarPtr none();
+  VarPtr boolean(bool b);
+  VarPtr integer(int64_t v);
+  /// The abstract value for an object the caller can reach at `src`, with its guards: tensors
+  /// become graph inputs, modules and functions are guarded by identity, Python scalars by
+  /// value, containers by type and length with their items wrapped in turn.
+  VarPtr wrapSourced(PyObject *o, const Source &src);
+  /// A global of frame f (with guards unless the globals are trusted).
+  VarPtr loadGlobal(Frame &f, const std::string &name);
+  VarPtr getAttr(const VarPtr &obj, const std::string &name);
+  bool hasAttr(const VarPtr &obj, const std::string &name);
+  void setAttr(const VarPtr &obj, const std::string &name, const VarPtr &value);
+  /// LOAD_METHOD: returns (callable, self) where self may be a NullVar.
+  std::pair<VarPtr, VarPtr> loadMethod(const VarPtr &obj, const std::string &name);
+  /// The Python object for a fully known value (constants, tuples of constants...), else null.
+  PyRef asPython(const VarPtr &v);
+  /// Truth value; tensors are a graph break (data-dependent control flow).
+  bool truthy(const VarPtr &v);
+  std::optional<int64_t> asInt(const VarPtr &v); // ints/bools (static SymInts included)
+  std::optional<double> asNumber(const VarPtr &v);
+  std::string describe(const VarPtr &v);
+  std::string typeName(const VarPtr &v);
+  /// Items of a tuple/list/iterator/known sequence for unpacking and iteration.
+  std::vector<VarPtr> sequenceItems(const VarPtr &v, const char *what);
+  std::vector<VarPtr> iterate(const VarPtr &v); // GET_ITER + exhaust
+  /// A dict/list/tuple object (subclasses included) the frame reaches, read as a DictVar /
+  /// ListVar / TupleVar with its items (guarded); other values are returned as they are.
+  VarPtr containerView(const VarPtr &v);
+  VarPtr makeIterator(const VarPtr &v);
+  int64_t length(const VarPtr &v);
+  bool isModuleObject(PyObject *o);
+  bool isTrustedModuleName(const std::string &name) const;
+  /// A guard, deduplicated by kind and source.
+  void addGuard(Guard g);
+  void guardEquals(const Source &src, PyObject *value);
+  void guardId(const Source &src, PyObject *value);
+  void guardType(const Source &src, PyObject *type);
+  void guardLen(const Source &src, int64_t n);
+  void recordEffect(PendingEffect e) { effects_.push_back(std::move(e)); }
+  /// Attribute assignments made during the analysis (read back before the real object).
+  std::map<std::pair<PyObject *, std::string>, VarPtr> attrOverlay;
+  std::map<std::pair<PyObject *, std::string>, VarPtr> globalOverlay;
+
+  // ---- calls (analyzer_calls.cpp) ----
+  VarPtr call(const VarPtr &callable, const Args &args);
+  VarPtr callObject(PyObject *fn, const std::optional<Source> &fnSource, const Args &args);
+  VarPtr callModule(const VarPtr &module, const Args &args);
+  VarPtr callMethod(const VarPtr &self, const std::string &name, const Args &args);
+  VarPtr makeFunction(Frame &f, int flags);
+  bool gradEnabled() const { return gradEnabled_; }
+  void setGradEnabled(bool e) { gradEnabled_ = e; }
+
+  // ---- operators (analyzer_ops.cpp) ----
+  VarPtr binaryOp(int nb, const VarPtr &a, const VarPtr &b);
+  VarPtr compareOp(int cmp, const VarPtr &a, const VarPtr &b);
+  VarPtr unaryOp(int opcode, const VarPtr &a);
+  bool isSame(const VarPtr &a, const VarPtr &b);
+  bool contains(const VarPtr &container, const VarPtr &item);
+  VarPtr getItem(const VarPtr &obj, const VarPtr &key);
+  void setItem(const VarPtr &obj, const VarPtr &key, const VarPtr &value);
+  void delItem(const VarPtr &obj, const VarPtr &key);
+  VarPtr formatValue(const VarPtr &v, int conversion, const VarPtr &spec);
+
+  // ---- tensors (analyzer_tensor.cpp) ----
+  Builder &builder() { return builder_; }
+  Graph &graph() { return *graph_; }
+  /// Appends an op (location: the current instruction) and wraps tensor results.
+  std::vector<VarPtr> emit(std::string_view op, const std::vector<VarPtr> &operands,
+                           AttrMap attrs = {}, bool view = false);
+  VarPtr emit1(std::string_view op, const std::vector<VarPtr> &operands, AttrMap attrs = {},
+               bool view = false) {
+    return emit(op, operands, std::move(attrs), view).at(0);
+  }
+  /// An IR value for an operand: tensors, Python numbers (constants), SymInts, None.
+  Value *irValue(const VarPtr &v);
+  /// Wraps an IR value as an abstract value (tensors, ints, floats, bools).
+  VarPtr wrapIr(Value *v, bool requiresGrad);
+  VarPtr tensorAttr(const VarPtr &t, const std::string &name);
+  VarPtr tensorMethod(const VarPtr &t, const std::string &name, const Args &args);
+  VarPtr tensorBinary(int nb, const VarPtr &a, const VarPtr &b, bool reflected);
+  VarPtr tensorCompare(int cmp, const VarPtr &a, const VarPtr &b);
+  VarPtr tensorGetItem(const VarPtr &t, const VarPtr &key);
+  void tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &value);
+  /// Makes `target` hold `newValue` (an in-place write): every alias sees it.
+  void assignInPlace(const VarPtr &target, const VarPtr &newValue);
+  /// Reads an input tensor from `src` (deduplicated by source).
+  VarPtr tensorInput(PyObject *t, const Source &src);
+  /// A constant tensor embedded in the graph (torch.tensor(...) of constants).
+  VarPtr constantTensor(PyObject *t);
+  /// Calls a PyTorch function at run time through an external_call op; output types come from
+  /// running it on meta tensors now.
+  VarPtr fallbackCall(PyObject *fn, const std::string &name, const Args &args);
+  VarPtr shapeTuple(const VarPtr &t);
+  VarPtr sizeOf(const VarPtr &t, int64_t dim);
+  bool anyRequiresGrad(const std::vector<VarPtr> &vs) const;
+  void touchView(const VarPtr &t); // graph break if t views a base written since
+
+  // ---- torch functions (torch_ops.cpp) ----
+  /// Calls a torch function / Tensor method / F.* / module type the op table knows; returns
+  /// nullptr if the table has no row for `fn`.
+  VarPtr callTorchFunction(PyObject *fn, const Args &args);
+  VarPtr callTensorMethodRow(const std::string &name, const VarPtr &self, const Args &args,
+                             bool *found);
+  VarPtr callModuleRow(const VarPtr &module, const Args &args, bool *found);
+
+  const AnalyzeOptions &opts() const { return opts_; }
+  PyObject *rootGlobals() const { return view_.globals; }
+
+  // Capture being built.
+  std::vector<PendingEffect> effects_;
+  std::vector<std::shared_ptr<TensorVar>> inputTensors_;
+  std::vector<PyRef> fallbacks_;
+
+private:
+  Capture finish(const VarPtr &result);
+  OutputNode outputOf(const VarPtr &v, std::vector<Value *> &outputs,
+                      std::map<Value *, int64_t> &outputIndex);
+
+  FrameView view_;
+  AnalyzeOptions opts_;
+  std::set<std::string> specialized_;
+  std::unique_ptr<Graph> graph_;
+  Builder builder_;
+  Frame *frame_ = nullptr;
+  bool gradEnabled_ = true;
+  int64_t budget_ = 2'000'000; // instructions executed across all frames
+  std::vector<Guard> guards_;
+  std::set<std::string> guardKeys_;
+  std::map<std::string, VarPtr> sourceCache_; // source string -> value read from it
+  std::unordered_map<PyObject *, std::shared_ptr<const bc::DecodedCode>> decoded_;
+  std::vector<PyRef> keepAlive_;
+  SymbolBindings symbolHints_;                   // symbol -> its value in this frame
+  std::map<int64_t, std::string> symbolForSize_; // duck sizing: equal sizes share a symbol
+
+  friend class AnalyzerAccess;
+
+public:
+  std::shared_ptr<const bc::DecodedCode> decodedFor(PyObject *code);
+  /// Dims of a new input: symbolic (per opts; sizes 0 and 1 stay static) or static; `symbols`
+  /// gets each dim's symbol name ("" for static dims).
+  Shape inputShape(const std::vector<int64_t> &sizes, const Source &src,
+                   std::vector<std::string> &symbols);
+  /// Restarts the analysis with the (first) symbol of `e` made static.
+  [[noreturn]] void specialize(const DimExpr &e) const;
+  int64_t hintOf(const DimExpr &e) const;
+  VarPtr castTo(const VarPtr &t, DType dtype);
+};
+
+/// "L['self'].fc.weight" (sourceStr): a readable, unique key for a source (messages, guard
+/// deduplication, AnalyzeOptions::dynamicSources).
+std::string sourceKey(const Source &s);
+
+} // namespace xjit::frontend

@@ -1,0 +1,66 @@
+// The analyzer's bridge to PyTorch through the Python C API (no libtorch): dtypes and devices,
+// tensor metadata at capture time, meta tensors, and the callables behind `external_call`
+// fallback nodes (the driver registers them; tensors cross at run time in tensor_bridge.h).
+#pragma once
+
+#include "xjit/frontend/capture.h"
+#include "xjit/ir/type.h"
+
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace xjit::frontend {
+
+/// A Python error set by a C API call, turned into a C++ exception (message includes the Python
+/// exception). The Python error indicator is cleared.
+class PyError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+/// Throws PyError describing (and clearing) the current Python exception, prefixed by `what`.
+[[noreturn]] void throwPyError(const std::string &what);
+/// Returns o, or throws PyError if o is null.
+PyRef check(PyObject *o, const char *what);
+
+/// The imported `torch` module and friends (imported on first use; the GIL must be held).
+PyObject *torchModule();
+PyObject *torchTensorType();    // torch.Tensor
+PyObject *torchParameterType(); // torch.nn.Parameter
+PyObject *torchModuleType();    // torch.nn.Module
+
+std::optional<DType> dtypeFromTorch(PyObject *dtype);
+/// torch.<dtype> object for an xjit dtype (borrowed, lives as long as torch).
+PyObject *torchDtype(DType d);
+std::optional<Device> deviceFromTorch(PyObject *device);
+/// A torch.device object for `d`.
+PyRef torchDevice(const Device &d);
+
+/// What the analyzer reads from a torch.Tensor.
+struct TensorMeta {
+  DType dtype = DType::F32;
+  std::vector<int64_t> sizes, strides;
+  Device device;
+  bool requiresGrad = false;
+};
+/// Reads a tensor's metadata; nullopt (with `why`) for unsupported tensors (complex dtypes,
+/// sparse or quantized layouts, tensor subclasses other than Parameter/Buffer).
+std::optional<TensorMeta> readTensorMeta(PyObject *t, std::string *why);
+bool isTensor(PyObject *o); // isinstance(o, torch.Tensor)
+
+/// A template of a fallback call: how to rebuild the Python arguments from the external_call's
+/// operands (tensors and scalars) and the constants captured with it.
+struct ArgTemplate {
+  enum Kind : uint8_t { Operand, Constant, Tuple, List } kind = Constant;
+  int64_t operand = 0;
+  PyRef constant;
+  std::vector<ArgTemplate> items;
+};
+/// A Python callable `f(*operands)` that calls fn(*args, **kwargs) with the templates filled in.
+PyRef makeFallbackCallable(PyObject *fn, const std::vector<ArgTemplate> &args,
+                           const std::vector<std::pair<std::string, ArgTemplate>> &kwargs);
+/// torch.empty(sizes, dtype=..., device="meta") for fallback shape inference.
+PyRef metaTensor(DType dtype, const std::vector<int64_t> &sizes);
+
+} // namespace xjit::frontend

@@ -1,0 +1,491 @@
+// Python operators over abstract values: arithmetic, comparisons, identity and membership,
+// subscripts and f-string formatting. Tensors go to analyzer_tensor.cpp; symbolic sizes are
+// computed both as dim expressions and as IR scalars; known Python values are folded by calling
+// the real operator.
+#include "analyzer.h"
+
+namespace xjit::frontend {
+
+using namespace bc;
+
+namespace {
+
+using PyBinary = PyObject *(*)(PyObject *, PyObject *);
+
+PyBinary pyBinary(int nb) {
+  static const PyBinary ops[NB_NUM_OPS] = {PyNumber_Add,
+                                           PyNumber_And,
+                                           PyNumber_FloorDivide,
+                                           PyNumber_Lshift,
+                                           PyNumber_MatrixMultiply,
+                                           PyNumber_Multiply,
+                                           PyNumber_Remainder,
+                                           PyNumber_Or,
+                                           nullptr,
+                                           PyNumber_Rshift,
+                                           PyNumber_Subtract,
+                                           PyNumber_TrueDivide,
+                                           PyNumber_Xor,
+                                           PyNumber_InPlaceAdd,
+                                           PyNumber_InPlaceAnd,
+                                           PyNumber_InPlaceFloorDivide,
+                                           PyNumber_InPlaceLshift,
+                                           PyNumber_InPlaceMatrixMultiply,
+                                           PyNumber_InPlaceMultiply,
+                                           PyNumber_InPlaceRemainder,
+                                           PyNumber_InPlaceOr,
+                                           nullptr,
+                                           PyNumber_InPlaceRshift,
+                                           PyNumber_InPlaceSubtract,
+                                           PyNumber_InPlaceTrueDivide,
+                                           PyNumber_InPlaceXor};
+  return nb >= 0 && nb < NB_NUM_OPS ? ops[nb] : nullptr;
+}
+
+bool foldable(PyObject *o) {
+  return o == Py_None || PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) ||
+         PyComplex_Check(o) || PyUnicode_Check(o) || PyBytes_Check(o) || PyTuple_Check(o) ||
+         PyList_Check(o) || PyFrozenSet_Check(o) || PySlice_Check(o) || PyType_Check(o) ||
+         dtypeFromTorch(o) || o == Py_Ellipsis;
+}
+
+int64_t normIndex(Analyzer &a, int64_t i, size_t n, const char *what) {
+  int64_t sn = static_cast<int64_t>(n);
+  if (i < 0) i += sn;
+  if (i < 0 || i >= sn) a.fail(std::string(what) + " index out of range");
+  return i;
+}
+
+// Slice bounds on a Python sequence of length n (PySlice_AdjustIndices semantics).
+std::vector<size_t> sliceIndices(Analyzer &a, const SliceVar &s, size_t n) {
+  auto get = [&](const VarPtr &v) -> PyRef {
+    PyRef o = a.asPython(v);
+    if (!o) a.fail("slice bound known only at run time");
+    return o;
+  };
+  PyRef sl = check(PySlice_New(get(s.start).get(), get(s.stop).get(), get(s.step).get()), "slice");
+  Py_ssize_t start, stop, step;
+  if (PySlice_Unpack(sl.get(), &start, &stop, &step) < 0) throwPyError("slice");
+  Py_ssize_t len = PySlice_AdjustIndices(static_cast<Py_ssize_t>(n), &start, &stop, step);
+  std::vector<size_t> out;
+  for (Py_ssize_t i = 0, j = start; i < len; ++i, j += step)
+    out.push_back(static_cast<size_t>(j));
+  return out;
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Arithmetic
+
+VarPtr Analyzer::binaryOp(int nb, const VarPtr &a, const VarPtr &b) {
+  if (a->kind == VarKind::Tensor || b->kind == VarKind::Tensor)
+    return tensorBinary(nb, a, b, a->kind != VarKind::Tensor);
+  const int base = nb >= NB_INPLACE_ADD ? nb - NB_INPLACE_ADD : nb;
+  const bool inplace = nb >= NB_INPLACE_ADD;
+
+  // Symbolic sizes: shape arithmetic stays symbolic where the dim algebra can express it.
+  if (a->kind == VarKind::SymInt || b->kind == VarKind::SymInt) {
+    auto dimOf = [&](const VarPtr &v) -> std::optional<DimExpr> {
+      if (auto *s = as<SymIntVar>(v)) return s->expr;
+      if (auto *o = as<ObjectVar>(v);
+          o && PyLong_Check(o->obj.get()) && !PyBool_Check(o->obj.get()))
+        return DimExpr(PyLong_AsLongLong(o->obj.get()));
+      return std::nullopt;
+    };
+    std::optional<DimExpr> x = dimOf(a), y = dimOf(b);
+    static const std::pair<int, const char *> irOps[] = {{NB_ADD, "add"},
+                                                         {NB_SUBTRACT, "sub"},
+                                                         {NB_MULTIPLY, "mul"},
+                                                         {NB_FLOOR_DIVIDE, "floor_divide"},
+                                                         {NB_REMAINDER, "remainder"}};
+    const char *irOp = nullptr;
+    for (auto &[k, v] : irOps)
+      if (k == base) irOp = v;
+    if (x && y && irOp) {
+      if ((base == NB_FLOOR_DIVIDE || base == NB_REMAINDER) && y->isStatic() && y->value() == 0)
+        fail("integer division by zero");
+      DimExpr r = base == NB_ADD            ? *x + *y
+                  : base == NB_SUBTRACT     ? *x - *y
+                  : base == NB_MULTIPLY     ? *x * *y
+                  : base == NB_FLOOR_DIVIDE ? x->floorDiv(*y)
+                                            : x->mod(*y);
+      if (r.isStatic()) return integer(r.value());
+      Value *v = builder_.op(irOp, {irValue(a), irValue(b)});
+      return std::make_shared<SymIntVar>(r, hintOf(r), v);
+    }
+    // Anything else (true division, float operands...) specializes the symbolic operand.
+    if (auto *s = as<SymIntVar>(a)) specialize(s->expr);
+    if (auto *s = as<SymIntVar>(b)) specialize(s->expr);
+  }
+
+  // Python containers.
+  if (auto *l = as<ListVar>(a)) {
+    if (base == NB_ADD && b->kind == VarKind::List) {
+      const auto &bi = as<ListVar>(b)->items;
+      if (inplace) {
+        if (l->source) fail("+= on a list the caller can see");
+        l->items.insert(l->items.end(), bi.begin(), bi.end());
+        return a;
+      }
+      std::vector<VarPtr> items = l->items;
+      items.insert(items.end(), bi.begin(), bi.end());
+      return std::make_shared<ListVar>(std::move(items));
+    }
+    if (base == NB_ADD && inplace) {
+      if (l->source) fail("+= on a list the caller can see");
+      for (VarPtr &v : iterate(b))
+        l->items.push_back(v);
+      return a;
+    }
+    if (base == NB_MULTIPLY) {
+      std::optional<int64_t> n = asInt(b);
+      if (!n) fail("list * non-int");
+      std::vector<VarPtr> items;
+      for (int64_t i = 0; i < *n; ++i)
+        items.insert(items.end(), l->items.begin(), l->items.end());
+      if (inplace) {
+        if (l->source) fail("*= on a list the caller can see");
+        l->items = std::move(items);
+        return a;
+      }
+      return std::make_shared<ListVar>(std::move(items));
+    }
+  }
+  if (a->kind == VarKind::Tuple || b->kind == VarKind::Tuple) {
+    PyRef pa = asPython(a), pb = asPython(b);
+    if (!(pa && pb)) {
+      if (base == NB_ADD) {
+        std::vector<VarPtr> items = sequenceItems(a, "tuple +");
+        for (VarPtr &v : sequenceItems(b, "tuple +"))
+          items.push_back(v);
+        PyRef st = as<TupleVar>(a) ? as<TupleVar>(a)->structType : PyRef();
+        // torch.Size + tuple stays a torch.Size.
+        return std::make_shared<TupleVar>(std::move(items), st);
+      }
+      if (base == NB_MULTIPLY) {
+        const VarPtr &seq = a->kind == VarKind::Tuple ? a : b;
+        std::optional<int64_t> n = asInt(a->kind == VarKind::Tuple ? b : a);
+        if (!n) fail("tuple * non-int");
+        std::vector<VarPtr> items, base1 = sequenceItems(seq, "tuple *");
+        for (int64_t i = 0; i < *n; ++i)
+          items.insert(items.end(), base1.begin(), base1.end());
+        return std::make_shared<TupleVar>(std::move(items));
+      }
+    }
+  }
+
+  // Known Python values.
+  PyRef pa = asPython(a), pb = asPython(b);
+  if (pa && pb && foldable(pa.get()) && foldable(pb.get())) {
+    PyObject *r;
+    if (base == NB_POWER)
+      r = inplace ? PyNumber_InPlacePower(pa.get(), pb.get(), Py_None)
+                  : PyNumber_Power(pa.get(), pb.get(), Py_None);
+    else
+      r = pyBinary(nb)(pa.get(), pb.get());
+    if (!r) {
+      PyObject *type, *value, *tb;
+      PyErr_Fetch(&type, &value, &tb);
+      std::string msg = type ? reinterpret_cast<PyTypeObject *>(type)->tp_name : "error";
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(tb);
+      fail(std::string("'") + binaryOpName(nb) + "' raises " + msg);
+    }
+    return constantSteal(r);
+  }
+  fail(std::string("operator ") + binaryOpName(nb) + " on " + typeName(a) + " and " + typeName(b));
+}
+
+VarPtr Analyzer::compareOp(int cmp, const VarPtr &a, const VarPtr &b) {
+  if (a->kind == VarKind::Tensor || b->kind == VarKind::Tensor) return tensorCompare(cmp, a, b);
+  if (a->kind == VarKind::SymInt || b->kind == VarKind::SymInt) {
+    auto *sa = as<SymIntVar>(a);
+    auto *sb = as<SymIntVar>(b);
+    if (sa && sb && (cmp == 2 || cmp == 3) && sa->expr == sb->expr) return boolean(cmp == 2);
+    if (sa && !sa->expr.isStatic()) specialize(sa->expr);
+    if (sb && !sb->expr.isStatic()) specialize(sb->expr);
+  }
+  // Sequences of abstract values compare item by item (e.g. x.shape == y.shape; a torch.Size
+  // equals a tuple of the same ints, a list never equals a tuple).
+  auto tupleLike = [](const VarPtr &v) {
+    auto *o = as<ObjectVar>(v);
+    return v->kind == VarKind::Tuple || (o && PyTuple_Check(o->obj.get()));
+  };
+  auto listLike = [](const VarPtr &v) {
+    auto *o = as<ObjectVar>(v);
+    return v->kind == VarKind::List || (o && PyList_Check(o->obj.get()));
+  };
+  bool seqA = a->kind == VarKind::Tuple || a->kind == VarKind::List;
+  bool seqB = b->kind == VarKind::Tuple || b->kind == VarKind::List;
+  if ((seqA || seqB) && (cmp == 2 || cmp == 3)) {
+    PyRef pa = asPython(a), pb = asPython(b);
+    if (!(pa && pb)) {
+      bool equal = false;
+      if ((tupleLike(a) && tupleLike(b)) || (listLike(a) && listLike(b))) {
+        std::vector<VarPtr> x = sequenceItems(a, "=="), y = sequenceItems(b, "==");
+        equal = x.size() == y.size();
+        for (size_t i = 0; equal && i < x.size(); ++i)
+          equal = truthy(compareOp(2, x[i], y[i]));
+      }
+      return boolean(cmp == 2 ? equal : !equal);
+    }
+  }
+  if ((cmp == 2 || cmp == 3) && (a->kind != VarKind::Object || b->kind != VarKind::Object)) {
+    PyRef pa = asPython(a), pb = asPython(b);
+    if (!(pa && pb)) {
+      // Objects without value semantics compare by identity.
+      bool same = isSame(a, b);
+      return boolean(cmp == 2 ? same : !same);
+    }
+  }
+  PyRef pa = asPython(a), pb = asPython(b);
+  if (!pa || !pb)
+    fail(std::string("comparison ") + compareOpName(cmp) + " of " + typeName(a) + " and " +
+         typeName(b));
+  static const int pyOps[] = {Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE};
+  if (cmp < 0 || cmp > 5) fail("internal: bad comparison");
+  PyObject *r = PyObject_RichCompare(pa.get(), pb.get(), pyOps[cmp]);
+  if (!r) {
+    PyErr_Clear();
+    fail(std::string("comparison ") + compareOpName(cmp) + " of " + typeName(a) + " and " +
+         typeName(b) + " raises");
+  }
+  if (!PyBool_Check(r) && !foldable(r)) {
+    Py_DECREF(r);
+    fail("comparison with a non-bool result");
+  }
+  return constantSteal(r);
+}
+
+VarPtr Analyzer::unaryOp(int opcode, const VarPtr &a) {
+  if (opcode == UNARY_NOT) return boolean(!truthy(a));
+  if (a->kind == VarKind::Tensor) {
+    switch (opcode) {
+    case UNARY_NEGATIVE: return emit1("neg", {a});
+    case UNARY_POSITIVE: return a;
+    case UNARY_INVERT: return emit1("bitwise_not", {a});
+    default: break;
+    }
+  }
+  if (auto *s = as<SymIntVar>(a)) {
+    if (opcode == UNARY_NEGATIVE) {
+      DimExpr r = -s->expr;
+      return std::make_shared<SymIntVar>(r, -s->hint, builder_.op("neg", {s->value}));
+    }
+    if (opcode == UNARY_POSITIVE) return a;
+    specialize(s->expr);
+  }
+  PyRef p = asPython(a);
+  if (!p || !foldable(p.get())) fail("unary operator on a " + typeName(a));
+  PyObject *r = opcode == UNARY_NEGATIVE   ? PyNumber_Negative(p.get())
+                : opcode == UNARY_POSITIVE ? PyNumber_Positive(p.get())
+                : opcode == UNARY_INVERT   ? PyNumber_Invert(p.get())
+                                           : PyNumber_Absolute(p.get());
+  if (!r) {
+    PyErr_Clear();
+    fail("unary operator raises on " + describe(a));
+  }
+  return constantSteal(r);
+}
+
+bool Analyzer::isSame(const VarPtr &a, const VarPtr &b) {
+  if (a == b) return true;
+  auto objOf = [](const VarPtr &v) -> PyObject * {
+    if (auto *o = as<ObjectVar>(v)) return o->obj.get();
+    if (auto *m = as<ModuleVar>(v)) return m->obj.get();
+    return nullptr;
+  };
+  PyObject *x = objOf(a), *y = objOf(b);
+  if (x && y) return x == y;
+  if (auto *t = as<TupleVar>(a);
+      t && t->items.empty() && y && PyTuple_Check(y) && PyTuple_GET_SIZE(y) == 0)
+    return true; // the empty tuple is a singleton
+  return false;
+}
+
+bool Analyzer::contains(const VarPtr &container, const VarPtr &item) {
+  switch (container->kind) {
+  case VarKind::Dict: {
+    PyRef k = asPython(item);
+    if (!k) fail("dict lookup with a key known only at run time");
+    for (auto &[key, v] : as<DictVar>(container)->items) {
+      int r = PyObject_RichCompareBool(key.get(), k.get(), Py_EQ);
+      if (r < 0) PyErr_Clear();
+      if (r == 1) return true;
+    }
+    return false;
+  }
+  case VarKind::Tuple:
+  case VarKind::List: {
+    for (const VarPtr &v : sequenceItems(container, "in")) {
+      if (isSame(v, item)) return true;
+      if (truthy(compareOp(2, v, item))) return true;
+    }
+    return false;
+  }
+  case VarKind::Module:
+  case VarKind::Object: {
+    PyObject *c = container->kind == VarKind::Module ? as<ModuleVar>(container)->obj.get()
+                                                     : as<ObjectVar>(container)->obj.get();
+    PyRef k = asPython(item);
+    if (!k) fail("'in' with a value known only at run time");
+    bool pure = container->kind == VarKind::Module || foldable(c) || PyDictKeys_Check(c) ||
+                PyFrozenSet_Check(c) || PyAnySet_CheckExact(c);
+    if (!pure) fail(std::string("'in' on a ") + Py_TYPE(c)->tp_name);
+    int r = PySequence_Contains(c, k.get());
+    if (r < 0) {
+      PyErr_Clear();
+      fail("'in' raises");
+    }
+    if (container->source && container->kind == VarKind::Module) {
+      // `name in self.layers` (ModuleDict): the answer depends on the keys.
+      guardLen(*container->source, PyObject_Size(c));
+    }
+    return r == 1;
+  }
+  default: fail(std::string("'in' on a ") + typeName(container));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Subscripts
+
+VarPtr Analyzer::getItem(const VarPtr &obj, const VarPtr &key) {
+  if (obj->kind == VarKind::Tensor) return tensorGetItem(obj, key);
+  if (obj->kind == VarKind::Tuple || obj->kind == VarKind::List) {
+    const std::vector<VarPtr> &items =
+        obj->kind == VarKind::Tuple ? as<TupleVar>(obj)->items : as<ListVar>(obj)->items;
+    if (auto *s = as<SliceVar>(key)) {
+      std::vector<VarPtr> out;
+      for (size_t i : sliceIndices(*this, *s, items.size()))
+        out.push_back(items[i]);
+      if (obj->kind == VarKind::List) return std::make_shared<ListVar>(std::move(out));
+      return std::make_shared<TupleVar>(std::move(out), as<TupleVar>(obj)->structType);
+    }
+    std::optional<int64_t> i = asInt(key);
+    if (!i) fail("sequence index of type " + typeName(key));
+    return items[static_cast<size_t>(normIndex(*this, *i, items.size(), typeName(obj).c_str()))];
+  }
+  if (auto *d = as<DictVar>(obj)) {
+    PyRef k = asPython(key);
+    if (!k) fail("dict lookup with a key known only at run time");
+    for (auto &[kk, v] : d->items) {
+      int r = PyObject_RichCompareBool(kk.get(), k.get(), Py_EQ);
+      if (r < 0) PyErr_Clear();
+      if (r == 1) return v;
+    }
+    fail("KeyError: " + describe(key));
+  }
+  if (auto *m = as<ModuleVar>(obj)) {
+    PyRef k = asPython(key);
+    if (!k) fail("module subscript known only at run time");
+    PyObject *item = PyObject_GetItem(m->obj.get(), k.get());
+    if (!item) {
+      PyErr_Clear();
+      fail("module subscript raises");
+    }
+    PyRef hold = PyRef::steal(item);
+    if (!m->source) fail("subscript of a module the frame cannot reach");
+    if (PyLong_Check(k.get())) {
+      Py_ssize_t n = PyObject_Size(m->obj.get());
+      int64_t i = normIndex(*this, PyLong_AsLongLong(k.get()), static_cast<size_t>(n), "module");
+      guardLen(*m->source, n);
+      Source s = *m->source;
+      s.push_back(SourceStep{SourceStep::Item, i, "", {}});
+      return wrapSourced(item, s);
+    }
+    if (PyUnicode_Check(k.get())) {
+      Source s = *m->source;
+      s.push_back(SourceStep{SourceStep::DictKey, 0, "", k});
+      return wrapSourced(item, s);
+    }
+    fail("module subscript with a " + std::string(Py_TYPE(k.get())->tp_name));
+  }
+  if (auto *o = as<ObjectVar>(obj)) {
+    PyRef k = asPython(key);
+    if (!k) fail("subscript known only at run time of a " + typeName(obj));
+    if (!foldable(o->obj.get()) && !PyRange_Check(o->obj.get()))
+      fail(std::string("subscript of a ") + Py_TYPE(o->obj.get())->tp_name);
+    PyObject *r = PyObject_GetItem(o->obj.get(), k.get());
+    if (!r) {
+      PyErr_Clear();
+      fail("subscript raises on " + describe(obj));
+    }
+    return constantSteal(r);
+  }
+  fail("subscript of a " + typeName(obj));
+}
+
+void Analyzer::setItem(const VarPtr &obj, const VarPtr &key, const VarPtr &value) {
+  if (obj->kind == VarKind::Tensor) return tensorSetItem(obj, key, value);
+  if (auto *l = as<ListVar>(obj)) {
+    std::optional<int64_t> i = asInt(key);
+    if (!i) fail("list assignment with a " + typeName(key) + " index");
+    int64_t idx = normIndex(*this, *i, l->items.size(), "list assignment");
+    l->items[static_cast<size_t>(idx)] = value;
+    if (l->source)
+      recordEffect(
+          {SideEffect::SetItem, *l->source, "", check(PyLong_FromLongLong(idx), "int"), value});
+    return;
+  }
+  if (auto *d = as<DictVar>(obj)) {
+    PyRef k = asPython(key);
+    if (!k || PyObject_Hash(k.get()) == -1) {
+      PyErr_Clear();
+      fail("dict key that is not a hashable constant");
+    }
+    bool replaced = false;
+    for (auto &[kk, v] : d->items) {
+      int r = PyObject_RichCompareBool(kk.get(), k.get(), Py_EQ);
+      if (r < 0) PyErr_Clear();
+      if (r == 1) {
+        v = value;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) d->items.emplace_back(k, value);
+    if (d->source) recordEffect({SideEffect::SetItem, *d->source, "", k, value});
+    return;
+  }
+  fail("item assignment on a " + typeName(obj));
+}
+
+void Analyzer::delItem(const VarPtr &obj, const VarPtr &key) {
+  if (obj->source) fail("del on a container the caller can see");
+  if (auto *l = as<ListVar>(obj)) {
+    std::optional<int64_t> i = asInt(key);
+    if (!i) fail("del with a non-int index");
+    l->items.erase(l->items.begin() + normIndex(*this, *i, l->items.size(), "list deletion"));
+    return;
+  }
+  if (auto *d = as<DictVar>(obj)) {
+    PyRef k = asPython(key);
+    for (auto it = d->items.begin(); k && it != d->items.end(); ++it)
+      if (PyObject_RichCompareBool(it->first.get(), k.get(), Py_EQ) == 1) {
+        d->items.erase(it);
+        return;
+      }
+    fail("KeyError in del");
+  }
+  fail("del on a " + typeName(obj));
+}
+
+VarPtr Analyzer::formatValue(const VarPtr &v, int conversion, const VarPtr &spec) {
+  PyRef o = asPython(v);
+  if (!o) fail("formatting a " + typeName(v) + " (its value is known only at run time)");
+  PyRef conv = o;
+  if (conversion == 1) conv = check(PyObject_Str(o.get()), "str()");
+  if (conversion == 2) conv = check(PyObject_Repr(o.get()), "repr()");
+  if (conversion == 3) conv = check(PyObject_ASCII(o.get()), "ascii()");
+  PyRef s;
+  if (spec) {
+    s = asPython(spec);
+    if (!s) fail("format spec known only at run time");
+  }
+  return constantSteal(PyObject_Format(conv.get(), s.get()));
+}
+
+} // namespace xjit::frontend

@@ -1,0 +1,192 @@
+// The end of an analysis: the frame's return value as an output plan over the graph's outputs,
+// the side effects to replay (in-place writes to tensors the caller can see, attribute / global
+// / list / dict mutations), and the final guard list.
+#include "analyzer.h"
+
+namespace xjit::frontend {
+
+namespace {
+
+// OutputNode::NamedTuple calls `object(*fields)`: namedtuple types take their fields that way;
+// torch.Size and structseqs (torch.return_types.*) take one sequence, through an adapter.
+PyRef fieldsConstructor(PyObject *type) {
+  if (PyObject_HasAttrString(type, "_fields")) return PyRef::borrow(type);
+  static PyObject *make = [] {
+    PyRef globals = check(PyDict_New(), "dict");
+    PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
+    PyRef code = check(Py_CompileString("def _xjit_from_fields(T):\n"
+                                        "    def build(*fields):\n"
+                                        "        return T(fields)\n"
+                                        "    build.__qualname__ = T.__qualname__\n"
+                                        "    return build\n",
+                                        "<xjit-output>", Py_file_input),
+                       "compiling the output adapter");
+    check(PyEval_EvalCode(code.get(), globals.get(), globals.get()), "output adapter");
+    PyObject *f = PyDict_GetItemString(globals.get(), "_xjit_from_fields");
+    Py_INCREF(f);
+    return f;
+  }();
+  return check(PyObject_CallOneArg(make, type), "output adapter");
+}
+
+} // namespace
+
+OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
+                              std::map<Value *, int64_t> &outputIndex) {
+  auto graphOutput = [&](Value *val) {
+    OutputNode n;
+    n.kind = OutputNode::GraphOutput;
+    auto it = outputIndex.find(val);
+    if (it == outputIndex.end()) {
+      it = outputIndex.emplace(val, static_cast<int64_t>(outputs.size())).first;
+      outputs.push_back(val);
+    }
+    n.index = it->second;
+    return n;
+  };
+  auto fromSource = [&](const Source &s) {
+    OutputNode n;
+    n.kind = OutputNode::FromSource;
+    n.source = s;
+    return n;
+  };
+  auto children = [&](OutputNode::Kind kind, const std::vector<VarPtr> &items) {
+    OutputNode n;
+    n.kind = kind;
+    for (const VarPtr &i : items)
+      n.children.push_back(outputOf(i, outputs, outputIndex));
+    return n;
+  };
+  switch (v->kind) {
+  case VarKind::Tensor: {
+    auto *t = as<TensorVar>(v);
+    touchView(v);
+    // An input keeps its identity (in-place writes reach it through TensorCopy effects first).
+    if (t->isInput && t->source) return fromSource(*t->source);
+    return graphOutput(t->value);
+  }
+  case VarKind::SymInt: return graphOutput(as<SymIntVar>(v)->value);
+  case VarKind::Object: {
+    auto *o = as<ObjectVar>(v);
+    PyObject *p = o->obj.get();
+    bool immutable = p == Py_None || PyBool_Check(p) || PyLong_CheckExact(p) ||
+                     PyFloat_CheckExact(p) || PyUnicode_CheckExact(p) || PyBytes_CheckExact(p) ||
+                     PyTuple_CheckExact(p) || PyComplex_CheckExact(p) || PyType_Check(p) ||
+                     dtypeFromTorch(p) || p == Py_Ellipsis;
+    if (o->source && !immutable) return fromSource(*o->source);
+    OutputNode n;
+    n.kind = OutputNode::Constant;
+    n.object = o->obj;
+    return n;
+  }
+  case VarKind::Module: {
+    if (!v->source) fail("returning a module the caller cannot reach");
+    return fromSource(*v->source);
+  }
+  case VarKind::Tuple: {
+    auto *t = as<TupleVar>(v);
+    if (!t->structType) return children(OutputNode::Tuple, t->items);
+    OutputNode n = children(OutputNode::NamedTuple, t->items);
+    n.object = fieldsConstructor(t->structType.get());
+    return n;
+  }
+  case VarKind::List: {
+    if (v->source) return fromSource(*v->source); // the caller's list, mutated by side effects
+    return children(OutputNode::List, as<ListVar>(v)->items);
+  }
+  case VarKind::Dict: {
+    if (v->source) return fromSource(*v->source);
+    auto *d = as<DictVar>(v);
+    OutputNode n;
+    n.kind = OutputNode::Dict;
+    for (auto &[k, val] : d->items) {
+      n.keys.push_back(k);
+      n.children.push_back(outputOf(val, outputs, outputIndex));
+    }
+    return n;
+  }
+  case VarKind::Slice: {
+    PyRef p = asPython(v);
+    if (!p) fail("returning a slice of values known only at run time");
+    OutputNode n;
+    n.kind = OutputNode::Constant;
+    n.object = p;
+    return n;
+  }
+  case VarKind::Cell:
+  case VarKind::Iterator:
+  case VarKind::Function:
+  case VarKind::Bound:
+  case VarKind::GradMode:
+  case VarKind::GradExit:
+  case VarKind::Super:
+    if (v->source) return fromSource(*v->source);
+    fail("the frame returns a " + typeName(v) + " made inside it");
+  case VarKind::Null: break;
+  }
+  throw BreakError("internal: returning NULL", currentLoc(), true);
+}
+
+Capture Analyzer::finish(const VarPtr &result) {
+  PyRef enabled = check(PyObject_CallMethod(torchModule(), "is_grad_enabled", nullptr),
+                        "torch.is_grad_enabled()");
+  bool initialGrad = enabled.get() == Py_True;
+  if (gradEnabled_ != initialGrad) fail("the frame changes the grad mode (torch.set_grad_enabled)");
+
+  Capture c;
+  std::vector<Value *> outputs;
+  std::map<Value *, int64_t> outputIndex;
+
+  // In-place writes to tensors the caller can see come first: attribute assignments replayed
+  // after them must not redirect where they land.
+  for (const auto &t : inputTensors_) {
+    if (!t->mutated) continue;
+    SideEffect e;
+    e.kind = SideEffect::TensorCopy;
+    e.target = *t->source;
+    OutputNode n;
+    n.kind = OutputNode::GraphOutput;
+    auto it = outputIndex.find(t->value);
+    if (it == outputIndex.end()) {
+      it = outputIndex.emplace(t->value, static_cast<int64_t>(outputs.size())).first;
+      outputs.push_back(t->value);
+    }
+    n.index = it->second;
+    e.value = std::move(n);
+    c.sideEffects.push_back(std::move(e));
+  }
+  for (const PendingEffect &p : effects_) {
+    SideEffect e;
+    e.kind = p.kind;
+    e.target = p.target;
+    e.name = p.name;
+    e.key = p.key;
+    e.value = outputOf(p.value, outputs, outputIndex);
+    c.sideEffects.push_back(std::move(e));
+  }
+  c.result = outputOf(result, outputs, outputIndex);
+
+  builder_.setInsertionPoint(graph_->body());
+  builder_.setLoc(currentLoc());
+  builder_.createWithTypes("return", outputs, {});
+
+  for (const auto &t : inputTensors_)
+    c.inputs.push_back(*t->source);
+  for (Guard &g : guards_) {
+    if (g.kind != Guard::TensorMatch) continue;
+    for (const auto &t : inputTensors_)
+      if (t->stridesRead && sourceKey(*t->source) == sourceKey(g.source))
+        g.strides = t->inputStrides;
+  }
+  Guard grad;
+  grad.kind = Guard::GlobalStateIs;
+  grad.length = initialGrad ? 1 : 0;
+  grad.description = std::string("torch.is_grad_enabled() == ") + (initialGrad ? "True" : "False");
+  guards_.push_back(std::move(grad));
+  c.guards = std::move(guards_);
+  c.fallbackCallables = std::move(fallbacks_);
+  c.graph = std::move(graph_);
+  return c;
+}
+
+} // namespace xjit::frontend

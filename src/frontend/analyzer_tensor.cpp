@@ -1,0 +1,930 @@
+// Tensors in the analysis: graph inputs and their symbolic shapes, emitting ops, tensor
+// attributes and methods, Python operators on tensors, indexing and indexed assignment, in-place
+// writes (expressed functionally) and PyTorch fallback calls.
+#include "analyzer.h"
+#include "tensor_bridge.h"
+
+#include "xjit/ir/op_registry.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace xjit::frontend {
+
+using namespace bc;
+
+namespace {
+
+std::string utf8(PyObject *s) {
+  if (!s || !PyUnicode_Check(s)) return "";
+  const char *c = PyUnicode_AsUTF8(s);
+  return c ? c : "";
+}
+
+// A graph input name from its source: L['self'].fc.weight -> self_fc_weight.
+std::string inputName(const Source &src) {
+  std::string out;
+  for (const SourceStep &s : src) {
+    std::string part;
+    switch (s.kind) {
+    case SourceStep::Local:
+    case SourceStep::Cell:
+    case SourceStep::Global:
+    case SourceStep::Attr: part = s.name; break;
+    case SourceStep::Item: part = std::to_string(s.index); break;
+    case SourceStep::DictKey:
+      part = PyUnicode_Check(s.key.get()) ? utf8(s.key.get()) : "key";
+      break;
+    }
+    if (part.rfind("__", 0) == 0) continue; // __closure__, __globals__...
+    if (!out.empty()) out += "_";
+    out += part;
+  }
+  std::string clean;
+  for (char c : out)
+    clean += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
+  if (clean.empty() || std::isdigit(static_cast<unsigned char>(clean[0]))) clean = "in_" + clean;
+  return clean;
+}
+
+int binaryIrOp(int base, const char **name) {
+  switch (base) {
+  case NB_ADD: *name = "add"; return 1;
+  case NB_SUBTRACT: *name = "sub"; return 1;
+  case NB_MULTIPLY: *name = "mul"; return 1;
+  case NB_TRUE_DIVIDE: *name = "div"; return 1;
+  case NB_FLOOR_DIVIDE: *name = "floor_divide"; return 1;
+  case NB_REMAINDER: *name = "remainder"; return 1;
+  case NB_POWER: *name = "pow"; return 1;
+  case NB_MATRIX_MULTIPLY: *name = "matmul"; return 1;
+  case NB_AND: *name = "bitwise_and"; return 1;
+  case NB_OR: *name = "bitwise_or"; return 1;
+  case NB_XOR: *name = "bitwise_xor"; return 1;
+  case NB_LSHIFT: *name = "bitwise_left_shift"; return 0;
+  case NB_RSHIFT: *name = "bitwise_right_shift"; return 0;
+  default: return -1;
+  }
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Inputs and shapes
+
+Shape Analyzer::inputShape(const std::vector<int64_t> &sizes, const Source &src,
+                           std::vector<std::string> &symbols) {
+  // Only the frame's own inputs (arguments, their items, closure values) get symbolic dims;
+  // parameters and buffers (reached through attributes) keep static shapes.
+  bool dynamic = opts_.dynamicShapes;
+  if (dynamic) {
+    for (const SourceStep &s : src)
+      if (s.kind == SourceStep::Attr || s.kind == SourceStep::Global) dynamic = false;
+    if (!opts_.dynamicSources.empty())
+      dynamic = std::find(opts_.dynamicSources.begin(), opts_.dynamicSources.end(),
+                          sourceKey(src)) != opts_.dynamicSources.end();
+  }
+  Shape shape;
+  symbols.assign(sizes.size(), "");
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    int64_t n = sizes[i];
+    if (!dynamic || n < 2 || specialized_.count(std::to_string(n))) {
+      shape.emplace_back(n);
+      continue;
+    }
+    auto it = symbolForSize_.find(n);
+    if (it == symbolForSize_.end()) {
+      std::string name = "s" + std::to_string(symbolForSize_.size());
+      it = symbolForSize_.emplace(n, name).first;
+      symbolHints_[name] = n;
+    }
+    symbols[i] = it->second;
+    shape.push_back(DimExpr::symbol(it->second));
+  }
+  return shape;
+}
+
+void Analyzer::specialize(const DimExpr &e) const {
+  std::vector<std::string> syms = e.symbols();
+  if (syms.empty()) throw BreakError("internal: specializing a static size", currentLoc(), true);
+  auto it = symbolHints_.find(syms[0]);
+  if (it == symbolHints_.end())
+    throw BreakError("internal: unknown symbol " + syms[0], currentLoc(), true);
+  throw SpecializeError(std::to_string(it->second));
+}
+
+int64_t Analyzer::hintOf(const DimExpr &e) const {
+  std::optional<int64_t> v = e.evaluate(symbolHints_);
+  if (!v) throw BreakError("internal: cannot evaluate size " + e.str(), currentLoc(), true);
+  return *v;
+}
+
+VarPtr Analyzer::tensorInput(PyObject *t, const Source &src) {
+  std::string why;
+  std::optional<TensorMeta> m = readTensorMeta(t, &why);
+  if (!m) fail("unsupported input " + sourceKey(src) + ": " + why);
+  std::vector<std::string> symbols;
+  Shape shape = inputShape(m->sizes, src, symbols);
+  Value *in = graph_->addInput(Type::tensor(m->dtype, shape, m->device), inputName(src));
+  auto tv = std::make_shared<TensorVar>(in);
+  tv->isInput = true;
+  tv->requiresGrad = m->requiresGrad;
+  tv->source = src;
+  tv->inputStrides = m->strides;
+  inputTensors_.push_back(tv);
+  // The TensorMatch guard is completed in finish() (strides only if the capture read them).
+  Guard g;
+  g.kind = Guard::TensorMatch;
+  g.source = src;
+  g.dtype = std::string(dtypeName(m->dtype));
+  g.device = m->device.str();
+  g.requiresGrad = m->requiresGrad;
+  for (size_t i = 0; i < m->sizes.size(); ++i)
+    g.sizes.push_back(symbols[i].empty() ? m->sizes[i] : -1);
+  g.symbols = symbols;
+  g.description = sourceKey(src) + ": tensor " + std::string(dtypeName(m->dtype)) +
+                  shapeStr(shape) + " " + g.device +
+                  " requires_grad=" + (m->requiresGrad ? "True" : "False");
+  addGuard(std::move(g));
+  return tv;
+}
+
+VarPtr Analyzer::constantTensor(PyObject *t) {
+  Tensor host = importTensor(t).contiguousCopy();
+  Value *v = builder_.constantTensor(host);
+  return std::make_shared<TensorVar>(v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Emitting ops
+
+Value *Analyzer::irValue(const VarPtr &v) {
+  if (auto *t = as<TensorVar>(v)) {
+    touchView(v);
+    return t->value;
+  }
+  if (auto *s = as<SymIntVar>(v)) return s->value;
+  if (auto *o = as<ObjectVar>(v)) {
+    PyObject *p = o->obj.get();
+    if (PyBool_Check(p)) return builder_.constantBool(p == Py_True);
+    if (PyLong_Check(p)) {
+      int overflow = 0;
+      long long x = PyLong_AsLongLongAndOverflow(p, &overflow);
+      if (overflow) fail("integer constant out of the int64 range");
+      return builder_.constantInt(x);
+    }
+    if (PyFloat_Check(p)) return builder_.constantFloat(PyFloat_AS_DOUBLE(p));
+    if (p == Py_None) return builder_.createWithTypes("constant", {}, {Type::none()})->result(0);
+  }
+  fail("a " + typeName(v) + " (" + describe(v) + ") as a tensor operand");
+}
+
+bool Analyzer::anyRequiresGrad(const std::vector<VarPtr> &vs) const {
+  for (const VarPtr &v : vs)
+    if (auto *t = as<TensorVar>(v); t && t->requiresGrad) return true;
+  return false;
+}
+
+void Analyzer::touchView(const VarPtr &v) {
+  auto *t = as<TensorVar>(v);
+  if (t && t->base && t->base->version != t->baseVersion)
+    fail("a view is used after its base tensor was written in place");
+}
+
+VarPtr Analyzer::wrapIr(Value *v, bool requiresGrad) {
+  const Type &t = v->type();
+  if (t.isTensor()) {
+    auto tv = std::make_shared<TensorVar>(v);
+    tv->requiresGrad = requiresGrad && isFloating(t.dtype());
+    return tv;
+  }
+  fail("an op result of type " + t.str() + " used as a Python value");
+}
+
+std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<VarPtr> &operands,
+                                   AttrMap attrs, bool view) {
+  std::vector<Value *> vals;
+  vals.reserve(operands.size());
+  for (const VarPtr &v : operands)
+    vals.push_back(irValue(v));
+  Op *op;
+  try {
+    op = builder_.create(opName, std::move(vals), std::move(attrs));
+  } catch (const TypeInferenceError &e) {
+    fail(std::string(opName) + ": " + e.what());
+  }
+  view = view || op->def().has(kView);
+  bool rg = gradEnabled_ && anyRequiresGrad(operands);
+  std::vector<VarPtr> out;
+  for (size_t i = 0; i < op->numResults(); ++i) {
+    VarPtr r = wrapIr(op->result(i), rg);
+    if (view && !operands.empty()) {
+      if (auto *src = as<TensorVar>(operands[0])) {
+        auto *rt = as<TensorVar>(r);
+        rt->base = src->base ? src->base : std::static_pointer_cast<TensorVar>(operands[0]);
+        rt->baseVersion = rt->base->version;
+      }
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+VarPtr Analyzer::castTo(const VarPtr &t, DType dtype) {
+  auto *tv = as<TensorVar>(t);
+  if (!tv || tv->type().dtype() == dtype) return t;
+  return emit1("cast", {t}, {{"dtype", Attr(dtype)}});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sizes
+
+VarPtr Analyzer::sizeOf(const VarPtr &t, int64_t dim) {
+  auto *tv = as<TensorVar>(t);
+  int64_t rank = tv->type().rank();
+  if (dim < -rank || dim >= rank || rank == 0)
+    fail("dimension " + std::to_string(dim) + " out of range for a " + std::to_string(rank) +
+         "-d tensor");
+  if (dim < 0) dim += rank;
+  const DimExpr &d = tv->type().shape()[static_cast<size_t>(dim)];
+  if (d.isStatic()) return integer(d.value());
+  Value *v = builder_.op("size", {tv->value}, {{"dim", Attr(dim)}});
+  return std::make_shared<SymIntVar>(d, hintOf(d), v);
+}
+
+VarPtr Analyzer::shapeTuple(const VarPtr &t) {
+  auto *tv = as<TensorVar>(t);
+  std::vector<VarPtr> items;
+  for (int64_t i = 0; i < tv->type().rank(); ++i)
+    items.push_back(sizeOf(t, i));
+  static PyObject *sizeType =
+      check(PyObject_GetAttrString(torchModule(), "Size"), "torch.Size").release();
+  return std::make_shared<TupleVar>(std::move(items), PyRef::borrow(sizeType));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attributes and methods
+
+VarPtr Analyzer::tensorAttr(const VarPtr &t, const std::string &name) {
+  auto *tv = as<TensorVar>(t);
+  const Type &ty = tv->type();
+  if (name == "shape") return shapeTuple(t);
+  if (name == "dtype") return constant(torchDtype(ty.dtype()));
+  if (name == "device") return std::make_shared<ObjectVar>(torchDevice(ty.device()));
+  if (name == "ndim") return integer(ty.rank());
+  if (name == "requires_grad") return boolean(tv->requiresGrad);
+  if (name == "is_cuda") return boolean(ty.device().kind == "cuda");
+  if (name == "is_cpu") return boolean(ty.device().kind == "cpu");
+  if (name == "is_meta") return boolean(ty.device().kind == "meta");
+  if (name == "is_sparse" || name == "is_quantized" || name == "is_nested" || name == "is_mkldnn")
+    return boolean(false);
+  if (name == "layout") return constantSteal(PyObject_GetAttrString(torchModule(), "strided"));
+  if (name == "itemsize") return integer(dtypeSize(ty.dtype()));
+  if (name == "T") {
+    std::vector<int64_t> perm;
+    for (int64_t i = ty.rank() - 1; i >= 0; --i)
+      perm.push_back(i);
+    return emit1("permute", {t}, {{"dims", Attr(perm)}});
+  }
+  if (name == "mT" || name == "mH") {
+    if (ty.rank() < 2) fail("tensor.mT of a tensor with fewer than 2 dims");
+    return emit1("transpose", {t}, {{"dim0", Attr(int64_t{-2})}, {"dim1", Attr(int64_t{-1})}});
+  }
+  if (name == "H") return tensorAttr(t, "T");
+  if (name == "data") {
+    VarPtr r = emit1("alias", {t});
+    as<TensorVar>(r)->requiresGrad = false;
+    return r;
+  }
+  if (name == "grad" || name == "grad_fn" || name == "is_leaf" || name == "_version")
+    fail("tensor." + name + " (autograd state)");
+  if (PyObject_HasAttrString(torchTensorType(), name.c_str()))
+    return std::make_shared<BoundVar>(t, nullptr, name);
+  fail("tensor attribute '" + name + "'");
+}
+
+VarPtr Analyzer::tensorMethod(const VarPtr &t, const std::string &name, const Args &args) {
+  auto *tv = as<TensorVar>(t);
+  const Type &ty = tv->type();
+  bool found = false;
+  VarPtr r = callTensorMethodRow(name, t, args, &found);
+  if (found) return r;
+  auto dimArg = [&]() -> std::optional<int64_t> {
+    const VarPtr *d = args.pos.empty() ? args.find("dim") : &args.pos[0];
+    if (!d) return std::nullopt;
+    std::optional<int64_t> i = asInt(*d);
+    if (!i) fail("tensor." + name + "() with a non-int dim");
+    return i;
+  };
+  if (name == "size") {
+    if (std::optional<int64_t> d = dimArg()) return sizeOf(t, *d);
+    return shapeTuple(t);
+  }
+  if (name == "dim" || name == "ndimension") return integer(ty.rank());
+  if (name == "numel" || name == "nelement") {
+    DimExpr n = numelOf(ty.shape());
+    if (n.isStatic()) return integer(n.value());
+    return std::make_shared<SymIntVar>(n, hintOf(n), builder_.op("numel", {tv->value}));
+  }
+  if (name == "element_size") return integer(dtypeSize(ty.dtype()));
+  if (name == "is_floating_point") return boolean(isFloating(ty.dtype()));
+  if (name == "is_complex") return boolean(false);
+  if (name == "is_signed") return boolean(ty.dtype() != DType::U8 && ty.dtype() != DType::Bool);
+  if (name == "get_device") return integer(ty.device().kind == "cpu" ? -1 : ty.device().index);
+  if (name == "stride" || name == "is_contiguous") {
+    // Only inputs have strides known at capture time; results' strides depend on the backend.
+    if (!tv->isInput) fail("tensor." + name + "() of a computed tensor");
+    tv->stridesRead = true;
+    if (name == "is_contiguous") {
+      if (!ty.shape().empty() && !isStaticShape(ty.shape()))
+        fail("is_contiguous() with dynamic shapes");
+      std::vector<int64_t> sizes;
+      for (const DimExpr &d : ty.shape())
+        sizes.push_back(d.value());
+      std::vector<int64_t> expect = contiguousStrides(sizes);
+      bool contiguous = true;
+      for (size_t i = 0; i < sizes.size(); ++i)
+        if (sizes[i] != 1 && tv->inputStrides[i] != expect[i]) contiguous = false;
+      return boolean(contiguous);
+    }
+    if (std::optional<int64_t> d = dimArg()) {
+      int64_t rank = ty.rank(), i = *d < 0 ? *d + rank : *d;
+      if (i < 0 || i >= rank) fail("stride(): dim out of range");
+      return integer(tv->inputStrides[static_cast<size_t>(i)]);
+    }
+    std::vector<VarPtr> items;
+    for (int64_t s : tv->inputStrides)
+      items.push_back(integer(s));
+    return std::make_shared<TupleVar>(std::move(items));
+  }
+  if (name == "item" || name == "tolist" || name == "numpy" || name == "__bool__" ||
+      name == "__int__" || name == "__float__" || name == "__index__")
+    fail("tensor." + name + "() reads tensor data into Python");
+  if (name == "backward" || name == "register_hook" || name == "retain_grad" ||
+      name == "requires_grad_")
+    fail("tensor." + name + "() (autograd)");
+  if (name == "data_ptr" || name == "untyped_storage" || name == "storage")
+    fail("tensor." + name + "()");
+  if (name == "cpu") {
+    if (ty.device().kind == "cpu") return t;
+    fail("tensor.cpu() of a " + ty.device().str() + " tensor");
+  }
+  // In-place methods: the functional form, then an in-place write of the result.
+  if (name.size() > 1 && name.back() == '_' && name.compare(0, 2, "__") != 0) {
+    std::string base = name.substr(0, name.size() - 1);
+    VarPtr result;
+    if (base == "zero") {
+      result = emit1("zeros_like", {t});
+    } else if (base == "fill") {
+      if (args.pos.size() != 1) fail("fill_() takes one value");
+      if (args.pos[0]->kind == VarKind::Tensor)
+        result = emit1("expand", {castTo(args.pos[0], ty.dtype())},
+                       {{"shape", Attr(std::vector<int64_t>{})}});
+      PyRef v = asPython(args.pos[0]);
+      if (!v) fail("fill_() with a value known only at run time");
+      AttrMap a;
+      if (PyBool_Check(v.get()))
+        a["fill_value"] = Attr(v.get() == Py_True);
+      else if (PyLong_Check(v.get()))
+        a["fill_value"] = Attr(static_cast<int64_t>(PyLong_AsLongLong(v.get())));
+      else
+        a["fill_value"] = Attr(PyFloat_AsDouble(v.get()));
+      result = emit1("full_like", {t}, std::move(a));
+    } else if (base == "copy") {
+      if (args.pos.empty()) fail("copy_() without a source");
+      result = args.pos[0];
+      if (result->kind != VarKind::Tensor) fail("copy_() from a " + typeName(result));
+      if (!isStaticShape(ty.shape())) fail("copy_() with dynamic shapes");
+      std::vector<int64_t> shape;
+      for (const DimExpr &d : ty.shape())
+        shape.push_back(d.value());
+      result = castTo(result, ty.dtype());
+      if (as<TensorVar>(result)->type().shape() != ty.shape())
+        result = emit1("expand", {result}, {{"shape", Attr(shape)}});
+      result = emit1("clone", {result});
+    } else {
+      result = tensorMethod(t, base, args);
+    }
+    assignInPlace(t, result);
+    return t;
+  }
+  // Anything else: PyTorch runs the method at run time.
+  PyRef method = PyRef::steal(PyObject_GetAttrString(torchTensorType(), name.c_str()));
+  if (!method) {
+    PyErr_Clear();
+    fail("tensor has no method '" + name + "'");
+  }
+  Args a2;
+  a2.pos.push_back(t);
+  a2.pos.insert(a2.pos.end(), args.pos.begin(), args.pos.end());
+  a2.kw = args.kw;
+  return fallbackCall(method.get(), "Tensor." + name, a2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operators
+
+VarPtr Analyzer::tensorBinary(int nb, const VarPtr &a, const VarPtr &b, bool reflected) {
+  (void)reflected;
+  const bool inplace = nb >= NB_INPLACE_ADD;
+  const int base = inplace ? nb - NB_INPLACE_ADD : nb;
+  const char *opName = nullptr;
+  int kind = binaryIrOp(base, &opName);
+  for (const VarPtr &v : {a, b}) {
+    if (v->kind == VarKind::Tensor || v->kind == VarKind::SymInt) continue;
+    auto *o = as<ObjectVar>(v);
+    bool number = o && (PyLong_Check(o->obj.get()) || PyFloat_Check(o->obj.get()));
+    if (!number)
+      fail(std::string("operator ") + binaryOpName(nb) + " between a tensor and a " + typeName(v));
+  }
+  VarPtr r;
+  if (kind == 1) {
+    if (base == NB_MATRIX_MULTIPLY && (a->kind != VarKind::Tensor || b->kind != VarKind::Tensor))
+      fail("@ with a non-tensor operand");
+    r = emit1(opName, {a, b});
+  } else if (kind == 0) {
+    PyRef fn = check(PyObject_GetAttrString(torchModule(), opName), opName);
+    Args args;
+    args.pos = {a, b};
+    r = fallbackCall(fn.get(), std::string("torch.") + opName, args);
+  } else {
+    fail(std::string("operator ") + binaryOpName(nb) + " on tensors");
+  }
+  if (inplace && a->kind == VarKind::Tensor) {
+    auto *ta = as<TensorVar>(a);
+    DType want = ta->type().dtype(), got = as<TensorVar>(r)->type().dtype();
+    if (want != got && dtypeCategory(got) > dtypeCategory(want))
+      fail(std::string("in-place ") + binaryOpName(nb) + ": result type " +
+           std::string(dtypeName(got)) + " can't be cast to the tensor's " +
+           std::string(dtypeName(want)));
+    assignInPlace(a, castTo(r, want));
+    return a;
+  }
+  return r;
+}
+
+VarPtr Analyzer::tensorCompare(int cmp, const VarPtr &a, const VarPtr &b) {
+  static const char *const ops[] = {"lt", "le", "eq", "ne", "gt", "ge"};
+  if (cmp < 0 || cmp > 5) fail("internal: comparison");
+  for (const VarPtr &v : {a, b}) {
+    auto *o = as<ObjectVar>(v);
+    if (o && o->obj.get() == Py_None && (cmp == 2 || cmp == 3)) return boolean(cmp == 3);
+    if (v->kind == VarKind::Tensor || v->kind == VarKind::SymInt) continue;
+    bool number = o && (PyLong_Check(o->obj.get()) || PyFloat_Check(o->obj.get()));
+    if (!number) fail(std::string("comparison of a tensor with a ") + typeName(v));
+  }
+  return emit1(ops[cmp], {a, b});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Indexing
+
+namespace {
+
+struct IndexItem {
+  enum Kind { Int, Slice, NewAxis, Ellipsis, Tensor } kind;
+  int64_t index = 0;
+  VarPtr tensor;
+  std::optional<int64_t> start, stop;
+  int64_t step = 1;
+};
+
+} // namespace
+
+static std::vector<IndexItem> parseIndex(Analyzer &a, const VarPtr &key, bool *hasAdvanced) {
+  std::vector<VarPtr> keys;
+  auto *tk = as<TupleVar>(key);
+  if (tk && !tk->structType) {
+    keys = tk->items;
+  } else if (auto *o = as<ObjectVar>(key); o && PyTuple_CheckExact(o->obj.get())) {
+    keys = a.sequenceItems(key, "index");
+  } else {
+    keys = {key};
+  }
+  std::vector<IndexItem> items;
+  *hasAdvanced = false;
+  for (const VarPtr &k : keys) {
+    IndexItem it{};
+    if (auto *o = as<ObjectVar>(k)) {
+      PyObject *p = o->obj.get();
+      if (p == Py_None) {
+        it.kind = IndexItem::NewAxis;
+      } else if (p == Py_Ellipsis) {
+        it.kind = IndexItem::Ellipsis;
+      } else if (PyBool_Check(p)) {
+        a.fail("indexing a tensor with a bool");
+      } else if (PyLong_Check(p)) {
+        it.kind = IndexItem::Int;
+        it.index = PyLong_AsLongLong(p);
+      } else if (PySlice_Check(p)) {
+        auto *s = reinterpret_cast<PySliceObject *>(p);
+        auto bound = [&](PyObject *x) -> std::optional<int64_t> {
+          if (x == Py_None) return std::nullopt;
+          std::optional<int64_t> v = a.asInt(a.constant(x));
+          if (!v) a.fail("slice bound of type " + std::string(Py_TYPE(x)->tp_name));
+          return v;
+        };
+        it.kind = IndexItem::Slice;
+        it.start = bound(s->start);
+        it.stop = bound(s->stop);
+        it.step = bound(s->step).value_or(1);
+      } else if (PyTuple_Check(p) || PyList_Check(p)) {
+        it.kind = IndexItem::Tensor;
+        PyRef t =
+            check(PyObject_CallFunction(PyObject_GetAttrString(torchModule(), "tensor"), "O", p),
+                  "torch.tensor(index)");
+        it.tensor = a.constantTensor(t.get());
+        *hasAdvanced = true;
+      } else {
+        a.fail(std::string("indexing a tensor with a ") + Py_TYPE(p)->tp_name);
+      }
+    } else if (auto *s = as<SliceVar>(k)) {
+      auto bound = [&](const VarPtr &x) -> std::optional<int64_t> {
+        auto *o = as<ObjectVar>(x);
+        if (o && o->obj.get() == Py_None) return std::nullopt;
+        std::optional<int64_t> v = a.asInt(x);
+        if (!v) a.fail("slice bound of type " + a.typeName(x));
+        return v;
+      };
+      it.kind = IndexItem::Slice;
+      it.start = bound(s->start);
+      it.stop = bound(s->stop);
+      it.step = bound(s->step).value_or(1);
+    } else if (k->kind == VarKind::SymInt) {
+      it.kind = IndexItem::Int;
+      it.index = *a.asInt(k);
+    } else if (auto *t = as<TensorVar>(k)) {
+      DType d = t->type().dtype();
+      if (d == DType::Bool || d == DType::U8)
+        a.fail("boolean mask indexing (the result's shape depends on the data)");
+      if (!isIntegral(d)) a.fail("indexing with a floating-point tensor");
+      it.kind = IndexItem::Tensor;
+      it.tensor = k;
+      *hasAdvanced = true;
+    } else if (k->kind == VarKind::List || k->kind == VarKind::Tuple) {
+      PyRef p = a.asPython(k);
+      if (!p) a.fail("indexing with a list of tensors");
+      PyRef fn = check(PyObject_GetAttrString(torchModule(), "tensor"), "torch.tensor");
+      PyRef t = check(PyObject_CallOneArg(fn.get(), p.get()), "torch.tensor(index)");
+      it.kind = IndexItem::Tensor;
+      it.tensor = a.constantTensor(t.get());
+      *hasAdvanced = true;
+    } else {
+      a.fail("indexing a tensor with a " + a.typeName(k));
+    }
+    if (it.kind == IndexItem::Slice && it.step <= 0) a.fail("slice step must be positive");
+    items.push_back(std::move(it));
+  }
+  int ellipses = 0;
+  for (auto &i : items)
+    ellipses += i.kind == IndexItem::Ellipsis;
+  if (ellipses > 1) a.fail("an index can only have a single ellipsis");
+  return items;
+}
+
+VarPtr Analyzer::tensorGetItem(const VarPtr &t, const VarPtr &key) {
+  bool advanced = false;
+  std::vector<IndexItem> items = parseIndex(*this, key, &advanced);
+  int64_t rank = as<TensorVar>(t)->type().rank();
+  int64_t consumed = 0;
+  for (auto &i : items)
+    consumed +=
+        (i.kind == IndexItem::Int || i.kind == IndexItem::Slice || i.kind == IndexItem::Tensor);
+  if (consumed > rank) fail("too many indices for a tensor of dimension " + std::to_string(rank));
+  VarPtr r = t;
+  int64_t dim = 0;
+  std::vector<std::pair<int64_t, VarPtr>> adv; // (dim in r, index tensor)
+  for (IndexItem &i : items) {
+    switch (i.kind) {
+    case IndexItem::NewAxis:
+      r = emit1("unsqueeze", {r}, {{"dim", Attr(dim)}});
+      ++dim;
+      break;
+    case IndexItem::Ellipsis: dim += rank - consumed; break;
+    case IndexItem::Int: {
+      const DimExpr &size = as<TensorVar>(r)->type().shape()[static_cast<size_t>(dim)];
+      if (size.isStatic() && (i.index >= size.value() || i.index < -size.value()))
+        fail("index " + std::to_string(i.index) + " is out of bounds for dimension " +
+             std::to_string(dim) + " with size " + std::to_string(size.value()));
+      if (!size.isStatic() && i.index < 0) specialize(size);
+      if (advanced) { // mixed with tensors, ints are advanced indices too (numpy rules)
+        PyRef idx = check(
+            PyObject_CallMethod(torchModule(), "tensor", "L", static_cast<long long>(i.index)),
+            "torch.tensor");
+        adv.emplace_back(dim, constantTensor(idx.get()));
+        ++dim;
+      } else {
+        r = emit1("select", {r}, {{"dim", Attr(dim)}, {"index", Attr(i.index)}});
+      }
+      break;
+    }
+    case IndexItem::Slice: {
+      bool full = (!i.start || *i.start == 0) && !i.stop && i.step == 1;
+      if (!full) {
+        AttrMap a{{"dim", Attr(dim)}, {"step", Attr(i.step)}};
+        if (i.start) a["start"] = Attr(*i.start);
+        if (i.stop) a["end"] = Attr(*i.stop);
+        r = emit1("slice", {r}, std::move(a));
+      }
+      ++dim;
+      break;
+    }
+    case IndexItem::Tensor:
+      adv.emplace_back(dim, i.tensor);
+      ++dim;
+      break;
+    }
+  }
+  if (!adv.empty()) {
+    std::vector<VarPtr> operands{r};
+    int64_t last = adv.back().first;
+    size_t k = 0;
+    for (int64_t d = 0; d <= last; ++d) {
+      if (k < adv.size() && adv[k].first == d)
+        operands.push_back(adv[k++].second);
+      else
+        operands.push_back(none());
+    }
+    r = emit1("index", operands);
+  }
+  if (r == t) r = emit1("alias", {t}); // x[...] / x[:] is a new view object
+  return r;
+}
+
+void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &value) {
+  auto *tv = as<TensorVar>(t);
+  const Type &ty = tv->type();
+  bool advanced = false;
+  // A boolean mask with a scalar: masked_fill.
+  if (auto *m = as<TensorVar>(key); m && m->type().dtype() == DType::Bool) {
+    if (value->kind == VarKind::Tensor) {
+      auto *vt = as<TensorVar>(value);
+      if (vt->type().rank() != 0)
+        fail("x[mask] = tensor (the number of written elements depends on the data)");
+      assignInPlace(t, emit1("where", {key, castTo(value, ty.dtype()), t}));
+      return;
+    }
+    PyRef v = asPython(value);
+    if (!v || !(PyLong_Check(v.get()) || PyFloat_Check(v.get())))
+      fail("x[mask] = " + typeName(value));
+    AttrMap a;
+    if (PyBool_Check(v.get()))
+      a["value"] = Attr(v.get() == Py_True);
+    else if (PyLong_Check(v.get()))
+      a["value"] = Attr(static_cast<int64_t>(PyLong_AsLongLong(v.get())));
+    else
+      a["value"] = Attr(PyFloat_AsDouble(v.get()));
+    assignInPlace(t, emit1("masked_fill", {t, key}, std::move(a)));
+    return;
+  }
+  std::vector<IndexItem> items = parseIndex(*this, key, &advanced);
+  int64_t rank = ty.rank(), consumed = 0;
+  for (auto &i : items) {
+    if (i.kind == IndexItem::NewAxis) fail("x[..., None, ...] = value");
+    consumed += i.kind != IndexItem::Ellipsis;
+  }
+  if (consumed > rank) fail("too many indices for a tensor of dimension " + std::to_string(rank));
+  // Expand the ellipsis and pad with full slices: one item per dim.
+  std::vector<IndexItem> perDim;
+  for (IndexItem &i : items) {
+    if (i.kind == IndexItem::Ellipsis) {
+      for (int64_t k = 0; k < rank - consumed; ++k)
+        perDim.push_back(IndexItem{IndexItem::Slice});
+    } else {
+      perDim.push_back(i);
+    }
+  }
+  while (static_cast<int64_t>(perDim.size()) < rank)
+    perDim.push_back(IndexItem{IndexItem::Slice});
+  auto isFull = [&](const IndexItem &i) {
+    return i.kind == IndexItem::Slice && (!i.start || *i.start == 0) && !i.stop && i.step == 1;
+  };
+  int64_t first = -1, last = -1;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!isFull(perDim[static_cast<size_t>(d)])) {
+      if (first < 0) first = d;
+      last = d;
+    }
+  VarPtr v = value;
+  if (v->kind != VarKind::Tensor) {
+    PyRef p = asPython(v);
+    if (!p || !(PyLong_Check(p.get()) || PyFloat_Check(p.get())))
+      fail("tensor item assignment of a " + typeName(value));
+    AttrMap a{{"shape", Attr(std::vector<int64_t>{})}, {"dtype", Attr(ty.dtype())}};
+    if (PyBool_Check(p.get()))
+      a["fill_value"] = Attr(p.get() == Py_True);
+    else if (PyLong_Check(p.get()))
+      a["fill_value"] = Attr(static_cast<int64_t>(PyLong_AsLongLong(p.get())));
+    else
+      a["fill_value"] = Attr(PyFloat_AsDouble(p.get()));
+    v = emit1("full", {}, std::move(a));
+  }
+  v = castTo(v, ty.dtype());
+  if (first < 0) { // x[...] = v / x[:] = v
+    if (!isStaticShape(ty.shape())) fail("x[:] = value with dynamic shapes");
+    std::vector<int64_t> shape;
+    for (const DimExpr &d : ty.shape())
+      shape.push_back(d.value());
+    assignInPlace(t, emit1("clone", {emit1("expand", {v}, {{"shape", Attr(shape)}})}));
+    return;
+  }
+  // Index tensors for dims first..last: ints as 0-d tensors, tensors as given, slices as aranges
+  // laid out on their own broadcast axes (outer product), so the indexed region is x[key].
+  int64_t nslices = 0;
+  bool anyTensor = false;
+  for (int64_t d = first; d <= last; ++d) {
+    nslices += perDim[static_cast<size_t>(d)].kind == IndexItem::Slice;
+    anyTensor |= perDim[static_cast<size_t>(d)].kind == IndexItem::Tensor;
+  }
+  if (anyTensor && nslices > 0) fail("x[tensor index mixed with slices] = value");
+  std::vector<VarPtr> operands{t, v};
+  for (int64_t d = 0; d < first; ++d)
+    operands.push_back(none());
+  int64_t sliceAxis = 0;
+  for (int64_t d = first; d <= last; ++d) {
+    IndexItem &i = perDim[static_cast<size_t>(d)];
+    const DimExpr &size = ty.shape()[static_cast<size_t>(d)];
+    if (i.kind == IndexItem::Tensor) {
+      operands.push_back(i.tensor);
+      continue;
+    }
+    if (!size.isStatic()) fail("indexed assignment on a dynamic dim");
+    int64_t n = size.value();
+    if (i.kind == IndexItem::Int) {
+      if (i.index >= n || i.index < -n) fail("index " + std::to_string(i.index) + " out of bounds");
+      AttrMap a{{"shape", Attr(std::vector<int64_t>{})},
+                {"dtype", Attr(DType::I64)},
+                {"fill_value", Attr(i.index < 0 ? i.index + n : i.index)}};
+      operands.push_back(emit1("full", {}, std::move(a)));
+      continue;
+    }
+    PyRef sl = check(PySlice_New(i.start ? PyLong_FromLongLong(*i.start) : Py_NewRef(Py_None),
+                                 i.stop ? PyLong_FromLongLong(*i.stop) : Py_NewRef(Py_None),
+                                 PyLong_FromLongLong(i.step)),
+                     "slice");
+    Py_ssize_t start, stop, step;
+    if (PySlice_Unpack(sl.get(), &start, &stop, &step) < 0) throwPyError("slice");
+    Py_ssize_t len = PySlice_AdjustIndices(n, &start, &stop, step);
+    VarPtr ar = emit1("arange", {},
+                      {{"start", Attr(static_cast<int64_t>(start))},
+                       {"end", Attr(static_cast<int64_t>(start + len * step))},
+                       {"step", Attr(static_cast<int64_t>(step))},
+                       {"dtype", Attr(DType::I64)}});
+    std::vector<int64_t> shape(static_cast<size_t>(nslices), 1);
+    shape[static_cast<size_t>(sliceAxis++)] = len;
+    if (nslices > 1) ar = emit1("reshape", {ar}, {{"shape", Attr(shape)}});
+    operands.push_back(ar);
+  }
+  assignInPlace(t, emit1("index_put", operands));
+}
+
+// ---------------------------------------------------------------------------------------------
+// In-place writes
+
+void Analyzer::assignInPlace(const VarPtr &target, const VarPtr &newValue) {
+  auto *t = as<TensorVar>(target);
+  auto *n = as<TensorVar>(newValue);
+  if (!t || !n) throw BreakError("internal: in-place write of a non-tensor", currentLoc(), true);
+  if (t->base) fail("in-place write to a view of another tensor (the base would change too)");
+  if (t->isInput && t->requiresGrad && gradEnabled_)
+    fail("in-place write to a leaf tensor that requires grad");
+  if (n->type().shape() != t->type().shape())
+    fail("in-place result of shape " + shapeStr(n->type().shape()) +
+         " doesn't match the tensor's shape " + shapeStr(t->type().shape()));
+  VarPtr nv = castTo(newValue, t->type().dtype());
+  t->value = as<TensorVar>(nv)->value;
+  t->version++;
+  t->mutated = true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// PyTorch fallback
+
+VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args &args) {
+  std::vector<VarPtr> operands;
+  std::vector<PyRef> metaArgs;
+  bool anyTensor = false;
+  std::function<ArgTemplate(const VarPtr &)> build = [&](const VarPtr &v) -> ArgTemplate {
+    ArgTemplate t;
+    if (auto *tv = as<TensorVar>(v)) {
+      touchView(v);
+      const Type &ty = tv->type();
+      if (!isStaticShape(ty.shape()))
+        fail("PyTorch fallback " + name + " on a tensor with dynamic shape");
+      std::vector<int64_t> sizes;
+      for (const DimExpr &d : ty.shape())
+        sizes.push_back(d.value());
+      t.kind = ArgTemplate::Operand;
+      t.operand = static_cast<int64_t>(operands.size());
+      operands.push_back(v);
+      metaArgs.push_back(metaTensor(ty.dtype(), sizes));
+      anyTensor = true;
+      return t;
+    }
+    if (auto *s = as<SymIntVar>(v)) {
+      t.kind = ArgTemplate::Operand;
+      t.operand = static_cast<int64_t>(operands.size());
+      operands.push_back(v);
+      metaArgs.push_back(check(PyLong_FromLongLong(s->hint), "int"));
+      return t;
+    }
+    if (v->kind == VarKind::Tuple || v->kind == VarKind::List) {
+      t.kind = v->kind == VarKind::Tuple ? ArgTemplate::Tuple : ArgTemplate::List;
+      for (const VarPtr &i : sequenceItems(v, "argument"))
+        t.items.push_back(build(i));
+      return t;
+    }
+    PyRef p = asPython(v);
+    if (!p || v->kind == VarKind::Module)
+      fail("PyTorch fallback " + name + " with a " + typeName(v) + " argument");
+    t.kind = ArgTemplate::Constant;
+    t.constant = p;
+    return t;
+  };
+  std::vector<ArgTemplate> pos;
+  std::vector<std::pair<std::string, ArgTemplate>> kw;
+  for (const VarPtr &v : args.pos)
+    pos.push_back(build(v));
+  for (auto &[k, v] : args.kw) {
+    if (k == "out") fail(name + "(out=...)");
+    kw.emplace_back(k, build(v));
+  }
+  PyRef callable = makeFallbackCallable(fn, pos, kw);
+
+  // Output metadata: run the call on meta tensors (random functions with only constant
+  // arguments would draw from the generator: its state is restored).
+  PyRef metaTuple = check(PyTuple_New(static_cast<Py_ssize_t>(metaArgs.size())), "tuple");
+  for (size_t i = 0; i < metaArgs.size(); ++i)
+    PyTuple_SET_ITEM(metaTuple.get(), static_cast<Py_ssize_t>(i), Py_NewRef(metaArgs[i].get()));
+  PyRef rngState;
+  if (!anyTensor)
+    rngState = PyRef::steal(PyObject_CallMethod(torchModule(), "get_rng_state", nullptr));
+  PyObject *res = PyObject_Call(callable.get(), metaTuple.get(), nullptr);
+  if (rngState) {
+    PyObject *r = PyObject_CallMethod(torchModule(), "set_rng_state", "O", rngState.get());
+    Py_XDECREF(r);
+  }
+  if (!res) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    std::string msg;
+    if (value) {
+      PyObject *s = PyObject_Str(value);
+      if (s) msg = utf8(s);
+      Py_XDECREF(s);
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    PyErr_Clear();
+    if (msg.size() > 200) msg = msg.substr(0, 200) + "...";
+    fail("PyTorch fallback " + name + " cannot run on meta tensors: " + msg);
+  }
+  PyRef result = PyRef::steal(res);
+  std::vector<PyObject *> outs;
+  bool seq = PyTuple_Check(result.get()) || PyList_Check(result.get());
+  if (seq) {
+    for (Py_ssize_t i = 0; i < PySequence_Size(result.get()); ++i)
+      outs.push_back(PySequence_Fast_GET_ITEM(result.get(), i));
+  } else {
+    outs.push_back(result.get());
+  }
+  Device device;
+  for (const VarPtr &o : operands)
+    if (auto *tv = as<TensorVar>(o)) {
+      device = tv->type().device();
+      break;
+    }
+  std::vector<Type> types;
+  for (PyObject *o : outs) {
+    std::string why;
+    if (!isTensor(o))
+      fail("PyTorch fallback " + name + " returns a " + Py_TYPE(o)->tp_name + ", not tensors");
+    std::optional<TensorMeta> m = readTensorMeta(o, &why);
+    if (!m) fail("PyTorch fallback " + name + " returns a " + why);
+    Shape shape;
+    for (int64_t s : m->sizes)
+      shape.emplace_back(s);
+    types.push_back(Type::tensor(m->dtype, shape, device));
+  }
+  std::vector<Value *> vals;
+  for (const VarPtr &o : operands)
+    vals.push_back(irValue(o));
+  // `callee` indexes Capture::fallbackCallables; the driver registers the callables.
+  auto id = static_cast<int64_t>(fallbacks_.size());
+  fallbacks_.push_back(callable);
+  Op *op = builder_.createWithTypes("external_call", vals, types,
+                                    {{"callee", Attr(id)}, {"name", Attr(name)}});
+  bool rg = gradEnabled_ && anyRequiresGrad(operands);
+  std::vector<VarPtr> rs;
+  for (size_t i = 0; i < op->numResults(); ++i)
+    rs.push_back(wrapIr(op->result(i), rg));
+  if (!seq) return rs[0];
+  if (PyList_Check(result.get())) return std::make_shared<ListVar>(std::move(rs));
+  PyRef type = PyTuple_CheckExact(result.get())
+                   ? PyRef()
+                   : PyRef::borrow(reinterpret_cast<PyObject *>(Py_TYPE(result.get())));
+  return std::make_shared<TupleVar>(std::move(rs), type);
+}
+
+} // namespace xjit::frontend

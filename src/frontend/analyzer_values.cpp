@@ -1,0 +1,885 @@
+// Python objects in the analysis: wrapping objects reachable from the frame (with their guards),
+// globals, attribute access on modules and objects, truth values and sequences.
+#include "analyzer.h"
+
+#include <structmember.h>
+
+#include <cstring>
+
+namespace xjit::frontend {
+
+namespace {
+
+std::string utf8(PyObject *s) {
+  if (!s || !PyUnicode_Check(s)) return "";
+  const char *c = PyUnicode_AsUTF8(s);
+  if (!c) {
+    PyErr_Clear();
+    return "";
+  }
+  return c;
+}
+
+std::string reprOf(PyObject *o) {
+  PyObject *r = PyObject_Repr(o);
+  if (!r) {
+    PyErr_Clear();
+    return "<?>";
+  }
+  std::string s = utf8(r);
+  Py_DECREF(r);
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+Source plus(const Source &s, SourceStep step) {
+  Source r = s;
+  r.push_back(std::move(step));
+  return r;
+}
+SourceStep attrStep(const std::string &n) { return SourceStep{SourceStep::Attr, 0, n, {}}; }
+SourceStep itemStep(int64_t i) { return SourceStep{SourceStep::Item, i, "", {}}; }
+
+// Immutable values whose equality is their identity for the analysis: they can be folded and
+// guarded with Equals.
+bool isScalarConstant(PyObject *o) {
+  return o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) ||
+         PyUnicode_CheckExact(o) || PyBytes_CheckExact(o) || PyComplex_CheckExact(o) ||
+         o == Py_Ellipsis;
+}
+
+bool isConstantTuple(PyObject *o) {
+  if (!PyTuple_Check(o)) return false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i) {
+    PyObject *it = PyTuple_GET_ITEM(o, i);
+    if (!isScalarConstant(it) && !isConstantTuple(it)) return false;
+  }
+  return true;
+}
+
+PyObject *typeLookup(PyObject *type, const std::string &name) {
+  PyRef n = check(PyUnicode_FromString(name.c_str()), "str");
+  return _PyType_Lookup(reinterpret_cast<PyTypeObject *>(type), n.get()); // borrowed
+}
+
+bool isDataDescriptor(PyObject *d) { return Py_TYPE(d)->tp_descr_set != nullptr; }
+
+std::string moduleNameOf(PyObject *o) {
+  PyObject *m = PyObject_GetAttrString(o, "__module__");
+  if (!m) {
+    PyErr_Clear();
+    return "";
+  }
+  std::string s = utf8(m);
+  Py_DECREF(m);
+  return s;
+}
+
+} // namespace
+
+std::string sourceKey(const Source &s) { return sourceStr(s); }
+
+const char *varKindName(VarKind k) {
+  switch (k) {
+  case VarKind::Null: return "NULL";
+  case VarKind::Object: return "object";
+  case VarKind::Tensor: return "tensor";
+  case VarKind::SymInt: return "int";
+  case VarKind::Tuple: return "tuple";
+  case VarKind::List: return "list";
+  case VarKind::Dict: return "dict";
+  case VarKind::Slice: return "slice";
+  case VarKind::Module: return "module";
+  case VarKind::Function: return "function";
+  case VarKind::Bound: return "method";
+  case VarKind::Cell: return "cell";
+  case VarKind::Iterator: return "iterator";
+  case VarKind::GradMode: return "grad mode context";
+  case VarKind::GradExit: return "grad mode exit";
+  case VarKind::Super: return "super";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Constants
+
+VarPtr Analyzer::constant(PyObject *o) { return std::make_shared<ObjectVar>(PyRef::borrow(o)); }
+
+VarPtr Analyzer::constantSteal(PyObject *o) {
+  if (!o) throwPyError("evaluating a constant");
+  return std::make_shared<ObjectVar>(PyRef::steal(o));
+}
+
+VarPtr Analyzer::none() { return constant(Py_None); }
+VarPtr Analyzer::boolean(bool b) { return constant(b ? Py_True : Py_False); }
+VarPtr Analyzer::integer(int64_t v) { return constantSteal(PyLong_FromLongLong(v)); }
+
+bool Analyzer::isTrustedModuleName(const std::string &name) const {
+  static const char *const roots[] = {
+      "torch",     "math",        "operator",    "functools",
+      "itertools", "collections", "typing",      "typing_extensions",
+      "abc",       "enum",        "builtins",    "numbers",
+      "warnings",  "inspect",     "dataclasses", "types",
+      "copy",      "_operator",   "_functools",  "_collections_abc",
+      "numpy",     "contextlib",  "re",          "string",
+      "weakref"};
+  std::string root = name.substr(0, name.find('.'));
+  for (const char *r : roots)
+    if (root == r) return true;
+  return false;
+}
+
+bool Analyzer::isModuleObject(PyObject *o) {
+  int r = PyObject_IsInstance(o, torchModuleType());
+  if (r < 0) PyErr_Clear();
+  return r > 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Guards
+
+void Analyzer::addGuard(Guard g) {
+  std::string key = std::to_string(g.kind) + ":" + sourceKey(g.source);
+  if (!guardKeys_.insert(key).second) return;
+  guards_.push_back(std::move(g));
+}
+
+void Analyzer::guardType(const Source &src, PyObject *type) {
+  Guard g;
+  g.kind = Guard::TypeIs;
+  g.source = src;
+  g.object = PyRef::borrow(type);
+  g.description = sourceKey(src) + ": type is " + reinterpret_cast<PyTypeObject *>(type)->tp_name;
+  addGuard(std::move(g));
+}
+
+void Analyzer::guardEquals(const Source &src, PyObject *value) {
+  guardType(src, reinterpret_cast<PyObject *>(Py_TYPE(value)));
+  Guard g;
+  g.kind = Guard::Equals;
+  g.source = src;
+  g.object = PyRef::borrow(value);
+  g.description = sourceKey(src) + " == " + reprOf(value);
+  addGuard(std::move(g));
+}
+
+void Analyzer::guardId(const Source &src, PyObject *value) {
+  Guard g;
+  g.kind = Guard::IdIs;
+  g.source = src;
+  g.object = PyRef::borrow(value);
+  g.description = sourceKey(src) + " is " + reprOf(value);
+  addGuard(std::move(g));
+}
+
+void Analyzer::guardLen(const Source &src, int64_t n) {
+  Guard g;
+  g.kind = Guard::LenIs;
+  g.source = src;
+  g.length = n;
+  g.description = "len(" + sourceKey(src) + ") == " + std::to_string(n);
+  addGuard(std::move(g));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Objects reachable from the frame
+
+VarPtr Analyzer::wrapSourced(PyObject *o, const Source &src) {
+  std::string key = sourceKey(src);
+  if (auto it = sourceCache_.find(key); it != sourceCache_.end()) return it->second;
+  VarPtr v;
+  if (isScalarConstant(o) || isConstantTuple(o)) {
+    guardEquals(src, o);
+    v = constant(o);
+  } else if (isTensor(o)) {
+    v = tensorInput(o, src);
+  } else if (isModuleObject(o)) {
+    guardId(src, o);
+    v = std::make_shared<ModuleVar>(PyRef::borrow(o));
+  } else if (PyTuple_Check(o) || PyList_Check(o)) {
+    guardType(src, reinterpret_cast<PyObject *>(Py_TYPE(o)));
+    Py_ssize_t n = PySequence_Size(o);
+    guardLen(src, n);
+    std::vector<VarPtr> items;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject *item = PyTuple_Check(o) ? PyTuple_GET_ITEM(o, i) : PyList_GET_ITEM(o, i);
+      PyRef hold = PyRef::borrow(item);
+      items.push_back(wrapSourced(item, plus(src, itemStep(i))));
+    }
+    if (PyList_Check(o)) {
+      v = std::make_shared<ListVar>(std::move(items));
+    } else {
+      PyRef type =
+          PyTuple_CheckExact(o) ? PyRef() : PyRef::borrow(reinterpret_cast<PyObject *>(Py_TYPE(o)));
+      v = std::make_shared<TupleVar>(std::move(items), type);
+    }
+  } else if (PyDict_CheckExact(o)) {
+    guardType(src, reinterpret_cast<PyObject *>(&PyDict_Type));
+    auto d = std::make_shared<DictVar>();
+    PyRef keys = check(PyDict_Keys(o), "dict.keys()");
+    Guard g;
+    g.kind = Guard::DictKeysAre;
+    g.source = src;
+    g.object = keys;
+    g.description = "list(" + key + ".keys()) == " + reprOf(keys.get());
+    addGuard(std::move(g));
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.get()); ++i) {
+      PyObject *k = PyList_GET_ITEM(keys.get(), i);
+      if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
+        fail("dict " + key + " with a key of type " + Py_TYPE(k)->tp_name);
+      PyObject *val = PyDict_GetItem(o, k);
+      d->items.emplace_back(
+          PyRef::borrow(k),
+          wrapSourced(val, plus(src, SourceStep{SourceStep::DictKey, 0, "", PyRef::borrow(k)})));
+    }
+    v = d;
+  } else if (PyCell_Check(o)) {
+    PyObject *c = PyCell_GET(o);
+    v = std::make_shared<CellVar>(c ? wrapSourced(c, plus(src, attrStep("cell_contents")))
+                                    : nullptr);
+  } else if (PyFunction_Check(o) || PyType_Check(o) || PyModule_Check(o) || PyCFunction_Check(o) ||
+             PyMethod_Check(o) || dtypeFromTorch(o)) {
+    guardId(src, o);
+    v = constant(o);
+  } else if (std::strcmp(Py_TYPE(o)->tp_name, "torch.device") == 0) {
+    guardType(src, reinterpret_cast<PyObject *>(Py_TYPE(o)));
+    Guard g;
+    g.kind = Guard::Equals;
+    g.source = src;
+    g.object = PyRef::borrow(o);
+    g.description = key + " == " + reprOf(o);
+    addGuard(std::move(g));
+    v = constant(o);
+  } else {
+    // Any other object: its type is fixed; attributes read later get their own guards.
+    guardType(src, reinterpret_cast<PyObject *>(Py_TYPE(o)));
+    v = constant(o);
+  }
+  if (!v->source) v->source = src;
+  sourceCache_[key] = v;
+  return v;
+}
+
+VarPtr Analyzer::containerView(const VarPtr &v) {
+  auto *o = as<ObjectVar>(v);
+  if (!o) return v;
+  PyObject *obj = o->obj.get();
+  bool isDict = PyDict_Check(obj), isSeq = PyList_Check(obj) || PyTuple_Check(obj);
+  if (!isDict && !isSeq) return v;
+  if (!o->source) {
+    if (isConstantTuple(obj)) return v;
+    fail(std::string("a ") + Py_TYPE(obj)->tp_name + " the frame cannot reach");
+  }
+  std::string key = sourceKey(*o->source) + "#view";
+  if (auto it = sourceCache_.find(key); it != sourceCache_.end()) return it->second;
+  const Source &src = *o->source;
+  VarPtr view;
+  if (isDict) {
+    PyRef keys = check(PyDict_Keys(obj), "dict.keys()");
+    Guard g;
+    g.kind = Guard::DictKeysAre;
+    g.source = src;
+    g.object = keys;
+    g.description = "list(" + sourceKey(src) + ".keys()) == " + reprOf(keys.get());
+    addGuard(std::move(g));
+    auto d = std::make_shared<DictVar>();
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.get()); ++i) {
+      PyObject *k = PyList_GET_ITEM(keys.get(), i);
+      if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
+        fail("dict " + sourceKey(src) + " with a key of type " + Py_TYPE(k)->tp_name);
+      d->items.emplace_back(
+          PyRef::borrow(k),
+          wrapSourced(PyDict_GetItem(obj, k),
+                      plus(src, SourceStep{SourceStep::DictKey, 0, "", PyRef::borrow(k)})));
+    }
+    view = d;
+  } else {
+    Py_ssize_t n = PySequence_Size(obj);
+    guardLen(src, n);
+    std::vector<VarPtr> items;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject *item = PyList_Check(obj) ? PyList_GET_ITEM(obj, i) : PyTuple_GET_ITEM(obj, i);
+      items.push_back(wrapSourced(item, plus(src, itemStep(i))));
+    }
+    if (PyList_Check(obj))
+      view = std::make_shared<ListVar>(std::move(items));
+    else
+      view = std::make_shared<TupleVar>(std::move(items));
+  }
+  view->source = src;
+  sourceCache_[key] = view;
+  return view;
+}
+
+VarPtr Analyzer::loadGlobal(Frame &f, const std::string &name) {
+  if (auto it = globalOverlay.find({f.globals.get(), name}); it != globalOverlay.end())
+    return it->second;
+  PyObject *o = PyDict_GetItemString(f.globals.get(), name.c_str());
+  if (o) {
+    Source src =
+        f.globalsSource
+            ? plus(*f.globalsSource, SourceStep{SourceStep::DictKey, 0, "",
+                                                check(PyUnicode_FromString(name.c_str()), "str")})
+            : Source{SourceStep{SourceStep::Global, 0, name, {}}};
+    if (f.trustedGlobals && !isTensor(o) && !PyList_Check(o) && !PyDict_Check(o))
+      return constant(o);
+    return wrapSourced(o, src);
+  }
+  PyObject *b = PyDict_GetItemString(f.builtins.get(), name.c_str());
+  if (b) return constant(b); // builtins are not guarded
+  fail("name '" + name + "' is not defined");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attributes
+
+namespace {
+
+// Attribute lookup on a class instance without running Python code: (kind, object).
+enum class Found {
+  None,
+  Property,
+  DataDescr,
+  Instance,
+  ClassFunc,
+  StaticMethod,
+  ClassMethod,
+  ClassAttr
+};
+
+Found lookupInstanceAttr(PyObject *obj, const std::string &name, PyObject **out) {
+  PyObject *type = reinterpret_cast<PyObject *>(Py_TYPE(obj));
+  PyObject *d = typeLookup(type, name);
+  if (d && Py_TYPE(d) == &PyProperty_Type) {
+    *out = d;
+    return Found::Property;
+  }
+  if (d && isDataDescriptor(d)) {
+    *out = d;
+    return Found::DataDescr;
+  }
+  PyObject **dictptr = _PyObject_GetDictPtr(obj);
+  if (dictptr && *dictptr) {
+    PyObject *v = PyDict_GetItemString(*dictptr, name.c_str());
+    if (v) {
+      *out = v;
+      return Found::Instance;
+    }
+  }
+  if (!d) return Found::None;
+  *out = d;
+  if (PyFunction_Check(d)) return Found::ClassFunc;
+  if (Py_TYPE(d) == &PyStaticMethod_Type) return Found::StaticMethod;
+  if (Py_TYPE(d) == &PyClassMethod_Type) return Found::ClassMethod;
+  return Found::ClassAttr;
+}
+
+} // namespace
+
+VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
+  switch (obj->kind) {
+  case VarKind::Tensor: return tensorAttr(obj, name);
+  case VarKind::Module:
+  case VarKind::Object: {
+    PyObject *o = obj->kind == VarKind::Module ? as<ModuleVar>(obj)->obj.get()
+                                               : as<ObjectVar>(obj)->obj.get();
+    if (auto it = attrOverlay.find({o, name}); it != attrOverlay.end()) return it->second;
+    const std::optional<Source> &src = obj->source;
+    auto sourced = [&](PyObject *v) -> VarPtr {
+      if (src) return wrapSourced(v, plus(*src, attrStep(name)));
+      if (isTensor(v)) fail("tensor attribute '" + name + "' of an object the frame cannot reach");
+      return constant(v);
+    };
+    // Python modules: torch and other libraries are trusted (their attributes are not guarded).
+    if (PyModule_Check(o)) {
+      PyObject *v = PyObject_GetAttrString(o, name.c_str());
+      if (!v) {
+        PyErr_Clear();
+        fail("module '" + moduleNameOf(o) + utf8(PyModule_GetNameObject(o)) +
+             "' has no attribute '" + name + "'");
+      }
+      PyRef hold = PyRef::steal(v);
+      const char *mn = PyModule_GetName(o);
+      if (!mn) PyErr_Clear();
+      if (mn && isTrustedModuleName(mn) && !isTensor(v)) return constant(v);
+      return sourced(v);
+    }
+    // Immutable constants and classes: attributes are pure functions of the object.
+    if (obj->kind == VarKind::Object &&
+        (isScalarConstant(o) || isConstantTuple(o) || PyType_Check(o) || dtypeFromTorch(o) ||
+         std::strcmp(Py_TYPE(o)->tp_name, "torch.device") == 0 || PyCFunction_Check(o) ||
+         PyFunction_Check(o))) {
+      if (PyType_Check(o)) {
+        // A classmethod/staticmethod/function on a class: unwrap like the descriptor does.
+        PyObject *v = PyObject_GetAttrString(o, name.c_str());
+        if (!v) {
+          PyErr_Clear();
+          fail("type object '" + std::string(reinterpret_cast<PyTypeObject *>(o)->tp_name) +
+               "' has no attribute '" + name + "'");
+        }
+        PyRef hold = PyRef::steal(v);
+        std::string mod = moduleNameOf(o);
+        if (isTrustedModuleName(mod) && !isTensor(v)) return constant(v);
+        return sourced(v);
+      }
+      PyObject *v = PyObject_GetAttrString(o, name.c_str());
+      if (!v) {
+        PyErr_Clear();
+        fail("'" + std::string(Py_TYPE(o)->tp_name) + "' object has no attribute '" + name + "'");
+      }
+      return constantSteal(v);
+    }
+    // Instances (nn.Module and plain objects).
+    PyObject *found = nullptr;
+    Found kind = lookupInstanceAttr(o, name, &found);
+    bool isMod = obj->kind == VarKind::Module;
+    std::optional<Source> classFnSource;
+    if (src) classFnSource = plus(plus(*src, attrStep("__class__")), attrStep(name));
+    switch (kind) {
+    case Found::Property: {
+      PyObject *fget = reinterpret_cast<PyObject *>(found);
+      PyRef getter = check(PyObject_GetAttrString(fget, "fget"), "property.fget");
+      if (getter.get() == Py_None) fail("unreadable property '" + name + "'");
+      Args a;
+      a.pos.push_back(obj);
+      return callObject(getter.get(), std::nullopt, a);
+    }
+    case Found::DataDescr:
+    case Found::Instance:
+    case Found::ClassAttr: {
+      if (kind == Found::Instance) return sourced(found);
+      PyObject *v = PyObject_GetAttrString(o, name.c_str());
+      if (!v) throwPyError("getattr " + name);
+      PyRef hold = PyRef::steal(v);
+      if (PyMethod_Check(v)) {
+        // A bound method made by a custom descriptor: call through its function.
+        return std::make_shared<BoundVar>(obj, constant(PyMethod_GET_FUNCTION(v)), name);
+      }
+      return sourced(v);
+    }
+    case Found::ClassFunc: {
+      VarPtr fn = constant(found);
+      fn->source = classFnSource;
+      return std::make_shared<BoundVar>(obj, fn, name);
+    }
+    case Found::StaticMethod: {
+      PyRef f = check(PyObject_GetAttrString(found, "__func__"), "staticmethod.__func__");
+      return constant(f.get());
+    }
+    case Found::ClassMethod: {
+      PyRef f = check(PyObject_GetAttrString(found, "__func__"), "classmethod.__func__");
+      return std::make_shared<BoundVar>(constant(reinterpret_cast<PyObject *>(Py_TYPE(o))),
+                                        constant(f.get()), name);
+    }
+    case Found::None: break;
+    }
+    if (isMod) {
+      // nn.Module.__getattr__: parameters, buffers, submodules.
+      static const char *const stores[] = {"_parameters", "_buffers", "_modules"};
+      for (const char *store : stores) {
+        PyRef d = PyRef::steal(PyObject_GetAttrString(o, store));
+        if (!d) {
+          PyErr_Clear();
+          continue;
+        }
+        if (!PyDict_Check(d.get())) continue;
+        PyObject *v = PyDict_GetItemString(d.get(), name.c_str());
+        if (v) {
+          if (!src) fail("module attribute '" + name + "' of a module the frame cannot reach");
+          return wrapSourced(v, plus(*src, attrStep(name)));
+        }
+      }
+    } else if (typeLookup(reinterpret_cast<PyObject *>(Py_TYPE(o)), "__getattr__")) {
+      PyObject *v = PyObject_GetAttrString(o, name.c_str());
+      if (v) {
+        PyRef hold = PyRef::steal(v);
+        return sourced(v);
+      }
+      PyErr_Clear();
+    }
+    fail("'" + std::string(Py_TYPE(o)->tp_name) + "' object has no attribute '" + name + "'");
+  }
+  case VarKind::Tuple: {
+    auto *t = as<TupleVar>(obj);
+    if (t->structType) {
+      PyRef fields = PyRef::steal(PyObject_GetAttrString(t->structType.get(), "_fields"));
+      if (!fields) {
+        PyErr_Clear();
+        // structseq (torch.return_types.*): n_fields / field names through the type's members.
+        PyObject *d = typeLookup(t->structType.get(), name);
+        if (d && Py_TYPE(d) == &PyMemberDescr_Type) {
+          auto *m = reinterpret_cast<PyMemberDescrObject *>(d);
+          Py_ssize_t idx = m->d_member->offset / static_cast<Py_ssize_t>(sizeof(PyObject *)) -
+                           (offsetof(PyTupleObject, ob_item) / sizeof(PyObject *));
+          if (idx >= 0 && static_cast<size_t>(idx) < t->items.size())
+            return t->items[static_cast<size_t>(idx)];
+        }
+      } else if (PyTuple_Check(fields.get())) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
+          if (utf8(PyTuple_GET_ITEM(fields.get(), i)) == name &&
+              static_cast<size_t>(i) < t->items.size())
+            return t->items[static_cast<size_t>(i)];
+      }
+    }
+    return std::make_shared<BoundVar>(obj, nullptr, name);
+  }
+  case VarKind::List:
+  case VarKind::Dict:
+  case VarKind::SymInt: return std::make_shared<BoundVar>(obj, nullptr, name);
+  case VarKind::Function: {
+    auto *f = as<FunctionVar>(obj);
+    if (name == "__name__" || name == "__qualname__")
+      return constantSteal(PyUnicode_FromString(f->qualname.c_str()));
+    if (name == "__code__") return constant(f->code.get());
+    fail("attribute '" + name + "' of a local function");
+  }
+  case VarKind::Bound: {
+    auto *b = as<BoundVar>(obj);
+    if (name == "__self__") return b->self;
+    if (name == "__func__" && b->func) return b->func;
+    if (name == "__name__") return constantSteal(PyUnicode_FromString(b->name.c_str()));
+    fail("attribute '" + name + "' of a bound method");
+  }
+  case VarKind::Super: {
+    auto *s = as<SuperVar>(obj);
+    PyObject *selfType = nullptr;
+    if (auto *m = as<ModuleVar>(s->self))
+      selfType = reinterpret_cast<PyObject *>(Py_TYPE(m->obj.get()));
+    if (auto *o = as<ObjectVar>(s->self))
+      selfType = reinterpret_cast<PyObject *>(Py_TYPE(o->obj.get()));
+    if (!selfType) fail("super() of a " + typeName(s->self));
+    PyObject *mro = reinterpret_cast<PyTypeObject *>(selfType)->tp_mro;
+    bool after = false;
+    for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
+      PyObject *cls = PyTuple_GET_ITEM(mro, i);
+      if (!after) {
+        after = cls == s->cls.get();
+        continue;
+      }
+      PyObject *dict = reinterpret_cast<PyTypeObject *>(cls)->tp_dict;
+      PyObject *v = PyDict_GetItemString(dict, name.c_str());
+      if (!v) continue;
+      if (PyFunction_Check(v)) return std::make_shared<BoundVar>(s->self, constant(v), name);
+      if (Py_TYPE(v) == &PyStaticMethod_Type)
+        return constantSteal(PyObject_GetAttrString(v, "__func__"));
+      if (Py_TYPE(v) == &PyClassMethod_Type)
+        return std::make_shared<BoundVar>(
+            constant(selfType), constantSteal(PyObject_GetAttrString(v, "__func__")), name);
+      if (PyCFunction_Check(v) || Py_TYPE(v) == &PyMethodDescr_Type ||
+          Py_TYPE(v) == &PyWrapperDescr_Type)
+        return std::make_shared<BoundVar>(s->self, constant(v), name);
+      return constant(v);
+    }
+    fail("'super' object has no attribute '" + name + "'");
+  }
+  default: fail("attribute '" + name + "' of a " + typeName(obj));
+  }
+}
+
+bool Analyzer::hasAttr(const VarPtr &obj, const std::string &name) {
+  if (auto *m = as<ModuleVar>(obj)) {
+    if (attrOverlay.count({m->obj.get(), name})) return true;
+    int r = PyObject_HasAttrString(m->obj.get(), name.c_str());
+    if (m->source) {
+      // hasattr's answer is a guarded fact: the attribute read (or its absence) must not change.
+      if (r) getAttr(obj, name);
+    }
+    return r != 0;
+  }
+  if (auto *o = as<ObjectVar>(obj)) {
+    if (attrOverlay.count({o->obj.get(), name})) return true;
+    return PyObject_HasAttrString(o->obj.get(), name.c_str()) != 0;
+  }
+  if (obj->kind == VarKind::Tensor) {
+    int r = PyObject_HasAttrString(torchTensorType(), name.c_str());
+    static const char *const instanceAttrs[] = {"shape", "dtype", "device",  "requires_grad",
+                                                "grad",  "data",  "is_leaf", "grad_fn"};
+    for (const char *a : instanceAttrs)
+      if (name == a) return true;
+    return r != 0;
+  }
+  try {
+    getAttr(obj, name);
+    return true;
+  } catch (const BreakError &) {
+    return false;
+  }
+}
+
+void Analyzer::setAttr(const VarPtr &obj, const std::string &name, const VarPtr &value) {
+  PyObject *o = nullptr;
+  if (auto *m = as<ModuleVar>(obj)) o = m->obj.get();
+  if (auto *ov = as<ObjectVar>(obj)) o = ov->obj.get();
+  if (!o || !obj->source || PyModule_Check(o) || PyType_Check(o) || isScalarConstant(o))
+    fail("attribute assignment '" + name + "' on a " + typeName(obj));
+  PyObject *type = reinterpret_cast<PyObject *>(Py_TYPE(o));
+  PyObject *d = typeLookup(type, name);
+  if (d && Py_TYPE(d) == &PyProperty_Type) fail("assignment to property '" + name + "'");
+  attrOverlay[{o, name}] = value;
+  recordEffect({SideEffect::SetAttr, *obj->source, name, {}, value});
+}
+
+std::pair<VarPtr, VarPtr> Analyzer::loadMethod(const VarPtr &obj, const std::string &name) {
+  return {std::make_shared<NullVar>(), getAttr(obj, name)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversions and truth
+
+PyRef Analyzer::asPython(const VarPtr &v) {
+  switch (v->kind) {
+  case VarKind::Object: return as<ObjectVar>(v)->obj;
+  case VarKind::Tuple:
+  case VarKind::List: {
+    const std::vector<VarPtr> &items =
+        v->kind == VarKind::Tuple ? as<TupleVar>(v)->items : as<ListVar>(v)->items;
+    PyRef out = check(v->kind == VarKind::Tuple ? PyTuple_New(static_cast<Py_ssize_t>(items.size()))
+                                                : PyList_New(static_cast<Py_ssize_t>(items.size())),
+                      "container");
+    for (size_t i = 0; i < items.size(); ++i) {
+      PyRef it = asPython(items[i]);
+      if (!it) return {};
+      if (v->kind == VarKind::Tuple)
+        PyTuple_SET_ITEM(out.get(), static_cast<Py_ssize_t>(i), it.release());
+      else
+        PyList_SET_ITEM(out.get(), static_cast<Py_ssize_t>(i), it.release());
+    }
+    auto *t = as<TupleVar>(v);
+    if (t && t->structType) {
+      PyObject *ctor = t->structType.get();
+      // namedtuples take fields as arguments; torch.Size and structseqs take one sequence.
+      if (PyObject_HasAttrString(ctor, "_fields"))
+        return check(PyObject_Call(ctor, out.get(), nullptr), "namedtuple");
+      return check(PyObject_CallOneArg(ctor, out.get()), "tuple type");
+    }
+    return out;
+  }
+  case VarKind::Dict: {
+    PyRef d = check(PyDict_New(), "dict");
+    for (auto &[k, val] : as<DictVar>(v)->items) {
+      PyRef pv = asPython(val);
+      if (!pv) return {};
+      PyDict_SetItem(d.get(), k.get(), pv.get());
+    }
+    return d;
+  }
+  case VarKind::Slice: {
+    auto *s = as<SliceVar>(v);
+    PyRef a = asPython(s->start), b = asPython(s->stop), c = asPython(s->step);
+    if (!a || !b || !c) return {};
+    return check(PySlice_New(a.get(), b.get(), c.get()), "slice");
+  }
+  case VarKind::Module: return as<ModuleVar>(v)->obj;
+  case VarKind::SymInt: {
+    auto *s = as<SymIntVar>(v);
+    if (s->expr.isStatic()) return check(PyLong_FromLongLong(s->expr.value()), "int");
+    specialize(s->expr);
+  }
+  default: return {};
+  }
+}
+
+std::optional<int64_t> Analyzer::asInt(const VarPtr &v) {
+  if (auto *o = as<ObjectVar>(v)) {
+    if (PyLong_Check(o->obj.get())) {
+      int overflow = 0;
+      long long x = PyLong_AsLongLongAndOverflow(o->obj.get(), &overflow);
+      if (overflow) return std::nullopt;
+      return x;
+    }
+    if (PyObject_HasAttrString(o->obj.get(), "__index__") && !PyFloat_Check(o->obj.get())) {
+      PyObject *i = PyNumber_Index(o->obj.get());
+      if (!i) {
+        PyErr_Clear();
+        return std::nullopt;
+      }
+      long long x = PyLong_AsLongLong(i);
+      Py_DECREF(i);
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return std::nullopt;
+      }
+      return x;
+    }
+  }
+  if (auto *s = as<SymIntVar>(v)) {
+    if (s->expr.isStatic()) return s->expr.value();
+    specialize(s->expr);
+  }
+  return std::nullopt;
+}
+
+std::optional<double> Analyzer::asNumber(const VarPtr &v) {
+  if (auto *o = as<ObjectVar>(v)) {
+    if (PyFloat_Check(o->obj.get())) return PyFloat_AS_DOUBLE(o->obj.get());
+  }
+  if (auto i = asInt(v)) return static_cast<double>(*i);
+  return std::nullopt;
+}
+
+bool Analyzer::truthy(const VarPtr &v) {
+  switch (v->kind) {
+  case VarKind::Object: {
+    PyObject *o = as<ObjectVar>(v)->obj.get();
+    PyTypeObject *t = Py_TYPE(o);
+    bool known = isScalarConstant(o) || PyTuple_Check(o) || PyType_Check(o) || PyModule_Check(o) ||
+                 PyFunction_Check(o) || PyCFunction_Check(o) || PyMethod_Check(o) ||
+                 dtypeFromTorch(o) || PyFrozenSet_Check(o) ||
+                 ((!t->tp_as_number || !t->tp_as_number->nb_bool) &&
+                  (!t->tp_as_mapping || !t->tp_as_mapping->mp_length) &&
+                  (!t->tp_as_sequence || !t->tp_as_sequence->sq_length));
+    if (!known) fail(std::string("truth value of a ") + t->tp_name + " object");
+    int r = PyObject_IsTrue(o);
+    if (r < 0) throwPyError("bool()");
+    return r != 0;
+  }
+  case VarKind::Tensor:
+    fail("data-dependent control flow: the truth value of a tensor (if/while/and/or/not on a "
+         "tensor) needs its data");
+  case VarKind::SymInt: {
+    auto *s = as<SymIntVar>(v);
+    if (s->expr.isStatic()) return s->expr.value() != 0;
+    specialize(s->expr);
+  }
+  case VarKind::Tuple: return !as<TupleVar>(v)->items.empty();
+  case VarKind::List: return !as<ListVar>(v)->items.empty();
+  case VarKind::Dict: return !as<DictVar>(v)->items.empty();
+  case VarKind::Module: {
+    PyObject *m = as<ModuleVar>(v)->obj.get();
+    if (PyObject_HasAttrString(reinterpret_cast<PyObject *>(Py_TYPE(m)), "__len__"))
+      return length(v) != 0;
+    return true;
+  }
+  case VarKind::Null: throw BreakError("internal: truth value of NULL", currentLoc(), true);
+  default: return true;
+  }
+}
+
+std::string Analyzer::typeName(const VarPtr &v) {
+  if (auto *o = as<ObjectVar>(v)) return Py_TYPE(o->obj.get())->tp_name;
+  if (auto *m = as<ModuleVar>(v)) return Py_TYPE(m->obj.get())->tp_name;
+  return varKindName(v->kind);
+}
+
+std::string Analyzer::describe(const VarPtr &v) {
+  if (auto *o = as<ObjectVar>(v)) return reprOf(o->obj.get());
+  if (auto *t = as<TensorVar>(v)) return "tensor " + t->type().str();
+  if (v->source) return typeName(v) + " " + sourceKey(*v->source);
+  return typeName(v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sequences
+
+int64_t Analyzer::length(const VarPtr &v) {
+  switch (v->kind) {
+  case VarKind::Tuple: return static_cast<int64_t>(as<TupleVar>(v)->items.size());
+  case VarKind::List: return static_cast<int64_t>(as<ListVar>(v)->items.size());
+  case VarKind::Dict: return static_cast<int64_t>(as<DictVar>(v)->items.size());
+  case VarKind::Iterator: {
+    auto *it = as<IteratorVar>(v);
+    return static_cast<int64_t>(it->items.size() - it->pos);
+  }
+  case VarKind::Tensor: {
+    auto *t = as<TensorVar>(v);
+    if (t->type().rank() == 0) fail("len() of a 0-d tensor");
+    VarPtr n = sizeOf(v, 0);
+    if (auto i = asInt(n)) return *i;
+    fail("len() of a tensor with a symbolic first dim");
+  }
+  case VarKind::Module: {
+    auto *m = as<ModuleVar>(v);
+    Py_ssize_t n = PyObject_Size(m->obj.get());
+    if (n < 0) throwPyError("len(module)");
+    if (m->source) guardLen(*m->source, n);
+    return n;
+  }
+  case VarKind::Object: {
+    auto *o = as<ObjectVar>(v);
+    Py_ssize_t n = PyObject_Size(o->obj.get());
+    if (n < 0) {
+      PyErr_Clear();
+      fail(std::string("len() of a ") + Py_TYPE(o->obj.get())->tp_name);
+    }
+    if (o->source && !isConstantTuple(o->obj.get()) && !isScalarConstant(o->obj.get()))
+      guardLen(*o->source, n);
+    return n;
+  }
+  default: fail("len() of a " + typeName(v));
+  }
+}
+
+std::vector<VarPtr> Analyzer::sequenceItems(const VarPtr &v, const char *what) {
+  switch (v->kind) {
+  case VarKind::Tuple: return as<TupleVar>(v)->items;
+  case VarKind::List: return as<ListVar>(v)->items;
+  case VarKind::Iterator: {
+    auto *it = as<IteratorVar>(v);
+    std::vector<VarPtr> rest(it->items.begin() + static_cast<long>(it->pos), it->items.end());
+    it->pos = it->items.size();
+    return rest;
+  }
+  case VarKind::Dict: {
+    std::vector<VarPtr> keys;
+    for (auto &[k, val] : as<DictVar>(v)->items)
+      keys.push_back(constant(k.get()));
+    return keys;
+  }
+  case VarKind::Tensor: {
+    int64_t n = length(v);
+    std::vector<VarPtr> out;
+    for (int64_t i = 0; i < n; ++i)
+      out.push_back(tensorGetItem(v, integer(i)));
+    return out;
+  }
+  case VarKind::Module: {
+    auto *m = as<ModuleVar>(v);
+    PyObject *o = m->obj.get();
+    int64_t n = length(v);
+    PyRef it = check(PyObject_GetIter(o), "iter(module)");
+    std::vector<VarPtr> out;
+    bool isDict = PyObject_HasAttrString(o, "keys");
+    for (int64_t i = 0; i < n; ++i) {
+      PyRef item = PyRef::steal(PyIter_Next(it.get()));
+      if (!item) {
+        if (PyErr_Occurred()) throwPyError("iterating a module");
+        break;
+      }
+      if (isDict) { // ModuleDict iterates over its keys
+        out.push_back(constant(item.get()));
+        continue;
+      }
+      if (!m->source) fail("iterating a module the frame cannot reach");
+      out.push_back(wrapSourced(item.get(), plus(*m->source, itemStep(i))));
+    }
+    return out;
+  }
+  case VarKind::Object: {
+    auto *ov = as<ObjectVar>(v);
+    PyObject *o = ov->obj.get();
+    bool pure = isConstantTuple(o) || PyUnicode_Check(o) || PyRange_Check(o) ||
+                PyFrozenSet_Check(o) || PyBytes_Check(o) || PyDictKeys_Check(o) ||
+                PyDictValues_Check(o) || PyDictItems_Check(o);
+    if (!pure) fail(std::string("iterating a ") + Py_TYPE(o)->tp_name + " (" + what + ")");
+    PyRef it = check(PyObject_GetIter(o), "iter()");
+    std::vector<VarPtr> out;
+    while (PyObject *item = PyIter_Next(it.get())) {
+      out.push_back(constantSteal(item));
+      if (out.size() > 1000000) fail("iterating over a million items");
+    }
+    if (PyErr_Occurred()) throwPyError("iterating");
+    return out;
+  }
+  default: fail(std::string("iterating a ") + typeName(v) + " (" + what + ")");
+  }
+}
+
+std::vector<VarPtr> Analyzer::iterate(const VarPtr &v) { return sequenceItems(v, "iteration"); }
+
+VarPtr Analyzer::makeIterator(const VarPtr &v) {
+  if (v->kind == VarKind::Iterator) return v;
+  return std::make_shared<IteratorVar>(sequenceItems(v, "for loop"));
+}
+
+} // namespace xjit::frontend
