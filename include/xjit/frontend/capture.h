@@ -90,7 +90,8 @@ struct OutputNode {
     Constant,    // `object`
     FromSource,  // the object at `source` (e.g. returning an input unchanged)
     Tuple, List, Dict, // children; Dict: `keys` parallel to children
-    NamedTuple,  // `object` is the namedtuple type; children are the fields
+    NamedTuple,  // object(*children): a namedtuple type, or a callable taking the fields
+                 // positionally (torch.Size, torch.return_types.* structseqs)
   };
   Kind kind;
   int64_t index = 0;
