@@ -1,0 +1,766 @@
+#include "driver.h"
+
+#include "eval_frame.h"
+#include "events.h"
+#include "tensor_bridge.h"
+
+#include "xjit/ir/diagnostics.h"
+#include "xjit/ir/interpreter.h"
+#include "xjit/ir/op_registry.h"
+#include "xjit/ir/printer.h"
+#include "xjit/ir/verifier.h"
+#ifdef XJIT_FRONTEND_HAVE_PASSES
+#include "xjit/passes/pass.h"
+#endif
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+
+namespace xjit::frontend {
+
+#ifdef XJIT_FRONTEND_NO_ANALYZER
+// Built without src/frontend/analyzer*.cpp: every frame runs in Python, with one warning.
+AnalyzeResult analyzeFrame(const FrameView &, const AnalyzeOptions &) {
+  AnalyzeResult r;
+  r.graphBreak =
+      GraphBreak{"this build of xjit has no bytecode analyzer", {}, true, errors::kNoAnalyzer};
+  return r;
+}
+#endif
+
+const char *backendName(Backend b) {
+  switch (b) {
+  case Backend::Xjit: return "xjit";
+  case Backend::Interp: return "interp";
+  case Backend::Eager: return "eager";
+  }
+  return "?";
+}
+
+SourceLoc codeLoc(PyCodeObject *code) {
+  SourceLoc loc;
+  if (const char *f = PyUnicode_AsUTF8(code->co_filename)) loc.file = f;
+  if (const char *q = PyUnicode_AsUTF8(code->co_qualname)) loc.function = q;
+  PyErr_Clear();
+  loc.line = code->co_firstlineno;
+  return loc;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+/// A failure inside xjit while compiling or running a frame (never the user's fault).
+struct InternalFailure {
+  const char *id;
+  std::string reason;
+};
+
+// ---- Python exceptions raised by external (PyTorch fallback) calls ----------------------------
+// The interpreter turns a kernel's exception into xjit::Error; the Python exception itself is
+// parked here so that the user sees exactly what PyTorch raised.
+struct PendingError {
+  PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+};
+thread_local PendingError gPending;
+
+void parkPythonError() {
+  Py_CLEAR(gPending.type);
+  Py_CLEAR(gPending.value);
+  Py_CLEAR(gPending.tb);
+  PyErr_Fetch(&gPending.type, &gPending.value, &gPending.tb);
+}
+
+bool restoreParkedError() {
+  if (!gPending.type) return false;
+  PyErr_Restore(gPending.type, gPending.value, gPending.tb);
+  gPending = {};
+  return true;
+}
+
+/// A pending KeyboardInterrupt / SystemExit (a BaseException that is not an Exception): never
+/// turned into an internal error, it propagates to the program.
+bool interruptPending() { return PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception); }
+
+void registerExternals(Graph &g, const std::vector<PyRef> &callables, CompiledEntry &e) {
+  std::vector<Op *> calls;
+  g.walk([&](Op *op) {
+    if (op->name() == "external_call") calls.push_back(op);
+  });
+  for (Op *op : calls) {
+    int64_t index = op->attr("callee").asInt();
+    if (index < 0 || index >= static_cast<int64_t>(callables.size()))
+      throw InternalFailure{errors::kCompile, "external_call refers to fallback callable " +
+                                                  std::to_string(index) + " of " +
+                                                  std::to_string(callables.size())};
+    // The registry may outlive the interpreter (static destructors at exit): the callable's
+    // reference is dropped only while Python is alive, with the GIL.
+    PyObject *callable = callables[static_cast<size_t>(index)].get();
+    Py_INCREF(callable);
+    std::shared_ptr<PyObject> fn(callable, [](PyObject *o) {
+      if (!Py_IsInitialized()) return;
+      PyGILState_STATE g = PyGILState_Ensure();
+      Py_DECREF(o);
+      PyGILState_Release(g);
+    });
+    const size_t nres = op->numResults();
+    std::string name = op->attrOrNull("name") ? op->attr("name").asStr() : "";
+    int64_t id = registerExternalFunction([fn, nres, name](std::span<const RtValue> in) {
+      PyGILState_STATE gil = PyGILState_Ensure();
+      struct Release {
+        PyGILState_STATE g;
+        ~Release() { PyGILState_Release(g); }
+      } release{gil};
+      try {
+        PyRef args = checked(PyTuple_New(static_cast<Py_ssize_t>(in.size())));
+        for (size_t i = 0; i < in.size(); ++i)
+          PyTuple_SET_ITEM(args.get(), static_cast<Py_ssize_t>(i), fromRtValue(in[i]).release());
+        PyRef r = checked(PyObject_Call(fn.get(), args.get(), nullptr));
+        std::vector<RtValue> out;
+        if (nres == 1) {
+          out.push_back(toRtValue(r.get()));
+        } else {
+          PyRef seq = checked(PySequence_Fast(r.get(), "a fallback call with several results "
+                                                       "must return a tuple or list"));
+          if (static_cast<size_t>(PySequence_Fast_GET_SIZE(seq.get())) != nres) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "fallback call '%s' returned %zd values, the graph "
+                         "expects %zu",
+                         name.c_str(), PySequence_Fast_GET_SIZE(seq.get()), nres);
+            throw PyErrorSet();
+          }
+          for (size_t i = 0; i < nres; ++i)
+            out.push_back(toRtValue(PySequence_Fast_GET_ITEM(seq.get(), Py_ssize_t(i))));
+        }
+        return out;
+      } catch (const PyErrorSet &) {
+        parkPythonError();
+        throw KernelError("the PyTorch fallback '" + name + "' raised");
+      }
+    });
+    e.externalIds.push_back(id);
+    op->setAttr("callee", Attr(id));
+  }
+}
+
+// ---- output plans ---------------------------------------------------------------------------
+
+void addEntrySlot(CompiledEntry &e, int slot) {
+  if (std::find(e.entrySlots.begin(), e.entrySlots.end(), slot) == e.entrySlots.end())
+    e.entrySlots.push_back(slot);
+}
+
+OutPlan planOutput(const OutputNode &n, CompiledEntry &e, const Graph &g) {
+  OutPlan p;
+  p.kind = n.kind;
+  p.index = n.index;
+  p.object = n.object;
+  p.keys = n.keys;
+  switch (n.kind) {
+  case OutputNode::GraphOutput: {
+    std::vector<Value *> outs = g.outputs();
+    if (n.index < 0 || n.index >= static_cast<int64_t>(outs.size()))
+      throw InternalFailure{errors::kCompile, "the output plan refers to graph output " +
+                                                  std::to_string(n.index) + " of " +
+                                                  std::to_string(outs.size())};
+    // A graph input returned unchanged is the caller's own object (identity is preserved).
+    Value *v = outs[static_cast<size_t>(n.index)];
+    if (v->isBlockArgument() && v->ownerBlock() == g.body()) {
+      p.kind = OutputNode::FromSource;
+      p.slot = e.inputSlots.at(v->index());
+      addEntrySlot(e, p.slot);
+    }
+    break;
+  }
+  case OutputNode::FromSource:
+    p.slot = e.sources.add(n.source);
+    addEntrySlot(e, p.slot);
+    break;
+  case OutputNode::Dict:
+    if (n.keys.size() != n.children.size())
+      throw InternalFailure{errors::kCompile, "a dict output with " +
+                                                  std::to_string(n.keys.size()) + " keys and " +
+                                                  std::to_string(n.children.size()) + " values"};
+    break;
+  default: break;
+  }
+  for (const OutputNode &c : n.children)
+    p.children.push_back(planOutput(c, e, g));
+  return p;
+}
+
+/// Builds the object described by `p`. Graph outputs are converted once each, so that the same
+/// output used twice is the same Python object (as in eager). Throws PyErrorSet.
+PyRef buildOutput(const OutPlan &p, const std::vector<RtValue> &outs, std::vector<PyRef> &done,
+                  SourceValues &values) {
+  switch (p.kind) {
+  case OutputNode::GraphOutput: {
+    PyRef &slot = done.at(static_cast<size_t>(p.index));
+    if (!slot) slot = fromRtValue(outs.at(static_cast<size_t>(p.index)));
+    return slot;
+  }
+  case OutputNode::Constant: return p.object;
+  case OutputNode::FromSource: {
+    PyObject *o = values.get(p.slot);
+    if (!o) {
+      PyErr_Format(PyExc_RuntimeError, "xjit: the object at %s disappeared during the call",
+                   "a captured source");
+      throw PyErrorSet();
+    }
+    return PyRef::borrow(o);
+  }
+  case OutputNode::Tuple:
+  case OutputNode::List:
+  case OutputNode::NamedTuple: {
+    const Py_ssize_t n = static_cast<Py_ssize_t>(p.children.size());
+    PyRef items = checked(p.kind == OutputNode::List ? PyList_New(n) : PyTuple_New(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject *v = buildOutput(p.children[size_t(i)], outs, done, values).release();
+      if (p.kind == OutputNode::List)
+        PyList_SET_ITEM(items.get(), i, v);
+      else
+        PyTuple_SET_ITEM(items.get(), i, v);
+    }
+    if (p.kind == OutputNode::NamedTuple)
+      return checked(PyObject_Call(p.object.get(), items.get(), nullptr));
+    return items;
+  }
+  case OutputNode::Dict: {
+    PyRef d = checked(PyDict_New());
+    for (size_t i = 0; i < p.children.size(); ++i) {
+      PyRef v = buildOutput(p.children[i], outs, done, values);
+      if (PyDict_SetItem(d.get(), p.keys[i].get(), v.get()) != 0) throw PyErrorSet();
+    }
+    return d;
+  }
+  }
+  return PyRef::borrow(Py_None);
+}
+
+void replayEffects(const CompiledEntry &e, const std::vector<RtValue> &outs,
+                   std::vector<PyRef> &done, SourceValues &values) {
+  static PyObject *appendName = internedStr("append");
+  static PyObject *copyName = internedStr("copy_");
+  for (const EffectPlan &fx : e.effects) {
+    PyRef value = buildOutput(fx.value, outs, done, values);
+    PyObject *target = fx.target >= 0 ? values.get(fx.target) : nullptr;
+    if (fx.kind != SideEffect::SetGlobal && !target) {
+      PyErr_Format(PyExc_RuntimeError, "xjit: cannot replay '%s': its target disappeared",
+                   fx.text.c_str());
+      throw PyErrorSet();
+    }
+    int rc = 0;
+    switch (fx.kind) {
+    case SideEffect::SetAttr: rc = PyObject_SetAttr(target, fx.name.get(), value.get()); break;
+    case SideEffect::SetGlobal:
+      rc = PyDict_SetItem(values.frame().globals, fx.name.get(), value.get());
+      break;
+    case SideEffect::ListAppend:
+      rc = PyList_CheckExact(target)
+               ? PyList_Append(target, value.get())
+               : (checked(PyObject_CallMethodOneArg(target, appendName, value.get())), 0);
+      break;
+    case SideEffect::SetItem: rc = PyObject_SetItem(target, fx.key.get(), value.get()); break;
+    case SideEffect::TensorCopy:
+      // The graph may already have written the caller's memory in place (zero-copy inputs);
+      // copying a tensor onto memory it shares is then a no-op.
+      checked(PyObject_CallMethodOneArg(target, copyName, value.get()));
+      break;
+    }
+    if (rc != 0) throw PyErrorSet();
+  }
+}
+
+std::vector<RtValue> fetchInputs(const CompiledEntry &e, SourceValues &values) {
+  std::vector<RtValue> in;
+  in.reserve(e.inputSlots.size());
+  for (size_t i = 0; i < e.inputSlots.size(); ++i) {
+    const int slot = e.inputSlots[i];
+    PyObject *o = values.get(slot);
+    if (!o)
+      throw InternalFailure{errors::kRun, "graph input " + std::to_string(i) + " (" +
+                                              e.sources.str(slot) + ") cannot be read"};
+    if (e.inputTypes[i].isTensor()) {
+      if (const dlpack::DLTensor *dl = values.tensor(slot)) {
+        in.emplace_back(importTensor(o, *dl));
+        continue;
+      }
+    }
+    in.push_back(toRtValue(o, &e.inputTypes[i]));
+  }
+  return in;
+}
+
+// ---- compile --------------------------------------------------------------------------------
+
+/// The frame's local-plus slots as the analyzer expects them (free variables as their cells).
+std::vector<PyObject *> analyzerSlots(const FrameView &f) {
+  std::vector<PyObject *> slots(f.localsplus, f.localsplus + f.nlocalsplus);
+  const int nfree = f.code->co_nfreevars;
+  PyObject *closure = PyFunction_GET_CLOSURE(f.function);
+  for (int i = 0; i < nfree && closure && i < PyTuple_GET_SIZE(closure); ++i)
+    slots[size_t(f.nlocalsplus - nfree + i)] = PyTuple_GET_ITEM(closure, i);
+  return slots;
+}
+
+bool anyInputRequiresGrad(const CompiledEntry &e, SourceValues &values) {
+  static PyObject *requiresGrad = internedStr("requires_grad");
+  for (size_t i = 0; i < e.inputSlots.size(); ++i) {
+    if (!e.inputTypes[i].isTensor()) continue;
+    PyObject *o = values.get(e.inputSlots[i]);
+    if (!o || !isPlainTensor(o)) continue;
+    PyObject *rg = PyObject_GetAttr(o, requiresGrad);
+    bool yes = rg == Py_True;
+    Py_XDECREF(rg);
+    PyErr_Clear();
+    if (yes) return true;
+  }
+  return false;
+}
+
+bool gradEnabled() {
+  PyObject *r = PyObject_CallNoArgs(torchHandles().isGradEnabled);
+  bool yes = r == Py_True;
+  Py_XDECREF(r);
+  PyErr_Clear();
+  return yes;
+}
+
+void dumpGraph(const Graph &g, int id, const SourceLoc &loc, const char *stage) {
+  const std::string &dir = settings().dumpDir;
+  if (dir.empty()) return;
+  char prefix[16];
+  std::snprintf(prefix, sizeof prefix, "%03d", id);
+  std::string fn = loc.function;
+  for (char &c : fn)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+  std::ofstream out(dir + "/" + prefix + "-" + fn + "." + stage + ".xir");
+  out << "# " << shortLoc(loc) << " (" << loc.file << ")\n" << printGraph(g);
+}
+
+std::map<std::string, int> opCounts(const Graph &g, int *total) {
+  std::map<std::string, int> ops;
+  *total = 0;
+  g.walk([&](Op *op) {
+    if (op->def().has(kTerminator)) return;
+    ++ops[op->name()];
+    ++*total;
+  });
+  return ops;
+}
+
+/// XJIT_LOG=bytecode: the disassembly of each frame handed to the analyzer.
+void logBytecode(PyCodeObject *code, const SourceLoc &loc) {
+  PyObject *dis = PyImport_ImportModule("dis");
+  PyObject *bc = dis ? PyObject_CallMethod(dis, "Bytecode", "O", code) : nullptr;
+  PyObject *text = bc ? PyObject_CallMethod(bc, "dis", nullptr) : nullptr;
+  const char *c = text && PyUnicode_Check(text) ? PyUnicode_AsUTF8(text) : nullptr;
+  logLine("bytecode of " + shortLoc(loc) + ":\n" + (c ? c : "<unavailable>"));
+  Py_XDECREF(text);
+  Py_XDECREF(bc);
+  Py_XDECREF(dis);
+  PyErr_Clear();
+}
+
+enum class CompileStatus { Entry, Python, Skip, Raised };
+
+/// Records a graph break / internal failure and decides what happens to the frame.
+CompileStatus onBreak(const FrameView &f, CodeCache &cache, const ScopeOptions &opts,
+                      const GraphBreak &gb) {
+  SourceLoc frame = codeLoc(f.code);
+  SourceLoc where = gb.where.known() ? gb.where : frame;
+  EventLog &log = events();
+  log.breaks.push_back({frame, where, gb.reason, gb.internal, gb.errorId});
+  if (settings().log & kLogGraphBreaks)
+    logLine("graph break in " + shortLoc(frame) + " at " + shortLoc({where.file, where.line, ""}) +
+            ": " + gb.reason + (gb.internal ? " [" + gb.errorId + "]" : ""));
+  cache.state = CodeCache::Python;
+  cache.pythonReason = gb.reason;
+  ++log.counters.framesInPython;
+  std::string at = shortLoc({where.file, where.line, ""});
+  if (opts.fullgraph || settings().strict) {
+    std::string what = gb.internal ? "internal error " + gb.errorId : "graph break";
+    raiseCompileError("xjit: " + what + " in " + frame.function + " at " + at + ": " + gb.reason);
+    return CompileStatus::Raised;
+  }
+  if (gb.internal && !cache.warned) {
+    cache.warned = true;
+    if (!warnUser("xjit: " + gb.errorId + " at " + at + ": internal error while compiling " +
+                      frame.function + ": " + gb.reason + "; running it in Python",
+                  where))
+      return CompileStatus::Raised;
+  }
+  return CompileStatus::Python;
+}
+
+CompileStatus internalBreak(const FrameView &f, CodeCache &cache, const ScopeOptions &opts,
+                            const InternalFailure &fail) {
+  GraphBreak gb{fail.reason, codeLoc(f.code), true, fail.id};
+  return onBreak(f, cache, opts, gb);
+}
+
+std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
+                                          const ScopeOptions &opts, const CodeCache &cache) {
+  if (settings().inject == "compile")
+    throw InternalFailure{errors::kCompile, "injected failure (XJIT_TEST_INJECT=compile)"};
+  auto e = std::make_shared<CompiledEntry>();
+  e->optionsKey = opts.key();
+  if (!cap.graph) throw InternalFailure{errors::kCompile, "the capture has no graph"};
+  Graph &g = *cap.graph;
+  if (g.numInputs() != cap.inputs.size())
+    throw InternalFailure{errors::kCompile, "the graph has " + std::to_string(g.numInputs()) +
+                                                " inputs but the capture gives " +
+                                                std::to_string(cap.inputs.size()) + " sources"};
+  for (size_t i = 0; i < cap.inputs.size(); ++i) {
+    e->inputSlots.push_back(e->sources.add(cap.inputs[i]));
+    e->inputTypes.push_back(g.input(i)->type());
+  }
+  SourceValues values(e->sources, f);
+  // Graphs compute without autograd: where an input requires grad, the entry is only valid
+  // for the grad mode seen now, and with grad enabled the frame runs in Python.
+  std::vector<Guard> guards = cap.guards;
+  const bool hasModeGuard = std::any_of(
+      guards.begin(), guards.end(), [](const Guard &g) { return g.kind == Guard::GlobalStateIs; });
+  if (anyInputRequiresGrad(*e, values)) {
+    const bool grad = gradEnabled();
+    Guard mode{Guard::GlobalStateIs};
+    mode.length = grad ? 1 : 0;
+    if (!hasModeGuard) guards.push_back(std::move(mode));
+    if (grad) {
+      e->action = EntryAction::RunPython;
+      e->pythonReason = "an input requires grad while grad mode is enabled (xjit compiles "
+                        "inference graphs; call it under torch.no_grad())";
+    }
+  }
+  e->guards = std::make_unique<GuardSet>(guards, e->sources);
+  e->guardText = e->guards->descriptions();
+  e->result = planOutput(cap.result, *e, g);
+  for (const SideEffect &s : cap.sideEffects) {
+    EffectPlan fx;
+    fx.kind = s.kind;
+    if (s.kind != SideEffect::SetGlobal) {
+      fx.target = e->sources.add(s.target);
+      addEntrySlot(*e, fx.target);
+    }
+    if (!s.name.empty()) fx.name = PyRef::steal(internedStr(s.name.c_str()));
+    fx.key = s.key;
+    fx.value = planOutput(s.value, *e, g);
+    fx.text = (fx.target >= 0 ? e->sources.str(fx.target) : "G") + "." + s.name;
+    e->effects.push_back(std::move(fx));
+  }
+  if (opts.backend == Backend::Eager && e->action == EntryAction::RunGraph) {
+    e->action = EntryAction::RunPython;
+    e->pythonReason = "backend='eager': graphs run as the original Python code until op-by-op "
+                      "PyTorch execution lands";
+  }
+  registerExternals(g, cap.fallbackCallables, *e);
+  g.walk([&](Op *op) {
+    if (op->def().has(kInPlace) || (op->def().has(kSideEffect) && !op->def().has(kTerminator)))
+      e->rerunnable = false;
+  });
+  e->graph = std::move(cap.graph);
+  (void)cache;
+  return e;
+}
+
+/// Verifies the capture and runs the backend's pass pipeline. Returns compile milliseconds.
+double optimize(CompiledEntry &e, const ScopeOptions &opts, int id, const SourceLoc &loc) {
+  Clock::time_point t0 = Clock::now();
+  Graph &g = *e.graph;
+  dumpGraph(g, id, loc, "before");
+  std::vector<std::string> problems = verifyGraph(g);
+  if (!problems.empty())
+    throw InternalFailure{errors::kCompile, "the captured graph does not verify: " + problems[0]};
+#ifdef XJIT_FRONTEND_HAVE_PASSES
+  if (opts.backend == Backend::Xjit && passes::namedPipelines().count("inference")) {
+    passes::PassManager pm;
+    pm.addPipeline("inference");
+    pm.run(g);
+  }
+#endif
+  dumpGraph(g, id, loc, "after");
+  return msSince(t0);
+}
+
+} // namespace
+
+bool fallBackToPython(const FrameView &f, CodeCache &cache, const ScopeOptions &opts,
+                      const std::string &message, bool isError) {
+  cache.state = CodeCache::Python;
+  cache.pythonReason = message;
+  cache.entries.clear();
+  ++events().counters.framesInPython;
+  if (settings().log & kLogRecompiles) logLine(message);
+  if (opts.fullgraph || settings().strict) {
+    raiseCompileError(message);
+    return false;
+  }
+  if (cache.warned && !isError) return true;
+  cache.warned = true;
+  return warnUser(message, codeLoc(f.code));
+}
+
+PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions &opts,
+                        EvalDefault evalDefault) {
+  EventLog &log = events();
+  const SourceLoc loc = codeLoc(f.code);
+  std::shared_ptr<CompiledEntry> entry;
+  CompileStatus status = CompileStatus::Entry;
+  double captureMs = 0;
+  {
+    BusyScope busy;
+    std::vector<PyObject *> slots = analyzerSlots(f);
+    FrameView view = f;
+    view.localsplus = slots.data();
+    if (settings().log & kLogBytecode) logBytecode(f.code, loc);
+    AnalyzeOptions aopts;
+    aopts.dynamicShapes = opts.dynamic == 1 || (opts.dynamic == -1 && cache.dynamic);
+    if (opts.dynamic == -1) aopts.dynamicSources = cache.dynamicSources;
+    Clock::time_point t0 = Clock::now();
+    AnalyzeResult r;
+    try {
+      if (settings().inject == "analyze")
+        throw InternalFailure{errors::kAnalyzer, "injected failure (XJIT_TEST_INJECT=analyze)"};
+      r = analyzeFrame(view, aopts);
+      if (interruptPending()) throw PyErrorSet();
+      if (PyErr_Occurred())
+        throw InternalFailure{errors::kAnalyzer,
+                              "the analyzer left a Python error set: " + takePyErrorMessage()};
+      if (!r.capture && !r.graphBreak)
+        throw InternalFailure{errors::kAnalyzer, "the analyzer returned no result"};
+    } catch (const InternalFailure &fail) {
+      r = AnalyzeResult{};
+      r.graphBreak = GraphBreak{fail.reason, loc, true, fail.id};
+    } catch (const PyErrorSet &) {
+      r = AnalyzeResult{};
+      if (interruptPending()) return nullptr; // Ctrl-C while analyzing: nothing recorded
+      r.graphBreak = GraphBreak{takePyErrorMessage(), loc, true, errors::kAnalyzer};
+    } catch (const std::exception &ex) {
+      PyErr_Clear();
+      r = AnalyzeResult{};
+      r.graphBreak = GraphBreak{ex.what(), loc, true, errors::kAnalyzer};
+    }
+    captureMs = msSince(t0);
+    if (r.graphBreak && !r.capture) {
+      status = onBreak(f, cache, opts, *r.graphBreak);
+    } else {
+      Capture &cap = *r.capture;
+      if (cap.captureMilliseconds > 0) captureMs = cap.captureMilliseconds;
+      bool work = false;
+      if (cap.graph)
+        cap.graph->walk([&](Op *op) {
+          work = work || !(op->def().has(kTerminator) || op->def().has(kConstantLike));
+        });
+      if (cap.graph && !work) {
+        // Nothing to compute (a helper on Python values, an __init__ setting attributes): not
+        // worth a guard check per call. Marked for this code object for good, like a skipped
+        // file; not a graph break.
+        status = CompileStatus::Skip;
+        cache.state = CodeCache::Python;
+        cache.pythonReason = "no tensor operations";
+        ++log.counters.skippedNoOps;
+      } else {
+        try {
+          entry = buildEntry(f, cap, opts, cache);
+          const int id = static_cast<int>(log.graphs.size());
+          double compileMs = optimize(*entry, opts, id, loc);
+          GraphEvent ev;
+          ev.id = id;
+          ev.where = loc;
+          ev.backend = backendName(opts.backend);
+          ev.ops = opCounts(*entry->graph, &ev.numOps);
+          ev.numInputs = static_cast<int>(entry->inputSlots.size());
+          ev.numOutputs = static_cast<int>(entry->graph->outputs().size());
+          ev.guards = entry->guardText;
+          for (int s : entry->inputSlots)
+            ev.inputs.push_back(entry->sources.str(s));
+          ev.captureMs = captureMs;
+          ev.compileMs = compileMs;
+          ev.runsInPython = entry->action == EntryAction::RunPython;
+          ev.note = entry->pythonReason;
+          if (log.recording || (settings().log & kLogGraphs)) ev.ir = printGraph(*entry->graph);
+          entry->graphId = id;
+          if (settings().log & kLogGraphs)
+            logLine("graph " + std::to_string(id) + " for " + shortLoc(loc) + ": " +
+                    std::to_string(ev.numOps) + " ops, backend " + ev.backend +
+                    (ev.runsInPython ? " (runs in Python: " + ev.note + ")" : "") + "\n" + ev.ir);
+          if (settings().log & kLogGuards) {
+            std::string text =
+                "guards of graph " + std::to_string(id) + " (" + shortLoc(loc) + "):";
+            for (const std::string &gtext : ev.guards)
+              text += "\n  " + gtext;
+            logLine(text);
+          }
+          log.graphs.push_back(std::move(ev));
+          ++log.counters.compiles;
+        } catch (const InternalFailure &fail) {
+          entry.reset();
+          status = internalBreak(f, cache, opts, fail);
+        } catch (const PyErrorSet &) {
+          entry.reset();
+          if (interruptPending()) return nullptr;
+          status = internalBreak(f, cache, opts, {errors::kCompile, takePyErrorMessage()});
+        } catch (const std::exception &ex) {
+          entry.reset();
+          PyErr_Clear();
+          status = internalBreak(f, cache, opts, {errors::kCompile, ex.what()});
+        }
+      }
+    }
+  }
+  if (status == CompileStatus::Raised) return nullptr;
+  if (!entry) return evalDefault();
+  cache.entries.push_back(entry);
+  ++cache.compiles;
+  // Its guards must hold for the very call they were made from; else the capture is wrong.
+  SourceValues values(entry->sources, f);
+  GuardFailure why;
+  bool ok;
+  {
+    BusyScope busy;
+    ok = entry->guards->check(values, &why);
+  }
+  if (!ok) {
+    std::string msg = std::string("xjit: ") + errors::kGuardsOnCapture + " at " + shortLoc(loc) +
+                      ": internal error: a fresh capture's guard fails on its own inputs (" +
+                      why.detail + "); running it in Python";
+    return fallBackToPython(f, cache, opts, msg, true) ? evalDefault() : nullptr;
+  }
+  return runEntry(entry, values, cache, opts, evalDefault, /*countHit=*/false);
+}
+
+namespace {
+
+/// --check: the graph runs on copies of the tensor inputs, then the frame runs in Python (its
+/// result is what the program gets) and the two are compared.
+PyObject *runChecked(const std::shared_ptr<CompiledEntry> &e, SourceValues &values,
+                     EvalDefault evalDefault) {
+  static PyObject *cloneName = internedStr("clone");
+  const SourceLoc loc = codeLoc(values.frame().code);
+  PyRef compiled;
+  std::string failure;
+  {
+    BusyScope busy;
+    try {
+      std::vector<RtValue> in;
+      for (size_t i = 0; i < e->inputSlots.size(); ++i) {
+        PyObject *o = values.get(e->inputSlots[i]);
+        if (o && isPlainTensor(o)) {
+          PyRef copy = checked(PyObject_CallMethodNoArgs(o, cloneName));
+          in.emplace_back(importTensor(copy.get()));
+        } else {
+          in.push_back(toRtValue(o ? o : Py_None, &e->inputTypes[i]));
+        }
+      }
+      std::vector<RtValue> outs = interpret(*e->graph, std::move(in));
+      std::vector<PyRef> done(outs.size());
+      compiled = buildOutput(e->result, outs, done, values);
+    } catch (const PyErrorSet &) {
+      restoreParkedError();
+      failure = takePyErrorMessage();
+    } catch (const std::exception &ex) {
+      if (restoreParkedError())
+        failure = takePyErrorMessage();
+      else
+        failure = ex.what();
+    }
+  }
+  PyObject *eager = evalDefault();
+  if (!eager) return nullptr;
+  std::string message;
+  if (!failure.empty()) {
+    message = "the compiled graph failed: " + failure;
+  } else if (PyObject *cmp = pyClasses().checkCompare) {
+    BusyScope busy;
+    PyObject *r = PyObject_CallFunctionObjArgs(cmp, compiled.get(), eager, nullptr);
+    if (!r) {
+      message = "comparing outputs failed: " + takePyErrorMessage();
+    } else {
+      if (PyUnicode_Check(r)) message = PyUnicode_AsUTF8(r);
+      Py_DECREF(r);
+    }
+  }
+  events().checks.push_back({loc, message});
+  if (!message.empty()) {
+    if (!warnUser("xjit --check: " + loc.function + " at " + shortLoc({loc.file, loc.line, ""}) +
+                      ": " + message,
+                  loc)) {
+      Py_DECREF(eager);
+      return nullptr;
+    }
+  }
+  return eager;
+}
+
+} // namespace
+
+PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values, CodeCache &cache,
+                   const ScopeOptions &opts, EvalDefault evalDefault, bool countHit) {
+  if (countHit) {
+    ++e->hits;
+    ++events().counters.cacheHits;
+  }
+  if (e->action == EntryAction::RunPython) return evalDefault();
+  if (opts.check) return runChecked(e, values, evalDefault);
+  bool graphRan = false;
+  std::string reason;
+  try {
+    BusyScope busy;
+    for (int slot : e->entrySlots)
+      values.get(slot); // sources as the frame saw them at entry
+    if (settings().inject == "run")
+      throw InternalFailure{errors::kRun, "injected failure (XJIT_TEST_INJECT=run)"};
+    std::vector<RtValue> in = fetchInputs(*e, values);
+    graphRan = true;
+    std::vector<RtValue> outs;
+    if (settings().profile) {
+      Clock::time_point t0 = Clock::now();
+      outs = interpret(*e->graph, std::move(in));
+      events().counters.graphNs +=
+          static_cast<uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count());
+    } else {
+      outs = interpret(*e->graph, std::move(in));
+    }
+    std::vector<PyRef> done(outs.size());
+    PyRef result = buildOutput(e->result, outs, done, values);
+    replayEffects(*e, outs, done, values);
+    return result.release();
+  } catch (const InternalFailure &fail) {
+    reason = fail.reason;
+  } catch (const PyErrorSet &) {
+    // After the graph: an error from rebuilding outputs or replaying effects, which the frame
+    // itself would have raised. Before it: reading the inputs failed (an xjit problem).
+    if (graphRan || interruptPending()) return nullptr;
+    reason = takePyErrorMessage();
+  } catch (const std::exception &ex) {
+    if (restoreParkedError()) {
+      // A PyTorch fallback raised: when the frame cannot simply rerun, that is the error.
+      if (!e->rerunnable) return nullptr;
+      reason = takePyErrorMessage();
+    } else {
+      reason = ex.what();
+    }
+  }
+  PyErr_Clear();
+  const SourceLoc loc = codeLoc(values.frame().code);
+  if (graphRan && !e->rerunnable) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "xjit: %s at %s: the compiled graph failed after writing to its inputs, so the "
+                 "frame cannot be rerun in Python: %s",
+                 errors::kRun, shortLoc(loc).c_str(), reason.c_str());
+    return nullptr;
+  }
+  std::string msg = std::string("xjit: ") + errors::kRun + " at " +
+                    shortLoc({loc.file, loc.line, ""}) + ": internal error running the graph of " +
+                    loc.function + ": " + reason + "; running it in Python";
+  return fallBackToPython(values.frame(), cache, opts, msg, true) ? evalDefault() : nullptr;
+}
+
+} // namespace xjit::frontend
