@@ -407,7 +407,7 @@ CompileStatus internalBreak(const FrameView &f, CodeCache &cache, const ScopeOpt
 }
 
 std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
-                                          const ScopeOptions &opts, const CodeCache &cache) {
+                                          const ScopeOptions &opts) {
   if (settings().inject == "compile")
     throw InternalFailure{errors::kCompile, "injected failure (XJIT_TEST_INJECT=compile)"};
   auto e = std::make_shared<CompiledEntry>();
@@ -466,7 +466,6 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
       e->rerunnable = false;
   });
   e->graph = std::move(cap.graph);
-  (void)cache;
   return e;
 }
 
@@ -489,6 +488,105 @@ double optimize(CompiledEntry &e, const ScopeOptions &opts, int id, const Source
   return msSince(t0);
 }
 
+/// Runs the analyzer on the frame (as at entry). Every failure becomes an internal graph break
+/// in *r; returns false only for a pending interrupt, which must propagate.
+bool analyze(const FrameView &f, const CodeCache &cache, const ScopeOptions &opts,
+             const SourceLoc &loc, AnalyzeResult *r, double *captureMs) {
+  std::vector<PyObject *> slots = analyzerSlots(f);
+  FrameView view = f;
+  view.localsplus = slots.data();
+  if (settings().log & kLogBytecode) logBytecode(f.code, loc);
+  AnalyzeOptions aopts;
+  aopts.dynamicShapes = opts.dynamic == 1 || (opts.dynamic == -1 && cache.dynamic);
+  if (opts.dynamic == -1) aopts.dynamicSources = cache.dynamicSources;
+  Clock::time_point t0 = Clock::now();
+  auto internal = [&](std::string reason) {
+    *r = AnalyzeResult{};
+    r->graphBreak = GraphBreak{std::move(reason), loc, true, errors::kAnalyzer};
+  };
+  try {
+    if (settings().inject == "analyze")
+      throw InternalFailure{errors::kAnalyzer, "injected failure (XJIT_TEST_INJECT=analyze)"};
+    *r = analyzeFrame(view, aopts);
+    if (interruptPending()) throw PyErrorSet();
+    if (PyErr_Occurred())
+      throw InternalFailure{errors::kAnalyzer,
+                            "the analyzer left a Python error set: " + takePyErrorMessage()};
+    if (!r->capture && !r->graphBreak)
+      throw InternalFailure{errors::kAnalyzer, "the analyzer returned no result"};
+    if (r->capture && r->capture->captureMilliseconds > 0)
+      *captureMs = r->capture->captureMilliseconds;
+    else
+      *captureMs = msSince(t0);
+    return true;
+  } catch (const InternalFailure &fail) {
+    internal(fail.reason);
+  } catch (const PyErrorSet &) {
+    if (interruptPending()) return false; // Ctrl-C while analyzing: nothing recorded
+    internal(takePyErrorMessage());
+  } catch (const std::exception &ex) {
+    PyErr_Clear();
+    internal(ex.what());
+  }
+  *captureMs = msSince(t0);
+  return true;
+}
+
+/// Whether a captured graph computes anything (ops other than constants and the return).
+bool hasWork(const Graph &g) {
+  bool work = false;
+  g.walk([&](Op *op) {
+    work = work || !(op->def().has(kTerminator) || op->def().has(kConstantLike));
+  });
+  return work;
+}
+
+/// Records a compiled graph in the event log (explain) and logs it (XJIT_LOG=graphs,guards).
+void recordGraph(CompiledEntry &e, const ScopeOptions &opts, const SourceLoc &loc, double captureMs,
+                 double compileMs) {
+  EventLog &log = events();
+  GraphEvent ev;
+  ev.id = static_cast<int>(log.graphs.size());
+  ev.where = loc;
+  ev.backend = backendName(opts.backend);
+  ev.ops = opCounts(*e.graph, &ev.numOps);
+  ev.numInputs = static_cast<int>(e.inputSlots.size());
+  ev.numOutputs = static_cast<int>(e.graph->outputs().size());
+  ev.guards = e.guardText;
+  for (int s : e.inputSlots)
+    ev.inputs.push_back(e.sources.str(s));
+  ev.captureMs = captureMs;
+  ev.compileMs = compileMs;
+  ev.runsInPython = e.action == EntryAction::RunPython;
+  ev.note = e.pythonReason;
+  if (log.recording || (settings().log & kLogGraphs)) ev.ir = printGraph(*e.graph);
+  e.graphId = ev.id;
+  const std::string name = "graph " + std::to_string(ev.id);
+  if (settings().log & kLogGraphs)
+    logLine(name + " for " + shortLoc(loc) + ": " + std::to_string(ev.numOps) + " ops, backend " +
+            ev.backend + (ev.runsInPython ? " (runs in Python: " + ev.note + ")" : "") + "\n" +
+            ev.ir);
+  if (settings().log & kLogGuards) {
+    std::string text = "guards of " + name + " (" + shortLoc(loc) + "):";
+    for (const std::string &g : ev.guards)
+      text += "\n  " + g;
+    logLine(text);
+  }
+  log.graphs.push_back(std::move(ev));
+  ++log.counters.compiles;
+}
+
+/// A capture -> a ready entry (passes run, externals registered), recorded in the event log.
+/// Throws InternalFailure, PyErrorSet or std::exception.
+std::shared_ptr<CompiledEntry> compileCapture(const FrameView &f, Capture &cap,
+                                              const ScopeOptions &opts, const SourceLoc &loc,
+                                              double captureMs) {
+  std::shared_ptr<CompiledEntry> e = buildEntry(f, cap, opts);
+  double compileMs = optimize(*e, opts, static_cast<int>(events().graphs.size()), loc);
+  recordGraph(*e, opts, loc, captureMs, compileMs);
+  return e;
+}
+
 } // namespace
 
 bool fallBackToPython(const FrameView &f, CodeCache &cache, const ScopeOptions &opts,
@@ -509,109 +607,38 @@ bool fallBackToPython(const FrameView &f, CodeCache &cache, const ScopeOptions &
 
 PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions &opts,
                         EvalDefault evalDefault) {
-  EventLog &log = events();
   const SourceLoc loc = codeLoc(f.code);
   std::shared_ptr<CompiledEntry> entry;
   CompileStatus status = CompileStatus::Entry;
-  double captureMs = 0;
   {
     BusyScope busy;
-    std::vector<PyObject *> slots = analyzerSlots(f);
-    FrameView view = f;
-    view.localsplus = slots.data();
-    if (settings().log & kLogBytecode) logBytecode(f.code, loc);
-    AnalyzeOptions aopts;
-    aopts.dynamicShapes = opts.dynamic == 1 || (opts.dynamic == -1 && cache.dynamic);
-    if (opts.dynamic == -1) aopts.dynamicSources = cache.dynamicSources;
-    Clock::time_point t0 = Clock::now();
+    double captureMs = 0;
     AnalyzeResult r;
-    try {
-      if (settings().inject == "analyze")
-        throw InternalFailure{errors::kAnalyzer, "injected failure (XJIT_TEST_INJECT=analyze)"};
-      r = analyzeFrame(view, aopts);
-      if (interruptPending()) throw PyErrorSet();
-      if (PyErr_Occurred())
-        throw InternalFailure{errors::kAnalyzer,
-                              "the analyzer left a Python error set: " + takePyErrorMessage()};
-      if (!r.capture && !r.graphBreak)
-        throw InternalFailure{errors::kAnalyzer, "the analyzer returned no result"};
-    } catch (const InternalFailure &fail) {
-      r = AnalyzeResult{};
-      r.graphBreak = GraphBreak{fail.reason, loc, true, fail.id};
-    } catch (const PyErrorSet &) {
-      r = AnalyzeResult{};
-      if (interruptPending()) return nullptr; // Ctrl-C while analyzing: nothing recorded
-      r.graphBreak = GraphBreak{takePyErrorMessage(), loc, true, errors::kAnalyzer};
-    } catch (const std::exception &ex) {
-      PyErr_Clear();
-      r = AnalyzeResult{};
-      r.graphBreak = GraphBreak{ex.what(), loc, true, errors::kAnalyzer};
-    }
-    captureMs = msSince(t0);
-    if (r.graphBreak && !r.capture) {
+    if (!analyze(f, cache, opts, loc, &r, &captureMs)) return nullptr;
+    if (!r.capture) {
       status = onBreak(f, cache, opts, *r.graphBreak);
+    } else if (r.capture->graph && !hasWork(*r.capture->graph)) {
+      // Nothing to compute (a helper on Python values, an __init__ setting attributes): not
+      // worth a guard check per call. Marked for this code object for good, like a skipped
+      // file; not a graph break.
+      status = CompileStatus::Skip;
+      cache.state = CodeCache::Python;
+      cache.pythonReason = "no tensor operations";
+      ++events().counters.skippedNoOps;
     } else {
-      Capture &cap = *r.capture;
-      if (cap.captureMilliseconds > 0) captureMs = cap.captureMilliseconds;
-      bool work = false;
-      if (cap.graph)
-        cap.graph->walk([&](Op *op) {
-          work = work || !(op->def().has(kTerminator) || op->def().has(kConstantLike));
-        });
-      if (cap.graph && !work) {
-        // Nothing to compute (a helper on Python values, an __init__ setting attributes): not
-        // worth a guard check per call. Marked for this code object for good, like a skipped
-        // file; not a graph break.
-        status = CompileStatus::Skip;
-        cache.state = CodeCache::Python;
-        cache.pythonReason = "no tensor operations";
-        ++log.counters.skippedNoOps;
-      } else {
-        try {
-          entry = buildEntry(f, cap, opts, cache);
-          const int id = static_cast<int>(log.graphs.size());
-          double compileMs = optimize(*entry, opts, id, loc);
-          GraphEvent ev;
-          ev.id = id;
-          ev.where = loc;
-          ev.backend = backendName(opts.backend);
-          ev.ops = opCounts(*entry->graph, &ev.numOps);
-          ev.numInputs = static_cast<int>(entry->inputSlots.size());
-          ev.numOutputs = static_cast<int>(entry->graph->outputs().size());
-          ev.guards = entry->guardText;
-          for (int s : entry->inputSlots)
-            ev.inputs.push_back(entry->sources.str(s));
-          ev.captureMs = captureMs;
-          ev.compileMs = compileMs;
-          ev.runsInPython = entry->action == EntryAction::RunPython;
-          ev.note = entry->pythonReason;
-          if (log.recording || (settings().log & kLogGraphs)) ev.ir = printGraph(*entry->graph);
-          entry->graphId = id;
-          if (settings().log & kLogGraphs)
-            logLine("graph " + std::to_string(id) + " for " + shortLoc(loc) + ": " +
-                    std::to_string(ev.numOps) + " ops, backend " + ev.backend +
-                    (ev.runsInPython ? " (runs in Python: " + ev.note + ")" : "") + "\n" + ev.ir);
-          if (settings().log & kLogGuards) {
-            std::string text =
-                "guards of graph " + std::to_string(id) + " (" + shortLoc(loc) + "):";
-            for (const std::string &gtext : ev.guards)
-              text += "\n  " + gtext;
-            logLine(text);
-          }
-          log.graphs.push_back(std::move(ev));
-          ++log.counters.compiles;
-        } catch (const InternalFailure &fail) {
-          entry.reset();
-          status = internalBreak(f, cache, opts, fail);
-        } catch (const PyErrorSet &) {
-          entry.reset();
-          if (interruptPending()) return nullptr;
-          status = internalBreak(f, cache, opts, {errors::kCompile, takePyErrorMessage()});
-        } catch (const std::exception &ex) {
-          entry.reset();
-          PyErr_Clear();
-          status = internalBreak(f, cache, opts, {errors::kCompile, ex.what()});
-        }
+      try {
+        entry = compileCapture(f, *r.capture, opts, loc, captureMs);
+      } catch (const InternalFailure &fail) {
+        entry.reset();
+        status = internalBreak(f, cache, opts, fail);
+      } catch (const PyErrorSet &) {
+        entry.reset();
+        if (interruptPending()) return nullptr;
+        status = internalBreak(f, cache, opts, {errors::kCompile, takePyErrorMessage()});
+      } catch (const std::exception &ex) {
+        entry.reset();
+        PyErr_Clear();
+        status = internalBreak(f, cache, opts, {errors::kCompile, ex.what()});
       }
     }
   }
