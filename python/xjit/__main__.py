@@ -1,6 +1,17 @@
-"""`python -m xjit script.py [args...]` runs the script exactly like `python script.py`: same
-sys.argv, sys.path[0], __main__ module (absolute __file__), exit status and error output. The
-frontend will hook in here to compile the script's models; until then it only runs the script."""
+"""``python -m xjit [options] script.py [args...]`` runs the script exactly like ``python
+script.py`` (same sys.argv, sys.path[0], __main__ module with an absolute __file__, exit status
+and error output) with the frame hook enabled for the whole program: every function the script
+runs outside the standard library and installed packages is captured and compiled, and what
+cannot be compiled runs as ordinary Python.
+
+Options (before the script):
+  --backend xjit|interp|eager   execution path of compiled graphs (default xjit)
+  --device cpu                  target device (cpu only for now)
+  --check                       also run each compiled frame in Python and report the first
+                                output that differs (a warning with file:line)
+  --explain                     print the xjit.explain report to stderr at exit
+  --dump DIR                    write each graph's IR before/after the pass pipeline to DIR
+"""
 
 from __future__ import annotations
 
@@ -9,6 +20,65 @@ import importlib.machinery
 import os
 import sys
 import types
+from dataclasses import dataclass
+
+USAGE = (
+    "usage: python -m xjit script.py [args...]\n"
+    "  options before the script: [--device cpu] [--backend xjit|eager|interp] [--check] "
+    "[--explain] [--dump DIR]"
+)
+
+
+@dataclass
+class Options:
+    backend: str = "xjit"
+    device: str = "cpu"
+    check: bool = False
+    explain: bool = False
+    dump: str = ""
+
+
+def _parse(argv: list[str]) -> tuple[Options, list[str]] | int:
+    """Options up to the script path; everything after it belongs to the script. Returns the
+    exit status instead when there is nothing to run."""
+    opts = Options()
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
+        arg = argv[i]
+        name, eq, value = arg.partition("=")
+        if name in ("-h", "--help"):
+            print(USAGE, file=sys.stderr)
+            print(__doc__.split("Options (before the script):", 1)[1].rstrip(), file=sys.stderr)
+            return 0
+        if name in ("--check", "--explain") and not eq:
+            setattr(opts, name[2:], True)
+        elif name in ("--backend", "--device", "--dump"):
+            if not eq:
+                i += 1
+                if i >= len(argv):
+                    print(f"{USAGE}\nerror: {name} needs a value", file=sys.stderr)
+                    return 2
+                value = argv[i]
+            setattr(opts, name[2:], value)
+        elif arg == "--":
+            i += 1
+            break
+        else:
+            print(f"{USAGE}\nerror: unknown option {arg}", file=sys.stderr)
+            return 2
+        i += 1
+    if opts.backend not in ("xjit", "interp", "eager"):
+        print(f"{USAGE}\nerror: unknown backend {opts.backend!r}", file=sys.stderr)
+        return 2
+    if opts.device != "cpu":
+        print(
+            f"{USAGE}\nerror: device {opts.device!r} is not supported (cpu only)", file=sys.stderr
+        )
+        return 2
+    if i >= len(argv):
+        print(USAGE, file=sys.stderr)
+        return 2
+    return opts, argv[i:]
 
 
 def _user_traceback(tb: types.TracebackType | None, path: str) -> types.TracebackType | None:
@@ -18,11 +88,56 @@ def _user_traceback(tb: types.TracebackType | None, path: str) -> types.Tracebac
     return tb
 
 
+class _Hook:
+    """The frame hook for the whole program, on from the first line of the script to its end."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.enabled = True
+
+    def __enter__(self) -> _Hook:
+        try:
+            from xjit import _frontend
+        except ImportError as e:
+            # A build without the frontend extension still runs scripts exactly like python.
+            self.enabled = False
+            if self.opts != Options():
+                print(
+                    f"xjit: the frontend is not built ({e}); running without compiling",
+                    file=sys.stderr,
+                )
+            return self
+        from xjit.jit import _options, config
+
+        if self.opts.dump:
+            os.makedirs(self.opts.dump, exist_ok=True)
+            config.dump_dir = os.path.abspath(self.opts.dump)
+        if self.opts.explain:
+            _frontend.set_recording(True)
+        _frontend.enable_program(
+            _options(self.opts.backend, self.opts.device, False, None, self.opts.check)
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.enabled:
+            return
+        from xjit import _frontend
+
+        _frontend.enable_program(None)
+        if self.opts.explain:
+            from xjit.explain import ExplainReport
+
+            sys.stdout.flush()
+            print(str(ExplainReport.from_events(_frontend.events())), file=sys.stderr)
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m xjit script.py [args...]", file=sys.stderr)
-        return 0 if argv else 2
-    path = os.path.abspath(argv[0])
+    parsed = _parse(argv)
+    if isinstance(parsed, int):
+        return parsed
+    opts, script_argv = parsed
+    path = os.path.abspath(script_argv[0])
     try:
         with open(path, "rb") as f:
             source = f.read()
@@ -32,7 +147,7 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    sys.argv = list(argv)
+    sys.argv = list(script_argv)
     # `python script.py` puts the script's directory first on sys.path (`-m` put the cwd there).
     sys.path[0] = os.path.dirname(path)
     module = types.ModuleType("__main__")
@@ -49,7 +164,8 @@ def main(argv: list[str]) -> int:
         sys.excepthook(type(e), e, e.with_traceback(None).__traceback__)
         return 1
     try:
-        exec(code, module.__dict__)
+        with _Hook(opts):
+            exec(code, module.__dict__)
     except SystemExit:
         raise
     except BaseException as e:  # noqa: BLE001 - reported like the interpreter does

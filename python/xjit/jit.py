@@ -1,0 +1,223 @@
+"""``xjit.jit``: compile the frames a function (or an ``nn.Module``'s forward) runs.
+
+The PEP 523 frame hook (``xjit._frontend``) is enabled for the duration of each call, in the
+calling thread only. Every Python frame that call evaluates outside the standard library and
+installed packages is captured whole into the graph IR, compiled, cached per code object under
+guards, and run by the chosen backend; a frame that cannot be captured runs in normal Python
+(its callees are still captured). See docs/frontend.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import sysconfig
+import types
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from xjit import _frontend
+
+__all__ = ["XjitCompileError", "XjitWarning", "config", "jit"]
+
+XjitWarning = _frontend.XjitWarning
+XjitCompileError = _frontend.XjitCompileError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+BACKENDS = ("xjit", "interp", "eager")
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+
+
+def _skip_prefixes() -> list[str]:
+    """Files whose frames are never compiled as roots: the standard library, installed
+    packages (site-/dist-packages), torch and xjit itself."""
+    paths = sysconfig.get_paths()
+    prefixes = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    prefixes.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+    prefixes.add(os.path.dirname(os.path.abspath(__file__)))  # xjit
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("torch")
+        if spec is not None and spec.submodule_search_locations:
+            prefixes.update(spec.submodule_search_locations)
+    except (ImportError, ValueError):
+        pass
+    # A trailing separator so /usr/lib/python3.11 does not also match /usr/lib/python3.11x.
+    return sorted(
+        {os.path.join(os.path.realpath(p), "") for p in prefixes if p}
+        | {os.path.join(p, "") for p in prefixes if p}
+    )
+
+
+class Config:
+    """Process-wide settings. Environment variables give the defaults:
+
+    - ``recompile_limit`` (``XJIT_RECOMPILE_LIMIT``, default 8): recompilations of one frame
+      before it runs in Python for good, with one warning naming the guard that kept failing.
+    - ``log`` (``XJIT_LOG``): comma list of graph_breaks, guards, recompiles, graphs, bytecode
+      (or all), written to stderr.
+    - ``strict`` (``XJIT_STRICT=1``): every graph break or fallback raises XjitCompileError.
+    - ``dump_dir`` (``--dump``): each graph's IR before and after the pass pipeline.
+    """
+
+    _fields = ("recompile_limit", "log", "strict", "dump_dir")
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_values", {})
+        self.recompile_limit = _env_int("XJIT_RECOMPILE_LIMIT", 8)
+        self.log = os.environ.get("XJIT_LOG", "")
+        self.strict = os.environ.get("XJIT_STRICT", "") not in ("", "0")
+        self.dump_dir = ""
+        # Test-only failure injection: "analyze", "compile" or "run" fail as an internal error.
+        _frontend.configure(
+            inject=os.environ.get("XJIT_TEST_INJECT", ""), skip_prefixes=_skip_prefixes()
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in self._fields:
+            raise AttributeError(f"xjit.config has no setting {name!r}")
+        _frontend.configure(**{name: value})
+        self._values[name] = value
+
+    def __getattr__(self, name: str) -> Any:
+        values = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        raise AttributeError(f"xjit.config has no setting {name!r}")
+
+    def __repr__(self) -> str:
+        return "xjit.config(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
+
+
+config = Config()
+
+
+def _check_compare(compiled: Any, eager: Any) -> str | None:
+    from xjit._backends import compare_outputs
+
+    return compare_outputs(compiled, eager)
+
+
+_frontend.configure(check_compare=_check_compare)
+
+
+def _options(
+    backend: str, device: str, fullgraph: bool, dynamic: bool | None, check: bool = False
+) -> Any:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    return _frontend.Options(backend, device, fullgraph, dynamic, check)
+
+
+def _function_code(fn: Any) -> types.CodeType | None:
+    fn = getattr(fn, "__func__", fn)  # bound methods
+    code = getattr(fn, "__code__", None)
+    return code if isinstance(code, types.CodeType) else None
+
+
+def _is_module(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.nn.Module)
+
+
+@functools.lru_cache(maxsize=None)
+def _jit_module_class() -> type:
+    import torch
+
+    class JitModule(torch.nn.Module):
+        """Wraps a module so that calling it compiles its forward (and what forward calls).
+        Attributes, parameters and submodules are the wrapped module's (``_orig_mod``)."""
+
+        def __init__(self, mod: torch.nn.Module, opts: Any) -> None:
+            super().__init__()
+            self._orig_mod = mod
+            object.__setattr__(self, "_xjit_opts", opts)
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            return _frontend.call(self._xjit_opts, self._orig_mod, args, kwargs)
+
+        def __getattr__(self, name: str) -> Any:
+            if name == "_orig_mod":
+                return self._modules["_orig_mod"]
+            return getattr(self._orig_mod, name)
+
+        def __repr__(self) -> str:
+            return f"xjit.jit({self._orig_mod!r}, {self._xjit_opts!r})"
+
+    return JitModule
+
+
+@overload
+def jit(
+    fn: F,
+    *,
+    backend: str = ...,
+    device: str = ...,
+    fullgraph: bool = ...,
+    dynamic: bool | None = ...,
+) -> F: ...
+@overload
+def jit(
+    fn: None = None,
+    *,
+    backend: str = ...,
+    device: str = ...,
+    fullgraph: bool = ...,
+    dynamic: bool | None = ...,
+) -> Callable[[F], F]: ...
+
+
+def jit(
+    fn: Any = None,
+    *,
+    backend: str = "xjit",
+    device: str = "cpu",
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+) -> Any:
+    """Compile ``fn`` (a function, method or ``nn.Module``) when it is called.
+
+    ``backend``: "xjit" (optimizing pass pipeline, then the reference interpreter until the
+    native backend lands), "interp" (the captured graph in the reference interpreter) or
+    "eager" (PyTorch). ``fullgraph=True`` raises XjitCompileError instead of running a frame in
+    Python. ``dynamic``: None compiles static shapes first and makes the dims that changed
+    symbolic after a size-related recompile; True makes input dims symbolic from the start;
+    False never does. Usable as ``@xjit.jit`` or ``@xjit.jit(backend=...)``.
+    """
+    opts = _options(backend, device, fullgraph, dynamic)
+    if fn is None:
+        return functools.partial(
+            jit, backend=backend, device=device, fullgraph=fullgraph, dynamic=dynamic
+        )
+    if _is_module(fn):
+        forward = getattr(type(fn), "forward", None)
+        code = _function_code(forward)
+        if code is not None:
+            _frontend.mark_root(code)  # even for torch.nn layers, whose files are filtered
+        return _jit_module_class()(fn, opts)
+    if not callable(fn):
+        raise TypeError(f"xjit.jit expects a function or an nn.Module, got {type(fn).__name__}")
+    code = _function_code(fn)
+    if code is not None:
+        _frontend.mark_root(code)
+    call = _frontend.call
+
+    @functools.wraps(fn)
+    def compiled(*args: Any, **kwargs: Any) -> Any:
+        return call(opts, fn, args, kwargs)
+
+    compiled._xjit_opts = opts  # type: ignore[attr-defined]
+    compiled._xjit_fn = fn  # type: ignore[attr-defined]
+    return compiled

@@ -1,0 +1,396 @@
+"""The frame hook, cache, guards and driver (xjit._frontend) through xjit.jit / xjit.explain:
+scoped enabling, results equal to eager, cache hits, recompiles on shape/dtype changes and the
+recompile limit, internal errors (injected) that fall back to Python with one warning,
+fullgraph/strict errors, which frames are compiled, backends and logging. The functions are
+small straight-line tensor code so that the checks are about the hook, not the analyzer."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+fe = pytest.importorskip("xjit._frontend")
+import xjit  # noqa: E402
+from xjit.jit import config  # noqa: E402
+
+THIS_FILE = os.path.basename(__file__)
+
+
+@pytest.fixture(autouse=True)
+def clean() -> Iterator[None]:
+    """A clean cache and default settings around every test."""
+    fe.reset()
+    saved = (config.recompile_limit, config.log, config.strict)
+    yield
+    fe.configure(inject="")
+    config.recompile_limit, config.log, config.strict = saved
+    fe.set_recording(False)
+    fe.reset()
+
+
+def xjit_warnings(record: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in record if issubclass(w.category, xjit.XjitWarning)]
+
+
+def add_mul(x, y):
+    return x * 2 + y
+
+
+def relu_sub(x, y):
+    return torch.relu(x - y)
+
+
+# ---- enabling ------------------------------------------------------------------------------
+
+
+def test_hook_is_installed_only_during_the_call() -> None:
+    seen: list[bool] = []
+
+    def probe(x):
+        seen.append(fe.hook_installed())  # a call the analyzer cannot see into: runs in Python
+        return x
+
+    assert not fe.hook_installed()
+    xjit.jit(probe)(torch.ones(2))
+    assert seen == [True]
+    assert not fe.hook_installed()
+
+
+def test_hook_is_uninstalled_after_an_exception() -> None:
+    def boom(x):
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        xjit.jit(boom)(torch.ones(2))
+    assert not fe.hook_installed()
+
+
+def test_other_threads_are_not_compiled() -> None:
+    def other(x):
+        return x + 1
+
+    def caller(x):
+        t = threading.Thread(target=other, args=(x,))
+        t.start()
+        t.join()
+        return x
+
+    xjit.jit(caller)(torch.ones(2))
+    assert fe.code_state(other.__code__)["state"] == "unseen"
+    # The same function called from the jit thread is compiled.
+    xjit.jit(other)(torch.ones(2))
+    assert fe.code_state(other.__code__)["state"] == "active"
+
+
+def test_library_generator_and_comprehension_frames_are_not_compiled() -> None:
+    import json as json_module
+
+    def gen(x):
+        yield x
+
+    def uses_libraries(x):
+        json_module.dumps([1, 2])
+        next(gen(x))
+        return [v for v in (1, 2)], x
+
+    xjit.jit(uses_libraries)(torch.ones(2))
+    assert fe.code_state(json.dumps.__code__)["state"] == "skipped"
+    assert fe.code_state(gen.__code__)["state"] == "skipped"
+    assert fe.code_state(torch.nn.Module.__call__.__code__)["state"] in ("skipped", "unseen")
+
+
+# ---- results and the cache --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", [add_mul, relu_sub])
+@pytest.mark.parametrize("backend", ["xjit", "interp"])
+def test_outputs_equal_eager_and_second_call_hits_the_cache(fn: Any, backend: str) -> None:
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    compiled = xjit.jit(fn, backend=backend)
+    torch.testing.assert_close(compiled(x, y), fn(x, y))
+    state = fe.code_state(fn.__code__)
+    assert (state["entries"], state["hits"]) == (1, 0)
+    torch.testing.assert_close(compiled(x, y), fn(x, y))
+    state = fe.code_state(fn.__code__)
+    assert (state["entries"], state["hits"]) == (1, 1)
+    counters = fe.events()["counters"]
+    assert (counters["compiles"], counters["cache_hits"], counters["cache_misses"]) == (1, 1, 1)
+
+
+def views(x):
+    y = x * 2
+    return y[1:], y.t(), x
+
+
+def test_view_outputs_share_memory_and_inputs_keep_identity() -> None:
+    x = torch.randn(3, 4)
+    a, b, same = xjit.jit(views)(x)
+    ea, eb, _ = views(x)
+    assert torch.equal(a, ea) and torch.equal(b, eb) and b.stride() == eb.stride()
+    assert same is x
+    assert a.data_ptr() == b.data_ptr() + 4 * b.element_size()  # one buffer, as in eager
+
+
+def fallback(x):
+    return torch.special.erfcx(x) + 1  # no IR op: a PyTorch fallback node in the graph
+
+
+def test_pytorch_fallback_nodes_call_torch() -> None:
+    x = torch.randn(5)
+    compiled = xjit.jit(fallback)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), fallback(x))
+    graph = fe.events()["graphs"][0]
+    assert graph["ops"].get("external_call") == 1
+    assert fe.code_state(fallback.__code__)["hits"] == 1
+
+
+def test_decorator_forms() -> None:
+    @xjit.jit
+    def f(x):
+        return x + 1
+
+    @xjit.jit(backend="interp")
+    def g(x):
+        return x * 3
+
+    x = torch.arange(4.0)
+    assert torch.equal(f(x), x + 1) and torch.equal(g(x), x * 3)
+    assert f.__name__ == "f"
+    with pytest.raises(ValueError, match="backend"):
+        xjit.jit(f, backend="nope")
+
+
+def test_shape_change_recompiles_then_shapes_become_dynamic() -> None:
+    compiled = xjit.jit(add_mul)
+    for n in (2, 3, 5, 7):  # never 4: equal sizes may share a symbol (duck sizing)
+        x, y = torch.randn(n, 4), torch.randn(n, 4)
+        torch.testing.assert_close(compiled(x, y), add_mul(x, y))
+    ev = fe.events()
+    assert len(ev["recompiles"]) == 1
+    assert ev["recompiles"][0]["guard"] == "L['x'] size(0) == 2"
+    # After the size miss both inputs were made dynamic: one recompile served 3, 5 and 7.
+    assert fe.code_state(add_mul.__code__)["entries"] == 2
+    assert any("s0" in g for g in ev["graphs"][1]["guards"])
+
+
+def test_dtype_change_recompiles() -> None:
+    compiled = xjit.jit(add_mul)
+    for dtype in (torch.float32, torch.float64, torch.float32):
+        x, y = torch.ones(3, dtype=dtype), torch.ones(3, dtype=dtype)
+        out = compiled(x, y)
+        assert out.dtype == dtype and torch.equal(out, add_mul(x, y))
+    ev = fe.events()
+    assert [r["guard"] for r in ev["recompiles"]] == ["L['x'].dtype == torch.f32"]
+    assert ev["counters"]["cache_hits"] == 1
+
+
+def test_static_shapes_when_dynamic_false() -> None:
+    compiled = xjit.jit(add_mul, dynamic=False)
+    for n in (1, 2, 3):
+        compiled(torch.ones(n), torch.ones(n))
+    assert fe.code_state(add_mul.__code__)["entries"] == 3
+    assert not any("s0" in g for graph in fe.events()["graphs"] for g in graph["guards"])
+
+
+def test_recompile_limit_warns_once_and_runs_in_python() -> None:
+    config.recompile_limit = 2
+    compiled = xjit.jit(add_mul, dynamic=False)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for n in range(1, 8):
+            x, y = torch.randn(n), torch.randn(n)
+            torch.testing.assert_close(compiled(x, y), add_mul(x, y))
+    msgs = xjit_warnings(record)
+    assert len(msgs) == 1, msgs
+    assert msgs[0].startswith(f"xjit: add_mul at {THIS_FILE}:")
+    assert "recompiled 2 times; last failing guard: L['x'] size(0) == 3; " in msgs[0]
+    assert msgs[0].endswith("running it in Python from now on")
+    assert fe.code_state(add_mul.__code__)["state"] == "python"
+
+
+def test_recompile_limit_from_the_environment(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    script = "import xjit; print(xjit.config.recompile_limit)"
+    env = dict(os.environ, XJIT_RECOMPILE_LIMIT="3", PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert out.stdout.strip() == "3", out.stderr
+
+
+# ---- modules --------------------------------------------------------------------------------
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def test_module_outputs_and_in_place_parameter_updates_are_seen() -> None:
+    torch.manual_seed(0)
+    model = MLP()
+    compiled = xjit.jit(model)
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        model.fc1.weight.mul_(2)  # no stale weights: parameters are inputs, read at every call
+        torch.testing.assert_close(compiled(x), model(x))
+        model.load_state_dict({k: torch.randn_like(v) for k, v in model.state_dict().items()})
+        torch.testing.assert_close(compiled(x), model(x))
+    state = fe.code_state(MLP.forward.__code__)
+    assert (state["entries"], state["hits"]) == (1, 2)
+    assert compiled.fc1 is model.fc1 and compiled.state_dict().keys() >= {"_orig_mod.fc1.weight"}
+
+
+def test_grad_mode_with_parameters_runs_in_python() -> None:
+    model = MLP()
+    compiled = xjit.jit(model)
+    x = torch.randn(2, 8)
+    out = compiled(x)  # grad mode on and parameters require grad: autograd must work
+    assert out.grad_fn is not None
+    out.sum().backward()
+    assert model.fc1.weight.grad is not None
+    graph = fe.events()["graphs"][0]
+    assert graph["runs_in_python"] and "requires grad" in graph["note"]
+    with torch.no_grad():  # the same frame compiles for inference (a new entry)
+        torch.testing.assert_close(compiled(x), model(x))
+    assert not fe.events()["graphs"][1]["runs_in_python"]
+
+
+# ---- graph breaks, errors, strictness -----------------------------------------------------------
+
+
+def breaks(x):
+    print("side effect", end="")
+    return x + 1
+
+
+def test_graph_break_runs_in_python_and_is_reported(capsys: Any) -> None:
+    x = torch.ones(2)
+    assert torch.equal(xjit.jit(breaks)(x), x + 1)
+    assert capsys.readouterr().out == "side effect"
+    ev = fe.events()
+    assert len(ev["breaks"]) == 1 and "print" in ev["breaks"][0]["reason"]
+    assert fe.code_state(breaks.__code__)["state"] == "python"
+
+
+def test_fullgraph_raises_with_location() -> None:
+    with pytest.raises(xjit.XjitCompileError, match=rf"graph break in breaks at {THIS_FILE}:\d+: "):
+        xjit.jit(breaks, fullgraph=True)(torch.ones(2))
+
+
+def test_strict_config_raises() -> None:
+    config.strict = True
+    with pytest.raises(xjit.XjitCompileError, match="print"):
+        xjit.jit(breaks)(torch.ones(2))
+
+
+@pytest.mark.parametrize(
+    "stage,error_id", [("analyze", "XJIT-E0001"), ("compile", "XJIT-E0100"), ("run", "XJIT-E0101")]
+)
+def test_internal_error_warns_once_and_result_is_correct(stage: str, error_id: str) -> None:
+    fe.configure(inject=stage)
+    compiled = xjit.jit(relu_sub)
+    x, y = torch.randn(3), torch.randn(3)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x, y), relu_sub(x, y))
+    msgs = xjit_warnings(record)
+    assert len(msgs) == 1, msgs
+    assert msgs[0].startswith(f"xjit: {error_id} at {THIS_FILE}:") and "injected" in msgs[0]
+    assert record[0].filename == __file__
+    assert fe.code_state(relu_sub.__code__)["state"] == "python"
+
+
+def test_internal_error_under_fullgraph_raises() -> None:
+    fe.configure(inject="compile")
+    with pytest.raises(xjit.XjitCompileError, match="XJIT-E0100"):
+        xjit.jit(relu_sub, fullgraph=True)(torch.ones(2), torch.ones(2))
+
+
+# ---- backends, explain, check, logging -------------------------------------------------------
+
+
+def test_eager_backend_captures_but_runs_python() -> None:
+    x, y = torch.randn(3), torch.randn(3)
+    compiled = xjit.jit(add_mul, backend="eager")
+    torch.testing.assert_close(compiled(x, y), add_mul(x, y))
+    graph = fe.events()["graphs"][0]
+    assert graph["backend"] == "eager" and graph["runs_in_python"]
+
+
+def test_explain_report() -> None:
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    report = xjit.explain(add_mul)(x, y)
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+    g = report.graphs[0]
+    assert g.function == "add_mul" and g.ops.get("add") == 1 and g.ops.get("mul") == 1
+    assert "L['x']: tensor f32[4,3] cpu requires_grad=False" in report.guards
+    assert "graph @add_mul" in g.ir
+    torch.testing.assert_close(report.output, add_mul(x, y))
+    text = str(report)
+    assert "1 graph(s), 0 graph break(s)" in text and f"add_mul at {THIS_FILE}:" in text
+
+    report = xjit.explain(breaks)(x)
+    assert (report.graph_count, report.graph_break_count) == (0, 1)
+    assert "print" in report.graph_breaks[0].reason
+    assert report.graph_breaks[0].where.startswith(f"{THIS_FILE}:")
+
+    report = xjit.explain(MLP())(torch.randn(2, 8))
+    assert report.graph_count == 1
+
+
+def test_check_mode_compares_with_python() -> None:
+    x, y = torch.randn(3), torch.randn(3)
+    opts = fe.Options("xjit", "cpu", False, None, True)
+    assert torch.equal(fe.call(opts, add_mul, (x, y), {}), add_mul(x, y))
+    assert fe.events()["checks"] == [
+        {
+            "file": __file__,
+            "line": add_mul.__code__.co_firstlineno,
+            "function": "add_mul",
+            "message": "",
+        }
+    ]
+    # A difference is reported as a warning naming the first output that differs.
+    from xjit._backends import compare_outputs
+
+    fe.configure(check_compare=lambda compiled, eager: "output: injected difference")
+    try:
+        with pytest.warns(xjit.XjitWarning, match="--check: add_mul at .*injected difference"):
+            fe.call(opts, add_mul, (x, y), {})
+    finally:
+        from xjit import jit as jit_module  # noqa: F401 - restores the real comparison
+
+        fe.configure(check_compare=lambda a, b: compare_outputs(a, b))
+    assert compare_outputs((torch.ones(2),), (torch.ones(2) * 2,)).startswith("output[0]:")
+    assert compare_outputs([1, torch.ones(1)], [1, torch.ones(1)]) is None
+
+
+def test_log_categories(capsys: Any) -> None:
+    config.log = "graph_breaks,recompiles,graphs,guards"
+    xjit.jit(breaks)(torch.ones(2))
+    compiled = xjit.jit(add_mul)
+    compiled(torch.ones(2), torch.ones(2))
+    compiled(torch.ones(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
+    err = capsys.readouterr().err
+    assert "[xjit] graph break in " in err and "print" in err
+    assert "[xjit] graph 0 for " in err and "graph @add_mul" in err
+    assert "[xjit] guards of graph 0" in err
+    assert "[xjit] recompiling " in err and "L['x'].dtype == torch.f32" in err
+    with pytest.raises(ValueError, match="unknown category"):
+        config.log = "nope"
