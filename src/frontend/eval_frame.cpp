@@ -1,0 +1,243 @@
+#include "eval_frame.h"
+
+#include "events.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <optional>
+
+namespace xjit::frontend {
+
+const ScopeOptions *gProgramOptions = nullptr;
+
+namespace {
+
+int gActiveScopes = 0; // across threads; the GIL protects it
+bool gInstalled = false;
+
+void ensureInstalled() {
+  if (gInstalled) return;
+  std::string why;
+  if (!platform::supported(&why)) {
+    PyErr_SetString(PyExc_RuntimeError, why.c_str());
+    throw PyErrorSet();
+  }
+  platform::install();
+  gInstalled = true;
+}
+
+void maybeUninstall() {
+  if (gInstalled && gActiveScopes == 0 && !gProgramOptions) {
+    platform::uninstall();
+    gInstalled = false;
+  }
+}
+
+bool hasPrefix(const char *s, const std::string &prefix) {
+  return std::strncmp(s, prefix.c_str(), prefix.size()) == 0;
+}
+
+/// Frames that are never compiled as roots: module and class bodies (they run once),
+/// generators and coroutines (their frames outlive the call), comprehension frames (part of
+/// their parent), code without a source file, and code from the standard library, installed
+/// packages, torch and xjit.
+bool skipCode(PyCodeObject *code) {
+  const int flags = code->co_flags;
+  if (!(flags & CO_OPTIMIZED) || !(flags & CO_NEWLOCALS)) return true;
+  if (flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
+    return true;
+  const char *name = PyUnicode_AsUTF8(code->co_name);
+  const char *file = PyUnicode_AsUTF8(code->co_filename);
+  if (!name || !file) {
+    PyErr_Clear();
+    return true;
+  }
+  if (!std::strcmp(name, "<listcomp>") || !std::strcmp(name, "<dictcomp>") ||
+      !std::strcmp(name, "<setcomp>") || !std::strcmp(name, "<genexpr>"))
+    return true;
+  // "<frozen ...>", and "<string>" code made by exec (namedtuple, dataclasses) of libraries;
+  // such user code can still be compiled through xjit.jit (mark_root).
+  if (file[0] == '<') return true;
+  for (const std::string &p : settings().skipPrefixes)
+    if (hasPrefix(file, p)) return true;
+  return false;
+}
+
+/// Nothing can be captured before the program imports torch (and importing it for a program
+/// that does not use it would cost seconds): until then every frame runs as usual.
+bool torchImported() {
+  static bool seen = false;
+  if (seen) return true;
+  PyObject *torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch"); // borrowed
+  if (!torch) return false;
+  // Frames run while torch itself is still being imported are not compiled either.
+  static PyObject *specName = internedStr("__spec__");
+  static PyObject *initializingName = internedStr("_initializing");
+  PyObject *spec = PyObject_GetAttr(torch, specName);
+  PyObject *init = spec ? PyObject_GetAttr(spec, initializingName) : nullptr;
+  seen = !init || init == Py_False;
+  Py_XDECREF(spec);
+  Py_XDECREF(init);
+  PyErr_Clear();
+  return seen;
+}
+
+} // namespace
+
+ThreadState &threadState() {
+  thread_local ThreadState ts;
+  return ts;
+}
+
+const ScopeOptions *enterScope(const ScopeOptions *opts) {
+  ensureInstalled();
+  ThreadState &ts = threadState();
+  const ScopeOptions *prev = ts.opts;
+  ts.opts = opts;
+  ++ts.depth;
+  ++gActiveScopes;
+  return prev;
+}
+
+void exitScope(const ScopeOptions *previous) {
+  ThreadState &ts = threadState();
+  ts.opts = previous;
+  --ts.depth;
+  --gActiveScopes;
+  maybeUninstall();
+}
+
+void setProgramOptions(const ScopeOptions *opts) {
+  if (opts) ensureInstalled();
+  gProgramOptions = opts;
+  maybeUninstall();
+}
+
+bool hookInstalled() { return gInstalled; }
+
+namespace {
+PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault);
+} // namespace
+
+PyObject *handleFrame(const FrameView &f, EvalDefault evalDefault) {
+  if (!settings().profile) return handleFrameImpl(f, evalDefault);
+  // Profiling (bench/frontend_overhead.py) counts only frames the hook served entirely from a
+  // compiled entry: a frame that ran in Python would add its whole execution.
+  struct Ctx {
+    EvalDefault inner;
+    bool ran = false;
+  } ctx{evalDefault};
+  EvalDefault tracked{[](void *p) {
+                        auto *c = static_cast<Ctx *>(p);
+                        c->ran = true;
+                        return c->inner();
+                      },
+                      &ctx};
+  auto t0 = std::chrono::steady_clock::now();
+  PyObject *r = handleFrameImpl(f, tracked);
+  if (!ctx.ran) {
+    Counters &c = events().counters;
+    c.hookNs += static_cast<uint64_t>((std::chrono::steady_clock::now() - t0).count());
+    ++c.profiledFrames;
+  }
+  return r;
+}
+
+namespace {
+
+PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
+  if (!torchImported()) return evalDefault();
+  const ScopeOptions *opts = activeOptions();
+  CodeCache *c = lookupCache(f.code);
+  if (!c) {
+    if (skipCode(f.code)) {
+      markSkipped(f.code);
+      return evalDefault();
+    }
+    try {
+      c = &ensureCache(f.code);
+    } catch (const PyErrorSet &) {
+      PyErr_Clear();
+      return evalDefault();
+    }
+  } else if (isSkippedMarker(c) || c->state != CodeCache::Active) {
+    return evalDefault();
+  }
+
+  // Guard checks may run Python (__eq__, properties): nothing is captured meanwhile.
+  const uint64_t key = opts->key();
+  std::shared_ptr<CompiledEntry> hit;
+  std::optional<SourceValues> values;
+  GuardFailure why;
+  {
+    BusyScope busy;
+    // By index, holding each entry: guard checks may run Python, during which another thread
+    // may add entries to this cache (or xjit.explain may reset it).
+    for (size_t i = 0; i < c->entries.size(); ++i) {
+      std::shared_ptr<CompiledEntry> e = c->entries[i];
+      if (e->optionsKey != key) {
+        why = GuardFailure{-1, "compiled under other xjit.jit options", "", false};
+        continue;
+      }
+      values.emplace(e->sources, f);
+      if (e->guards->check(*values, &why)) {
+        hit = e;
+        break;
+      }
+    }
+  }
+  if (hit) return runEntry(hit, *values, *c, *opts, evalDefault);
+  values.reset();
+
+  EventLog &log = events();
+  ++log.counters.cacheMisses;
+  if (!c->entries.empty()) {
+    c->lastFailure = why.detail;
+    SourceLoc loc = codeLoc(f.code);
+    if (c->compiles > settings().recompileLimit) {
+      std::string msg = "xjit: " + loc.function + " at " + shortLoc({loc.file, loc.line, ""}) +
+                        " recompiled " + std::to_string(c->compiles - 1) +
+                        " times; last failing guard: " + why.detail +
+                        "; running it in Python from now on";
+      return fallBackToPython(f, *c, *opts, msg, /*isError=*/false) ? evalDefault() : nullptr;
+    }
+    log.recompiles.push_back({loc, why.detail, c->compiles});
+    if (settings().log & kLogRecompiles)
+      logLine("recompiling " + shortLoc(loc) + ": guard failed: " + why.detail);
+    if (opts->dynamic == -1 && why.size) {
+      // Automatic dynamic shapes: every input whose sizes changed since the latest entry.
+      c->dynamic = true;
+      std::vector<std::string> changed;
+      {
+        BusyScope busy;
+        const CompiledEntry &last = *c->entries.back();
+        SourceValues now(last.sources, f);
+        changed = last.guards->sizeMismatches(now);
+      }
+      changed.push_back(why.source);
+      for (const std::string &s : changed)
+        if (std::find(c->dynamicSources.begin(), c->dynamicSources.end(), s) ==
+            c->dynamicSources.end())
+          c->dynamicSources.push_back(s);
+    }
+  }
+  return compileAndRun(f, *c, *opts, evalDefault);
+}
+
+} // namespace
+
+} // namespace xjit::frontend
+
+#if !(PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000)
+// No version layer for this CPython yet (3.12 / 3.13 add eval_frame_312.cpp ...): xjit.jit
+// raises a clear error instead of hooking frames it cannot read.
+namespace xjit::frontend::platform {
+bool supported(std::string *why) {
+  *why = "xjit's frame hook supports CPython 3.11 only (this is " PY_VERSION ")";
+  return false;
+}
+void install() {}
+void uninstall() {}
+} // namespace xjit::frontend::platform
+#endif
