@@ -1,27 +1,33 @@
 // xjit-opt: reads IR text, verifies it, runs passes, prints IR.
 //
-//   xjit-opt [file|-] [--passes=a,b] [--list-ops] [--list-passes]
-//   [--verify-diagnostics]
-//            [--no-verify] [--no-locs] [-o out] [--dump-after-each]
+//   xjit-opt [file|-] [--passes=PIPELINE] [--list-ops] [--list-passes] [--verify-diagnostics]
+//            [--no-verify] [--no-locs] [-o out] [--dump-after-each] [--dump-dir=DIR] [--stats]
 //
-// Exit codes: 0 ok, 1 user error (bad IR or arguments: "file:line:col: error:
-// ..."), 2 internal error (a bug in xjit).
+// PIPELINE is the pass manager's syntax (include/xjit/passes/pass.h): passes separated by
+// commas, options in braces (`fuse{max-group-size=8}`), or a named pipeline (`inference`).
+// The verifier runs on the input and after every pass (--verify-each, the default;
+// --no-verify turns both off). --dump-after-each prints the IR after each pass to stderr;
+// --dump-dir=DIR writes it to DIR/NN-pass.xir. --stats prints each pass's time, op counts and
+// statistics to stderr, as XJIT_LOG=passes does per graph.
 //
-// --verify-diagnostics checks that the diagnostics (parse errors and verifier
-// messages) are exactly those announced by annotations in the input, as MLIR's
-// mode of the same name does:
-//   // expected-error {{text}}      a diagnostic on this line whose message
-//   contains text
-//   // expected-error@+1 {{text}}   ... on the next line (@-N, @+N: relative
-//   lines)
+// Exit codes: 0 ok, 1 user error (bad IR or arguments: "file:line:col: error: ..."), 2
+// internal error (a bug in xjit, e.g. a pass that leaves invalid IR).
+//
+// --verify-diagnostics checks that the diagnostics (parse errors and verifier messages) are
+// exactly those announced by annotations in the input, as MLIR's mode of the same name does:
+//   // expected-error {{text}}      a diagnostic on this line whose message contains text
+//   // expected-error@+1 {{text}}   ... on the next line (@-N, @+N: relative lines)
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/op_registry.h"
 #include "xjit/ir/parser.h"
 #include "xjit/ir/printer.h"
 #include "xjit/ir/verifier.h"
+#include "xjit/passes/pass.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -34,23 +40,13 @@ namespace {
 
 using namespace xjit;
 
-/// A pass transforms one graph in place.
-using PassFn = std::function<void(Graph &)>;
-
-/// The passes xjit-opt can run, by name. Hook for the pass manager (issue 4):
-/// replace this table with a lookup in its pass registry; everything else here
-/// stays as it is.
-const std::map<std::string, PassFn> &passTable() {
-  static const std::map<std::string, PassFn> table;
-  return table;
-}
-
 struct Options {
   std::string input = "-";
   std::string output = "-";
-  std::vector<std::string> passes;
+  std::string pipeline;
+  std::string dumpDir;
   bool listOps = false, listPasses = false, verifyDiagnostics = false;
-  bool verify = true, dumpAfterEach = false, printLocations = true;
+  bool verify = true, dumpAfterEach = false, printLocations = true, stats = false;
 };
 
 /// Bad command line or input: reported as is, exit code 1.
@@ -58,18 +54,12 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-const char *kUsage = "usage: xjit-opt [file|-] [--passes=a,b] [--list-ops] [--list-passes]\n"
-                     "                [--verify-diagnostics] [--no-verify] [--no-locs] [-o "
-                     "out]\n"
-                     "                [--dump-after-each]\n";
-
-std::vector<std::string> splitCommas(const std::string &s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
+const char *kUsage =
+    "usage: xjit-opt [file|-] [--passes=PIPELINE] [--list-ops] [--list-passes]\n"
+    "                [--verify-diagnostics] [--verify-each | --no-verify] [--no-locs]\n"
+    "                [-o out] [--dump-after-each] [--dump-dir=DIR] [--stats]\n"
+    "PIPELINE: pass names separated by commas, options in braces (fuse{max-group-size=8}),\n"
+    "or a named pipeline (inference); --list-passes shows them.\n";
 
 Options parseArgs(int argc, char **argv) {
   Options o;
@@ -77,9 +67,15 @@ Options parseArgs(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--passes=", 0) == 0)
-      o.passes = splitCommas(a.substr(9));
+      o.pipeline = a.substr(9);
     else if (a == "--passes" && i + 1 < argc)
-      o.passes = splitCommas(argv[++i]);
+      o.pipeline = argv[++i];
+    else if (a.rfind("--dump-dir=", 0) == 0)
+      o.dumpDir = a.substr(11);
+    else if (a == "--verify-each")
+      o.verify = true;
+    else if (a == "--stats")
+      o.stats = true;
     else if (a == "--list-ops")
       o.listOps = true;
     else if (a == "--list-passes")
@@ -198,21 +194,49 @@ int checkDiagnostics(const Options &o, const std::string &src) {
   return ok ? 0 : 1;
 }
 
+/// One block per pass: name and summary, then its options and statistics.
+void listPasses() {
+  for (const passes::PassInfo &p : passes::passTable()) {
+    std::cout << p.name << "\n  " << p.summary << "\n";
+    for (const passes::PassOption &opt : p.options)
+      std::cout << "  option " << opt.name << " (default '" << opt.defaultValue
+                << "'): " << opt.help << "\n";
+    if (!p.statistics.empty()) {
+      std::cout << "  statistics:";
+      for (const std::string &s : p.statistics)
+        std::cout << " " << s;
+      std::cout << "\n";
+    }
+  }
+  for (const auto &[name, pipeline] : passes::namedPipelines())
+    std::cout << "pipeline " << name << " = " << pipeline << "\n";
+}
+
+void printStats(const std::vector<passes::PassRecord> &records) {
+  double total = 0;
+  std::fprintf(stderr, "%-22s %10s %8s %8s  %s\n", "pass", "ms", "ops in", "ops out", "statistics");
+  for (const passes::PassRecord &r : records) {
+    total += r.milliseconds;
+    std::string stats;
+    for (const auto &[k, v] : r.stats)
+      stats += (stats.empty() ? "" : " ") + k + "=" + std::to_string(v);
+    std::fprintf(stderr, "%-22s %10.3f %8zu %8zu  %s\n", r.name.c_str(), r.milliseconds,
+                 r.opsBefore, r.opsAfter, stats.c_str());
+  }
+  std::fprintf(stderr, "%-22s %10.3f\n", "total", total);
+}
+
 int run(const Options &o) {
   if (o.listOps) {
-    for (const OpDef *d : OpRegistry::instance().all()) std::cout << d->name << "\n";
+    for (const OpDef *d : OpRegistry::instance().all())
+      std::cout << d->name << "\n";
     return 0;
   }
   if (o.listPasses) {
-    for (const auto &[name, fn] : passTable()) std::cout << name << "\n";
+    listPasses();
     return 0;
   }
-  std::vector<const PassFn *> passes;
-  for (const std::string &name : o.passes) {
-    auto it = passTable().find(name);
-    if (it == passTable().end()) throw UsageError("unknown pass '" + name + "'");
-    passes.push_back(&it->second);
-  }
+  std::vector<passes::PassStep> steps = passes::parsePipeline(o.pipeline);
 
   std::string src = readInput(o.input);
   if (o.verifyDiagnostics) return checkDiagnostics(o, src);
@@ -234,14 +258,50 @@ int run(const Options &o) {
 
   PrintOptions popts;
   popts.printLocations = o.printLocations;
-  for (size_t i = 0; i < passes.size(); ++i) {
-    for (auto &g : graphs) (*passes[i])(*g);
-    if (!verify(o.passes[i])) return 1;
+  auto printModule = [&](std::ostream &out) {
+    for (size_t i = 0; i < graphs.size(); ++i) {
+      if (i) out << "\n";
+      printGraph(out, *graphs[i], popts);
+    }
+  };
+  passes::PassManagerOptions pmOpts;
+  const char *log = std::getenv("XJIT_LOG");
+  pmOpts.log = log && std::string(log).find("passes") != std::string::npos;
+  if (!o.dumpDir.empty()) {
+    std::filesystem::create_directories(o.dumpDir);
+    std::ofstream input(o.dumpDir + "/00-input.xir");
+    printModule(input);
+  }
+  std::vector<passes::PassRecord> totals;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    passes::PassManager pm(pmOpts);
+    pm.add(steps[i]);
+    passes::PassRecord total;
+    total.name = steps[i].pass->name;
+    for (auto &g : graphs)
+      for (const passes::PassRecord &r : pm.run(*g)) {
+        total.changed |= r.changed;
+        total.milliseconds += r.milliseconds;
+        total.opsBefore += r.opsBefore;
+        total.opsAfter += r.opsAfter;
+        for (const auto &[k, v] : r.stats)
+          total.stats[k] += v;
+      }
+    totals.push_back(total);
+    // The input verified, so a verifier error now is a bug in the pass.
+    if (!verify(total.name)) return 2;
     if (o.dumpAfterEach) {
-      std::cerr << "// ----- IR after " << o.passes[i] << " ----- //\n";
-      for (const auto &g : graphs) printGraph(std::cerr, *g, popts);
+      std::cerr << "// ----- IR after " << total.name << " ----- //\n";
+      printModule(std::cerr);
+    }
+    if (!o.dumpDir.empty()) {
+      char file[96];
+      std::snprintf(file, sizeof file, "/%02zu-%s.xir", i + 1, total.name.c_str());
+      std::ofstream dump(o.dumpDir + file);
+      printModule(dump);
     }
   }
+  if (o.stats) printStats(totals);
 
   std::ofstream file_out;
   if (o.output != "-") {
@@ -249,10 +309,7 @@ int run(const Options &o) {
     if (!file_out) throw UsageError("cannot write '" + o.output + "'");
   }
   std::ostream &out = o.output == "-" ? std::cout : file_out;
-  for (size_t i = 0; i < graphs.size(); ++i) {
-    if (i) out << "\n";
-    printGraph(out, *graphs[i], popts);
-  }
+  printModule(out);
   out.flush();
   if (!out) throw UsageError("error writing '" + displayName(o.output) + "'");
   return 0;

@@ -34,6 +34,7 @@ enum class VarKind : uint8_t {
   GradMode, // torch.no_grad() / enable_grad() / set_grad_enabled(b) context manager
   GradExit, // the __exit__ of such a context manager: restores the previous grad mode
   Super,    // super() bound to a class and an instance
+  Dataclass, // an instance of a @dataclass built during the analysis (e.g. a ModelOutput)
 };
 
 struct Var {
@@ -167,6 +168,20 @@ struct SuperVar : Var {
   SuperVar(PyRef c, VarPtr s) : Var(VarKind::Super), cls(std::move(c)), self(std::move(s)) {}
   PyRef cls; // look up attributes after this class in type(self).__mro__
   VarPtr self;
+};
+
+struct DataclassVar : Var {
+  static constexpr VarKind Kind = VarKind::Dataclass;
+  explicit DataclassVar(PyRef c) : Var(VarKind::Dataclass), cls(std::move(c)) {}
+  PyRef cls;
+  std::vector<std::pair<std::string, VarPtr>> fields; // declaration order
+  /// A dict subclass (transformers' ModelOutput): its items are the fields that are not None.
+  bool mapping = false;
+  VarPtr *find(const std::string &name) {
+    for (auto &[k, v] : fields)
+      if (k == name) return &v;
+    return nullptr;
+  }
 };
 
 template <class T> T *as(const VarPtr &v) {

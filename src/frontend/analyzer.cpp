@@ -63,7 +63,20 @@ SourceLoc Analyzer::currentLoc() const {
   return {frame_->filename, frame_->line, frame_->qualname};
 }
 
-void Analyzer::fail(const std::string &reason) const { throw BreakError(reason, currentLoc()); }
+void Analyzer::fail(const std::string &reason) const {
+  // Where it happened, with the chain of inlined calls that led there (innermost first).
+  std::string chain;
+  int shown = 0;
+  for (const Frame *f = frame_ ? frame_->parent : nullptr; f; f = f->parent) {
+    if (shown++ == 6) {
+      chain += " <- ...";
+      break;
+    }
+    std::string file = f->filename.substr(f->filename.find_last_of('/') + 1);
+    chain += (chain.empty() ? "" : " <- ") + file + ":" + std::to_string(f->line);
+  }
+  throw BreakError(chain.empty() ? reason : reason + " [called from " + chain + "]", currentLoc());
+}
 
 std::shared_ptr<const DecodedCode> Analyzer::decodedFor(PyObject *code) {
   auto it = decoded_.find(code);
@@ -90,12 +103,25 @@ Capture Analyzer::run() {
   frame_ = &f;
   builder_.setLoc(currentLoc());
   // Arguments (and any other slot already set) are read from the frame's local slots.
+  const int varkwSlot = (co->co_flags & kCoVarkeywords)
+                            ? co->co_argcount + co->co_kwonlyargcount +
+                                  ((co->co_flags & kCoVarargs) ? 1 : 0)
+                            : -1;
   // Free-variable slots are filled from the closure by COPY_FREE_VARS below.
   for (int i = 0; i < co->co_nlocalsplus - co->co_nfreevars && i < view_.nlocalsplus; ++i) {
     PyObject *o = view_.localsplus[i];
     if (!o) continue;
     Source src{SourceStep{SourceStep::Local, i, localName(co, i), {}}};
-    f.locals[static_cast<size_t>(i)] = wrapSourced(o, src);
+    VarPtr v = wrapSourced(o, src);
+    // The **kwargs dict is made fresh for each call: writing to it is no side effect.
+    if (i == varkwSlot) {
+      auto *d = as<DictVar>(v);
+      if (!d) fail("internal: **kwargs is not a dict");
+      auto fresh = std::make_shared<DictVar>();
+      fresh->items = d->items;
+      v = fresh;
+    }
+    f.locals[static_cast<size_t>(i)] = v;
   }
   // Free variables: the function's closure cells (COPY_FREE_VARS moves them into the slots).
   int nfree = co->co_nfreevars;

@@ -116,6 +116,9 @@ public:
   /// A dict/list/tuple object (subclasses included) the frame reaches, read as a DictVar /
   /// ListVar / TupleVar with its items (guarded); other values are returned as they are.
   VarPtr containerView(const VarPtr &v);
+  /// Calls a special method (__getitem__, __len__...) written in Python on a known object;
+  /// nullptr when its type has none (or implements it in C).
+  VarPtr callDunder(const VarPtr &obj, const char *name, std::vector<VarPtr> args);
   VarPtr makeIterator(const VarPtr &v);
   int64_t length(const VarPtr &v);
   bool isModuleObject(PyObject *o);
@@ -139,6 +142,16 @@ public:
   VarPtr makeFunction(Frame &f, int flags);
   bool gradEnabled() const { return gradEnabled_; }
   void setGradEnabled(bool e) { gradEnabled_ = e; }
+
+  // ---- dataclass instances (analyzer_dataclass.cpp) ----
+  /// cls(*args, **kwargs) for a @dataclass: fields bound like its generated __init__, then
+  /// __post_init__ inlined (ModelOutput's mapping bookkeeping is modeled instead).
+  VarPtr makeDataclass(PyObject *cls, const Args &args);
+  VarPtr dataclassAttr(const VarPtr &obj, const std::string &name);
+  VarPtr dataclassMethod(const VarPtr &obj, const std::string &name, const Args &args);
+  /// The mapping view of a ModelOutput-like instance: (key, value) of the non-None fields.
+  std::vector<std::pair<std::string, VarPtr>> dataclassItems(const VarPtr &obj);
+  VarPtr dataclassGetItem(const VarPtr &obj, const VarPtr &key);
 
   // ---- operators (analyzer_ops.cpp) ----
   VarPtr binaryOp(int nb, const VarPtr &a, const VarPtr &b);

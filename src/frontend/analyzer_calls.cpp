@@ -128,6 +128,7 @@ PyRef pyTypeOf(Analyzer &a, const VarPtr &v) {
   case VarKind::Slice: return PyRef::borrow(reinterpret_cast<PyObject *>(&PySlice_Type));
   case VarKind::Function: return PyRef::borrow(reinterpret_cast<PyObject *>(&PyFunction_Type));
   case VarKind::Bound: return PyRef::borrow(reinterpret_cast<PyObject *>(&PyMethod_Type));
+  case VarKind::Dataclass: return as<DataclassVar>(v)->cls;
   default: a.fail(std::string("type() of a ") + varKindName(v->kind));
   }
 }
@@ -552,6 +553,7 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
         return std::make_shared<TupleVar>(std::move(items), PyRef::borrow(fn));
       }
     }
+    if (PyObject_HasAttrString(fn, "__dataclass_fields__")) return makeDataclass(fn, args);
     if (isModuleObject(fn) || PyObject_IsSubclass(fn, torchModuleType()) == 1)
       fail("constructing a module (" + qn + ") inside the captured code");
     if (isTrustedModuleName(mod)) return fallbackCall(fn, qn, args);
@@ -574,6 +576,8 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
     return callReal(*this, fn, args, "operator." + n);
   }
   if (mod == "math") return callReal(*this, fn, args, "math." + qn);
+  // Introspection of known functions (inspect.signature(self.forward).parameters ...).
+  if (mod == "inspect") return callReal(*this, fn, args, "inspect." + qn);
   if ((mod == "functools" || mod == "_functools") && qn == "reduce") {
     if (args.pos.size() < 2) fail("functools.reduce() takes 2 or 3 arguments");
     std::vector<VarPtr> items = iterate(args.pos[1]);
@@ -734,6 +738,7 @@ VarPtr Analyzer::callModule(const VarPtr &module, const Args &args) {
 
 VarPtr Analyzer::callMethod(const VarPtr &self, const std::string &name, const Args &args) {
   if (self->kind == VarKind::Tensor) return tensorMethod(self, name, args);
+  if (self->kind == VarKind::Dataclass) return dataclassMethod(self, name, args);
   auto needArgs = [&](size_t lo, size_t hi) {
     if (args.pos.size() < lo || args.pos.size() > hi || !args.kw.empty())
       fail(typeName(self) + "." + name + "() with " + std::to_string(args.pos.size()) +

@@ -307,6 +307,14 @@ bool Analyzer::isSame(const VarPtr &a, const VarPtr &b) {
 
 bool Analyzer::contains(const VarPtr &container, const VarPtr &item) {
   switch (container->kind) {
+  case VarKind::Dataclass: {
+    PyRef k = asPython(item);
+    if (!as<DataclassVar>(container)->mapping || !k || !PyUnicode_Check(k.get()))
+      fail("'in' on a " + typeName(container));
+    for (auto &[name, v] : dataclassItems(container))
+      if (name == PyUnicode_AsUTF8(k.get())) return true;
+    return false;
+  }
   case VarKind::Dict: {
     PyRef k = asPython(item);
     if (!k) fail("dict lookup with a key known only at run time");
@@ -327,6 +335,8 @@ bool Analyzer::contains(const VarPtr &container, const VarPtr &item) {
   }
   case VarKind::Module:
   case VarKind::Object: {
+    if (container->kind == VarKind::Object)
+      if (VarPtr r = callDunder(container, "__contains__", {item})) return truthy(r);
     PyObject *c = container->kind == VarKind::Module ? as<ModuleVar>(container)->obj.get()
                                                      : as<ObjectVar>(container)->obj.get();
     PyRef k = asPython(item);
@@ -354,6 +364,7 @@ bool Analyzer::contains(const VarPtr &container, const VarPtr &item) {
 
 VarPtr Analyzer::getItem(const VarPtr &obj, const VarPtr &key) {
   if (obj->kind == VarKind::Tensor) return tensorGetItem(obj, key);
+  if (obj->kind == VarKind::Dataclass) return dataclassGetItem(obj, key);
   if (obj->kind == VarKind::Tuple || obj->kind == VarKind::List) {
     const std::vector<VarPtr> &items =
         obj->kind == VarKind::Tuple ? as<TupleVar>(obj)->items : as<ListVar>(obj)->items;
@@ -404,6 +415,7 @@ VarPtr Analyzer::getItem(const VarPtr &obj, const VarPtr &key) {
     fail("module subscript with a " + std::string(Py_TYPE(k.get())->tp_name));
   }
   if (auto *o = as<ObjectVar>(obj)) {
+    if (VarPtr r = callDunder(obj, "__getitem__", {key})) return r;
     PyRef k = asPython(key);
     if (!k) fail("subscript known only at run time of a " + typeName(obj));
     if (!foldable(o->obj.get()) && !PyRange_Check(o->obj.get()))
@@ -450,6 +462,7 @@ void Analyzer::setItem(const VarPtr &obj, const VarPtr &key, const VarPtr &value
     if (d->source) recordEffect({SideEffect::SetItem, *d->source, "", k, value});
     return;
   }
+  if (obj->kind == VarKind::Object && callDunder(obj, "__setitem__", {key, value})) return;
   fail("item assignment on a " + typeName(obj));
 }
 

@@ -29,6 +29,40 @@ PyRef fieldsConstructor(PyObject *type) {
   return check(PyObject_CallOneArg(make, type), "output adapter");
 }
 
+// A dataclass instance is rebuilt by calling its class with the final field values (fields
+// without an __init__ parameter are set afterwards).
+PyRef dataclassConstructor(PyObject *cls,
+                           const std::vector<std::pair<std::string, VarPtr>> &fields) {
+  static PyObject *make = [] {
+    PyRef globals = check(PyDict_New(), "dict");
+    PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
+    PyRef code = check(
+        Py_CompileString("import dataclasses\n"
+                         "def _xjit_dataclass(T, names):\n"
+                         "    init = {f.name for f in dataclasses.fields(T) if f.init}\n"
+                         "    def build(*values):\n"
+                         "        kw = dict(zip(names, values))\n"
+                         "        obj = T(**{k: v for k, v in kw.items() if k in init})\n"
+                         "        for k, v in kw.items():\n"
+                         "            if k not in init:\n"
+                         "                object.__setattr__(obj, k, v)\n"
+                         "        return obj\n"
+                         "    build.__qualname__ = T.__qualname__\n"
+                         "    return build\n",
+                         "<xjit-output>", Py_file_input),
+        "compiling the dataclass adapter");
+    check(PyEval_EvalCode(code.get(), globals.get(), globals.get()), "dataclass adapter");
+    PyObject *f = PyDict_GetItemString(globals.get(), "_xjit_dataclass");
+    Py_INCREF(f);
+    return f;
+  }();
+  PyRef names = check(PyTuple_New(static_cast<Py_ssize_t>(fields.size())), "tuple");
+  for (size_t i = 0; i < fields.size(); ++i)
+    PyTuple_SET_ITEM(names.get(), static_cast<Py_ssize_t>(i),
+                     PyUnicode_FromString(fields[i].first.c_str()));
+  return check(PyObject_CallFunctionObjArgs(make, cls, names.get(), nullptr), "dataclass adapter");
+}
+
 } // namespace
 
 OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
@@ -111,6 +145,14 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     OutputNode n;
     n.kind = OutputNode::Constant;
     n.object = p;
+    return n;
+  }
+  case VarKind::Dataclass: {
+    auto *d = as<DataclassVar>(v);
+    OutputNode n;
+    n.kind = OutputNode::NamedTuple;
+    n.object = dataclassConstructor(d->cls.get(), d->fields);
+    for (auto &[k, val] : d->fields) n.children.push_back(outputOf(val, outputs, outputIndex));
     return n;
   }
   case VarKind::Cell:

@@ -97,6 +97,7 @@ const char *varKindName(VarKind k) {
   case VarKind::GradMode: return "grad mode context";
   case VarKind::GradExit: return "grad mode exit";
   case VarKind::Super: return "super";
+  case VarKind::Dataclass: return "dataclass instance";
   }
   return "?";
 }
@@ -312,6 +313,20 @@ VarPtr Analyzer::containerView(const VarPtr &v) {
   return view;
 }
 
+VarPtr Analyzer::callDunder(const VarPtr &obj, const char *name, std::vector<VarPtr> args) {
+  PyObject *o = nullptr;
+  if (auto *ov = as<ObjectVar>(obj)) o = ov->obj.get();
+  if (auto *m = as<ModuleVar>(obj)) o = m->obj.get();
+  if (!o || PyType_Check(o) || PyModule_Check(o)) return nullptr;
+  PyObject *fn = typeLookup(reinterpret_cast<PyObject *>(Py_TYPE(o)), name);
+  if (!fn || !PyFunction_Check(fn)) return nullptr;
+  VarPtr f = constant(fn);
+  if (obj->source) f->source = plus(plus(*obj->source, attrStep("__class__")), attrStep(name));
+  Args a;
+  a.pos = std::move(args);
+  return call(std::make_shared<BoundVar>(obj, f, name), a);
+}
+
 VarPtr Analyzer::loadGlobal(Frame &f, const std::string &name) {
   if (auto it = globalOverlay.find({f.globals.get(), name}); it != globalOverlay.end())
     return it->second;
@@ -380,6 +395,7 @@ Found lookupInstanceAttr(PyObject *obj, const std::string &name, PyObject **out)
 VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
   switch (obj->kind) {
   case VarKind::Tensor: return tensorAttr(obj, name);
+  case VarKind::Dataclass: return dataclassAttr(obj, name);
   case VarKind::Module:
   case VarKind::Object: {
     PyObject *o = obj->kind == VarKind::Module ? as<ModuleVar>(obj)->obj.get()
@@ -391,6 +407,16 @@ VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
       if (isTensor(v)) fail("tensor attribute '" + name + "' of an object the frame cannot reach");
       return constant(v);
     };
+    // Introspection results (inspect.Signature, Parameter...) are immutable descriptions.
+    if (obj->kind == VarKind::Object && !PyModule_Check(o) && !PyType_Check(o) &&
+        moduleNameOf(reinterpret_cast<PyObject *>(Py_TYPE(o))) == "inspect") {
+      PyObject *v = PyObject_GetAttrString(o, name.c_str());
+      if (!v) {
+        PyErr_Clear();
+        fail(std::string("'") + Py_TYPE(o)->tp_name + "' object has no attribute '" + name + "'");
+      }
+      return constantSteal(v);
+    }
     // Python modules: torch and other libraries are trusted (their attributes are not guarded).
     if (PyModule_Check(o)) {
       PyObject *v = PyObject_GetAttrString(o, name.c_str());
@@ -608,6 +634,12 @@ bool Analyzer::hasAttr(const VarPtr &obj, const std::string &name) {
 }
 
 void Analyzer::setAttr(const VarPtr &obj, const std::string &name, const VarPtr &value) {
+  if (auto *d = as<DataclassVar>(obj)) {
+    VarPtr *f = d->find(name);
+    if (!f) fail("setting attribute '" + name + "' that is not a field of a dataclass");
+    *f = value;
+    return;
+  }
   PyObject *o = nullptr;
   if (auto *m = as<ModuleVar>(obj)) o = m->obj.get();
   if (auto *ov = as<ObjectVar>(obj)) o = ov->obj.get();
@@ -671,6 +703,13 @@ PyRef Analyzer::asPython(const VarPtr &v) {
     return check(PySlice_New(a.get(), b.get(), c.get()), "slice");
   }
   case VarKind::Module: return as<ModuleVar>(v)->obj;
+  case VarKind::Bound: { // a method of a known object, e.g. for inspect.signature(self.fn)
+    auto *b = as<BoundVar>(v);
+    if (!b->func) return {};
+    PyRef self = asPython(b->self), fn = asPython(b->func);
+    if (!self || !fn) return {};
+    return check(PyMethod_New(fn.get(), self.get()), "bound method");
+  }
   case VarKind::SymInt: {
     auto *s = as<SymIntVar>(v);
     if (s->expr.isStatic()) return check(PyLong_FromLongLong(s->expr.value()), "int");
@@ -729,7 +768,11 @@ bool Analyzer::truthy(const VarPtr &v) {
                  ((!t->tp_as_number || !t->tp_as_number->nb_bool) &&
                   (!t->tp_as_mapping || !t->tp_as_mapping->mp_length) &&
                   (!t->tp_as_sequence || !t->tp_as_sequence->sq_length));
-    if (!known) fail(std::string("truth value of a ") + t->tp_name + " object");
+    if (!known) {
+      if (VarPtr r = callDunder(v, "__bool__", {})) return truthy(r);
+      if (VarPtr r = callDunder(v, "__len__", {})) return truthy(r);
+      fail(std::string("truth value of a ") + t->tp_name + " object");
+    }
     int r = PyObject_IsTrue(o);
     if (r < 0) throwPyError("bool()");
     return r != 0;
@@ -751,6 +794,7 @@ bool Analyzer::truthy(const VarPtr &v) {
       return length(v) != 0;
     return true;
   }
+  case VarKind::Dataclass: return !as<DataclassVar>(v)->mapping || !dataclassItems(v).empty();
   case VarKind::Null: throw BreakError("internal: truth value of NULL", currentLoc(), true);
   default: return true;
   }
@@ -759,6 +803,7 @@ bool Analyzer::truthy(const VarPtr &v) {
 std::string Analyzer::typeName(const VarPtr &v) {
   if (auto *o = as<ObjectVar>(v)) return Py_TYPE(o->obj.get())->tp_name;
   if (auto *m = as<ModuleVar>(v)) return Py_TYPE(m->obj.get())->tp_name;
+  if (auto *d = as<DataclassVar>(v)) return reinterpret_cast<PyTypeObject *>(d->cls.get())->tp_name;
   return varKindName(v->kind);
 }
 
@@ -788,6 +833,9 @@ int64_t Analyzer::length(const VarPtr &v) {
     if (auto i = asInt(n)) return *i;
     fail("len() of a tensor with a symbolic first dim");
   }
+  case VarKind::Dataclass:
+    if (!as<DataclassVar>(v)->mapping) fail("len() of a " + typeName(v));
+    return static_cast<int64_t>(dataclassItems(v).size());
   case VarKind::Module: {
     auto *m = as<ModuleVar>(v);
     Py_ssize_t n = PyObject_Size(m->obj.get());
@@ -797,6 +845,11 @@ int64_t Analyzer::length(const VarPtr &v) {
   }
   case VarKind::Object: {
     auto *o = as<ObjectVar>(v);
+    if (VarPtr r = callDunder(v, "__len__", {})) {
+      std::optional<int64_t> n = asInt(r);
+      if (!n) fail("__len__ returned a " + typeName(r));
+      return *n;
+    }
     Py_ssize_t n = PyObject_Size(o->obj.get());
     if (n < 0) {
       PyErr_Clear();
@@ -824,6 +877,13 @@ std::vector<VarPtr> Analyzer::sequenceItems(const VarPtr &v, const char *what) {
     std::vector<VarPtr> keys;
     for (auto &[k, val] : as<DictVar>(v)->items)
       keys.push_back(constant(k.get()));
+    return keys;
+  }
+  case VarKind::Dataclass: {
+    if (!as<DataclassVar>(v)->mapping) fail("iterating a " + typeName(v));
+    std::vector<VarPtr> keys;
+    for (auto &[k, val] : dataclassItems(v))
+      keys.push_back(constantSteal(PyUnicode_FromString(k.c_str())));
     return keys;
   }
   case VarKind::Tensor: {

@@ -32,9 +32,24 @@ public:
     return runBlock(body);
   }
 
+  std::vector<RtValue> runIsolated(const Block &b, std::vector<RtValue> args) {
+    if (args.size() != b.numArguments())
+      throw Error(ErrorKind::Internal, "block takes " + std::to_string(b.numArguments()) +
+                                           " arguments, got " + std::to_string(args.size()));
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (opts_.checkTypes) {
+        std::string why = mismatch(b.argument(i)->type(), args[i]);
+        if (!why.empty())
+          throw Error(ErrorKind::User, "block argument " + std::to_string(i) + ": " + why);
+      }
+      env_[b.argument(i)] = std::move(args[i]);
+    }
+    return runBlock(&b);
+  }
+
 private:
   // Runs a block; returns the terminator's operand values.
-  std::vector<RtValue> runBlock(Block *b) {
+  std::vector<RtValue> runBlock(const Block *b) {
     for (Op *op : *b) {
       if (op->def().has(kTerminator)) return operandValues(op);
       try {
@@ -173,6 +188,11 @@ private:
 std::vector<RtValue> interpret(const Graph &g, std::vector<RtValue> inputs,
                                const InterpreterOptions &opts) {
   return Interpreter(opts).run(g, std::move(inputs));
+}
+
+std::vector<RtValue> interpretBlock(const Block &b, std::vector<RtValue> args,
+                                    const InterpreterOptions &opts) {
+  return Interpreter(opts).runIsolated(b, std::move(args));
 }
 
 } // namespace xjit

@@ -40,6 +40,8 @@ const OpRegistry &OpRegistry::instance() {
     registerMovementOps(r);
     registerIndexingOps(r);
     registerCreationOps(r);
+    registerDeviceOps(r);
+    registerFusionOps(r);
     return r;
   }();
   return registry;

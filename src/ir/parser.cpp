@@ -27,7 +27,8 @@ constexpr int kMaxNesting = 256;
 
 std::string typeListStr(const std::vector<Type> &ts) {
   std::string s = "(";
-  for (size_t i = 0; i < ts.size(); ++i) s += (i ? ", " : "") + ts[i].str();
+  for (size_t i = 0; i < ts.size(); ++i)
+    s += (i ? ", " : "") + ts[i].str();
   return s + ")";
 }
 
@@ -38,7 +39,8 @@ public:
 
   std::vector<std::unique_ptr<Graph>> parseModule() {
     std::vector<std::unique_ptr<Graph>> graphs;
-    while (lex_.peek().kind != Tok::Eof) graphs.push_back(parseGraph());
+    while (lex_.peek().kind != Tok::Eof)
+      graphs.push_back(parseGraph());
     return graphs;
   }
 
@@ -102,7 +104,8 @@ private:
     expect('(', "before the graph result types");
     std::vector<Type> outputs;
     if (!consumeIf(')')) {
-      do outputs.push_back(parseType());
+      do
+        outputs.push_back(parseType());
       while (consumeIf(','));
       expect(')', "after the graph result types");
     }
@@ -112,7 +115,8 @@ private:
     Op *ret = g->body()->back();
     if (ret && ret->name() == "return") {
       std::vector<Type> returned;
-      for (Value *v : ret->operands()) returned.push_back(v->type());
+      for (Value *v : ret->operands())
+        returned.push_back(v->type());
       if (returned != outputs)
         errorAt(arrow, "graph @" + g->name() + " declares result types " + typeListStr(outputs) +
                            " but its return has " + typeListStr(returned));
@@ -204,8 +208,9 @@ private:
     }
 
     AttrMap attrs;
-    if (lex_.peek().is('{') &&
-        (lex_.peek(1).is('}') || (lex_.peek(1).kind == Tok::Ident && lex_.peek(2).is('='))))
+    if (lex_.peek().is('{') && (lex_.peek(1).is('}') || ((lex_.peek(1).kind == Tok::Ident ||
+                                                          lex_.peek(1).kind == Tok::String) &&
+                                                         lex_.peek(2).is('='))))
       attrs = parseAttrDict(*def);
 
     std::vector<Type> types;
@@ -213,7 +218,8 @@ private:
       Token colon = lex_.next();
       if (numResults == 0)
         errorAt(colon, "'" + def->name + "' has no result names, so it takes no result types");
-      do types.push_back(parseType());
+      do
+        types.push_back(parseType());
       while (consumeIf(','));
       if (types.size() != numResults)
         errorAt(colon, "expected " + std::to_string(numResults) + " result type" +
@@ -316,7 +322,8 @@ private:
     const Def &d =
         defs_.emplace(name.str, Def{std::move(values), group, name.offset}).first->second;
     if (auto it = pending_.find(name.str); it != pending_.end()) {
-      for (auto &[index, p] : it->second) p.placeholder->replaceAllUsesWith(pick(d, p.firstUse));
+      for (auto &[index, p] : it->second)
+        p.placeholder->replaceAllUsesWith(pick(d, p.firstUse));
       pending_.erase(it);
     }
   }
@@ -337,8 +344,8 @@ private:
     if (consumeIf('}')) return attrs;
     for (;;) {
       Token key = lex_.next();
-      if (key.kind != Tok::Ident) expected("an attribute name", key);
-      std::string k(key.text);
+      if (key.kind != Tok::Ident && key.kind != Tok::String) expected("an attribute name", key);
+      std::string k = key.kind == Tok::String ? key.str : std::string(key.text);
       if (attrs.count(k)) errorAt(key, "duplicate attribute '" + k + "'");
       expect('=', "after the attribute name");
       attrs.emplace(k, parseAttrValue(def.attrSpec(k)));
@@ -409,15 +416,18 @@ private:
       }
     }
     bool allInts = true;
-    for (const Attr &a : elems) allInts = allInts && a.kind() == AttrKind::Int;
+    for (const Attr &a : elems)
+      allInts = allInts && a.kind() == AttrKind::Int;
     if (elems.empty() && spec && spec->kind == AttrKind::Floats) allInts = false;
     if (allInts) {
       Attr::Ints v;
-      for (const Attr &a : elems) v.push_back(a.asInt());
+      for (const Attr &a : elems)
+        v.push_back(a.asInt());
       return Attr(std::move(v));
     }
     Attr::Floats v;
-    for (const Attr &a : elems) v.push_back(a.asNumber());
+    for (const Attr &a : elems)
+      v.push_back(a.asNumber());
     return Attr(std::move(v));
   }
 
@@ -525,7 +535,8 @@ private:
       expect('<', "after 'tuple'");
       std::vector<Type> elems;
       if (!consumeIf('>')) {
-        do elems.push_back(parseType());
+        do
+          elems.push_back(parseType());
         while (consumeIf(','));
         expect('>', "to close tuple<...>");
       }
@@ -576,9 +587,11 @@ private:
     } else {
       for (;;) {
         size_t start = p;
-        while (p < src.size() && isDimChar(src[p])) ++p;
+        while (p < src.size() && isDimChar(src[p]))
+          ++p;
         size_t end = p;
-        while (end > start && (src[end - 1] == ' ' || src[end - 1] == '\t')) --end;
+        while (end > start && (src[end - 1] == ' ' || src[end - 1] == '\t'))
+          --end;
         std::string_view text = src.substr(start, end - start);
         if (text.empty()) {
           lex_.setRawPos(start);
@@ -594,7 +607,8 @@ private:
         shape.push_back(*dim);
         if (p < src.size() && src[p] == ',') {
           ++p;
-          while (p < src.size() && (src[p] == ' ' || src[p] == '\t')) ++p;
+          while (p < src.size() && (src[p] == ' ' || src[p] == '\t'))
+            ++p;
           continue;
         }
         if (p < src.size() && src[p] == ']') {

@@ -31,9 +31,12 @@ class Namer {
 public:
   /// Names every value defined in `blocks` (and below).
   void assign(const std::vector<const Block *> &blocks) {
-    for (const Block *b : blocks) collect(b);
-    for (const auto &[hint, n] : hintCount_) taken_.insert(hint);
-    for (const Block *b : blocks) number(b);
+    for (const Block *b : blocks)
+      collect(b);
+    for (const auto &[hint, n] : hintCount_)
+      taken_.insert(hint);
+    for (const Block *b : blocks)
+      number(b);
   }
 
   /// "%x", "%m#1"; values defined outside the named blocks get a local guess.
@@ -57,10 +60,12 @@ private:
   static std::string hintOf(const Value *v) { return sanitize(v->name()); }
 
   void collect(const Block *b) {
-    for (const auto &a : b->arguments()) count(a.get());
+    for (const auto &a : b->arguments())
+      count(a.get());
     for (const Op *op : *b) {
       if (op->numResults() > 0) count(op->result(0));
-      for (size_t r = 0; r < op->numRegions(); ++r) collect(op->region(r));
+      for (size_t r = 0; r < op->numRegions(); ++r)
+        collect(op->region(r));
     }
   }
   void count(const Value *v) {
@@ -69,10 +74,12 @@ private:
   }
 
   void number(const Block *b) {
-    for (const auto &a : b->arguments()) unitName(a.get());
+    for (const auto &a : b->arguments())
+      unitName(a.get());
     for (const Op *op : *b) {
       if (op->numResults() > 0) unitName(op->result(0));
-      for (size_t r = 0; r < op->numRegions(); ++r) number(op->region(r));
+      for (size_t r = 0; r < op->numRegions(); ++r)
+        number(op->region(r));
     }
   }
 
@@ -89,7 +96,8 @@ private:
     if (keep) {
       name = hint;
     } else {
-      do name = std::to_string(next_++);
+      do
+        name = std::to_string(next_++);
       while (taken_.count(name));
     }
     taken_.insert(name);
@@ -124,7 +132,8 @@ public:
 
   void singleOp(const Op &op) {
     std::vector<const Block *> regions;
-    for (size_t r = 0; r < op.numRegions(); ++r) regions.push_back(op.region(r));
+    for (size_t r = 0; r < op.numRegions(); ++r)
+      regions.push_back(op.region(r));
     namer_.assign(regions);
     this->op(op, 0, false);
   }
@@ -140,7 +149,8 @@ private:
   }
 
   void ops(const Block &b, int indent) {
-    for (const Op *o : b) op(*o, indent, true);
+    for (const Op *o : b)
+      op(*o, indent, true);
   }
 
   bool printsLoc(const Op &op) const { return opts_.printLocations && !(op.loc() == SourceLoc{}); }
@@ -156,7 +166,8 @@ private:
       os_ << " {";
       bool first = true;
       for (const auto &[k, v] : op.attrs()) {
-        os_ << (first ? "" : ", ") << k << " = " << v.str();
+        os_ << (first ? "" : ", ") << (text::isIdentifier(k) ? k : text::quoteString(k)) << " = "
+            << v.str();
         first = false;
       }
       os_ << "}";

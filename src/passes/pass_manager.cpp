@@ -18,9 +18,7 @@ const std::string &PassContext::option(const std::string &name) const {
   return it->second;
 }
 
-int64_t PassContext::intOption(const std::string &name) const {
-  return std::stoll(option(name));
-}
+int64_t PassContext::intOption(const std::string &name) const { return std::stoll(option(name)); }
 
 bool PassContext::boolOption(const std::string &name) const {
   const std::string &v = option(name);
@@ -44,11 +42,13 @@ PassStep parseStep(const std::string &text) {
   const PassInfo *info = lookupPass(name);
   if (!info) {
     std::string known;
-    for (const auto &p : passTable()) known += (known.empty() ? "" : ", ") + p.name;
+    for (const auto &p : passTable())
+      known += (known.empty() ? "" : ", ") + p.name;
     throw Error(ErrorKind::User, "unknown pass '" + name + "'", "known passes: " + known);
   }
   PassStep step{info, {}};
-  for (const auto &o : info->options) step.options[o.name] = o.defaultValue;
+  for (const auto &o : info->options)
+    step.options[o.name] = o.defaultValue;
   if (size_t brace = text.find('{'); brace != std::string::npos) {
     if (text.back() != '}')
       throw Error(ErrorKind::User, "pass options of '" + name + "' must end with '}'");
@@ -61,7 +61,8 @@ PassStep parseStep(const std::string &text) {
       start = end + 1;
       if (kv.empty()) continue;
       size_t eq = kv.find('=');
-      std::string key = trim(kv.substr(0, eq)), value = eq == std::string::npos ? "true" : trim(kv.substr(eq + 1));
+      std::string key = trim(kv.substr(0, eq)),
+                  value = eq == std::string::npos ? "true" : trim(kv.substr(eq + 1));
       if (!step.options.count(key))
         throw Error(ErrorKind::User, "pass '" + name + "' has no option '" + key + "'");
       step.options[key] = value;
@@ -73,7 +74,9 @@ PassStep parseStep(const std::string &text) {
 
 const std::map<std::string, std::string> &namedPipelines() {
   static const std::map<std::string, std::string> pipelines = {
-      {"inference", "canonicalize,constant-fold,cse,dce"},
+      // Cleanup: shapes first (pins feed folding), canonicalize again after folding and CSE
+      // (a folded condition, x - x once CSE merged its operands), DCE last.
+      {"inference", "shape-propagation,canonicalize,constant-fold,cse,canonicalize,dce"},
   };
   return pipelines;
 }
@@ -86,24 +89,28 @@ std::vector<PassStep> parsePipeline(const std::string &text) {
   std::string cur;
   for (char c : text + ",") {
     if (c == '{') ++depth;
-    if (c == '}') --depth;
+    if (c == '}' && --depth < 0) break;
     if (c == ',' && depth == 0) {
       if (!trim(cur).empty()) {
         auto it = namedPipelines().find(trim(cur));
         if (it != namedPipelines().end())
-          for (auto &s : parsePipeline(it->second)) steps.push_back(std::move(s));
-        else steps.push_back(parseStep(trim(cur)));
+          for (auto &s : parsePipeline(it->second))
+            steps.push_back(std::move(s));
+        else
+          steps.push_back(parseStep(trim(cur)));
       }
       cur.clear();
     } else {
       cur += c;
     }
   }
+  if (depth != 0) throw Error(ErrorKind::User, "unbalanced braces in pass pipeline '" + text + "'");
   return steps;
 }
 
 void PassManager::addPipeline(const std::string &text) {
-  for (auto &s : parsePipeline(text)) add(std::move(s));
+  for (auto &s : parsePipeline(text))
+    add(std::move(s));
 }
 
 std::vector<PassRecord> PassManager::run(Graph &g) const {
@@ -139,7 +146,8 @@ std::vector<PassRecord> PassManager::run(Graph &g) const {
     if (opts_.log) {
       std::fprintf(stderr, "[xjit passes] %-20s %8.3f ms  ops %zu -> %zu%s", rec.name.c_str(),
                    rec.milliseconds, rec.opsBefore, rec.opsAfter, rec.changed ? "  changed" : "");
-      for (const auto &[k, v] : rec.stats) std::fprintf(stderr, "  %s=%lld", k.c_str(), static_cast<long long>(v));
+      for (const auto &[k, v] : rec.stats)
+        std::fprintf(stderr, "  %s=%lld", k.c_str(), static_cast<long long>(v));
       std::fprintf(stderr, "\n");
     }
     records.push_back(std::move(rec));

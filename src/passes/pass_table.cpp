@@ -5,14 +5,106 @@ namespace xjit::passes {
 
 // Entry points (one file each in src/passes).
 // -- cleanup passes --
+bool runDce(Graph &g, PassContext &ctx);              // dce.cpp
+bool runCse(Graph &g, PassContext &ctx);              // cse.cpp
+bool runConstantFold(Graph &g, PassContext &ctx);     // constant_fold.cpp
+bool runCanonicalize(Graph &g, PassContext &ctx);     // canonicalize.cpp
+bool runShapePropagation(Graph &g, PassContext &ctx); // shape_propagation.cpp
+std::vector<std::string> canonicalizeRuleNames();      // canonicalize.cpp: its statistics
 // -- semantic passes (freezing, device erasure, functionalization, mixed precision) --
+bool runFreeze(Graph &g, PassContext &ctx);          // freeze.cpp
+bool runEraseDeviceOps(Graph &g, PassContext &ctx);  // erase_device_ops.cpp
+bool runFunctionalize(Graph &g, PassContext &ctx);   // functionalize.cpp
+bool runMixedPrecision(Graph &g, PassContext &ctx);  // mixed_precision.cpp
 // -- code-generation preparation (layout, fusion, memory planning) --
+bool runLayout(Graph &g, PassContext &ctx);     // layout.cpp
+bool runFuse(Graph &g, PassContext &ctx);       // fuse.cpp
+bool runPlanMemory(Graph &g, PassContext &ctx); // plan_memory.cpp
 
 const std::vector<PassInfo> &passTable() {
   static const std::vector<PassInfo> table = {
       // -- cleanup passes --
+      {.name = "dce",
+       .summary = "removes pure ops whose results are unused, dead if results and dead "
+                  "loop-carried values",
+       .statistics = {"ops-removed", "results-removed"},
+       .run = runDce},
+      {.name = "cse",
+       .summary = "merges pure ops that compute the same value (into nested blocks, never "
+                  "across writes)",
+       .statistics = {"ops-merged"},
+       .run = runCse},
+      {.name = "constant-fold",
+       .summary = "evaluates ops on constant operands with the reference kernels and folds "
+                  "static shape queries",
+       .options = {{"max-elements", "65536",
+                    "largest tensor (elements) read or produced by a folded op"}},
+       .statistics = {"ops-folded", "shape-queries-folded"},
+       .run = runConstantFold},
+      {.name = "canonicalize",
+       .summary = "algebraic simplifications and canonical forms (rewrite rules in "
+                  "canonicalize_rules.cpp)",
+       .statistics = canonicalizeRuleNames(),
+       .run = runCanonicalize},
+      {.name = "shape-propagation",
+       .summary = "re-infers result types, pinning shape symbols that broadcasting assumes "
+                  "equal to a static dim or to another symbol",
+       .options = {{"bind", "", "symbols to specialize, e.g. s0=8;s1=128 (';'-separated)"}},
+       .statistics = {"types-refined", "symbols-pinned"},
+       .run = runShapePropagation},
       // -- semantic passes --
+      {.name = "freeze",
+       .summary = "for inference: folds eval-mode batch_norm with constant parameters into the "
+                  "preceding conv/linear (else into a mul+add) and removes dropout that does "
+                  "nothing",
+       .options = {{"eval-mode", "false",
+                    "the graph runs in eval mode: dropout with train=true is removed too"}},
+       .statistics = {"batch-norms-folded", "batch-norms-to-mul-add", "dropouts-removed"},
+       .run = runFreeze},
+      {.name = "erase-device-ops",
+       .summary = "removes device transfers that are no-ops on the target, normalizes copies "
+                  "and devices, removes collectives over a group of one process",
+       .options = {{"target", "cpu", "the device the graph runs on (cpu, cuda, cuda:0 ...)"}},
+       .statistics = {"transfers-removed", "copies-normalized", "devices-normalized",
+                      "collectives-removed"},
+       .run = runEraseDeviceOps},
+      {.name = "functionalize",
+       .summary = "rewrites in-place ops (through views too) as pure ops producing new values, "
+                  "keeping one final write-back per mutated graph input",
+       .statistics = {"ops-functionalized", "views-rederived", "input-writebacks",
+                      "copies-before-writeback", "refused"},
+       .run = runFunctionalize},
+      {.name = "mixed-precision",
+       .summary = "opt-in AMP: f32 matmul/linear/bmm/addmm/baddbmm/conv/attention in bf16 or "
+                  "f16 (f32 accumulation), other ops kept in f32, fewest casts",
+       .options = {{"dtype", "bf16", "the low-precision dtype: bf16 or f16"}},
+       .statistics = {"ops-lowered", "casts-inserted"},
+       .run = runMixedPrecision},
       // -- code-generation preparation --
+      {.name = "layout",
+       .summary = "runs chains of convolutions/poolings and the elementwise ops between them "
+                  "channels-last, converting only at a chain's edges",
+       .options = {{"target-layout", "nhwc", "nhwc (channels-last) or nchw (channels-first)"},
+                   {"min-convs", "2", "fewest convolutions/poolings in a chain worth converting"}},
+       .statistics = {"chains", "ops-converted", "conversions", "operands-adapted"},
+       .run = runLayout},
+      {.name = "fuse",
+       .summary = "groups elementwise chains, reductions with their elementwise producers and "
+                  "consumers, and matmul/conv epilogues into fusion ops",
+       .options = {{"max-group-size", "64", "most ops in one group"},
+                   {"min-group-size", "2", "fewest computing ops (views not counted) in a group"},
+                   {"duplicate-cheap", "true",
+                    "clone cheap producers (views, one-op arithmetic) into every group that "
+                    "reads them instead of reading them from memory"}},
+       .statistics = {"groups-elementwise", "groups-reduction", "groups-epilogue", "ops-fused",
+                      "ops-duplicated"},
+       .run = runFuse},
+      {.name = "plan-memory",
+       .summary = "assigns static-size intermediates arena offsets (liveness, best-fit reuse, "
+                  "in-place elementwise updates) as mem.* annotations",
+       .statistics = {"peak-bytes", "naive-bytes", "values-planned", "in-place",
+                      "output-values", "dynamic-values"},
+       .run = runPlanMemory},
   };
   return table;
 }

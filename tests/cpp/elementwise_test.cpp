@@ -1,117 +1,20 @@
 // Elementwise ops: small graphs built with the Builder and run by the interpreter, checked against
 // values worked out by hand or in closed form (and PyTorch's documented behavior for dtype
 // promotion, integer wrap-around, NaN propagation and error cases).
-#include "xjit/ir/builder.h"
-#include "xjit/ir/interpreter.h"
-#include "xjit/ir/ir.h"
-#include "xjit/ir/op_registry.h"
+#include "op_test_util.h"
 
-#include <gtest/gtest.h>
+#include "xjit/ir/op_registry.h"
 
 #include <cfloat>
 #include <cmath>
-#include <limits>
 #include <numbers>
 
 using namespace xjit;
+using namespace xjit::optest;
 
 namespace {
 
-using Sizes = std::vector<int64_t>;
-using Values = std::vector<double>;
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-const double kInf = std::numeric_limits<double>::infinity();
 const double kE = std::numbers::e;
-
-Tensor make(DType dt, Sizes sizes, const Values &v) {
-  Tensor t = Tensor::empty(dt, std::move(sizes));
-  EXPECT_EQ(t.numel(), static_cast<int64_t>(v.size()));
-  for (int64_t i = 0; i < t.numel(); ++i)
-    t.setDouble(i, v[static_cast<size_t>(i)]);
-  return t;
-}
-Tensor vec(DType dt, const Values &v) { return make(dt, {static_cast<int64_t>(v.size())}, v); }
-Tensor f32(const Values &v) { return vec(DType::F32, v); }
-Tensor scalarTensor(DType dt, double v) { return make(dt, {}, {v}); }
-
-Type typeOf(const RtValue &v) {
-  if (v.isInt())
-    return Type::intTy();
-  if (v.isFloat())
-    return Type::floatTy();
-  if (v.isBool())
-    return Type::boolTy();
-  Shape s;
-  for (int64_t d : v.tensor().sizes())
-    s.push_back(d);
-  return Type::tensor(v.tensor().dtype(), s);
-}
-
-/// Runs one op on tensors and Python scalars through the interpreter.
-std::vector<RtValue> run(std::string_view name, const std::vector<RtValue> &args,
-                         AttrMap attrs = {}) {
-  Graph g;
-  Builder b(g.body());
-  std::vector<Value *> operands;
-  for (const RtValue &a : args)
-    operands.push_back(g.addInput(typeOf(a)));
-  Op *op = b.create(name, operands, std::move(attrs));
-  std::vector<Value *> outs;
-  for (const auto &r : op->results())
-    outs.push_back(r.get());
-  b.createWithTypes("return", outs, {});
-  return interpret(g, args);
-}
-Tensor run1(std::string_view name, const std::vector<RtValue> &args, AttrMap attrs = {}) {
-  auto res = run(name, args, std::move(attrs));
-  EXPECT_TRUE(res.at(0).isTensor());
-  return res.at(0).tensor();
-}
-
-/// Result types inferred for operands of the given types.
-std::vector<Type> infer(std::string_view name, const std::vector<Type> &types, AttrMap attrs = {}) {
-  Graph g;
-  Builder b(g.body());
-  std::vector<Value *> operands;
-  for (const Type &t : types)
-    operands.push_back(g.addInput(t));
-  Op *op = b.create(name, operands, std::move(attrs));
-  std::vector<Type> out;
-  for (const auto &r : op->results())
-    out.push_back(r->type());
-  return out;
-}
-Type ty(DType dt, Shape s = {}) { return Type::tensor(dt, std::move(s)); }
-
-/// Expects inference to fail with a message containing `needle`.
-void expectInferError(std::string_view name, const std::vector<Type> &types, AttrMap attrs,
-                      const std::string &needle) {
-  try {
-    infer(name, types, std::move(attrs));
-    ADD_FAILURE() << name << ": expected a type inference error containing '" << needle << "'";
-  } catch (const TypeInferenceError &e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
-void expectValues(const Tensor &got, DType dt, const Sizes &sizes, const Values &want,
-                  double rtol = 1e-6) {
-  EXPECT_EQ(got.dtype(), dt);
-  ASSERT_EQ(got.sizes(), sizes);
-  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    double g = got.getDouble(i), w = want[static_cast<size_t>(i)];
-    if (std::isnan(w))
-      EXPECT_TRUE(std::isnan(g)) << "at " << i << ": " << g;
-    else if (std::isinf(w))
-      EXPECT_EQ(g, w) << "at " << i;
-    else
-      EXPECT_NEAR(g, w, rtol * (1 + std::abs(w))) << "at " << i;
-  }
-}
-void expectVec(const Tensor &got, DType dt, const Values &want, double rtol = 1e-6) {
-  expectValues(got, dt, {static_cast<int64_t>(want.size())}, want, rtol);
-}
 
 // ---- unary ----
 
@@ -263,8 +166,7 @@ TEST(ElementwiseUnary, IntegerSemantics) {
 TEST(ElementwiseUnary, DTypeRules) {
   EXPECT_EQ(infer("exp", {ty(DType::I64, {2})})[0], ty(DType::F32, {2}));
   EXPECT_EQ(infer("exp", {ty(DType::BF16, {2})})[0], ty(DType::BF16, {2}));
-  EXPECT_EQ(infer("abs", {ty(DType::I16, {DimExpr::symbol("s0")})})[0],
-            ty(DType::I16, {DimExpr::symbol("s0")}));
+  EXPECT_EQ(infer("abs", {ty(DType::I16, {s0})})[0], ty(DType::I16, {s0}));
   EXPECT_EQ(infer("isnan", {ty(DType::F16, {})})[0], ty(DType::Bool, {}));
   expectInferError("neg", {ty(DType::Bool, {2})}, {}, "dtype bool is not supported");
   expectInferError("gelu", {ty(DType::I32, {2})}, {}, "floating point");
@@ -326,7 +228,6 @@ TEST(ElementwiseBinary, PromotionAndWrapAround) {
       ty(DType::I32, {3}));
   EXPECT_EQ(infer("atan2", {ty(DType::I64, {3}), ty(DType::I64, {3})})[0], ty(DType::F32, {3}));
   EXPECT_EQ(infer("lt", {ty(DType::F32, {2, 1}), ty(DType::I64, {3})})[0], ty(DType::Bool, {2, 3}));
-  const DimExpr s0 = DimExpr::symbol("s0");
   EXPECT_EQ(infer("mul", {ty(DType::F32, {s0, 1}), ty(DType::F32, {1, 5})})[0],
             ty(DType::F32, {s0, 5}));
   expectVec(run1("add", {vec(DType::U8, {1, 255}), RtValue(int64_t{-1})}), DType::U8, {0, 254});
@@ -580,8 +481,7 @@ TEST(ElementwiseRegistry, RowsAndTraits) {
   const OpRegistry &r = OpRegistry::instance();
   size_t count = 0;
   for (const OpDef *d : r.all())
-    if (d->has(kElementwise))
-      ++count;
+    if (d->has(kElementwise)) ++count;
   EXPECT_GE(count, 90u);
   EXPECT_TRUE(r.get("mul").has(kCommutative));
   EXPECT_FALSE(r.get("sub").has(kCommutative));

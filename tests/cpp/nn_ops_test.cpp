@@ -2,35 +2,17 @@
 // built with the Builder and run by the interpreter, checked against naive references written
 // here from the PyTorch definitions (or against values printed by PyTorch), plus inference on
 // symbolic shapes and error messages.
-#include "xjit/ir/builder.h"
-#include "xjit/ir/interpreter.h"
-#include "xjit/ir/ir.h"
-#include "xjit/ir/op_registry.h"
-
-#include <gtest/gtest.h>
+#include "op_test_util.h"
 
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <optional>
 #include <tuple>
 
 using namespace xjit;
+using namespace xjit::optest;
 
 namespace {
-
-using Sizes = std::vector<int64_t>;
-using Values = std::vector<double>;
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-const double kInf = std::numeric_limits<double>::infinity();
-
-Tensor make(DType dt, Sizes sizes, const Values &v) {
-  Tensor t = Tensor::empty(dt, std::move(sizes));
-  EXPECT_EQ(t.numel(), static_cast<int64_t>(v.size()));
-  for (int64_t i = 0; i < t.numel(); ++i)
-    t.setDouble(i, v[static_cast<size_t>(i)]);
-  return t;
-}
 
 /// Deterministic pseudo-random values in [-1, 1) (an LCG: the same tensors on every platform).
 Tensor rnd(Sizes sizes, uint64_t seed, DType dt = DType::F32) {
@@ -43,13 +25,6 @@ Tensor rnd(Sizes sizes, uint64_t seed, DType dt = DType::F32) {
   return t;
 }
 
-Values values(const Tensor &t) {
-  Values v;
-  for (int64_t i = 0; i < t.numel(); ++i)
-    v.push_back(t.getDouble(i));
-  return v;
-}
-
 /// A transposed (non-contiguous) view of a contiguous copy of t's transpose: same values.
 Tensor nonContiguous2d(const Tensor &t) {
   Tensor tt = Tensor::empty(t.dtype(), {t.size(1), t.size(0)});
@@ -57,86 +32,6 @@ Tensor nonContiguous2d(const Tensor &t) {
     for (int64_t j = 0; j < t.size(1); ++j)
       tt.setDouble(j * t.size(0) + i, t.getDouble(i * t.size(1) + j));
   return tt.view({t.size(0), t.size(1)}, {1, t.size(0)}, 0);
-}
-
-Type typeOf(const Tensor &t) {
-  Shape s;
-  for (int64_t d : t.sizes())
-    s.push_back(d);
-  return Type::tensor(t.dtype(), s);
-}
-
-/// Runs one op on tensors (nullopt: a None operand) and returns its results.
-std::vector<Tensor> run(std::string_view name, const std::vector<std::optional<Tensor>> &args,
-                        AttrMap attrs = {}) {
-  Graph g;
-  Builder b(g.body());
-  std::vector<Value *> operands;
-  std::vector<RtValue> inputs;
-  for (const auto &a : args) {
-    if (a) {
-      operands.push_back(g.addInput(typeOf(*a)));
-      inputs.emplace_back(*a);
-    } else {
-      operands.push_back(b.op("constant", {}));
-    }
-  }
-  Op *op = b.create(name, operands, std::move(attrs));
-  std::vector<Value *> outs;
-  for (const auto &r : op->results())
-    outs.push_back(r.get());
-  b.createWithTypes("return", outs, {});
-  std::vector<Tensor> res;
-  for (const RtValue &v : interpret(g, inputs))
-    res.push_back(v.tensor());
-  return res;
-}
-
-Tensor run1(std::string_view name, const std::vector<std::optional<Tensor>> &args,
-            AttrMap attrs = {}) {
-  return run(name, args, std::move(attrs)).at(0);
-}
-
-/// Result types of an op on operands of the given types (std::nullopt: None).
-std::vector<Type> infer(std::string_view name, const std::vector<std::optional<Type>> &types,
-                        AttrMap attrs = {}) {
-  Graph g;
-  Builder b(g.body());
-  std::vector<Value *> operands;
-  for (const auto &t : types)
-    operands.push_back(t ? g.addInput(*t) : b.op("constant", {}));
-  Op *op = b.create(name, operands, std::move(attrs));
-  std::vector<Type> out;
-  for (const auto &r : op->results())
-    out.push_back(r->type());
-  return out;
-}
-
-Type ty(DType dt, std::vector<DimExpr> dims) {
-  return Type::tensor(dt, Shape(dims.begin(), dims.end()));
-}
-const DimExpr s0 = DimExpr::symbol("s0");
-
-void expectNear(const Tensor &got, const Sizes &sizes, const Values &want, double tol = 1e-5) {
-  ASSERT_EQ(got.sizes(), sizes);
-  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    double g = got.getDouble(i), w = want[static_cast<size_t>(i)];
-    if (std::isnan(w))
-      EXPECT_TRUE(std::isnan(g)) << "at " << i;
-    else
-      EXPECT_NEAR(g, w, tol * (1 + std::abs(w))) << "at " << i;
-  }
-}
-
-/// Expects `f` to throw an exception of type E whose message contains `part`.
-template <class E = std::exception, class F> void expectError(F &&f, const std::string &part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing: " << part;
-  } catch (const E &e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
 }
 
 /// Calls f(index) for every multi-index of sizes, row-major.
@@ -205,8 +100,7 @@ Values naiveConv(const Tensor &x, const Tensor &w, const Tensor *bias, const Con
         Sizes xi = {o[0], g * cinG + icg};
         for (size_t d = 0; d < nd; ++d) {
           int64_t p = o[2 + d] * a.stride[d] - a.pad[d] + k[d] * a.dil[d];
-          if (p < 0 || p >= x.size(2 + d))
-            return;
+          if (p < 0 || p >= x.size(2 + d)) return;
           xi.push_back(p);
         }
         Sizes wi = {oc, icg};
@@ -464,8 +358,7 @@ TEST(NnConv, TransposedMatchesScatterDefinition) {
     for (int64_t ocg = 0; ocg < 3; ++ocg)
       forEach({w.size(2), w.size(3)}, [&](const Sizes &k) {
         int64_t oh = i[2] * s[0] - p[0] + k[0] * d[0], ow = i[3] * s[1] - p[1] + k[1] * d[1];
-        if (oh < 0 || oh >= os[2] || ow < 0 || ow >= os[3])
-          return;
+        if (oh < 0 || oh >= os[2] || ow < 0 || ow >= os[3]) return;
         want[lin(os, {i[0], g * 3 + ocg, oh, ow})] +=
             x.getDouble(lin(x.sizes(), i)) * w.getDouble(lin(w.sizes(), {i[1], ocg, k[0], k[1]}));
       });
@@ -538,8 +431,8 @@ TEST(NnConv, Errors) {
 
 TEST(NnPool, MaxPoolWithIndicesAndNaN) {
   Tensor x = make(DType::F32, {1, 1, 3, 4}, {1, 5, 2, 0, 3, 4, 9, 8, -1, 7, 6, kNaN});
-  auto r =
-      run("max_pool2d_with_indices", {x}, {{"kernel_size", Sizes{2}}, {"stride", Sizes{1, 2}}});
+  auto r = runTensors("max_pool2d_with_indices", {x},
+                      {{"kernel_size", Sizes{2}}, {"stride", Sizes{1, 2}}});
   expectNear(r[0], {1, 1, 2, 2}, {5, 9, 7, kNaN});
   EXPECT_EQ(r[1].dtype(), DType::I64);
   expectNear(r[1], {1, 1, 2, 2}, {1, 6, 9, 11});
@@ -590,7 +483,7 @@ TEST(NnPool, Adaptive) {
   // L=5 -> 3 windows: [0,2), [1,4), [3,5).
   Tensor x = make(DType::F32, {1, 5}, {1, 2, 3, 4, 10});
   expectNear(run1("adaptive_avg_pool1d", {x}, {{"output_size", Sizes{3}}}), {1, 3}, {1.5, 3, 7});
-  auto r = run("adaptive_max_pool1d_with_indices", {x}, {{"output_size", Sizes{3}}});
+  auto r = runTensors("adaptive_max_pool1d_with_indices", {x}, {{"output_size", Sizes{3}}});
   expectNear(r[0], {1, 3}, {2, 4, 10});
   expectNear(r[1], {1, 3}, {1, 3, 4});
   // 2-d with output_size -1 keeping a dim, batch and channels preserved.
@@ -673,9 +566,10 @@ TEST(NnNorm, BatchNormEvalTrainAndUpdate) {
   });
   expectNear(run1("batch_norm", {x, w, b, rm, rv}, {{"eps", eps}}), {4, 3, 5}, eval);
   expectNear(
-      run1("batch_norm", {x, w, b, std::nullopt, std::nullopt}, {{"eps", eps}, {"training", true}}),
+      run1("batch_norm", {x, w, b, RtValue(), RtValue()}, {{"eps", eps}, {"training", true}}),
       {4, 3, 5}, train);
-  auto r = run("batch_norm_with_update", {x, w, b, rm, rv}, {{"eps", eps}, {"momentum", 0.25}});
+  auto r =
+      runTensors("batch_norm_with_update", {x, w, b, rm, rv}, {{"eps", eps}, {"momentum", 0.25}});
   ASSERT_EQ(r.size(), 3u);
   expectNear(r[0], {4, 3, 5}, train);
   Values nm, nv;
@@ -692,7 +586,7 @@ TEST(NnNorm, BatchNormEvalTrainAndUpdate) {
     plain.push_back((x.to(DType::BF16).getDouble(i) - rm.getDouble(c)) /
                     std::sqrt(rv.getDouble(c) + 1e-5));
   }
-  Tensor lo = run1("batch_norm", {x.to(DType::BF16), std::nullopt, std::nullopt, rm, rv});
+  Tensor lo = run1("batch_norm", {x.to(DType::BF16), RtValue(), RtValue(), rm, rv});
   EXPECT_EQ(lo.dtype(), DType::BF16);
   expectNear(lo, {4, 3, 5}, plain, 1e-2);
 }
@@ -702,13 +596,13 @@ TEST(NnNorm, BatchNormErrors) {
                                   "running_mean and running_var are required");
   expectError<TypeInferenceError>(
       [] {
-        infer("batch_norm", {ty(DType::F32, {2, 3}), ty(DType::F32, {4}), std::nullopt,
+        infer("batch_norm", {ty(DType::F32, {2, 3}), ty(DType::F32, {4}), Type::none(),
                              ty(DType::F32, {3}), ty(DType::F32, {3})});
       },
       "batch_norm: weight must have shape [3], got [4]");
   expectError<TypeInferenceError>(
       [] {
-        infer("batch_norm", {ty(DType::F64, {2, 3}), std::nullopt, std::nullopt,
+        infer("batch_norm", {ty(DType::F64, {2, 3}), Type::none(), Type::none(),
                              ty(DType::F32, {3}), ty(DType::F32, {3})});
       },
       "running_mean must have the input's dtype f64");
@@ -783,8 +677,7 @@ TEST(NnNorm, LocalResponseNorm) {
     for (int64_t i = 0; i < 2; ++i) {
       double s = 0;
       for (int64_t c2 = c - 1; c2 <= c + 1; ++c2)
-        if (c2 >= 0 && c2 < 5)
-          s += x.getDouble(c2 * 2 + i) * x.getDouble(c2 * 2 + i);
+        if (c2 >= 0 && c2 < 5) s += x.getDouble(c2 * 2 + i) * x.getDouble(c2 * 2 + i);
       want.push_back(x.getDouble(c * 2 + i) / std::pow(1.0 + 0.5 * s / size, 0.75));
     }
   expectNear(run1("local_response_norm", {x}, {{"size", size}, {"alpha", 0.5}}), {1, 5, 2}, want);
@@ -813,8 +706,7 @@ TEST(NnLayers, Dropout) {
   Tensor y = run1("dropout", {x}, {{"p", 0.25}, {"seed", int64_t{7}}});
   int64_t kept = 0;
   for (int64_t i = 0; i < y.numel(); ++i) {
-    if (y.getDouble(i) == 0)
-      continue;
+    if (y.getDouble(i) == 0) continue;
     ++kept;
     EXPECT_NEAR(y.getDouble(i), x.getDouble(i) / 0.75, 1e-6);
   }

@@ -163,7 +163,8 @@ TEST(Text, AttributesRoundTripExactly) {
   Tensor flags = Tensor::empty(DType::Bool, {});
   flags.setInt(0, 1);
   std::string allBytes;
-  for (int c = 1; c < 256; ++c) allBytes += static_cast<char>(c);
+  for (int c = 1; c < 256; ++c)
+    allBytes += static_cast<char>(c);
   AttrMap attrs = {
       {"i", int64_t{-5}},
       {"f", 0.1},
@@ -180,6 +181,8 @@ TEST(Text, AttributesRoundTripExactly) {
       {"half", half},
       {"ints_t", ints},
       {"flag", flags},
+      {"mem.offset", Attr::Ints{0, 64}}, // annotation names hold dots
+      {"not an identifier", int64_t{1}}, // printed quoted
   };
   Graph g("g");
   Op *op = g.body()->push_back(std::make_unique<Op>(&OpRegistry::instance().get("constant"),
@@ -327,12 +330,15 @@ TEST(Text, ParseErrorPositionsAndMessages) {
 
 TEST(Text, DeepNestingIsAnErrorNotACrash) {
   std::string deep = "graph @g(%x: ";
-  for (int i = 0; i < 100000; ++i) deep += "list<";
+  for (int i = 0; i < 100000; ++i)
+    deep += "list<";
   EXPECT_THROW(parseModule(deep), ParseError);
   std::string rank = "graph @g() -> () {\n  %c = constant() {value = dense<f32[";
-  for (int i = 0; i < 2000; ++i) rank += "1,";
+  for (int i = 0; i < 2000; ++i)
+    rank += "1,";
   rank += "1]: ";
-  for (int i = 0; i < 2001; ++i) rank += "[";
+  for (int i = 0; i < 2001; ++i)
+    rank += "[";
   EXPECT_THROW(parseModule(rank), ParseError);
   EXPECT_THROW(parseType("f32[" + std::string(100000, '(') + "]"), ParseError);
   EXPECT_THROW(parseType("f32[" + std::string(100000, '-') + "1]"), ParseError);
@@ -427,7 +433,8 @@ std::vector<std::string> fuzzSeeds() {
 
 TEST(TextFuzz, EveryPrefixParsesOrFailsCleanly) {
   for (const std::string &text : fuzzSeeds())
-    for (size_t n = 0; n <= text.size(); ++n) parseAnything(text.substr(0, n));
+    for (size_t n = 0; n <= text.size(); ++n)
+      parseAnything(text.substr(0, n));
 }
 
 TEST(TextFuzz, RandomMutationsParseOrFailCleanly) {

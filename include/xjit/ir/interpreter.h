@@ -23,4 +23,9 @@ struct InterpreterOptions {
 std::vector<RtValue> interpret(const Graph &g, std::vector<RtValue> inputs,
                                const InterpreterOptions &opts = {});
 
+/// Runs one block whose ops use only its arguments and values defined inside it (the body of a
+/// `fusion` op): binds `args` to the block arguments and returns the terminator's operands.
+std::vector<RtValue> interpretBlock(const Block &b, std::vector<RtValue> args,
+                                    const InterpreterOptions &opts = {});
+
 } // namespace xjit

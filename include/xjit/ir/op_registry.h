@@ -124,5 +124,7 @@ void registerNormOps(OpRegistry &r);
 void registerMovementOps(OpRegistry &r);
 void registerIndexingOps(OpRegistry &r);
 void registerCreationOps(OpRegistry &r);
+void registerDeviceOps(OpRegistry &r);
+void registerFusionOps(OpRegistry &r);
 
 } // namespace xjit

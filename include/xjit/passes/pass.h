@@ -5,6 +5,7 @@
 #pragma once
 
 #include "xjit/ir/ir.h"
+#include "xjit/ir/tensor.h"
 
 #include <chrono>
 #include <cstdint>
@@ -89,5 +90,14 @@ private:
   PassManagerOptions opts_;
   std::vector<PassStep> steps_;
 };
+
+/// Parameters for freezing. A module's parameters and buffers reach the compiler as graph
+/// inputs (or, from the frontend/importer for small models, already as `constant` ops). When
+/// compiling for inference their values are known: bindParameters replaces the given inputs
+/// (index -> value, indices of the graph as it is now) by `constant` ops holding the values
+/// and removes those inputs, so that `freeze` (batch norm folding) and `constant-fold` see them.
+/// Throws xjit::Error (user) for an index out of range or a value whose dtype or static shape
+/// differs from the input's type. Implemented in src/passes/freeze.cpp.
+void bindParameters(Graph &g, const std::map<size_t, Tensor> &values);
 
 } // namespace xjit::passes

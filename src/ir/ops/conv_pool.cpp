@@ -39,6 +39,61 @@ Shape unbatchLike(const Shape &in, size_t nd, Shape out) {
 
 std::string dimName(size_t d) { return "spatial dim " + std::to_string(d); }
 
+// ---- layout ----
+// `layout = "nhwc"` stores the channel dim last ([N, spatial..., C], or [spatial..., C]
+// unbatched) for every spatial rank (NLC, NHWC, NDHWC); "nchw" (the default) is PyTorch's
+// channels-first order. The shape rules and kernels below work channels-first: a channels-last
+// op permutes its input's shape (or a strided view of it) to channels-first and its result back.
+// Weights keep PyTorch's [Cout, Cin/groups, k...] order in both layouts.
+
+bool channelsLast(const Op &op) {
+  const std::string &l = attrStr(op, "layout");
+  if (l != "nchw" && l != "nhwc")
+    inferFail(op.name() + ": layout must be \"nchw\" or \"nhwc\", got \"" + l + "\"");
+  return l == "nhwc";
+}
+
+/// new[i] = old[perm[i]]: moves the channel dim of a [N, C, spatial...] or [C, spatial...]
+/// shape last, or back. Other ranks are left alone (the shape rules reject them).
+std::vector<size_t> channelPerm(size_t rank, size_t nd, bool toLast) {
+  std::vector<size_t> p(rank);
+  for (size_t i = 0; i < rank; ++i) p[i] = i;
+  if (rank != nd + 1 && rank != nd + 2) return p;
+  size_t c = rank - nd - 1;
+  if (toLast) {
+    p.erase(p.begin() + static_cast<ptrdiff_t>(c));
+    p.push_back(c);
+  } else {
+    p.pop_back();
+    p.insert(p.begin() + static_cast<ptrdiff_t>(c), rank - 1);
+  }
+  return p;
+}
+
+template <class V> V permuted(const V &v, const std::vector<size_t> &perm) {
+  V out;
+  for (size_t i : perm) out.push_back(v[i]);
+  return out;
+}
+
+Shape channelsFirstShape(const Shape &s, size_t nd) {
+  return permuted(s, channelPerm(s.size(), nd, false));
+}
+Shape channelsLastShape(const Shape &s, size_t nd) {
+  return permuted(s, channelPerm(s.size(), nd, true));
+}
+
+/// A strided view of t with its dims moved to or from channels-last.
+Tensor channelView(const Tensor &t, size_t nd, bool toLast) {
+  std::vector<size_t> p = channelPerm(t.sizes().size(), nd, toLast);
+  return t.view(permuted(t.sizes(), p), permuted(t.strides(), p), t.offset());
+}
+
+/// The kernel's channels-first result in the op's layout (a fresh contiguous tensor).
+Tensor inLayout(Tensor channelsFirst, size_t nd, bool last) {
+  return last ? channelView(channelsFirst, nd, true).contiguousCopy() : channelsFirst;
+}
+
 // ---- convolution ----
 
 struct ConvConfig {
@@ -147,13 +202,17 @@ std::vector<Type> convInfer(const Op &op, size_t nd, bool transposed) {
   if (b)
     requireSameDType(op.name(), "input", x, "bias", *b);
   ConvConfig c = convConfig(op, nd, transposed);
-  return {x.withShape(
-      convGeom(op.name(), nd, transposed, c, x.shape(), w.shape(), b ? &b->shape() : nullptr).out)};
+  bool last = channelsLast(op);
+  Shape in = last ? channelsFirstShape(x.shape(), nd) : x.shape();
+  Shape out = convGeom(op.name(), nd, transposed, c, in, w.shape(), b ? &b->shape() : nullptr).out;
+  return {x.withShape(last ? channelsLastShape(out, nd) : out)};
 }
 
 std::vector<RtValue> convKernel(const Op &op, std::span<const RtValue> in, size_t nd,
                                 bool transposed) {
-  const Tensor &x = in[0].tensor(), &w = in[1].tensor();
+  bool last = channelsLast(op);
+  const Tensor x = last ? channelView(in[0].tensor(), nd, false) : in[0].tensor();
+  const Tensor &w = in[1].tensor();
   std::optional<Tensor> bias;
   if (present(in, 2))
     bias = in[2].tensor();
@@ -169,13 +228,18 @@ std::vector<RtValue> convKernel(const Op &op, std::span<const RtValue> in, size_
   ConvWindow win = ConvWindow::lift({xs.begin() + 2, xs.end()}, {os.begin() + 2, os.end()},
                                     geom.kernel, c.stride, geom.padLeft, c.dilation);
   DType dt = resultDType(op);
-  return {withAcc(dt, [&](auto zero) {
-    using T = decltype(zero);
-    std::vector<T> X = load<T>(x), W = load<T>(w), B = bias ? load<T>(*bias) : std::vector<T>{};
-    std::vector<T> y = transposed ? convTransposed(X, W, B, xs[0], xs[1], os[1], c.groups, win)
-                                  : convForward(X, W, B, xs[0], xs[1], os[1], c.groups, win);
-    return store<T>(y, dt, outSizes);
-  })};
+  return {inLayout(withAcc(dt,
+                           [&](auto zero) {
+                             using T = decltype(zero);
+                             std::vector<T> X = load<T>(x), W = load<T>(w),
+                                            B = bias ? load<T>(*bias) : std::vector<T>{};
+                             std::vector<T> y =
+                                 transposed
+                                     ? convTransposed(X, W, B, xs[0], xs[1], os[1], c.groups, win)
+                                     : convForward(X, W, B, xs[0], xs[1], os[1], c.groups, win);
+                             return store<T>(y, dt, outSizes);
+                           }),
+                   nd, last)};
 }
 
 // ---- pooling ----
@@ -269,7 +333,11 @@ std::vector<Type> poolInfer(const Op &op, size_t nd, PoolKind kind, bool withInd
     requireNotBool(op.name(), "input", x);
   if (kind == PoolKind::Avg)
     attrBool(op, "count_include_pad");
-  Shape out = poolShape(op.name(), nd, kind, poolConfig(op, nd, kind), x.shape());
+  bool last = channelsLast(op);
+  Shape out = poolShape(op.name(), nd, kind, poolConfig(op, nd, kind),
+                        last ? channelsFirstShape(x.shape(), nd) : x.shape());
+  if (last)
+    out = channelsLastShape(out, nd);
   std::vector<Type> r = {x.withShape(out)};
   if (withIndices)
     r.push_back(x.withShape(out).withDType(DType::I64));
@@ -278,7 +346,8 @@ std::vector<Type> poolInfer(const Op &op, size_t nd, PoolKind kind, bool withInd
 
 std::vector<RtValue> poolKernel(const Op &op, std::span<const RtValue> in, size_t nd, PoolKind kind,
                                 bool withIndices) {
-  const Tensor &x = in[0].tensor();
+  bool last = channelsLast(op);
+  const Tensor x = last ? channelView(in[0].tensor(), nd, false) : in[0].tensor();
   PoolConfig c = poolConfig(op, nd, kind);
   std::vector<int64_t> outSizes =
       sizesOf(atRuntime([&] { return poolShape(op.name(), nd, kind, c, shapeOf(x.sizes())); }));
@@ -304,9 +373,10 @@ std::vector<RtValue> poolKernel(const Op &op, std::span<const RtValue> in, size_
                                    : avgPool(X, planes, t, includePad, divisor);
     return store<T>(y, x.dtype(), outSizes);
   };
-  std::vector<RtValue> r = {isFloating(x.dtype()) ? run(double{}) : run(int64_t{})};
+  std::vector<RtValue> r = {
+      inLayout(isFloating(x.dtype()) ? run(double{}) : run(int64_t{}), nd, last)};
   if (withIndices)
-    r.emplace_back(store<int64_t>(indices, DType::I64, outSizes));
+    r.emplace_back(inLayout(store<int64_t>(indices, DType::I64, outSizes), nd, last));
   return r;
 }
 
@@ -319,12 +389,19 @@ std::vector<AttrSpec> ints(std::initializer_list<std::pair<const char *, Attr::I
   return out;
 }
 
+const char *kLayoutDoc = " layout \"nhwc\" takes and returns channels-last tensors.";
+
+AttrSpec layoutAttr() {
+  return {.name = "layout", .kind = AttrKind::Str, .defaultValue = Attr("nchw")};
+}
+
 void addConvRows(OpRegistry &r, size_t nd) {
   std::string d = std::to_string(nd) + "d";
   std::vector<OperandSpec> operands = {{"input"}, {"weight"}, {.name = "bias", .optional = true}};
   std::vector<AttrSpec> fwd = ints({{"stride", {1}}, {"padding", {0}}, {"dilation", {1}}});
   fwd.push_back({.name = "groups", .kind = AttrKind::Int, .defaultValue = Attr(1)});
   fwd.push_back({.name = "padding_mode", .kind = AttrKind::Str, .defaultValue = Attr("")});
+  fwd.push_back(layoutAttr());
   r.add(
       {.name = "conv" + d,
        .summary = "F.conv" + d +
@@ -333,7 +410,8 @@ void addConvRows(OpRegistry &r, size_t nd) {
                   std::to_string(nd) +
                   " values. padding_mode is F.conv's string padding: \"\" (use padding), \"same\" "
                   "(stride 1; odd total padding goes right) or \"valid\" (no padding). One "
-                  "non-bool dtype; integers wrap.",
+                  "non-bool dtype; integers wrap." +
+                  kLayoutDoc,
        .operands = operands,
        .attrs = fwd,
        .infer = [nd](const Op &op) { return convInfer(op, nd, false); },
@@ -342,11 +420,13 @@ void addConvRows(OpRegistry &r, size_t nd) {
   std::vector<AttrSpec> tr =
       ints({{"stride", {1}}, {"padding", {0}}, {"output_padding", {0}}, {"dilation", {1}}});
   tr.push_back({.name = "groups", .kind = AttrKind::Int, .defaultValue = Attr(1)});
+  tr.push_back(layoutAttr());
   r.add({.name = "conv_transpose" + d,
          .summary = "F.conv_transpose" + d +
                     ": weight [Cin,Cout/groups,k...]; output size "
                     "(L-1)*stride - 2*padding + dilation*(k-1) + output_padding + 1, "
-                    "output_padding < stride or dilation.",
+                    "output_padding < stride or dilation." +
+                    kLayoutDoc,
          .operands = operands,
          .attrs = tr,
          .infer = [nd](const Op &op) { return convInfer(op, nd, true); },
@@ -372,8 +452,9 @@ void addPoolRow(OpRegistry &r, size_t nd, PoolKind kind, bool withIndices, std::
       attrs.push_back({.name = "divisor_override", .kind = AttrKind::Int, .optional = true});
     }
   }
+  attrs.push_back(layoutAttr());
   r.add({.name = name,
-         .summary = summary,
+         .summary = summary + kLayoutDoc,
          .operands = {{"input"}},
          .attrs = attrs,
          .infer = [=](const Op &op) { return poolInfer(op, nd, kind, withIndices); },

@@ -1,0 +1,63 @@
+// Lowering of elementwise / broadcast regions of the graph IR to the kernel IR.
+//
+// A region is a block whose arguments are its inputs (tensors and Python scalars) and whose
+// terminator (yield in a `fusion` op, return in a graph) gives its outputs. Its ops must be
+// elementwise ops of the lowering table, constants, and index-remapping views (expand,
+// expand_as, unsqueeze, squeeze, permute, transpose, t, static slice / select / narrow,
+// contiguous, clone, alias). Each output's element at an index is computed by walking back
+// through the ops, remapping the index through views and broadcasting, to loads of the inputs.
+//
+// Outputs of one shape share one loop nest over that shape (row-major). Each nest is versioned:
+// a flat 1-d loop when every buffer it touches is contiguous and none is broadcast, else unit
+// inner strides; the general strided nest is the fallback. Inputs may have any strides; a dim
+// broadcast by the types (static 1 against another size) reads with stride 0.
+#pragma once
+
+#include "xjit/backend/kernel_ir.h"
+#include "xjit/ir/ir.h"
+#include "xjit/ir/value.h"
+
+#include <span>
+#include <string>
+#include <vector>
+
+namespace xjit::backend {
+
+class CompiledKernel;
+
+/// A region lowered to one kernel, and how the kernel's parameters bind to the region.
+struct LoweredKernel {
+  Kernel kernel;
+  std::vector<Type> inputTypes, outputTypes;
+  std::vector<int64_t> inputBuffer;  // per region input: its buffer parameter, or -1
+  std::vector<int64_t> inputScalar;  // per region input: its scalar parameter, or -1
+  std::vector<int64_t> outputBuffer; // per region output: its buffer parameter
+};
+
+struct LowerOptions {
+  bool fastPaths = true; // emit the contiguous / unit-stride versions of each loop nest
+};
+
+/// "" when `op` may be part of an elementwise kernel, else the reason it may not.
+std::string whyNotElementwise(const Op &op);
+/// "" when every op of the block lowers, else the first reason one does not.
+std::string whyNotLowerable(const Block &body);
+
+/// Lowers a block; throws xjit::Error (internal) naming the first op that does not lower.
+LoweredKernel lowerElementwiseBlock(const Block &body, const std::string &name,
+                                    const LowerOptions &opts = {});
+/// A `fusion` op: its one region.
+LoweredKernel lowerFusion(const Op &fusion, const LowerOptions &opts = {});
+/// A single op; the region inputs are its operands, the outputs its results.
+LoweredKernel lowerElementwiseOp(const Op &op, const LowerOptions &opts = {});
+
+/// Ops of the elementwise table (views and constants not included), sorted.
+std::vector<std::string> elementwiseOpNames();
+
+/// Runs a lowered kernel on the region's inputs: binds shape symbols from the input sizes,
+/// allocates contiguous outputs and runs. Throws KernelError for inputs that do not fit the
+/// types or when the kernel fails (e.g. integer division by zero).
+std::vector<RtValue> runLowered(const LoweredKernel &lk, const CompiledKernel &ck,
+                                std::span<const RtValue> inputs);
+
+} // namespace xjit::backend

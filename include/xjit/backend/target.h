@@ -1,0 +1,74 @@
+// The device interface: what a backend implements so that compiled graphs run on its device.
+// The CPU is one implementation (makeCpuTarget); docs/new-device.md walks through adding one.
+//
+// Division of labour: the device-independent passes (src/passes) decide *what* is computed
+// together (fusion groups, memory plan); a Target decides *how*: which regions it compiles,
+// what code they become, where their memory lives. The runtime (next: issue 5's runtime) asks
+// the Target of each value's device for executables and memory and never looks inside them.
+//
+// Status: compile() and allocation are implemented for the CPU; library kernels (oneDNN),
+// streams and the compile cache are the next steps and are marked below.
+#pragma once
+
+#include "xjit/ir/ir.h"
+#include "xjit/ir/value.h"
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace xjit::backend {
+
+/// Code for one region (a `fusion` op or a single op) on one target. Thread-safe: one
+/// executable may run on several threads at once.
+class Executable {
+public:
+  virtual ~Executable() = default;
+  /// Runs on the region's inputs (tensors in the target's memory, Python scalars) and returns
+  /// its outputs (allocated by the target). Throws KernelError on a run-time failure.
+  virtual std::vector<RtValue> run(std::span<const RtValue> inputs) const = 0;
+  /// Human-readable code for --dump: kernel IR, and whatever lower levels the target has.
+  virtual std::vector<std::pair<std::string, std::string>> dumpFiles() const = 0;
+};
+
+struct TargetOptions {
+  bool optimize = true;  // off: the least work that gives correct code (debugging)
+  bool keepText = false; // keep what dumpFiles() returns
+};
+
+class Target {
+public:
+  virtual ~Target() = default;
+
+  /// The device kind it serves, as in Device::kind ("cpu", "cuda").
+  virtual std::string name() const = 0;
+  /// Everything about the target that changes generated code (CPU name and features, LLVM
+  /// version, compute capability...): part of the persistent compile cache key.
+  virtual std::string fingerprint() const = 0;
+
+  // ---- lowering ----
+  /// "" when compile(op) succeeds for this op (a `fusion` op or a single op), else why not; the
+  /// runtime then uses a library kernel or the reference kernel on the host.
+  virtual std::string whyNotSupported(const Op &op) const = 0;
+  virtual std::shared_ptr<const Executable> compile(const Op &op,
+                                                    const TargetOptions &opts = {}) = 0;
+
+  // ---- memory ----
+  /// A tensor in the target's memory (its Storage wraps device memory with a release
+  /// callback). The CPU returns a host tensor.
+  virtual Tensor allocate(DType dtype, const std::vector<int64_t> &sizes) = 0;
+  /// Copies between host and device tensors of the same dtype and sizes (a plain copy on CPU).
+  virtual void copyToHost(const Tensor &device, const Tensor &host) = 0;
+  virtual void copyFromHost(const Tensor &host, const Tensor &device) = 0;
+  /// Waits for queued work (devices with asynchronous queues; no-op on the CPU).
+  virtual void synchronize() {}
+
+  // Next (not yet in the interface): library kernels for matmul / conv with their preferred
+  // layouts (oneDNN on the CPU), a layout query for the layout pass, and streams.
+};
+
+/// The host CPU: elementwise regions lowered to the kernel IR and compiled by LLVM ORC.
+std::unique_ptr<Target> makeCpuTarget();
+
+} // namespace xjit::backend

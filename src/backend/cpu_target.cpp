@@ -1,0 +1,70 @@
+// The CPU Target: regions that lower to elementwise kernels are compiled with the ORC JIT;
+// memory is host memory.
+#include "xjit/backend/jit.h"
+#include "xjit/backend/lower.h"
+#include "xjit/backend/target.h"
+#include "xjit/ir/diagnostics.h"
+
+#include <llvm/Config/llvm-config.h>
+
+namespace xjit::backend {
+namespace {
+
+class CpuExecutable : public Executable {
+public:
+  CpuExecutable(LoweredKernel lk, std::shared_ptr<const CompiledKernel> ck)
+      : lk_(std::move(lk)), ck_(std::move(ck)) {}
+
+  std::vector<RtValue> run(std::span<const RtValue> inputs) const override {
+    return runLowered(lk_, *ck_, inputs);
+  }
+
+  std::vector<std::pair<std::string, std::string>> dumpFiles() const override {
+    const std::string &n = lk_.kernel.name;
+    return {{n + ".loops", printKernel(lk_.kernel)},
+            {n + ".ll", ck_->llvmIR()},
+            {n + ".s", ck_->assembly()}};
+  }
+
+private:
+  LoweredKernel lk_;
+  std::shared_ptr<const CompiledKernel> ck_;
+};
+
+class CpuTarget : public Target {
+public:
+  std::string name() const override { return "cpu"; }
+
+  std::string fingerprint() const override {
+    Jit &jit = Jit::instance();
+    return "cpu;" + jit.cpuName() + ";" + jit.cpuFeatures() + ";llvm " LLVM_VERSION_STRING;
+  }
+
+  std::string whyNotSupported(const Op &op) const override {
+    if (op.name() == "fusion")
+      return op.numRegions() == 1 ? whyNotLowerable(*op.region(0)) : "fusion: expected a region";
+    return whyNotElementwise(op);
+  }
+
+  std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &opts) override {
+    if (std::string why = whyNotSupported(op); !why.empty())
+      throw Error(ErrorKind::Internal, "cpu target cannot compile " + op.describe() + ": " + why);
+    LoweredKernel lk = op.name() == "fusion" ? lowerFusion(op) : lowerElementwiseOp(op);
+    auto ck = Jit::instance().compile(
+        lk.kernel,
+        {.pipeline = opts.optimize ? Pipeline::Kernel : Pipeline::None, .keepText = opts.keepText});
+    return std::make_shared<CpuExecutable>(std::move(lk), std::move(ck));
+  }
+
+  Tensor allocate(DType dtype, const std::vector<int64_t> &sizes) override {
+    return Tensor::empty(dtype, sizes);
+  }
+  void copyToHost(const Tensor &device, const Tensor &host) override { host.copyFrom(device); }
+  void copyFromHost(const Tensor &host, const Tensor &device) override { device.copyFrom(host); }
+};
+
+} // namespace
+
+std::unique_ptr<Target> makeCpuTarget() { return std::make_unique<CpuTarget>(); }
+
+} // namespace xjit::backend

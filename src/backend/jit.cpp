@@ -1,0 +1,289 @@
+// The ORC LLJIT wrapper: kernel IR -> LLVM IR -> optimized IR -> machine code in this process.
+//
+// Target: the host CPU by name and feature list (sys::getHostCPUName / getHostCPUFeatures), so
+// the vectorizer's cost model and the code use AVX2 / AVX-512 where the machine has them. The
+// optimizer runs here, on the module, with a TargetMachine for the same host; LLJIT then only
+// generates code. Each kernel gets its own LLVMContext (compiles may run in parallel) and its
+// own ResourceTracker (dropping the last CompiledKernel frees its code).
+#include "xjit/backend/jit.h"
+
+#include "llvm_codegen.h"
+#include "runtime_util.h"
+#include "xjit/ir/diagnostics.h"
+#include "xjit/ir/op_registry.h"
+
+#include <llvm/ExecutionEngine/Orc/Core.h>
+#include <llvm/ExecutionEngine/Orc/ExecutorProcessControl.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/CommandLine.h>
+#include <llvm/Support/StringSaver.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
+#include <llvm/TargetParser/SubtargetFeature.h>
+#include <llvm/Transforms/Utils/Cloning.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+namespace xjit::backend {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+double threadCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+
+[[noreturn]] void llvmFail(const std::string &what, llvm::Error err) {
+  throw Error(ErrorKind::Internal, what + ": " + llvm::toString(std::move(err)));
+}
+
+template <class T> T check(llvm::Expected<T> v, const std::string &what) {
+  if (!v) llvmFail(what, v.takeError());
+  return std::move(*v);
+}
+
+/// Pipeline::Kernel. The inputs are clean loops from the kernel IR; what they need is SSA form
+/// for accumulators, loop-invariant hoisting (stride and parameter loads, broadcast operands),
+/// rotation into do-while form, and vectorization.
+constexpr const char *kKernelPipeline =
+    "always-inline,function(sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,"
+    "loop-mssa(licm,loop-rotate),loop(indvars),loop-vectorize,instcombine<no-verify-fixpoint>,"
+    "simplifycfg,loop-mssa(licm),early-cse)";
+
+void optimize(llvm::Module &m, llvm::TargetMachine &tm, Pipeline pipeline) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions pto;
+  pto.LoopVectorization = true;
+  pto.SLPVectorization = true;
+  llvm::PassBuilder pb(&tm, pto);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm;
+  // XJIT_LLVM_PIPELINE: a textual pass pipeline instead (experiments; see `opt -passes`).
+  const char *override = std::getenv("XJIT_LLVM_PIPELINE");
+  if (pipeline == Pipeline::LLVMDefault && !override) {
+    mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  } else {
+    const char *text = override                       ? override
+                       : pipeline == Pipeline::Kernel ? kKernelPipeline
+                                                      : "always-inline";
+    if (llvm::Error err = pb.parsePassPipeline(mpm, text))
+      llvmFail("JIT: pass pipeline", std::move(err));
+  }
+  mpm.run(m, mam);
+}
+
+/// Machine code for the module as an object file or assembly text (the module is consumed).
+llvm::SmallVector<char, 0> emitCode(llvm::Module &m, llvm::TargetMachine &tm,
+                                    llvm::CodeGenFileType type) {
+  llvm::SmallVector<char, 0> buf;
+  llvm::raw_svector_ostream os(buf);
+  llvm::legacy::PassManager pm;
+  if (tm.addPassesToEmitFile(pm, os, nullptr, type))
+    throw Error(ErrorKind::Internal, "JIT: the target cannot emit machine code");
+  pm.run(m);
+  return buf;
+}
+
+/// Frees a kernel's code when the last CompiledKernel referring to it goes away.
+struct CodeHandle {
+  llvm::orc::ResourceTrackerSP tracker;
+  ~CodeHandle() {
+    if (llvm::Error err = tracker->remove())
+      llvm::consumeError(std::move(err)); // nothing sensible to do in a destructor
+  }
+};
+
+} // namespace
+
+struct Jit::Impl {
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::optional<llvm::orc::JITTargetMachineBuilder> jtmb;
+  std::string cpu, features;
+  std::atomic<uint64_t> counter{0};
+};
+
+Jit::Jit() : impl_(std::make_unique<Impl>()) {
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  // XJIT_LLVM_ARGS: LLVM's own command-line options, for experiments ("-debug-pass=...").
+  if (const char *args = std::getenv("XJIT_LLVM_ARGS")) {
+    llvm::SmallVector<const char *, 8> argv{"xjit"};
+    llvm::BumpPtrAllocator alloc;
+    llvm::StringSaver saver(alloc);
+    llvm::cl::TokenizeGNUCommandLine(args, saver, argv);
+    llvm::cl::ParseCommandLineOptions(int(argv.size()), argv.data(), "", &llvm::errs());
+  }
+  auto jtmb = check(llvm::orc::JITTargetMachineBuilder::detectHost(), "JIT: detecting the host");
+  impl_->cpu = llvm::sys::getHostCPUName().str();
+  llvm::SubtargetFeatures features;
+  for (const auto &f : llvm::sys::getHostCPUFeatures())
+    features.AddFeature(f.first(), f.second);
+  impl_->features = features.getString();
+  jtmb.setCPU(impl_->cpu);
+  jtmb.getFeatures() = features;
+  jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  impl_->jtmb = jtmb;
+  // compile() produces object code itself (with a TargetMachine per thread, so that several
+  // threads compile at once, and the object is what a compile cache stores); LLJIT only links.
+  // Linking runs in the calling thread (ORC's default dispatcher hands work to a pool thread).
+  auto epc = check(llvm::orc::SelfExecutorProcessControl::Create(
+                       nullptr, std::make_unique<llvm::orc::InPlaceTaskDispatcher>()),
+                   "JIT: creating the process control");
+  impl_->jit = check(llvm::orc::LLJITBuilder()
+                         .setExecutorProcessControl(std::move(epc))
+                         .setJITTargetMachineBuilder(std::move(jtmb))
+                         .create(),
+                     "JIT: creating LLJIT");
+  // libm and libc resolve from the process (LLJIT links process symbols by default); our own
+  // helpers are not exported from executables, so they are defined by address.
+  llvm::orc::MangleAndInterner mangle(impl_->jit->getExecutionSession(),
+                                      impl_->jit->getDataLayout());
+  llvm::orc::SymbolMap helpers;
+  helpers[mangle(kIntPowSymbol)] = {llvm::orc::ExecutorAddr::fromPtr(&xjit_rt_ipow_i64),
+                                    llvm::JITSymbolFlags::Exported |
+                                        llvm::JITSymbolFlags::Callable};
+  if (llvm::Error err =
+          impl_->jit->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(helpers))))
+    llvmFail("JIT: defining runtime helpers", std::move(err));
+}
+
+Jit::~Jit() = default;
+
+Jit &Jit::instance() {
+  // Never destroyed: compiled kernels held by other static objects may outlive any exit order.
+  static Jit *jit = new Jit();
+  return *jit;
+}
+
+const std::string &Jit::cpuName() const { return impl_->cpu; }
+const std::string &Jit::cpuFeatures() const { return impl_->features; }
+
+std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const CompileOptions &opts) {
+  std::shared_ptr<CompiledKernel> ck(new CompiledKernel());
+  ck->kernel_ = k;
+  auto t0 = Clock::now();
+  double cpu0 = threadCpuMs();
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  std::string symbol = "xjit" + std::to_string(impl_->counter++) + "_" + k.name;
+  std::unique_ptr<llvm::Module> mod = emitKernelModule(k, symbol, *ctx);
+  ck->times_.emit = msSince(t0);
+
+  auto t1 = Clock::now();
+  // Target machines are not thread-safe but reusable: one per thread (there is one Jit).
+  thread_local std::unique_ptr<llvm::TargetMachine> tm;
+  if (!tm) tm = check(impl_->jtmb->createTargetMachine(), "JIT: creating a target machine");
+  mod->setDataLayout(tm->createDataLayout());
+  mod->setTargetTriple(tm->getTargetTriple().str());
+  optimize(*mod, *tm, opts.pipeline);
+  ck->times_.optimize = msSince(t1);
+  if (opts.keepText) {
+    ck->loopIR_ = printKernel(k);
+    llvm::raw_string_ostream os(ck->llvmIR_);
+    mod->print(os, nullptr);
+    auto text = emitCode(*llvm::CloneModule(*mod), *tm, llvm::CodeGenFileType::AssemblyFile);
+    ck->assembly_.assign(text.begin(), text.end());
+  }
+
+  auto t2 = Clock::now();
+  llvm::SmallVector<char, 0> object = emitCode(*mod, *tm, llvm::CodeGenFileType::ObjectFile);
+  llvm::orc::JITDylib &jd = impl_->jit->getMainJITDylib();
+  auto handle = std::make_shared<CodeHandle>();
+  handle->tracker = jd.createResourceTracker();
+  if (llvm::Error err = impl_->jit->addObjectFile(
+          handle->tracker, llvm::MemoryBuffer::getMemBufferCopy(
+                               llvm::StringRef(object.data(), object.size()), symbol)))
+    llvmFail("JIT: adding kernel " + k.name, std::move(err));
+  auto addr = check(impl_->jit->lookup(symbol), "JIT: compiling kernel " + k.name);
+  ck->entry_ = addr.toPtr<KernelEntry>();
+  ck->code_ = std::move(handle);
+  ck->times_.codegen = msSince(t2);
+  ck->times_.cpu = threadCpuMs() - cpu0;
+  return ck;
+}
+
+CompiledKernel::~CompiledKernel() = default;
+
+void CompiledKernel::run(std::span<const Tensor> buffers, std::span<const RtValue> scalars) const {
+  const Kernel &k = kernel_;
+  auto fail = [&](const std::string &m) { throw KernelError("kernel " + k.name + ": " + m); };
+  if (buffers.size() != k.buffers.size())
+    fail("expected " + std::to_string(k.buffers.size()) + " buffers, got " +
+         std::to_string(buffers.size()));
+  if (scalars.size() != k.scalars.size())
+    fail("expected " + std::to_string(k.scalars.size()) + " scalars, got " +
+         std::to_string(scalars.size()));
+  std::vector<void *> data(buffers.size());
+  std::vector<int64_t> sizes, strides;
+  SymbolBindings bindings;
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    const Tensor &t = buffers[b];
+    const BufferParam &p = k.buffers[b];
+    if (!t.defined()) fail("buffer " + p.name + " is undefined");
+    if (t.dtype() != p.dtype || t.rank() != p.rank())
+      fail("buffer " + p.name + " must be " + std::string(dtypeName(p.dtype)) + shapeStr(p.sizes) +
+           ", got a " + std::string(dtypeName(t.dtype())) + " tensor of rank " +
+           std::to_string(t.rank()));
+    std::string why = bindShape(bindings, p.sizes, t.sizes());
+    if (!why.empty()) fail("buffer " + p.name + ": " + why);
+    data[b] = t.data();
+    sizes.insert(sizes.end(), t.sizes().begin(), t.sizes().end());
+    strides.insert(strides.end(), t.strides().begin(), t.strides().end());
+  }
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    std::string why = checkShape(bindings, k.buffers[b].sizes, buffers[b].sizes());
+    if (!why.empty()) fail("buffer " + k.buffers[b].name + ": " + why);
+  }
+  std::vector<uint64_t> slots(scalars.size());
+  for (size_t i = 0; i < scalars.size(); ++i) {
+    const RtValue &v = scalars[i];
+    if (!v.isInt() && !v.isFloat() && !v.isBool())
+      fail("scalar " + k.scalars[i].name + " must be a number, got " + v.kindName());
+    if (isFloating(k.scalars[i].dtype)) {
+      double d = v.toDouble();
+      std::memcpy(&slots[i], &d, sizeof d);
+    } else {
+      slots[i] = static_cast<uint64_t>(v.toInt());
+    }
+  }
+  int32_t rc = entry_(data.data(), sizes.data(), strides.data(), slots.data());
+  if (rc == kErrorDivByZero) fail("ZeroDivisionError");
+  if (rc > 0 && size_t(rc) <= k.errors.size()) throw KernelError(k.errors[size_t(rc) - 1]);
+  if (rc != 0) fail("failed with code " + std::to_string(rc));
+}
+
+void dumpKernel(const CompiledKernel &k, const std::string &dir) {
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string &ext, const std::string &text) {
+    std::ofstream f(std::filesystem::path(dir) / (k.kernel().name + ext));
+    f << text;
+    if (!f) throw Error(ErrorKind::User, "cannot write " + dir + "/" + k.kernel().name + ext);
+  };
+  write(".loops", k.loopIR().empty() ? printKernel(k.kernel()) : k.loopIR());
+  write(".ll", k.llvmIR());
+  write(".s", k.assembly());
+}
+
+} // namespace xjit::backend

@@ -1,0 +1,591 @@
+// Kernel IR -> LLVM IR. Each kernel becomes two functions: an internal `<sym>.impl` taking every
+// buffer as a `noalias` pointer (inlined into the entry, where the pointers' no-alias facts
+// survive as scoped alias metadata the vectorizer uses), and the external entry `<sym>` with the
+// uniform KernelEntry ABI. Loops are emitted in the plain header/body/latch form that LLVM's loop
+// passes canonicalize; vectorization is left to LLVM's loop vectorizer.
+//
+// Values live in registers as: bool i1, u8/i8 i8, i16, i32, i64, f16 half, bf16 i16 (raw bits,
+// rounded by hand so every target rounds alike), f32 float, f64 double.
+#include "llvm_codegen.h"
+
+#include "xjit/ir/diagnostics.h"
+#include "xjit/ir/tensor.h"
+
+#include <llvm/IR/Function.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <cmath>
+#include <unordered_map>
+
+namespace xjit::backend {
+
+extern "C" int64_t xjit_rt_ipow_i64(int64_t base, int64_t exp) {
+  // The reference kernel's integer power: wrapping, and negative exponents give 0 except for
+  // bases 1 and -1.
+  if (exp < 0) {
+    if (base == 1) return 1;
+    if (base == -1) return (exp % 2) ? -1 : 1;
+    return 0;
+  }
+  uint64_t result = 1, b = static_cast<uint64_t>(base);
+  for (auto e = static_cast<uint64_t>(exp); e; e >>= 1) {
+    if (e & 1) result *= b;
+    b *= b;
+  }
+  return static_cast<int64_t>(result);
+}
+
+namespace {
+
+using llvm::BasicBlock;
+using llvm::Value;
+
+bool isUnsignedInt(DType d) { return d == DType::U8 || d == DType::Bool; }
+
+/// libm functions for the unary ops that are not inlined (f64; f32 goes through f64, which is also
+/// what the reference kernels compute).
+const char *libmName(UnaryOp op) {
+  switch (op) {
+  case UnaryOp::Exp: return "exp";
+  case UnaryOp::Exp2: return "exp2";
+  case UnaryOp::Expm1: return "expm1";
+  case UnaryOp::Log: return "log";
+  case UnaryOp::Log2: return "log2";
+  case UnaryOp::Log10: return "log10";
+  case UnaryOp::Log1p: return "log1p";
+  case UnaryOp::Sin: return "sin";
+  case UnaryOp::Cos: return "cos";
+  case UnaryOp::Tan: return "tan";
+  case UnaryOp::Asin: return "asin";
+  case UnaryOp::Acos: return "acos";
+  case UnaryOp::Atan: return "atan";
+  case UnaryOp::Sinh: return "sinh";
+  case UnaryOp::Cosh: return "cosh";
+  case UnaryOp::Tanh: return "tanh";
+  case UnaryOp::Asinh: return "asinh";
+  case UnaryOp::Acosh: return "acosh";
+  case UnaryOp::Atanh: return "atanh";
+  case UnaryOp::Erf: return "erf";
+  case UnaryOp::Erfc: return "erfc";
+  case UnaryOp::Lgamma: return "lgamma";
+  default: return nullptr;
+  }
+}
+
+class Emitter {
+public:
+  Emitter(const Kernel &k, llvm::Module &m) : k_(k), m_(m), ctx_(m.getContext()), b_(ctx_) {}
+
+  void emit(const std::string &symbol) {
+    llvm::Function *impl = emitImpl(symbol + ".impl");
+    emitEntry(symbol, impl);
+  }
+
+private:
+  // ---- types ----
+
+  llvm::Type *regType(DType d) {
+    switch (d) {
+    case DType::Bool: return b_.getInt1Ty();
+    case DType::U8:
+    case DType::I8: return b_.getInt8Ty();
+    case DType::I16:
+    case DType::BF16: return b_.getInt16Ty();
+    case DType::I32: return b_.getInt32Ty();
+    case DType::I64: return b_.getInt64Ty();
+    case DType::F16: return b_.getHalfTy();
+    case DType::F32: return b_.getFloatTy();
+    case DType::F64: return b_.getDoubleTy();
+    }
+    return nullptr;
+  }
+  llvm::Type *memType(DType d) { return d == DType::Bool ? b_.getInt8Ty() : regType(d); }
+
+  // ---- functions ----
+
+  llvm::Function *emitImpl(const std::string &name) {
+    std::vector<llvm::Type *> params(k_.buffers.size() + 3, b_.getPtrTy());
+    auto *fty = llvm::FunctionType::get(b_.getInt32Ty(), params, false);
+    fn_ = llvm::Function::Create(fty, llvm::Function::InternalLinkage, name, m_);
+    fn_->addFnAttr(llvm::Attribute::AlwaysInline);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    for (unsigned i = 0; i < fn_->arg_size(); ++i) {
+      fn_->addParamAttr(i, llvm::Attribute::NoAlias);
+      fn_->addParamAttr(i, llvm::Attribute::NoCapture);
+    }
+    for (size_t i = 0; i < k_.buffers.size(); ++i) {
+      fn_->getArg(unsigned(i))->setName(k_.buffers[i].name);
+      if (!k_.buffers[i].output) fn_->addParamAttr(unsigned(i), llvm::Attribute::ReadOnly);
+    }
+    size_t nb = k_.buffers.size();
+    for (unsigned i = unsigned(nb); i < nb + 3; ++i)
+      fn_->addParamAttr(i, llvm::Attribute::ReadOnly);
+
+    BasicBlock *entry = BasicBlock::Create(ctx_, "entry", fn_);
+    b_.SetInsertPoint(entry);
+    loadRuntimeParams();
+    for (const AccDecl &a : k_.accs)
+      accSlots_.push_back(b_.CreateAlloca(regType(a.dtype), nullptr, a.name));
+    vars_.assign(size_t(k_.numVars), nullptr);
+    stmts(k_.body);
+    b_.CreateRet(b_.getInt32(0));
+    return fn_;
+  }
+
+  void emitEntry(const std::string &name, llvm::Function *impl) {
+    llvm::Type *ptr = b_.getPtrTy();
+    auto *fty = llvm::FunctionType::get(b_.getInt32Ty(), {ptr, ptr, ptr, ptr}, false);
+    auto *f = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, m_);
+    f->addFnAttr(llvm::Attribute::NoUnwind);
+    b_.SetInsertPoint(BasicBlock::Create(ctx_, "entry", f));
+    std::vector<Value *> args;
+    for (size_t i = 0; i < k_.buffers.size(); ++i) {
+      Value *slot = b_.CreateConstInBoundsGEP1_64(ptr, f->getArg(0), i);
+      args.push_back(b_.CreateLoad(ptr, slot, k_.buffers[i].name));
+    }
+    for (unsigned i = 1; i < 4; ++i)
+      args.push_back(f->getArg(i));
+    b_.CreateRet(b_.CreateCall(impl, args));
+  }
+
+  /// Sizes, strides and scalar parameters, loaded once at entry (static sizes are constants).
+  void loadRuntimeParams() {
+    size_t nb = k_.buffers.size();
+    Value *sizes = fn_->getArg(unsigned(nb)), *strides = fn_->getArg(unsigned(nb + 1)),
+          *scalars = fn_->getArg(unsigned(nb + 2));
+    llvm::Type *i64 = b_.getInt64Ty();
+    for (size_t bi = 0; bi < nb; ++bi) {
+      const BufferParam &p = k_.buffers[bi];
+      int64_t off = k_.dimOffset(int64_t(bi));
+      std::vector<Value *> sz, st;
+      for (int64_t d = 0; d < p.rank(); ++d) {
+        std::string tag = p.name + "." + std::to_string(d);
+        if (auto v = p.sizes[size_t(d)].staticValue())
+          sz.push_back(b_.getInt64(uint64_t(*v)));
+        else
+          sz.push_back(b_.CreateLoad(i64, b_.CreateConstInBoundsGEP1_64(i64, sizes, off + d),
+                                     "size." + tag));
+        st.push_back(b_.CreateLoad(i64, b_.CreateConstInBoundsGEP1_64(i64, strides, off + d),
+                                   "stride." + tag));
+      }
+      sizes_.push_back(std::move(sz));
+      strides_.push_back(std::move(st));
+    }
+    for (size_t i = 0; i < k_.scalars.size(); ++i) {
+      const ScalarParam &s = k_.scalars[i];
+      Value *slot = b_.CreateConstInBoundsGEP1_64(i64, scalars, i);
+      Value *v = isFloating(s.dtype)
+                     ? castValue(b_.CreateLoad(b_.getDoubleTy(), slot, s.name), DType::F64, s.dtype)
+                     : castValue(b_.CreateLoad(i64, slot, s.name), DType::I64, s.dtype);
+      params_.push_back(v);
+    }
+  }
+
+  // ---- statements ----
+
+  void stmts(const StmtList &list) {
+    for (const Stmt &s : list)
+      stmt(s);
+  }
+
+  void stmt(const Stmt &s) {
+    memo_.clear();
+    indexMemo_.clear();
+    switch (s.kind) {
+    case StmtKind::For: return emitFor(s);
+    case StmtKind::If: {
+      Value *cond = expr(s.a);
+      BasicBlock *thenBB = BasicBlock::Create(ctx_, "then", fn_);
+      BasicBlock *elseBB = BasicBlock::Create(ctx_, "else", fn_);
+      BasicBlock *merge = BasicBlock::Create(ctx_, "endif", fn_);
+      b_.CreateCondBr(cond, thenBB, elseBB);
+      b_.SetInsertPoint(thenBB);
+      stmts(s.body);
+      b_.CreateBr(merge);
+      b_.SetInsertPoint(elseBB);
+      stmts(s.orelse);
+      b_.CreateBr(merge);
+      b_.SetInsertPoint(merge);
+      return;
+    }
+    case StmtKind::Store: {
+      const BufferParam &p = k_.buffers[size_t(s.index)];
+      Value *offset = indexExpr(s.a);
+      Value *v = expr(s.b);
+      if (p.dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
+      Value *ptr = b_.CreateGEP(memType(p.dtype), fn_->getArg(unsigned(s.index)), offset);
+      b_.CreateStore(v, ptr);
+      return;
+    }
+    case StmtKind::InitAcc: b_.CreateStore(expr(s.a), accSlots_[size_t(s.index)]); return;
+    case StmtKind::Reduce: {
+      DType d = k_.accs[size_t(s.index)].dtype;
+      llvm::AllocaInst *slot = accSlots_[size_t(s.index)];
+      Value *cur = b_.CreateLoad(regType(d), slot);
+      Value *v = binaryValue(s.combine, d, cur, expr(s.a));
+      // A reduction's order is unspecified: let the vectorizer reassociate float sums.
+      if (auto *inst = llvm::dyn_cast<llvm::Instruction>(v);
+          inst && isFloating(d) && llvm::isa<llvm::FPMathOperator>(inst))
+        inst->setHasAllowReassoc(true);
+      b_.CreateStore(v, slot);
+      return;
+    }
+    case StmtKind::Assert: {
+      Value *ok = expr(s.a);
+      BasicBlock *cont = BasicBlock::Create(ctx_, "assert.ok", fn_);
+      b_.CreateCondBr(ok, cont, failBlock(int32_t(s.index + 1)));
+      b_.SetInsertPoint(cont);
+      return;
+    }
+    }
+  }
+
+  void emitFor(const Stmt &s) {
+    Value *n = indexExpr(s.a);
+    BasicBlock *pre = b_.GetInsertBlock();
+    BasicBlock *header = BasicBlock::Create(ctx_, "loop" + std::to_string(s.index), fn_);
+    BasicBlock *body = BasicBlock::Create(ctx_, "body" + std::to_string(s.index), fn_);
+    BasicBlock *exit = BasicBlock::Create(ctx_, "exit" + std::to_string(s.index), fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode *iv = b_.CreatePHI(b_.getInt64Ty(), 2, "i" + std::to_string(s.index));
+    iv->addIncoming(b_.getInt64(0), pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(iv, n), body, exit);
+    b_.SetInsertPoint(body);
+    vars_[size_t(s.index)] = iv;
+    stmts(s.body);
+    vars_[size_t(s.index)] = nullptr;
+    Value *next = b_.CreateAdd(iv, b_.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
+    llvm::BranchInst *latch = b_.CreateBr(header);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, loopMetadata(s.vectorize));
+    iv->addIncoming(next, b_.GetInsertBlock());
+    b_.SetInsertPoint(exit);
+  }
+
+  llvm::MDNode *loopMetadata(bool vectorize) {
+    llvm::SmallVector<llvm::Metadata *, 4> ops;
+    ops.push_back(nullptr); // self reference
+    ops.push_back(llvm::MDNode::get(ctx_, llvm::MDString::get(ctx_, "llvm.loop.mustprogress")));
+    // No unrolling: with static extents LLVM would fully unroll outer loops around vectorized
+    // inner loops, multiplying code size and compile time for no gain in bandwidth.
+    ops.push_back(llvm::MDNode::get(ctx_, llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")));
+    auto hint = [&](const char *key, llvm::Constant *v) {
+      ops.push_back(llvm::MDNode::get(
+          ctx_, {llvm::MDString::get(ctx_, key), llvm::ConstantAsMetadata::get(v)}));
+    };
+    if (!vectorize) {
+      // General strided loops: vectorizing them costs compile time for little gain.
+      hint("llvm.loop.vectorize.enable", b_.getFalse());
+      hint("llvm.loop.interleave.count", b_.getInt32(1));
+    }
+    llvm::MDNode *md = llvm::MDNode::getDistinct(ctx_, ops);
+    md->replaceOperandWith(0, md);
+    return md;
+  }
+
+  BasicBlock *failBlock(int32_t code) {
+    if (!fail_) {
+      llvm::IRBuilderBase::InsertPointGuard guard(b_);
+      fail_ = BasicBlock::Create(ctx_, "fail", fn_);
+      b_.SetInsertPoint(fail_);
+      failCode_ = b_.CreatePHI(b_.getInt32Ty(), 2, "code");
+      b_.CreateRet(failCode_);
+    }
+    failCode_->addIncoming(b_.getInt32(uint32_t(code)), b_.GetInsertBlock());
+    return fail_;
+  }
+
+  // ---- expressions ----
+
+  /// Offsets and extents: element counts that never overflow, so + and * carry nsw, which lets
+  /// scalar evolution see affine accesses.
+  Value *indexExpr(const Expr &e) {
+    const ExprNode &n = *e;
+    bool arith = n.kind == ExprKind::Binary && n.dtype == DType::I64 &&
+                 (BinaryOp(n.op) == BinaryOp::Add || BinaryOp(n.op) == BinaryOp::Mul ||
+                  BinaryOp(n.op) == BinaryOp::Sub);
+    if (!arith) return expr(e);
+    if (auto it = indexMemo_.find(e.get()); it != indexMemo_.end()) return it->second;
+    Value *a = indexExpr(n.args[0]), *c = indexExpr(n.args[1]), *r = nullptr;
+    switch (BinaryOp(n.op)) {
+    case BinaryOp::Add: r = b_.CreateAdd(a, c, "", false, true); break;
+    case BinaryOp::Sub: r = b_.CreateSub(a, c, "", false, true); break;
+    default: r = b_.CreateMul(a, c, "", false, true); break;
+    }
+    return indexMemo_[e.get()] = r;
+  }
+
+  Value *expr(const Expr &e) {
+    if (auto it = memo_.find(e.get()); it != memo_.end()) return it->second;
+    Value *v = exprUncached(*e);
+    memo_[e.get()] = v;
+    return v;
+  }
+
+  Value *exprUncached(const ExprNode &n) {
+    switch (n.kind) {
+    case ExprKind::Const: return constant(n);
+    case ExprKind::Var: return vars_[size_t(n.index)];
+    case ExprKind::Param: return params_[size_t(n.index)];
+    case ExprKind::Size: return sizes_[size_t(n.index)][size_t(n.dim)];
+    case ExprKind::Stride: return strides_[size_t(n.index)][size_t(n.dim)];
+    case ExprKind::Load: {
+      Value *ptr =
+          b_.CreateGEP(memType(n.dtype), fn_->getArg(unsigned(n.index)), indexExpr(n.args[0]));
+      Value *v = b_.CreateLoad(memType(n.dtype), ptr);
+      return n.dtype == DType::Bool ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
+    }
+    case ExprKind::Acc: return b_.CreateLoad(regType(n.dtype), accSlots_[size_t(n.index)]);
+    case ExprKind::Unary: return unaryValue(UnaryOp(n.op), n.args[0]->dtype, expr(n.args[0]));
+    case ExprKind::Binary:
+      return binaryValue(BinaryOp(n.op), n.dtype, expr(n.args[0]), expr(n.args[1]),
+                         n.args[1].get());
+    case ExprKind::Compare:
+      return compareValue(CmpOp(n.op), n.args[0]->dtype, expr(n.args[0]), expr(n.args[1]));
+    case ExprKind::Select:
+      return b_.CreateSelect(expr(n.args[0]), expr(n.args[1]), expr(n.args[2]));
+    case ExprKind::Cast: return castValue(expr(n.args[0]), n.args[0]->dtype, n.dtype);
+    }
+    return nullptr;
+  }
+
+  Value *constant(const ExprNode &n) {
+    switch (n.dtype) {
+    case DType::F64: return llvm::ConstantFP::get(b_.getDoubleTy(), n.fval);
+    case DType::F32: return llvm::ConstantFP::get(b_.getFloatTy(), double(float(n.fval)));
+    case DType::F16:
+      return castValue(llvm::ConstantFP::get(b_.getFloatTy(), double(float(n.fval))), DType::F32,
+                       DType::F16);
+    case DType::BF16: return b_.getInt16(floatToBFloat16(float(n.fval)));
+    case DType::Bool: return b_.getInt1(n.ival != 0);
+    default: return llvm::ConstantInt::get(regType(n.dtype), uint64_t(n.ival), /*IsSigned=*/true);
+    }
+  }
+
+  // ---- conversions ----
+
+  Value *bf16ToF32(Value *v) {
+    return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(v, b_.getInt32Ty()), 16), b_.getFloatTy());
+  }
+
+  /// Round to nearest even on the bits (xjit::floatToBFloat16); NaN stays a quiet NaN.
+  Value *f32ToBf16(Value *f) {
+    Value *bits = b_.CreateBitCast(f, b_.getInt32Ty());
+    Value *lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
+    Value *rounded = b_.CreateLShr(b_.CreateAdd(bits, b_.CreateAdd(lsb, b_.getInt32(0x7fff))), 16);
+    Value *nan = b_.CreateOr(b_.CreateLShr(bits, 16), b_.getInt32(0x40));
+    Value *r = b_.CreateSelect(b_.CreateFCmpUNO(f, f), nan, rounded);
+    return b_.CreateTrunc(r, b_.getInt16Ty());
+  }
+
+  /// Tensor::to conversions (see kernel_ir.h).
+  Value *castValue(Value *v, DType from, DType to) {
+    if (from == to) return v;
+    if (from == DType::F16) {
+      v = b_.CreateFPExt(v, b_.getFloatTy());
+      from = DType::F32;
+    } else if (from == DType::BF16) {
+      v = bf16ToF32(v);
+      from = DType::F32;
+    }
+    if (to == DType::F16 || to == DType::BF16) {
+      Value *f = castValue(v, from, DType::F32);
+      return to == DType::F16 ? b_.CreateFPTrunc(f, b_.getHalfTy()) : f32ToBf16(f);
+    }
+    if (from == to) return v;
+    llvm::Type *dst = regType(to);
+    if (isFloating(from)) {
+      if (isFloating(to))
+        return to == DType::F64 ? b_.CreateFPExt(v, dst) : b_.CreateFPTrunc(v, dst);
+      if (to == DType::Bool) return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
+      // NaN -> 0 and saturation at the int64 range, then wrap (Tensor::to).
+      Value *i =
+          b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {b_.getInt64Ty(), v->getType()}, {v});
+      return to == DType::I64 ? i : b_.CreateTrunc(i, dst);
+    }
+    // From an integer or bool.
+    if (isFloating(to)) {
+      if (isUnsignedInt(from)) return b_.CreateUIToFP(v, dst);
+      if (from == DType::I64 && to == DType::F32) // rounds through f64, like the reference
+        return b_.CreateFPTrunc(b_.CreateSIToFP(v, b_.getDoubleTy()), dst);
+      return b_.CreateSIToFP(v, dst);
+    }
+    if (to == DType::Bool) return b_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
+    return isUnsignedInt(from) ? b_.CreateZExtOrTrunc(v, dst) : b_.CreateSExtOrTrunc(v, dst);
+  }
+
+  // ---- math ----
+
+  llvm::FunctionCallee libmFn(const char *name, unsigned arity) {
+    llvm::Type *d = b_.getDoubleTy();
+    std::vector<llvm::Type *> args(arity, d);
+    llvm::FunctionCallee f = m_.getOrInsertFunction(name, llvm::FunctionType::get(d, args, false));
+    if (auto *fn = llvm::dyn_cast<llvm::Function>(f.getCallee())) {
+      // Pure functions of their arguments (errno is never read), so LICM may hoist them.
+      fn->setDoesNotAccessMemory();
+      fn->setDoesNotThrow();
+      fn->setWillReturn();
+    }
+    return f;
+  }
+
+  /// A libm double function applied in f64 (f32 operands are widened and the result rounded).
+  Value *viaLibm(const char *name, DType d, std::vector<Value *> args) {
+    for (Value *&a : args)
+      a = castValue(a, d, DType::F64);
+    Value *r = b_.CreateCall(libmFn(name, unsigned(args.size())), args);
+    return castValue(r, DType::F64, d);
+  }
+
+  Value *fconst(DType d, double v) { return llvm::ConstantFP::get(regType(d), v); }
+
+  Value *unaryValue(UnaryOp op, DType d, Value *x) {
+    bool f32 = d == DType::F32;
+    switch (op) {
+    case UnaryOp::Neg: return isFloating(d) ? b_.CreateFNeg(x) : b_.CreateNeg(x);
+    case UnaryOp::Abs:
+      if (isFloating(d)) return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+      if (isUnsignedInt(d)) return x;
+      return b_.CreateSelect(b_.CreateICmpSLT(x, llvm::ConstantInt::get(x->getType(), 0)),
+                             b_.CreateNeg(x), x);
+    case UnaryOp::Not: return b_.CreateNot(x);
+    case UnaryOp::Floor: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, x);
+    case UnaryOp::Ceil: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x);
+    case UnaryOp::Trunc: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, x);
+    case UnaryOp::RoundEven: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, x);
+    case UnaryOp::Sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
+    case UnaryOp::Rsqrt:
+      return b_.CreateFDiv(fconst(d, 1.0), b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x));
+    case UnaryOp::Reciprocal: return b_.CreateFDiv(fconst(d, 1.0), x);
+    case UnaryOp::Exp: return f32 ? math::expF32(b_, x) : viaLibm("exp", d, {x});
+    case UnaryOp::Log: return f32 ? math::logF32(b_, x) : viaLibm("log", d, {x});
+    case UnaryOp::Tanh: return f32 ? math::tanhF32(b_, x) : viaLibm("tanh", d, {x});
+    case UnaryOp::Erf: return f32 ? math::erfF32(b_, x) : viaLibm("erf", d, {x});
+    case UnaryOp::Sigmoid:
+      if (f32) return math::sigmoidF32(b_, x);
+      // f64: the reference's formula, with libm's exp.
+      return b_.CreateFDiv(fconst(d, 1.0),
+                           b_.CreateFAdd(fconst(d, 1.0), viaLibm("exp", d, {b_.CreateFNeg(x)})));
+    case UnaryOp::IsNan: return b_.CreateFCmpUNO(x, x);
+    case UnaryOp::IsInf:
+      return b_.CreateFCmpOEQ(b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x),
+                              fconst(d, INFINITY));
+    case UnaryOp::SignBit: {
+      llvm::Type *it = b_.getIntNTy(x->getType()->getPrimitiveSizeInBits());
+      return b_.CreateICmpSLT(b_.CreateBitCast(x, it), llvm::ConstantInt::get(it, 0));
+    }
+    default:
+      if (const char *name = libmName(op)) return viaLibm(name, d, {x});
+    }
+    throw Error(ErrorKind::Internal, "codegen: unhandled unary op " + std::string(unaryOpName(op)));
+  }
+
+  /// Integer division and remainder: a zero divisor stops the kernel (ZeroDivisionError), and a
+  /// divisor of -1 is done without the division (INT_MIN / -1 traps on x86; the IR wraps).
+  Value *intDivRem(bool rem, DType d, Value *a, Value *c) {
+    llvm::Type *t = a->getType();
+    Value *zero = llvm::ConstantInt::get(t, 0);
+    BasicBlock *ok = BasicBlock::Create(ctx_, "div.ok", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(c, zero), failBlock(kErrorDivByZero), ok);
+    b_.SetInsertPoint(ok);
+    if (isUnsignedInt(d)) return rem ? b_.CreateURem(a, c) : b_.CreateUDiv(a, c);
+    Value *minusOne = b_.CreateICmpEQ(c, llvm::ConstantInt::get(t, -1, true));
+    Value *safe = b_.CreateSelect(minusOne, llvm::ConstantInt::get(t, 1), c);
+    Value *r = rem ? b_.CreateSRem(a, safe) : b_.CreateSDiv(a, safe);
+    return b_.CreateSelect(minusOne, rem ? zero : b_.CreateNeg(a), r);
+  }
+
+  Value *binaryValue(BinaryOp op, DType d, Value *a, Value *c, const ExprNode *rhs = nullptr) {
+    bool fl = isFloating(d);
+    switch (op) {
+    case BinaryOp::Add: return fl ? b_.CreateFAdd(a, c) : b_.CreateAdd(a, c);
+    case BinaryOp::Sub: return fl ? b_.CreateFSub(a, c) : b_.CreateSub(a, c);
+    case BinaryOp::Mul: return fl ? b_.CreateFMul(a, c) : b_.CreateMul(a, c);
+    case BinaryOp::Div: return fl ? b_.CreateFDiv(a, c) : intDivRem(false, d, a, c);
+    case BinaryOp::Rem: return fl ? b_.CreateFRem(a, c) : intDivRem(true, d, a, c);
+    case BinaryOp::Max:
+    case BinaryOp::Min: {
+      bool mx = op == BinaryOp::Max;
+      if (d == DType::Bool) return mx ? b_.CreateOr(a, c) : b_.CreateAnd(a, c);
+      if (!fl) {
+        Value *gt = isUnsignedInt(d) ? (mx ? b_.CreateICmpUGT(a, c) : b_.CreateICmpULT(a, c))
+                                     : (mx ? b_.CreateICmpSGT(a, c) : b_.CreateICmpSLT(a, c));
+        return b_.CreateSelect(gt, a, c);
+      }
+      Value *pick = b_.CreateSelect(mx ? b_.CreateFCmpOGT(a, c) : b_.CreateFCmpOLT(a, c), a, c);
+      return b_.CreateSelect(b_.CreateFCmpUNO(a, c), fconst(d, NAN), pick);
+    }
+    case BinaryOp::Pow:
+      if (!fl) {
+        auto ext = [&](Value *v) {
+          return isUnsignedInt(d) ? b_.CreateZExt(v, b_.getInt64Ty())
+                                  : b_.CreateSExtOrTrunc(v, b_.getInt64Ty());
+        };
+        llvm::FunctionCallee f = m_.getOrInsertFunction(kIntPowSymbol, b_.getInt64Ty(),
+                                                        b_.getInt64Ty(), b_.getInt64Ty());
+        if (auto *fn = llvm::dyn_cast<llvm::Function>(f.getCallee())) {
+          fn->setDoesNotAccessMemory();
+          fn->setDoesNotThrow();
+        }
+        return b_.CreateTrunc(b_.CreateCall(f, {ext(a), ext(c)}), a->getType());
+      }
+      // x ** 2 is the correctly rounded square either way; other exponents go to libm.
+      if (rhs && rhs->kind == ExprKind::Const && rhs->fval == 2.0) return b_.CreateFMul(a, a);
+      return viaLibm("pow", d, {a, c});
+    case BinaryOp::Atan2: return viaLibm("atan2", d, {a, c});
+    case BinaryOp::Hypot: return viaLibm("hypot", d, {a, c});
+    case BinaryOp::CopySign: return b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, a, c);
+    case BinaryOp::And: return b_.CreateAnd(a, c);
+    case BinaryOp::Or: return b_.CreateOr(a, c);
+    case BinaryOp::Xor: return b_.CreateXor(a, c);
+    }
+    throw Error(ErrorKind::Internal,
+                "codegen: unhandled binary op " + std::string(binaryOpName(op)));
+  }
+
+  Value *compareValue(CmpOp op, DType d, Value *a, Value *c) {
+    using P = llvm::CmpInst::Predicate;
+    if (isFloating(d)) {
+      static constexpr P fp[] = {P::FCMP_OEQ, P::FCMP_UNE, P::FCMP_OLT,
+                                 P::FCMP_OLE, P::FCMP_OGT, P::FCMP_OGE};
+      return b_.CreateFCmp(fp[size_t(op)], a, c);
+    }
+    static constexpr P sp[] = {P::ICMP_EQ,  P::ICMP_NE,  P::ICMP_SLT,
+                               P::ICMP_SLE, P::ICMP_SGT, P::ICMP_SGE};
+    static constexpr P up[] = {P::ICMP_EQ,  P::ICMP_NE,  P::ICMP_ULT,
+                               P::ICMP_ULE, P::ICMP_UGT, P::ICMP_UGE};
+    return b_.CreateICmp(isUnsignedInt(d) ? up[size_t(op)] : sp[size_t(op)], a, c);
+  }
+
+  const Kernel &k_;
+  llvm::Module &m_;
+  llvm::LLVMContext &ctx_;
+  llvm::IRBuilder<> b_;
+  llvm::Function *fn_ = nullptr;
+  std::vector<std::vector<Value *>> sizes_, strides_;
+  std::vector<Value *> params_, vars_;
+  std::vector<llvm::AllocaInst *> accSlots_;
+  BasicBlock *fail_ = nullptr;
+  llvm::PHINode *failCode_ = nullptr;
+  std::unordered_map<const ExprNode *, Value *> memo_, indexMemo_;
+};
+
+} // namespace
+
+std::unique_ptr<llvm::Module> emitKernelModule(const Kernel &k, const std::string &symbol,
+                                               llvm::LLVMContext &ctx) {
+  verifyKernelOrThrow(k);
+  auto m = std::make_unique<llvm::Module>(symbol, ctx);
+  Emitter(k, *m).emit(symbol);
+  std::string err;
+  llvm::raw_string_ostream os(err);
+  if (llvm::verifyModule(*m, &os))
+    throw Error(ErrorKind::Internal,
+                "codegen produced invalid LLVM IR for kernel " + k.name + ": " + os.str());
+  return m;
+}
+
+} // namespace xjit::backend

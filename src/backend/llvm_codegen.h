@@ -1,0 +1,37 @@
+// Private interfaces of the LLVM code generator: Kernel -> llvm::Module, and the f32 math
+// routines it inlines (plain arithmetic and bit operations, so the loop vectorizer widens them;
+// a libm call would stay scalar).
+#pragma once
+
+#include "xjit/backend/kernel_ir.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include <memory>
+#include <string>
+
+namespace xjit::backend {
+
+/// Emits kernel `k` as an external function `symbol` with the KernelEntry ABI (kernel_ir.h) into
+/// a new module. The kernel must verify.
+std::unique_ptr<llvm::Module> emitKernelModule(const Kernel &k, const std::string &symbol,
+                                               llvm::LLVMContext &ctx);
+
+/// Names of the C helpers compiled code calls (resolved by the JIT to these addresses).
+inline constexpr const char *kIntPowSymbol = "xjit_rt_ipow_i64";
+extern "C" int64_t xjit_rt_ipow_i64(int64_t base, int64_t exp);
+
+namespace math {
+// f32 routines (few ulp; bounds measured in tests/cpp/backend_test.cpp). NaN in, NaN out;
+// overflow and underflow round like the correctly rounded result.
+llvm::Value *expF32(llvm::IRBuilder<> &b, llvm::Value *x);
+llvm::Value *logF32(llvm::IRBuilder<> &b, llvm::Value *x);
+llvm::Value *tanhF32(llvm::IRBuilder<> &b, llvm::Value *x);
+llvm::Value *erfF32(llvm::IRBuilder<> &b, llvm::Value *x);
+/// 1 / (1 + exp(-x)), computed from exp(-|x|) so that it does not overflow for x << 0.
+llvm::Value *sigmoidF32(llvm::IRBuilder<> &b, llvm::Value *x);
+} // namespace math
+
+} // namespace xjit::backend

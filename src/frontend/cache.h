@@ -1,0 +1,99 @@
+// The per-code-object cache of compiled entries, stored in the code object's co_extra slot
+// (_PyCode_SetExtra) so the hook finds it with one pointer load. A code object the hook must
+// never compile (a library frame, a generator) holds a shared marker: the cost of skipping it
+// is that one load and compare.
+#pragma once
+
+#include "guards.h"
+#include "sources.h"
+
+#include "xjit/frontend/capture.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace xjit::frontend {
+
+/// How to rebuild an object from the graph outputs (OutputNode with sources resolved to slots).
+struct OutPlan {
+  OutputNode::Kind kind;
+  int64_t index = 0; // GraphOutput
+  int slot = -1;     // FromSource
+  PyRef object;      // Constant / NamedTuple type
+  std::vector<OutPlan> children;
+  std::vector<PyRef> keys;
+};
+
+struct EffectPlan {
+  SideEffect::Kind kind;
+  int target = -1; // slot of the target (not for SetGlobal)
+  PyRef name;      // interned attribute / global name
+  PyRef key;
+  OutPlan value;
+  std::string text; // for errors, e.g. "L['self'].count = ..."
+};
+
+enum class EntryAction : uint8_t {
+  RunGraph,  // run the compiled graph instead of the frame
+  RunPython, // run the frame in Python (backend "eager", or a capture xjit cannot run, e.g.
+             // autograd through its inputs): the guards only say when that decision holds
+};
+
+/// One compiled version of a frame, valid while its guards hold.
+struct CompiledEntry {
+  CompiledEntry() = default;
+  CompiledEntry(const CompiledEntry &) = delete;
+  CompiledEntry &operator=(const CompiledEntry &) = delete;
+  ~CompiledEntry();
+
+  SourceTable sources;
+  std::unique_ptr<GuardSet> guards;
+  std::vector<std::string> guardText;
+  EntryAction action = EntryAction::RunGraph;
+  std::string pythonReason; // RunPython: why
+  uint64_t optionsKey = 0;  // the scope options it was compiled under
+  std::vector<int> inputSlots;
+  std::vector<Type> inputTypes;
+  std::unique_ptr<Graph> graph; // what runs (after the pass pipeline)
+  OutPlan result;
+  std::vector<EffectPlan> effects;
+  std::vector<int> entrySlots;      // sources read by outputs/effects, evaluated before the graph
+  std::vector<int64_t> externalIds; // registered external functions (unregistered on destroy)
+  bool rerunnable = true;           // the graph writes nothing the caller sees (no in-place
+                                    // ops, no external calls): the frame may run after it fails
+  int graphId = -1;                 // index of this graph in the event log
+  uint64_t hits = 0;
+};
+
+struct CodeCache {
+  enum State : uint8_t {
+    Active, // compile / run entries
+    Python, // always run in Python (graph break, internal error, recompile limit)
+  };
+  State state = Active;
+  bool forceRoot = false; // compiled even if its file is filtered (xjit.jit(fn) on it)
+  std::vector<std::shared_ptr<CompiledEntry>> entries;
+  int compiles = 0;
+  bool dynamic = false;                    // automatic dynamic shapes after a size miss
+  std::vector<std::string> dynamicSources; // sources whose dims became symbolic
+  std::string lastFailure;                 // the guard that failed on the latest miss
+  std::string pythonReason;
+  bool warned = false;
+};
+
+/// One load: nullptr (never seen), skippedMarker() or the cache.
+CodeCache *lookupCache(PyCodeObject *code);
+/// Marks a code object as never compiled (filtered file, generator, module body...).
+void markSkipped(PyCodeObject *code);
+bool isSkippedMarker(const CodeCache *c);
+/// The cache of `code`, created if missing or if it was a skip marker. Throws PyErrorSet.
+CodeCache &ensureCache(PyCodeObject *code);
+/// Drops every entry of every live cache and forgets skip decisions that depended on
+/// captures (xjit.explain starts from a clean slate). Filter decisions stay.
+void resetAllCaches();
+/// Requests the co_extra index; call once at module init. Throws PyErrorSet.
+void initCodeExtra();
+
+} // namespace xjit::frontend

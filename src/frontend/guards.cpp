@@ -1,0 +1,284 @@
+#include "guards.h"
+
+#include "tensor_bridge.h"
+
+#include "xjit/ir/diagnostics.h"
+
+#include <algorithm>
+
+namespace xjit::frontend {
+
+namespace {
+
+std::string shortRepr(PyObject *o) {
+  if (!o) return "<dead object>";
+  if (PyLong_Check(o) || PyFloat_Check(o) || PyUnicode_Check(o) || PyBool_Check(o) ||
+      o == Py_None || PyTuple_Check(o) || PyList_Check(o)) {
+    if (PyObject *r = PyObject_Repr(o)) {
+      const char *c = PyUnicode_AsUTF8(r);
+      std::string s = c ? c : "?";
+      Py_DECREF(r);
+      PyErr_Clear();
+      return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+    }
+    PyErr_Clear();
+  }
+  char buf[64];
+  snprintf(buf, sizeof buf, " object at %p>", static_cast<void *>(o));
+  return std::string("<") + Py_TYPE(o)->tp_name + buf;
+}
+
+const char *boolStr(bool b) { return b ? "True" : "False"; }
+
+} // namespace
+
+GuardSet::GuardSet(const std::vector<Guard> &guards, SourceTable &table) {
+  for (const Guard &g : guards) {
+    Compiled c;
+    c.kind = g.kind;
+    c.description = g.description;
+    if (!g.source.empty())
+      c.slot = table.add(g.source);
+    else if (g.kind != Guard::GlobalStateIs)
+      throw Error(ErrorKind::Internal, "guard without a source: " + g.description);
+    sourceText_.push_back(c.slot >= 0 ? table.str(c.slot) : "");
+    c.length = g.length;
+    c.object = g.object;
+    if (g.kind == Guard::IdIs && g.object) {
+      // A weak reference where possible: a cache entry must not keep modules alive.
+      if (PyType_SUPPORTS_WEAKREFS(Py_TYPE(g.object.get()))) {
+        if (PyObject *w = PyWeakref_NewRef(g.object.get(), nullptr)) {
+          c.object = PyRef::steal(w);
+          c.weak = true;
+        } else {
+          PyErr_Clear();
+        }
+      }
+    }
+    if (g.kind == Guard::TensorMatch) {
+      std::optional<DType> dt = parseDType(g.dtype);
+      if (!dt)
+        throw Error(ErrorKind::Internal, "tensor guard with unknown dtype '" + g.dtype + "'");
+      c.dtype = static_cast<int>(*dt);
+      std::optional<dlpack::Device> dev = parseDevice(g.device.empty() ? "cpu" : g.device);
+      if (!dev)
+        throw Error(ErrorKind::Internal, "tensor guard with unknown device '" + g.device + "'");
+      c.deviceType = dev->device_type;
+      c.deviceId = dev->device_id;
+      c.requiresGrad = g.requiresGrad;
+      c.sizes = g.sizes;
+      c.strides = g.strides;
+      if (!c.strides.empty() && c.strides.size() != c.sizes.size())
+        throw Error(ErrorKind::Internal, "tensor guard with " + std::to_string(c.sizes.size()) +
+                                             " sizes but " + std::to_string(c.strides.size()) +
+                                             " strides");
+      c.symbols.assign(c.sizes.size(), -1);
+      for (size_t d = 0; d < g.symbols.size() && d < c.sizes.size(); ++d) {
+        if (g.symbols[d].empty()) continue;
+        auto it = std::find(symbolNames_.begin(), symbolNames_.end(), g.symbols[d]);
+        c.symbols[d] = static_cast<int>(it - symbolNames_.begin());
+        if (it == symbolNames_.end()) symbolNames_.push_back(g.symbols[d]);
+      }
+    }
+    guards_.push_back(std::move(c));
+  }
+}
+
+std::vector<std::string> GuardSet::sizeMismatches(SourceValues &values) const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < guards_.size(); ++i) {
+    const Compiled &g = guards_[i];
+    if (g.kind != Guard::TensorMatch) continue;
+    const dlpack::DLTensor *t = values.tensor(g.slot);
+    if (!t || t->ndim != static_cast<int32_t>(g.sizes.size())) continue;
+    for (size_t d = 0; d < g.sizes.size(); ++d)
+      if (g.symbols[d] < 0 && g.sizes[d] >= 0 && g.sizes[d] != t->shape[d]) {
+        out.push_back(sourceText_[i]);
+        break;
+      }
+  }
+  PyErr_Clear();
+  return out;
+}
+
+namespace {
+/// One line: descriptions may embed multi-line reprs (modules).
+std::string oneLine(std::string s) {
+  std::string out;
+  bool space = false;
+  for (char c : s) {
+    if (c == '\n' || c == '\r' || c == '\t' || c == ' ') {
+      space = true;
+      continue;
+    }
+    if (space && !out.empty()) out += ' ';
+    space = false;
+    out += c;
+  }
+  return out;
+}
+} // namespace
+
+std::vector<std::string> GuardSet::descriptions() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < guards_.size(); ++i) {
+    const Compiled &g = guards_[i];
+    if (!g.description.empty()) {
+      out.push_back(oneLine(g.description));
+      continue;
+    }
+    const std::string &src = sourceText_[i];
+    switch (g.kind) {
+    case Guard::TensorMatch: {
+      std::string dims;
+      for (size_t d = 0; d < g.sizes.size(); ++d)
+        dims += (d ? "," : "") + (g.symbols[d] >= 0 ? symbolNames_[size_t(g.symbols[d])]
+                                                    : std::to_string(g.sizes[d]));
+      out.push_back(src + ": tensor " + std::string(dtypeName(DType(g.dtype))) + "[" + dims + "] " +
+                    deviceStr({g.deviceType, g.deviceId}) +
+                    " requires_grad=" + boolStr(g.requiresGrad));
+      break;
+    }
+    case Guard::TypeIs:
+      out.push_back("type(" + src + ") is " +
+                    (g.object
+                         ? std::string(reinterpret_cast<PyTypeObject *>(g.object.get())->tp_name)
+                         : "?"));
+      break;
+    case Guard::IdIs:
+      out.push_back(src + " is " +
+                    shortRepr(g.weak ? PyWeakref_GET_OBJECT(g.object.get()) : g.object.get()));
+      break;
+    case Guard::Equals: out.push_back(src + " == " + shortRepr(g.object.get())); break;
+    case Guard::LenIs: out.push_back("len(" + src + ") == " + std::to_string(g.length)); break;
+    case Guard::DictKeysAre:
+      out.push_back("list(" + src + ".keys()) == " + shortRepr(g.object.get()));
+      break;
+    case Guard::GlobalStateIs:
+      out.push_back(std::string("torch.is_grad_enabled() == ") + boolStr(g.length != 0));
+      break;
+    }
+  }
+  return out;
+}
+
+bool GuardSet::check(SourceValues &values, GuardFailure *why) const {
+  // Symbols bound by earlier tensor guards of this check; small, so no allocation for the
+  // common static-shape case.
+  std::vector<int64_t> bound(symbolNames_.size(), -1);
+  for (size_t i = 0; i < guards_.size(); ++i) {
+    if (!checkOne(guards_[i], values, bound, why)) {
+      if (PyErr_Occurred()) PyErr_Clear();
+      if (why) why->guard = static_cast<int>(i);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool GuardSet::checkOne(const Compiled &g, SourceValues &values, std::vector<int64_t> &bound,
+                        GuardFailure *why) const {
+  const std::string *src = g.slot >= 0 ? &sourceText_[size_t(&g - guards_.data())] : nullptr;
+  auto fail = [&](auto &&detail) {
+    if (why) {
+      why->detail = detail();
+      why->source = src ? *src : "";
+      why->size = false;
+    }
+    return false;
+  };
+  if (g.kind == Guard::GlobalStateIs) {
+    PyObject *r = PyObject_CallNoArgs(torchHandles().isGradEnabled);
+    bool ok = r && (r == Py_True) == (g.length != 0);
+    Py_XDECREF(r);
+    return ok || fail([&] {
+             return std::string("torch.is_grad_enabled() == ") + boolStr(g.length != 0);
+           });
+  }
+  PyObject *v = values.get(g.slot);
+  if (!v) return fail([&] { return *src + " exists"; });
+  switch (g.kind) {
+  case Guard::TensorMatch: return checkTensor(g, values, bound, why);
+  case Guard::TypeIs:
+    return reinterpret_cast<PyObject *>(Py_TYPE(v)) == g.object.get() || fail([&] {
+             return "type(" + *src + ") is " +
+                    reinterpret_cast<PyTypeObject *>(g.object.get())->tp_name;
+           });
+  case Guard::IdIs: {
+    PyObject *expected = g.weak ? PyWeakref_GET_OBJECT(g.object.get()) : g.object.get();
+    return v == expected || fail([&] { return *src + " is " + shortRepr(expected); });
+  }
+  case Guard::Equals: {
+    if (v == g.object.get()) return true;
+    int eq = Py_TYPE(v) == Py_TYPE(g.object.get())
+                 ? PyObject_RichCompareBool(v, g.object.get(), Py_EQ)
+                 : 0;
+    return eq == 1 || fail([&] { return *src + " == " + shortRepr(g.object.get()); });
+  }
+  case Guard::LenIs:
+    return PyObject_Length(v) == g.length ||
+           fail([&] { return "len(" + *src + ") == " + std::to_string(g.length); });
+  case Guard::DictKeysAre: {
+    PyObject *keys = PyDict_Check(v) ? PyDict_Keys(v) : nullptr;
+    int eq = keys ? PyObject_RichCompareBool(keys, g.object.get(), Py_EQ) : 0;
+    Py_XDECREF(keys);
+    return eq == 1 ||
+           fail([&] { return "list(" + *src + ".keys()) == " + shortRepr(g.object.get()); });
+  }
+  case Guard::GlobalStateIs: break;
+  }
+  return true;
+}
+
+bool GuardSet::checkTensor(const Compiled &g, SourceValues &values, std::vector<int64_t> &bound,
+                           GuardFailure *why) const {
+  const std::string &src = sourceText_[size_t(&g - guards_.data())];
+  auto fail = [&](std::string detail, bool size = false) {
+    if (why) {
+      why->detail = std::move(detail);
+      why->source = src;
+      why->size = size;
+    }
+    return false;
+  };
+  const dlpack::DLTensor *t = values.tensor(g.slot);
+  if (!t) return fail("isinstance(" + src + ", torch.Tensor)");
+  std::optional<DType> dt = dtypeFromDLPack(t->dtype);
+  if (!dt || int(*dt) != g.dtype)
+    return fail(src + ".dtype == torch." + std::string(dtypeName(DType(g.dtype))));
+  if (t->device.device_type != g.deviceType || t->device.device_id != g.deviceId)
+    return fail(src + ".device == " + deviceStr({g.deviceType, g.deviceId}));
+  if (t->ndim != static_cast<int32_t>(g.sizes.size()))
+    return fail(src + ".dim() == " + std::to_string(g.sizes.size()));
+  for (size_t d = 0; d < g.sizes.size(); ++d) {
+    const int64_t size = t->shape[d];
+    if (int s = g.symbols[d]; s >= 0) {
+      if (bound[size_t(s)] < 0)
+        bound[size_t(s)] = size;
+      else if (bound[size_t(s)] != size)
+        return fail(src + " size(" + std::to_string(d) + ") == " + symbolNames_[size_t(s)] +
+                        " (bound to " + std::to_string(bound[size_t(s)]) + ")",
+                    true);
+    } else if (g.sizes[d] >= 0 && g.sizes[d] != size) {
+      return fail(src + " size(" + std::to_string(d) + ") == " + std::to_string(g.sizes[d]), true);
+    }
+  }
+  if (!g.strides.empty()) {
+    int64_t expect = 1; // strides == NULL means compact row-major
+    std::vector<int64_t> compact(g.sizes.size());
+    for (size_t d = g.sizes.size(); d-- > 0;) {
+      compact[d] = expect;
+      expect *= t->shape[d];
+    }
+    for (size_t d = 0; d < g.strides.size(); ++d) {
+      const int64_t stride = t->strides ? t->strides[d] : compact[d];
+      if (g.strides[d] >= 0 && g.strides[d] != stride)
+        return fail(src + " stride(" + std::to_string(d) + ") == " + std::to_string(g.strides[d]));
+    }
+  }
+  int rg = requiresGrad(values.get(g.slot));
+  bool ok = rg >= 0 && (rg == 1) == g.requiresGrad;
+  return ok || fail(src + ".requires_grad == " + boolStr(g.requiresGrad));
+}
+
+} // namespace xjit::frontend

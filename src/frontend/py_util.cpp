@@ -1,0 +1,30 @@
+#include "py_util.h"
+
+namespace xjit::frontend {
+
+std::string takePyErrorMessage() {
+  PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  std::string out = "unknown Python error";
+  if (type) {
+    out = reinterpret_cast<PyTypeObject *>(type)->tp_name;
+    if (PyObject *s = value ? PyObject_Str(value) : nullptr) {
+      if (const char *c = PyUnicode_AsUTF8(s); c && *c) out += std::string(": ") + c;
+      Py_DECREF(s);
+    }
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  PyErr_Clear();
+  return out;
+}
+
+PyObject *internedStr(const char *s) {
+  PyObject *o = PyUnicode_InternFromString(s);
+  if (!o) throw PyErrorSet();
+  return o; // immortal for our purposes: the reference is never dropped
+}
+
+} // namespace xjit::frontend

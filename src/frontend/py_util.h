@@ -1,0 +1,30 @@
+// Small helpers for the CPython API in the frontend: a C++ exception that means "a Python
+// exception is set", and checked calls that throw it.
+#pragma once
+
+#include "xjit/frontend/capture.h"
+
+#include <exception>
+#include <string>
+
+namespace xjit::frontend {
+
+/// Thrown when a CPython call failed and left a Python exception set; whoever catches it
+/// either propagates the exception to Python (return NULL) or clears it.
+struct PyErrorSet : std::exception {
+  const char *what() const noexcept override { return "a Python exception is set"; }
+};
+
+/// Steals a new reference; throws PyErrorSet when it is NULL.
+inline PyRef checked(PyObject *o) {
+  if (!o) throw PyErrorSet();
+  return PyRef::steal(o);
+}
+
+/// The pending Python exception as "TypeError: message" (cleared), for diagnostics.
+std::string takePyErrorMessage();
+
+/// An interned str that lives for the whole process (attribute names looked up in hot paths).
+PyObject *internedStr(const char *s);
+
+} // namespace xjit::frontend

@@ -1,0 +1,43 @@
+// What the fuse pass (fuse.cpp) may group, as data: which ops are elementwise, broadcast
+// views, reductions, row-wise normalizations and epilogue anchors, which consumers of an
+// anchor are post-ops the backend's library call can apply, and which producers are cheap
+// enough to recompute in several groups. Internal to the passes layer.
+#pragma once
+
+#include "xjit/ir/ir.h"
+
+#include <optional>
+#include <vector>
+
+namespace xjit::passes::fuse_rules {
+
+enum class FuseClass : uint8_t {
+  None,        // never fused
+  Elementwise, // kElementwise with one tensor result
+  Broadcast,   // a view that only re-indexes (expand, unsqueeze...): fused when consumed inside
+  Reduction,   // kReduction with `dims`/`keepdim`, one tensor result
+  Row,         // softmax, log_softmax, layer_norm, rms_norm: reduce rows, result full-shaped
+  Anchor,      // matmul / linear / conv: a library call that takes post-ops
+};
+
+FuseClass classify(const Op &op);
+
+/// The loop structure of a reduction or row op: the full (input) shape and the reduced axes
+/// (sorted, non-negative).
+struct ReduceAxes {
+  Shape full;
+  std::vector<int64_t> dims;
+};
+std::optional<ReduceAxes> reduceAxes(const Op &op);
+
+/// Whether `op`, an elementwise consumer of the anchor chain's current value `chain`, is a
+/// post-op the backend's library call applies (an activation, or a binary op with the chain as
+/// its left operand, or either operand when commutative, and a tensor or scalar other operand).
+bool isPostOp(const Op &op, const Value *chain);
+
+/// Elementwise and broadcast ops cheap enough to recompute in every group that reads them
+/// (a view, or one arithmetic op per element with at most one tensor operand that is not a
+/// single element).
+bool isCheap(const Op &op);
+
+} // namespace xjit::passes::fuse_rules

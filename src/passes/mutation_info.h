@@ -1,0 +1,54 @@
+// Which values may be written in place: a may-alias partition of the graph's values (views,
+// in-place results, if/loop plumbing, tuples) with the partitions that an in-place op or an
+// opaque side-effecting op may write. Cleanup passes consult it before merging, folding or
+// forwarding values, because two equal expressions over memory that is written between them
+// are not equal.
+#pragma once
+
+#include "xjit/ir/ir.h"
+
+#include <unordered_map>
+#include <vector>
+
+namespace xjit::passes {
+
+class MutationInfo {
+public:
+  explicit MutationInfo(const Graph &g);
+
+  /// True if v, or any value that may share its storage, may be written by an in-place op or
+  /// an op with side effects (external_call) anywhere in the graph. Values created after the
+  /// analysis are answered by following view/in-place chains to an analysed value (a fresh
+  /// result is never written).
+  bool mayBeWritten(const Value *v) const;
+  /// True if the graph writes any tensor at all.
+  bool anyWrites() const { return anyWrites_; }
+  /// Records that `replacement` took the place of `old` (RAUW): it now shares old's partition,
+  /// so it is written wherever old was.
+  void noteReplaced(const Value *old, const Value *replacement);
+  /// Forgets the values of an op about to be erased (results, and everything in its regions),
+  /// so a later value allocated at the same address is not taken for it.
+  void forgetOp(const Op *op) {
+    if (anyWrites_) forgetValues(op);
+  }
+
+private:
+  int node(const Value *v); // the value's node, created on first sight
+  int find(int n) const;
+  void unite(const Value *a, const Value *b);
+  void markWritten(const Value *v);
+  void visitBlock(const Block *b);
+  void forgetValues(const Op *op);
+  /// The analysed value that v is (or views): v itself if known, else along aliasing ops.
+  const Value *known(const Value *v) const;
+
+  std::unordered_map<const Value *, int> node_;
+  mutable std::vector<int> parent_;
+  std::vector<char> written_; // by root node
+  bool anyWrites_ = false;
+};
+
+/// True for ops whose results alias operand 0 (views and in-place ops).
+bool aliasesOperand(const Op &op);
+
+} // namespace xjit::passes
