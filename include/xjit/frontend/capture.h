@@ -20,6 +20,8 @@
 namespace xjit::frontend {
 
 /// An owned reference to a Python object (Py_XINCREF/Py_XDECREF). The GIL must be held.
+/// References still alive after Python has finalized (static caches destroyed at exit) are
+/// leaked, not released: the objects' memory is gone with the interpreter.
 class PyRef {
 public:
   PyRef() = default;
@@ -28,7 +30,9 @@ public:
   PyRef(const PyRef &o) : o_(o.o_) { Py_XINCREF(o_); }
   PyRef(PyRef &&o) noexcept : o_(o.o_) { o.o_ = nullptr; }
   PyRef &operator=(PyRef o) noexcept { std::swap(o_, o.o_); return *this; }
-  ~PyRef() { Py_XDECREF(o_); }
+  ~PyRef() {
+    if (o_ && Py_IsInitialized()) Py_DECREF(o_);
+  }
   PyObject *get() const { return o_; }
   PyObject *release() { PyObject *o = o_; o_ = nullptr; return o; }
   explicit operator bool() const { return o_ != nullptr; }
