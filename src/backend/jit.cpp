@@ -4,11 +4,17 @@
 // the vectorizer's cost model and the code use AVX2 / AVX-512 where the machine has them. The
 // optimizer runs here, on the module, with a TargetMachine for the same host; LLJIT then only
 // generates code. Each kernel gets its own LLVMContext (compiles may run in parallel) and its
-// own ResourceTracker (dropping the last CompiledKernel frees its code).
+// own JITDylib (dropping the last CompiledKernel removes it and frees its code; one symbol
+// namespace per kernel lets the same cached object be linked twice).
+//
+// Compile cache: the object file is what the persistent cache stores (compile_cache.h), keyed by
+// the printed loop IR, the CPU name and features, the compiler's identity and the pipeline. On a
+// hit, LLVM IR is never built: the object is linked directly.
 #include "xjit/backend/jit.h"
 
 #include "llvm_codegen.h"
 #include "runtime_util.h"
+#include "xjit/backend/compile_cache.h"
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/op_registry.h"
 
@@ -109,12 +115,23 @@ llvm::SmallVector<char, 0> emitCode(llvm::Module &m, llvm::TargetMachine &tm,
 
 /// Frees a kernel's code when the last CompiledKernel referring to it goes away.
 struct CodeHandle {
-  llvm::orc::ResourceTrackerSP tracker;
+  llvm::orc::ExecutionSession *session = nullptr;
+  llvm::orc::JITDylib *dylib = nullptr;
   ~CodeHandle() {
-    if (llvm::Error err = tracker->remove())
+    if (!dylib) return;
+    if (llvm::Error err = session->removeJITDylib(*dylib))
       llvm::consumeError(std::move(err)); // nothing sensible to do in a destructor
   }
 };
+
+const char *pipelineName(Pipeline p) {
+  switch (p) {
+  case Pipeline::Kernel: return kKernelPipeline;
+  case Pipeline::LLVMDefault: return "O3";
+  case Pipeline::None: return "always-inline";
+  }
+  return "?";
+}
 
 } // namespace
 
@@ -122,7 +139,27 @@ struct Jit::Impl {
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::optional<llvm::orc::JITTargetMachineBuilder> jtmb;
   std::string cpu, features;
+  std::string llvmArgs; // XJIT_LLVM_ARGS: changes code, so part of the cache key
   std::atomic<uint64_t> counter{0};
+
+  /// Links an object file into a new JITDylib; returns the handle and the entry, or an error
+  /// (the dylib is removed again).
+  llvm::Expected<std::pair<std::shared_ptr<CodeHandle>, KernelEntry>>
+  link(llvm::StringRef object, const std::string &symbol) {
+    llvm::orc::ExecutionSession &es = jit->getExecutionSession();
+    auto jd = jit->createJITDylib("xjit_k" + std::to_string(counter++));
+    if (!jd) return jd.takeError();
+    jd->addToLinkOrder(jit->getMainJITDylib()); // the runtime helpers
+    auto handle = std::make_shared<CodeHandle>();
+    handle->session = &es;
+    handle->dylib = &*jd;
+    if (llvm::Error err =
+            jit->addObjectFile(*jd, llvm::MemoryBuffer::getMemBufferCopy(object, symbol)))
+      return err;
+    auto addr = jit->lookup(*jd, symbol);
+    if (!addr) return addr.takeError();
+    return std::make_pair(std::move(handle), addr->toPtr<KernelEntry>());
+  }
 };
 
 Jit::Jit() : impl_(std::make_unique<Impl>()) {
@@ -130,6 +167,7 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
   llvm::InitializeNativeTargetAsmPrinter();
   // XJIT_LLVM_ARGS: LLVM's own command-line options, for experiments ("-debug-pass=...").
   if (const char *args = std::getenv("XJIT_LLVM_ARGS")) {
+    impl_->llvmArgs = args;
     llvm::SmallVector<const char *, 8> argv{"xjit"};
     llvm::BumpPtrAllocator alloc;
     llvm::StringSaver saver(alloc);
@@ -186,8 +224,34 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
   ck->kernel_ = k;
   auto t0 = Clock::now();
   double cpu0 = threadCpuMs();
+  // One symbol namespace per kernel: the name need not be unique, and must be the same in every
+  // process for cached objects to link.
+  std::string symbol = "xjit_" + k.name;
+
+  // The cache is skipped when the caller wants the LLVM IR and assembly text (--dump).
+  std::string key;
+  if (opts.useCache && !opts.keepText && compileCacheEnabled()) {
+    verifyKernelOrThrow(k); // a hit must not hide an invalid kernel
+    const char *pipelineOverride = std::getenv("XJIT_LLVM_PIPELINE");
+    key = compileCacheKey({printKernel(k), symbol, impl_->cpu, impl_->features, compilerIdentity(),
+                           pipelineName(opts.pipeline), pipelineOverride ? pipelineOverride : "",
+                           impl_->llvmArgs});
+    if (std::optional<std::string> object = compileCacheLoad(key)) {
+      auto linked = impl_->link(*object, symbol);
+      if (linked) {
+        ck->code_ = std::move(linked->first);
+        ck->entry_ = linked->second;
+        ck->fromCache_ = true;
+        ck->times_.codegen = msSince(t0);
+        ck->times_.cpu = threadCpuMs() - cpu0;
+        return ck;
+      }
+      // A valid entry that does not link (should not happen): compile and overwrite it.
+      llvm::consumeError(linked.takeError());
+    }
+  }
+
   auto ctx = std::make_unique<llvm::LLVMContext>();
-  std::string symbol = "xjit" + std::to_string(impl_->counter++) + "_" + k.name;
   std::unique_ptr<llvm::Module> mod = emitKernelModule(k, symbol, *ctx);
   ck->times_.emit = msSince(t0);
 
@@ -209,17 +273,13 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
 
   auto t2 = Clock::now();
   llvm::SmallVector<char, 0> object = emitCode(*mod, *tm, llvm::CodeGenFileType::ObjectFile);
-  llvm::orc::JITDylib &jd = impl_->jit->getMainJITDylib();
-  auto handle = std::make_shared<CodeHandle>();
-  handle->tracker = jd.createResourceTracker();
-  if (llvm::Error err = impl_->jit->addObjectFile(
-          handle->tracker, llvm::MemoryBuffer::getMemBufferCopy(
-                               llvm::StringRef(object.data(), object.size()), symbol)))
-    llvmFail("JIT: adding kernel " + k.name, std::move(err));
-  auto addr = check(impl_->jit->lookup(symbol), "JIT: compiling kernel " + k.name);
-  ck->entry_ = addr.toPtr<KernelEntry>();
-  ck->code_ = std::move(handle);
+  llvm::StringRef objectRef(object.data(), object.size());
+  auto linked = impl_->link(objectRef, symbol);
+  if (!linked) llvmFail("JIT: linking kernel " + k.name, linked.takeError());
+  ck->code_ = std::move(linked->first);
+  ck->entry_ = linked->second;
   ck->times_.codegen = msSince(t2);
+  if (!key.empty()) compileCacheStore(key, std::string_view(object.data(), object.size()));
   ck->times_.cpu = threadCpuMs() - cpu0;
   return ck;
 }

@@ -24,6 +24,9 @@ enum class Pipeline : uint8_t {
 struct CompileOptions {
   Pipeline pipeline = Pipeline::Kernel;
   bool keepText = false; // keep the loop IR, the optimized LLVM IR and the assembly (--dump)
+  /// Look the object code up in the persistent compile cache (compile_cache.h) and store it
+  /// there after a miss. Ignored with keepText (the text needs LLVM) or when the cache is off.
+  bool useCache = true;
 };
 
 /// Where compile time goes, in milliseconds.
@@ -46,6 +49,8 @@ public:
   const Kernel &kernel() const { return kernel_; }
   KernelEntry entry() const { return entry_; }
   const CompileTimes &times() const { return times_; }
+  /// Whether the code came from the persistent compile cache (LLVM did not run).
+  bool fromCache() const { return fromCache_; }
   /// With CompileOptions::keepText, else empty.
   const std::string &loopIR() const { return loopIR_; }
   const std::string &llvmIR() const { return llvmIR_; }
@@ -63,8 +68,9 @@ private:
   Kernel kernel_;
   KernelEntry entry_ = nullptr;
   CompileTimes times_;
+  bool fromCache_ = false;
   std::string loopIR_, llvmIR_, assembly_;
-  std::shared_ptr<void> code_; // the JIT's resource tracker: removing it frees the code
+  std::shared_ptr<void> code_; // the kernel's JITDylib: removing it frees the code
 };
 
 class Jit {
