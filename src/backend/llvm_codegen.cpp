@@ -225,7 +225,15 @@ private:
       DType d = k_.accs[size_t(s.index)].dtype;
       llvm::AllocaInst *slot = accSlots_[size_t(s.index)];
       Value *cur = b_.CreateLoad(regType(d), slot);
-      Value *v = binaryValue(s.combine, d, cur, expr(s.a));
+      Value *v = nullptr;
+      if (isFloating(d) && (s.combine == BinaryOp::Max || s.combine == BinaryOp::Min))
+        // IEEE maximum / minimum propagate NaN like the IR's Max / Min (they differ only in
+        // ordering -0 below +0), and the vectorizer knows them as reductions.
+        v = b_.CreateBinaryIntrinsic(s.combine == BinaryOp::Max ? llvm::Intrinsic::maximum
+                                                                : llvm::Intrinsic::minimum,
+                                     cur, expr(s.a));
+      else
+        v = binaryValue(s.combine, d, cur, expr(s.a));
       // A reduction's order is unspecified: let the vectorizer reassociate float sums.
       if (auto *inst = llvm::dyn_cast<llvm::Instruction>(v);
           inst && isFloating(d) && llvm::isa<llvm::FPMathOperator>(inst))

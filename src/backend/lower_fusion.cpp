@@ -7,6 +7,9 @@
 #include "xjit/ir/diagnostics.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -134,6 +137,7 @@ public:
     lk_.kernel.name = sanitize(name);
     for (const Op *op : ops)
       ops_.insert(op);
+    opsInOrder_ = std::move(ops);
   }
 
   LoweredKernel run() {
@@ -150,9 +154,14 @@ public:
         it->second.push_back(k);
     }
     StmtList body;
-    for (const auto &[shape, outs] : groups)
-      for (Stmt &s : emitGroup(shape, outs))
-        body.push_back(std::move(s));
+    collectReductions();
+    if (!reductions_.empty()) {
+      body = emitReductionKernel();
+    } else {
+      for (const auto &[shape, outs] : groups)
+        for (Stmt &s : emitGroup(shape, outs))
+          body.push_back(std::move(s));
+    }
     // Checks on scalar operands run before any loop.
     StmtList all = std::move(asserts_);
     for (Stmt &s : body)
@@ -286,8 +295,9 @@ private:
     }
     Expr off = constIdx(0);
     for (size_t d = 0; d < rank; ++d) {
+      if (isConst(idx[d], 0)) continue; // a broadcast read, or a size-1 dim
       Expr stride = strideOf(b, int64_t(d));
-      if (mode_ == Mode::InnerUnit && d + 1 == rank && idx[d] == iter_.back()) {
+      if (mode_ == Mode::InnerUnit && d + 1 == rank && isInnerVar(idx[d])) {
         stride = constIdx(1);
         if (condBuffers_.insert(b).second)
           conds_.push_back(compare(CmpOp::Eq, strideOf(b, int64_t(d)), constIdx(1)));
@@ -295,6 +305,11 @@ private:
       off = addIdx(off, mulIdx(idx[d], stride));
     }
     return off;
+  }
+
+  bool isInnerVar(const Expr &e) const {
+    if (reductions_.empty()) return e == iter_.back();
+    return std::find(innerVars_.begin(), innerVars_.end(), e) != innerVars_.end();
   }
 
   using MemoKey = std::pair<const Value *, std::vector<const ExprNode *>>;
@@ -322,6 +337,8 @@ private:
       unsupported("value " + (v->name().empty() ? std::string("%?") : "%" + v->name()) +
                   " is defined outside the region and is not one of its inputs");
     if (op->name() == "constant") return constantExpr(*op);
+    if (auto it = reductionInfo_.find(op); it != reductionInfo_.end())
+      return reductionValue(*op, it->second, idx);
     const Shape &resultShape = v->type().shape();
     if (kViewOps.count(op->name())) return valueAt(op->operand(0), viewIndex(*op, idx));
     std::vector<Expr> operands;
@@ -341,6 +358,375 @@ private:
       k.errors.push_back(op->describe() + ": " + message);
       asserts_.push_back(assertTrue(std::move(ok), int64_t(k.errors.size()) - 1));
     });
+  }
+
+  // ---- reduction kernels ----
+  //
+  // A region with reductions or row ops (all over the same full shape F and reduced dims R) is
+  // one loop nest over the kept dims K of F. Inside it, each reduction is a loop over R into an
+  // accumulator, emitted on first use and in dependency order (softmax: the max, then the sum of
+  // exp(x - max)); then the reduced-shaped outputs are stored, and one loop over R computes the
+  // full-shaped outputs, reading the accumulators. Reduced values are only read at the current
+  // row (checked), which is the fuse pass's "rows of the reduced axes" rule.
+  //
+  // Accumulation: float reductions accumulate in f32 (f64 for f64), integer sums and products
+  // in i64, min / max in the operand's dtype; the vectorizer may reassociate float sums.
+  // var / std / layer_norm are two-pass (the mean, then the sum of squared deviations): as
+  // accurate as Welford and, unlike Welford's division per element, vectorized. softmax is
+  // two passes plus the output pass (max, then sum of exp(x - max)) rather than the online
+  // max-sum recurrence, which LLVM's vectorizer does not recognize as a reduction; a row is
+  // read three times, from cache for rows that fit in it.
+
+  void collectReductions() {
+    for (const Op *op : opsInOrder_) {
+      if (!red::isReductionLike(*op)) continue;
+      std::string why;
+      auto info = red::classify(*op, &why);
+      if (!info) unsupported(why);
+      const Shape &full = op->operand(0)->type().shape();
+      if (reductions_.empty()) {
+        fullShape_ = full;
+        reducedDims_ = info->dims;
+      } else if (full != fullShape_ || info->dims != reducedDims_) {
+        unsupported(op->describe() + ": reduces another shape or other dims than " +
+                    reductions_.front()->describe());
+      }
+      reductions_.push_back(op);
+      reductionInfo_.emplace(op, *info);
+    }
+  }
+
+  bool isReduced(size_t d) const {
+    return std::find(reducedDims_.begin(), reducedDims_.end(), int64_t(d)) != reducedDims_.end();
+  }
+
+  /// The run-time extent of full dim d: static, or the size of a buffer dim with the same
+  /// expression (bound consistently by the launcher).
+  Expr fullExtent(size_t d) {
+    const DimExpr &e = fullShape_[d];
+    if (e.isStatic()) return constIdx(e.value());
+    const Kernel &k = lk_.kernel;
+    for (size_t b = 0; b < k.buffers.size(); ++b)
+      for (size_t j = 0; j < k.buffers[b].sizes.size(); ++j)
+        if (k.buffers[b].sizes[j] == e) return sizeOf(int64_t(b), int64_t(j));
+    unsupported("the symbolic dim " + e.str() + " is not the size of any input or output");
+  }
+
+  /// The shape of a reduction's result without / with keepdim.
+  Shape reducedShapeOf(bool keepdim) const {
+    Shape s;
+    for (size_t d = 0; d < fullShape_.size(); ++d) {
+      if (!isReduced(d))
+        s.push_back(fullShape_[d]);
+      else if (keepdim)
+        s.push_back(DimExpr(1));
+    }
+    return s;
+  }
+
+  /// The index of the current row in a reduced-shaped value (keepdim: 0 at reduced dims).
+  std::vector<Expr> rowIndex(bool keepdim) const {
+    std::vector<Expr> idx;
+    for (size_t d = 0; d < fullShape_.size(); ++d) {
+      if (!isReduced(d))
+        idx.push_back(outer_[d]);
+      else if (keepdim)
+        idx.push_back(zeroIdx());
+    }
+    return idx;
+  }
+
+  /// Whether `idx` (an index into a value of `shape`) addresses the current row: its kept
+  /// positions are the outer loop variables (or 0 along a static size-1 dim).
+  bool atCurrentRow(const std::vector<Expr> &idx, bool full, bool keepdim) const {
+    size_t j = 0;
+    for (size_t d = 0; d < fullShape_.size(); ++d) {
+      if (isReduced(d)) {
+        if (full || keepdim) ++j;
+        continue;
+      }
+      if (j >= idx.size()) return false;
+      const Expr &e = idx[j++];
+      if (e != outer_[d] && !(isStaticOne(fullShape_[d]) && isConst(e, 0))) return false;
+    }
+    return j == idx.size();
+  }
+
+  StmtList emitReductionKernel() {
+    Shape keep = reducedShapeOf(true), drop = reducedShapeOf(false);
+    std::vector<size_t> full, reduced;
+    for (size_t o = 0; o < outputs_.size(); ++o) {
+      const Shape &s = outputs_[o]->type().shape();
+      if (s == fullShape_)
+        full.push_back(o);
+      else if (s == keep || s == drop)
+        reduced.push_back(o);
+      else
+        unsupported("output " + std::to_string(o) + " of shape " + shapeStr(s) +
+                    " is neither the reduction's full shape " + shapeStr(fullShape_) +
+                    " nor its reduced shape");
+    }
+    // An empty reduced dim: reductions without an identity fail like the reference.
+    for (const Op *op : reductions_) {
+      red::Kind kind = reductionInfo_.at(op).kind;
+      if (kind != red::Kind::Max && kind != red::Kind::Min) continue;
+      for (int64_t d : reducedDims_) {
+        if (fullShape_[size_t(d)].isStatic()) continue; // nonzero, or inference failed
+        Kernel &k = lk_.kernel;
+        k.errors.push_back(op->name() + ": expected reduction dim " + std::to_string(d) +
+                           " to have non-zero size");
+        asserts_.push_back(assertTrue(compare(CmpOp::Gt, fullExtent(size_t(d)), constIdx(0)),
+                                      int64_t(k.errors.size()) - 1));
+      }
+    }
+    StmtList general = emitReductionVariant(Mode::General, full, reduced);
+    if (!opts_.fastPaths || fullShape_.empty() || isStaticOne(fullShape_.back())) return general;
+    StmtList fast = emitReductionVariant(Mode::InnerUnit, full, reduced);
+    if (conds_.empty()) return fast;
+    return {ifThen(andAll(conds_), std::move(fast), std::move(general))};
+  }
+
+  StmtList emitReductionVariant(Mode mode, const std::vector<size_t> &full,
+                                const std::vector<size_t> &reduced) {
+    Kernel &k = lk_.kernel;
+    mode_ = mode;
+    memo_.clear();
+    conds_.clear();
+    condBuffers_.clear();
+    innerVars_.clear();
+    reductionValues_.clear();
+    pre_.clear();
+    size_t rank = fullShape_.size();
+    fullExtents_.clear();
+    for (size_t d = 0; d < rank; ++d)
+      fullExtents_.push_back(fullExtent(d));
+    outer_.assign(rank, nullptr);
+    std::vector<int64_t> outerIds;
+    for (size_t d = 0; d < rank; ++d) {
+      if (isReduced(d)) continue;
+      outerIds.push_back(k.newVar());
+      outer_[d] = var(outerIds.back());
+      if (d + 1 == rank) innerVars_.push_back(outer_[d]);
+    }
+    StmtList stores;
+    for (size_t o : reduced) {
+      int64_t b = lk_.outputBuffer[o];
+      bool keepdim = outputs_[o]->type().shape() == reducedShapeOf(true) &&
+                     outputs_[o]->type().rank() == int64_t(rank);
+      std::vector<Expr> idx = rowIndex(keepdim);
+      Expr value = cast(k.buffers[size_t(b)].dtype, valueAt(outputs_[o], idx));
+      stores.push_back(store(b, offsetOf(b, idx), std::move(value)));
+    }
+    if (!full.empty()) {
+      StmtList inner;
+      std::vector<Expr> idx = rowLoopIndex();
+      for (size_t o : full) {
+        int64_t b = lk_.outputBuffer[o];
+        Expr value = cast(k.buffers[size_t(b)].dtype, valueAt(outputs_[o], idx));
+        inner.push_back(store(b, offsetOf(b, idx), std::move(value)));
+      }
+      for (Stmt &s : wrapRowLoops(idx, std::move(inner)))
+        stores.push_back(std::move(s));
+    }
+    StmtList body = std::move(pre_);
+    for (Stmt &s : stores)
+      body.push_back(std::move(s));
+    pre_.clear();
+    size_t j = outerIds.size();
+    for (size_t d = rank; d-- > 0;) {
+      if (isReduced(d)) continue;
+      body = {forLoop(outerIds[--j], fullExtents_[d], std::move(body), mode != Mode::General)};
+    }
+    return body;
+  }
+
+  /// A full index for a new loop nest over the reduced dims of the current row (fresh loop
+  /// variables at the reduced positions).
+  std::vector<Expr> rowLoopIndex() {
+    std::vector<Expr> idx = outer_;
+    for (size_t d = 0; d < idx.size(); ++d)
+      if (isReduced(d)) idx[d] = var(lk_.kernel.newVar());
+    if (!idx.empty() && isReduced(idx.size() - 1)) innerVars_.push_back(idx.back());
+    return idx;
+  }
+
+  /// Loops over the reduced dims of `idx` (made by rowLoopIndex) around `body`.
+  StmtList wrapRowLoops(const std::vector<Expr> &idx, StmtList body) {
+    for (size_t d = idx.size(); d-- > 0;)
+      if (isReduced(d))
+        body = {forLoop(idx[d]->index, fullExtents_[d], std::move(body), mode_ != Mode::General)};
+    return body;
+  }
+
+  /// Appends `acc = init; for row: acc = combine(acc, value(idx))` to the current row's
+  /// statements; returns the accumulator's value after the loop.
+  Expr reduceRow(const std::string &name, DType accType, Expr init, BinaryOp combine,
+                 const std::function<Expr(const std::vector<Expr> &)> &value) {
+    std::vector<Expr> idx = rowLoopIndex();
+    Expr v = cast(accType, value(idx)); // may append the reductions it reads first
+    int64_t a = lk_.kernel.addAcc(name, accType);
+    StmtList loops = wrapRowLoops(idx, {reduce(a, combine, std::move(v))});
+    pre_.push_back(initAcc(a, std::move(init)));
+    for (Stmt &s : loops)
+      pre_.push_back(std::move(s));
+    return acc(a, accType);
+  }
+
+  /// The number of elements of a row, in dtype d.
+  Expr rowCount(DType d) {
+    Expr n = constIdx(1);
+    for (int64_t r : reducedDims_)
+      n = mulIdx(n, fullExtents_[size_t(r)]);
+    return cast(d, n);
+  }
+
+  static DType opMath(DType d) {
+    if (d == DType::F16 || d == DType::BF16) return DType::F32;
+    return d;
+  }
+
+  /// Per-row statistics of one op, computed once per variant.
+  struct RowStats {
+    Expr a, b; // sum / mean / max, and the second statistic (sum of exp, rstd) where there is one
+  };
+
+  RowStats rowStats(const Op &op, const red::Info &info) {
+    if (auto it = reductionValues_.find(&op); it != reductionValues_.end()) return it->second;
+    Value *x = op.operand(0);
+    DType out = op.result(0)->type().dtype(), in = x->type().dtype();
+    DType c = opMath(isFloating(out) ? out : in);
+    auto xAt = [&](const std::vector<Expr> &idx) { return valueAt(x, idx); };
+    // The reference converts the input to the result dtype first (sum's `dtype`, softmax's).
+    auto xAs = [&](DType d) {
+      return [&, d](const std::vector<Expr> &idx) { return cast(d, cast(out, xAt(idx))); };
+    };
+    std::string name = "r" + std::to_string(reductionValues_.size());
+    RowStats st;
+    switch (info.kind) {
+    case red::Kind::Sum:
+    case red::Kind::Prod:
+    case red::Kind::Mean: {
+      DType a = isFloating(out) ? c : DType::I64;
+      bool prod = info.kind == red::Kind::Prod;
+      Expr init = isFloating(a) ? constFloat(a, prod ? 1 : 0) : constInt(a, prod ? 1 : 0);
+      st.a = reduceRow(name, a, init, prod ? BinaryOp::Mul : BinaryOp::Add, xAs(a));
+      if (info.kind == red::Kind::Mean) st.a = binary(BinaryOp::Div, st.a, rowCount(a));
+      break;
+    }
+    case red::Kind::Max:
+    case red::Kind::Min: {
+      bool mx = info.kind == red::Kind::Max;
+      DType a = isFloating(in) ? opMath(in) : in;
+      Expr init;
+      if (isFloating(a))
+        init = constFloat(a, mx ? -INFINITY : INFINITY);
+      else if (a == DType::Bool)
+        init = constBool(!mx);
+      else if (a == DType::U8)
+        init = constInt(a, mx ? 0 : 255);
+      else {
+        int bits = int(dtypeSize(a)) * 8;
+        int64_t lo = bits == 64 ? INT64_MIN : -(int64_t(1) << (bits - 1));
+        int64_t hi = bits == 64 ? INT64_MAX : (int64_t(1) << (bits - 1)) - 1;
+        init = constInt(a, mx ? lo : hi);
+      }
+      st.a = reduceRow(name, a, init, mx ? BinaryOp::Max : BinaryOp::Min,
+                       [&](const std::vector<Expr> &idx) { return cast(a, xAt(idx)); });
+      break;
+    }
+    case red::Kind::Var:
+    case red::Kind::Std:
+    case red::Kind::LayerNorm:
+    case red::Kind::RmsNorm: {
+      DType a = opMath(in);
+      auto xa = [&](const std::vector<Expr> &idx) { return cast(a, xAt(idx)); };
+      if (info.kind == red::Kind::RmsNorm) {
+        Expr ss = reduceRow(name + "_ss", a, constFloat(a, 0), BinaryOp::Add,
+                            [&](const std::vector<Expr> &idx) {
+                              Expr v = xa(idx);
+                              return binary(BinaryOp::Mul, v, v);
+                            });
+        st.b = binary(BinaryOp::Div, ss, rowCount(a)); // mean of squares
+        break;
+      }
+      Expr sum = reduceRow(name + "_sum", a, constFloat(a, 0), BinaryOp::Add, xa);
+      Expr mean = binary(BinaryOp::Div, sum, rowCount(a));
+      Expr m2 = reduceRow(name + "_m2", a, constFloat(a, 0), BinaryOp::Add,
+                          [&](const std::vector<Expr> &idx) {
+                            Expr dev = binary(BinaryOp::Sub, xa(idx), mean);
+                            return binary(BinaryOp::Mul, dev, dev);
+                          });
+      st.a = mean;
+      st.b = m2;
+      break;
+    }
+    case red::Kind::Softmax:
+    case red::Kind::LogSoftmax: {
+      auto xc = xAs(c);
+      Expr mx = reduceRow(name + "_max", c, constFloat(c, -INFINITY), BinaryOp::Max, xc);
+      Expr sum = reduceRow(name + "_sum", c, constFloat(c, 0), BinaryOp::Add,
+                           [&](const std::vector<Expr> &idx) {
+                             return unary(UnaryOp::Exp, binary(BinaryOp::Sub, xc(idx), mx));
+                           });
+      st.a = mx;
+      st.b = sum;
+      break;
+    }
+    }
+    reductionValues_[&op] = st;
+    return st;
+  }
+
+  /// The value of a reduction or row op's result at `idx`.
+  Expr reductionValue(const Op &op, const red::Info &info, const std::vector<Expr> &idx) {
+    DType out = op.result(0)->type().dtype();
+    if (!atCurrentRow(idx, info.rowOp, info.keepdim))
+      unsupported(op.describe() + ": its result is read at another row than the one computed");
+    RowStats st = rowStats(op, info);
+    if (!info.rowOp) {
+      Expr v = st.a;
+      if (info.kind == red::Kind::Var || info.kind == red::Kind::Std) {
+        DType a = v->dtype;
+        // sum((x - mean)^2) / max(0, N - correction), as the reference.
+        Expr denom = binary(
+            BinaryOp::Max,
+            binary(BinaryOp::Sub, rowCount(a), constFloat(a, ops::attrFloat(op, "correction"))),
+            constFloat(a, 0));
+        v = binary(BinaryOp::Div, st.b, denom);
+        if (info.kind == red::Kind::Std) v = unary(UnaryOp::Sqrt, v);
+      }
+      return cast(out, v);
+    }
+    Value *x = op.operand(0);
+    DType c = opMath(out);
+    Expr xv = cast(c, cast(out, valueAt(x, idx)));
+    switch (info.kind) {
+    case red::Kind::Softmax:
+      return cast(
+          out, binary(BinaryOp::Div, unary(UnaryOp::Exp, binary(BinaryOp::Sub, xv, st.a)), st.b));
+    case red::Kind::LogSoftmax:
+      return cast(
+          out, binary(BinaryOp::Sub, binary(BinaryOp::Sub, xv, st.a), unary(UnaryOp::Log, st.b)));
+    default: break;
+    }
+    // layer_norm / rms_norm: (x - mean) * rstd * w + b, parameters indexed by the row position.
+    bool rms = info.kind == red::Kind::RmsNorm;
+    double eps = ops::hasAttrValue(op, "eps") ? ops::attrFloat(op, "eps")
+                 : c == DType::F64            ? std::numeric_limits<double>::epsilon()
+                                              : double(std::numeric_limits<float>::epsilon());
+    Expr var = rms ? st.b : binary(BinaryOp::Div, st.b, rowCount(c));
+    Expr rstd = binary(BinaryOp::Div, constFloat(c, 1.0),
+                       unary(UnaryOp::Sqrt, binary(BinaryOp::Add, var, constFloat(c, eps))));
+    Expr v = binary(BinaryOp::Mul, rms ? xv : binary(BinaryOp::Sub, xv, st.a), rstd);
+    size_t k = reducedDims_.size();
+    std::vector<Expr> paramIdx(idx.end() - ptrdiff_t(k), idx.end());
+    for (size_t i = 1; i < op.numOperands() && i <= (rms ? 1u : 2u); ++i) {
+      Value *p = op.operand(i);
+      if (p->type().kind() == TypeKind::None) continue;
+      Expr pv = cast(c, valueAt(p, paramIdx));
+      v = binary(i == 1 ? BinaryOp::Mul : BinaryOp::Add, v, pv);
+    }
+    return cast(out, v);
   }
 
   /// The operand index a view reads for result index `idx`.
@@ -418,30 +804,37 @@ private:
   Expr flatVar_;
   std::set<int64_t> condBuffers_;
   std::map<MemoKey, Expr> memo_;
+
+  // Reduction kernels: the ops in region order, their common full shape and reduced dims, the
+  // outer (row) variables, the inner variables with unit stride in InnerUnit mode, and the
+  // statements of the current row before its outputs.
+  std::vector<const Op *> opsInOrder_, reductions_;
+  std::unordered_map<const Op *, red::Info> reductionInfo_;
+  std::unordered_map<const Op *, RowStats> reductionValues_;
+  Shape fullShape_;
+  std::vector<int64_t> reducedDims_;
+  std::vector<Expr> outer_, fullExtents_, innerVars_;
+  StmtList pre_;
 };
 
 } // namespace
 
+// whyNotElementwise also accepts the reductions and row ops a loop kernel computes (alone, or in
+// a region whose reductions share one full shape and reduced dims; whyNotLowerable checks that).
 std::string whyNotElementwise(const Op &op) {
   if (op.name() == "constant") return whyNotConstant(op);
+  if (red::isReductionLike(op)) {
+    std::string why;
+    return red::classify(op, &why) ? "" : why;
+  }
   if (kViewOps.count(op.name())) return whyNotView(op);
   std::string why;
   return ew::supports(op, &why) ? "" : why;
 }
 
-std::string whyNotLowerable(const Block &body) {
-  for (Op *op : body) {
-    if (op == body.terminator()) continue;
-    if (op->numRegions() > 0) return op->name() + ": has regions";
-    std::string why = whyNotElementwise(*op);
-    if (!why.empty()) return op->describe() + ": " + why;
-  }
-  return body.terminator() ? "" : "the block has no terminator";
-}
-
-LoweredKernel lowerElementwiseBlock(const Block &body, const std::string &name,
-                                    const LowerOptions &opts) {
-  if (std::string why = whyNotLowerable(body); !why.empty()) unsupported(why);
+namespace {
+LoweredKernel lowerBlockUnchecked(const Block &body, const std::string &name,
+                                  const LowerOptions &opts) {
   std::vector<Value *> inputs;
   for (const auto &a : body.arguments())
     inputs.push_back(a.get());
@@ -450,6 +843,34 @@ LoweredKernel lowerElementwiseBlock(const Block &body, const std::string &name,
     if (op != body.terminator()) ops.push_back(op);
   return Lowering(std::move(inputs), std::move(ops), body.terminator()->operands(), name, opts)
       .run();
+}
+} // namespace
+
+std::string whyNotLowerable(const Block &body) {
+  bool reductions = false;
+  for (Op *op : body) {
+    if (op == body.terminator()) continue;
+    if (op->numRegions() > 0) return op->name() + ": has regions";
+    std::string why = whyNotElementwise(*op);
+    if (!why.empty()) return op->describe() + ": " + why;
+    reductions = reductions || red::isReductionLike(*op);
+  }
+  if (!body.terminator()) return "the block has no terminator";
+  if (!reductions) return "";
+  // The structure of a reduction region (one full shape and reduced dims, outputs of the full
+  // or the reduced shape, reduced values read at their own row) is checked by lowering it.
+  try {
+    lowerBlockUnchecked(body, "probe", {.fastPaths = false});
+  } catch (const Error &e) {
+    return e.what();
+  }
+  return "";
+}
+
+LoweredKernel lowerElementwiseBlock(const Block &body, const std::string &name,
+                                    const LowerOptions &opts) {
+  if (std::string why = whyNotLowerable(body); !why.empty()) unsupported(why);
+  return lowerBlockUnchecked(body, name, opts);
 }
 
 LoweredKernel lowerFusion(const Op &fusion, const LowerOptions &opts) {

@@ -6,6 +6,7 @@
 #include "xjit/ir/ir.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,3 +26,34 @@ Expr lower(const Op &op, const std::vector<Expr> &operands, const AssertFn &addA
 std::vector<std::string> names();
 
 } // namespace xjit::backend::ew
+
+namespace xjit::backend::red {
+
+/// Reductions and row ops a loop kernel computes (reduction_rules.cpp).
+enum class Kind : uint8_t {
+  Sum,
+  Prod,
+  Mean,
+  Max, // amax, max (all dims)
+  Min, // amin, min (all dims)
+  Var,
+  Std,
+  Softmax,
+  LogSoftmax,
+  LayerNorm,
+  RmsNorm,
+};
+
+struct Info {
+  Kind kind;
+  std::vector<int64_t> dims; // reduced dims of operand 0, normalized and sorted
+  bool keepdim = false;
+  bool rowOp = false; // the result has operand 0's shape (softmax, norms)
+};
+
+/// Info for an op a reduction kernel computes, or nullopt (and *why) when it is not one.
+std::optional<Info> classify(const Op &op, std::string *why);
+/// Whether the op is a reduction or row op at all (supported or not).
+bool isReductionLike(const Op &op);
+
+} // namespace xjit::backend::red
