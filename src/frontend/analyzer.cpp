@@ -6,6 +6,7 @@
 // are never entered; an exception at run time (from data, e.g. an index out of range) makes the
 // driver rerun the frame in Python, before any side effect was replayed.
 #include "analyzer.h"
+#include "bytecode_rewrite.h"
 
 #include "xjit/ir/diagnostics.h"
 
@@ -75,7 +76,16 @@ void Analyzer::fail(const std::string &reason) const {
     std::string file = f->filename.substr(f->filename.find_last_of('/') + 1);
     chain += (chain.empty() ? "" : " <- ") + file + ":" + std::to_string(f->line);
   }
-  throw BreakError(chain.empty() ? reason : reason + " [called from " + chain + "]", currentLoc());
+  BreakError e(chain.empty() ? reason : reason + " [called from " + chain + "]", currentLoc());
+  const Frame *root = frame_;
+  while (root && root->parent)
+    root = root->parent;
+  if (root && root->depth == 0) {
+    auto it = visits_.find(root->pc);
+    e.rootPc = root->pc;
+    e.rootVisit = it == visits_.end() ? 0 : it->second;
+  }
+  throw e;
 }
 
 std::shared_ptr<const DecodedCode> Analyzer::decodedFor(PyObject *code) {
@@ -141,7 +151,14 @@ Capture Analyzer::run() {
       f.closure.push_back(std::make_shared<CellVar>(c));
     }
   }
-  VarPtr result = runFrame(f);
+  VarPtr result;
+  try {
+    result = runFrame(f);
+  } catch (const StopCapture &) {
+    Capture c = finishAtBreak(f);
+    frame_ = nullptr;
+    return c;
+  }
   Capture c = finish(result); // still located at the frame's RETURN_VALUE
   frame_ = nullptr;
   return c;
@@ -299,6 +316,10 @@ VarPtr Analyzer::runFrame(Frame &f) {
     if (in->line > 0 && in->line != f.line) {
       f.line = in->line;
       builder_.setLoc(currentLoc());
+    }
+    if (f.depth == 0) {
+      const int visit = ++visits_[in->offset];
+      if (stopAt && stopAt->offset == in->offset && stopAt->visit == visit) throw StopCapture{};
     }
     int next = in->next;
     const int arg = in->arg;
@@ -759,13 +780,21 @@ AnalyzeResult analyzeFrame(const FrameView &frame, const AnalyzeOptions &opts) {
                      frame.code ? PyUnicode_AsUTF8(frame.code->co_qualname) : ""};
   PyObject *savedType, *savedValue, *savedTb;
   PyErr_Fetch(&savedType, &savedValue, &savedTb); // never disturb a pending Python error
+  std::optional<AnalyzeStop> stop;     // set once a break in the middle of the frame is found
+  std::optional<GraphBreak> firstBreak; // that break
   for (int attempt = 0; attempt < 64; ++attempt) {
     try {
       Analyzer a(frame, opts, specialized);
+      a.stopAt = stop;
       Capture c = a.run();
       c.captureMilliseconds =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
+      if (c.breakPoint) {
+        c.breakPoint->reason = firstBreak->reason;
+        c.breakPoint->where = firstBreak->where;
+        result.graphBreak = firstBreak;
+      }
       result.capture = std::move(c);
       break;
     } catch (const SpecializeError &e) {
@@ -774,11 +803,35 @@ AnalyzeResult analyzeFrame(const FrameView &frame, const AnalyzeOptions &opts) {
     } catch (const BreakError &e) {
       if (e.internal) {
         internalBreak(e.reason, e.where);
-      } else {
-        result.graphBreak = GraphBreak{e.reason, e.where, false, ""};
+        break;
       }
-      break;
+      if (stop) { // the capture up to the break failed: the whole frame runs in Python
+        result.graphBreak = firstBreak;
+        result.graphBreak->reason += " (cannot resume after it: " + e.reason + ")";
+        break;
+      }
+      result.graphBreak = GraphBreak{e.reason, e.where, false, ""};
+      std::string why;
+      if (!opts.resumeAfterBreaks || e.rootPc < 0 || e.rootVisit < 1) break;
+      if (!rewrite::canBreakAt(frame.code, e.rootPc, &why)) {
+        result.graphBreak->reason += " (cannot resume after it: " + why + ")";
+        break;
+      }
+      try {
+        stop = AnalyzeStop{rewrite::groupStart(frame.code, e.rootPc), e.rootVisit};
+      } catch (const std::exception &ex) {
+        result.graphBreak->reason += std::string(" (cannot resume after it: ") + ex.what() + ")";
+        break;
+      }
+      firstBreak = result.graphBreak;
+      result.graphBreak.reset();
+      continue;
     } catch (const std::exception &e) {
+      if (stop) {
+        result.graphBreak = firstBreak;
+        result.graphBreak->reason += std::string(" (cannot resume after it: ") + e.what() + ")";
+        break;
+      }
       internalBreak(e.what(), entryLoc);
       break;
     } catch (...) {

@@ -14,6 +14,8 @@
 #include "xjit/ir/builder.h"
 
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -28,6 +30,21 @@ struct BreakError : std::exception {
   std::string reason;
   SourceLoc where;
   bool internal;
+  // The captured frame's instruction being executed when the break happened (an inlined call's
+  // break is at its CALL), and how many times the analysis had reached it: where a graph break
+  // in the middle of the frame stops the capture (-1 / 0: not in the frame's own bytecode).
+  int rootPc = -1;
+  int rootVisit = 0;
+};
+
+/// Thrown when the analysis reaches AnalyzeStop: the capture ends there (a graph break).
+struct StopCapture : std::exception {};
+
+/// Where a capture that breaks in the middle of the frame stops: before the visit-th execution
+/// of the instruction at `offset` of the captured frame.
+struct AnalyzeStop {
+  int offset = 0;
+  int visit = 0;
 };
 
 /// Thrown when a symbolic size must become static (Python control flow or a static attribute
@@ -72,6 +89,8 @@ public:
            const std::set<std::string> &specialized);
   ~Analyzer();
   Capture run();
+  /// Set before run(): stop at this point and capture the frame state there (a graph break).
+  std::optional<AnalyzeStop> stopAt;
 
   // ---- errors ----
   [[noreturn]] void fail(const std::string &reason) const;
@@ -216,6 +235,12 @@ public:
 
 private:
   Capture finish(const VarPtr &result);
+  /// The capture up to the stop point: its result is the tuple of the break code's arguments
+  /// (bytecode_rewrite.h), the stack and live locals rebuilt from the graph outputs.
+  Capture finishAtBreak(Frame &f);
+  Capture finishWith(const std::function<OutputNode(std::vector<Value *> &,
+                                                    std::map<Value *, int64_t> &)> &result,
+                     bool sameGradMode);
   OutputNode outputOf(const VarPtr &v, std::vector<Value *> &outputs,
                       std::map<Value *, int64_t> &outputIndex);
 
@@ -234,6 +259,7 @@ private:
   std::vector<PyRef> keepAlive_;
   SymbolBindings symbolHints_;                   // symbol -> its value in this frame
   std::map<int64_t, std::string> symbolForSize_; // duck sizing: equal sizes share a symbol
+  std::map<int, int> visits_; // captured frame: instruction offset -> times reached
 
   friend class AnalyzerAccess;
 
@@ -248,6 +274,10 @@ public:
   int64_t hintOf(const DimExpr &e) const;
   VarPtr castTo(const VarPtr &t, DType dtype);
 };
+
+/// The type of the `__exit__` stand-in passed to a resume function that continues inside a
+/// `with torch.no_grad()` block (GradModeExit(restore)); the analyzer reads it as a GradExitVar.
+PyObject *gradModeExitType();
 
 /// "L['self'].fc.weight" (sourceStr): a readable, unique key for a source (messages, guard
 /// deduplication, AnalyzeOptions::dynamicSources).

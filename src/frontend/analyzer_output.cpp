@@ -2,6 +2,7 @@
 // the side effects to replay (in-place writes to tensors the caller can see, attribute / global
 // / list / dict mutations), and the final guard list.
 #include "analyzer.h"
+#include "bytecode_rewrite.h"
 
 namespace xjit::frontend {
 
@@ -64,6 +65,28 @@ PyRef dataclassConstructor(PyObject *cls,
 }
 
 } // namespace
+
+PyObject *gradModeExitType() {
+  static PyObject *type = [] {
+    PyRef globals = check(PyDict_New(), "dict");
+    PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
+    PyRef code = check(Py_CompileString("import torch\n"
+                                        "class GradModeExit:\n"
+                                        "    '''__exit__ of a `with torch.no_grad()` (or\n"
+                                        "    enable_grad) block a graph break interrupted.'''\n"
+                                        "    def __init__(self, restore):\n"
+                                        "        self.restore = restore\n"
+                                        "    def __call__(self, *exc_info):\n"
+                                        "        torch._C._set_grad_enabled(self.restore)\n",
+                                        "<xjit-resume>", Py_file_input),
+                       "compiling GradModeExit");
+    check(PyEval_EvalCode(code.get(), globals.get(), globals.get()), "GradModeExit");
+    PyObject *t = PyDict_GetItemString(globals.get(), "GradModeExit");
+    Py_INCREF(t);
+    return t;
+  }();
+  return type;
+}
 
 OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
                               std::map<Value *, int64_t> &outputIndex) {
@@ -170,10 +193,78 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
 }
 
 Capture Analyzer::finish(const VarPtr &result) {
+  return finishWith(
+      [&](std::vector<Value *> &outputs, std::map<Value *, int64_t> &outputIndex) {
+        return outputOf(result, outputs, outputIndex);
+      },
+      /*sameGradMode=*/true);
+}
+
+Capture Analyzer::finishAtBreak(Frame &f) {
+  PyCodeObject *co = f.co();
+  rewrite::State state;
+  state.offset = f.pc;
+  for (const VarPtr &v : f.stack)
+    state.stack.push_back(v->kind == VarKind::Null       ? rewrite::Slot::Null
+                          : v->kind == VarKind::Iterator ? rewrite::Slot::Iterator
+                                                         : rewrite::Slot::Value);
+  for (int i = 0; i < co->co_nlocals; ++i)
+    state.bound.push_back(f.locals[static_cast<size_t>(i)] != nullptr);
+  const std::vector<int> live = rewrite::argumentLocals(co, state);
+  auto arguments = [&](std::vector<Value *> &outputs, std::map<Value *, int64_t> &outputIndex) {
+    OutputNode args;
+    args.kind = OutputNode::Tuple;
+    for (const VarPtr &v : f.stack) {
+      if (v->kind == VarKind::Null) continue;
+      if (auto *it = as<IteratorVar>(v)) { // the rest of a loop: a tuple (GET_ITER on resume)
+        std::vector<VarPtr> rest(it->items.begin() + static_cast<long>(it->pos), it->items.end());
+        args.children.push_back(
+            outputOf(std::make_shared<TupleVar>(std::move(rest)), outputs, outputIndex));
+      } else if (auto *g = as<GradExitVar>(v)) { // inside `with torch.no_grad()`
+        OutputNode n;
+        n.kind = OutputNode::NamedTuple;
+        n.object = PyRef::borrow(gradModeExitType());
+        OutputNode restore;
+        restore.kind = OutputNode::Constant;
+        restore.object = PyRef::borrow(g->restore ? Py_True : Py_False);
+        n.children.push_back(std::move(restore));
+        args.children.push_back(std::move(n));
+      } else if (auto *b = as<BoundVar>(v); b && !v->source && b->self) {
+        // A method loaded for the breaking call (x.sum().item): getattr(self, name) again.
+        OutputNode n;
+        n.kind = OutputNode::NamedTuple;
+        n.object = PyRef::borrow(PyDict_GetItemString(PyEval_GetBuiltins(), "getattr"));
+        n.children.push_back(outputOf(b->self, outputs, outputIndex));
+        OutputNode name;
+        name.kind = OutputNode::Constant;
+        name.object = check(PyUnicode_FromString(b->name.c_str()), "str");
+        n.children.push_back(std::move(name));
+        args.children.push_back(std::move(n));
+      } else {
+        args.children.push_back(outputOf(v, outputs, outputIndex));
+      }
+    }
+    for (int slot : live)
+      args.children.push_back(outputOf(f.locals[static_cast<size_t>(slot)], outputs, outputIndex));
+    return args;
+  };
+  Capture c = finishWith(arguments, /*sameGradMode=*/false);
+  BreakPoint bp;
+  bp.offset = f.pc;
+  bp.breakCode = rewrite::makeBreakCode(co, state);
+  bp.gradEnabled = gradEnabled_;
+  c.breakPoint = std::move(bp);
+  return c;
+}
+
+Capture Analyzer::finishWith(
+    const std::function<OutputNode(std::vector<Value *> &, std::map<Value *, int64_t> &)> &result,
+    bool sameGradMode) {
   PyRef enabled = check(PyObject_CallMethod(torchModule(), "is_grad_enabled", nullptr),
                         "torch.is_grad_enabled()");
   bool initialGrad = enabled.get() == Py_True;
-  if (gradEnabled_ != initialGrad) fail("the frame changes the grad mode (torch.set_grad_enabled)");
+  if (sameGradMode && gradEnabled_ != initialGrad)
+    fail("the frame changes the grad mode (torch.set_grad_enabled)");
 
   Capture c;
   std::vector<Value *> outputs;
@@ -206,7 +297,7 @@ Capture Analyzer::finish(const VarPtr &result) {
     e.value = outputOf(p.value, outputs, outputIndex);
     c.sideEffects.push_back(std::move(e));
   }
-  c.result = outputOf(result, outputs, outputIndex);
+  c.result = result(outputs, outputIndex);
 
   builder_.setInsertionPoint(graph_->body());
   builder_.setLoc(currentLoc());

@@ -195,6 +195,12 @@ VarPtr Analyzer::wrapSourced(PyObject *o, const Source &src) {
     v = constant(o);
   } else if (isTensor(o)) {
     v = tensorInput(o, src);
+  } else if (Py_TYPE(o) == reinterpret_cast<PyTypeObject *>(gradModeExitType())) {
+    // A resume function continuing inside `with torch.no_grad()` (graph breaks).
+    guardType(src, gradModeExitType());
+    PyRef restore = check(PyObject_GetAttrString(o, "restore"), "GradModeExit.restore");
+    guardEquals(plus(src, SourceStep{SourceStep::Attr, 0, "restore", {}}), restore.get());
+    v = std::make_shared<GradExitVar>(restore.get() == Py_True);
   } else if (isModuleObject(o)) {
     guardId(src, o);
     v = std::make_shared<ModuleVar>(PyRef::borrow(o));

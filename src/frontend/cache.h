@@ -64,6 +64,10 @@ struct CompiledEntry {
   bool rerunnable = true;           // the graph writes nothing the caller sees (no in-place
                                     // ops, no external calls): the frame may run after it fails
   int graphId = -1;                 // index of this graph in the event log
+  // A capture that stops at a graph break (Capture::breakPoint): `result` builds the arguments
+  // of breakCode, which runs the breaking instruction and the rest of the frame.
+  PyRef breakCode;
+  bool breakGradEnabled = true;
   uint64_t hits = 0;
 };
 

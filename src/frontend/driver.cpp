@@ -1,5 +1,6 @@
 #include "driver.h"
 
+#include "bytecode_rewrite.h"
 #include "eval_frame.h"
 #include "events.h"
 #include "tensor_bridge.h"
@@ -400,10 +401,65 @@ CompileStatus onBreak(const FrameView &f, CodeCache &cache, const ScopeOptions &
   return CompileStatus::Python;
 }
 
+/// Records a graph break after which the frame resumes (its capture stops there). Returns false
+/// when an exception is set.
+bool recordResumedBreak(const FrameView &f, const GraphBreak &gb) {
+  SourceLoc frame = codeLoc(f.code);
+  SourceLoc where = gb.where.known() ? gb.where : frame;
+  events().breaks.push_back({frame, where, gb.reason, false, "", /*resumed=*/true});
+  if (settings().log & kLogGraphBreaks)
+    logLine("graph break in " + shortLoc(frame) + " at " + shortLoc({where.file, where.line, ""}) +
+            ": " + gb.reason + " (the graph before it is compiled; the frame resumes after it)");
+  return true;
+}
+
 CompileStatus internalBreak(const FrameView &f, CodeCache &cache, const ScopeOptions &opts,
                             const InternalFailure &fail) {
   GraphBreak gb{fail.reason, codeLoc(f.code), true, fail.id};
   return onBreak(f, cache, opts, gb);
+}
+
+/// XJIT_LOG=bytecode / --dump: the break code and the resume codes it calls.
+void logRewrittenCode(const CompiledEntry &e, const FrameView &f, int offset) {
+  const bool log = settings().log & kLogBytecode, dump = !settings().dumpDir.empty();
+  if (!log && !dump) return;
+  const SourceLoc loc = codeLoc(f.code);
+  std::string text = "graph break in " + shortLoc(loc) + " at offset " + std::to_string(offset) +
+                     "; break code:\n" + rewrite::disassemble(e.breakCode.get());
+  PyObject *consts = reinterpret_cast<PyCodeObject *>(e.breakCode.get())->co_consts;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); ++i)
+    if (PyCode_Check(PyTuple_GET_ITEM(consts, i))) {
+      PyObject *c = PyTuple_GET_ITEM(consts, i);
+      text += "resume code " + std::string(PyUnicode_AsUTF8(reinterpret_cast<PyCodeObject *>(c)
+                                                                  ->co_qualname)) +
+              ":\n" + rewrite::disassemble(c);
+    }
+  PyErr_Clear();
+  if (log) logLine(text);
+  if (dump) {
+    static int serial = 0;
+    char prefix[16];
+    std::snprintf(prefix, sizeof prefix, "%03d", serial++);
+    std::string fn = loc.function;
+    for (char &c : fn)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+    std::ofstream out(settings().dumpDir + "/" + prefix + "-" + fn + ".bytecode.txt");
+    out << "# " << shortLoc(loc) << " (" << loc.file << ")\n" << text;
+  }
+}
+
+/// Runs the rest of a frame whose capture stopped at a graph break: the break code, as a
+/// function of the frame's globals and closure, on the rebuilt stack and locals.
+PyObject *continueAfterBreak(const CompiledEntry &e, const PyRef &args, const FrameView &f) {
+  PyRef fn = checked(PyFunction_New(e.breakCode.get(), f.globals));
+  if (PyObject *closure = f.function ? PyFunction_GET_CLOSURE(f.function) : nullptr)
+    if (PyFunction_SetClosure(fn.get(), closure) != 0) throw PyErrorSet();
+  if (gradEnabled() != e.breakGradEnabled) {
+    PyRef torch = checked(PyImport_ImportModule("torch"));
+    checked(PyObject_CallMethod(torch.get(), "set_grad_enabled", "O",
+                                e.breakGradEnabled ? Py_True : Py_False));
+  }
+  return PyObject_Call(fn.get(), args.get(), nullptr);
 }
 
 std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
@@ -460,6 +516,11 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     e->pythonReason = "backend='eager': graphs run as the original Python code until op-by-op "
                       "PyTorch execution lands";
   }
+  if (cap.breakPoint) {
+    e->breakCode = cap.breakPoint->breakCode;
+    e->breakGradEnabled = cap.breakPoint->gradEnabled;
+    logRewrittenCode(*e, f, cap.breakPoint->offset);
+  }
   registerExternals(g, cap.fallbackCallables, *e);
   g.walk([&](Op *op) {
     if (op->def().has(kInPlace) || (op->def().has(kSideEffect) && !op->def().has(kTerminator)))
@@ -499,6 +560,7 @@ bool analyze(const FrameView &f, const CodeCache &cache, const ScopeOptions &opt
   AnalyzeOptions aopts;
   aopts.dynamicShapes = opts.dynamic == 1 || (opts.dynamic == -1 && cache.dynamic);
   if (opts.dynamic == -1) aopts.dynamicSources = cache.dynamicSources;
+  aopts.resumeAfterBreaks = !(opts.fullgraph || settings().strict);
   Clock::time_point t0 = Clock::now();
   auto internal = [&](std::string reason) {
     *r = AnalyzeResult{};
@@ -617,7 +679,9 @@ PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions
     if (!analyze(f, cache, opts, loc, &r, &captureMs)) return nullptr;
     if (!r.capture) {
       status = onBreak(f, cache, opts, *r.graphBreak);
-    } else if (r.capture->graph && !hasWork(*r.capture->graph)) {
+    } else if (r.capture->breakPoint && !recordResumedBreak(f, *r.graphBreak)) {
+      status = CompileStatus::Raised;
+    } else if (r.capture->graph && !r.capture->breakPoint && !hasWork(*r.capture->graph)) {
       // Nothing to compute (a helper on Python values, an __init__ setting attributes): not
       // worth a guard check per call. Marked for this code object for good, like a skipped
       // file; not a graph break.
@@ -644,6 +708,21 @@ PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions
   }
   if (status == CompileStatus::Raised) return nullptr;
   if (!entry) return evalDefault();
+  if (entry->breakCode) {
+    // The break code runs in Python; the resume functions it makes are compiled like the frame
+    // (also when its file is filtered and the frame was passed to xjit.jit).
+    markSkipped(reinterpret_cast<PyCodeObject *>(entry->breakCode.get()));
+    PyObject *consts = reinterpret_cast<PyCodeObject *>(entry->breakCode.get())->co_consts;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); ++i)
+      if (PyCode_Check(PyTuple_GET_ITEM(consts, i)) && cache.forceRoot) {
+        try {
+          ensureCache(reinterpret_cast<PyCodeObject *>(PyTuple_GET_ITEM(consts, i))).forceRoot =
+              true;
+        } catch (const PyErrorSet &) {
+          PyErr_Clear();
+        }
+      }
+  }
   cache.entries.push_back(entry);
   ++cache.compiles;
   // Its guards must hold for the very call they were made from; else the capture is wrong.
@@ -735,9 +814,12 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
     ++events().counters.cacheHits;
   }
   if (e->action == EntryAction::RunPython) return evalDefault();
-  if (opts.check) return runChecked(e, values, evalDefault);
+  // --check compares whole frames: a frame that breaks runs in Python (its resume functions
+  // are checked as frames of their own).
+  if (opts.check) return e->breakCode ? evalDefault() : runChecked(e, values, evalDefault);
   bool graphRan = false;
   std::string reason;
+  PyRef breakArgs; // the stack and live locals at a graph break
   try {
     BusyScope busy;
     for (int slot : e->entrySlots)
@@ -758,7 +840,8 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
     std::vector<PyRef> done(outs.size());
     PyRef result = buildOutput(e->result, outs, done, values);
     replayEffects(*e, outs, done, values);
-    return result.release();
+    if (!e->breakCode) return result.release();
+    breakArgs = std::move(result);
   } catch (const InternalFailure &fail) {
     reason = fail.reason;
   } catch (const PyErrorSet &) {
@@ -773,6 +856,13 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
       reason = takePyErrorMessage();
     } else {
       reason = ex.what();
+    }
+  }
+  if (breakArgs) { // outside the busy scope: the resume functions are compiled in turn
+    try {
+      return continueAfterBreak(*e, breakArgs, values.frame());
+    } catch (const PyErrorSet &) {
+      return nullptr;
     }
   }
   PyErr_Clear();

@@ -59,11 +59,12 @@ struct GraphEvent {
 };
 
 struct BreakEvent {
-  SourceLoc frame; // the frame that runs in Python
+  SourceLoc frame; // the frame that runs in Python (resumed: the frame that broke)
   SourceLoc where; // where the analyzer stopped
   std::string reason;
   bool internal = false;
   std::string errorId;
+  bool resumed = false; // the graph before it was compiled; a resume function continues
 };
 
 struct RecompileEvent {

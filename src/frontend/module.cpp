@@ -61,6 +61,7 @@ nb::dict eventsDict() {
     d["reason"] = b.reason;
     d["internal"] = b.internal;
     d["error_id"] = b.errorId;
+    d["resumed"] = b.resumed;
     breaks.append(d);
   }
   for (const RecompileEvent &r : log.recompiles) {

@@ -121,7 +121,21 @@ struct SideEffect {
   OutputNode value;
 };
 
-/// A successful capture of a whole frame.
+/// A capture that ends at a graph break in the middle of the frame (docs/frontend.md, "Graph
+/// breaks"): after the graph runs and the side effects are replayed, `result` (a tuple) holds
+/// the arguments of `breakCode` -- the frame's value stack and live locals as they are just
+/// before the breaking instruction. The driver makes a function of `breakCode` (the frame's
+/// globals and closure), sets the grad mode to `gradEnabled`, and calls it: it runs the breaking
+/// instruction in Python and continues in a resume function, which the hook compiles in turn.
+struct BreakPoint {
+  int offset = 0;       // the breaking instruction (group) in the frame's code
+  PyRef breakCode;      // a code object (bytecode_rewrite.h); never compiled by the hook
+  bool gradEnabled = true;
+  std::string reason;   // why the capture stopped (the graph break)
+  SourceLoc where;
+};
+
+/// A successful capture of a whole frame, or of the frame up to a graph break.
 struct Capture {
   std::unique_ptr<Graph> graph;
   std::vector<Source> inputs; // graph input i is fetched from inputs[i] at call time
@@ -136,6 +150,7 @@ struct Capture {
   /// to the registered id. Keyword arguments are bound into the callable (functools.partial).
   std::vector<PyRef> fallbackCallables;
   double captureMilliseconds = 0;
+  std::optional<BreakPoint> breakPoint; // set: the capture stops at a graph break
 };
 
 /// Why a frame (or part of it) could not be captured.
@@ -146,6 +161,9 @@ struct GraphBreak {
   std::string errorId;   // stable id for internal errors, e.g. "XJIT-E0003"
 };
 
+/// capture without graphBreak: the whole frame; graphBreak without capture: the frame runs in
+/// Python; both: the capture stops at the break (capture->breakPoint) and the frame resumes in
+/// Python there.
 struct AnalyzeResult {
   std::optional<Capture> capture;
   std::optional<GraphBreak> graphBreak;
@@ -168,6 +186,8 @@ struct AnalyzeOptions {
   int inlineDepth = 16; // recursion limit for inlining user functions
   bool dynamicShapes = false; // mark input dims symbolic (after a recompile on a shape change)
   std::vector<std::string> dynamicSources; // sources whose dims should be symbolic
+  bool resumeAfterBreaks = true; // capture up to a graph break and resume after it (false: a
+                                 // break makes the whole frame run in Python)
 };
 
 /// Symbolically executes the frame's bytecode over abstract values. Never throws: internal

@@ -1,0 +1,67 @@
+// Writing new code objects for graph breaks in the middle of a frame (docs/frontend.md, "Graph
+// breaks"). The interface is version-neutral; bytecode_311.cpp implements it for CPython 3.11
+// (3.12/3.13 add their own file beside it).
+//
+// A frame captured up to a break at instruction P leaves a Python state behind: the value
+// stack (bottom first) and the bound locals. Two kinds of code objects continue it:
+//
+//  - a *resume code* for offset Q: a copy of the original code with a prologue that restores
+//    the stack from its arguments and jumps to Q. Its arguments are the non-NULL stack values
+//    (bottom first), then the locals live at Q (original slot order). It is an ordinary code
+//    object the frame hook sees, so capturing continues there (and may break again).
+//  - the *break code* for P: takes the same arguments as the resume code for P, runs the
+//    instruction group at P (e.g. KW_NAMES/PRECALL/CALL) in Python, and for each successor of
+//    the group calls a fresh resume function for it with the state after the group. The hook
+//    never compiles it.
+//
+// Both keep the original instructions (jump targets, exception table entries and handlers'
+// stack depths stay valid because the prologue rebuilds the same stack), the line table and
+// column positions of the original (tracebacks point at the user's lines) and its names,
+// constants and free variables.
+#pragma once
+
+#include "xjit/frontend/capture.h"
+
+#include <string>
+#include <vector>
+
+namespace xjit::frontend::rewrite {
+
+/// What a stack slot holds when the capture stops.
+enum class Slot : uint8_t {
+  Value,    // an ordinary object, passed as an argument
+  Null,     // CPython's NULL (PUSH_NULL / LOAD_GLOBAL before a call): pushed again, no argument
+  Iterator, // an iterator: passed as a tuple of its remaining items, GET_ITER in the prologue
+};
+
+/// The frame state at a resume point.
+struct State {
+  int offset = 0;          // instruction (byte offset in the original code) to continue at
+  std::vector<Slot> stack; // bottom first
+  /// Local slots (original localsplus indices) bound at the break; of those, the ones live at
+  /// `offset` become arguments.
+  std::vector<bool> bound;
+};
+
+/// The first instruction of the group that `offset` belongs to: a CALL's PRECALL and KW_NAMES
+/// run with it (the analysis stops before them). Throws std::runtime_error.
+int groupStart(PyCodeObject *code, int offset);
+
+/// Whether the frame can be resumed at `offset` (no cell variables, an instruction group the
+/// writer knows, ...). On false, `why` says why.
+bool canBreakAt(PyCodeObject *code, int offset, std::string *why);
+
+/// Local slots that are arguments of the resume code for `s` (live at s.offset and bound), in
+/// order. Throws std::runtime_error.
+std::vector<int> argumentLocals(PyCodeObject *code, const State &s);
+
+/// A resume code object (see above). Throws std::runtime_error (Python error cleared).
+PyRef makeResumeCode(PyCodeObject *code, const State &s);
+
+/// The break code for the instruction group starting at s.offset. Throws std::runtime_error.
+PyRef makeBreakCode(PyCodeObject *code, const State &s);
+
+/// A readable listing of a generated code object (XJIT_LOG=bytecode, --dump), via `dis`.
+std::string disassemble(PyObject *code);
+
+} // namespace xjit::frontend::rewrite
