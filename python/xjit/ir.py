@@ -1,6 +1,6 @@
 """The xjit graph IR from Python: parse and print IR text, build and verify graphs, query the op
 registry, and run graphs (or single ops) on numpy arrays / torch CPU tensors with the reference
-interpreter.
+interpreter, or compile them for the CPU with the runtime (``compile``).
 
 Tensors are exchanged zero-copy through DLPack: inputs are borrowed (kept alive while the run
 needs them) and outputs wrap the interpreter's buffers, which are freed when the returned
@@ -35,6 +35,8 @@ __all__ = [
     "Value",
     "VerifyError",
     "XjitError",
+    "CompiledGraph",
+    "compile",
     "op_info",
     "ops",
     "parse",
@@ -166,3 +168,53 @@ def run_op(
     KernelError (the kernel refused its inputs) or XjitError."""
     prepared = [_prepare(x) for x in operands]
     return _xjit.run_op(op, prepared, attrs or {}, _framework(operands, framework))
+
+
+class CompiledGraph:
+    """A graph compiled for the CPU by the runtime (``compile``): fusion regions as native code,
+    other ops through their reference kernels, If/Loop run natively, a static memory plan.
+    Calling it runs the graph (GIL released; several threads may call it at once)."""
+
+    def __init__(self, compiled: _xjit.CompiledGraph) -> None:
+        self._compiled = compiled
+
+    def __call__(self, *inputs: RtInput, framework: Framework | None = None) -> list[Any]:
+        return self.run(inputs, framework=framework)
+
+    def run(self, inputs: Sequence[RtInput], *, framework: Framework | None = None) -> list[Any]:
+        """Runs on the inputs; outputs as in ``run`` (torch if any input is a torch tensor)."""
+        prepared = [_prepare(x) for x in inputs]
+        return self._compiled.run(prepared, _framework(inputs, framework))
+
+    @property
+    def graph(self) -> Graph:
+        """A copy of the graph as compiled (after fuse and plan-memory, with mem.* annotations)."""
+        return self._compiled.graph
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """How the ops run: target_ops, reference_ops, external_ops, control_flow_ops,
+        inlined_fusions, constants, arena_bytes, planned_results, not_compiled (reasons)."""
+        stats: dict[str, Any] = self._compiled.stats
+        return stats
+
+    def dump_files(self) -> list[tuple[str, str]]:
+        """(file name, text) of each native kernel: loop IR, LLVM IR, assembly (the latter two
+        only when compiled with ``keep_text=True``)."""
+        return [tuple(f) for f in self._compiled.dump_files()]  # type: ignore[misc]
+
+
+def compile(  # noqa: A001 (xjit.ir.compile mirrors xjit.ir.run)
+    graph: Graph,
+    *,
+    pipeline: str = "fuse,plan-memory",
+    use_target: bool = True,
+    keep_text: bool = False,
+) -> CompiledGraph:
+    """Compiles a graph for the CPU: runs ``pipeline`` (the code-generation passes) on a copy,
+    then gives each op native code when the CPU target takes it, else its reference kernel.
+    ``use_target=False`` runs reference kernels only; ``keep_text`` keeps LLVM IR and assembly
+    for ``dump_files``."""
+    return CompiledGraph(
+        _xjit.compile(graph, pipeline=pipeline, use_target=use_target, keep_text=keep_text)
+    )

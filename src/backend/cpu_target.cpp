@@ -19,6 +19,11 @@ public:
     return runLowered(lk_, *ck_, inputs);
   }
 
+  bool canRunInto() const override { return true; }
+  void runInto(std::span<const RtValue> inputs, std::span<const Tensor> outputs) const override {
+    runLoweredInto(lk_, *ck_, inputs, outputs);
+  }
+
   std::vector<std::pair<std::string, std::string>> dumpFiles() const override {
     const std::string &n = lk_.kernel.name;
     return {{n + ".loops", printKernel(lk_.kernel)},

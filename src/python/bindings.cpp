@@ -2,6 +2,7 @@
 // registry queries and the reference interpreter on numpy arrays / torch tensors (zero-copy through
 // DLPack). python/xjit/ir.py is the typed public surface over it.
 #include "convert.h"
+#include "runtime_bindings.h"
 
 #include "xjit/ir/builder.h"
 #include "xjit/ir/diagnostics.h"
@@ -350,4 +351,5 @@ NB_MODULE(_xjit, m) {
   m.def("run_op", &runOp, "op"_a, "operands"_a, "attrs"_a = nb::none(), "framework"_a = "numpy");
   m.def("ops", &opNames);
   m.def("op_info", &opInfo, "name"_a);
+  bindRuntime(m);
 }

@@ -59,5 +59,9 @@ std::vector<std::string> elementwiseOpNames();
 /// types or when the kernel fails (e.g. integer division by zero).
 std::vector<RtValue> runLowered(const LoweredKernel &lk, const CompiledKernel &ck,
                                 std::span<const RtValue> inputs);
+/// The same, writing into caller-allocated contiguous outputs of the results' dtypes and sizes
+/// (the runtime's arena slices); they must not alias the inputs (kernels assume noalias).
+void runLoweredInto(const LoweredKernel &lk, const CompiledKernel &ck,
+                    std::span<const RtValue> inputs, std::span<const Tensor> outputs);
 
 } // namespace xjit::backend

@@ -28,6 +28,13 @@ public:
   /// Runs on the region's inputs (tensors in the target's memory, Python scalars) and returns
   /// its outputs (allocated by the target). Throws KernelError on a run-time failure.
   virtual std::vector<RtValue> run(std::span<const RtValue> inputs) const = 0;
+  /// Whether runInto is implemented (the runtime then hands it buffers from its memory plan).
+  virtual bool canRunInto() const { return false; }
+  /// Runs writing the results into `outputs`: contiguous tensors of the results' dtypes and
+  /// run-time sizes, allocated by the caller (slices of the runtime's arena, or fresh buffers
+  /// for graph outputs); they never alias an input. Throws KernelError when an output does not
+  /// have the size the inputs give.
+  virtual void runInto(std::span<const RtValue> inputs, std::span<const Tensor> outputs) const;
   /// Human-readable code for --dump: kernel IR, and whatever lower levels the target has.
   virtual std::vector<std::pair<std::string, std::string>> dumpFiles() const = 0;
 };

@@ -1,0 +1,93 @@
+// The runtime: compiles a graph once into a flat program of pre-resolved kernels with a static
+// memory plan, then runs it with little more work per call than calling the kernels.
+//
+// compileGraph clones the graph, runs the code-generation passes (fuse, plan-memory) on the
+// clone and turns every op into one instruction:
+//   - an Executable from the Target (fusion regions, single ops, library ops), writing into the
+//     planned arena slot of its results when it can (Executable::runInto);
+//   - otherwise the op's reference kernel from the registry (a fusion the target does not take
+//     runs its body op by op, each op asking the target again);
+//   - `external_call` (PyTorch fallback nodes) through the external-function registry,
+//     resolved at compile time;
+//   - `if` and `loop` natively, on their blocks compiled the same way (no fallback);
+//   - `constant` evaluated once at compile time.
+// Values live in numbered slots of a per-call frame; nothing is looked up by name or pointer
+// per call. docs/runtime.md describes the execution model, the memory plan and threading.
+#pragma once
+
+#include "xjit/backend/target.h"
+#include "xjit/ir/ir.h"
+#include "xjit/ir/value.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace xjit::runtime {
+
+struct CompileOptions {
+  /// Passes run on the clone before compiling ("" runs none: the graph must then carry its own
+  /// mem.* plan, or it runs without an arena).
+  std::string pipeline = "fuse,plan-memory";
+  /// false: every op runs its reference kernel (debugging; the memory plan is then unused).
+  bool useTarget = true;
+  /// Check each call's tensor inputs against the declared dtypes, ranks and static sizes.
+  bool checkInputs = true;
+  /// Passed to Target::compile (keepText for --dump).
+  backend::TargetOptions target;
+};
+
+/// How the ops of a compiled graph are executed (all nesting levels counted).
+struct CompileStats {
+  int targetOps = 0;      // instructions run by a target Executable
+  int referenceOps = 0;   // reference kernels on the host
+  int externalOps = 0;    // external_call (PyTorch fallback nodes)
+  int controlFlowOps = 0; // if / loop run by the runtime
+  int inlinedFusions = 0; // fusion ops the target did not take, run op by op
+  int constants = 0;      // evaluated at compile time
+  int64_t arenaBytes = 0; // the static memory plan's arena per concurrent call
+  int plannedResults = 0; // results written into the arena
+  /// "<op description>: <reason>" for ops a target was asked for and did not compile.
+  std::vector<std::string> notCompiled;
+};
+
+/// A graph ready to run. Thread-safe: run() may be called from several threads at once (each
+/// concurrent call takes its own frame and arena from a pool; arenas are reused across calls).
+class CompiledGraph {
+public:
+  CompiledGraph(CompiledGraph &&) noexcept;
+  CompiledGraph &operator=(CompiledGraph &&) noexcept;
+  ~CompiledGraph();
+
+  /// Runs on the graph inputs; returns the graph outputs. Output tensors never share memory
+  /// with the arena (they are freshly allocated, or inputs returned as they are), so they can
+  /// be handed to the caller without a copy. Errors throw xjit::Error naming the op and its
+  /// source location (ErrorKind::User for bad inputs and kernel failures).
+  std::vector<RtValue> run(std::vector<RtValue> inputs) const;
+
+  /// The graph as compiled (after the code-generation passes, with its mem.* annotations).
+  const Graph &graph() const;
+  const CompileStats &stats() const;
+  /// Every target executable's dump files (kernel IR, LLVM IR, assembly with
+  /// TargetOptions::keepText), names prefixed by the instruction's index.
+  std::vector<std::pair<std::string, std::string>> dumpFiles() const;
+
+  struct Impl;
+
+private:
+  friend CompiledGraph compileGraph(const Graph &, backend::Target &, const CompileOptions &);
+  explicit CompiledGraph(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Compiles g for `target`, which must outlive the result. Throws xjit::Error when the graph
+/// cannot be compiled (a pass fails, an external function is not registered, an op has no
+/// kernel); a target that fails to compile one op only sends that op to its reference kernel.
+CompiledGraph compileGraph(const Graph &g, backend::Target &target,
+                           const CompileOptions &opts = {});
+
+/// The process-wide CPU target (created on first use, never destroyed).
+backend::Target &cpuTarget();
+
+} // namespace xjit::runtime

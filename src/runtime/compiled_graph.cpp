@@ -1,0 +1,508 @@
+// compileGraph and CompiledGraph::run: graph -> flat per-block instruction lists over value
+// slots, executed with a pooled frame and arena per concurrent call.
+#include "xjit/runtime/runtime.h"
+
+#include "xjit/ir/diagnostics.h"
+#include "xjit/ir/op_registry.h"
+#include "xjit/passes/pass.h"
+
+#include <mutex>
+#include <unordered_map>
+
+namespace xjit::runtime {
+namespace {
+
+enum class InstrKind : uint8_t {
+  Constant,    // slots[result] = a value computed at compile time
+  Exec,        // a target Executable that allocates its results
+  ExecInto,    // a target Executable writing into planned / preallocated buffers
+  Kernel,      // the op's reference kernel
+  External,    // external_call through the pre-resolved host function
+  If,          // runs block0 or block1, copies the yield into the results
+  Loop,        // runs block0 while the trip count and condition allow
+  InlineBlock, // a fusion the target did not take: its body, op by op
+};
+
+struct Instr {
+  InstrKind kind;
+  const Op *op;
+  uint32_t operands = 0, numOperands = 0; // range of Program::slotRefs
+  uint32_t results = 0, numResults = 0;   // range of Program::slotRefs
+  uint32_t outputs = 0;                   // ExecInto: range of Program::outputs (numResults)
+  int32_t block0 = -1, block1 = -1;       // If / Loop / InlineBlock
+  int32_t constant = -1;                  // Constant: index into Program::constants
+  const backend::Executable *exe = nullptr;
+  const KernelFn *kernel = nullptr;
+  const ExternalFn *external = nullptr;
+};
+
+struct BlockProgram {
+  std::vector<Instr> instrs;
+  std::vector<uint32_t> args;   // slots of the block arguments
+  std::vector<uint32_t> yields; // slots of the terminator's operands
+};
+
+/// Where an ExecInto result is written: an arena slice (index into Frame::arenaTensors) or a
+/// fresh buffer of a static shape.
+struct OutputBuffer {
+  int32_t arenaTensor = -1;
+  DType dtype = DType::F32;
+  std::vector<int64_t> sizes;
+};
+
+/// A planned arena slice, materialized per frame as a Tensor on the frame's arena storage.
+struct ArenaSlice {
+  DType dtype;
+  std::vector<int64_t> sizes;
+  int64_t byteOffset;
+};
+
+/// What one concurrent call owns: value slots, scratch and the arena with its slices.
+struct Frame {
+  std::vector<RtValue> slots;
+  std::vector<RtValue> args;
+  std::vector<Tensor> outs;
+  std::shared_ptr<Storage> arena;
+  std::vector<Tensor> arenaTensors;
+};
+
+struct InputCheck {
+  bool tensor = false;
+  DType dtype = DType::F32;
+  std::vector<int64_t> sizes; // -1: symbolic
+};
+
+} // namespace
+
+struct CompiledGraph::Impl {
+  std::unique_ptr<Graph> graph;
+  backend::Target *target = nullptr;
+  CompileOptions opts;
+  CompileStats stats;
+
+  std::vector<BlockProgram> blocks; // blocks[0] is the graph body
+  std::vector<uint32_t> slotRefs;
+  std::vector<OutputBuffer> outputs;
+  std::vector<RtValue> constants;
+  std::vector<std::shared_ptr<const backend::Executable>> executables;
+  std::vector<std::pair<const Op *, const backend::Executable *>> executableOps;
+  std::vector<ArenaSlice> slices;
+  std::vector<InputCheck> inputChecks;
+  size_t numSlots = 0;
+  int64_t arenaBytes = 0;
+
+  mutable std::mutex poolMutex;
+  mutable std::vector<std::unique_ptr<Frame>> pool;
+
+  // ---- compiling ----
+
+  std::unordered_map<const Value *, uint32_t> slotOf;
+
+  uint32_t newSlot(const Value *v) {
+    uint32_t s = static_cast<uint32_t>(numSlots++);
+    slotOf[v] = s;
+    return s;
+  }
+
+  uint32_t slot(const Op &op, const Value *v) const {
+    auto it = slotOf.find(v);
+    if (it == slotOf.end())
+      throw Error(ErrorKind::Internal, op.describe() + ": operand is used before it is defined");
+    return it->second;
+  }
+
+  int compileBlock(const Block &b) {
+    int index = static_cast<int>(blocks.size());
+    blocks.emplace_back();
+    std::vector<uint32_t> args;
+    for (const auto &a : b.arguments())
+      args.push_back(newSlot(a.get()));
+    std::vector<Instr> instrs;
+    for (Op *op : b) {
+      if (op->def().has(kTerminator)) {
+        std::vector<uint32_t> yields;
+        for (Value *v : op->operands())
+          yields.push_back(slot(*op, v));
+        blocks[size_t(index)].yields = std::move(yields);
+        break;
+      }
+      instrs.push_back(compileOp(*op));
+    }
+    blocks[size_t(index)].instrs = std::move(instrs);
+    blocks[size_t(index)].args = std::move(args);
+    return index;
+  }
+
+  Instr compileOp(const Op &op) {
+    Instr in{.kind = InstrKind::Kernel, .op = &op};
+    in.operands = static_cast<uint32_t>(slotRefs.size());
+    in.numOperands = static_cast<uint32_t>(op.numOperands());
+    for (Value *v : op.operands())
+      slotRefs.push_back(slot(op, v));
+    // Regions first: their values get slots before the op's results (not that order matters).
+    const std::string &name = op.name();
+    if (name == "if") {
+      in.kind = InstrKind::If;
+      in.block0 = compileBlock(*op.region(0));
+      in.block1 = compileBlock(*op.region(1));
+      ++stats.controlFlowOps;
+    } else if (name == "loop") {
+      in.kind = InstrKind::Loop;
+      in.block0 = compileBlock(*op.region(0));
+      ++stats.controlFlowOps;
+    } else if (name == "constant") {
+      in.kind = InstrKind::Constant;
+      in.constant = static_cast<int32_t>(constants.size());
+      constants.push_back(op.def().kernel(op, {}).at(0));
+      ++stats.constants;
+    } else if (name == "external_call") {
+      int64_t id = op.attr("callee").asInt();
+      in.kind = InstrKind::External;
+      in.external = lookupExternalFunction(id);
+      if (!in.external)
+        throw Error(ErrorKind::Internal, op.describe() + ": external function " +
+                                             std::to_string(id) + " is not registered");
+      ++stats.externalOps;
+    } else if (auto exe = compileWithTarget(op)) {
+      in.exe = exe.get();
+      in.kind = InstrKind::Exec;
+      executableOps.emplace_back(&op, exe.get());
+      executables.push_back(std::move(exe));
+      if (in.exe->canRunInto() && planOutputs(op, in)) in.kind = InstrKind::ExecInto;
+      ++stats.targetOps;
+    } else if (name == "fusion" && op.numRegions() == 1) {
+      in.kind = InstrKind::InlineBlock;
+      in.block0 = compileBlock(*op.region(0));
+      ++stats.inlinedFusions;
+    } else if (op.def().kernel) {
+      in.kernel = &op.def().kernel;
+      ++stats.referenceOps;
+    } else {
+      throw Error(ErrorKind::Internal, op.describe() + ": op has no kernel");
+    }
+    in.results = static_cast<uint32_t>(slotRefs.size());
+    in.numResults = static_cast<uint32_t>(op.numResults());
+    for (const auto &r : op.results())
+      slotRefs.push_back(newSlot(r.get()));
+    return in;
+  }
+
+  std::shared_ptr<const backend::Executable> compileWithTarget(const Op &op) {
+    if (!opts.useTarget || op.def().has(kConstantLike)) return nullptr;
+    std::string why = target->whyNotSupported(op);
+    if (!why.empty()) {
+      // Only worth reporting for what a target is expected to take.
+      if (op.name() == "fusion") stats.notCompiled.push_back(op.describe() + ": " + why);
+      return nullptr;
+    }
+    try {
+      return target->compile(op, opts.target);
+    } catch (const std::exception &e) {
+      // The op still runs, with its reference kernel: slower, never wrong.
+      stats.notCompiled.push_back(op.describe() + ": " + e.what());
+      return nullptr;
+    }
+  }
+
+  /// Output buffers for an ExecInto instruction: every result must be a tensor of static
+  /// shape. Results planned by plan-memory go to their arena slice, except results the plan
+  /// updates in place (generated kernels assume their buffers do not alias), which get fresh
+  /// buffers like graph outputs.
+  bool planOutputs(const Op &op, Instr &in) {
+    std::vector<OutputBuffer> bufs;
+    const Attr *offsets = op.hasAttr("mem.offset") ? &op.attr("mem.offset") : nullptr;
+    const Attr *inplace = op.hasAttr("mem.inplace") ? &op.attr("mem.inplace") : nullptr;
+    for (size_t r = 0; r < op.numResults(); ++r) {
+      const Type &t = op.result(r)->type();
+      if (!t.isTensor() || !isStaticShape(t.shape())) return false;
+      OutputBuffer b;
+      b.dtype = t.dtype();
+      for (const DimExpr &d : t.shape())
+        b.sizes.push_back(d.value());
+      int64_t offset = offsets && r < offsets->asInts().size() ? offsets->asInts()[r] : -1;
+      bool reused = inplace && r < inplace->asInts().size() && inplace->asInts()[r] >= 0;
+      if (offset >= 0 && !reused) {
+        int64_t bytes = dtypeSize(b.dtype);
+        for (int64_t s : b.sizes)
+          bytes *= s;
+        if (offset + bytes > arenaBytes || offset % dtypeSize(b.dtype) != 0)
+          throw Error(ErrorKind::Internal, op.describe() + ": mem.offset " +
+                                               std::to_string(offset) +
+                                               " lies outside the planned arena");
+        b.arenaTensor = static_cast<int32_t>(slices.size());
+        slices.push_back({b.dtype, b.sizes, offset});
+        ++stats.plannedResults;
+      }
+      bufs.push_back(std::move(b));
+    }
+    in.outputs = static_cast<uint32_t>(outputs.size());
+    for (auto &b : bufs)
+      outputs.push_back(std::move(b));
+    return true;
+  }
+
+  // ---- running ----
+
+  std::unique_ptr<Frame> acquire() const {
+    {
+      std::lock_guard<std::mutex> lock(poolMutex);
+      if (!pool.empty()) {
+        std::unique_ptr<Frame> f = std::move(pool.back());
+        pool.pop_back();
+        return f;
+      }
+    }
+    auto f = std::make_unique<Frame>();
+    f->slots.resize(numSlots);
+    if (arenaBytes > 0) {
+      f->arena = std::make_shared<Storage>(arenaBytes);
+      for (const ArenaSlice &s : slices)
+        f->arenaTensors.emplace_back(f->arena, s.dtype, s.sizes, contiguousStrides(s.sizes),
+                                     s.byteOffset / dtypeSize(s.dtype));
+    }
+    return f;
+  }
+
+  void release(std::unique_ptr<Frame> f) const {
+    // Drop every reference the call made (inputs, intermediates); the arena stays.
+    for (RtValue &v : f->slots)
+      v = RtValue();
+    f->args.clear();
+    f->outs.clear();
+    std::lock_guard<std::mutex> lock(poolMutex);
+    pool.push_back(std::move(f));
+  }
+
+  void gather(const Instr &in, Frame &f) const {
+    f.args.resize(in.numOperands);
+    for (uint32_t i = 0; i < in.numOperands; ++i)
+      f.args[i] = f.slots[slotRefs[in.operands + i]];
+  }
+
+  void store(const Instr &in, Frame &f, std::vector<RtValue> &&values) const {
+    if (values.size() != in.numResults)
+      throw Error(ErrorKind::Internal, "kernel returned " + std::to_string(values.size()) +
+                                           " values for " + std::to_string(in.numResults) +
+                                           " results");
+    for (uint32_t i = 0; i < in.numResults; ++i)
+      f.slots[slotRefs[in.results + i]] = std::move(values[i]);
+  }
+
+  void runBlock(const BlockProgram &b, Frame &f) const {
+    const Instr *cur = nullptr;
+    try {
+      for (const Instr &in : b.instrs) {
+        cur = &in;
+        execute(in, f);
+      }
+    } catch (const Error &) {
+      throw; // already names its op (an op of a nested block, or a wrapped kernel error)
+    } catch (const KernelError &e) {
+      throw Error(ErrorKind::User, cur->op->describe() + ": " + e.what());
+    } catch (const TypeInferenceError &e) {
+      throw Error(ErrorKind::User, cur->op->describe() + ": " + e.what());
+    } catch (const std::exception &e) {
+      throw Error(ErrorKind::Internal, cur->op->describe() + ": internal error: " + e.what());
+    }
+  }
+
+  void execute(const Instr &in, Frame &f) const {
+    switch (in.kind) {
+    case InstrKind::Constant:
+      f.slots[slotRefs[in.results]] = constants[size_t(in.constant)];
+      return;
+    case InstrKind::Kernel:
+      gather(in, f);
+      store(in, f, (*in.kernel)(*in.op, f.args));
+      return;
+    case InstrKind::External:
+      gather(in, f);
+      store(in, f, (*in.external)(f.args));
+      return;
+    case InstrKind::Exec:
+      gather(in, f);
+      store(in, f, in.exe->run(f.args));
+      return;
+    case InstrKind::ExecInto: {
+      gather(in, f);
+      f.outs.resize(in.numResults);
+      for (uint32_t r = 0; r < in.numResults; ++r) {
+        const OutputBuffer &b = outputs[in.outputs + r];
+        f.outs[r] = b.arenaTensor >= 0 ? f.arenaTensors[size_t(b.arenaTensor)]
+                                       : target->allocate(b.dtype, b.sizes);
+      }
+      in.exe->runInto(f.args, f.outs);
+      for (uint32_t r = 0; r < in.numResults; ++r)
+        f.slots[slotRefs[in.results + r]] = f.outs[r];
+      return;
+    }
+    case InstrKind::If: {
+      const BlockProgram &b =
+          blocks[size_t(f.slots[slotRefs[in.operands]].toBool() ? in.block0 : in.block1)];
+      runBlock(b, f);
+      for (uint32_t r = 0; r < in.numResults; ++r)
+        f.slots[slotRefs[in.results + r]] = f.slots[b.yields.at(r)];
+      return;
+    }
+    case InstrKind::Loop: runLoop(in, f); return;
+    case InstrKind::InlineBlock: {
+      const BlockProgram &b = blocks[size_t(in.block0)];
+      for (uint32_t i = 0; i < in.numOperands; ++i)
+        f.slots[b.args.at(i)] = f.slots[slotRefs[in.operands + i]];
+      runBlock(b, f);
+      for (uint32_t r = 0; r < in.numResults; ++r)
+        f.slots[slotRefs[in.results + r]] = f.slots[b.yields.at(r)];
+      return;
+    }
+    }
+  }
+
+  void runLoop(const Instr &in, Frame &f) const {
+    const BlockProgram &body = blocks[size_t(in.block0)];
+    int64_t maxTrips = f.slots[slotRefs[in.operands]].toInt();
+    bool cond = f.slots[slotRefs[in.operands + 1]].toBool();
+    size_t numCarried = in.numOperands - 2;
+    if (body.args.size() != numCarried + 1 || body.yields.size() != numCarried + 1)
+      throw Error(ErrorKind::Internal, "loop body does not match its carried values");
+    for (size_t i = 0; i < numCarried; ++i)
+      f.slots[body.args[i + 1]] = f.slots[slotRefs[in.operands + 2 + i]];
+    std::vector<RtValue> next(numCarried);
+    for (int64_t it = 0; it < maxTrips && cond; ++it) {
+      f.slots[body.args[0]] = RtValue(it);
+      runBlock(body, f);
+      cond = f.slots[body.yields[0]].toBool();
+      // Through a copy: a yield may name another iteration argument (yield(%b, %a)).
+      for (size_t i = 0; i < numCarried; ++i)
+        next[i] = f.slots[body.yields[i + 1]];
+      for (size_t i = 0; i < numCarried; ++i)
+        f.slots[body.args[i + 1]] = std::move(next[i]);
+    }
+    for (size_t i = 0; i < numCarried; ++i)
+      f.slots[slotRefs[in.results + i]] = f.slots[body.args[i + 1]];
+  }
+
+  void checkInputs(const std::vector<RtValue> &inputs) const {
+    if (inputs.size() != inputChecks.size())
+      throw Error(ErrorKind::User, "graph @" + graph->name() + " takes " +
+                                       std::to_string(inputChecks.size()) + " inputs, got " +
+                                       std::to_string(inputs.size()));
+    if (!opts.checkInputs) return;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const InputCheck &c = inputChecks[i];
+      if (!c.tensor) continue;
+      std::string why;
+      if (!inputs[i].isTensor()) {
+        why = std::string("expected a tensor, got ") + inputs[i].kindName();
+      } else {
+        const Tensor &t = inputs[i].tensor();
+        bool fits = t.dtype() == c.dtype && t.sizes().size() == c.sizes.size();
+        for (size_t d = 0; fits && d < c.sizes.size(); ++d)
+          fits = c.sizes[d] < 0 || c.sizes[d] == t.sizes()[d];
+        if (!fits) why = "does not have the declared dtype and shape";
+      }
+      if (!why.empty())
+        throw Error(ErrorKind::User, "input " + std::to_string(i) + " (%" +
+                                         graph->input(i)->name() + ": " +
+                                         graph->input(i)->type().str() + ") of graph @" +
+                                         graph->name() + ": " + why);
+    }
+  }
+
+  /// Outputs never share the arena (plan-memory keeps graph outputs and their bases out of it);
+  /// this guards the guarantee the caller relies on when it hands outputs out without a copy.
+  void detachFromArena(RtValue &v, const Frame &f) const {
+    if (!f.arena || !inArena(v, f)) return;
+    if (v.isTensor()) {
+      v = RtValue(v.tensor().contiguousCopy());
+      return;
+    }
+    RtList copy = v.list();
+    for (RtValue &e : copy)
+      detachFromArena(e, f);
+    v = RtValue(std::move(copy));
+  }
+
+  static bool inArena(const RtValue &v, const Frame &f) {
+    if (v.isTensor()) return v.tensor().storage() == f.arena;
+    if (v.isList())
+      for (const RtValue &e : v.list())
+        if (inArena(e, f)) return true;
+    return false;
+  }
+};
+
+CompiledGraph::CompiledGraph(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CompiledGraph::CompiledGraph(CompiledGraph &&) noexcept = default;
+CompiledGraph &CompiledGraph::operator=(CompiledGraph &&) noexcept = default;
+CompiledGraph::~CompiledGraph() = default;
+
+const Graph &CompiledGraph::graph() const { return *impl_->graph; }
+const CompileStats &CompiledGraph::stats() const { return impl_->stats; }
+
+std::vector<std::pair<std::string, std::string>> CompiledGraph::dumpFiles() const {
+  std::vector<std::pair<std::string, std::string>> files;
+  for (size_t i = 0; i < impl_->executableOps.size(); ++i) {
+    char prefix[16];
+    std::snprintf(prefix, sizeof prefix, "k%03zu-", i);
+    for (auto &[name, text] : impl_->executableOps[i].second->dumpFiles())
+      files.emplace_back(prefix + name, text);
+  }
+  return files;
+}
+
+std::vector<RtValue> CompiledGraph::run(std::vector<RtValue> inputs) const {
+  const Impl &im = *impl_;
+  im.checkInputs(inputs);
+  std::unique_ptr<Frame> f = im.acquire();
+  std::vector<RtValue> results;
+  try {
+    const BlockProgram &body = im.blocks[0];
+    for (size_t i = 0; i < inputs.size(); ++i)
+      f->slots[body.args[i]] = std::move(inputs[i]);
+    im.runBlock(body, *f);
+    results.reserve(body.yields.size());
+    for (uint32_t s : body.yields) {
+      results.push_back(f->slots[s]);
+      im.detachFromArena(results.back(), *f);
+    }
+  } catch (...) {
+    im.release(std::move(f));
+    throw;
+  }
+  im.release(std::move(f));
+  return results;
+}
+
+CompiledGraph compileGraph(const Graph &g, backend::Target &target, const CompileOptions &opts) {
+  auto im = std::make_unique<CompiledGraph::Impl>();
+  im->graph = g.clone();
+  im->target = &target;
+  im->opts = opts;
+  if (!opts.pipeline.empty()) {
+    passes::PassManager pm;
+    pm.addPipeline(opts.pipeline);
+    pm.run(*im->graph);
+  }
+  const Graph &cg = *im->graph;
+  if (Op *ret = cg.body()->terminator(); ret && ret->hasAttr("mem.arena"))
+    im->arenaBytes = ret->attr("mem.arena").asInt();
+  for (size_t i = 0; i < cg.numInputs(); ++i) {
+    const Type &t = cg.input(i)->type();
+    InputCheck c;
+    c.tensor = t.isTensor();
+    if (c.tensor) {
+      c.dtype = t.dtype();
+      for (const DimExpr &d : t.shape())
+        c.sizes.push_back(d.isStatic() ? d.value() : -1);
+    }
+    im->inputChecks.push_back(std::move(c));
+  }
+  im->compileBlock(*cg.body());
+  im->slotOf.clear();
+  // Without a planned result the arena is never read: do not allocate it per frame.
+  if (im->slices.empty()) im->arenaBytes = 0;
+  im->stats.arenaBytes = im->arenaBytes;
+  return CompiledGraph(std::move(im));
+}
+
+} // namespace xjit::runtime
