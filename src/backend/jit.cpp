@@ -203,6 +203,9 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
   helpers[mangle(kIntPowSymbol)] = {llvm::orc::ExecutorAddr::fromPtr(&xjit_rt_ipow_i64),
                                     llvm::JITSymbolFlags::Exported |
                                         llvm::JITSymbolFlags::Callable};
+  helpers[mangle(kParallelForSymbol)] = {llvm::orc::ExecutorAddr::fromPtr(&xjit_rt_parallel_for),
+                                         llvm::JITSymbolFlags::Exported |
+                                             llvm::JITSymbolFlags::Callable};
   if (llvm::Error err =
           impl_->jit->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(helpers))))
     llvmFail("JIT: defining runtime helpers", std::move(err));

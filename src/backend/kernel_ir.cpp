@@ -139,6 +139,12 @@ Stmt forLoop(int64_t v, Expr extent, StmtList body, bool vectorize) {
               .a = std::move(extent),
               .body = std::move(body)};
 }
+Stmt parallelFor(int64_t v, Expr extent, Expr work, StmtList body, bool vectorize) {
+  Stmt s = forLoop(v, std::move(extent), std::move(body), vectorize);
+  s.parallel = true;
+  s.b = std::move(work);
+  return s;
+}
 Stmt ifThen(Expr cond, StmtList then, StmtList orelse) {
   return Stmt{.kind = StmtKind::If,
               .a = std::move(cond),
@@ -239,8 +245,10 @@ private:
     indent(depth);
     switch (s.kind) {
     case StmtKind::For:
-      os_ << "for i" << s.index << " in 0.." << str(s.a, 0) << (s.vectorize ? "" : " novec")
-          << " {\n";
+      os_ << (s.parallel ? "parallel for i" : "for i") << s.index << " in 0.." << str(s.a, 0)
+          << (s.vectorize ? "" : " novec");
+      if (s.parallel) os_ << " work " << str(s.b, 0);
+      os_ << " {\n";
       stmts(s.body, depth + 1);
       indent(depth);
       os_ << "}\n";
@@ -375,6 +383,18 @@ private:
       if (!defined_.insert(s.index).second)
         return fail("for: loop variable i" + std::to_string(s.index) + " is defined twice");
       expect(s.a, DType::I64, "for extent");
+      if (s.parallel) {
+        expect(s.b, DType::I64, "parallel for work");
+        if (!inScope_.empty()) fail("parallel for: i" + std::to_string(s.index) + " is nested");
+        // Each thread has its own accumulators: those initialized outside are not visible.
+        std::set<int64_t> outside = std::move(initialized_);
+        initialized_.clear();
+        inScope_.insert(s.index);
+        stmts(s.body);
+        inScope_.erase(s.index);
+        initialized_ = std::move(outside);
+        return;
+      }
       inScope_.insert(s.index);
       stmts(s.body);
       inScope_.erase(s.index);

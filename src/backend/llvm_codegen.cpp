@@ -80,8 +80,9 @@ public:
   Emitter(const Kernel &k, llvm::Module &m) : k_(k), m_(m), ctx_(m.getContext()), b_(ctx_) {}
 
   void emit(const std::string &symbol) {
-    llvm::Function *impl = emitImpl(symbol + ".impl");
-    emitEntry(symbol, impl);
+    symbol_ = symbol;
+    llvm::Function *impl = emitImpl(symbol + ".impl", nullptr);
+    emitEntry(symbol, impl, false);
   }
 
 private:
@@ -106,8 +107,12 @@ private:
 
   // ---- functions ----
 
-  llvm::Function *emitImpl(const std::string &name) {
-    std::vector<llvm::Type *> params(k_.buffers.size() + 3, b_.getPtrTy());
+  /// The body function: every buffer a `noalias` pointer, then sizes, strides, scalars, the
+  /// data array (for parallel loops to hand on), and with `loop` (a parallel loop's body
+  /// function) the range [begin, end) of its iterations. Always inlined into its wrapper.
+  llvm::Function *emitImpl(const std::string &name, const Stmt *loop) {
+    std::vector<llvm::Type *> params(k_.buffers.size() + 4, b_.getPtrTy());
+    if (loop) params.insert(params.end(), 2, b_.getInt64Ty());
     auto *fty = llvm::FunctionType::get(b_.getInt32Ty(), params, false);
     fn_ = llvm::Function::Create(fty, llvm::Function::InternalLinkage, name, m_);
     fn_->addFnAttr(llvm::Attribute::AlwaysInline);
@@ -121,24 +126,102 @@ private:
       if (!k_.buffers[i].output) fn_->addParamAttr(unsigned(i), llvm::Attribute::ReadOnly);
     }
     size_t nb = k_.buffers.size();
-    for (unsigned i = unsigned(nb); i < nb + 3; ++i)
+    for (unsigned i = unsigned(nb); i < nb + 4; ++i)
       fn_->addParamAttr(i, llvm::Attribute::ReadOnly);
+    if (loop) {
+      fn_->removeParamAttr(unsigned(nb + 4), llvm::Attribute::NoAlias);
+      fn_->removeParamAttr(unsigned(nb + 4), llvm::Attribute::NoCapture);
+      fn_->removeParamAttr(unsigned(nb + 5), llvm::Attribute::NoAlias);
+      fn_->removeParamAttr(unsigned(nb + 5), llvm::Attribute::NoCapture);
+    }
 
     BasicBlock *entry = BasicBlock::Create(ctx_, "entry", fn_);
     b_.SetInsertPoint(entry);
     loadRuntimeParams();
+    accSlots_.clear();
     for (const AccDecl &a : k_.accs)
       accSlots_.push_back(b_.CreateAlloca(regType(a.dtype), nullptr, a.name));
     vars_.assign(size_t(k_.numVars), nullptr);
-    stmts(k_.body);
+    fail_ = nullptr;
+    failCode_ = nullptr;
+    if (loop)
+      emitFor(*loop, fn_->getArg(unsigned(nb + 4)), fn_->getArg(unsigned(nb + 5)));
+    else
+      stmts(k_.body);
     b_.CreateRet(b_.getInt32(0));
     return fn_;
   }
 
-  void emitEntry(const std::string &name, llvm::Function *impl) {
-    llvm::Type *ptr = b_.getPtrTy();
-    auto *fty = llvm::FunctionType::get(b_.getInt32Ty(), {ptr, ptr, ptr, ptr}, false);
-    auto *f = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, m_);
+  /// The state of the function being emitted (a parallel loop's body is emitted as a separate
+  /// function in the middle of its parent).
+  struct FnState {
+    llvm::Function *fn;
+    std::vector<std::vector<Value *>> sizes, strides;
+    std::vector<Value *> params, vars;
+    std::vector<llvm::AllocaInst *> accSlots;
+    BasicBlock *fail;
+    llvm::PHINode *failCode;
+    std::unordered_map<const ExprNode *, Value *> memo, indexMemo;
+    llvm::IRBuilderBase::InsertPoint ip;
+  };
+  FnState saveState() {
+    return {fn_,   sizes_,    strides_, params_,    vars_,      accSlots_,
+            fail_, failCode_, memo_,    indexMemo_, b_.saveIP()};
+  }
+  void restoreState(FnState st) {
+    fn_ = st.fn;
+    sizes_ = std::move(st.sizes);
+    strides_ = std::move(st.strides);
+    params_ = std::move(st.params);
+    vars_ = std::move(st.vars);
+    accSlots_ = std::move(st.accSlots);
+    fail_ = st.fail;
+    failCode_ = st.failCode;
+    memo_ = std::move(st.memo);
+    indexMemo_ = std::move(st.indexMemo);
+    b_.restoreIP(st.ip);
+  }
+
+  /// A parallel loop: its body becomes a task function over a range of iterations, run by
+  /// xjit_rt_parallel_for (on one thread when the total work is small).
+  void emitParallelFor(const Stmt &s) {
+    Value *n = indexExpr(s.a);
+    Value *work = indexExpr(s.b);
+    std::string name = symbol_ + ".task" + std::to_string(numTasks_++);
+    FnState saved = saveState();
+    sizes_.clear();
+    strides_.clear();
+    params_.clear();
+    memo_.clear();
+    indexMemo_.clear();
+    llvm::Function *impl = emitImpl(name + ".impl", &s);
+    llvm::Function *task = emitEntry(name, impl, true);
+    restoreState(std::move(saved));
+    size_t nb = k_.buffers.size();
+    llvm::Type *ptr = b_.getPtrTy(), *i64 = b_.getInt64Ty();
+    llvm::FunctionCallee run = m_.getOrInsertFunction(kParallelForSymbol, b_.getInt32Ty(), ptr, ptr,
+                                                      ptr, ptr, ptr, i64, i64);
+    Value *rc =
+        b_.CreateCall(run, {task, fn_->getArg(unsigned(nb + 3)), fn_->getArg(unsigned(nb)),
+                            fn_->getArg(unsigned(nb + 1)), fn_->getArg(unsigned(nb + 2)), n, work});
+    // A failed iteration's code (an assert's or division by zero) stops the kernel.
+    BasicBlock *cont = BasicBlock::Create(ctx_, "parallel.ok", fn_);
+    BasicBlock *failed = BasicBlock::Create(ctx_, "parallel.failed", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(rc, b_.getInt32(0)), cont, failed);
+    b_.SetInsertPoint(failed);
+    b_.CreateRet(rc);
+    b_.SetInsertPoint(cont);
+  }
+
+  /// The KernelEntry wrapper (external), or with `range` a parallel task (internal):
+  /// i32 (data, sizes, strides, scalars[, begin, end]) loading the buffer pointers.
+  llvm::Function *emitEntry(const std::string &name, llvm::Function *impl, bool range) {
+    llvm::Type *ptr = b_.getPtrTy(), *i64 = b_.getInt64Ty();
+    std::vector<llvm::Type *> params = {ptr, ptr, ptr, ptr};
+    if (range) params.insert(params.end(), {i64, i64});
+    auto *fty = llvm::FunctionType::get(b_.getInt32Ty(), params, false);
+    auto *f = llvm::Function::Create(
+        fty, range ? llvm::Function::InternalLinkage : llvm::Function::ExternalLinkage, name, m_);
     f->addFnAttr(llvm::Attribute::NoUnwind);
     b_.SetInsertPoint(BasicBlock::Create(ctx_, "entry", f));
     std::vector<Value *> args;
@@ -148,7 +231,13 @@ private:
     }
     for (unsigned i = 1; i < 4; ++i)
       args.push_back(f->getArg(i));
+    args.push_back(f->getArg(0));
+    if (range) {
+      args.push_back(f->getArg(4));
+      args.push_back(f->getArg(5));
+    }
     b_.CreateRet(b_.CreateCall(impl, args));
+    return f;
   }
 
   /// Sizes, strides and scalar parameters, loaded once at entry (static sizes are constants).
@@ -195,7 +284,9 @@ private:
     memo_.clear();
     indexMemo_.clear();
     switch (s.kind) {
-    case StmtKind::For: return emitFor(s);
+    case StmtKind::For:
+      if (s.parallel) return emitParallelFor(s);
+      return emitFor(s, b_.getInt64(0), indexExpr(s.a));
     case StmtKind::If: {
       Value *cond = expr(s.a);
       BasicBlock *thenBB = BasicBlock::Create(ctx_, "then", fn_);
@@ -251,8 +342,8 @@ private:
     }
   }
 
-  void emitFor(const Stmt &s) {
-    Value *n = indexExpr(s.a);
+  /// The loop `for i in [start, n)`.
+  void emitFor(const Stmt &s, Value *start, Value *n) {
     BasicBlock *pre = b_.GetInsertBlock();
     BasicBlock *header = BasicBlock::Create(ctx_, "loop" + std::to_string(s.index), fn_);
     BasicBlock *body = BasicBlock::Create(ctx_, "body" + std::to_string(s.index), fn_);
@@ -260,7 +351,7 @@ private:
     b_.CreateBr(header);
     b_.SetInsertPoint(header);
     llvm::PHINode *iv = b_.CreatePHI(b_.getInt64Ty(), 2, "i" + std::to_string(s.index));
-    iv->addIncoming(b_.getInt64(0), pre);
+    iv->addIncoming(start, pre);
     b_.CreateCondBr(b_.CreateICmpSLT(iv, n), body, exit);
     b_.SetInsertPoint(body);
     vars_[size_t(s.index)] = iv;
@@ -569,6 +660,8 @@ private:
   }
 
   const Kernel &k_;
+  std::string symbol_;
+  int numTasks_ = 0;
   llvm::Module &m_;
   llvm::LLVMContext &ctx_;
   llvm::IRBuilder<> b_;

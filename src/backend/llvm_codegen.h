@@ -23,6 +23,17 @@ std::unique_ptr<llvm::Module> emitKernelModule(const Kernel &k, const std::strin
 inline constexpr const char *kIntPowSymbol = "xjit_rt_ipow_i64";
 extern "C" int64_t xjit_rt_ipow_i64(int64_t base, int64_t exp);
 
+/// A parallel loop's body over iterations [begin, end): the KernelEntry arguments, then the range.
+using ParallelTask = int32_t (*)(void *const *data, const int64_t *sizes, const int64_t *strides,
+                                 const uint64_t *scalars, int64_t begin, int64_t end);
+/// Runs task over [0, n) split into contiguous ranges on the kernel thread pool (parallel.cpp),
+/// or on the calling thread when n * work is below the threshold. Returns 0 or the first
+/// nonzero code of a range (in range order).
+inline constexpr const char *kParallelForSymbol = "xjit_rt_parallel_for";
+extern "C" int32_t xjit_rt_parallel_for(ParallelTask task, void *const *data, const int64_t *sizes,
+                                        const int64_t *strides, const uint64_t *scalars, int64_t n,
+                                        int64_t work);
+
 namespace math {
 // f32 routines (few ulp; bounds measured in tests/cpp/backend_test.cpp). NaN in, NaN out;
 // overflow and underflow round like the correctly rounded result.

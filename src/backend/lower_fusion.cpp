@@ -265,11 +265,16 @@ private:
       Expr numel = constIdx(1);
       for (const Expr &e : extents_)
         numel = mulIdx(numel, e);
-      return {forLoop(flatVar_->index, numel, std::move(body))};
+      return {parallelFor(flatVar_->index, numel, constIdx(1), std::move(body))};
     }
-    for (size_t d = rank; d-- > 0;)
+    if (rank == 0) return body;
+    // The outermost loop runs in parallel; one of its iterations covers the inner dims.
+    for (size_t d = rank; d-- > 1;)
       body = {forLoop(ids[d], extents_[d], std::move(body), mode != Mode::General)};
-    return body;
+    Expr work = constIdx(1);
+    for (size_t d = 1; d < rank; ++d)
+      work = mulIdx(work, extents_[d]);
+    return {parallelFor(ids[0], extents_[0], work, std::move(body), mode != Mode::General)};
   }
 
   /// Element offset of `idx` in buffer b under the current mode.
@@ -532,10 +537,20 @@ private:
     for (Stmt &s : stores)
       body.push_back(std::move(s));
     pre_.clear();
+    // The outermost row loop runs in parallel (rows are independent); with every dim reduced
+    // there is no row loop and the kernel is single-threaded.
     size_t j = outerIds.size();
     for (size_t d = rank; d-- > 0;) {
       if (isReduced(d)) continue;
-      body = {forLoop(outerIds[--j], fullExtents_[d], std::move(body), mode != Mode::General)};
+      bool vec = mode != Mode::General;
+      if (--j > 0) {
+        body = {forLoop(outerIds[j], fullExtents_[d], std::move(body), vec)};
+        continue;
+      }
+      Expr work = constIdx(1);
+      for (size_t e = 0; e < rank; ++e)
+        if (e != d) work = mulIdx(work, fullExtents_[e]);
+      body = {parallelFor(outerIds[j], fullExtents_[d], work, std::move(body), vec)};
     }
     return body;
   }

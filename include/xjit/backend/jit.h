@@ -93,6 +93,12 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
+/// Threads the parallel loops of compiled kernels run on: XJIT_NUM_THREADS, else the hardware
+/// threads (parallel.cpp).
+unsigned kernelThreads();
+/// How many parallel loops this process has split across threads (tests, --explain).
+uint64_t parallelSplits();
+
 /// Writes <dir>/<kernel name>.loops, .ll and .s (compiled with keepText); creates dir.
 void dumpKernel(const CompiledKernel &k, const std::string &dir);
 

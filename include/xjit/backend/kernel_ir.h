@@ -161,12 +161,18 @@ struct Stmt {
                      // Assert: error message
   BinaryOp combine = BinaryOp::Add; // Reduce
   bool vectorize = true;            // For: a hint to the code generator
-  Expr a, b;             // For: extent; If/Assert: cond; Store: offset, value; InitAcc: init;
-                         // Reduce: value
+  /// For: iterations may run on several threads (each thread a contiguous range). Only for
+  /// loops outside any other loop; the body must not touch accumulators initialized outside it.
+  bool parallel = false;
+  Expr a, b;             // For: extent and (parallel) the work of one iteration in elements;
+                         // If/Assert: cond; Store: offset, value; InitAcc: init; Reduce: value
   StmtList body, orelse; // For/If bodies
 };
 
 Stmt forLoop(int64_t var, Expr extent, StmtList body, bool vectorize = true);
+/// A loop whose iterations may run in parallel; `work` (i64) estimates the elements one
+/// iteration touches (the runtime stays on one thread below a total work threshold).
+Stmt parallelFor(int64_t var, Expr extent, Expr work, StmtList body, bool vectorize = true);
 Stmt ifThen(Expr cond, StmtList then, StmtList orelse = {});
 Stmt store(int64_t buffer, Expr offset, Expr value);
 Stmt initAcc(int64_t acc, Expr init);

@@ -1,0 +1,163 @@
+// Parallel loops: kernels large enough to split across the kernel thread pool agree with the
+// reference interpreter (elementwise in the flat, unit-stride and general versions, reductions
+// over inner and outer axes, norms), odd extents split at uneven boundaries, an error raised in
+// one range stops the kernel, and tiny kernels stay on the calling thread. The pool gets three
+// threads here (XJIT_NUM_THREADS, unless set by the caller) so that the splits happen on any
+// machine; tolerances as in backend_reduction_test.cpp.
+#include "xjit/backend/jit.h"
+#include "xjit/backend/lower.h"
+#include "xjit/ir/interpreter.h"
+#include "xjit/ir/op_registry.h"
+#include "xjit/ir/parser.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+namespace xjit::backend {
+namespace {
+
+const bool kThreadsSet = [] {
+  setenv("XJIT_NUM_THREADS", "3", /*overwrite=*/0);
+  return true;
+}();
+
+Tensor randomTensor(DType d, const std::vector<int64_t> &sizes, std::mt19937 &rng) {
+  Tensor t = Tensor::empty(d, sizes);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (isFloating(d))
+      t.setDouble(i, std::uniform_real_distribution<double>(-3, 3)(rng));
+    else
+      t.setInt(i, std::uniform_int_distribution<int64_t>(1, 9)(rng));
+  }
+  return t;
+}
+
+struct Compiled {
+  LoweredKernel lk;
+  std::shared_ptr<const CompiledKernel> ck;
+};
+
+Compiled compile(const Graph &g) {
+  LoweredKernel lk = lowerElementwiseBlock(*g.body(), g.name());
+  auto ck = Jit::instance().compile(lk.kernel);
+  return {std::move(lk), std::move(ck)};
+}
+
+std::string compareWithInterpreter(const Graph &g, const Compiled &c,
+                                   const std::vector<RtValue> &in, double rowSize) {
+  std::vector<RtValue> ref = interpret(g, in), got = runLowered(c.lk, *c.ck, in);
+  for (size_t o = 0; o < ref.size(); ++o) {
+    const Tensor &r = ref[o].tensor(), &a = got[o].tensor();
+    if (r.sizes() != a.sizes()) return "output " + std::to_string(o) + ": sizes differ";
+    for (int64_t i = 0; i < r.numel(); ++i) {
+      double x = a.getDouble(i), y = r.getDouble(i);
+      if (!(x == y || std::abs(x - y) <= 2e-5 * (std::abs(y) + rowSize)))
+        return "output " + std::to_string(o) + " element " + std::to_string(i) + ": compiled " +
+               std::to_string(x) + ", reference " + std::to_string(y);
+    }
+  }
+  return "";
+}
+
+std::string check(const std::string &text, const std::vector<Tensor> &inputs, double rowSize = 1) {
+  auto g = parseGraph(text);
+  Compiled c = compile(*g);
+  std::string loops = printKernel(c.lk.kernel);
+  if (loops.find("parallel for") == std::string::npos) return "no parallel loop:\n" + loops;
+  std::vector<RtValue> in;
+  for (const Tensor &t : inputs)
+    in.emplace_back(t);
+  return compareWithInterpreter(*g, c, in, rowSize);
+}
+
+TEST(BackendParallel, TinyKernelsStayOnOneThread) {
+  EXPECT_GE(kernelThreads(), 2u);
+  auto g = parseGraph(R"(graph @tiny(%x: f32[64,64]) -> (f32[64,64]) {
+  %y = exp(%x) : f32[64,64]
+  return(%y)
+})");
+  Compiled c = compile(*g);
+  std::mt19937 rng(0);
+  uint64_t before = parallelSplits();
+  std::vector<RtValue> in = {RtValue(randomTensor(DType::F32, {64, 64}, rng))};
+  EXPECT_EQ(compareWithInterpreter(*g, c, in, 1), "");
+  EXPECT_EQ(parallelSplits(), before);
+  auto big = parseGraph(R"(graph @big(%x: f32[256,1024]) -> (f32[256,1024]) {
+  %y = exp(%x) : f32[256,1024]
+  return(%y)
+})");
+  Compiled cb = compile(*big);
+  std::vector<RtValue> bin = {RtValue(randomTensor(DType::F32, {256, 1024}, rng))};
+  EXPECT_EQ(compareWithInterpreter(*big, cb, bin, 1), "");
+  EXPECT_EQ(parallelSplits(), before + 1);
+}
+
+TEST(BackendParallel, LargeElementwiseKernelsMatch) {
+  std::mt19937 rng(1);
+  // 257 x 1031 elements: contiguous (the flat version) and with a broadcast row.
+  Tensor x = randomTensor(DType::F32, {257, 1031}, rng), b = randomTensor(DType::F32, {1031}, rng);
+  EXPECT_EQ(check(R"(graph @ew(%x: f32[257,1031], %b: f32[1031]) -> (f32[257,1031]) {
+  %a = add(%x, %b) : f32[257,1031]
+  %t = tanh(%a) : f32[257,1031]
+  %y = mul(%t, %x) : f32[257,1031]
+  return(%y)
+})",
+                  {x, b}),
+            "");
+  // A transposed input (the general strided version), odd extents.
+  Tensor base = randomTensor(DType::F32, {1031, 257}, rng);
+  Tensor xt = base.view({257, 1031}, {1, 257}, 0);
+  EXPECT_EQ(check(R"(graph @ewt(%x: f32[257,1031]) -> (f32[257,1031]) {
+  %y = exp(%x) : f32[257,1031]
+  return(%y)
+})",
+                  {xt}),
+            "");
+}
+
+TEST(BackendParallel, LargeReductionsMatch) {
+  std::mt19937 rng(2);
+  Tensor x = randomTensor(DType::F32, {301, 517}, rng);
+  EXPECT_EQ(check(R"(graph @sm(%x: f32[301,517]) -> (f32[301,517], f32[301]) {
+  %y = softmax(%x) {dim = 1} : f32[301,517]
+  %v = var(%x) {dims = [1]} : f32[301]
+  return(%y, %v)
+})",
+                  {x}, 23),
+            "");
+  // An outer-axis reduction: parallel over the kept (column) dim.
+  EXPECT_EQ(check(R"(graph @cols(%x: f32[301,517]) -> (f32[517]) {
+  %y = sum(%x) {dims = [0]} : f32[517]
+  return(%y)
+})",
+                  {x}, 18),
+            "");
+  Tensor h = randomTensor(DType::F32, {3, 167, 256}, rng), w = randomTensor(DType::F32, {256}, rng);
+  EXPECT_EQ(check(R"(graph @ln(%x: f32[3,167,256], %w: f32[256]) -> (f32[3,167,256]) {
+  %y = layer_norm(%x, %w, %w) {normalized_shape = [256]} : f32[3,167,256]
+  return(%y)
+})",
+                  {h, w}, 16),
+            "");
+}
+
+TEST(BackendParallel, AnErrorInOneRangeStopsTheKernel) {
+  auto g = parseGraph(R"(graph @div(%x: i64[300,400], %y: i64[300,400]) -> (i64[300,400]) {
+  %z = div(%x, %y) {rounding_mode = "trunc"} : i64[300,400]
+  return(%z)
+})");
+  Compiled c = compile(*g);
+  std::mt19937 rng(3);
+  Tensor x = randomTensor(DType::I64, {300, 400}, rng),
+         y = randomTensor(DType::I64, {300, 400}, rng);
+  std::vector<RtValue> in = {RtValue(x), RtValue(y)};
+  EXPECT_NO_THROW(runLowered(c.lk, *c.ck, in));
+  y.setInt(299 * 400 + 17, 0); // in the last range
+  EXPECT_THROW(runLowered(c.lk, *c.ck, in), KernelError);
+}
+
+} // namespace
+} // namespace xjit::backend
