@@ -7,6 +7,7 @@
 #include "xjit/passes/pass.h"
 
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 namespace xjit::runtime {
@@ -71,6 +72,14 @@ struct InputCheck {
   DType dtype = DType::F32;
   std::vector<int64_t> sizes; // -1: symbolic
 };
+
+/// Ops whose result may share its operand's storage. Alone, they stay with their reference
+/// kernels: a kernel would return a copy, and a later in-place write to the operand would then
+/// not show through the "view" (inside a fusion the target sees the whole group).
+bool mayReturnAView(const Op &op) {
+  static const std::set<std::string, std::less<>> kMayAlias = {"reshape", "flatten", "contiguous"};
+  return op.def().has(kView) || kMayAlias.count(op.name()) != 0;
+}
 
 } // namespace
 
@@ -188,7 +197,7 @@ struct CompiledGraph::Impl {
   }
 
   std::shared_ptr<const backend::Executable> compileWithTarget(const Op &op) {
-    if (!opts.useTarget || op.def().has(kConstantLike)) return nullptr;
+    if (!opts.useTarget || op.def().has(kConstantLike) || mayReturnAView(op)) return nullptr;
     std::string why = target->whyNotSupported(op);
     if (!why.empty()) {
       // Only worth reporting for what a target is expected to take.
@@ -479,8 +488,19 @@ CompiledGraph compileGraph(const Graph &g, backend::Target &target, const Compil
   im->target = &target;
   im->opts = opts;
   if (!opts.pipeline.empty()) {
+    // fuse assumes values are not written after they are defined: a group reading a value
+    // that an in-place op (copy_, index_put_) later overwrites would see the old contents. Such
+    // graphs (the frontend functionalizes most of them away) run unfused.
+    bool writesInPlace = false;
+    im->graph->walk([&](Op *op) { writesInPlace |= op->def().has(kInPlace); });
     passes::PassManager pm;
-    pm.addPipeline(opts.pipeline);
+    for (passes::PassStep &step : passes::parsePipeline(opts.pipeline)) {
+      if (writesInPlace && step.pass->name == "fuse") {
+        im->stats.fuseSkipped = true;
+        continue;
+      }
+      pm.add(std::move(step));
+    }
     pm.run(*im->graph);
   }
   const Graph &cg = *im->graph;

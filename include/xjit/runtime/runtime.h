@@ -40,14 +40,15 @@ struct CompileOptions {
 
 /// How the ops of a compiled graph are executed (all nesting levels counted).
 struct CompileStats {
-  int targetOps = 0;      // instructions run by a target Executable
-  int referenceOps = 0;   // reference kernels on the host
-  int externalOps = 0;    // external_call (PyTorch fallback nodes)
-  int controlFlowOps = 0; // if / loop run by the runtime
-  int inlinedFusions = 0; // fusion ops the target did not take, run op by op
-  int constants = 0;      // evaluated at compile time
-  int64_t arenaBytes = 0; // the static memory plan's arena per concurrent call
-  int plannedResults = 0; // results written into the arena
+  int targetOps = 0;        // instructions run by a target Executable
+  int referenceOps = 0;     // reference kernels on the host
+  int externalOps = 0;      // external_call (PyTorch fallback nodes)
+  int controlFlowOps = 0;   // if / loop run by the runtime
+  int inlinedFusions = 0;   // fusion ops the target did not take, run op by op
+  int constants = 0;        // evaluated at compile time
+  int64_t arenaBytes = 0;   // the static memory plan's arena per concurrent call
+  int plannedResults = 0;   // results written into the arena
+  bool fuseSkipped = false; // the graph writes values in place: fuse was left out
   /// "<op description>: <reason>" for ops a target was asked for and did not compile.
   std::vector<std::string> notCompiled;
 };
