@@ -14,6 +14,14 @@ from xjit import _frontend
 __all__ = ["ExplainReport", "GraphBreakInfo", "GraphInfo", "RecompileInfo", "explain"]
 
 
+def _frame_of(qualname: str) -> str:
+    """The user's function of a (possibly generated) frame: resume functions of graph breaks are
+    named "<qualname>.<resume at line N>" (src/frontend/bytecode_311.cpp)."""
+    while qualname.endswith(">") and ".<resume at line " in qualname:
+        qualname = qualname[: qualname.rindex(".<resume at line ")]
+    return qualname
+
+
 def _loc(file: str, line: int) -> str:
     return f"{os.path.basename(file)}:{line}" if file else "<unknown>"
 
@@ -43,14 +51,16 @@ class GraphInfo:
 
 @dataclass
 class GraphBreakInfo:
-    """A frame that runs in Python, and why."""
+    """A graph break, and why: either the frame runs in Python, or (``resumed``) the graph
+    before the break is compiled and a generated resume function continues after it."""
 
-    function: str  # the frame that runs in Python
+    function: str  # the frame that broke
     file: str  # where the analyzer stopped (the user's line)
     line: int
     reason: str
     internal: bool = False
     error_id: str = ""
+    resumed: bool = False
 
     @property
     def where(self) -> str:
@@ -85,6 +95,16 @@ class ExplainReport:
     @property
     def graph_break_count(self) -> int:
         return len(self.graph_breaks)
+
+    @property
+    def graphs_per_frame(self) -> dict[str, int]:
+        """Graphs per user function: a frame's resume functions ("f.<resume at line 12>")
+        count for the frame ("f")."""
+        counts: dict[str, int] = {}
+        for g in self.graphs:
+            name = _frame_of(g.function)
+            counts[name] = counts.get(name, 0) + 1
+        return counts
 
     @property
     def guards(self) -> list[str]:
@@ -123,7 +143,11 @@ class ExplainReport:
                 lines.append(f"    guard: {guard}")
         for b in self.graph_breaks:
             kind = f"internal error {b.error_id}" if b.internal else "graph break"
-            lines.append(f"  {kind} in {b.function} at {b.where}: {b.reason}")
+            then = "; resumed after it" if b.resumed else "; the frame runs in Python"
+            lines.append(f"  {kind} in {b.function} at {b.where}: {b.reason}{then}")
+        if any(n > 1 for n in self.graphs_per_frame.values()):
+            per = ", ".join(f"{f} {n}" for f, n in self.graphs_per_frame.items())
+            lines.append(f"  graphs per frame: {per}")
         for r in self.recompiles:
             lines.append(f"  recompile of {r.function} at {r.where}: guard failed: {r.guard}")
         return "\n".join(lines)
@@ -158,6 +182,7 @@ class ExplainReport:
                 reason=b["reason"],
                 internal=b["internal"],
                 error_id=b["error_id"],
+                resumed=b.get("resumed", False),
             )
             for b in events["breaks"]
         ]

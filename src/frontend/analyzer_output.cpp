@@ -263,10 +263,9 @@ Capture Analyzer::finishWith(
   PyRef enabled = check(PyObject_CallMethod(torchModule(), "is_grad_enabled", nullptr),
                         "torch.is_grad_enabled()");
   bool initialGrad = enabled.get() == Py_True;
-  if (sameGradMode && gradEnabled_ != initialGrad)
-    fail("the frame changes the grad mode (torch.set_grad_enabled)");
-
   Capture c;
+  // The graph runs without autograd either way; the driver sets the mode the frame leaves.
+  if (sameGradMode && gradEnabled_ != initialGrad) c.gradModeAtExit = gradEnabled_ ? 1 : 0;
   std::vector<Value *> outputs;
   std::map<Value *, int64_t> outputIndex;
 

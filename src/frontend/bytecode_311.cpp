@@ -28,6 +28,34 @@ PyRef own(PyObject *o, const char *what) {
   return PyRef::steal(o);
 }
 
+// Resume codes carry how deep they are nested (a resume function of a resume function...) as
+// their last constant, ("<xjit resume depth>", n): a graph break inside a loop resumes once per
+// iteration, each resume function calling the next, so the nesting is bounded.
+constexpr const char *kDepthMarker = "<xjit resume depth>";
+constexpr int kMaxResumeDepth = 16;
+
+int resumeDepth(PyCodeObject *co) {
+  const Py_ssize_t n = PyTuple_GET_SIZE(co->co_consts);
+  if (n == 0) return 0;
+  PyObject *last = PyTuple_GET_ITEM(co->co_consts, n - 1);
+  if (!PyTuple_CheckExact(last) || PyTuple_GET_SIZE(last) != 2) return 0;
+  PyObject *tag = PyTuple_GET_ITEM(last, 0), *depth = PyTuple_GET_ITEM(last, 1);
+  if (!PyUnicode_Check(tag) || PyUnicode_CompareWithASCIIString(tag, kDepthMarker) != 0 ||
+      !PyLong_Check(depth))
+    return 0;
+  return static_cast<int>(PyLong_AsLong(depth));
+}
+
+/// The user's function a (possibly generated) code object belongs to: "f" for
+/// "f.<resume at line 12>".
+std::string baseQualname(PyCodeObject *co) {
+  const char *q = PyUnicode_AsUTF8(co->co_qualname);
+  std::string s = q ? q : "?";
+  for (const char *suffix : {".<resume at line ", ".<graph break at line "})
+    if (size_t at = s.find(suffix); at != std::string::npos) s.resize(at);
+  return s;
+}
+
 struct Pos {
   int line = -1, endLine = -1, col = -1, endCol = -1; // -1: unknown (None)
 };
@@ -547,10 +575,14 @@ private:
     }
     PyRef cellvars = own(PyTuple_New(0), "tuple");
     const int line = o_.posAt(s_.offset).line;
-    PyRef qualname =
-        own(PyUnicode_FromFormat("%U.<%s at line %d>", co->co_qualname,
-                                 breakCode_ ? "graph break" : "resume", line),
-            "qualname");
+    if (!breakCode_) {
+      PyRef marker = own(Py_BuildValue("(si)", kDepthMarker, resumeDepth(co) + 1), "marker");
+      addConst(marker.get());
+      consts = own(PyList_AsTuple(consts_.get()), "tuple");
+    }
+    PyRef qualname = own(PyUnicode_FromFormat("%s.<%s at line %d>", baseQualname(co).c_str(),
+                                              breakCode_ ? "graph break" : "resume", line),
+                         "qualname");
     const int flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
     const int stack = co->co_stacksize + static_cast<int>(s_.stack.size()) + tailStack_ + 2;
     PyCodeObject *c = PyCode_NewWithPosOnlyArgs(
@@ -590,6 +622,11 @@ bool canBreakAt(PyCodeObject *code, int offset, std::string *why) {
     }
     if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) {
       *why = "generator frame";
+      return false;
+    }
+    if (resumeDepth(code) >= kMaxResumeDepth) {
+      *why = "resume functions nested " + std::to_string(kMaxResumeDepth) +
+             " deep (a graph break in every iteration of a loop); the rest runs in Python";
       return false;
     }
     Original o(code);

@@ -68,6 +68,7 @@ struct CompiledEntry {
   // of breakCode, which runs the breaking instruction and the rest of the frame.
   PyRef breakCode;
   bool breakGradEnabled = true;
+  int gradModeAtExit = -1; // Capture::gradModeAtExit
   uint64_t hits = 0;
 };
 

@@ -336,7 +336,7 @@ bool gradEnabled() {
 
 void dumpGraph(const Graph &g, int id, const SourceLoc &loc, const char *stage) {
   const std::string &dir = settings().dumpDir;
-  if (dir.empty()) return;
+  if (dir.empty() || id < 0) return;
   char prefix[16];
   std::snprintf(prefix, sizeof prefix, "%03d", id);
   std::string fn = loc.function;
@@ -448,17 +448,20 @@ void logRewrittenCode(const CompiledEntry &e, const FrameView &f, int offset) {
   }
 }
 
+/// torch.set_grad_enabled(enabled) where the mode differs. Throws PyErrorSet.
+void setGradMode(bool enabled) {
+  if (gradEnabled() == enabled) return;
+  PyRef torch = checked(PyImport_ImportModule("torch"));
+  checked(PyObject_CallMethod(torch.get(), "set_grad_enabled", "O", enabled ? Py_True : Py_False));
+}
+
 /// Runs the rest of a frame whose capture stopped at a graph break: the break code, as a
 /// function of the frame's globals and closure, on the rebuilt stack and locals.
 PyObject *continueAfterBreak(const CompiledEntry &e, const PyRef &args, const FrameView &f) {
   PyRef fn = checked(PyFunction_New(e.breakCode.get(), f.globals));
   if (PyObject *closure = f.function ? PyFunction_GET_CLOSURE(f.function) : nullptr)
     if (PyFunction_SetClosure(fn.get(), closure) != 0) throw PyErrorSet();
-  if (gradEnabled() != e.breakGradEnabled) {
-    PyRef torch = checked(PyImport_ImportModule("torch"));
-    checked(PyObject_CallMethod(torch.get(), "set_grad_enabled", "O",
-                                e.breakGradEnabled ? Py_True : Py_False));
-  }
+  setGradMode(e.breakGradEnabled);
   return PyObject_Call(fn.get(), args.get(), nullptr);
 }
 
@@ -516,6 +519,7 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     e->pythonReason = "backend='eager': graphs run as the original Python code until op-by-op "
                       "PyTorch execution lands";
   }
+  e->gradModeAtExit = cap.gradModeAtExit;
   if (cap.breakPoint) {
     e->breakCode = cap.breakPoint->breakCode;
     e->breakGradEnabled = cap.breakPoint->gradEnabled;
@@ -643,9 +647,13 @@ void recordGraph(CompiledEntry &e, const ScopeOptions &opts, const SourceLoc &lo
 std::shared_ptr<CompiledEntry> compileCapture(const FrameView &f, Capture &cap,
                                               const ScopeOptions &opts, const SourceLoc &loc,
                                               double captureMs) {
+  // A frame that breaks before any tensor work still gets an entry (it leads to the resume
+  // function), but its empty graph is not reported as a graph (explain, logs, --dump).
+  const bool report = !(cap.breakPoint && cap.graph && !hasWork(*cap.graph));
   std::shared_ptr<CompiledEntry> e = buildEntry(f, cap, opts);
-  double compileMs = optimize(*e, opts, static_cast<int>(events().graphs.size()), loc);
-  recordGraph(*e, opts, loc, captureMs, compileMs);
+  double compileMs = optimize(*e, opts, report ? static_cast<int>(events().graphs.size()) : -1,
+                              loc);
+  if (report) recordGraph(*e, opts, loc, captureMs, compileMs);
   return e;
 }
 
@@ -840,6 +848,7 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
     std::vector<PyRef> done(outs.size());
     PyRef result = buildOutput(e->result, outs, done, values);
     replayEffects(*e, outs, done, values);
+    if (e->gradModeAtExit >= 0) setGradMode(e->gradModeAtExit == 1);
     if (!e->breakCode) return result.release();
     breakArgs = std::move(result);
   } catch (const InternalFailure &fail) {

@@ -151,6 +151,8 @@ struct Capture {
   std::vector<PyRef> fallbackCallables;
   double captureMilliseconds = 0;
   std::optional<BreakPoint> breakPoint; // set: the capture stops at a graph break
+  int gradModeAtExit = -1; // 0/1: the frame leaves grad mode disabled/enabled (e.g. a resume
+                           // function that exits a `with torch.no_grad()` block); -1: unchanged
 };
 
 /// Why a frame (or part of it) could not be captured.

@@ -278,13 +278,37 @@ def breaks(x):
     return x + 1
 
 
-def test_graph_break_runs_in_python_and_is_reported(capsys: Any) -> None:
+def test_graph_break_resumes_and_is_reported(capsys: Any) -> None:
     x = torch.ones(2)
     assert torch.equal(xjit.jit(breaks)(x), x + 1)
     assert capsys.readouterr().out == "side effect"
     ev = fe.events()
     assert len(ev["breaks"]) == 1 and "print" in ev["breaks"][0]["reason"]
-    assert fe.code_state(breaks.__code__)["state"] == "python"
+    assert ev["breaks"][0]["resumed"]
+    # The frame keeps an entry (it leads to the resume function, where `x + 1` is compiled).
+    assert fe.code_state(breaks.__code__)["state"] == "active"
+    line = breaks.__code__.co_firstlineno + 1
+    assert [g["function"] for g in ev["graphs"]] == [f"breaks.<resume at line {line}>"]
+
+
+def closure_breaks(x):
+    scale = 2
+
+    def inner(y):
+        return y * scale
+
+    print("side effect", end="")
+    return inner(x) + 1
+
+
+def test_graph_break_that_cannot_resume_runs_the_frame_in_python(capsys: Any) -> None:
+    x = torch.ones(2)
+    assert torch.equal(xjit.jit(closure_breaks)(x), x * 2 + 1)
+    assert capsys.readouterr().out == "side effect"
+    ev = fe.events()
+    assert len(ev["breaks"]) == 1 and not ev["breaks"][0]["resumed"]
+    assert "cell variables" in ev["breaks"][0]["reason"]
+    assert fe.code_state(closure_breaks.__code__)["state"] == "python"
 
 
 def test_fullgraph_raises_with_location() -> None:
@@ -346,8 +370,10 @@ def test_explain_report() -> None:
     assert "1 graph(s), 0 graph break(s)" in text and f"add_mul at {THIS_FILE}:" in text
 
     report = xjit.explain(breaks)(x)
-    assert (report.graph_count, report.graph_break_count) == (0, 1)
-    assert "print" in report.graph_breaks[0].reason
+    assert (report.graph_count, report.graph_break_count) == (1, 1)
+    assert "print" in report.graph_breaks[0].reason and report.graph_breaks[0].resumed
+    assert report.graphs_per_frame == {"breaks": 1}
+    assert "resumed after it" in str(report)
     assert report.graph_breaks[0].where.startswith(f"{THIS_FILE}:")
 
     report = xjit.explain(MLP())(torch.randn(2, 8))

@@ -1,0 +1,334 @@
+"""Graph breaks in the middle of a frame: the graph before the break is compiled, the breaking
+instruction runs in Python, and a generated resume function continues (and is compiled in turn).
+Each case checks the result against eager PyTorch, the number of graphs and breaks (explain),
+the order of printed output relative to tensor and Python side effects, and that tracebacks
+of exceptions raised after a break point at the user's own lines."""
+
+from __future__ import annotations
+
+import inspect
+import io
+import os
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+fe = pytest.importorskip("xjit._frontend")
+import xjit  # noqa: E402
+from xjit.jit import config  # noqa: E402
+
+THIS_FILE = os.path.basename(__file__)
+
+
+@pytest.fixture(autouse=True)
+def clean() -> Iterator[None]:
+    fe.reset()
+    saved = (config.recompile_limit, config.log, config.strict, config.dump_dir)
+    yield
+    config.recompile_limit, config.log, config.strict, config.dump_dir = saved
+    fe.set_recording(False)
+    fe.reset()
+
+
+def line_of(fn: Any, marker: str) -> int:
+    """The line of `fn`'s source that contains `# <marker>`."""
+    lines, first = inspect.getsourcelines(fn)
+    for i, text in enumerate(lines):
+        if f"# {marker}" in text:
+            return first + i
+    raise AssertionError(f"no line marked {marker!r} in {fn.__name__}")
+
+
+def helper3(a, b, c):
+    return a * 2 + c
+
+
+# ---- the cases (each takes `out`, a StringIO its prints go to) -----------------------------
+
+
+def print_middle(x, out):
+    y = torch.relu(x) * 2
+    print("y", y.shape, file=out)  # BREAK
+    return y + 1
+
+
+def item_arithmetic(x, out):
+    s = x.sum().item()  # BREAK
+    return x * s + 1
+
+
+def item_if(x, out):
+    if (x * 2).sum().item() > 0:  # BREAK
+        return x - 1
+    return x + 1
+
+
+def tolist_call(x, out):
+    vals = (x[0] * 2).tolist()  # BREAK
+    return x + len(vals)
+
+
+def numpy_call(x, out):
+    a = (x + 1).numpy()  # BREAK
+    return torch.from_numpy(a * 2) + x
+
+
+def unknown_c_call(x, out):
+    y = x * 3
+    n = len(os.getcwd())  # BREAK
+    return y + n
+
+
+def loop_break(x, out):
+    for i in range(3):
+        x = x * 2
+        print("iteration", i, file=out)  # BREAK
+        x = x + i
+    return x
+
+
+def two_breaks(x, out):
+    y = x * 2
+    print("first", file=out)  # BREAK
+    z = torch.sin(y)
+    print("second", file=out)
+    return z + y
+
+
+def deep_stack(x, out):
+    a = x + 1
+    b = x * 2
+    c = x - 3
+    d = 4
+    e = "name"
+    unused = x * 5  # dead after the break: not passed on
+    r = helper3(a, print("mid", file=out), b)  # BREAK
+    return r + c + d + len(e)
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.calls = 0
+
+    def forward(self, x, out):
+        h = self.lin(x)
+        self.calls += 1
+        print("calls", self.calls, file=out)  # BREAK
+        return torch.relu(self.lin(h))
+
+
+def no_grad_block(x, out):
+    with torch.no_grad():
+        y = x * 2
+        print("grad enabled:", torch.is_grad_enabled(), file=out)  # BREAK
+        z = y + 1
+    return z, torch.is_grad_enabled()
+
+
+def try_block(x, out):
+    try:
+        y = x * 2
+        print("in try", file=out)  # BREAK
+        raise KeyError("k")
+    except KeyError:
+        y = x * 3
+    return y + 1
+
+
+def effects_order(x, log, out):
+    x.add_(1)
+    log.append("added")
+    print("x", x.tolist(), "log", list(log), file=out)  # BREAK
+    x.mul_(2)
+    log.append("multiplied")
+    print("x", x.tolist(), "log", list(log), file=out)
+    return x.sum()
+
+
+def raises_after_break(x, out):
+    y = x * 2
+    print("before the error", file=out)  # BREAK
+    z = y + 1
+    return z + {}["missing"]  # RAISE
+
+
+CASES: list[tuple[Any, int, int]] = [
+    # (function, graphs compiled by the first call, graph breaks)
+    (print_middle, 2, 1),
+    (item_arithmetic, 2, 1),
+    (item_if, 2, 1),
+    (tolist_call, 2, 1),
+    (unknown_c_call, 2, 1),
+    (two_breaks, 3, 2),
+    (deep_stack, 2, 1),
+    (no_grad_block, 2, 1),
+]
+
+
+def x34() -> torch.Tensor:
+    torch.manual_seed(0)
+    return torch.randn(3, 4)
+
+
+def run_both(fn: Any, *args: Any) -> tuple[Any, str, Any, str]:
+    out_e, out_c = io.StringIO(), io.StringIO()
+    want = fn(*args, out_e)
+    got = xjit.jit(fn, backend="interp")(*args, out_c)
+    return want, out_e.getvalue(), got, out_c.getvalue()
+
+
+def assert_close(got: Any, want: Any) -> None:
+    if isinstance(want, (tuple, list)):
+        assert type(got) is type(want) and len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_close(g, w)
+    elif isinstance(want, torch.Tensor):
+        torch.testing.assert_close(got, want)
+    else:
+        assert got == want
+
+
+@pytest.mark.parametrize("fn,graphs,breaks", CASES, ids=[c[0].__name__ for c in CASES])
+def test_break_matches_eager(fn: Any, graphs: int, breaks: int) -> None:
+    x = x34()
+    want, printed_e, got, printed_c = run_both(fn, x)
+    assert_close(got, want)
+    assert printed_c == printed_e
+    fe.reset()
+    report = xjit.explain(fn, backend="interp")(x, io.StringIO())
+    assert report.graph_count == graphs, str(report)
+    assert report.graph_break_count == breaks, str(report)
+    first = report.graph_breaks[0]
+    assert first.resumed, str(report)
+    assert first.where == f"{THIS_FILE}:{line_of(fn, 'BREAK')}", str(report)
+    # The graphs before and after the break belong to this frame (resume functions count).
+    assert report.graphs_per_frame.get(fn.__qualname__) == graphs, str(report)
+    # Later calls reuse every entry (the frame and its resume functions).
+    compiled = xjit.jit(fn, backend="interp")
+    out = io.StringIO()
+    assert_close(compiled(x, out), want)
+    assert out.getvalue() == printed_e
+    ev = fe.events()
+    before = len(ev["graphs"])
+    hits = ev["counters"]["cache_hits"]
+    compiled(x, io.StringIO())
+    ev = fe.events()
+    assert len(ev["graphs"]) == before
+    assert ev["counters"]["cache_hits"] >= hits + graphs
+
+
+def test_numpy_break() -> None:
+    x = x34()
+    want, printed_e, got, printed_c = run_both(numpy_call, x)
+    assert_close(got, want)
+    report = xjit.explain(numpy_call, backend="interp")(x, io.StringIO())
+    assert report.graph_breaks[0].resumed
+    assert report.graph_breaks[0].where == f"{THIS_FILE}:{line_of(numpy_call, 'BREAK')}"
+    assert report.graph_count >= 1
+
+
+def test_break_in_loop_body() -> None:
+    x = x34()
+    want, printed_e, got, printed_c = run_both(loop_break, x)
+    assert_close(got, want)
+    assert printed_c == printed_e == "iteration 0\niteration 1\niteration 2\n"
+    report = xjit.explain(loop_break, backend="interp")(x, io.StringIO())
+    # One graph per iteration up to the print, and the tail after the loop.
+    assert report.graph_count == 4, str(report)
+    assert all(b.resumed for b in report.graph_breaks), str(report)
+
+
+def test_break_in_method_using_self() -> None:
+    torch.manual_seed(0)
+    m_e = Block()
+    m_c = Block()
+    m_c.load_state_dict(m_e.state_dict())
+    x = x34()
+    out_e, out_c = io.StringIO(), io.StringIO()
+    with torch.no_grad():
+        want = m_e(x, out_e)
+        compiled = xjit.jit(m_c, backend="interp")
+        got = compiled(x, out_c)
+        got2 = compiled(x, out_c)
+    assert_close(got, want)
+    assert_close(got2, want)
+    assert m_c.calls == 2 and m_e.calls == 1
+    assert out_c.getvalue() == "calls 1\ncalls 2\n"
+    fe.reset()
+    with torch.no_grad():
+        report = xjit.explain(Block(), backend="interp")(x, io.StringIO())
+    assert report.graph_count == 2, str(report)
+    assert report.graph_breaks[0].resumed
+
+
+def test_no_grad_block_restores_grad_mode() -> None:
+    x = x34()
+    with torch.enable_grad():
+        out = io.StringIO()
+        z, grad_after = xjit.jit(no_grad_block, backend="interp")(x, out)
+        assert torch.is_grad_enabled()
+    assert grad_after is True
+    assert out.getvalue() == "grad enabled: False\n"
+    torch.testing.assert_close(z, x * 2 + 1)
+
+
+def test_break_inside_try_block() -> None:
+    x = x34()
+    want, printed_e, got, printed_c = run_both(try_block, x)
+    assert_close(got, want)
+    assert printed_c == printed_e
+
+
+def test_side_effect_order() -> None:
+    x_e, x_c = x34(), x34()
+    log_e: list[str] = []
+    log_c: list[str] = []
+    out_e, out_c = io.StringIO(), io.StringIO()
+    want = effects_order(x_e, log_e, out_e)
+    got = xjit.jit(effects_order, backend="interp")(x_c, log_c, out_c)
+    assert_close(got, want)
+    torch.testing.assert_close(x_c, x_e)
+    assert log_c == log_e == ["added", "multiplied"]
+    assert out_c.getvalue() == out_e.getvalue()
+    report = xjit.explain(effects_order, backend="interp")(x34(), [], io.StringIO())
+    assert report.graph_breaks and report.graph_breaks[0].resumed, str(report)
+
+
+def test_traceback_after_break_points_at_user_line() -> None:
+    x = x34()
+    out = io.StringIO()
+    with pytest.raises(KeyError) as info:
+        xjit.jit(raises_after_break, backend="interp")(x, out)
+    assert out.getvalue() == "before the error\n"
+    frames = traceback.extract_tb(info.value.__traceback__)
+    last = frames[-1]
+    assert os.path.basename(last.filename) == THIS_FILE
+    assert last.lineno == line_of(raises_after_break, "RAISE")
+    assert last.name == "raises_after_break"
+    # Every generated frame in between points into the function's own lines.
+    first_line = raises_after_break.__code__.co_firstlineno
+    for fr in frames:
+        if fr.name == "raises_after_break":
+            assert first_line <= fr.lineno <= last.lineno
+
+
+def test_fullgraph_raises_on_break() -> None:
+    with pytest.raises(xjit.XjitCompileError, match="graph break"):
+        xjit.jit(print_middle, backend="interp", fullgraph=True)(x34(), io.StringIO())
+
+
+def test_log_and_dump_rewritten_bytecode(tmp_path: Any, capsys: Any) -> None:
+    config.log = "bytecode"
+    config.dump_dir = str(tmp_path)
+    xjit.jit(print_middle, backend="interp")(x34(), io.StringIO())
+    err = capsys.readouterr().err
+    assert "break code" in err and "resume code" in err
+    dumped = list(tmp_path.glob("*.bytecode.txt"))
+    assert dumped, list(tmp_path.iterdir())
+    text = dumped[0].read_text()
+    assert "CALL" in text and "print_middle" in text
