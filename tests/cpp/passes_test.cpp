@@ -4,6 +4,7 @@
 // (pipelines, options, errors) and targeted cases the fuzzer rarely produces.
 #include "random_graph.h"
 
+#include "value_test_util.h"
 #include "xjit/ir/builder.h"
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/interpreter.h"
@@ -45,23 +46,7 @@ Tolerance toleranceFor(const std::string &pass) {
   return {};
 }
 
-RtValue deepCopy(const RtValue &v) {
-  if (v.isTensor()) return RtValue(v.tensor().contiguousCopy());
-  if (v.isList()) {
-    RtList l;
-    for (const RtValue &e : v.list())
-      l.push_back(deepCopy(e));
-    return RtValue(std::move(l));
-  }
-  return v;
-}
-
-std::vector<RtValue> deepCopy(const std::vector<RtValue> &vs) {
-  std::vector<RtValue> out;
-  for (const RtValue &v : vs)
-    out.push_back(deepCopy(v));
-  return out;
-}
+using testutil::deepCopy;
 
 bool close(double a, double b, const Tolerance &tol) {
   if (a == b || (std::isnan(a) && std::isnan(b))) return true;

@@ -4,6 +4,7 @@
 // the patterns each pass rewrites injected; plus the device ops' kernels and bindParameters.
 #include "random_graph.h"
 
+#include "value_test_util.h"
 #include "xjit/ir/builder.h"
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/interpreter.h"
@@ -24,23 +25,7 @@ namespace {
 
 // ---- running and comparing ----
 
-RtValue deepCopy(const RtValue &v) {
-  if (v.isTensor()) return RtValue(v.tensor().contiguousCopy());
-  if (v.isList()) {
-    RtList l;
-    for (const RtValue &e : v.list())
-      l.push_back(deepCopy(e));
-    return RtValue(std::move(l));
-  }
-  return v;
-}
-
-std::vector<RtValue> deepCopy(const std::vector<RtValue> &vs) {
-  std::vector<RtValue> out;
-  for (const RtValue &v : vs)
-    out.push_back(deepCopy(v));
-  return out;
-}
+using testutil::deepCopy;
 
 /// "" if a and b are equal (within rtol/atol for floating tensors and floats), else why not.
 std::string compare(const RtValue &a, const RtValue &b, double rtol = 0, double atol = 0) {
