@@ -245,8 +245,17 @@ VarPtr Analyzer::wrapSourced(PyObject *o, const Source &src) {
     PyObject *c = PyCell_GET(o);
     v = std::make_shared<CellVar>(c ? wrapSourced(c, plus(src, attrStep("cell_contents")))
                                     : nullptr);
+  } else if (PyMethod_Check(o) || (PyCFunction_Check(o) && PyCFunction_GET_SELF(o) &&
+                                   !PyModule_Check(PyCFunction_GET_SELF(o)))) {
+    // A bound method is a new object at every attribute read: it is guarded through the
+    // object it is bound to (and, for Python methods, the function).
+    guardType(src, reinterpret_cast<PyObject *>(Py_TYPE(o)));
+    PyObject *self = PyMethod_Check(o) ? PyMethod_GET_SELF(o) : PyCFunction_GET_SELF(o);
+    guardId(plus(src, attrStep("__self__")), self);
+    if (PyMethod_Check(o)) guardId(plus(src, attrStep("__func__")), PyMethod_GET_FUNCTION(o));
+    v = constant(o);
   } else if (PyFunction_Check(o) || PyType_Check(o) || PyModule_Check(o) || PyCFunction_Check(o) ||
-             PyMethod_Check(o) || dtypeFromTorch(o)) {
+             dtypeFromTorch(o)) {
     guardId(src, o);
     v = constant(o);
   } else if (std::strcmp(Py_TYPE(o)->tp_name, "torch.device") == 0) {

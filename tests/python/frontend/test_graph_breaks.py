@@ -10,6 +10,7 @@ import inspect
 import io
 import os
 import traceback
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -332,3 +333,102 @@ def test_log_and_dump_rewritten_bytecode(tmp_path: Any, capsys: Any) -> None:
     assert dumped, list(tmp_path.iterdir())
     text = dumped[0].read_text()
     assert "CALL" in text and "print_middle" in text
+
+
+def write_method(x, out):
+    y = x * 2
+    out.write("hi")  # BREAK: a C method bound to an argument
+    return y + 1
+
+
+def test_break_at_bound_method_of_an_argument() -> None:
+    compiled = xjit.jit(write_method, backend="interp")
+    first, second = io.StringIO(), io.StringIO()
+    x = x34()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning: the capture's guards hold
+        assert_close(compiled(x, first), x * 2 + 1)
+        assert_close(compiled(x, second), x * 2 + 1)
+    # The method is looked up on the object passed in, not on the first call's.
+    assert (first.getvalue(), second.getvalue()) == ("hi", "hi")
+
+
+def noisy_helper(t, out):
+    print("helper", file=out)  # BREAK
+    return t * 3
+
+
+def calls_noisy_helper(x, out):
+    y = x * 2
+    z = noisy_helper(y, out)  # CALL
+    return z + 1
+
+
+def test_break_inside_an_inlined_call_resumes_at_the_call() -> None:
+    x = x34()
+    want, printed_e, got, printed_c = run_both(calls_noisy_helper, x)
+    assert_close(got, want)
+    assert printed_c == printed_e == "helper\n"
+    report = xjit.explain(calls_noisy_helper, backend="interp")(x, io.StringIO())
+    # The caller breaks at its call (graphs before and after it); the helper runs as a frame of
+    # its own and breaks at its print (its graph after the print).
+    assert report.graphs_per_frame == {"calls_noisy_helper": 2, "noisy_helper": 1}, str(report)
+    first = report.graph_breaks[0]
+    assert first.resumed and first.where == f"{THIS_FILE}:{line_of(noisy_helper, 'BREAK')}"
+
+
+def loop_over_tensors(xs, out):
+    acc = xs[0] * 0
+    for t in xs:
+        acc = acc + t * 2
+        print("step", file=out)  # BREAK
+    return acc
+
+
+def test_break_in_loop_over_a_list_of_tensors() -> None:
+    xs = [x34() * i for i in range(3)]
+    want, printed_e, got, printed_c = run_both(loop_over_tensors, xs)
+    assert_close(got, want)
+    assert printed_c == printed_e
+
+
+def long_loop(x, out):
+    for i in range(40):
+        x = x + i
+        print(i, end=",", file=out)  # BREAK
+    return x
+
+
+def test_break_in_a_long_loop_is_bounded() -> None:
+    x = x34()
+    want, printed_e, got, printed_c = run_both(long_loop, x)
+    assert_close(got, want)
+    assert printed_c == printed_e
+    report = xjit.explain(long_loop, backend="interp")(x, io.StringIO())
+    # One resume function per iteration up to the nesting bound, then the rest runs in Python.
+    assert 10 <= report.graph_count <= 20, str(report)
+    assert not report.graph_breaks[-1].resumed
+    assert "nested" in report.graph_breaks[-1].reason
+
+
+class FailingWriter:
+    def write(self, text: str) -> None:
+        raise OSError("disk full")
+
+
+def print_fails_in_no_grad(x, out):
+    with torch.no_grad():
+        y = x * 2
+        print("no grad", file=out)  # BREAK
+        y = y + 1
+    return y
+
+
+def test_exception_from_the_breaking_instruction_in_no_grad_restores_grad_mode() -> None:
+    compiled = xjit.jit(print_fails_in_no_grad, backend="interp")
+    with torch.enable_grad():
+        with pytest.raises(OSError, match="disk full") as info:
+            compiled(x34(), FailingWriter())
+        assert torch.is_grad_enabled()
+    lines = [f.lineno for f in traceback.extract_tb(info.value.__traceback__)]
+    assert line_of(print_fails_in_no_grad, "BREAK") in lines
