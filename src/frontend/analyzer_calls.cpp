@@ -471,6 +471,34 @@ int operatorCompare(const std::string &n) {
 // ---------------------------------------------------------------------------------------------
 // Dispatch
 
+namespace {
+/// os.environ.get(k[, d]) / os.environ[k] / k in os.environ with constant arguments (library
+/// code reads settings this way, e.g. transformers' SDPA integration): evaluated now. Reading
+/// os.environ._data through its source guards the environment's keys and values, so a changed
+/// variable recompiles. nullptr: not such a call.
+VarPtr environLookup(Analyzer &a, const VarPtr &self, const std::string &name, const Args &args) {
+  auto *o = as<ObjectVar>(self);
+  if (!o || !o->source || std::strcmp(Py_TYPE(o->obj.get())->tp_name, "_Environ") != 0)
+    return nullptr;
+  if (name != "get" && name != "__getitem__" && name != "__contains__") return nullptr;
+  if (!args.kw.empty()) return nullptr;
+  PyRef pos = check(PyTuple_New(static_cast<Py_ssize_t>(args.pos.size())), "tuple");
+  for (size_t i = 0; i < args.pos.size(); ++i) {
+    PyRef v = a.asPython(args.pos[i]);
+    if (!v) return nullptr;
+    PyTuple_SET_ITEM(pos.get(), static_cast<Py_ssize_t>(i), v.release());
+  }
+  a.getAttr(self, "_data"); // the guards
+  PyRef method = PyRef::steal(PyObject_GetAttrString(o->obj.get(), name.c_str()));
+  PyRef r = method ? PyRef::steal(PyObject_Call(method.get(), pos.get(), nullptr)) : PyRef();
+  if (!r) {
+    PyErr_Clear();
+    a.fail("os.environ." + name + "() raises");
+  }
+  return a.constant(r.get());
+}
+} // namespace
+
 VarPtr Analyzer::call(const VarPtr &callable, const Args &args) {
   switch (callable->kind) {
   case VarKind::Object:
@@ -483,6 +511,7 @@ VarPtr Analyzer::call(const VarPtr &callable, const Args &args) {
   case VarKind::Bound: {
     auto *b = as<BoundVar>(callable);
     if (!b->func) return callMethod(b->self, b->name, args);
+    if (VarPtr r = environLookup(*this, b->self, b->name, args)) return r;
     Args a2;
     a2.pos.reserve(args.pos.size() + 1);
     a2.pos.push_back(b->self);

@@ -42,6 +42,20 @@ PyBinary pyBinary(int nb) {
   return nb >= 0 && nb < NB_NUM_OPS ? ops[nb] : nullptr;
 }
 
+/// isinstance(o, torch.nn.ModuleList).
+bool isModuleList(PyObject *o) {
+  static PyObject *cls = [] {
+    PyObject *nn = PyObject_GetAttrString(torchModule(), "nn");
+    PyObject *c = nn ? PyObject_GetAttrString(nn, "ModuleList") : nullptr;
+    Py_XDECREF(nn);
+    PyErr_Clear();
+    return c; // kept for the life of the process
+  }();
+  int r = cls ? PyObject_IsInstance(o, cls) : 0;
+  if (r < 0) PyErr_Clear();
+  return r == 1;
+}
+
 bool foldable(PyObject *o) {
   return o == Py_None || PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) ||
          PyComplex_Check(o) || PyUnicode_Check(o) || PyBytes_Check(o) || PyTuple_Check(o) ||
@@ -411,6 +425,29 @@ VarPtr Analyzer::getItem(const VarPtr &obj, const VarPtr &key) {
       Source s = *m->source;
       s.push_back(SourceStep{SourceStep::DictKey, 0, "", k});
       return wrapSourced(item, s);
+    }
+    if (PySlice_Check(k.get()) && isModuleList(hold.get())) {
+      // `self.layers[:n]` (HF decoders): a list of the selected layers, each reached through
+      // its index in the original ModuleList, whose length is guarded.
+      Py_ssize_t n = PyObject_Size(m->obj.get()), start = 0, stop = 0, step = 1;
+      if (n < 0 || PySlice_Unpack(k.get(), &start, &stop, &step) < 0) {
+        PyErr_Clear();
+        fail("module subscript with a slice that raises");
+      }
+      Py_ssize_t count = PySlice_AdjustIndices(n, &start, &stop, step);
+      guardLen(*m->source, n);
+      std::vector<VarPtr> items;
+      for (Py_ssize_t j = 0, i = start; j < count; ++j, i += step) {
+        PyRef layer = PyRef::steal(PySequence_GetItem(m->obj.get(), i));
+        if (!layer) {
+          PyErr_Clear();
+          fail("module subscript with a slice that raises");
+        }
+        Source s = *m->source;
+        s.push_back(SourceStep{SourceStep::Item, static_cast<int64_t>(i), "", {}});
+        items.push_back(wrapSourced(layer.get(), s));
+      }
+      return std::make_shared<ListVar>(std::move(items));
     }
     fail("module subscript with a " + std::string(Py_TYPE(k.get())->tp_name));
   }

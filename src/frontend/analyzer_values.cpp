@@ -233,7 +233,8 @@ VarPtr Analyzer::wrapSourced(PyObject *o, const Source &src) {
     addGuard(std::move(g));
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.get()); ++i) {
       PyObject *k = PyList_GET_ITEM(keys.get(), i);
-      if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
+      // bytes keys: os.environ._data (os.environ.get() in library code).
+      if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k) && !PyBytes_CheckExact(k))
         fail("dict " + key + " with a key of type " + Py_TYPE(k)->tp_name);
       PyObject *val = PyDict_GetItem(o, k);
       d->items.emplace_back(
@@ -302,7 +303,7 @@ VarPtr Analyzer::containerView(const VarPtr &v) {
     auto d = std::make_shared<DictVar>();
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.get()); ++i) {
       PyObject *k = PyList_GET_ITEM(keys.get(), i);
-      if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
+      if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k) && !PyBytes_CheckExact(k))
         fail("dict " + sourceKey(src) + " with a key of type " + Py_TYPE(k)->tp_name);
       d->items.emplace_back(
           PyRef::borrow(k),

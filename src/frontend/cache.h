@@ -10,6 +10,7 @@
 #include "xjit/frontend/capture.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,7 +38,7 @@ struct EffectPlan {
 
 enum class EntryAction : uint8_t {
   RunGraph,  // run the compiled graph instead of the frame
-  RunPython, // run the frame in Python (backend "eager", or a capture xjit cannot run, e.g.
+  RunPython, // run the frame in Python (a capture xjit cannot run, e.g.
              // autograd through its inputs): the guards only say when that decision holds
 };
 
@@ -61,8 +62,10 @@ struct CompiledEntry {
   std::vector<EffectPlan> effects;
   std::vector<int> entrySlots;      // sources read by outputs/effects, evaluated before the graph
   std::vector<int64_t> externalIds; // registered external functions (unregistered on destroy)
+  std::map<int64_t, PyRef> externalCallables; // registered id -> PyTorch callable (eager, check)
   bool rerunnable = true;           // the graph writes nothing the caller sees (no in-place
                                     // ops, no external calls): the frame may run after it fails
+  bool eager = false;               // backend="eager": the graph runs op by op with PyTorch
   int graphId = -1;                 // index of this graph in the event log
   // A capture that stops at a graph break (Capture::breakPoint): `result` builds the arguments
   // of breakCode, which runs the breaking instruction and the rest of the frame.

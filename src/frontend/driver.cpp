@@ -1,6 +1,7 @@
 #include "driver.h"
 
 #include "bytecode_rewrite.h"
+#include "eager.h"
 #include "eval_frame.h"
 #include "events.h"
 #include "tensor_bridge.h"
@@ -147,6 +148,7 @@ void registerExternals(Graph &g, const std::vector<PyRef> &callables, CompiledEn
       }
     });
     e.externalIds.push_back(id);
+    e.externalCallables[id] = callables[static_cast<size_t>(index)];
     op->setAttr("callee", Attr(id));
   }
 }
@@ -297,6 +299,33 @@ std::vector<RtValue> fetchInputs(const CompiledEntry &e, SourceValues &values) {
     in.push_back(toRtValue(o, &e.inputTypes[i]));
   }
   return in;
+}
+
+/// The graph's inputs as Python objects (the eager backend's operands): the sources' objects
+/// themselves, or copies of the tensors (--check, which must not write the caller's tensors).
+std::vector<PyRef> pythonInputs(const CompiledEntry &e, SourceValues &values, bool copyTensors) {
+  static PyObject *cloneName = internedStr("clone");
+  std::vector<PyRef> in;
+  for (size_t i = 0; i < e.inputSlots.size(); ++i) {
+    PyObject *o = values.get(e.inputSlots[i]);
+    if (!o)
+      throw InternalFailure{errors::kRun, "graph input " + std::to_string(i) + " (" +
+                                              e.sources.str(e.inputSlots[i]) + ") cannot be read"};
+    in.push_back(copyTensors && isPlainTensor(o) ? checked(PyObject_CallMethodNoArgs(o, cloneName))
+                                                 : PyRef::borrow(o));
+  }
+  return in;
+}
+
+/// backend="eager": the graph op by op with PyTorch. A failure is xjit's (an op PyTorch was
+/// given wrongly), reported as an internal error; the frame may then rerun in Python.
+std::vector<PyRef> runEagerChecked(const CompiledEntry &e, const std::vector<PyRef> &in) {
+  try {
+    return runEager(*e.graph, in, e.externalCallables);
+  } catch (const PyErrorSet &) {
+    if (interruptPending()) throw;
+    throw std::runtime_error("backend='eager': " + takePyErrorMessage());
+  }
 }
 
 // ---- compile --------------------------------------------------------------------------------
@@ -514,11 +543,7 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     fx.text = (fx.target >= 0 ? e->sources.str(fx.target) : "G") + "." + s.name;
     e->effects.push_back(std::move(fx));
   }
-  if (opts.backend == Backend::Eager && e->action == EntryAction::RunGraph) {
-    e->action = EntryAction::RunPython;
-    e->pythonReason = "backend='eager': graphs run as the original Python code until op-by-op "
-                      "PyTorch execution lands";
-  }
+  e->eager = opts.backend == Backend::Eager;
   e->gradModeAtExit = cap.gradModeAtExit;
   if (cap.breakPoint) {
     e->breakCode = cap.breakPoint->breakCode;
@@ -760,22 +785,34 @@ PyObject *runChecked(const std::shared_ptr<CompiledEntry> &e, SourceValues &valu
   const SourceLoc loc = codeLoc(values.frame().code);
   PyRef compiled;
   std::string failure;
+  std::vector<PyRef> opInputs; // the inputs as at entry, for the op-by-op comparison
   {
     BusyScope busy;
     try {
-      std::vector<RtValue> in;
-      for (size_t i = 0; i < e->inputSlots.size(); ++i) {
-        PyObject *o = values.get(e->inputSlots[i]);
-        if (o && isPlainTensor(o)) {
-          PyRef copy = checked(PyObject_CallMethodNoArgs(o, cloneName));
-          in.emplace_back(importTensor(copy.get()));
-        } else {
-          in.push_back(toRtValue(o ? o : Py_None, &e->inputTypes[i]));
+      // A graph that writes its inputs (in place) gets copies taken now: the frame runs after.
+      opInputs = pythonInputs(*e, values, !e->rerunnable);
+      std::vector<RtValue> outs;
+      std::vector<PyRef> done;
+      if (e->eager) {
+        done = runEagerChecked(*e, pythonInputs(*e, values, true));
+        outs.resize(done.size());
+      } else {
+        std::vector<RtValue> in;
+        for (size_t i = 0; i < e->inputSlots.size(); ++i) {
+          PyObject *o = values.get(e->inputSlots[i]);
+          if (o && isPlainTensor(o)) {
+            PyRef copy = checked(PyObject_CallMethodNoArgs(o, cloneName));
+            in.emplace_back(importTensor(copy.get()));
+          } else {
+            in.push_back(toRtValue(o ? o : Py_None, &e->inputTypes[i]));
+          }
         }
+        outs = interpret(*e->graph, std::move(in));
+        done.resize(outs.size());
       }
-      std::vector<RtValue> outs = interpret(*e->graph, std::move(in));
-      std::vector<PyRef> done(outs.size());
       compiled = buildOutput(e->result, outs, done, values);
+    } catch (const InternalFailure &fail) {
+      failure = fail.reason;
     } catch (const PyErrorSet &) {
       restoreParkedError();
       failure = takePyErrorMessage();
@@ -801,6 +838,15 @@ PyObject *runChecked(const std::shared_ptr<CompiledEntry> &e, SourceValues &valu
       Py_DECREF(r);
     }
   }
+  if (!message.empty() && failure.empty()) {
+    // Which op: the graph again, op by op, each op in PyTorch and in the reference interpreter
+    // on the same operands.
+    BusyScope busy;
+    std::string op = firstDifferingOp(*e->graph, opInputs, e->externalCallables);
+    message += "; " + (op.empty() ? std::string("every op agrees with PyTorch on its own operands "
+                                                "(the capture differs from the Python code)")
+                                  : op);
+  }
   events().checks.push_back({loc, message});
   if (!message.empty()) {
     if (!warnUser("xjit --check: " + loc.function + " at " + shortLoc({loc.file, loc.line, ""}) +
@@ -813,6 +859,19 @@ PyObject *runChecked(const std::shared_ptr<CompiledEntry> &e, SourceValues &valu
   return eager;
 }
 
+} // namespace
+
+namespace {
+void runInterpreter(const CompiledEntry &e, std::vector<RtValue> in, std::vector<RtValue> &outs) {
+  if (settings().profile) {
+    Clock::time_point t0 = Clock::now();
+    outs = interpret(*e.graph, std::move(in));
+    events().counters.graphNs +=
+        static_cast<uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count());
+  } else {
+    outs = interpret(*e.graph, std::move(in));
+  }
+}
 } // namespace
 
 PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values, CodeCache &cache,
@@ -834,18 +893,19 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
       values.get(slot); // sources as the frame saw them at entry
     if (settings().inject == "run")
       throw InternalFailure{errors::kRun, "injected failure (XJIT_TEST_INJECT=run)"};
-    std::vector<RtValue> in = fetchInputs(*e, values);
-    graphRan = true;
     std::vector<RtValue> outs;
-    if (settings().profile) {
-      Clock::time_point t0 = Clock::now();
-      outs = interpret(*e->graph, std::move(in));
-      events().counters.graphNs +=
-          static_cast<uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count());
+    std::vector<PyRef> done;
+    if (e->eager) {
+      std::vector<PyRef> in = pythonInputs(*e, values, false);
+      graphRan = true;
+      done = runEagerChecked(*e, in);
+      outs.resize(done.size());
     } else {
-      outs = interpret(*e->graph, std::move(in));
+      std::vector<RtValue> in = fetchInputs(*e, values);
+      graphRan = true;
+      runInterpreter(*e, std::move(in), outs);
+      done.resize(outs.size());
     }
-    std::vector<PyRef> done(outs.size());
     PyRef result = buildOutput(e->result, outs, done, values);
     replayEffects(*e, outs, done, values);
     if (e->gradModeAtExit >= 0) setGradMode(e->gradModeAtExit == 1);

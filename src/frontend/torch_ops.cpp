@@ -1077,6 +1077,26 @@ LOWER(lowerTakeAlongDim) {
   return a.emit1("take_along_dim", {b.at("input"), b.at("indices")}, std::move(attrs));
 }
 
+LOWER(lowerDiff) { // diff(input, n=1, dim=-1, prepend=None, append=None): slices and sub
+  int64_t n = toInt(a, b.at("n"), "n"), dim = toInt(a, b.at("dim"), "dim");
+  if (n < 0) a.fail("torch.diff() with a negative order");
+  VarPtr x = b.at("input");
+  std::vector<VarPtr> parts;
+  if (!isNoneVar(b.at("prepend"))) parts.push_back(b.at("prepend"));
+  parts.push_back(x);
+  if (!isNoneVar(b.at("append"))) parts.push_back(b.at("append"));
+  for (const VarPtr &p : parts)
+    tensorOf(a, p, "torch.diff operand");
+  if (parts.size() > 1) x = a.emit1("cat", parts, {{"dim", Attr(dim)}});
+  const bool isBool = tensorOf(a, x, "input").value->type().dtype() == DType::Bool;
+  for (int64_t k = 0; k < n; ++k) {
+    VarPtr hi = a.emit1("slice", {x}, {{"dim", Attr(dim)}, {"start", Attr(int64_t(1))}});
+    VarPtr lo = a.emit1("slice", {x}, {{"dim", Attr(dim)}, {"end", Attr(int64_t(-1))}});
+    x = a.emit1(isBool ? "logical_xor" : "sub", {hi, lo});
+  }
+  return x;
+}
+
 #undef LOWER
 
 // ---- the table ----
@@ -1281,6 +1301,8 @@ const std::vector<TorchRow> &table() {
       {"torch.unbind Tensor.unbind", "input, dim=0", "unbind", "input | dim", lowerMultiResult},
       {"torch.split Tensor.split", "input, split_size_or_sections, dim=0", "split", "", lowerSplit},
       {"torch.cat torch.concat torch.concatenate", "tensors, dim=0", "cat", "", lowerCatStack},
+      {"torch.diff Tensor.diff", "input, n=1, dim=-1, prepend=None, append=None", "sub", "",
+       lowerDiff},
       {"torch.stack", "tensors, dim=0", "stack", "", lowerCatStack},
       {"Tensor.contiguous", "input, memory_format=None", "contiguous", "", lowerIdentityOp},
       {"torch.clone Tensor.clone", "input, *, memory_format=None", "clone", "", lowerIdentityOp},
@@ -1703,6 +1725,27 @@ MODULE_LOWER(modActivation, {
   return nullptr;
 })
 
+// nn.LSTMCell on a batch with a given (h, c): the gate arithmetic of PyTorch's lstm_cell, so
+// that an LSTM written as a Python loop is one graph of IR ops rather than fallback calls.
+// Unbatched inputs or a missing state inline forward (which calls _VF.lstm_cell: a fallback).
+MODULE_LOWER(modLSTMCell, {
+  if (args.pos.size() != 2 || !args.kw.empty()) return nullptr;
+  auto *x = as<TensorVar>(args.pos[0]);
+  if (!x || x->value->type().rank() != 2 || isNoneVar(args.pos[1])) return nullptr;
+  std::vector<VarPtr> hc = a.sequenceItems(args.pos[1], "LSTMCell state");
+  if (hc.size() != 2) return nullptr;
+  VarPtr gates =
+      a.emit1("add", {callF(a, "linear", {args.pos[0], attr("weight_ih"), attr("bias_ih")}),
+                      callF(a, "linear", {hc[0], attr("weight_hh"), attr("bias_hh")})});
+  std::vector<VarPtr> g =
+      a.emit("chunk", {gates}, {{"chunks", Attr(int64_t(4))}, {"dim", Attr(int64_t(1))}});
+  VarPtr in = a.emit1("sigmoid", {g[0]}), forget = a.emit1("sigmoid", {g[1]});
+  VarPtr cell = a.emit1("tanh", {g[2]}), out = a.emit1("sigmoid", {g[3]});
+  VarPtr c = a.emit1("add", {a.emit1("mul", {forget, hc[1]}), a.emit1("mul", {in, cell})});
+  VarPtr h = a.emit1("mul", {out, a.emit1("tanh", {c})});
+  return std::make_shared<TupleVar>(std::vector<VarPtr>{h, c});
+})
+
 #undef MODULE_LOWER
 
 const std::unordered_map<PyObject *, ModuleLower> &moduleTable() {
@@ -1750,6 +1793,7 @@ const std::unordered_map<PyObject *, ModuleLower> &moduleTable() {
         {"LeakyReLU", modActivation},
         {"Hardtanh", modActivation},
         {"Softplus", modActivation},
+        {"LSTMCell", modLSTMCell},
     };
     for (auto &[name, fn] : rows) {
       PyObject *cls = PyObject_GetAttrString(nn.get(), name);

@@ -1,0 +1,258 @@
+#include "eager.h"
+
+#include "events.h"
+#include "py_util.h"
+#include "tensor_bridge.h"
+
+#include "xjit/ir/builder.h"
+#include "xjit/ir/interpreter.h"
+#include "xjit/ir/op_registry.h"
+
+#include <stdexcept>
+#include <unordered_map>
+
+namespace xjit::frontend {
+
+namespace {
+
+/// xjit._eager's entry points (imported once; kept for the life of the process).
+struct EagerModule {
+  PyObject *runOp = nullptr;
+  PyObject *compareOp = nullptr;
+};
+
+const EagerModule &eagerModule() {
+  static EagerModule m = [] {
+    EagerModule r;
+    PyRef mod = checked(PyImport_ImportModule("xjit._eager"));
+    r.runOp = checked(PyObject_GetAttrString(mod.get(), "run_op")).release();
+    r.compareOp = checked(PyObject_GetAttrString(mod.get(), "compare_op")).release();
+    return r;
+  }();
+  return m;
+}
+
+PyRef attrToPython(const Attr &a) {
+  switch (a.kind()) {
+  case AttrKind::Int: return checked(PyLong_FromLongLong(a.asInt()));
+  case AttrKind::Float: return checked(PyFloat_FromDouble(a.asFloat()));
+  case AttrKind::Bool: return PyRef::borrow(a.asBool() ? Py_True : Py_False);
+  case AttrKind::Str: return checked(PyUnicode_FromString(a.asStr().c_str()));
+  case AttrKind::Ints: {
+    PyRef l = checked(PyList_New(static_cast<Py_ssize_t>(a.asInts().size())));
+    for (size_t i = 0; i < a.asInts().size(); ++i)
+      PyList_SET_ITEM(l.get(), Py_ssize_t(i),
+                      checked(PyLong_FromLongLong(a.asInts()[i])).release());
+    return l;
+  }
+  case AttrKind::Floats: {
+    PyRef l = checked(PyList_New(static_cast<Py_ssize_t>(a.asFloats().size())));
+    for (size_t i = 0; i < a.asFloats().size(); ++i)
+      PyList_SET_ITEM(l.get(), Py_ssize_t(i),
+                      checked(PyFloat_FromDouble(a.asFloats()[i])).release());
+    return l;
+  }
+  case AttrKind::DType:
+    return checked(PyUnicode_FromString(std::string(dtypeName(a.asDType())).c_str()));
+  case AttrKind::Type: return checked(PyUnicode_FromString(a.asType().str().c_str()));
+  case AttrKind::Tensor: return checked(PyUnicode_FromString(a.str().c_str()));
+  }
+  return PyRef::borrow(Py_None);
+}
+
+/// Runs one op (without regions) in the reference interpreter on the given operands: a graph
+/// holding only that op, its inputs typed as the op's operands.
+std::vector<PyRef> interpretOp(const Op &op, const std::vector<PyRef> &operands) {
+  Graph g("op");
+  std::vector<Value *> ins;
+  std::vector<RtValue> values;
+  for (size_t i = 0; i < op.numOperands(); ++i) {
+    const Type &t = op.operand(i)->type();
+    ins.push_back(g.addInput(t));
+    values.push_back(toRtValue(operands[i].get(), &t));
+  }
+  std::vector<Type> types;
+  for (const auto &r : op.results())
+    types.push_back(r->type());
+  Builder b(g.body());
+  Op *copy = b.createWithTypes(op.name(), ins, types, op.attrs());
+  copy->setLoc(op.loc());
+  std::vector<Value *> outs;
+  for (const auto &r : copy->results())
+    outs.push_back(r.get());
+  b.createWithTypes("return", outs, {});
+  std::vector<RtValue> results = interpret(g, std::move(values));
+  std::vector<PyRef> out;
+  for (const RtValue &v : results)
+    out.push_back(fromRtValue(v));
+  return out;
+}
+
+PyRef listOf(const std::vector<PyRef> &items) {
+  PyRef l = checked(PyList_New(static_cast<Py_ssize_t>(items.size())));
+  for (size_t i = 0; i < items.size(); ++i)
+    PyList_SET_ITEM(l.get(), Py_ssize_t(i), PyRef(items[i]).release());
+  return l;
+}
+
+/// A Python result of an op with `n` results -> its values.
+std::vector<PyRef> splitResults(PyRef r, size_t n, const Op &op) {
+  if (n == 1) return {std::move(r)};
+  PyRef seq = checked(PySequence_Fast(r.get(), "an op with several results"));
+  if (static_cast<size_t>(PySequence_Fast_GET_SIZE(seq.get())) != n)
+    throw std::runtime_error("eager: " + op.describe() + " gave " +
+                             std::to_string(PySequence_Fast_GET_SIZE(seq.get())) +
+                             " results, the graph expects " + std::to_string(n));
+  std::vector<PyRef> out;
+  for (size_t i = 0; i < n; ++i)
+    out.push_back(PyRef::borrow(PySequence_Fast_GET_ITEM(seq.get(), Py_ssize_t(i))));
+  return out;
+}
+
+/// "'gelu' at model.py:12 (forward)": the op and the user's line it came from.
+std::string where(const Op &op) {
+  return "'" + op.name() + "' at " + (op.loc().known() ? shortLoc(op.loc()) : "<unknown>");
+}
+
+struct Walker {
+  const ExternalCallables &externals;
+  bool check = false;
+  std::string firstDifference; // check: set at the first op that differs, then the walk stops
+  std::unordered_map<const Value *, PyRef> values;
+
+  PyRef get(const Value *v) const {
+    auto it = values.find(v);
+    if (it == values.end()) throw std::runtime_error("eager: a value used before it is defined");
+    return it->second;
+  }
+
+  /// Runs a block's ops with `args` bound to its arguments; returns the terminator's operands
+  /// (empty when the check stopped the walk).
+  std::vector<PyRef> runBlock(const Block &b, const std::vector<PyRef> &args) {
+    for (size_t i = 0; i < b.numArguments() && i < args.size(); ++i)
+      values[b.argument(i)] = args[i];
+    for (Op *op : b) {
+      if (op->def().has(kTerminator)) {
+        std::vector<PyRef> out;
+        for (Value *v : op->operands())
+          out.push_back(get(v));
+        return out;
+      }
+      runOp(*op);
+      if (!firstDifference.empty()) return {};
+    }
+    throw std::runtime_error("eager: a block without a terminator");
+  }
+
+  void bind(const Op &op, const std::vector<PyRef> &results) {
+    for (size_t i = 0; i < op.numResults(); ++i)
+      values[op.result(i)] = results.at(i);
+  }
+
+  void runOp(const Op &op) {
+    std::vector<PyRef> operands;
+    for (Value *v : op.operands())
+      operands.push_back(get(v));
+    const std::string &name = op.name();
+    if (name == "if") {
+      const int truth = PyObject_IsTrue(operands[0].get());
+      if (truth < 0) throw PyErrorSet();
+      std::vector<PyRef> r = runBlock(*op.region(truth ? 0 : 1), {});
+      if (firstDifference.empty()) bind(op, r);
+      return;
+    }
+    if (name == "fusion") {
+      std::vector<PyRef> r = runBlock(*op.region(0), operands);
+      if (firstDifference.empty()) bind(op, r);
+      return;
+    }
+    if (op.numRegions() > 0)
+      throw std::runtime_error("eager: " + op.describe() +
+                               " (an op with regions) is not supported");
+    if (name == "external_call") {
+      auto it = externals.find(op.attr("callee").asInt());
+      if (it == externals.end())
+        throw std::runtime_error("eager: " + op.describe() + " has no PyTorch callable");
+      PyRef args = checked(PyList_AsTuple(listOf(operands).get()));
+      bind(op, splitResults(checked(PyObject_Call(it->second.get(), args.get(), nullptr)),
+                            op.numResults(), op));
+      return;
+    }
+    if (op.def().has(kConstantLike)) {
+      bind(op, interpretOp(op, operands));
+      return;
+    }
+    PyRef attrs = checked(PyDict_New());
+    for (const auto &[k, v] : op.attrs())
+      if (PyDict_SetItemString(attrs.get(), std::string(k).c_str(), attrToPython(v).get()) != 0)
+        throw PyErrorSet();
+    std::vector<PyRef> types;
+    for (const auto &r : op.results())
+      types.push_back(checked(PyUnicode_FromString(r->type().str().c_str())));
+    // An in-place op writes its operands: the interpreter's run (check) gets copies taken
+    // before PyTorch's.
+    std::vector<PyRef> refOperands = operands;
+    if (check && op.def().has(kInPlace)) {
+      static PyObject *cloneName = internedStr("clone");
+      for (PyRef &o : refOperands)
+        if (isPlainTensor(o.get())) o = checked(PyObject_CallMethodNoArgs(o.get(), cloneName));
+    }
+    PyRef nameObj = checked(PyUnicode_FromString(name.c_str()));
+    PyRef r = checked(PyObject_CallFunctionObjArgs(eagerModule().runOp, nameObj.get(),
+                                                   listOf(operands).get(), attrs.get(),
+                                                   listOf(types).get(), nullptr));
+    if (r.get() == Py_NotImplemented) { // no PyTorch row: the reference interpreter
+      bind(op, interpretOp(op, operands));
+      return;
+    }
+    std::vector<PyRef> results = splitResults(r, op.numResults(), op);
+    if (check && name != "tuple_construct" && name != "tuple_get")
+      compare(op, refOperands, results);
+    bind(op, results);
+  }
+
+  void compare(const Op &op, const std::vector<PyRef> &operands,
+               const std::vector<PyRef> &torchResults) {
+    std::vector<PyRef> ref;
+    try {
+      ref = interpretOp(op, operands);
+    } catch (const PyErrorSet &) {
+      firstDifference = where(op) + ": the reference interpreter failed: " + takePyErrorMessage();
+      return;
+    } catch (const std::exception &ex) {
+      firstDifference = where(op) + ": the reference interpreter failed: " + ex.what();
+      return;
+    }
+    PyRef msg = checked(PyObject_CallFunctionObjArgs(
+        eagerModule().compareOp, listOf(torchResults).get(), listOf(ref).get(), nullptr));
+    if (PyUnicode_Check(msg.get())) {
+      const char *c = PyUnicode_AsUTF8(msg.get());
+      firstDifference = where(op) + ": " + (c ? c : "results differ");
+    }
+  }
+};
+
+} // namespace
+
+std::vector<PyRef> runEager(const Graph &g, const std::vector<PyRef> &inputs,
+                            const ExternalCallables &externals) {
+  Walker w{externals};
+  return w.runBlock(*g.body(), inputs);
+}
+
+std::string firstDifferingOp(const Graph &g, const std::vector<PyRef> &inputs,
+                             const ExternalCallables &externals) {
+  Walker w{externals};
+  w.check = true;
+  try {
+    w.runBlock(*g.body(), inputs);
+  } catch (const PyErrorSet &) {
+    return "the op-by-op comparison failed: " + takePyErrorMessage();
+  } catch (const std::exception &ex) {
+    PyErr_Clear();
+    return std::string("the op-by-op comparison failed: ") + ex.what();
+  }
+  return w.firstDifference.empty() ? "" : "first differing op: " + w.firstDifference;
+}
+
+} // namespace xjit::frontend

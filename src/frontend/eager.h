@@ -1,0 +1,31 @@
+// backend="eager" and --check's op-by-op comparison: a captured graph walked op by op, each op
+// computed by PyTorch (the table in python/xjit/_eager.py), or by the reference interpreter for
+// ops PyTorch has no row for (constants among them).
+#pragma once
+
+#include "xjit/frontend/capture.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace xjit::frontend {
+
+/// The PyTorch callables of a graph's external_call ops, by their `callee` attribute.
+using ExternalCallables = std::map<int64_t, PyRef>;
+
+/// Runs `g` op by op with PyTorch on `inputs` (torch tensors and Python values, as the graph's
+/// sources give them); returns the graph outputs as Python objects. In-place ops write the
+/// input tensors themselves. Throws PyErrorSet (a Python exception is set) or xjit::Error.
+std::vector<PyRef> runEager(const Graph &g, const std::vector<PyRef> &inputs,
+                            const ExternalCallables &externals);
+
+/// --check: walks `g` as runEager does and, for every op, also runs it in the reference
+/// interpreter on the same operands. Returns "" when every op agrees, else a description of the
+/// first op whose results differ, with its source location, e.g.
+/// "first differing op: 'gelu' at model.py:12 (forward): result[0]: max abs difference 0.02".
+/// Never throws: a failure is described in the returned text.
+std::string firstDifferingOp(const Graph &g, const std::vector<PyRef> &inputs,
+                             const ExternalCallables &externals);
+
+} // namespace xjit::frontend
