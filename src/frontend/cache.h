@@ -15,6 +15,10 @@
 #include <string>
 #include <vector>
 
+namespace xjit::runtime {
+class CompiledGraph;
+} // namespace xjit::runtime
+
 namespace xjit::frontend {
 
 /// How to rebuild an object from the graph outputs (OutputNode with sources resolved to slots).
@@ -58,6 +62,7 @@ struct CompiledEntry {
   std::vector<int> inputSlots;
   std::vector<Type> inputTypes;
   std::unique_ptr<Graph> graph; // what runs (after the pass pipeline)
+  std::shared_ptr<const runtime::CompiledGraph> compiled; // backend="xjit": graph, compiled
   OutPlan result;
   std::vector<EffectPlan> effects;
   std::vector<int> entrySlots;      // sources read by outputs/effects, evaluated before the graph

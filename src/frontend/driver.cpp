@@ -3,6 +3,7 @@
 #include "bytecode_rewrite.h"
 #include "eager.h"
 #include "eval_frame.h"
+#include "native_backend.h"
 #include "events.h"
 #include "tensor_bridge.h"
 
@@ -575,6 +576,7 @@ double optimize(CompiledEntry &e, const ScopeOptions &opts, int id, const Source
   }
 #endif
   dumpGraph(g, id, loc, "after");
+  if (opts.backend == Backend::Xjit && !compileNative(e, loc, id)) throw PyErrorSet();
   return msSince(t0);
 }
 
@@ -807,7 +809,7 @@ PyObject *runChecked(const std::shared_ptr<CompiledEntry> &e, SourceValues &valu
             in.push_back(toRtValue(o ? o : Py_None, &e->inputTypes[i]));
           }
         }
-        outs = interpret(*e->graph, std::move(in));
+        outs = runGraph(*e, std::move(in));
         done.resize(outs.size());
       }
       compiled = buildOutput(e->result, outs, done, values);
@@ -865,11 +867,11 @@ namespace {
 void runInterpreter(const CompiledEntry &e, std::vector<RtValue> in, std::vector<RtValue> &outs) {
   if (settings().profile) {
     Clock::time_point t0 = Clock::now();
-    outs = interpret(*e.graph, std::move(in));
+    outs = runGraph(e, std::move(in));
     events().counters.graphNs +=
         static_cast<uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count());
   } else {
-    outs = interpret(*e.graph, std::move(in));
+    outs = runGraph(e, std::move(in));
   }
 }
 } // namespace

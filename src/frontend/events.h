@@ -29,7 +29,7 @@ struct Settings {
   bool strict = false;  // XJIT_STRICT: every graph break / fallback raises
   unsigned log = 0;     // LogFlag bits (XJIT_LOG)
   std::string dumpDir;  // --dump: IR before/after passes
-  std::string inject;   // test-only failure injection: "analyze", "compile" or "run"
+  std::string inject;   // test-only failure injection: "analyze", "compile", "run", "native"
   bool profile = false; // time the hook and graph execution (bench/frontend_overhead.py)
   std::vector<std::string> skipPrefixes; // files whose frames are never roots
 };

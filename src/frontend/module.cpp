@@ -257,8 +257,9 @@ NB_MODULE(_frontend, m) {
         if (strict) s.strict = *strict;
         if (dumpDir) s.dumpDir = *dumpDir;
         if (inject) {
-          if (!inject->empty() && *inject != "analyze" && *inject != "compile" && *inject != "run")
-            throw nb::value_error("inject must be '', 'analyze', 'compile' or 'run'");
+          if (!inject->empty() && *inject != "analyze" && *inject != "compile" &&
+              *inject != "run" && *inject != "native")
+            throw nb::value_error("inject must be '', 'analyze', 'compile', 'run' or 'native'");
           s.inject = *inject;
         }
         if (skipPrefixes) s.skipPrefixes = *skipPrefixes;

@@ -1,0 +1,71 @@
+// backend="xjit" execution: compileGraph on the CPU target, the interpreter as the fallback.
+#include "native_backend.h"
+
+#include "events.h"
+
+#include "xjit/ir/interpreter.h"
+
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+#include "xjit/runtime/runtime.h"
+#endif
+
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+
+namespace xjit::frontend {
+
+namespace {
+
+/// "<dir>/003-forward", as the driver names a graph's IR dumps; "" without --dump.
+std::string dumpPrefix(int id, const SourceLoc &loc) {
+  const std::string &dir = settings().dumpDir;
+  if (dir.empty()) return "";
+  char prefix[16];
+  std::snprintf(prefix, sizeof prefix, "%03d", id);
+  std::string fn = loc.function;
+  for (char &c : fn)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+  return dir + "/" + prefix + "-" + fn;
+}
+
+} // namespace
+
+bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id) {
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+  const std::string dumpTo = dumpPrefix(id, loc);
+  std::string failure;
+  try {
+    if (settings().inject == "native")
+      throw std::runtime_error("injected failure (XJIT_TEST_INJECT=native)");
+    runtime::CompileOptions opts;
+    opts.target.keepText = !dumpTo.empty();
+    e.compiled = std::make_shared<const runtime::CompiledGraph>(
+        runtime::compileGraph(*e.graph, runtime::cpuTarget(), opts));
+  } catch (const std::exception &ex) {
+    e.compiled.reset();
+    failure = ex.what();
+  }
+  if (!failure.empty())
+    return warnUser(std::string("xjit: ") + kNativeCompileError + " at " +
+                        shortLoc({loc.file, loc.line, ""}) +
+                        ": internal error compiling the graph of " + loc.function +
+                        " to native code: " + failure + "; it runs in the reference interpreter",
+                    loc);
+  if (!dumpTo.empty())
+    for (const auto &[name, text] : e.compiled->dumpFiles())
+      std::ofstream(dumpTo + "." + name) << text;
+#else
+  (void)e, (void)loc, (void)id;
+#endif
+  return true;
+}
+
+std::vector<RtValue> runGraph(const CompiledEntry &e, std::vector<RtValue> inputs) {
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+  if (e.compiled) return e.compiled->run(std::move(inputs));
+#endif
+  return interpret(*e.graph, std::move(inputs));
+}
+
+} // namespace xjit::frontend

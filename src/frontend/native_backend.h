@@ -1,0 +1,27 @@
+// backend="xjit": a capture's optimized graph compiled by the runtime for the CPU (native
+// kernels, static memory plan), with the reference interpreter as the fallback for any graph
+// the runtime cannot compile.
+#pragma once
+
+#include "cache.h"
+
+#include "xjit/ir/value.h"
+
+#include <vector>
+
+namespace xjit::frontend {
+
+/// Stable id of the warning for a graph that could not be compiled natively.
+inline constexpr const char *kNativeCompileError = "XJIT-E0103";
+
+/// Compiles e.graph with the runtime on the CPU target into e.compiled. Any failure leaves
+/// e.compiled empty (the graph then runs in the reference interpreter) and warns once, naming
+/// the frame; returns false only when that warning raised (-W error: the exception is set).
+/// With --dump, writes each kernel's files next to the graph's IR dumps (graph `id`):
+/// <dir>/<id>-<function>.<kernel file> (loop IR, LLVM IR, assembly).
+bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id);
+
+/// Runs an entry's graph: natively when it was compiled, else in the reference interpreter.
+std::vector<RtValue> runGraph(const CompiledEntry &e, std::vector<RtValue> inputs);
+
+} // namespace xjit::frontend
