@@ -780,7 +780,7 @@ AnalyzeResult analyzeFrame(const FrameView &frame, const AnalyzeOptions &opts) {
                      frame.code ? PyUnicode_AsUTF8(frame.code->co_qualname) : ""};
   PyObject *savedType, *savedValue, *savedTb;
   PyErr_Fetch(&savedType, &savedValue, &savedTb); // never disturb a pending Python error
-  std::optional<AnalyzeStop> stop;     // set once a break in the middle of the frame is found
+  std::optional<AnalyzeStop> stop;      // set once a break in the middle of the frame is found
   std::optional<GraphBreak> firstBreak; // that break
   for (int attempt = 0; attempt < 64; ++attempt) {
     try {

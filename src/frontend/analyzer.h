@@ -15,8 +15,8 @@
 
 #include <chrono>
 #include <functional>
-#include <optional>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -238,9 +238,9 @@ private:
   /// The capture up to the stop point: its result is the tuple of the break code's arguments
   /// (bytecode_rewrite.h), the stack and live locals rebuilt from the graph outputs.
   Capture finishAtBreak(Frame &f);
-  Capture finishWith(const std::function<OutputNode(std::vector<Value *> &,
-                                                    std::map<Value *, int64_t> &)> &result,
-                     bool sameGradMode);
+  Capture finishWith(
+      const std::function<OutputNode(std::vector<Value *> &, std::map<Value *, int64_t> &)> &result,
+      bool sameGradMode);
   OutputNode outputOf(const VarPtr &v, std::vector<Value *> &outputs,
                       std::map<Value *, int64_t> &outputIndex);
 

@@ -244,14 +244,16 @@ std::vector<Successor> successors(const Original &o, const State &s) {
       const Instr &i = o.d.instrs[size_t(k)];
       int e = PyCompile_OpcodeStackEffectWithJump(i.opcode, i.opcode >= HAVE_ARGUMENT ? i.arg : 0,
                                                   k == last && jump ? 1 : 0);
-      if (e == PY_INVALID_STACK_EFFECT) error("no stack effect for " + std::string(opcodeName(i.opcode)));
+      if (e == PY_INVALID_STACK_EFFECT)
+        error("no stack effect for " + std::string(opcodeName(i.opcode)));
       net += e;
     }
     const int pushed = pushedBy(L, jump);
     if (pushed < 0) error(std::string("cannot resume after ") + opcodeName(L.opcode));
     const int depth = static_cast<int>(s.stack.size());
     const int kept = depth + net - pushed;
-    if (kept < 0 || kept > depth) error("inconsistent stack effect of " + std::string(opcodeName(L.opcode)));
+    if (kept < 0 || kept > depth)
+      error("inconsistent stack effect of " + std::string(opcodeName(L.opcode)));
     Successor su{jump ? L.target : L.next, {}, jump};
     su.stack.assign(s.stack.begin(), s.stack.begin() + kept);
     for (int k = 0; k < pushed; ++k)
@@ -319,8 +321,7 @@ void writeExceptionItem(std::string &b, int v, int msb) { // big-endian 6-bit gr
 
 class Writer {
 public:
-  Writer(const Original &o, const State &s, bool breakCode)
-      : o_(o), s_(s), breakCode_(breakCode) {}
+  Writer(const Original &o, const State &s, bool breakCode) : o_(o), s_(s), breakCode_(breakCode) {}
 
   PyRef build() {
     PyCodeObject *co = o_.co;
@@ -345,7 +346,7 @@ public:
     // The original instructions.
     const auto &ins = o_.d.instrs;
     std::vector<int> newIndex(ins.size(), -1);
-    std::vector<std::pair<int, int>> jumps; // (out index, original target offset)
+    std::vector<std::pair<int, int>> jumps;    // (out index, original target offset)
     std::vector<std::pair<int, int>> handlers; // (out index, original instruction index)
     const int last = breakCode_ ? groupEnd(o_, s_.offset) : -1;
     std::vector<Successor> succ = breakCode_ ? successors(o_, s_) : std::vector<Successor>{};
@@ -414,8 +415,7 @@ private:
       if (PyList_Append(names_.get(), n) != 0) error("varnames");
     };
     for (size_t k = 0; k < s_.stack.size(); ++k)
-      if (s_.stack[k] != Slot::Null)
-        add(own(PyUnicode_FromFormat("___stack%zu", k), "str").get());
+      if (s_.stack[k] != Slot::Null) add(own(PyUnicode_FromFormat("___stack%zu", k), "str").get());
     nargs_ = static_cast<int>(PyList_GET_SIZE(names_.get())) + static_cast<int>(args_.size());
     slotMap_.assign(size_t(co->co_nlocalsplus), -1);
     int next = static_cast<int>(PyList_GET_SIZE(names_.get()));
@@ -535,9 +535,8 @@ private:
         }
         lines.push_back(static_cast<char>(0x80 | (14 << 3) | (len - 1)));
         writeSvarint(lines, x.pos.line - prevLine);
-        writeVarint(lines, static_cast<unsigned>(
-                               std::max(0, (x.pos.endLine < 0 ? x.pos.line : x.pos.endLine) -
-                                               x.pos.line)));
+        writeVarint(lines, static_cast<unsigned>(std::max(
+                               0, (x.pos.endLine < 0 ? x.pos.line : x.pos.endLine) - x.pos.line)));
         writeVarint(lines, static_cast<unsigned>(x.pos.col + 1));
         writeVarint(lines, static_cast<unsigned>(x.pos.endCol + 1));
         prevLine = x.pos.line;
@@ -550,10 +549,9 @@ private:
         ++end;
       if (h.target >= 0) {
         const int start = out_[k].unit;
-        const int stop =
-            end < out_.size() ? out_[end].unit
-                              : out_.back().unit + out_.back().ext + 1 +
-                                    inlineCacheEntries(out_.back().op);
+        const int stop = end < out_.size() ? out_[end].unit
+                                           : out_.back().unit + out_.back().ext + 1 +
+                                                 inlineCacheEntries(out_.back().op);
         writeExceptionItem(table, start, 128);
         writeExceptionItem(table, stop - start, 0);
         writeExceptionItem(table, out_[size_t(h.target)].unit, 0);
@@ -586,9 +584,9 @@ private:
     const int flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
     const int stack = co->co_stacksize + static_cast<int>(s_.stack.size()) + tailStack_ + 2;
     PyCodeObject *c = PyCode_NewWithPosOnlyArgs(
-        nargs_, 0, 0, nvars_, stack, flags, code.get(), consts.get(), co->co_names,
-        varnames.get(), freevars.get(), cellvars.get(), co->co_filename, co->co_name,
-        qualname.get(), co->co_firstlineno, lt.get(), et.get());
+        nargs_, 0, 0, nvars_, stack, flags, code.get(), consts.get(), co->co_names, varnames.get(),
+        freevars.get(), cellvars.get(), co->co_filename, co->co_name, qualname.get(),
+        co->co_firstlineno, lt.get(), et.get());
     return own(reinterpret_cast<PyObject *>(c), "PyCode_NewWithPosOnlyArgs");
   }
 

@@ -6,6 +6,7 @@ of exceptions raised after a break point at the user's own lines."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import io
 import os
@@ -432,3 +433,50 @@ def test_exception_from_the_breaking_instruction_in_no_grad_restores_grad_mode()
         assert torch.is_grad_enabled()
     lines = [f.lineno for f in traceback.extract_tb(info.value.__traceback__)]
     assert line_of(print_fails_in_no_grad, "BREAK") in lines
+
+
+def logged(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        print("called", fn.__name__, file=kwargs["out"])  # BREAK
+        return out * 2
+
+    return wrapper
+
+
+@logged
+def decorated(x, out):
+    return torch.tanh(x) + 1
+
+
+class Base(torch.nn.Module):
+    def forward(self, x, out):
+        return x * 3
+
+
+class Derived(Base):
+    def forward(self, x, out):
+        y = super().forward(x, out)  # a free variable (__class__)
+        print("derived", file=out)  # BREAK
+        return y - 1
+
+
+def test_break_in_closures_with_varargs_and_super() -> None:
+    x = x34()
+    out_e, out_c = io.StringIO(), io.StringIO()
+    want = decorated(x, out=out_e)
+    got = xjit.jit(decorated, backend="interp")(x, out=out_c)
+    assert_close(got, want)
+    assert out_c.getvalue() == out_e.getvalue() == "called decorated\n"
+    report = xjit.explain(decorated, backend="interp")(x, out=io.StringIO())
+    assert report.graphs_per_frame == {"logged.<locals>.wrapper": 2}, str(report)
+
+    out_e, out_c = io.StringIO(), io.StringIO()
+    with torch.no_grad():
+        want = Derived()(x, out_e)
+        got = xjit.jit(Derived(), backend="interp")(x, out_c)
+        report = xjit.explain(Derived(), backend="interp")(x, io.StringIO())
+    assert_close(got, want)
+    assert out_c.getvalue() == out_e.getvalue()
+    assert report.graph_breaks[0].resumed and report.graph_count == 2, str(report)
