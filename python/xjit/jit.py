@@ -80,7 +80,8 @@ class Config:
         self.log = os.environ.get("XJIT_LOG", "")
         self.strict = os.environ.get("XJIT_STRICT", "") not in ("", "0")
         self.dump_dir = ""
-        # Test-only failure injection: "analyze", "compile" or "run" fail as an internal error.
+        # Test-only failure injection: "analyze", "compile" or "run" fail as an internal error;
+        # "native": compiling to native code fails (the graph runs in the interpreter).
         _frontend.configure(
             inject=os.environ.get("XJIT_TEST_INJECT", ""), skip_prefixes=_skip_prefixes()
         )
