@@ -80,8 +80,10 @@ def main() -> None:
     low = {k: min(v) for k, v in times.items()}
     for k in fns:
         print(f"{k:7s} {med[k]:7.2f} us/call (median of {args.repeats}), min {low[k]:7.2f}")
-    print(f"break cost (broken - whole): {med['broken'] - med['whole']:.2f} us/call median, "
-          f"{low['broken'] - low['whole']:.2f} us/call between the minima")
+    print(
+        f"break cost (broken - whole): {med['broken'] - med['whole']:.2f} us/call median, "
+        f"{low['broken'] - low['whole']:.2f} us/call between the minima"
+    )
 
 
 if __name__ == "__main__":

@@ -480,3 +480,53 @@ def test_break_in_closures_with_varargs_and_super() -> None:
     assert_close(got, want)
     assert out_c.getvalue() == out_e.getvalue()
     assert report.graph_breaks[0].resumed and report.graph_count == 2, str(report)
+
+
+def views_across_break(x, out):
+    v = x[0]  # a view of an input
+    w = x * 2 + 1
+    u = w[1]  # a view of a tensor the graph made
+    print("views", file=out)  # BREAK
+    x.add_(1)
+    w.mul_(10)
+    return v, u
+
+
+@pytest.mark.parametrize("backend", ["interp", "xjit"])
+def test_views_live_across_a_break_alias_their_base(backend: str) -> None:
+    x_e, x_c = torch.zeros(2, 2), torch.zeros(2, 2)
+    want = views_across_break(x_e, io.StringIO())
+    got = xjit.jit(views_across_break, backend=backend)(x_c, io.StringIO())
+    assert_close(got, want)
+    torch.testing.assert_close(x_c, x_e)
+
+
+def test_long_code_with_extended_args(tmp_path: Any) -> None:
+    # Jumps over more than 255 code units and over 256 constants need EXTENDED_ARG prefixes in
+    # the rewritten code.
+    body = "\n".join(f"        y = y + {i}.5" for i in range(300))
+    src = (
+        "import torch\n"
+        "def big(x, flag, out):\n"
+        "    y = x * 2\n"
+        "    if flag:\n"
+        f"{body}\n"
+        "    print('mid', file=out)\n"
+        "    for i in range(2):\n"
+        f"{body}\n"
+        "    return y\n"
+    )
+    path = tmp_path / "bigmod.py"
+    path.write_text(src)
+    ns: dict[str, Any] = {}
+    exec(compile(src, str(path), "exec"), ns)
+    big = ns["big"]
+    assert any(i.opname == "EXTENDED_ARG" for i in __import__("dis").get_instructions(big))
+    x = x34()
+    want = big(x, True, io.StringIO())
+    out = io.StringIO()
+    got = xjit.jit(big, backend="interp")(x, True, out)
+    assert_close(got, want)
+    assert out.getvalue() == "mid\n"
+    report = xjit.explain(big, backend="interp")(x, True, io.StringIO())
+    assert report.graph_breaks[0].resumed and report.graph_count == 2, str(report)
