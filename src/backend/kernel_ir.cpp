@@ -79,6 +79,9 @@ Expr load(int64_t b, DType dtype, Expr offset) {
 Expr acc(int64_t id, DType dtype) {
   return make({.kind = ExprKind::Acc, .dtype = dtype, .index = id});
 }
+Expr accAt(int64_t id, DType dtype, Expr lane) {
+  return make({.kind = ExprKind::Acc, .dtype = dtype, .index = id, .args = {std::move(lane)}});
+}
 Expr unary(UnaryOp op, Expr a) {
   DType d = isPredicate(op) ? DType::Bool : a->dtype;
   return make({.kind = ExprKind::Unary, .dtype = d, .op = uint8_t(op), .args = {std::move(a)}});
@@ -154,6 +157,16 @@ Stmt ifThen(Expr cond, StmtList then, StmtList orelse) {
 Stmt store(int64_t b, Expr offset, Expr value) {
   return Stmt{.kind = StmtKind::Store, .index = b, .a = std::move(offset), .b = std::move(value)};
 }
+Stmt initAccAt(int64_t a, Expr lane, Expr init) {
+  return Stmt{.kind = StmtKind::InitAcc, .index = a, .a = std::move(init), .b = std::move(lane)};
+}
+Stmt reduceAt(int64_t a, Expr lane, BinaryOp combine, Expr value) {
+  return Stmt{.kind = StmtKind::Reduce,
+              .index = a,
+              .combine = combine,
+              .a = std::move(value),
+              .b = std::move(lane)};
+}
 Stmt initAcc(int64_t a, Expr init) {
   return Stmt{.kind = StmtKind::InitAcc, .index = a, .a = std::move(init)};
 }
@@ -164,8 +177,8 @@ Stmt assertTrue(Expr cond, int64_t message) {
   return Stmt{.kind = StmtKind::Assert, .index = message, .a = std::move(cond)};
 }
 
-int64_t Kernel::addAcc(std::string n, DType dtype) {
-  accs.push_back({std::move(n), dtype});
+int64_t Kernel::addAcc(std::string n, DType dtype, int64_t lanes) {
+  accs.push_back({std::move(n), dtype, lanes});
   return static_cast<int64_t>(accs.size()) - 1;
 }
 
@@ -200,7 +213,8 @@ public:
     }
     os_ << ") {\n";
     for (size_t a = 0; a < k_.accs.size(); ++a)
-      os_ << "  acc " << k_.accs[a].name << ": " << dtypeName(k_.accs[a].dtype) << "\n";
+      os_ << "  acc " << k_.accs[a].name << ": " << dtypeName(k_.accs[a].dtype)
+          << (k_.accs[a].lanes ? "[" + std::to_string(k_.accs[a].lanes) + "]" : "") << "\n";
     for (size_t e = 0; e < k_.errors.size(); ++e)
       os_ << "  error " << e + 1 << ": \"" << k_.errors[e] << "\"\n";
     stmts(k_.body, 1);
@@ -267,11 +281,16 @@ private:
     case StmtKind::Store:
       os_ << bufName(s.index) << "[" << str(s.a, 0) << "] = " << str(s.b, 0) << "\n";
       break;
-    case StmtKind::InitAcc: os_ << accName(s.index) << " = " << str(s.a, 0) << "\n"; break;
-    case StmtKind::Reduce:
-      os_ << accName(s.index) << " = " << binaryOpName(s.combine) << "(" << accName(s.index) << ", "
-          << str(s.a, 0) << ")\n";
+    case StmtKind::InitAcc: {
+      std::string lhs = accName(s.index) + (s.b ? "[" + str(s.b, 0) + "]" : "");
+      os_ << lhs << " = " << str(s.a, 0) << "\n";
       break;
+    }
+    case StmtKind::Reduce: {
+      std::string lhs = accName(s.index) + (s.b ? "[" + str(s.b, 0) + "]" : "");
+      os_ << lhs << " = " << binaryOpName(s.combine) << "(" << lhs << ", " << str(s.a, 0) << ")\n";
+      break;
+    }
     case StmtKind::Assert:
       os_ << "assert " << str(s.a, 0) << ", error " << s.index + 1 << "\n";
       break;
@@ -322,7 +341,7 @@ private:
     case ExprKind::Size: return "size(" + bufName(n.index) + "," + std::to_string(n.dim) + ")";
     case ExprKind::Stride: return "stride(" + bufName(n.index) + "," + std::to_string(n.dim) + ")";
     case ExprKind::Load: return bufName(n.index) + "[" + arg(0) + "]";
-    case ExprKind::Acc: return accName(n.index);
+    case ExprKind::Acc: return accName(n.index) + (n.args.empty() ? "" : "[" + arg(0) + "]");
     case ExprKind::Unary: return std::string(unaryOpName(UnaryOp(n.op))) + "(" + arg(0) + ")";
     case ExprKind::Binary: {
       int p = prec(n);
@@ -417,6 +436,7 @@ private:
       if (!validAcc(s.index))
         return fail("acc init: accumulator " + std::to_string(s.index) + " does not exist");
       expect(s.a, k_.accs[size_t(s.index)].dtype, "accumulator init");
+      checkLane(k_.accs[size_t(s.index)], s.b);
       initialized_.insert(s.index);
       return;
     case StmtKind::Reduce: {
@@ -436,6 +456,7 @@ private:
       default: fail("reduce: " + std::string(binaryOpName(s.combine)) + " is not a combine op");
       }
       expect(s.a, a.dtype, "value reduced into " + a.name);
+      checkLane(a, s.b);
       checkBinaryDType(s.combine, a.dtype);
       return;
     }
@@ -449,6 +470,12 @@ private:
 
   bool validBuffer(int64_t b) const { return b >= 0 && size_t(b) < k_.buffers.size(); }
   bool validAcc(int64_t a) const { return a >= 0 && size_t(a) < k_.accs.size(); }
+  /// An array accumulator is used at a lane (i64), a scalar one without.
+  void checkLane(const AccDecl &a, const Expr &lane) {
+    if ((a.lanes > 0) != bool(lane))
+      return fail("accumulator " + a.name + (a.lanes ? " needs a lane" : " has no lanes"));
+    if (lane) expect(lane, DType::I64, "accumulator lane");
+  }
 
   void expect(const Expr &e, DType d, const std::string &what) {
     if (!e) return fail(what + ": missing expression");
@@ -525,6 +552,10 @@ private:
         fail("accumulator " + k_.accs[size_t(n.index)].name + " is read before it is set");
       if (k_.accs[size_t(n.index)].dtype != n.dtype)
         fail("accumulator " + k_.accs[size_t(n.index)].name + " read with the wrong dtype");
+      if ((k_.accs[size_t(n.index)].lanes > 0) != (n.args.size() == 1))
+        fail("accumulator " + k_.accs[size_t(n.index)].name + " read without its lane");
+      else if (!n.args.empty() && argDType(0) != DType::I64)
+        fail("accumulator lane must be i64: " + printExpr(e, k_));
       return;
     case ExprKind::Unary: {
       if (!arity(1)) return;

@@ -140,7 +140,8 @@ private:
     loadRuntimeParams();
     accSlots_.clear();
     for (const AccDecl &a : k_.accs)
-      accSlots_.push_back(b_.CreateAlloca(regType(a.dtype), nullptr, a.name));
+      accSlots_.push_back(b_.CreateAlloca(
+          regType(a.dtype), a.lanes ? b_.getInt64(uint64_t(a.lanes)) : nullptr, a.name));
     vars_.assign(size_t(k_.numVars), nullptr);
     fail_ = nullptr;
     failCode_ = nullptr;
@@ -311,10 +312,14 @@ private:
       b_.CreateStore(v, ptr);
       return;
     }
-    case StmtKind::InitAcc: b_.CreateStore(expr(s.a), accSlots_[size_t(s.index)]); return;
+    case StmtKind::InitAcc: {
+      Value *v = expr(s.a);
+      b_.CreateStore(v, accSlot(s.index, s.b));
+      return;
+    }
     case StmtKind::Reduce: {
       DType d = k_.accs[size_t(s.index)].dtype;
-      llvm::AllocaInst *slot = accSlots_[size_t(s.index)];
+      Value *slot = accSlot(s.index, s.b);
       Value *cur = b_.CreateLoad(regType(d), slot);
       Value *v = nullptr;
       if (isFloating(d) && (s.combine == BinaryOp::Max || s.combine == BinaryOp::Min))
@@ -385,6 +390,13 @@ private:
     return md;
   }
 
+  /// An accumulator's slot, or an array accumulator's element at `lane`.
+  Value *accSlot(int64_t a, const Expr &lane) {
+    llvm::AllocaInst *slot = accSlots_[size_t(a)];
+    if (!lane) return slot;
+    return b_.CreateInBoundsGEP(slot->getAllocatedType(), slot, indexExpr(lane));
+  }
+
   BasicBlock *failBlock(int32_t code) {
     if (!fail_) {
       llvm::IRBuilderBase::InsertPointGuard guard(b_);
@@ -437,7 +449,9 @@ private:
       Value *v = b_.CreateLoad(memType(n.dtype), ptr);
       return n.dtype == DType::Bool ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
     }
-    case ExprKind::Acc: return b_.CreateLoad(regType(n.dtype), accSlots_[size_t(n.index)]);
+    case ExprKind::Acc:
+      return b_.CreateLoad(regType(n.dtype),
+                           accSlot(n.index, n.args.empty() ? nullptr : n.args[0]));
     case ExprKind::Unary: return unaryValue(UnaryOp(n.op), n.args[0]->dtype, expr(n.args[0]));
     case ExprKind::Binary:
       return binaryValue(BinaryOp(n.op), n.dtype, expr(n.args[0]), expr(n.args[1]),

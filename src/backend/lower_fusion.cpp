@@ -442,7 +442,8 @@ private:
   }
 
   /// Whether `idx` (an index into a value of `shape`) addresses the current row: its kept
-  /// positions are the outer loop variables (or 0 along a static size-1 dim).
+  /// positions are the outer loop variables (or 0 along a static size-1 dim; in lane mode the
+  /// last dim is the current lane's index).
   bool atCurrentRow(const std::vector<Expr> &idx, bool full, bool keepdim) const {
     size_t j = 0;
     for (size_t d = 0; d < fullShape_.size(); ++d) {
@@ -452,9 +453,58 @@ private:
       }
       if (j >= idx.size()) return false;
       const Expr &e = idx[j++];
-      if (e != outer_[d] && !(isStaticOne(fullShape_[d]) && isConst(e, 0))) return false;
+      const Expr &want = lanes_ && d + 1 == fullShape_.size() ? laneIndex_ : outer_[d];
+      if (e != want && !(isStaticOne(fullShape_[d]) && isConst(e, 0))) return false;
     }
     return j == idx.size();
+  }
+
+  // ---- lane mode ----
+  //
+  // When the innermost dim is kept (a reduction over outer dims, e.g. sum(x, dims=[0]) of a
+  // row-major matrix), looping over the reduced dims inside each kept index would read with a
+  // large stride. Instead the innermost kept dim is cut into blocks of kLanes, the "row" is a
+  // block, and every accumulator is an array of kLanes: each reduction loop runs over the
+  // reduced dims with the block's lanes innermost (unit stride, vectorized). Row statistics are
+  // built with a placeholder lane and instantiated at the lane of the loop that reads them.
+  static constexpr int64_t kLanes = 1024;
+
+  /// A fresh lane variable for a loop over the current block's lanes; sets the current lane.
+  Expr newLane() {
+    laneVar_ = var(lk_.kernel.newVar());
+    laneIndex_ = addIdx(laneBase_, laneVar_);
+    innerVars_.push_back(laneIndex_);
+    return laneVar_;
+  }
+
+  /// `e` with the placeholder lane replaced by the current lane (identity outside lane mode).
+  Expr atLane(const Expr &e) {
+    if (!lanes_ || !e) return e;
+    std::unordered_map<const ExprNode *, Expr> done;
+    std::function<Expr(const Expr &)> sub = [&](const Expr &x) -> Expr {
+      if (x == lanePlaceholder_) return laneVar_;
+      if (x->args.empty()) return x;
+      if (auto it = done.find(x.get()); it != done.end()) return it->second;
+      bool changed = false;
+      std::vector<Expr> args;
+      for (const Expr &a : x->args) {
+        args.push_back(sub(a));
+        changed = changed || args.back() != a;
+      }
+      Expr r = x;
+      if (changed) {
+        auto n = std::make_shared<ExprNode>(*x);
+        n->args = std::move(args);
+        r = n;
+      }
+      return done[x.get()] = r;
+    };
+    return sub(e);
+  }
+
+  /// A loop over the current block's lanes around `body` (made after newLane()).
+  Stmt laneLoop(const Expr &lane, StmtList body) {
+    return forLoop(lane->index, laneCount_, std::move(body), mode_ != Mode::General);
   }
 
   StmtList emitReductionKernel() {
@@ -506,21 +556,46 @@ private:
     for (size_t d = 0; d < rank; ++d)
       fullExtents_.push_back(fullExtent(d));
     outer_.assign(rank, nullptr);
+    // Lane mode: the innermost dim is kept and something is reduced (see newLane).
+    lanes_ = rank > 0 && !reducedDims_.empty() && !isReduced(rank - 1) &&
+             !isStaticOne(fullShape_.back());
     std::vector<int64_t> outerIds;
+    std::vector<Expr> loopExtents(rank);
     for (size_t d = 0; d < rank; ++d) {
       if (isReduced(d)) continue;
       outerIds.push_back(k.newVar());
       outer_[d] = var(outerIds.back());
-      if (d + 1 == rank) innerVars_.push_back(outer_[d]);
+      loopExtents[d] = fullExtents_[d];
+      if (d + 1 == rank && !lanes_) innerVars_.push_back(outer_[d]);
+    }
+    if (lanes_) {
+      // The last outer loop runs over blocks: lanes [block * kLanes, min(+kLanes, extent)).
+      Expr block = outer_[rank - 1], n = fullExtents_[rank - 1];
+      loopExtents[rank - 1] =
+          binary(BinaryOp::Div, addIdx(n, constIdx(kLanes - 1)), constIdx(kLanes)); // n >= 0
+      laneBase_ = mulIdx(block, constIdx(kLanes));
+      laneCount_ = binary(BinaryOp::Min, constIdx(kLanes), binary(BinaryOp::Sub, n, laneBase_));
+      lanePlaceholder_ = var(-1000); // never reaches the kernel (atLane replaces it)
+      outer_[rank - 1] = nullptr;
     }
     StmtList stores;
     for (size_t o : reduced) {
       int64_t b = lk_.outputBuffer[o];
       bool keepdim = outputs_[o]->type().shape() == reducedShapeOf(true) &&
                      outputs_[o]->type().rank() == int64_t(rank);
+      Expr lane;
+      if (lanes_) {
+        lane = newLane();
+        outer_[rank - 1] = laneIndex_;
+      }
       std::vector<Expr> idx = rowIndex(keepdim);
       Expr value = cast(k.buffers[size_t(b)].dtype, valueAt(outputs_[o], idx));
-      stores.push_back(store(b, offsetOf(b, idx), std::move(value)));
+      Stmt st = store(b, offsetOf(b, idx), std::move(value));
+      if (lanes_) {
+        outer_[rank - 1] = nullptr;
+        st = laneLoop(lane, {std::move(st)});
+      }
+      stores.push_back(std::move(st));
     }
     if (!full.empty()) {
       StmtList inner;
@@ -530,7 +605,7 @@ private:
         Expr value = cast(k.buffers[size_t(b)].dtype, valueAt(outputs_[o], idx));
         inner.push_back(store(b, offsetOf(b, idx), std::move(value)));
       }
-      for (Stmt &s : wrapRowLoops(idx, std::move(inner)))
+      for (Stmt &s : wrapRowLoops(idx, std::move(inner), lanes_ ? laneVar_ : nullptr))
         stores.push_back(std::move(s));
     }
     StmtList body = std::move(pre_);
@@ -544,29 +619,36 @@ private:
       if (isReduced(d)) continue;
       bool vec = mode != Mode::General;
       if (--j > 0) {
-        body = {forLoop(outerIds[j], fullExtents_[d], std::move(body), vec)};
+        body = {forLoop(outerIds[j], loopExtents[d], std::move(body), vec)};
         continue;
       }
-      Expr work = constIdx(1);
+      Expr work = lanes_ && d + 1 == rank ? constIdx(kLanes) : constIdx(1);
       for (size_t e = 0; e < rank; ++e)
         if (e != d) work = mulIdx(work, fullExtents_[e]);
-      body = {parallelFor(outerIds[j], fullExtents_[d], work, std::move(body), vec)};
+      body = {parallelFor(outerIds[j], loopExtents[d], work, std::move(body), vec)};
     }
     return body;
   }
 
   /// A full index for a new loop nest over the reduced dims of the current row (fresh loop
   /// variables at the reduced positions).
+  /// In lane mode, also a fresh lane variable (the current lane) at the last position.
   std::vector<Expr> rowLoopIndex() {
     std::vector<Expr> idx = outer_;
     for (size_t d = 0; d < idx.size(); ++d)
       if (isReduced(d)) idx[d] = var(lk_.kernel.newVar());
+    if (lanes_) {
+      newLane();
+      idx.back() = laneIndex_;
+    }
     if (!idx.empty() && isReduced(idx.size() - 1)) innerVars_.push_back(idx.back());
     return idx;
   }
 
-  /// Loops over the reduced dims of `idx` (made by rowLoopIndex) around `body`.
-  StmtList wrapRowLoops(const std::vector<Expr> &idx, StmtList body) {
+  /// Loops over the reduced dims of `idx` (made by rowLoopIndex) around `body`; in lane mode
+  /// the lane loop is innermost.
+  StmtList wrapRowLoops(const std::vector<Expr> &idx, StmtList body, const Expr &lane = nullptr) {
+    if (lane) body = {laneLoop(lane, std::move(body))};
     for (size_t d = idx.size(); d-- > 0;)
       if (isReduced(d))
         body = {forLoop(idx[d]->index, fullExtents_[d], std::move(body), mode_ != Mode::General)};
@@ -575,16 +657,32 @@ private:
 
   /// Appends `acc = init; for row: acc = combine(acc, value(idx))` to the current row's
   /// statements; returns the accumulator's value after the loop.
+  /// In lane mode the accumulator is an array; the result reads it at the placeholder lane.
   Expr reduceRow(const std::string &name, DType accType, Expr init, BinaryOp combine,
                  const std::function<Expr(const std::vector<Expr> &)> &value) {
+    Expr savedVar = laneVar_, savedIndex = laneIndex_;
     std::vector<Expr> idx = rowLoopIndex();
+    Expr lane = laneVar_;
     Expr v = cast(accType, value(idx)); // may append the reductions it reads first
-    int64_t a = lk_.kernel.addAcc(name, accType);
-    StmtList loops = wrapRowLoops(idx, {reduce(a, combine, std::move(v))});
-    pre_.push_back(initAcc(a, std::move(init)));
+    laneVar_ = lane;                    // (they set their own lanes)
+    laneIndex_ = idx.empty() ? nullptr : idx.back();
+    if (!lanes_) {
+      int64_t a = lk_.kernel.addAcc(name, accType);
+      StmtList loops = wrapRowLoops(idx, {reduce(a, combine, std::move(v))});
+      pre_.push_back(initAcc(a, std::move(init)));
+      for (Stmt &s : loops)
+        pre_.push_back(std::move(s));
+      return acc(a, accType);
+    }
+    int64_t a = lk_.kernel.addAcc(name, accType, kLanes);
+    StmtList loops = wrapRowLoops(idx, {reduceAt(a, lane, combine, std::move(v))}, lane);
+    Expr initLane = newLane();
+    pre_.push_back(laneLoop(initLane, {initAccAt(a, initLane, std::move(init))}));
     for (Stmt &s : loops)
       pre_.push_back(std::move(s));
-    return acc(a, accType);
+    laneVar_ = savedVar;
+    laneIndex_ = savedIndex;
+    return accAt(a, accType, lanePlaceholder_);
   }
 
   /// The number of elements of a row, in dtype d.
@@ -668,7 +766,7 @@ private:
       Expr mean = binary(BinaryOp::Div, sum, rowCount(a));
       Expr m2 = reduceRow(name + "_m2", a, constFloat(a, 0), BinaryOp::Add,
                           [&](const std::vector<Expr> &idx) {
-                            Expr dev = binary(BinaryOp::Sub, xa(idx), mean);
+                            Expr dev = binary(BinaryOp::Sub, xa(idx), atLane(mean));
                             return binary(BinaryOp::Mul, dev, dev);
                           });
       st.a = mean;
@@ -681,7 +779,7 @@ private:
       Expr mx = reduceRow(name + "_max", c, constFloat(c, -INFINITY), BinaryOp::Max, xc);
       Expr sum = reduceRow(name + "_sum", c, constFloat(c, 0), BinaryOp::Add,
                            [&](const std::vector<Expr> &idx) {
-                             return unary(UnaryOp::Exp, binary(BinaryOp::Sub, xc(idx), mx));
+                             return unary(UnaryOp::Exp, binary(BinaryOp::Sub, xc(idx), atLane(mx)));
                            });
       st.a = mx;
       st.b = sum;
@@ -698,6 +796,8 @@ private:
     if (!atCurrentRow(idx, info.rowOp, info.keepdim))
       unsupported(op.describe() + ": its result is read at another row than the one computed");
     RowStats st = rowStats(op, info);
+    st.a = atLane(st.a);
+    st.b = atLane(st.b);
     if (!info.rowOp) {
       Expr v = st.a;
       if (info.kind == red::Kind::Var || info.kind == red::Kind::Std) {
@@ -830,6 +930,10 @@ private:
   std::vector<int64_t> reducedDims_;
   std::vector<Expr> outer_, fullExtents_, innerVars_;
   StmtList pre_;
+  // Lane mode (see newLane): the block's first index and lane count, the current lane's
+  // variable and full index, and the placeholder lane of row statistics.
+  bool lanes_ = false;
+  Expr laneBase_, laneCount_, laneVar_, laneIndex_, lanePlaceholder_;
 };
 
 } // namespace

@@ -150,6 +150,15 @@ TEST(BackendReduction, SingleOpsAgreeWithInterpreter) {
       {"sum", "u8[6,33]", "{dims = [0]}", "i64[33]"},
       {"sum", "f32[6,33]", "{dims = [1], dtype = f64}", "f64[6]"},
       {"sum", "i32[6,33]", "{dims = [1], dtype = f32}", "f32[6]"},
+      // outer axes with the inner dim kept: one partial block of lanes, several blocks of
+      // 1024 lanes with a partial last one
+      {"sum", "f32[5,130]", "{dims = [0]}", "f32[130]"},
+      {"sum", "f32[3,2100]", "{dims = [0]}", "f32[2100]"},
+      {"softmax", "f32[3,1500]", "{dim = 0}", "f32[3,1500]"},
+      {"var", "f32[4,7,70]", "{dims = [0, 1]}", "f32[70]"},
+      {"amax", "i32[9,65]", "{dims = [0], keepdim = true}", "i32[1,65]"},
+      {"softmax", "f32[6,150]", "{dim = 0}", "f32[6,150]"},
+      {"layer_norm", "f32[64]", "{normalized_shape = [64]}", "f32[64]"},
       {"mean", "f32[7,13]", "{dims = [1]}", "f32[7]"},
       {"mean", "f32[7,13]", "{dims = [0], keepdim = true}", "f32[1,13]"},
       {"mean", "bf16[5,17]", "{dims = [-1]}", "bf16[5]"},

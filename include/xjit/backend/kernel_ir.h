@@ -39,7 +39,7 @@ enum class ExprKind : uint8_t {
   Size,    // run-time size of buffer `index` along dim `dim`
   Stride,  // run-time stride of buffer `index` along dim `dim`
   Load,    // buffer `index` at element offset args[0]
-  Acc,     // accumulator `index`
+  Acc,     // accumulator `index` (an array accumulator: at lane args[0])
   Unary,   // op: UnaryOp; args[0]
   Binary,  // op: BinaryOp; args[0], args[1]
   Compare, // op: CmpOp; args[0], args[1] (same dtype); result bool
@@ -138,6 +138,8 @@ Expr sizeOf(int64_t buffer, int64_t dim);
 Expr strideOf(int64_t buffer, int64_t dim);
 Expr load(int64_t buffer, DType dtype, Expr offset);
 Expr acc(int64_t id, DType dtype);
+/// Lane `lane` (i64) of an array accumulator.
+Expr accAt(int64_t id, DType dtype, Expr lane);
 Expr unary(UnaryOp op, Expr a);
 Expr binary(BinaryOp op, Expr a, Expr b);
 Expr compare(CmpOp op, Expr a, Expr b);
@@ -177,6 +179,9 @@ Stmt ifThen(Expr cond, StmtList then, StmtList orelse = {});
 Stmt store(int64_t buffer, Expr offset, Expr value);
 Stmt initAcc(int64_t acc, Expr init);
 Stmt reduce(int64_t acc, BinaryOp combine, Expr value);
+/// The same on lane `lane` of an array accumulator (Stmt::b holds the lane).
+Stmt initAccAt(int64_t acc, Expr lane, Expr init);
+Stmt reduceAt(int64_t acc, Expr lane, BinaryOp combine, Expr value);
 Stmt assertTrue(Expr cond, int64_t message);
 
 struct BufferParam {
@@ -195,6 +200,9 @@ struct ScalarParam {
 struct AccDecl {
   std::string name;
   DType dtype;
+  /// 0: a scalar; else an array of this many lanes (reductions over an outer dim keep one
+  /// accumulator per inner element, so the inner loop is unit-stride and vectorizes).
+  int64_t lanes = 0;
 };
 
 /// Run-time ABI of a compiled kernel (C calling convention):
@@ -217,7 +225,7 @@ struct Kernel {
   StmtList body;
 
   int64_t newVar() { return numVars++; }
-  int64_t addAcc(std::string name, DType dtype);
+  int64_t addAcc(std::string name, DType dtype, int64_t lanes = 0);
   /// Offset of buffer b's dims in the sizes/strides arrays of the ABI.
   int64_t dimOffset(int64_t buffer) const;
   int64_t totalDims() const;
