@@ -1,5 +1,6 @@
 // The CPU Target: regions that lower to elementwise kernels are compiled with the ORC JIT;
 // memory is host memory.
+#include "dnnl_kernels.h"
 #include "xjit/backend/jit.h"
 #include "xjit/backend/lower.h"
 #include "xjit/backend/target.h"
@@ -46,6 +47,8 @@ public:
   }
 
   std::string whyNotSupported(const Op &op) const override {
+    // Matmul / conv / pooling and the epilogue groups anchored on them: oneDNN.
+    if (dnnl_kernels::isLibraryCall(op)) return dnnl_kernels::whyNotSupported(op);
     if (op.name() == "fusion")
       return op.numRegions() == 1 ? whyNotLowerable(*op.region(0)) : "fusion: expected a region";
     return whyNotElementwise(op);
@@ -54,6 +57,7 @@ public:
   std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &opts) override {
     if (std::string why = whyNotSupported(op); !why.empty())
       throw Error(ErrorKind::Internal, "cpu target cannot compile " + op.describe() + ": " + why);
+    if (dnnl_kernels::isLibraryCall(op)) return dnnl_kernels::compile(op, opts);
     LoweredKernel lk = op.name() == "fusion" ? lowerFusion(op) : lowerElementwiseOp(op);
     auto ck = Jit::instance().compile(
         lk.kernel,

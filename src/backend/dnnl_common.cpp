@@ -1,0 +1,327 @@
+// Shared pieces of the oneDNN library kernels: engine, strided memory, post-ops, weight packing.
+#include "dnnl_common.h"
+
+#include "ops/op_util.h"
+#include "xjit/ir/op_registry.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+namespace xjit::backend::dnnl_kernels {
+
+dnnl::engine &cpuEngine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream &threadStream() {
+  thread_local dnnl::stream s(cpuEngine());
+  return s;
+}
+
+std::optional<memory::data_type> dnnlType(DType d) {
+  switch (d) {
+  case DType::F32: return memory::data_type::f32;
+  case DType::BF16: return memory::data_type::bf16;
+  default: return std::nullopt;
+  }
+}
+
+Tensor allocateOutput(DType d, const Dims &sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes)
+    n *= s;
+  int64_t nbytes = std::max<int64_t>(n * dtypeSize(d), 1);
+  size_t rounded = (static_cast<size_t>(nbytes) + 63) / 64 * 64;
+  void *p = std::aligned_alloc(64, rounded);
+  if (!p) throw KernelError("out of memory allocating " + std::to_string(nbytes) + " bytes");
+  auto storage = std::make_shared<Storage>(p, nbytes, [p] { std::free(p); });
+  return Tensor(std::move(storage), d, sizes, contiguousStrides(sizes));
+}
+
+memory::desc stridedDesc(const Dims &dims, const Dims &strides, memory::data_type dt) {
+  memory::dims d(dims.begin(), dims.end()), s(strides.begin(), strides.end());
+  // The stride of a size-1 dim does not matter to the data, but oneDNN's implementations
+  // recognize layouts by their strides: give it the dense value (stride of the next dim times
+  // its size), so [2,1,3] with strides [3,0,1] reads as plain row-major.
+  for (size_t i = s.size(); i-- > 0;)
+    if (d[i] == 1) s[i] = i + 1 < s.size() ? s[i + 1] * std::max<int64_t>(d[i + 1], 1) : 1;
+  return memory::desc(d, dt, s);
+}
+
+memory wrap(const memory::desc &md, const Tensor &t) {
+  return memory(md, cpuEngine(), static_cast<void *>(t.data()));
+}
+
+memory reorderedCopy(const memory &src, const memory::desc &md) {
+  memory dst(md, cpuEngine());
+  dnnl::reorder(src, dst).execute(threadStream(), const_cast<memory &>(src), dst);
+  threadStream().wait();
+  return dst;
+}
+
+memory::desc denseDesc(const Dims &dims, memory::data_type dt) {
+  return stridedDesc(dims, contiguousStrides(dims), dt);
+}
+
+bool isReferenceImpl(const dnnl::primitive_desc_base &pd) {
+  return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+}
+
+void execute(const dnnl::primitive &prim, std::unordered_map<int, memory> &args) {
+  dnnl::stream &s = threadStream();
+  prim.execute(s, args);
+  s.wait();
+}
+
+Densify::Densify(const memory::desc &from, const memory::desc &to)
+    : active_(true), from_(from), to_(to),
+      prim_(dnnl::reorder::primitive_desc(cpuEngine(), from, cpuEngine(), to)) {}
+
+Tensor Densify::operator()(const Tensor &t, DType dt) const {
+  Tensor out = allocateOutput(dt, {static_cast<int64_t>(to_.get_size()) / dtypeSize(dt)});
+  std::unordered_map<int, memory> args = {{DNNL_ARG_FROM, wrap(from_, t)},
+                                          {DNNL_ARG_TO, wrap(to_, out)}};
+  execute(prim_, args);
+  return out;
+}
+
+bool DimMap::apply(Dims &sizes, Dims &strides) const {
+  for (int p : insertUnit) {
+    sizes.insert(sizes.begin() + p, 1);
+    strides.insert(strides.begin() + p, 0);
+  }
+  if (!perm.empty()) {
+    Dims s, st;
+    for (int i : perm) {
+      s.push_back(sizes[static_cast<size_t>(i)]);
+      st.push_back(strides[static_cast<size_t>(i)]);
+    }
+    sizes = std::move(s);
+    strides = std::move(st);
+  }
+  if (mergeLeading > 1) {
+    size_t k = static_cast<size_t>(mergeLeading);
+    // Merging needs each outer dim to step over the whole inner run (size-1 dims are free);
+    // broadcast dims (stride 0) merge only with other broadcast dims.
+    int64_t size = 1, stride = 0;
+    bool any = false, allZero = true;
+    for (size_t i = k; i-- > 0;) {
+      if (sizes[i] == 1) continue;
+      if (!any) {
+        stride = strides[i];
+        allZero = stride == 0;
+        any = true;
+      } else if (allZero ? strides[i] != 0 : strides[i] != stride * size) {
+        return false;
+      }
+      size *= sizes[i];
+    }
+    sizes.erase(sizes.begin(), sizes.begin() + static_cast<ptrdiff_t>(k));
+    strides.erase(strides.begin(), strides.begin() + static_cast<ptrdiff_t>(k));
+    sizes.insert(sizes.begin(), size);
+    strides.insert(strides.begin(), allZero ? 0 : stride);
+  }
+  return true;
+}
+
+DimMap spatialMap(size_t nd, bool unbatched, bool channelsLast) {
+  DimMap m;
+  if (unbatched) m.insertUnit.push_back(0);
+  if (channelsLast) {
+    int r = static_cast<int>(nd) + 2;
+    m.perm = {0, r - 1};
+    for (int i = 1; i < r - 1; ++i)
+      m.perm.push_back(i);
+  }
+  return m;
+}
+
+bool isDense(const Tensor &t) {
+  int64_t expect = 1;
+  for (int64_t i = t.rank(); i-- > 0;) {
+    if (t.size(i) == 1) continue;
+    if (t.strides()[static_cast<size_t>(i)] != expect) return false;
+    expect *= t.size(i);
+  }
+  return true;
+}
+
+// ---- operands ----
+
+Tensor tensorOf(const Source &s, std::span<const RtValue> in) {
+  if (!s.present()) return {};
+  const RtValue &v = s.get(in);
+  return v.isTensor() ? v.tensor() : Tensor();
+}
+
+memory PackedWeights::get(const memory::desc &userDesc, const memory::desc &want) const {
+  std::lock_guard lock(mu_);
+  for (auto &[md, mem] : packed_)
+    if (md == want) return mem;
+  memory user(userDesc, cpuEngine(), static_cast<void *>(value_.data()));
+  memory packed = userDesc == want ? user : reorderedCopy(user, want);
+  packed_.emplace_back(want, packed);
+  return packed;
+}
+
+// ---- post-ops ----
+
+namespace {
+
+/// The IR result's index space seen by a (broadcast) operand: sizes of the result, strides of
+/// the operand (0 along broadcast dims), right-aligned as in broadcasting.
+void broadcastView(const Tensor &t, const Dims &resultSizes, Dims &sizes, Dims &strides) {
+  sizes = resultSizes;
+  strides.assign(resultSizes.size(), 0);
+  size_t lead = resultSizes.size() - static_cast<size_t>(t.rank());
+  for (size_t i = 0; i < static_cast<size_t>(t.rank()); ++i)
+    if (t.sizes()[i] != 1) strides[lead + i] = t.strides()[i];
+}
+
+} // namespace
+
+BoundPostOps::BoundPostOps(const std::vector<PostOp> &ops, std::span<const RtValue> in,
+                           const Dims &resultSizes, const DimMap &map, bool dense,
+                           dnnl::post_ops &po)
+    : map_(map) {
+  Dims dstSizes = resultSizes, dstStrides = contiguousStrides(resultSizes);
+  if (!map.apply(dstSizes, dstStrides)) throw KernelError("result dims cannot be mapped");
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const PostOp &p = ops[i];
+    if (!p.binary) {
+      po.append_eltwise(1.0f, p.alg, p.alpha, p.beta);
+      continue;
+    }
+    const RtValue &v = p.other.get(in);
+    Binary b{static_cast<int>(i), p.other, {}, dense, resultSizes};
+    if (!v.isTensor()) { // a Python scalar: one f32 element broadcast everywhere
+      b.materialize = true;
+      b.md = memory::desc(memory::dims(dstSizes.size(), 1), memory::data_type::f32,
+                          memory::dims(dstSizes.size(), 1));
+    } else {
+      const Tensor &t = v.tensor();
+      auto dt = dnnlType(t.dtype());
+      if (!dt) b.materialize = true;
+      Dims sizes, strides;
+      broadcastView(t, resultSizes, sizes, strides);
+      if (!b.materialize && t.numel() == 1) {
+        sizes.assign(dstSizes.size(), 1);
+        b.md = stridedDesc(sizes, Dims(sizes.size(), 1), *dt);
+      } else if (!b.materialize && map.apply(sizes, strides)) {
+        for (size_t d = 0; d < sizes.size(); ++d)
+          if (strides[d] == 0) sizes[d] = 1; // oneDNN broadcasts along size-1 dims
+        b.md = stridedDesc(sizes, strides, *dt);
+      } else {
+        b.materialize = true;
+      }
+      if (b.materialize && t.numel() == 1)
+        b.md = memory::desc(memory::dims(dstSizes.size(), 1), memory::data_type::f32,
+                            memory::dims(dstSizes.size(), 1));
+      else if (b.materialize)
+        b.md = stridedDesc(dstSizes, dstStrides, memory::data_type::f32);
+    }
+    po.append_binary(p.alg, b.md);
+    binaries_.push_back(b);
+  }
+}
+
+Tensor BoundPostOps::materialized(const Binary &b, std::span<const RtValue> in) const {
+  const RtValue &v = b.src.get(in);
+  if (!v.isTensor()) {
+    Tensor t = allocateOutput(DType::F32, {1});
+    *reinterpret_cast<float *>(t.data()) = static_cast<float>(v.toDouble());
+    return t;
+  }
+  const Tensor &t = v.tensor();
+  if (t.numel() == 1) {
+    Tensor one = allocateOutput(DType::F32, {1});
+    *reinterpret_cast<float *>(one.data()) = static_cast<float>(t.getDouble(0));
+    return one;
+  }
+  // The operand expanded to the full result shape, contiguous, f32.
+  Dims sizes, strides;
+  broadcastView(t, b.resultSizes, sizes, strides);
+  Tensor full = allocateOutput(DType::F32, b.resultSizes);
+  full.copyFrom(t.view(sizes, strides, t.offset()));
+  return full;
+}
+
+void BoundPostOps::bind(std::span<const RtValue> in, std::unordered_map<int, memory> &args,
+                        std::vector<Tensor> &keep) const {
+  for (const Binary &b : binaries_) {
+    Tensor t;
+    if (b.materialize) {
+      t = materialized(b, in);
+    } else {
+      t = b.src.get(in).tensor();
+    }
+    keep.push_back(t);
+    args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(b.index) | DNNL_ARG_SRC_1] = wrap(b.md, t);
+  }
+}
+
+bool eltwiseFor(const Op &op, PostOp &out) {
+  using A = dnnl::algorithm;
+  const std::string &n = op.name();
+  auto set = [&](A a, double alpha = 0, double beta = 0) {
+    out.binary = false;
+    out.alg = a;
+    out.alpha = static_cast<float>(alpha);
+    out.beta = static_cast<float>(beta);
+    return true;
+  };
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (n == "relu") return set(A::eltwise_relu);
+  if (n == "leaky_relu") return set(A::eltwise_relu, ops::attrFloat(op, "negative_slope"));
+  if (n == "elu") return set(A::eltwise_elu, ops::attrFloat(op, "alpha"));
+  if (n == "tanh") return set(A::eltwise_tanh);
+  if (n == "sigmoid") return set(A::eltwise_logistic);
+  if (n == "exp") return set(A::eltwise_exp);
+  if (n == "log") return set(A::eltwise_log);
+  if (n == "sqrt") return set(A::eltwise_sqrt);
+  if (n == "abs") return set(A::eltwise_abs);
+  if (n == "square") return set(A::eltwise_square);
+  if (n == "neg") return set(A::eltwise_linear, -1.0, 0.0);
+  if (n == "silu") return set(A::eltwise_swish, 1.0);
+  if (n == "hardswish") return set(A::eltwise_hardswish);
+  if (n == "relu6") return set(A::eltwise_clip_v2, 0.0, 6.0);
+  if (n == "hardtanh")
+    return set(A::eltwise_clip_v2, ops::attrFloat(op, "min_val"), ops::attrFloat(op, "max_val"));
+  if (n == "clamp") {
+    double lo = ops::hasAttrValue(op, "min") ? ops::attrFloat(op, "min") : -kInf;
+    double hi = ops::hasAttrValue(op, "max") ? ops::attrFloat(op, "max") : kInf;
+    if (lo > hi) return false; // torch gives max there; clip would give min
+    return set(A::eltwise_clip_v2, lo, hi);
+  }
+  if (n == "gelu") {
+    const std::string &a = ops::attrStr(op, "approximate");
+    if (a == "none") return set(A::eltwise_gelu_erf);
+    if (a == "tanh") return set(A::eltwise_gelu_tanh);
+    return false;
+  }
+  return false;
+}
+
+bool binaryFor(const std::string &name, dnnl::algorithm &alg) {
+  using A = dnnl::algorithm;
+  if (name == "add")
+    alg = A::binary_add;
+  else if (name == "sub")
+    alg = A::binary_sub;
+  else if (name == "mul")
+    alg = A::binary_mul;
+  else if (name == "div")
+    alg = A::binary_div;
+  else if (name == "maximum")
+    alg = A::binary_max;
+  else if (name == "minimum")
+    alg = A::binary_min;
+  else
+    return false;
+  return true;
+}
+
+} // namespace xjit::backend::dnnl_kernels

@@ -1,0 +1,250 @@
+// Forward convolutions (conv1d/2d/3d, any groups, dilation, padding or padding_mode
+// "same"/"valid", channels-first or channels-last `layout`) through oneDNN's convolution
+// primitive with post-ops.
+//
+// Layouts: a channels-last op hands oneDNN its NHWC buffers directly (oneDNN's NHWC kernels are
+// fast); a channels-first op lets oneDNN pick its blocked layout (`any`, as PyTorch's ideep
+// does) and reorders the input and result, unless that needs oneDNN's reference
+// implementation (some broadcast post-op operands), in which case the plain layout is used.
+// Constant weights are reordered once into the primitive's preferred (blocked) layout.
+#include "dnnl_kernels.h"
+
+#include "ops/nn_util.h"
+#include "ops/op_util.h"
+#include "xjit/ir/op_registry.h"
+
+#include <sstream>
+
+namespace xjit::backend::dnnl_kernels {
+namespace {
+
+struct ConvSpec {
+  std::string name;
+  size_t nd = 2;
+  Dims stride, padding, dilation;
+  int64_t groups = 1;
+  std::string mode; // "", "same", "valid"
+  bool channelsLast = false;
+  Source x, w, bias;
+  std::vector<PostOp> post;
+  DType dtype = DType::F32;
+};
+
+class ConvPlan : public Plan {
+public:
+  dnnl::convolution_forward prim;
+  std::string impl;
+  const ConvSpec *spec = nullptr;
+  Dims resultSizes;
+  memory::desc srcDesc, weightsDesc, biasDesc, dstDesc, dstUser;
+  Densify toSrc, toWeights, fromDst;
+  memory packedW; // constant weights, already in weightsDesc
+  bool hasBias = false, dstScratch = false;
+  std::unique_ptr<BoundPostOps> post;
+
+  Tensor run(std::span<const RtValue> in) const override {
+    std::unordered_map<int, memory> args;
+    std::vector<Tensor> keep;
+    Tensor x = tensorOf(spec->x, in);
+    if (toSrc) x = toSrc(x, spec->dtype);
+    keep.push_back(x);
+    args[DNNL_ARG_SRC] = wrap(srcDesc, x);
+    if (packedW) {
+      args[DNNL_ARG_WEIGHTS] = packedW;
+    } else {
+      Tensor w = tensorOf(spec->w, in);
+      if (toWeights) w = toWeights(w, spec->dtype);
+      keep.push_back(w);
+      args[DNNL_ARG_WEIGHTS] = wrap(weightsDesc, w);
+    }
+    if (hasBias) {
+      Tensor b = tensorOf(spec->bias, in);
+      keep.push_back(b);
+      args[DNNL_ARG_BIAS] = wrap(biasDesc, b);
+    }
+    post->bind(in, args, keep);
+    Tensor out = allocateOutput(spec->dtype, resultSizes);
+    Tensor dst = out;
+    if (dstScratch)
+      dst = allocateOutput(spec->dtype,
+                           {static_cast<int64_t>(dstDesc.get_size()) / dtypeSize(spec->dtype)});
+    args[DNNL_ARG_DST] = wrap(dstDesc, dst);
+    execute(prim, args);
+    if (dstScratch) {
+      std::unordered_map<int, memory> r = {{DNNL_ARG_FROM, wrap(dstDesc, dst)},
+                                           {DNNL_ARG_TO, wrap(dstUser, out)}};
+      execute(fromDstPrim, r);
+    }
+    return out;
+  }
+  std::string info() const override { return impl; }
+  dnnl::reorder fromDstPrim;
+};
+
+class ConvKernel : public LibraryKernel {
+public:
+  explicit ConvKernel(ConvSpec s) : s_(std::move(s)) {
+    if (s_.w.constant && s_.w.constant->isTensor())
+      packed_ = std::make_unique<PackedWeights>(s_.w.constant->tensor());
+  }
+
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "oneDNN convolution for " << s_.name << " (" << dtypeName(s_.dtype) << ", "
+       << (s_.channelsLast ? "channels-last" : "channels-first") << ")"
+       << (packed_ ? ", constant weights prepacked" : "") << ", " << s_.post.size() << " post-ops";
+    return os.str();
+  }
+
+  std::unique_ptr<Plan> makePlan(std::span<const RtValue> in) const override {
+    Tensor X = tensorOf(s_.x, in), W = tensorOf(s_.w, in), B = tensorOf(s_.bias, in);
+    size_t nd = s_.nd;
+    if (X.numel() == 0) throw KernelError("conv: empty input");
+    bool unbatched = static_cast<size_t>(X.rank()) == nd + 1;
+    DimMap map = spatialMap(nd, unbatched, s_.channelsLast);
+    Dims xs = X.sizes(), xst = X.strides();
+    map.apply(xs, xst); // [N, C, spatial...]
+    int64_t g = s_.groups, cout = W.size(0);
+    if (xs[1] != W.size(1) * g) throw KernelError("conv: channels do not match the weight");
+    memory::dims strides, dilates, padL, padR;
+    Dims out = {xs[0], cout};
+    for (size_t d = 0; d < nd; ++d) {
+      int64_t k = W.size(static_cast<int64_t>(2 + d)), s = s_.stride[d], dil = s_.dilation[d];
+      int64_t eff = dil * (k - 1) + 1, L = xs[2 + d];
+      int64_t total = s_.mode == "same" ? eff - 1 : s_.mode == "valid" ? 0 : 2 * s_.padding[d];
+      int64_t pl = s_.mode == "" ? s_.padding[d] : total / 2;
+      if (L + total < eff) throw KernelError("conv: input smaller than the kernel");
+      strides.push_back(s);
+      dilates.push_back(dil - 1); // oneDNN counts the gaps
+      padL.push_back(pl);
+      padR.push_back(total - pl);
+      out.push_back((L + total - eff) / s + 1);
+    }
+    // The IR result: [N, Cout, out...] in the op's layout and batched-ness, contiguous.
+    Dims result = out;
+    if (s_.channelsLast) {
+      result.erase(result.begin() + 1);
+      result.push_back(cout);
+    }
+    if (unbatched) result.erase(result.begin());
+    Dims ds = result, dst = contiguousStrides(result);
+    map.apply(ds, dst);
+
+    memory::data_type dt = *dnnlType(s_.dtype);
+    memory::desc srcUser = stridedDesc(xs, xst, dt), dstUser = stridedDesc(ds, dst, dt);
+    // Weights as oneDNN wants them: [G, Cout/G, Cin/G, k...] with groups.
+    Dims ws = W.sizes(), wst = W.strides();
+    if (g > 1) {
+      ws[0] /= g;
+      ws.insert(ws.begin(), g);
+      wst.insert(wst.begin(), wst[0] * ws[1]);
+    }
+    memory::desc wUser = stridedDesc(ws, wst, dt);
+    auto anyOf = [&](const Dims &d) {
+      return memory::desc(memory::dims(d.begin(), d.end()), dt, memory::format_tag::any);
+    };
+    bool hasBias = B.defined();
+    memory::desc biasDesc;
+    if (hasBias) {
+      auto bdt = dnnlType(B.dtype());
+      if (!bdt || B.rank() != 1) throw KernelError("conv: unsupported bias");
+      biasDesc = stridedDesc(B.sizes(), B.strides(), *bdt);
+    }
+
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      bool plain = attempt == 1 || (s_.channelsLast && isDense(X));
+      auto plan = std::make_unique<ConvPlan>();
+      plan->spec = &s_;
+      plan->resultSizes = result;
+      plan->dstUser = dstUser;
+      memory::desc srcWant = plain ? (isDense(X) ? srcUser : denseInLayout(xs, dt)) : anyOf(xs);
+      memory::desc dstWant = plain ? dstUser : anyOf(ds);
+      dnnl::post_ops po;
+      plan->post = std::make_unique<BoundPostOps>(s_.post, in, result, map, attempt == 1, po);
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(po);
+      try {
+        auto desc = hasBias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                              dnnl::algorithm::convolution_direct,
+                                                              srcWant, anyOf(ws), biasDesc, dstWant,
+                                                              strides, dilates, padL, padR)
+                            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                              dnnl::algorithm::convolution_direct,
+                                                              srcWant, anyOf(ws), dstWant, strides,
+                                                              dilates, padL, padR);
+        dnnl::convolution_forward::primitive_desc pd(desc, attr, cpuEngine());
+        if (attempt == 0 && isReferenceImpl(pd)) continue;
+        plan->impl = pd.impl_info_str();
+        plan->prim = dnnl::convolution_forward(pd);
+        plan->srcDesc = pd.src_desc();
+        if (plan->srcDesc != srcUser) plan->toSrc = Densify(srcUser, plan->srcDesc);
+        plan->weightsDesc = pd.weights_desc();
+        if (packed_)
+          plan->packedW = packed_->get(wUser, plan->weightsDesc);
+        else if (plan->weightsDesc != wUser)
+          plan->toWeights = Densify(wUser, plan->weightsDesc);
+        plan->hasBias = hasBias;
+        plan->biasDesc = biasDesc;
+        plan->dstDesc = pd.dst_desc();
+        if (plan->dstDesc != dstUser) {
+          plan->dstScratch = true;
+          plan->fromDstPrim = dnnl::reorder(
+              dnnl::reorder::primitive_desc(cpuEngine(), plan->dstDesc, cpuEngine(), dstUser));
+        }
+      } catch (const dnnl::error &) {
+        if (attempt == 1) throw;
+        continue;
+      }
+      return plan;
+    }
+    throw KernelError("conv: no oneDNN implementation");
+  }
+
+private:
+  /// Dense in the op's own dim order (NCHW, or NHWC for channels-last), as oneDNN dims.
+  memory::desc denseInLayout(const Dims &logical, memory::data_type dt) const {
+    Dims ir = logical;
+    if (s_.channelsLast) {
+      ir.erase(ir.begin() + 1);
+      ir.push_back(logical[1]);
+    }
+    Dims st = contiguousStrides(ir);
+    DimMap m = spatialMap(s_.nd, false, s_.channelsLast);
+    m.apply(ir, st);
+    return stridedDesc(ir, st, dt);
+  }
+
+  ConvSpec s_;
+  std::unique_ptr<PackedWeights> packed_;
+};
+
+} // namespace
+
+bool isConvOp(const std::string &n) { return n == "conv1d" || n == "conv2d" || n == "conv3d"; }
+
+std::string whyNotConv(const CallIR &call) {
+  const Op &op = *call.anchor;
+  if (call.operands.size() < 2) return op.name() + ": missing weight";
+  return "";
+}
+
+std::unique_ptr<LibraryKernel> makeConvKernel(const CallIR &call) {
+  const Op &op = *call.anchor;
+  ConvSpec s;
+  s.name = op.name();
+  s.nd = static_cast<size_t>(op.name()[4] - '0');
+  s.stride = ops::nn::spatialInts(op, "stride", s.nd, 1);
+  s.padding = ops::nn::spatialInts(op, "padding", s.nd, 0);
+  s.dilation = ops::nn::spatialInts(op, "dilation", s.nd, 1);
+  s.groups = ops::attrInt(op, "groups");
+  s.mode = ops::attrStr(op, "padding_mode");
+  s.channelsLast = ops::attrStr(op, "layout") == "nhwc";
+  s.x = call.operands[0];
+  s.w = call.operands[1];
+  if (call.operands.size() > 2) s.bias = call.operands[2];
+  s.post = call.postOps;
+  s.dtype = call.resultType.dtype();
+  return std::make_unique<ConvKernel>(std::move(s));
+}
+
+} // namespace xjit::backend::dnnl_kernels

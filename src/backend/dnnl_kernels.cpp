@@ -1,0 +1,280 @@
+// The oneDNN executable: reads a library call (one op, or an `epilogue` fusion anchored on
+// one) from the IR, caches one plan per run-time shape, and runs the reference kernel for the
+// shapes oneDNN rejects.
+#include "dnnl_kernels.h"
+
+#include "xjit/ir/builder.h"
+#include "xjit/ir/interpreter.h"
+#include "xjit/ir/op_registry.h"
+
+#include <map>
+#include <shared_mutex>
+#include <sstream>
+
+namespace xjit::backend::dnnl_kernels {
+namespace {
+
+/// Where value `outer` (an operand of the compiled op) comes from: input `index`, and its
+/// value when a `constant` op defines it.
+Source sourceOf(const Value *outer, int index) {
+  Source s;
+  s.input = index;
+  const Op *d = outer->definingOp();
+  if (!d || d->name() != "constant") return s;
+  const Attr *a = d->attrOrNull("value");
+  if (!a) return s;
+  switch (a->kind()) {
+  case AttrKind::Tensor: s.constant = RtValue(a->asTensor()); break;
+  case AttrKind::Float: s.constant = RtValue(a->asFloat()); break;
+  case AttrKind::Int: s.constant = RtValue(a->asInt()); break;
+  case AttrKind::Bool: s.constant = RtValue(a->asBool()); break;
+  default: break;
+  }
+  return s;
+}
+
+bool isLibraryOpName(const std::string &n) { return isMatmulOp(n) || isConvOp(n) || isPoolOp(n); }
+
+/// Reads `op` into `call`; returns why not when it is not a call this path can express.
+std::string readCall(const Op &op, CallIR &call) {
+  if (op.name() != "fusion") {
+    if (!isLibraryOpName(op.name())) return op.name() + " is not a library op";
+    if (op.numResults() != 1 || !op.result(0)->type().isTensor())
+      return op.name() + ": expected one tensor result";
+    call.anchor = &op;
+    for (size_t i = 0; i < op.numOperands(); ++i)
+      call.operands.push_back(op.operand(i)->type().kind() == TypeKind::None
+                                  ? Source{}
+                                  : sourceOf(op.operand(i), static_cast<int>(i)));
+    call.resultType = op.result(0)->type();
+    return "";
+  }
+  const Attr *kind = op.attrOrNull("kind");
+  if (!kind || kind->kind() != AttrKind::Str || kind->asStr() != "epilogue")
+    return "fusion: not an epilogue group";
+  if (op.numRegions() != 1 || op.region(0)->empty()) return "fusion: expected one region";
+  const Block &body = *op.region(0);
+  auto argIndex = [&](const Value *v) -> int {
+    if (!v->isBlockArgument() || v->ownerBlock() != &body) return -1;
+    return static_cast<int>(v->index());
+  };
+  const Op *anchor = body.front();
+  if (!isMatmulOp(anchor->name()) && !isConvOp(anchor->name()))
+    return "epilogue anchored on " + anchor->name() + ", which is not a library op";
+  call.anchor = anchor;
+  for (const Value *v : anchor->operands()) {
+    if (v->type().kind() == TypeKind::None) {
+      call.operands.push_back({});
+      continue;
+    }
+    int i = argIndex(v);
+    if (i < 0) return "epilogue: the anchor's operands must be group inputs";
+    call.operands.push_back(sourceOf(op.operand(static_cast<size_t>(i)), i));
+  }
+  const Value *cur = anchor->result(0);
+  const Type &anchorType = cur->type();
+  for (const Op *p = anchor->next(); p; p = p->next()) {
+    if (p->name() == "yield") {
+      if (p->numOperands() != 1 || p->operand(0) != cur)
+        return "epilogue: must yield exactly the last post-op's result";
+      call.resultType = cur->type();
+      return "";
+    }
+    if (p->numResults() != 1 || p->result(0)->type() != anchorType)
+      return "epilogue: post-op " + p->name() + " changes the result type";
+    PostOp po;
+    if (p->numOperands() == 1 && p->operand(0) == cur) {
+      if (!eltwiseFor(*p, po)) return "epilogue: no oneDNN eltwise post-op for " + p->name();
+    } else if (p->numOperands() == 2 && binaryFor(p->name(), po.alg)) {
+      po.binary = true;
+      if (const Attr *alpha = p->attrOrNull("alpha"); alpha && alpha->asNumber() != 1.0)
+        return "epilogue: " + p->name() + " with alpha != 1";
+      bool left = p->operand(0) == cur, right = p->operand(1) == cur;
+      bool commutative = p->name() == "add" || p->name() == "mul" || p->name() == "maximum" ||
+                         p->name() == "minimum";
+      if (left == right || (right && !commutative))
+        return "epilogue: " + p->name() + " must read the chain exactly once, as its left operand";
+      const Value *other = p->operand(left ? 1 : 0);
+      int i = argIndex(other);
+      if (i < 0) return "epilogue: the binary post-op's other operand must be a group input";
+      if (other->type().isTensor() && !isFloating(other->type().dtype()) &&
+          other->type().dtype() != DType::Bool && !isIntegral(other->type().dtype()))
+        return "epilogue: unsupported operand dtype";
+      po.other = sourceOf(op.operand(static_cast<size_t>(i)), i);
+    } else {
+      return "epilogue: " + p->name() + " is not a oneDNN post-op";
+    }
+    call.postOps.push_back(po);
+    cur = p->result(0);
+  }
+  return "epilogue: missing yield";
+}
+
+/// A graph computing exactly `op` on its operands (the body of a fusion replayed), run by the
+/// reference interpreter for the shapes oneDNN rejects.
+std::unique_ptr<Graph> referenceGraph(const Op &op) {
+  auto g = std::make_unique<Graph>("library_reference");
+  Builder b(g->body());
+  std::map<const Value *, Value *> mapped;
+  auto replay = [&](const Op &o) {
+    std::vector<Value *> operands;
+    for (const Value *v : o.operands())
+      operands.push_back(mapped.at(v));
+    std::vector<Type> types;
+    for (const auto &r : o.results())
+      types.push_back(r->type());
+    Op *n = b.createWithTypes(o.name(), operands, types, o.attrs());
+    for (size_t i = 0; i < o.numResults(); ++i)
+      mapped[o.result(i)] = n->result(i);
+    return n;
+  };
+  if (op.name() == "fusion") {
+    const Block &body = *op.region(0);
+    for (size_t i = 0; i < body.numArguments(); ++i)
+      mapped[body.argument(i)] = g->addInput(body.argument(i)->type());
+    for (const Op *o : body) {
+      if (o->name() == "yield") {
+        std::vector<Value *> outs;
+        for (const Value *v : o->operands())
+          outs.push_back(mapped.at(v));
+        b.createWithTypes("return", outs, {});
+      } else {
+        replay(*o);
+      }
+    }
+  } else {
+    for (const Value *v : op.operands())
+      mapped[v] = g->addInput(v->type());
+    Op *n = replay(op);
+    std::vector<Value *> outs;
+    for (size_t i = 0; i < n->numResults(); ++i)
+      outs.push_back(n->result(i));
+    b.createWithTypes("return", outs, {});
+  }
+  return g;
+}
+
+/// The cache key of a run: every tensor input's sizes and strides (plans depend on both).
+Dims shapeKey(std::span<const RtValue> in) {
+  Dims key;
+  for (const RtValue &v : in) {
+    if (!v.isTensor()) {
+      key.push_back(-1);
+      continue;
+    }
+    const Tensor &t = v.tensor();
+    key.push_back(t.rank());
+    key.insert(key.end(), t.sizes().begin(), t.sizes().end());
+    key.insert(key.end(), t.strides().begin(), t.strides().end());
+  }
+  return key;
+}
+
+class DnnlExecutable : public Executable {
+public:
+  DnnlExecutable(std::string name, std::unique_ptr<LibraryKernel> kernel,
+                 std::unique_ptr<Graph> reference)
+      : name_(std::move(name)), kernel_(std::move(kernel)), reference_(std::move(reference)) {}
+
+  std::vector<RtValue> run(std::span<const RtValue> inputs) const override {
+    if (inputs.size() != reference_->numInputs())
+      throw KernelError(name_ + ": expected " + std::to_string(reference_->numInputs()) +
+                        " inputs, got " + std::to_string(inputs.size()));
+    Dims key = shapeKey(inputs);
+    const Entry *entry = find(key);
+    if (!entry) entry = insert(std::move(key), build(inputs));
+    if (!entry->plan)
+      return interpret(*reference_, std::vector<RtValue>(inputs.begin(), inputs.end()));
+    try {
+      return {entry->plan->run(inputs)};
+    } catch (const dnnl::error &) {
+      // oneDNN refused to execute what it agreed to create (seen with unusual strides): the
+      // reference kernel gives the answer.
+      return interpret(*reference_, std::vector<RtValue>(inputs.begin(), inputs.end()));
+    }
+  }
+
+  std::vector<std::pair<std::string, std::string>> dumpFiles() const override {
+    std::ostringstream os;
+    os << kernel_->describe() << "\n";
+    std::shared_lock lock(mu_);
+    for (const auto &[key, e] : plans_) {
+      os << "shape key [";
+      for (size_t i = 0; i < key.size(); ++i)
+        os << (i ? "," : "") << key[i];
+      os << "]: " << (e.plan ? "oneDNN" : "reference kernel (" + e.why + ")") << "\n";
+    }
+    return {{name_ + ".onednn", os.str()}};
+  }
+
+private:
+  struct Entry {
+    std::shared_ptr<const Plan> plan; // null: oneDNN rejected the shape, run the reference
+    std::string why;
+  };
+
+  Entry build(std::span<const RtValue> inputs) const {
+    try {
+      return {kernel_->makePlan(inputs), ""};
+    } catch (const dnnl::error &e) {
+      return {nullptr, e.what()};
+    } catch (const KernelError &e) {
+      return {nullptr, e.what()};
+    }
+  }
+  const Entry *find(const Dims &key) const {
+    std::shared_lock lock(mu_);
+    auto it = plans_.find(key);
+    return it == plans_.end() ? nullptr : &it->second;
+  }
+  const Entry *insert(Dims key, Entry e) const {
+    std::unique_lock lock(mu_);
+    // Another thread may have built the same plan meanwhile: keep the first (map nodes are
+    // stable, so returned pointers stay valid).
+    return &plans_.emplace(std::move(key), std::move(e)).first->second;
+  }
+
+  std::string name_;
+  std::unique_ptr<LibraryKernel> kernel_;
+  std::unique_ptr<Graph> reference_;
+  mutable std::shared_mutex mu_;
+  mutable std::map<Dims, Entry> plans_;
+};
+
+} // namespace
+
+bool isLibraryCall(const Op &op) {
+  if (op.name() != "fusion") return isLibraryOpName(op.name());
+  const Attr *kind = op.attrOrNull("kind");
+  return kind && kind->kind() == AttrKind::Str && kind->asStr() == "epilogue";
+}
+
+std::string whyNotSupported(const Op &op) {
+  CallIR call;
+  if (std::string why = readCall(op, call); !why.empty()) return why;
+  const std::string &n = call.anchor->name();
+  if (!dnnlType(call.resultType.dtype()))
+    return n + ": oneDNN path serves f32 and bf16, not " +
+           std::string(dtypeName(call.resultType.dtype()));
+  for (const Value *v : call.anchor->operands())
+    if (v->type().isTensor() && v->type().dtype() != call.resultType.dtype())
+      return n + ": operands of mixed dtypes";
+  if (isMatmulOp(n)) return whyNotMatmul(call);
+  if (isConvOp(n)) return whyNotConv(call);
+  if (!call.postOps.empty()) return n + ": no post-ops on poolings";
+  return whyNotPool(call);
+}
+
+std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &) {
+  if (std::string why = whyNotSupported(op); !why.empty())
+    throw Error(ErrorKind::Internal, "oneDNN cannot compile " + op.describe() + ": " + why);
+  CallIR call;
+  readCall(op, call);
+  const std::string &n = call.anchor->name();
+  std::unique_ptr<LibraryKernel> k = isMatmulOp(n) ? makeMatmulKernel(call)
+                                     : isConvOp(n) ? makeConvKernel(call)
+                                                   : makePoolKernel(call);
+  return std::make_shared<DnnlExecutable>(n, std::move(k), referenceGraph(op));
+}
+
+} // namespace xjit::backend::dnnl_kernels
