@@ -659,23 +659,28 @@ private:
   /// statements; returns the accumulator's value after the loop.
   /// In lane mode the accumulator is an array; the result reads it at the placeholder lane.
   Expr reduceRow(const std::string &name, DType accType, Expr init, BinaryOp combine,
-                 const std::function<Expr(const std::vector<Expr> &)> &value) {
+                 const std::function<Expr(const std::vector<Expr> &)> &value,
+                 int64_t alsoStoreIn = -1) {
     Expr savedVar = laneVar_, savedIndex = laneIndex_;
     std::vector<Expr> idx = rowLoopIndex();
     Expr lane = laneVar_;
     Expr v = cast(accType, value(idx)); // may append the reductions it reads first
     laneVar_ = lane;                    // (they set their own lanes)
     laneIndex_ = idx.empty() ? nullptr : idx.back();
+    StmtList body;
+    if (alsoStoreIn >= 0) body.push_back(store(alsoStoreIn, offsetOf(alsoStoreIn, idx), v));
     if (!lanes_) {
       int64_t a = lk_.kernel.addAcc(name, accType);
-      StmtList loops = wrapRowLoops(idx, {reduce(a, combine, std::move(v))});
+      body.push_back(reduce(a, combine, std::move(v)));
+      StmtList loops = wrapRowLoops(idx, std::move(body));
       pre_.push_back(initAcc(a, std::move(init)));
       for (Stmt &s : loops)
         pre_.push_back(std::move(s));
       return acc(a, accType);
     }
     int64_t a = lk_.kernel.addAcc(name, accType, kLanes);
-    StmtList loops = wrapRowLoops(idx, {reduceAt(a, lane, combine, std::move(v))}, lane);
+    body.push_back(reduceAt(a, lane, combine, std::move(v)));
+    StmtList loops = wrapRowLoops(idx, std::move(body), lane);
     Expr initLane = newLane();
     pre_.push_back(laneLoop(initLane, {initAccAt(a, initLane, std::move(init))}));
     for (Stmt &s : loops)
@@ -701,7 +706,27 @@ private:
   /// Per-row statistics of one op, computed once per variant.
   struct RowStats {
     Expr a, b; // sum / mean / max, and the second statistic (sum of exp, rstd) where there is one
+    int64_t storedIn = -1; // softmax: the output buffer holding exp(x - max) after the sum pass
   };
+
+  /// The output buffer a softmax may keep exp(x - max) in between its sum pass and the output
+  /// pass (which then scales in place instead of computing exp again), or -1: the result must
+  /// be yielded once, read by nothing else, and stored in the compute dtype.
+  int64_t softmaxScratchOutput(const Op &op) const {
+    Value *r = op.result(0);
+    DType d = r->type().dtype();
+    if (d != DType::F32 && d != DType::F64) return -1;
+    const Op *user = nullptr;
+    size_t uses = 0;
+    for (const Use &u : r->uses()) {
+      user = u.user;
+      ++uses;
+    }
+    if (uses != 1 || !user || (user->name() != "yield" && user->name() != "return")) return -1;
+    for (size_t o = 0; o < outputs_.size(); ++o)
+      if (outputs_[o] == r) return lk_.outputBuffer[o];
+    return -1;
+  }
 
   RowStats rowStats(const Op &op, const red::Info &info) {
     if (auto it = reductionValues_.find(&op); it != reductionValues_.end()) return it->second;
@@ -777,10 +802,13 @@ private:
     case red::Kind::LogSoftmax: {
       auto xc = xAs(c);
       Expr mx = reduceRow(name + "_max", c, constFloat(c, -INFINITY), BinaryOp::Max, xc);
-      Expr sum = reduceRow(name + "_sum", c, constFloat(c, 0), BinaryOp::Add,
-                           [&](const std::vector<Expr> &idx) {
-                             return unary(UnaryOp::Exp, binary(BinaryOp::Sub, xc(idx), atLane(mx)));
-                           });
+      if (info.kind == red::Kind::Softmax) st.storedIn = softmaxScratchOutput(op);
+      Expr sum = reduceRow(
+          name + "_sum", c, constFloat(c, 0), BinaryOp::Add,
+          [&](const std::vector<Expr> &idx) {
+            return unary(UnaryOp::Exp, binary(BinaryOp::Sub, xc(idx), atLane(mx)));
+          },
+          st.storedIn);
       st.a = mx;
       st.b = sum;
       break;
@@ -816,9 +844,13 @@ private:
     DType c = opMath(out);
     Expr xv = cast(c, cast(out, valueAt(x, idx)));
     switch (info.kind) {
-    case red::Kind::Softmax:
-      return cast(
-          out, binary(BinaryOp::Div, unary(UnaryOp::Exp, binary(BinaryOp::Sub, xv, st.a)), st.b));
+    case red::Kind::Softmax: {
+      // exp(x - max) * (1 / sum): the reciprocal once per row; within an ulp of the division.
+      Expr inv = binary(BinaryOp::Div, constFloat(c, 1.0), st.b);
+      Expr e = st.storedIn >= 0 ? load(st.storedIn, c, offsetOf(st.storedIn, idx))
+                                : unary(UnaryOp::Exp, binary(BinaryOp::Sub, xv, st.a));
+      return cast(out, binary(BinaryOp::Mul, e, inv));
+    }
     case red::Kind::LogSoftmax:
       return cast(
           out, binary(BinaryOp::Sub, binary(BinaryOp::Sub, xv, st.a), unary(UnaryOp::Log, st.b)));
