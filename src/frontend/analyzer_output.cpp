@@ -208,9 +208,13 @@ Capture Analyzer::finishAtBreak(Frame &f) {
     state.stack.push_back(v->kind == VarKind::Null       ? rewrite::Slot::Null
                           : v->kind == VarKind::Iterator ? rewrite::Slot::Iterator
                                                          : rewrite::Slot::Value);
-  for (int i = 0; i < co->co_nlocals; ++i)
-    state.bound.push_back(f.locals[static_cast<size_t>(i)] != nullptr);
+  for (int i = 0; i < co->co_nlocalsplus; ++i) {
+    const VarPtr &v = f.locals[static_cast<size_t>(i)];
+    auto *cell = as<CellVar>(v);
+    state.bound.push_back(cell ? cell->contents != nullptr : v != nullptr);
+  }
   const std::vector<int> live = rewrite::argumentLocals(co, state);
+  const std::vector<int> cells = rewrite::cellArguments(co, state);
   auto arguments = [&](std::vector<Value *> &outputs, std::map<Value *, int64_t> &outputIndex) {
     OutputNode args;
     args.kind = OutputNode::Tuple;
@@ -246,6 +250,11 @@ Capture Analyzer::finishAtBreak(Frame &f) {
     }
     for (int slot : live)
       args.children.push_back(outputOf(f.locals[static_cast<size_t>(slot)], outputs, outputIndex));
+    for (int slot : cells) {
+      auto *cell = as<CellVar>(f.locals[static_cast<size_t>(slot)]);
+      if (!cell) fail("internal: cell slot without a cell at a graph break");
+      args.children.push_back(outputOf(cell->contents, outputs, outputIndex));
+    }
     return args;
   };
   Capture c = finishWith(arguments, /*sameGradMode=*/false);

@@ -64,13 +64,20 @@ struct Pos {
 struct Original {
   PyCodeObject *co;
   DecodedCode d;
-  std::vector<Pos> pos; // per code unit (co_positions)
-  int nvars = 0;        // plain local slots (co_nlocals)
-  int nfree = 0;
+  std::vector<Pos> pos;   // per code unit (co_positions)
+  int nvars = 0;          // co_nlocals: plain locals and arguments (cell arguments too)
+  std::vector<int> plain; // local slots that are neither cells nor free variables
+  std::vector<int> cells; // cell variables (made by MAKE_CELL), arguments or not
+  std::vector<int> frees; // free variables (COPY_FREE_VARS from the closure)
 
   explicit Original(PyCodeObject *c) : co(c), d(decode(c)) {
     nvars = c->co_nlocals;
-    nfree = c->co_nfreevars;
+    // Slot kinds (CO_FAST_LOCAL / CELL / FREE of Include/internal/pycore_code.h).
+    constexpr unsigned char kCell = 0x40, kFree = 0x80;
+    const auto *kinds =
+        reinterpret_cast<const unsigned char *>(PyBytes_AS_STRING(c->co_localspluskinds));
+    for (int i = 0; i < c->co_nlocalsplus; ++i)
+      (kinds[i] & kFree ? frees : kinds[i] & kCell ? cells : plain).push_back(i);
     PyRef it = own(PyObject_CallMethod(reinterpret_cast<PyObject *>(c), "co_positions", nullptr),
                    "co_positions");
     PyRef iter = own(PyObject_GetIter(it.get()), "iter");
@@ -121,7 +128,7 @@ bool usesLocalSlot(int op) {
 /// Locals (plain slots) live on entry to each instruction: read on some path before written.
 std::vector<std::vector<bool>> liveness(const Original &o) {
   const auto &ins = o.d.instrs;
-  const size_t n = ins.size(), nv = static_cast<size_t>(o.nvars);
+  const size_t n = ins.size(), nv = static_cast<size_t>(o.co->co_nlocalsplus);
   std::vector<std::vector<bool>> in(n, std::vector<bool>(nv, false));
   bool changed = true;
   while (changed) {
@@ -325,13 +332,16 @@ public:
 
   PyRef build() {
     PyCodeObject *co = o_.co;
-    if (co->co_ncellvars > 0) error("the frame has cell variables");
     args_ = argumentLocalsOf(s_);
+    if (breakCode_) cellArgs_ = cellArgumentsOf(o_, s_);
     planLocals();
     consts_ = own(PySequence_List(co->co_consts), "co_consts");
-    // Prologue: free variables, RESUME, the stack, the jump to where the frame continues.
+    // Prologue: cells, free variables, RESUME, the stack, the jump to where the frame continues.
     const Pos at = o_.posAt(s_.offset);
-    if (o_.nfree) emit(COPY_FREE_VARS, o_.nfree, at);
+    if (cellsAsCellvars())
+      for (int c : o_.cells)
+        emit(MAKE_CELL, slotMap_.at(size_t(c)), at);
+    if (nfreeNew_) emit(COPY_FREE_VARS, nfreeNew_, at);
     emit(RESUME, 0, at);
     int argi = 0;
     for (size_t k = 0; k < s_.stack.size(); ++k) {
@@ -384,8 +394,18 @@ public:
     std::vector<std::vector<bool>> live = liveness(o);
     const auto &l = live.at(size_t(o.indexOf(s.offset)));
     std::vector<int> out;
-    for (int v = 0; v < o.nvars; ++v)
+    for (int v : o.plain)
       if (l[size_t(v)] && size_t(v) < s.bound.size() && s.bound[size_t(v)]) out.push_back(v);
+    return out;
+  }
+
+  /// The break code of a frame with cell variables takes the bound cells' contents as
+  /// arguments (cell arguments, wrapped by MAKE_CELL): the frame never ran, so its cells are
+  /// made afresh. Resume codes receive the cells themselves, as free variables.
+  static std::vector<int> cellArgumentsOf(const Original &o, const State &s) {
+    std::vector<int> out;
+    for (int c : o.cells)
+      if (size_t(c) < s.bound.size() && s.bound[size_t(c)]) out.push_back(c);
     return out;
   }
 
@@ -406,27 +426,36 @@ private:
     return static_cast<int>(PyList_GET_SIZE(consts_.get())) - 1;
   }
 
-  /// New local layout: arguments (stack values, then live locals), the other plain locals,
-  /// scratch slots for the break tails, then the free variables (COPY_FREE_VARS fills the last).
+  bool cellsAsCellvars() const { return breakCode_ && !o_.cells.empty(); }
+
+  /// New local layout: arguments (stack values, live locals, then -- break code -- the bound
+  /// cells' contents), the other plain locals, scratch slots for the break tails, then the
+  /// other cells (break code) and the free variables. A resume code gets the frame's cells as
+  /// free variables before its own: COPY_FREE_VARS fills the last slots from the closure.
   void planLocals() {
     PyCodeObject *co = o_.co;
     names_ = own(PyList_New(0), "list");
+    auto nameOf = [&](int slot) { return PyTuple_GET_ITEM(co->co_localsplusnames, slot); };
     auto add = [&](PyObject *n) {
       if (PyList_Append(names_.get(), n) != 0) error("varnames");
     };
     for (size_t k = 0; k < s_.stack.size(); ++k)
       if (s_.stack[k] != Slot::Null) add(own(PyUnicode_FromFormat("___stack%zu", k), "str").get());
-    nargs_ = static_cast<int>(PyList_GET_SIZE(names_.get())) + static_cast<int>(args_.size());
     slotMap_.assign(size_t(co->co_nlocalsplus), -1);
     int next = static_cast<int>(PyList_GET_SIZE(names_.get()));
     for (int v : args_) {
       slotMap_[size_t(v)] = next++;
-      add(PyTuple_GET_ITEM(co->co_localsplusnames, v));
+      add(nameOf(v));
     }
-    for (int v = 0; v < o_.nvars; ++v)
+    for (int c : cellArgs_) {
+      slotMap_[size_t(c)] = next++;
+      add(nameOf(c));
+    }
+    nargs_ = next;
+    for (int v : o_.plain)
       if (slotMap_[size_t(v)] < 0) {
         slotMap_[size_t(v)] = next++;
-        add(PyTuple_GET_ITEM(co->co_localsplusnames, v));
+        add(nameOf(v));
       }
     scratch_ = next;
     if (breakCode_) {
@@ -438,8 +467,24 @@ private:
       next += static_cast<int>(most);
     }
     nvars_ = next;
-    for (int k = 0; k < o_.nfree; ++k)
-      slotMap_[size_t(o_.nvars + k)] = nvars_ + k;
+    cellNames_ = own(PyList_New(0), "list");
+    freeNames_ = own(PyList_New(0), "list");
+    if (cellsAsCellvars()) {
+      for (int c : o_.cells) {
+        if (PyList_Append(cellNames_.get(), nameOf(c)) != 0) error("cellvars");
+        if (slotMap_[size_t(c)] < 0) slotMap_[size_t(c)] = next++; // not an argument
+      }
+    } else {
+      for (int c : o_.cells) {
+        if (PyList_Append(freeNames_.get(), nameOf(c)) != 0) error("freevars");
+        slotMap_[size_t(c)] = next++;
+      }
+    }
+    for (int f : o_.frees) {
+      if (PyList_Append(freeNames_.get(), nameOf(f)) != 0) error("freevars");
+      slotMap_[size_t(f)] = next++;
+    }
+    nfreeNew_ = static_cast<int>(PyList_GET_SIZE(freeNames_.get()));
   }
 
   /// After the breaking group: the stack goes to scratch slots, then
@@ -451,13 +496,17 @@ private:
     for (int k = d - 1; k >= 0; --k)
       emit(STORE_FAST, scratch_ + k, p);
     emit(PUSH_NULL, 0, p);
-    if (o_.nfree) {
-      for (int k = 0; k < o_.nfree; ++k)
-        emit(LOAD_CLOSURE, nvars_ + k, p);
-      emit(BUILD_TUPLE, o_.nfree, p);
+    // The resume code's free variables: the frame's cells, then its free variables.
+    const int nclosure = static_cast<int>(o_.cells.size() + o_.frees.size());
+    if (nclosure) {
+      for (int c : o_.cells)
+        emit(LOAD_CLOSURE, slotMap_.at(size_t(c)), p);
+      for (int f : o_.frees)
+        emit(LOAD_CLOSURE, slotMap_.at(size_t(f)), p);
+      emit(BUILD_TUPLE, nclosure, p);
     }
     emit(LOAD_CONST, addConst(code.get()), p);
-    emit(MAKE_FUNCTION, o_.nfree ? 8 : 0, p);
+    emit(MAKE_FUNCTION, nclosure ? 8 : 0, p);
     int n = 0;
     for (int k = 0; k < d; ++k) {
       Slot slot = su.stack[size_t(k)];
@@ -480,7 +529,7 @@ private:
     emit(PRECALL, n, p);
     emit(CALL, n, p);
     emit(RETURN_VALUE, 0, p);
-    tailStack_ = std::max(tailStack_, n + o_.nfree + 6);
+    tailStack_ = std::max(tailStack_, n + nclosure + 6);
   }
 
   PyRef assemble() {
@@ -565,13 +614,8 @@ private:
     PyRef et = own(PyBytes_FromStringAndSize(table.data(), Py_ssize_t(table.size())), "bytes");
     PyRef consts = own(PyList_AsTuple(consts_.get()), "tuple");
     PyRef varnames = own(PyList_AsTuple(names_.get()), "tuple");
-    PyRef freevars = own(PyTuple_New(o_.nfree), "tuple");
-    for (int k = 0; k < o_.nfree; ++k) {
-      PyObject *n = PyTuple_GET_ITEM(co->co_localsplusnames, o_.nvars + k);
-      Py_INCREF(n);
-      PyTuple_SET_ITEM(freevars.get(), k, n);
-    }
-    PyRef cellvars = own(PyTuple_New(0), "tuple");
+    PyRef freevars = own(PyList_AsTuple(freeNames_.get()), "tuple");
+    PyRef cellvars = own(PyList_AsTuple(cellNames_.get()), "tuple");
     const int line = o_.posAt(s_.offset).line;
     if (!breakCode_) {
       PyRef marker = own(Py_BuildValue("(si)", kDepthMarker, resumeDepth(co) + 1), "marker");
@@ -593,10 +637,10 @@ private:
   const Original &o_;
   const State &s_;
   bool breakCode_;
-  std::vector<int> args_;
+  std::vector<int> args_, cellArgs_;
   std::vector<int> slotMap_;
-  PyRef names_, consts_;
-  int nargs_ = 0, nvars_ = 0, scratch_ = 0, tailStack_ = 0;
+  PyRef names_, consts_, cellNames_, freeNames_;
+  int nargs_ = 0, nvars_ = 0, scratch_ = 0, tailStack_ = 0, nfreeNew_ = 0;
   std::vector<Out> out_;
 };
 
@@ -614,10 +658,6 @@ int groupStart(PyCodeObject *code, int offset) {
 
 bool canBreakAt(PyCodeObject *code, int offset, std::string *why) {
   try {
-    if (code->co_ncellvars > 0) {
-      *why = "the frame has cell variables (a closure captures its locals)";
-      return false;
-    }
     if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) {
       *why = "generator frame";
       return false;
@@ -643,6 +683,11 @@ bool canBreakAt(PyCodeObject *code, int offset, std::string *why) {
 std::vector<int> argumentLocals(PyCodeObject *code, const State &s) {
   Original o(code);
   return Writer::argumentLocalsOf(o, s);
+}
+
+std::vector<int> cellArguments(PyCodeObject *code, const State &s) {
+  Original o(code);
+  return Writer::cellArgumentsOf(o, s);
 }
 
 PyRef makeResumeCode(PyCodeObject *code, const State &s) {

@@ -14,6 +14,10 @@
 //    the group calls a fresh resume function for it with the state after the group. The hook
 //    never compiles it.
 //
+// A frame's cell variables: its break code makes them afresh (the frame never ran: no closure
+// made before the break can be alive, or the state could not have been rebuilt) from arguments;
+// resume codes receive the cells in their closure, as free variables.
+//
 // Both keep the original instructions (jump targets, exception table entries and handlers'
 // stack depths stay valid because the prologue rebuilds the same stack), the line table and
 // column positions of the original (tracebacks point at the user's lines) and its names,
@@ -38,8 +42,8 @@ enum class Slot : uint8_t {
 struct State {
   int offset = 0;          // instruction (byte offset in the original code) to continue at
   std::vector<Slot> stack; // bottom first
-  /// Local slots (original localsplus indices) bound at the break; of those, the ones live at
-  /// `offset` become arguments.
+  /// Per original localsplus slot: a local bound at the break (of those, the ones live at
+  /// `offset` become arguments), or a cell variable whose cell is not empty.
   std::vector<bool> bound;
 };
 
@@ -47,13 +51,18 @@ struct State {
 /// run with it (the analysis stops before them). Throws std::runtime_error.
 int groupStart(PyCodeObject *code, int offset);
 
-/// Whether the frame can be resumed at `offset` (no cell variables, an instruction group the
-/// writer knows, ...). On false, `why` says why.
+/// Whether the frame can be resumed at `offset` (not a generator, an instruction group the
+/// writer knows, resume functions not nested too deep). On false, `why` says why.
 bool canBreakAt(PyCodeObject *code, int offset, std::string *why);
 
 /// Local slots that are arguments of the resume code for `s` (live at s.offset and bound), in
 /// order. Throws std::runtime_error.
 std::vector<int> argumentLocals(PyCodeObject *code, const State &s);
+
+/// Cell variables (original localsplus indices) whose contents the break code for `s` takes as
+/// arguments after argumentLocals (a frame with cells: they are made afresh). Throws
+/// std::runtime_error.
+std::vector<int> cellArguments(PyCodeObject *code, const State &s);
 
 /// A resume code object (see above). Throws std::runtime_error (Python error cleared).
 PyRef makeResumeCode(PyCodeObject *code, const State &s);

@@ -530,3 +530,41 @@ def test_long_code_with_extended_args(tmp_path: Any) -> None:
     assert out.getvalue() == "mid\n"
     report = xjit.explain(big, backend="interp")(x, True, io.StringIO())
     assert report.graph_breaks[0].resumed and report.graph_count == 2, str(report)
+
+
+class Comprehension(torch.nn.Module):
+    """`self` is a cell variable of forward (the comprehensions read it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(2)])
+
+    def forward(self, x, out):
+        hs = [layer(x) for layer in self.layers]
+        print("hs", len(hs), file=out)  # BREAK
+        return sum(h * self.layers[0].weight.sum() for h in hs)
+
+
+def cell_after_break(x, out):
+    print("first", file=out)  # BREAK
+    double = lambda: x * 2  # noqa: E731  (x is a cell variable)
+    return double() + 1
+
+
+def test_break_in_frames_with_cell_variables() -> None:
+    torch.manual_seed(0)
+    m = Comprehension()
+    x = x34()
+    with torch.no_grad():
+        out_e, out_c = io.StringIO(), io.StringIO()
+        want = m(x, out_e)
+        assert_close(xjit.jit(m, backend="interp")(x, out_c), want)
+        assert out_c.getvalue() == out_e.getvalue()
+        report = xjit.explain(m, backend="interp")(x, io.StringIO())
+    assert report.graph_count == 2 and report.graph_breaks[0].resumed, str(report)
+
+    want, printed_e, got, printed_c = run_both(cell_after_break, x)
+    assert_close(got, want)
+    assert printed_c == printed_e
+    report = xjit.explain(cell_after_break, backend="interp")(x, io.StringIO())
+    assert report.graph_breaks[0].resumed and report.graph_count == 1, str(report)
