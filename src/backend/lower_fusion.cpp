@@ -668,7 +668,12 @@ private:
     laneVar_ = lane;                    // (they set their own lanes)
     laneIndex_ = idx.empty() ? nullptr : idx.back();
     StmtList body;
-    if (alsoStoreIn >= 0) body.push_back(store(alsoStoreIn, offsetOf(alsoStoreIn, idx), v));
+    if (alsoStoreIn >= 0) {
+      // Reduce what was stored (LLVM forwards the store), so the value is computed once.
+      Expr off = offsetOf(alsoStoreIn, idx);
+      body.push_back(store(alsoStoreIn, off, v));
+      v = load(alsoStoreIn, v->dtype, off);
+    }
     if (!lanes_) {
       int64_t a = lk_.kernel.addAcc(name, accType);
       body.push_back(reduce(a, combine, std::move(v)));
