@@ -9,7 +9,10 @@ from __future__ import annotations
 import functools
 import inspect
 import io
+import dis
 import os
+import sys
+import types
 import traceback
 import warnings
 from collections.abc import Iterator
@@ -568,3 +571,44 @@ def test_break_in_frames_with_cell_variables() -> None:
     assert printed_c == printed_e
     report = xjit.explain(cell_after_break, backend="interp")(x, io.StringIO())
     assert report.graph_breaks[0].resumed and report.graph_count == 1, str(report)
+
+
+def introspect(x, out):
+    y = x * 2
+    frame = sys._getframe()  # BREAK: runs in the break code, so this is the break code's frame
+    z = y + 1
+    return z, frame.f_code
+
+
+def code_lines(code: types.CodeType) -> set[int]:
+    return {line for _, _, line in code.co_lines() if line is not None}
+
+
+def test_generated_code_objects_are_well_formed() -> None:
+    x = x34()
+    z, break_code = xjit.jit(introspect, backend="interp")(x, io.StringIO())
+    assert_close(z, x * 2 + 1)
+    original = introspect.__code__
+    line = line_of(introspect, "BREAK")
+    assert break_code is not original
+    assert break_code.co_name == original.co_name and break_code.co_filename == original.co_filename
+    assert break_code.co_qualname == f"introspect.<graph break at line {line}>"
+    resumes = [c for c in break_code.co_consts if isinstance(c, types.CodeType)]
+    assert [c.co_qualname for c in resumes] == [f"introspect.<resume at line {line}>"]
+    for code in [break_code, *resumes]:
+        # Every instruction maps to one of the function's own lines (the prologue and the break
+        # tails to the breaking line); the instruction stream and tables decode.
+        assert code_lines(code) <= code_lines(original) | {line}
+        instrs = list(dis.get_instructions(code))
+        offsets = {i.offset for i in instrs}
+        for entry in dis._parse_exception_table(code):  # type: ignore[attr-defined]
+            assert entry.target in offsets and entry.start in offsets
+        assert code.co_stacksize >= original.co_stacksize
+        assert not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+        assert code.co_names == original.co_names
+    # The resume code's arguments: the stack (the break's result) and the live local y (x and
+    # out are dead after the break).
+    assert resumes[0].co_varnames[: resumes[0].co_argcount] == ("___stack0", "y")
+    # A second call reuses the entry, hence the same generated code (and the resume code's cache).
+    _, again = xjit.jit(introspect, backend="interp")(x, io.StringIO())
+    assert again is break_code
