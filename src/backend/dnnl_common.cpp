@@ -44,10 +44,19 @@ Tensor allocateOutput(DType d, const Dims &sizes) {
 memory::desc stridedDesc(const Dims &dims, const Dims &strides, memory::data_type dt) {
   memory::dims d(dims.begin(), dims.end()), s(strides.begin(), strides.end());
   // The stride of a size-1 dim does not matter to the data, but oneDNN's implementations
-  // recognize layouts by their strides: give it the dense value (stride of the next dim times
-  // its size), so [2,1,3] with strides [3,0,1] reads as plain row-major.
+  // recognize layouts by exact strides. Tensors give size-1 dims the stride of their layout
+  // (kept); dims inserted by a DimMap or broadcast (stride 0) get the dense value: outermost
+  // when only size-1 dims precede them, else just outside the next dim, so [2,1,3] with
+  // strides [3,0,1] reads as row-major and a leading unit batch does not break NHWC.
+  int64_t outer = 1;
+  for (size_t i = 0; i < s.size(); ++i)
+    outer = std::max(outer, s[i] * std::max<int64_t>(d[i], 1));
+  size_t lead = 0; // dims [0, lead) all have size 1
+  while (lead < d.size() && d[lead] == 1)
+    ++lead;
   for (size_t i = s.size(); i-- > 0;)
-    if (d[i] == 1) s[i] = i + 1 < s.size() ? s[i + 1] * std::max<int64_t>(d[i + 1], 1) : 1;
+    if (d[i] == 1 && s[i] <= 0)
+      s[i] = i < lead ? outer : i + 1 < s.size() ? s[i + 1] * std::max<int64_t>(d[i + 1], 1) : 1;
   return memory::desc(d, dt, s);
 }
 

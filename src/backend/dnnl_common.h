@@ -108,7 +108,11 @@ private:
 class Plan {
 public:
   virtual ~Plan() = default;
-  virtual Tensor run(std::span<const RtValue> in) const = 0;
+  DType dtype = DType::F32;
+  Dims resultSizes; // the IR result's run-time sizes
+  /// Runs on `in`, writing the result into `out`: contiguous, of dtype `dtype` and sizes
+  /// `resultSizes`, not aliasing any input.
+  virtual void run(std::span<const RtValue> in, const Tensor &out) const = 0;
   /// The oneDNN implementation chosen (for --dump), e.g. "brg:avx512_core".
   virtual std::string info() const = 0;
 };

@@ -35,14 +35,13 @@ public:
   dnnl::convolution_forward prim;
   std::string impl;
   const ConvSpec *spec = nullptr;
-  Dims resultSizes;
   memory::desc srcDesc, weightsDesc, biasDesc, dstDesc, dstUser;
   Densify toSrc, toWeights, fromDst;
   memory packedW; // constant weights, already in weightsDesc
   bool hasBias = false, dstScratch = false;
   std::unique_ptr<BoundPostOps> post;
 
-  Tensor run(std::span<const RtValue> in) const override {
+  void run(std::span<const RtValue> in, const Tensor &out) const override {
     std::unordered_map<int, memory> args;
     std::vector<Tensor> keep;
     Tensor x = tensorOf(spec->x, in);
@@ -63,7 +62,6 @@ public:
       args[DNNL_ARG_BIAS] = wrap(biasDesc, b);
     }
     post->bind(in, args, keep);
-    Tensor out = allocateOutput(spec->dtype, resultSizes);
     Tensor dst = out;
     if (dstScratch)
       dst = allocateOutput(spec->dtype,
@@ -75,7 +73,6 @@ public:
                                            {DNNL_ARG_TO, wrap(dstUser, out)}};
       execute(fromDstPrim, r);
     }
-    return out;
   }
   std::string info() const override { return impl; }
   dnnl::reorder fromDstPrim;
@@ -151,16 +148,36 @@ public:
       biasDesc = stridedDesc(B.sizes(), B.strides(), *bdt);
     }
 
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      bool plain = attempt == 1 || (s_.channelsLast && isDense(X));
+    // Layout attempts, best first: channels-first activations in oneDNN's 16-channel blocked
+    // layout (nChw16c: what PyTorch's ideep uses; the reorders from and to NCHW are cheap),
+    // then whatever oneDNN prefers (`any`), then the op's own plain layout (which also
+    // materializes binary post-op operands). A dense channels-last input starts at plain.
+    enum Layout { Blocked16, Any, Plain };
+    std::vector<Layout> attempts = {Blocked16, Any, Plain};
+    if (s_.channelsLast && isDense(X)) attempts = {Plain};
+    auto blocked16 = [&](const Dims &d) {
+      using T = memory::format_tag;
+      T tag = nd == 1 ? T::nCw16c : nd == 2 ? T::nChw16c : T::nCdhw16c;
+      return memory::desc(memory::dims(d.begin(), d.end()), dt, tag);
+    };
+    for (size_t ai = 0; ai < attempts.size(); ++ai) {
+      int attempt = ai + 1 == attempts.size() ? 1 : 0; // 1: the last resort
+      bool plain = attempts[ai] == Plain;
       auto plan = std::make_unique<ConvPlan>();
       plan->spec = &s_;
       plan->resultSizes = result;
+      plan->dtype = s_.dtype;
       plan->dstUser = dstUser;
-      memory::desc srcWant = plain ? (isDense(X) ? srcUser : denseInLayout(xs, dt)) : anyOf(xs);
-      memory::desc dstWant = plain ? dstUser : anyOf(ds);
+      // Few input channels (a first layer on RGB): read NCHW directly, as ideep does,
+      // rather than padding the channels to 16.
+      memory::desc plainSrc = isDense(X) ? srcUser : denseInLayout(xs, dt);
+      memory::desc srcWant = plain                 ? plainSrc
+                             : attempts[ai] == Any ? anyOf(xs)
+                             : xs[1] % 16 == 0     ? blocked16(xs)
+                                                   : plainSrc;
+      memory::desc dstWant = plain ? dstUser : attempts[ai] == Any ? anyOf(ds) : blocked16(ds);
       dnnl::post_ops po;
-      plan->post = std::make_unique<BoundPostOps>(s_.post, in, result, map, attempt == 1, po);
+      plan->post = std::make_unique<BoundPostOps>(s_.post, in, result, map, plain, po);
       dnnl::primitive_attr attr;
       attr.set_post_ops(po);
       try {

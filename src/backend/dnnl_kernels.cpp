@@ -177,21 +177,29 @@ public:
       : name_(std::move(name)), kernel_(std::move(kernel)), reference_(std::move(reference)) {}
 
   std::vector<RtValue> run(std::span<const RtValue> inputs) const override {
-    if (inputs.size() != reference_->numInputs())
-      throw KernelError(name_ + ": expected " + std::to_string(reference_->numInputs()) +
-                        " inputs, got " + std::to_string(inputs.size()));
-    Dims key = shapeKey(inputs);
-    const Entry *entry = find(key);
-    if (!entry) entry = insert(std::move(key), build(inputs));
-    if (!entry->plan)
-      return interpret(*reference_, std::vector<RtValue>(inputs.begin(), inputs.end()));
-    try {
-      return {entry->plan->run(inputs)};
-    } catch (const dnnl::error &) {
-      // oneDNN refused to execute what it agreed to create (seen with unusual strides): the
-      // reference kernel gives the answer.
-      return interpret(*reference_, std::vector<RtValue>(inputs.begin(), inputs.end()));
+    const Entry &entry = entryFor(inputs);
+    if (entry.plan) {
+      Tensor out = allocateOutput(entry.plan->dtype, entry.plan->resultSizes);
+      if (tryRun(*entry.plan, inputs, out)) return {out};
     }
+    return reference(inputs);
+  }
+
+  bool canRunInto() const override { return true; }
+  void runInto(std::span<const RtValue> inputs, std::span<const Tensor> outputs) const override {
+    const Entry &entry = entryFor(inputs);
+    if (outputs.size() != 1) throw KernelError(name_ + ": expected one output buffer");
+    const Tensor &out = outputs[0];
+    if (entry.plan) {
+      if (out.sizes() != entry.plan->resultSizes || out.dtype() != entry.plan->dtype ||
+          !out.isContiguous())
+        throw KernelError(name_ + ": the output buffer does not fit the result");
+      if (tryRun(*entry.plan, inputs, out)) return;
+    }
+    std::vector<RtValue> r = reference(inputs);
+    if (r[0].tensor().sizes() != out.sizes())
+      throw KernelError(name_ + ": the output buffer does not fit the result");
+    out.copyFrom(r[0].tensor());
   }
 
   std::vector<std::pair<std::string, std::string>> dumpFiles() const override {
@@ -208,6 +216,29 @@ public:
   }
 
 private:
+  struct Entry;
+  const Entry &entryFor(std::span<const RtValue> inputs) const {
+    if (inputs.size() != reference_->numInputs())
+      throw KernelError(name_ + ": expected " + std::to_string(reference_->numInputs()) +
+                        " inputs, got " + std::to_string(inputs.size()));
+    Dims key = shapeKey(inputs);
+    const Entry *entry = find(key);
+    return entry ? *entry : *insert(std::move(key), build(inputs));
+  }
+  /// False when oneDNN refused to execute what it agreed to create (seen with unusual
+  /// strides): the caller then runs the reference kernel.
+  static bool tryRun(const Plan &plan, std::span<const RtValue> inputs, const Tensor &out) {
+    try {
+      plan.run(inputs, out);
+      return true;
+    } catch (const dnnl::error &) {
+      return false;
+    }
+  }
+  std::vector<RtValue> reference(std::span<const RtValue> inputs) const {
+    return interpret(*reference_, std::vector<RtValue>(inputs.begin(), inputs.end()));
+  }
+
   struct Entry {
     std::shared_ptr<const Plan> plan; // null: oneDNN rejected the shape, run the reference
     std::string why;

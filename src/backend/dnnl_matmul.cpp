@@ -45,8 +45,6 @@ class MatmulPlan : public Plan {
 public:
   dnnl::matmul prim;
   std::string impl;
-  DType dtype;
-  Dims resultSizes;
   memory::desc aDesc, bDesc, biasDesc, dstDesc;
   Densify densifyA, densifyB;
   const PackedWeights *packed = nullptr; // constant rhs
@@ -55,7 +53,7 @@ public:
   std::unique_ptr<BoundPostOps> post;
   const MatmulSpec *spec;
 
-  Tensor run(std::span<const RtValue> in) const override {
+  void run(std::span<const RtValue> in, const Tensor &out) const override {
     std::unordered_map<int, memory> args;
     std::vector<Tensor> keep;
     Tensor a = tensorOf(spec->lhs, in);
@@ -76,10 +74,8 @@ public:
       args[DNNL_ARG_BIAS] = wrap(biasDesc, bias);
     }
     post->bind(in, args, keep);
-    Tensor out = allocateOutput(dtype, resultSizes);
     args[DNNL_ARG_DST] = wrap(dstDesc, out);
     execute(prim, args);
-    return out;
   }
   std::string info() const override { return impl; }
 };

@@ -38,18 +38,15 @@ public:
   dnnl::pooling_v2_forward prim;
   std::string impl;
   const PoolSpec *spec = nullptr;
-  Dims resultSizes;
   memory::desc srcDesc, dstDesc;
   Densify toSrc;
 
-  Tensor run(std::span<const RtValue> in) const override {
+  void run(std::span<const RtValue> in, const Tensor &out) const override {
     Tensor x = tensorOf(spec->x, in);
     if (toSrc) x = toSrc(x, spec->dtype);
-    Tensor out = allocateOutput(spec->dtype, resultSizes);
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(srcDesc, x)},
                                             {DNNL_ARG_DST, wrap(dstDesc, out)}};
     execute(prim, args);
-    return out;
   }
   std::string info() const override { return impl; }
 };
@@ -117,6 +114,7 @@ public:
     auto plan = std::make_unique<PoolPlan>();
     plan->spec = &s_;
     plan->resultSizes = result;
+    plan->dtype = s_.dtype;
     memory::desc srcUser = stridedDesc(xs, xst, dt);
     if (isDense(X)) {
       plan->srcDesc = srcUser;
