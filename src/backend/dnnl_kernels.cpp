@@ -210,7 +210,8 @@ public:
       os << "shape key [";
       for (size_t i = 0; i < key.size(); ++i)
         os << (i ? "," : "") << key[i];
-      os << "]: " << (e.plan ? "oneDNN" : "reference kernel (" + e.why + ")") << "\n";
+      os << "]: " << (e.plan ? "oneDNN " + e.plan->info() : "reference kernel (" + e.why + ")")
+         << "\n";
     }
     return {{name_ + ".onednn", os.str()}};
   }
