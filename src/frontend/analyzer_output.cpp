@@ -215,6 +215,44 @@ Capture Analyzer::finishAtBreak(Frame &f) {
   }
   const std::vector<int> live = rewrite::argumentLocals(co, state);
   const std::vector<int> cells = rewrite::cellArguments(co, state);
+  // Lists, dicts and dataclass instances made in the frame are rebuilt once per occurrence:
+  // one reachable twice (two locals, a local and a side effect's value, nested in a tuple...)
+  // would come back as two objects, and a mutation through one would miss the other.
+  std::map<const Var *, int> seen;
+  std::function<void(const VarPtr &)> visit = [&](const VarPtr &v) {
+    if (!v) return;
+    const bool mutableContainer =
+        (v->kind == VarKind::List || v->kind == VarKind::Dict || v->kind == VarKind::Dataclass) &&
+        !v->source;
+    if (mutableContainer && ++seen[v.get()] > 1)
+      fail("a " + typeName(v) + " made in the frame is reachable twice at the graph break");
+    if (auto *t = as<TupleVar>(v))
+      for (const VarPtr &i : t->items)
+        visit(i);
+    if (mutableContainer) {
+      if (auto *l = as<ListVar>(v))
+        for (const VarPtr &i : l->items)
+          visit(i);
+      if (auto *d = as<DictVar>(v))
+        for (auto &kv : d->items)
+          visit(kv.second);
+      if (auto *d = as<DataclassVar>(v))
+        for (auto &kv : d->fields)
+          visit(kv.second);
+    }
+    if (auto *it = as<IteratorVar>(v))
+      for (size_t i = it->pos; i < it->items.size(); ++i)
+        visit(it->items[i]);
+    if (auto *b = as<BoundVar>(v)) visit(b->self);
+  };
+  for (const VarPtr &v : f.stack)
+    visit(v);
+  for (int slot : live)
+    visit(f.locals[static_cast<size_t>(slot)]);
+  for (int slot : cells)
+    if (auto *cell = as<CellVar>(f.locals[static_cast<size_t>(slot)])) visit(cell->contents);
+  for (const PendingEffect &e : effects_)
+    visit(e.value);
   auto arguments = [&](std::vector<Value *> &outputs, std::map<Value *, int64_t> &outputIndex) {
     OutputNode args;
     args.kind = OutputNode::Tuple;
@@ -275,6 +313,7 @@ Capture Analyzer::finishWith(
   Capture c;
   // The graph runs without autograd either way; the driver sets the mode the frame leaves.
   if (sameGradMode && gradEnabled_ != initialGrad) c.gradModeAtExit = gradEnabled_ ? 1 : 0;
+  c.autogradFree = !recordedForAutograd_;
   std::vector<Value *> outputs;
   std::map<Value *, int64_t> outputIndex;
 

@@ -612,3 +612,31 @@ def test_generated_code_objects_are_well_formed() -> None:
     # A second call reuses the entry, hence the same generated code (and the resume code's cache).
     _, again = xjit.jit(introspect, backend="interp")(x, io.StringIO())
     assert again is break_code
+
+
+def aliased_list(x, out):
+    a = [x * 2]
+    b = a  # the same list under two names, live across the break
+    print("aliased", file=out)  # BREAK
+    a.append(x + 1)
+    return b
+
+
+def list_in_tuple(x, out):
+    a = [x * 2]
+    pair = (a, 1)
+    print("nested", file=out)  # BREAK
+    a.append(x)
+    return pair
+
+
+def test_aliased_lists_stay_one_object() -> None:
+    for fn in (aliased_list, list_in_tuple):
+        x = x34()
+        want, printed_e, got, printed_c = run_both(fn, x)
+        assert_close(got, want)
+        assert printed_c == printed_e
+        report = xjit.explain(fn, backend="interp")(x, io.StringIO())
+        # Not resumed (the list would be rebuilt twice): the frame runs in Python.
+        assert not report.graph_breaks[0].resumed, str(report)
+        assert "reachable twice" in report.graph_breaks[0].reason
