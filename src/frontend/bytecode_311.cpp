@@ -238,6 +238,42 @@ struct Successor {
   bool jump;
 };
 
+/// The value stack depth before the instruction at `offset`, from the bytecode alone (as the
+/// compiler computes co_stacksize): the prologue must rebuild exactly that many slots, or the
+/// exception table's depths would unwind the wrong values.
+int stackDepthAt(const Original &o, int offset) {
+  const auto &ins = o.d.instrs;
+  std::vector<int> depth(ins.size(), -1);
+  std::vector<size_t> work{0};
+  depth[0] = 0;
+  auto reach = [&](int targetOffset, int d) {
+    const Instr *t = o.d.at(targetOffset);
+    if (!t) error("a jump to a bad offset");
+    const size_t k = static_cast<size_t>(t - ins.data());
+    if (depth[k] < 0) {
+      depth[k] = d;
+      work.push_back(k);
+    } else if (depth[k] != d) {
+      error("inconsistent stack depths at offset " + std::to_string(targetOffset));
+    }
+  };
+  while (!work.empty()) {
+    const size_t k = work.back();
+    work.pop_back();
+    const Instr &i = ins[k];
+    const int d = depth[k];
+    const int arg = i.opcode >= HAVE_ARGUMENT ? i.arg : 0;
+    if (const ExceptionEntry *e = o.d.handlerFor(i.offset))
+      reach(e->target, e->depth + (e->lasti ? 2 : 1));
+    if (i.target >= 0) reach(i.target, d + PyCompile_OpcodeStackEffectWithJump(i.opcode, arg, 1));
+    if (!endsBlock(i.opcode) && k + 1 < ins.size())
+      reach(ins[k + 1].offset, d + PyCompile_OpcodeStackEffectWithJump(i.opcode, arg, 0));
+  }
+  const int d = depth.at(size_t(o.indexOf(offset)));
+  if (d < 0) error("offset " + std::to_string(offset) + " is unreachable");
+  return d;
+}
+
 std::vector<Successor> successors(const Original &o, const State &s) {
   const int last = groupEnd(o, s.offset);
   const Instr &L = o.d.instrs[size_t(last)];
@@ -332,6 +368,10 @@ public:
 
   PyRef build() {
     PyCodeObject *co = o_.co;
+    // The analyzer's abstract stack must be the interpreter's, slot for slot.
+    if (const int depth = stackDepthAt(o_, s_.offset); depth != static_cast<int>(s_.stack.size()))
+      error("the analyzer's value stack at offset " + std::to_string(s_.offset) + " has " +
+            std::to_string(s_.stack.size()) + " slots, the bytecode's " + std::to_string(depth));
     args_ = argumentLocalsOf(s_);
     if (breakCode_) cellArgs_ = cellArgumentsOf(o_, s_);
     planLocals();
