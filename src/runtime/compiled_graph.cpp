@@ -6,9 +6,11 @@
 #include "xjit/ir/op_registry.h"
 #include "xjit/passes/pass.h"
 
+#include <algorithm>
 #include <mutex>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace xjit::runtime {
 namespace {
@@ -61,6 +63,8 @@ struct ArenaSlice {
 /// What one concurrent call owns: value slots, scratch and the arena with its slices.
 struct Frame {
   std::vector<RtValue> slots;
+  /// Operand values per instruction, indexed like Program::slotRefs: operands that are arena
+  /// slices are filled in once per frame; the others per call (and dropped after the call).
   std::vector<RtValue> args;
   std::vector<Tensor> outs;
   std::shared_ptr<Storage> arena;
@@ -91,6 +95,13 @@ struct CompiledGraph::Impl {
 
   std::vector<BlockProgram> blocks; // blocks[0] is the graph body
   std::vector<uint32_t> slotRefs;
+  std::vector<uint8_t> moveOperand; // per operand entry of slotRefs: its last read, moved
+  /// Slots of results planned in the arena -> their slice. A frame keeps the slice's tensor in
+  /// the slot from call to call (SSA: only the defining instruction writes a slot), so a call
+  /// neither builds nor frees tensor objects for planned values.
+  std::unordered_map<uint32_t, int32_t> arenaSlots;
+  std::vector<uint8_t> keepSlot; // per slot: holds an arena tensor, not cleared after a call
+  std::vector<uint8_t> fixedArg; // per slotRefs entry: an operand read from an arena slot
   std::vector<OutputBuffer> outputs;
   std::vector<RtValue> constants;
   std::vector<std::shared_ptr<const backend::Executable>> executables;
@@ -98,7 +109,8 @@ struct CompiledGraph::Impl {
   std::vector<ArenaSlice> slices;
   std::vector<InputCheck> inputChecks;
   size_t numSlots = 0;
-  int64_t arenaBytes = 0;
+  int64_t plannedBytes = 0; // the arena plan-memory planned (mem.arena)
+  int64_t arenaBytes = 0;   // plus the exclusive slices of in-place results
 
   mutable std::mutex poolMutex;
   mutable std::vector<std::unique_ptr<Frame>> pool;
@@ -139,7 +151,45 @@ struct CompiledGraph::Impl {
     }
     blocks[size_t(index)].instrs = std::move(instrs);
     blocks[size_t(index)].args = std::move(args);
+    markLastUses(blocks[size_t(index)]);
     return index;
+  }
+
+  /// Every slot a block reads, nested blocks included.
+  void collectReads(const BlockProgram &b, std::unordered_set<uint32_t> &reads) const {
+    for (const Instr &in : b.instrs) {
+      for (uint32_t i = 0; i < in.numOperands; ++i)
+        reads.insert(slotRefs[in.operands + i]);
+      for (int32_t sub : {in.block0, in.block1})
+        if (sub >= 0) collectReads(blocks[size_t(sub)], reads);
+    }
+    reads.insert(b.yields.begin(), b.yields.end());
+  }
+
+  /// An operand that is the last read of a value defined in this block is moved out of its
+  /// slot instead of copied (a tensor copy allocates its sizes and strides; the move also frees
+  /// the value as early as possible). Reads from nested blocks and the terminator never move:
+  /// a loop body runs again, and yielded values are read after the block.
+  void markLastUses(const BlockProgram &b) {
+    constexpr uint32_t kNoMove = UINT32_MAX;
+    std::unordered_set<uint32_t> defined(b.args.begin(), b.args.end());
+    std::unordered_map<uint32_t, uint32_t> lastRead; // slot -> index into slotRefs, or kNoMove
+    for (const Instr &in : b.instrs) {
+      for (uint32_t i = 0; i < in.numOperands; ++i)
+        lastRead[slotRefs[in.operands + i]] = in.operands + i;
+      std::unordered_set<uint32_t> nested;
+      for (int32_t sub : {in.block0, in.block1})
+        if (sub >= 0) collectReads(blocks[size_t(sub)], nested);
+      for (uint32_t s : nested)
+        lastRead[s] = kNoMove;
+      for (uint32_t r = 0; r < in.numResults; ++r)
+        defined.insert(slotRefs[in.results + r]);
+    }
+    for (uint32_t s : b.yields)
+      lastRead[s] = kNoMove;
+    if (moveOperand.size() < slotRefs.size()) moveOperand.resize(slotRefs.size(), 0);
+    for (auto [slot, ref] : lastRead)
+      if (ref != kNoMove && defined.count(slot) && !arenaSlots.count(slot)) moveOperand[ref] = 1;
   }
 
   Instr compileOp(const Op &op) {
@@ -193,6 +243,10 @@ struct CompiledGraph::Impl {
     in.numResults = static_cast<uint32_t>(op.numResults());
     for (const auto &r : op.results())
       slotRefs.push_back(newSlot(r.get()));
+    if (in.kind == InstrKind::ExecInto)
+      for (uint32_t r = 0; r < in.numResults; ++r)
+        if (int32_t t = outputs[in.outputs + r].arenaTensor; t >= 0)
+          arenaSlots.emplace(slotRefs[in.results + r], t);
     return in;
   }
 
@@ -230,14 +284,21 @@ struct CompiledGraph::Impl {
         b.sizes.push_back(d.value());
       int64_t offset = offsets && r < offsets->asInts().size() ? offsets->asInts()[r] : -1;
       bool reused = inplace && r < inplace->asInts().size() && inplace->asInts()[r] >= 0;
-      if (offset >= 0 && !reused) {
+      if (offset >= 0) {
         int64_t bytes = dtypeSize(b.dtype);
         for (int64_t s : b.sizes)
           bytes *= s;
-        if (offset + bytes > arenaBytes || offset % dtypeSize(b.dtype) != 0)
+        if (offset + bytes > plannedBytes || offset % dtypeSize(b.dtype) != 0)
           throw Error(ErrorKind::Internal, op.describe() + ": mem.offset " +
                                                std::to_string(offset) +
                                                " lies outside the planned arena");
+        if (reused) {
+          // An exclusive slice past the planned part of the arena: still no allocation per
+          // call, and the result does not alias the operand it would have overwritten.
+          offset = arenaBytes;
+          arenaBytes += (bytes + 63) / 64 * 64;
+          ++stats.inPlaceSeparated;
+        }
         b.arenaTensor = static_cast<int32_t>(slices.size());
         slices.push_back({b.dtype, b.sizes, offset});
         ++stats.plannedResults;
@@ -248,6 +309,12 @@ struct CompiledGraph::Impl {
     for (auto &b : bufs)
       outputs.push_back(std::move(b));
     return true;
+  }
+
+  template <class F> void forEachInstr(F &&f) const {
+    for (const BlockProgram &b : blocks)
+      for (const Instr &in : b.instrs)
+        f(in);
   }
 
   // ---- running ----
@@ -263,29 +330,48 @@ struct CompiledGraph::Impl {
     }
     auto f = std::make_unique<Frame>();
     f->slots.resize(numSlots);
-    if (arenaBytes > 0) {
-      f->arena = std::make_shared<Storage>(arenaBytes);
+    if (!slices.empty()) {
+      f->arena = std::make_shared<Storage>(std::max<int64_t>(arenaBytes, 1));
       for (const ArenaSlice &s : slices)
         f->arenaTensors.emplace_back(f->arena, s.dtype, s.sizes, contiguousStrides(s.sizes),
                                      s.byteOffset / dtypeSize(s.dtype));
+      for (auto [slot, t] : arenaSlots)
+        f->slots[slot] = RtValue(f->arenaTensors[size_t(t)]);
     }
+    f->args.resize(slotRefs.size());
+    for (size_t k = 0; k < slotRefs.size(); ++k)
+      if (fixedArg[k]) f->args[k] = f->slots[slotRefs[k]];
     return f;
   }
 
   void release(std::unique_ptr<Frame> f) const {
     // Drop every reference the call made (inputs, intermediates); the arena stays.
-    for (RtValue &v : f->slots)
-      v = RtValue();
-    f->args.clear();
+    for (size_t i = 0; i < f->slots.size(); ++i)
+      if (!keepSlot[i]) f->slots[i] = RtValue();
+    for (size_t k = 0; k < f->args.size(); ++k)
+      if (!fixedArg[k]) f->args[k] = RtValue();
     f->outs.clear();
     std::lock_guard<std::mutex> lock(poolMutex);
     pool.push_back(std::move(f));
   }
 
-  void gather(const Instr &in, Frame &f) const {
-    f.args.resize(in.numOperands);
-    for (uint32_t i = 0; i < in.numOperands; ++i)
-      f.args[i] = f.slots[slotRefs[in.operands + i]];
+  /// The instruction's operand values, contiguous for the kernel call.
+  std::span<const RtValue> gather(const Instr &in, Frame &f) const {
+    for (uint32_t k = in.operands; k < in.operands + in.numOperands; ++k) {
+      if (fixedArg[k]) continue;
+      RtValue &v = f.slots[slotRefs[k]];
+      if (moveOperand[k])
+        f.args[k] = std::move(v);
+      else
+        f.args[k] = v;
+    }
+    return {f.args.data() + in.operands, in.numOperands};
+  }
+
+  /// Drops the call's references to the operands (a moved value is freed here).
+  void dropArgs(const Instr &in, Frame &f) const {
+    for (uint32_t k = in.operands; k < in.operands + in.numOperands; ++k)
+      if (!fixedArg[k]) f.args[k] = RtValue();
   }
 
   void store(const Instr &in, Frame &f, std::vector<RtValue> &&values) const {
@@ -321,28 +407,36 @@ struct CompiledGraph::Impl {
       f.slots[slotRefs[in.results]] = constants[size_t(in.constant)];
       return;
     case InstrKind::Kernel:
-      gather(in, f);
-      store(in, f, (*in.kernel)(*in.op, f.args));
+      store(in, f, (*in.kernel)(*in.op, gather(in, f)));
+      dropArgs(in, f);
       return;
     case InstrKind::External:
-      gather(in, f);
-      store(in, f, (*in.external)(f.args));
+      store(in, f, (*in.external)(gather(in, f)));
+      dropArgs(in, f);
       return;
     case InstrKind::Exec:
-      gather(in, f);
-      store(in, f, in.exe->run(f.args));
+      store(in, f, in.exe->run(gather(in, f)));
+      dropArgs(in, f);
       return;
     case InstrKind::ExecInto: {
-      gather(in, f);
+      std::span<const RtValue> args = gather(in, f);
+      // A planned result's slot already holds its arena slice.
+      if (in.numResults == 1 && outputs[in.outputs].arenaTensor >= 0) {
+        in.exe->runInto(args, std::span<const Tensor>(&f.slots[slotRefs[in.results]].tensor(), 1));
+        dropArgs(in, f);
+        return;
+      }
       f.outs.resize(in.numResults);
       for (uint32_t r = 0; r < in.numResults; ++r) {
         const OutputBuffer &b = outputs[in.outputs + r];
-        f.outs[r] = b.arenaTensor >= 0 ? f.arenaTensors[size_t(b.arenaTensor)]
+        f.outs[r] = b.arenaTensor >= 0 ? f.slots[slotRefs[in.results + r]].tensor()
                                        : target->allocate(b.dtype, b.sizes);
       }
-      in.exe->runInto(f.args, f.outs);
+      in.exe->runInto(args, f.outs);
+      dropArgs(in, f);
       for (uint32_t r = 0; r < in.numResults; ++r)
-        f.slots[slotRefs[in.results + r]] = f.outs[r];
+        if (outputs[in.outputs + r].arenaTensor < 0)
+          f.slots[slotRefs[in.results + r]] = std::move(f.outs[r]);
       return;
     }
     case InstrKind::If: {
@@ -356,8 +450,10 @@ struct CompiledGraph::Impl {
     case InstrKind::Loop: runLoop(in, f); return;
     case InstrKind::InlineBlock: {
       const BlockProgram &b = blocks[size_t(in.block0)];
+      std::span<const RtValue> args = gather(in, f);
       for (uint32_t i = 0; i < in.numOperands; ++i)
-        f.slots[b.args.at(i)] = f.slots[slotRefs[in.operands + i]];
+        f.slots[b.args.at(i)] = args[i];
+      dropArgs(in, f);
       runBlock(b, f);
       for (uint32_t r = 0; r < in.numResults; ++r)
         f.slots[slotRefs[in.results + r]] = f.slots[b.yields.at(r)];
@@ -505,7 +601,7 @@ CompiledGraph compileGraph(const Graph &g, backend::Target &target, const Compil
   }
   const Graph &cg = *im->graph;
   if (Op *ret = cg.body()->terminator(); ret && ret->hasAttr("mem.arena"))
-    im->arenaBytes = ret->attr("mem.arena").asInt();
+    im->arenaBytes = im->plannedBytes = (ret->attr("mem.arena").asInt() + 63) / 64 * 64;
   for (size_t i = 0; i < cg.numInputs(); ++i) {
     const Type &t = cg.input(i)->type();
     InputCheck c;
@@ -519,6 +615,16 @@ CompiledGraph compileGraph(const Graph &g, backend::Target &target, const Compil
   }
   im->compileBlock(*cg.body());
   im->slotOf.clear();
+  im->keepSlot.assign(im->numSlots, 0);
+  for (auto [slot, t] : im->arenaSlots)
+    im->keepSlot[slot] = 1;
+  // Operand entries (result entries of slotRefs are never read as arguments).
+  im->fixedArg.assign(im->slotRefs.size(), 0);
+  im->moveOperand.resize(im->slotRefs.size(), 0);
+  im->forEachInstr([&](const Instr &in) {
+    for (uint32_t k = in.operands; k < in.operands + in.numOperands; ++k)
+      im->fixedArg[k] = im->keepSlot[im->slotRefs[k]];
+  });
   // Without a planned result the arena is never read: do not allocate it per frame.
   if (im->slices.empty()) im->arenaBytes = 0;
   im->stats.arenaBytes = im->arenaBytes;

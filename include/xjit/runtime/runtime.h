@@ -49,6 +49,9 @@ struct CompileStats {
   int64_t arenaBytes = 0;   // the static memory plan's arena per concurrent call
   int plannedResults = 0;   // results written into the arena
   bool fuseSkipped = false; // the graph writes values in place: fuse was left out
+  /// Results plan-memory lets overwrite an operand, given their own arena slice instead
+  /// (generated kernels assume their buffers do not alias).
+  int inPlaceSeparated = 0;
   /// "<op description>: <reason>" for ops a target was asked for and did not compile.
   std::vector<std::string> notCompiled;
 };
