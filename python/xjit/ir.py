@@ -194,7 +194,8 @@ class CompiledGraph:
     @property
     def stats(self) -> dict[str, Any]:
         """How the ops run: target_ops, reference_ops, external_ops, control_flow_ops,
-        inlined_fusions, constants, arena_bytes, planned_results, not_compiled (reasons)."""
+        inlined_fusions, constants, arena_bytes, planned_results, in_place_separated,
+        fuse_skipped, not_compiled (reasons); docs/runtime.md."""
         stats: dict[str, Any] = self._compiled.stats
         return stats
 

@@ -62,6 +62,8 @@ nb::dict statsDict(const runtime::CompiledGraph &cg) {
   d["constants"] = s.constants;
   d["arena_bytes"] = s.arenaBytes;
   d["planned_results"] = s.plannedResults;
+  d["in_place_separated"] = s.inPlaceSeparated;
+  d["fuse_skipped"] = s.fuseSkipped;
   nb::list notCompiled;
   for (const std::string &why : s.notCompiled)
     notCompiled.append(nb::str(why.c_str()));
