@@ -251,6 +251,7 @@ private:
   Builder builder_;
   Frame *frame_ = nullptr;
   bool gradEnabled_ = true;
+  bool recordedForAutograd_ = false; // an op was emitted that eager autograd would record
   int64_t budget_ = 2'000'000; // instructions executed across all frames
   std::vector<Guard> guards_;
   std::set<std::string> guardKeys_;

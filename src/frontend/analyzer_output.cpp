@@ -314,6 +314,7 @@ Capture Analyzer::finishWith(
   // The graph runs without autograd either way; the driver sets the mode the frame leaves.
   if (sameGradMode && gradEnabled_ != initialGrad) c.gradModeAtExit = gradEnabled_ ? 1 : 0;
   c.autogradFree = !recordedForAutograd_;
+  c.autogradFree = !recordedForAutograd_;
   std::vector<Value *> outputs;
   std::map<Value *, int64_t> outputIndex;
 

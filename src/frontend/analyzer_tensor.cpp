@@ -214,6 +214,7 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   }
   view = view || op->def().has(kView);
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
+  recordedForAutograd_ = recordedForAutograd_ || rg;
   std::vector<VarPtr> out;
   for (size_t i = 0; i < op->numResults(); ++i) {
     VarPtr r = wrapIr(op->result(i), rg);
@@ -916,6 +917,7 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
   Op *op = builder_.createWithTypes("external_call", vals, types,
                                     {{"callee", Attr(id)}, {"name", Attr(name)}});
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
+  recordedForAutograd_ = recordedForAutograd_ || rg;
   std::vector<VarPtr> rs;
   for (size_t i = 0; i < op->numResults(); ++i)
     rs.push_back(wrapIr(op->result(i), rg));

@@ -522,7 +522,7 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     Guard mode{Guard::GlobalStateIs};
     mode.length = grad ? 1 : 0;
     if (!hasModeGuard) guards.push_back(std::move(mode));
-    if (grad) {
+    if (grad && !cap.autogradFree) {
       e->action = EntryAction::RunPython;
       e->pythonReason = "an input requires grad while grad mode is enabled (xjit compiles "
                         "inference graphs; call it under torch.no_grad())";

@@ -173,3 +173,23 @@ def test_model_second_call_hits_the_cache(name: str, backend: str) -> None:
         hits = fe.events()["counters"]["cache_hits"]
         assert_same(compiled(*args, **kwargs), want)
     assert fe.events()["counters"]["cache_hits"] > hits
+
+
+def predict(model: nn.Module, ids: Any) -> Any:
+    with torch.no_grad():
+        return model(ids)
+
+
+def test_no_grad_inside_the_compiled_function_runs_the_graph() -> None:
+    # Called with grad enabled and parameters that require grad: every op runs under the
+    # frame's own no_grad, so the graph (not Python) runs, and its results are eager's.
+    model, args, _ = build("gpt2")
+    report = xjit.explain(predict)(model, *args)
+    assert report.graph_count == 1 and not report.graphs[0].runs_in_python
+    with torch.no_grad():
+        want = model(*args)
+    assert_same(report.output, want)
+    # Without no_grad the frame keeps autograd's behaviour: it runs in Python.
+    report = xjit.explain(lambda m, ids: m(ids))(model, *args)
+    assert report.graphs[0].runs_in_python
+    assert report.output.logits.requires_grad
