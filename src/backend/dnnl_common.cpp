@@ -314,6 +314,38 @@ bool eltwiseFor(const Op &op, PostOp &out) {
   return false;
 }
 
+bool dropsNaN(const PostOp &p) {
+  using A = dnnl::algorithm;
+  if (p.binary) return p.alg == A::binary_max || p.alg == A::binary_min;
+  return (p.alg == A::eltwise_relu && p.alpha == 0) || p.alg == A::eltwise_clip ||
+         p.alg == A::eltwise_clip_v2;
+}
+
+bool hasNonFinite(const Tensor &t, bool nanOnly) {
+  auto bad = [nanOnly](float v) { return nanOnly ? std::isnan(v) : !std::isfinite(v); };
+  if (t.dtype() == DType::F32 && t.isContiguous()) {
+    const float *p = reinterpret_cast<const float *>(t.data());
+    int64_t n = t.numel();
+    // Branch-free accumulation vectorizes; the answer is needed only at the end.
+    bool any = false;
+    for (int64_t i = 0; i < n; ++i)
+      any |= nanOnly ? p[i] != p[i] : (p[i] - p[i]) != 0.0f;
+    return any;
+  }
+  if (t.dtype() == DType::BF16 && t.isContiguous()) {
+    const uint16_t *p = reinterpret_cast<const uint16_t *>(t.data());
+    int64_t n = t.numel();
+    bool any = false; // exponent all ones: Inf (mantissa 0) or NaN
+    for (int64_t i = 0; i < n; ++i)
+      any |= nanOnly ? (p[i] & 0x7fff) > 0x7f80 : (p[i] & 0x7f80) == 0x7f80;
+    return any;
+  }
+  if (t.dtype() != DType::F32 && t.dtype() != DType::BF16) return false;
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (bad(static_cast<float>(t.getDouble(i)))) return true;
+  return false;
+}
+
 bool binaryFor(const std::string &name, dnnl::algorithm &alg) {
   using A = dnnl::algorithm;
   if (name == "add")

@@ -171,6 +171,11 @@ bool eltwiseFor(const Op &op, PostOp &out);
 /// Binary algorithm for add/sub/mul/div/maximum/minimum with the chain as left operand.
 bool binaryFor(const std::string &name, dnnl::algorithm &alg);
 
+/// Whether a post-op loses NaN (relu, clip / hardtanh / relu6 / clamp, maximum, minimum).
+bool dropsNaN(const PostOp &p);
+/// Whether a float tensor (any strides) holds a NaN, or with !nanOnly also an infinity.
+bool hasNonFinite(const Tensor &t, bool nanOnly);
+
 /// The run's tensor for source `s`, or an undefined tensor when absent/None.
 Tensor tensorOf(const Source &s, std::span<const RtValue> in);
 

@@ -170,15 +170,34 @@ Dims shapeKey(std::span<const RtValue> in) {
   return key;
 }
 
+/// Inputs whose non-finite values oneDNN would mishandle: relu and clip post-ops and max
+/// pooling drop NaN (x > 0 ? x : 0 gives 0 for NaN; PyTorch propagates it), and an Inf in an
+/// operand of a matmul/conv can make a NaN in the accumulator that a relu then drops. Such
+/// calls run the reference kernel instead; checking costs one read of the run-time operands.
+struct NaNGuard {
+  bool active = false;
+  bool nanOnly = false;       // max pooling: only NaN matters, Inf is handled
+  bool constantBad = false;   // a constant operand holds such values: always the reference
+  std::vector<size_t> inputs; // the run-time (non-constant) tensor inputs to check
+  bool trips(std::span<const RtValue> in) const {
+    if (!active) return false;
+    if (constantBad) return true;
+    for (size_t i : inputs)
+      if (in[i].isTensor() && hasNonFinite(in[i].tensor(), nanOnly)) return true;
+    return false;
+  }
+};
+
 class DnnlExecutable : public Executable {
 public:
   DnnlExecutable(std::string name, std::unique_ptr<LibraryKernel> kernel,
-                 std::unique_ptr<Graph> reference)
-      : name_(std::move(name)), kernel_(std::move(kernel)), reference_(std::move(reference)) {}
+                 std::unique_ptr<Graph> reference, NaNGuard guard)
+      : name_(std::move(name)), kernel_(std::move(kernel)), reference_(std::move(reference)),
+        guard_(std::move(guard)) {}
 
   std::vector<RtValue> run(std::span<const RtValue> inputs) const override {
     const Entry &entry = entryFor(inputs);
-    if (entry.plan) {
+    if (entry.plan && !guard_.trips(inputs)) {
       Tensor out = allocateOutput(entry.plan->dtype, entry.plan->resultSizes);
       if (tryRun(*entry.plan, inputs, out)) return {out};
     }
@@ -190,7 +209,7 @@ public:
     const Entry &entry = entryFor(inputs);
     if (outputs.size() != 1) throw KernelError(name_ + ": expected one output buffer");
     const Tensor &out = outputs[0];
-    if (entry.plan) {
+    if (entry.plan && !guard_.trips(inputs)) {
       if (out.sizes() != entry.plan->resultSizes || out.dtype() != entry.plan->dtype ||
           !out.isContiguous())
         throw KernelError(name_ + ": the output buffer does not fit the result");
@@ -269,6 +288,7 @@ private:
   std::string name_;
   std::unique_ptr<LibraryKernel> kernel_;
   std::unique_ptr<Graph> reference_;
+  NaNGuard guard_;
   mutable std::shared_mutex mu_;
   mutable std::map<Dims, Entry> plans_;
 };
@@ -306,7 +326,19 @@ std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &) {
   std::unique_ptr<LibraryKernel> k = isMatmulOp(n) ? makeMatmulKernel(call)
                                      : isConvOp(n) ? makeConvKernel(call)
                                                    : makePoolKernel(call);
-  return std::make_shared<DnnlExecutable>(n, std::move(k), referenceGraph(op));
+  NaNGuard guard;
+  guard.nanOnly = isPoolOp(n);
+  guard.active = n.find("max_pool") != std::string::npos;
+  for (const PostOp &p : call.postOps)
+    guard.active = guard.active || dropsNaN(p);
+  for (size_t i = 0; i < op.numOperands(); ++i) {
+    Source s = sourceOf(op.operand(i), static_cast<int>(i));
+    if (!s.constant)
+      guard.inputs.push_back(i);
+    else if (s.constant->isTensor() && hasNonFinite(s.constant->tensor(), guard.nanOnly))
+      guard.constantBad = true;
+  }
+  return std::make_shared<DnnlExecutable>(n, std::move(k), referenceGraph(op), std::move(guard));
 }
 
 } // namespace xjit::backend::dnnl_kernels

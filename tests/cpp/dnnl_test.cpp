@@ -63,9 +63,15 @@ std::string compare(const Tensor &got, const Tensor &ref) {
   if (got.sizes() != ref.sizes()) return "sizes differ";
   double rtol = ref.dtype() == DType::BF16 ? 1e-2 : 1e-5, scale = 0;
   for (int64_t i = 0; i < ref.numel(); ++i)
-    scale = std::max(scale, std::fabs(ref.getDouble(i)));
+    if (std::isfinite(ref.getDouble(i))) scale = std::max(scale, std::fabs(ref.getDouble(i)));
   for (int64_t i = 0; i < ref.numel(); ++i) {
     double g = got.getDouble(i), r = ref.getDouble(i);
+    if (std::isnan(r) || std::isinf(r)) {
+      if (std::isnan(r) ? !std::isnan(g) : g != r)
+        return "element " + std::to_string(i) + ": got " + std::to_string(g) + ", expected " +
+               std::to_string(r);
+      continue;
+    }
     if (!(std::fabs(g - r) <= rtol * (std::fabs(r) + scale)))
       return "element " + std::to_string(i) + ": got " + std::to_string(g) + ", expected " +
              std::to_string(r);
@@ -547,6 +553,24 @@ TEST_F(Dnnl, RunIntoWritesTheGivenBuffer) {
   EXPECT_EQ(compare(out, interpret(*o.g, o.inputs)[0].tensor()), "");
   Tensor wrong = Tensor::empty(DType::F32, {4, 6});
   EXPECT_THROW(exe->runInto(in, std::vector<Tensor>{wrong}), KernelError);
+}
+
+TEST_F(Dnnl, NonFiniteInputsKeepPyTorchSemantics) {
+  // oneDNN's relu / clip post-ops and max pooling drop NaN; PyTorch propagates it. Such calls
+  // run the reference kernel (Inf too where it can make a NaN in the accumulator).
+  for (const char *act : {"relu", "relu6", "hardtanh", "gelu"})
+    for (double special : {std::nan(""), double(INFINITY)}) {
+      Tensor x = randomTensor(DType::F32, {4, 16}, rng);
+      x.setDouble(17, special);
+      OneOp o = oneOp("linear", {x, randomTensor(DType::F32, {8, 16}, rng)}, {}, {1}, {act});
+      ASSERT_TRUE(runFuse(*o.g));
+      check(*o.g, o.inputs, std::string(act) + " on a non-finite input");
+    }
+  Tensor x = randomTensor(DType::F32, {1, 16, 4, 4}, rng);
+  x.setDouble(5, std::nan(""));
+  x.setDouble(40, INFINITY);
+  OneOp p = oneOp("max_pool2d", {x}, {{"kernel_size", Attr(std::vector<int64_t>{2})}});
+  check(*p.g, p.inputs, "max pool with NaN");
 }
 
 // ---- symbolic dims, plan cache, threads ----
