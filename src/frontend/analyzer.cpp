@@ -688,7 +688,8 @@ VarPtr Analyzer::runFrame(Frame &f) {
     case GET_ITER: push(makeIterator(pop())); break;
     case FOR_ITER: {
       auto *it = as<IteratorVar>(peek(1));
-      if (!it) throw BreakError("internal: FOR_ITER on a non-iterator", currentLoc(), true);
+      // A real iterator object (e.g. handed to a resume function): its items are unknown.
+      if (!it) fail("iteration over a " + typeName(peek(1)) + " the analyzer cannot see into");
       if (it->pos < it->items.size()) {
         push(it->items[it->pos++]);
       } else {

@@ -204,10 +204,33 @@ Capture Analyzer::finishAtBreak(Frame &f) {
   PyCodeObject *co = f.co();
   rewrite::State state;
   state.offset = f.pc;
-  for (const VarPtr &v : f.stack)
+  // Functions the frame made that are on the stack (a comprehension about to be called): the
+  // break code makes them again over its cells, with their defaults as arguments.
+  std::vector<const FunctionVar *> made;
+  for (size_t k = 0; k < f.stack.size(); ++k) {
+    const VarPtr &v = f.stack[k];
+    auto *fn = as<FunctionVar>(v);
+    if (fn && !v->source) {
+      rewrite::MadeFunction m;
+      m.stackSlot = k;
+      m.code = fn->code;
+      for (const VarPtr &c : fn->closure) {
+        int slot = -1;
+        for (int i = 0; i < co->co_nlocalsplus; ++i)
+          if (f.locals[static_cast<size_t>(i)].get() == c.get()) slot = i;
+        if (slot < 0) fail("a function made in the frame closes over cells of another frame");
+        m.closure.push_back(slot);
+      }
+      m.defaults = fn->defaults != nullptr;
+      m.kwdefaults = fn->kwdefaults != nullptr;
+      state.functions.push_back(std::move(m));
+      made.push_back(fn);
+    }
     state.stack.push_back(v->kind == VarKind::Null       ? rewrite::Slot::Null
                           : v->kind == VarKind::Iterator ? rewrite::Slot::Iterator
+                          : fn && !v->source             ? rewrite::Slot::Function
                                                          : rewrite::Slot::Value);
+  }
   for (int i = 0; i < co->co_nlocalsplus; ++i) {
     const VarPtr &v = f.locals[static_cast<size_t>(i)];
     auto *cell = as<CellVar>(v);
@@ -244,6 +267,10 @@ Capture Analyzer::finishAtBreak(Frame &f) {
       for (size_t i = it->pos; i < it->items.size(); ++i)
         visit(it->items[i]);
     if (auto *b = as<BoundVar>(v)) visit(b->self);
+    if (auto *fn = as<FunctionVar>(v)) {
+      visit(fn->defaults);
+      visit(fn->kwdefaults);
+    }
   };
   for (const VarPtr &v : f.stack)
     visit(v);
@@ -257,7 +284,7 @@ Capture Analyzer::finishAtBreak(Frame &f) {
     OutputNode args;
     args.kind = OutputNode::Tuple;
     for (const VarPtr &v : f.stack) {
-      if (v->kind == VarKind::Null) continue;
+      if (v->kind == VarKind::Null || (v->kind == VarKind::Function && !v->source)) continue;
       if (auto *it = as<IteratorVar>(v)) { // the rest of a loop: a tuple (GET_ITER on resume)
         std::vector<VarPtr> rest(it->items.begin() + static_cast<long>(it->pos), it->items.end());
         args.children.push_back(
@@ -293,6 +320,10 @@ Capture Analyzer::finishAtBreak(Frame &f) {
       if (!cell) fail("internal: cell slot without a cell at a graph break");
       args.children.push_back(outputOf(cell->contents, outputs, outputIndex));
     }
+    for (const FunctionVar *fn : made) {
+      if (fn->defaults) args.children.push_back(outputOf(fn->defaults, outputs, outputIndex));
+      if (fn->kwdefaults) args.children.push_back(outputOf(fn->kwdefaults, outputs, outputIndex));
+    }
     return args;
   };
   Capture c = finishWith(arguments, /*sameGradMode=*/false);
@@ -313,7 +344,6 @@ Capture Analyzer::finishWith(
   Capture c;
   // The graph runs without autograd either way; the driver sets the mode the frame leaves.
   if (sameGradMode && gradEnabled_ != initialGrad) c.gradModeAtExit = gradEnabled_ ? 1 : 0;
-  c.autogradFree = !recordedForAutograd_;
   c.autogradFree = !recordedForAutograd_;
   std::vector<Value *> outputs;
   std::map<Value *, int64_t> outputIndex;

@@ -299,6 +299,8 @@ std::vector<Successor> successors(const Original &o, const State &s) {
       error("inconsistent stack effect of " + std::string(opcodeName(L.opcode)));
     Successor su{jump ? L.target : L.next, {}, jump};
     su.stack.assign(s.stack.begin(), s.stack.begin() + kept);
+    if (std::find(su.stack.begin(), su.stack.end(), Slot::Function) != su.stack.end())
+      error("a function made in the frame outlives the breaking instruction");
     for (int k = 0; k < pushed; ++k)
       su.stack.push_back(L.opcode == LOAD_GLOBAL && (L.arg & 1) && k == 0 ? Slot::Null
                                                                           : Slot::Value);
@@ -384,9 +386,15 @@ public:
     if (nfreeNew_) emit(COPY_FREE_VARS, nfreeNew_, at);
     emit(RESUME, 0, at);
     int argi = 0;
+    size_t fn = 0;
     for (size_t k = 0; k < s_.stack.size(); ++k) {
       if (s_.stack[k] == Slot::Null) {
         emit(PUSH_NULL, 0, at);
+        continue;
+      }
+      if (s_.stack[k] == Slot::Function) {
+        makeFunction(s_.functions.at(fn), functionArgs_.at(fn), at);
+        ++fn;
         continue;
       }
       emit(LOAD_FAST, argi++, at);
@@ -480,7 +488,8 @@ private:
       if (PyList_Append(names_.get(), n) != 0) error("varnames");
     };
     for (size_t k = 0; k < s_.stack.size(); ++k)
-      if (s_.stack[k] != Slot::Null) add(own(PyUnicode_FromFormat("___stack%zu", k), "str").get());
+      if (s_.stack[k] != Slot::Null && s_.stack[k] != Slot::Function)
+        add(own(PyUnicode_FromFormat("___stack%zu", k), "str").get());
     slotMap_.assign(size_t(co->co_nlocalsplus), -1);
     int next = static_cast<int>(PyList_GET_SIZE(names_.get()));
     for (int v : args_) {
@@ -490,6 +499,23 @@ private:
     for (int c : cellArgs_) {
       slotMap_[size_t(c)] = next++;
       add(nameOf(c));
+    }
+    // Defaults of the functions to make again (MadeFunction), in order.
+    size_t nfunctions = 0;
+    for (Slot slot : s_.stack)
+      nfunctions += slot == Slot::Function;
+    if (nfunctions != s_.functions.size()) error("function slots without descriptions");
+    for (size_t k = 0; k < s_.functions.size(); ++k) {
+      std::pair<int, int> a{-1, -1};
+      if (s_.functions[k].defaults) {
+        a.first = next++;
+        add(own(PyUnicode_FromFormat("___defaults%zu", k), "str").get());
+      }
+      if (s_.functions[k].kwdefaults) {
+        a.second = next++;
+        add(own(PyUnicode_FromFormat("___kwdefaults%zu", k), "str").get());
+      }
+      functionArgs_.push_back(a);
     }
     nargs_ = next;
     for (int v : o_.plain)
@@ -525,6 +551,34 @@ private:
       slotMap_[size_t(f)] = next++;
     }
     nfreeNew_ = static_cast<int>(PyList_GET_SIZE(freeNames_.get()));
+  }
+
+  /// MAKE_FUNCTION of a function the frame made, over the cells it closes over (this code's
+  /// cells or free variables), with its defaults from arguments.
+  void makeFunction(const MadeFunction &f, std::pair<int, int> args, Pos p) {
+    int flags = 0;
+    if (f.defaults) {
+      emit(LOAD_FAST, args.first, p);
+      flags |= 0x01;
+    }
+    if (f.kwdefaults) {
+      emit(LOAD_FAST, args.second, p);
+      flags |= 0x02;
+    }
+    if (!f.closure.empty()) {
+      for (int c : f.closure) {
+        const int slot = slotMap_.at(size_t(c));
+        if (std::find(o_.cells.begin(), o_.cells.end(), c) == o_.cells.end() &&
+            std::find(o_.frees.begin(), o_.frees.end(), c) == o_.frees.end())
+          error("a closure over a slot that is no cell");
+        emit(LOAD_CLOSURE, slot, p);
+      }
+      emit(BUILD_TUPLE, static_cast<int>(f.closure.size()), p);
+      flags |= 0x08;
+    }
+    emit(LOAD_CONST, addConst(f.code.get()), p);
+    emit(MAKE_FUNCTION, flags, p);
+    tailStack_ = std::max(tailStack_, static_cast<int>(f.closure.size()) + 4);
   }
 
   /// After the breaking group: the stack goes to scratch slots, then
@@ -678,6 +732,7 @@ private:
   const State &s_;
   bool breakCode_;
   std::vector<int> args_, cellArgs_;
+  std::vector<std::pair<int, int>> functionArgs_; // per MadeFunction: defaults/kwdefaults slots
   std::vector<int> slotMap_;
   PyRef names_, consts_, cellNames_, freeNames_;
   int nargs_ = 0, nvars_ = 0, scratch_ = 0, tailStack_ = 0, nfreeNew_ = 0;
@@ -724,6 +779,8 @@ std::vector<int> argumentLocals(PyCodeObject *code, const State &s) {
   Original o(code);
   return Writer::argumentLocalsOf(o, s);
 }
+
+bool isResumeCode(PyCodeObject *code) { return resumeDepth(code) > 0; }
 
 std::vector<int> cellArguments(PyCodeObject *code, const State &s) {
   Original o(code);

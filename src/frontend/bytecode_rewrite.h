@@ -36,6 +36,18 @@ enum class Slot : uint8_t {
   Value,    // an ordinary object, passed as an argument
   Null,     // CPython's NULL (PUSH_NULL / LOAD_GLOBAL before a call): pushed again, no argument
   Iterator, // an iterator: passed as a tuple of its remaining items, GET_ITER in the prologue
+  Function, // a function the frame made (a comprehension about to be called): made again in the
+            // prologue (State::functions); the breaking instruction must consume it
+};
+
+/// A function made inside the frame that sits on the stack at the break (e.g. the comprehension
+/// function a CALL is about to run): MAKE_FUNCTION again, over the frame's own cells.
+struct MadeFunction {
+  size_t stackSlot = 0;
+  PyRef code;
+  std::vector<int> closure; // original localsplus slots of the cells in its closure, in order
+  bool defaults = false;    // takes a defaults tuple argument (after the cells' contents)
+  bool kwdefaults = false;  // takes a keyword-defaults dict argument (after that)
 };
 
 /// The frame state at a resume point.
@@ -45,6 +57,7 @@ struct State {
   /// Per original localsplus slot: a local bound at the break (of those, the ones live at
   /// `offset` become arguments), or a cell variable whose cell is not empty.
   std::vector<bool> bound;
+  std::vector<MadeFunction> functions; // for the Function slots, in stack order
 };
 
 /// The first instruction of the group that `offset` belongs to: a CALL's PRECALL and KW_NAMES
@@ -69,6 +82,9 @@ PyRef makeResumeCode(PyCodeObject *code, const State &s);
 
 /// The break code for the instruction group starting at s.offset. Throws std::runtime_error.
 PyRef makeBreakCode(PyCodeObject *code, const State &s);
+
+/// Whether `code` is a resume code made by makeResumeCode.
+bool isResumeCode(PyCodeObject *code);
 
 /// A readable listing of a generated code object (XJIT_LOG=bytecode, --dump), via `dis`.
 std::string disassemble(PyObject *code);

@@ -458,7 +458,8 @@ void logRewrittenCode(const CompiledEntry &e, const FrameView &f, int offset) {
                      "; break code:\n" + rewrite::disassemble(e.breakCode.get());
   PyObject *consts = reinterpret_cast<PyCodeObject *>(e.breakCode.get())->co_consts;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); ++i)
-    if (PyCode_Check(PyTuple_GET_ITEM(consts, i))) {
+    if (PyCode_Check(PyTuple_GET_ITEM(consts, i)) &&
+        rewrite::isResumeCode(reinterpret_cast<PyCodeObject *>(PyTuple_GET_ITEM(consts, i)))) {
       PyObject *c = PyTuple_GET_ITEM(consts, i);
       text += "resume code " + std::string(PyUnicode_AsUTF8(reinterpret_cast<PyCodeObject *>(c)
                                                                   ->co_qualname)) +
@@ -749,7 +750,8 @@ PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions
     markSkipped(reinterpret_cast<PyCodeObject *>(entry->breakCode.get()));
     PyObject *consts = reinterpret_cast<PyCodeObject *>(entry->breakCode.get())->co_consts;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); ++i)
-      if (PyCode_Check(PyTuple_GET_ITEM(consts, i)) && cache.forceRoot) {
+      if (PyCode_Check(PyTuple_GET_ITEM(consts, i)) && cache.forceRoot &&
+          rewrite::isResumeCode(reinterpret_cast<PyCodeObject *>(PyTuple_GET_ITEM(consts, i)))) {
         try {
           ensureCache(reinterpret_cast<PyCodeObject *>(PyTuple_GET_ITEM(consts, i))).forceRoot =
               true;

@@ -640,3 +640,36 @@ def test_aliased_lists_stay_one_object() -> None:
         # Not resumed (the list would be rebuilt twice): the frame runs in Python.
         assert not report.graph_breaks[0].resumed, str(report)
         assert "reachable twice" in report.graph_breaks[0].reason
+
+
+def item_in_comprehension(xs, out):
+    scale = 2.0  # a cell variable: the comprehensions read it
+    ys = [t * scale for t in xs]
+    vals = [y.sum().item() * scale for y in ys]  # BREAK: inside the comprehension
+    print(vals, file=out)
+    return torch.stack(ys).sum() + len(vals)
+
+
+def lambda_called_at_break(x, out, k=3):
+    y = x * k
+    r = (lambda t, m=k: print(t.shape, m, file=out))(y)  # BREAK: the lambda is on the stack
+    return y + 1, r
+
+
+def test_break_inside_a_comprehension_or_a_fresh_lambda() -> None:
+    xs = [x34() * i for i in range(3)]
+    want, printed_e, got, printed_c = run_both(item_in_comprehension, xs)
+    assert_close(got, want)
+    assert printed_c == printed_e
+    report = xjit.explain(item_in_comprehension, backend="interp")(xs, io.StringIO())
+    # The frame breaks at the comprehension's call (made again in the break code, over the
+    # frame's cell `scale`), then at the print.
+    assert [b.resumed for b in report.graph_breaks] == [True, True], str(report)
+    assert report.graphs_per_frame == {"item_in_comprehension": 2}, str(report)
+
+    x = x34()
+    want, printed_e, got, printed_c = run_both(lambda_called_at_break, x)
+    assert_close(got, want)
+    assert printed_c == printed_e
+    report = xjit.explain(lambda_called_at_break, backend="interp")(x, io.StringIO())
+    assert report.graph_breaks[0].resumed and report.graph_count == 2, str(report)
