@@ -38,7 +38,7 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 Attrs = dict[str, Any]
-Row = Callable[[list[Any], Attrs], Any]
+Row = Callable[..., Any]  # (operands, attrs) -> result; creation rows also get the dtype
 
 
 def _dtype(name: Any) -> torch.dtype | None:
@@ -604,7 +604,7 @@ def run_op(name: str, args: list[Any], attrs: Attrs, result_types: list[str]) ->
     if row is None:
         return NotImplemented
     if name in _CREATION:
-        r = row(args, attrs, _result_dtype(result_types[0]))  # type: ignore[call-arg]
+        r = row(args, attrs, _result_dtype(result_types[0]))
     else:
         r = row(args, attrs)
     if r is NotImplemented:
