@@ -7,7 +7,6 @@
 #include "analyzer_bytecode.h"
 
 #include <algorithm>
-#include <map>
 #include <stdexcept>
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
@@ -812,4 +811,25 @@ std::string disassemble(PyObject *code) {
 
 } // namespace xjit::frontend::rewrite
 
+#else
+// No bytecode writer for this CPython yet (3.12 / 3.13 add bytecode_312.cpp ...): graph breaks
+// make the frame run in Python, as the hook's version layer decides whether frames are seen.
+namespace xjit::frontend::rewrite {
+namespace {
+[[noreturn]] void unsupported() {
+  throw std::runtime_error("no bytecode writer for this CPython version");
+}
+} // namespace
+int groupStart(PyCodeObject *, int) { unsupported(); }
+bool canBreakAt(PyCodeObject *, int, std::string *why) {
+  *why = "no bytecode writer for this CPython version";
+  return false;
+}
+std::vector<int> argumentLocals(PyCodeObject *, const State &) { unsupported(); }
+std::vector<int> cellArguments(PyCodeObject *, const State &) { unsupported(); }
+PyRef makeResumeCode(PyCodeObject *, const State &) { unsupported(); }
+PyRef makeBreakCode(PyCodeObject *, const State &) { unsupported(); }
+bool isResumeCode(PyCodeObject *) { return false; }
+std::string disassemble(PyObject *) { return "<unavailable>"; }
+} // namespace xjit::frontend::rewrite
 #endif
