@@ -209,6 +209,118 @@ TEST(BackendReduction, SingleOpsAgreeWithInterpreter) {
   }
 }
 
+/// A random reduction group as text: x (and a broadcast row w) over a random full shape,
+/// elementwise producers, one to three reductions over the same random dims, consumers reading
+/// the reduced values broadcast back, an optional softmax, and outputs of the full and reduced
+/// shapes. In f64, and each consumer is tanh(value - reduced): chains of reductions of
+/// differences cancel catastrophically, so that f32 kernels (which accumulate in f32) and the
+/// reference (f64) could differ by far more than rounding; bounded consumers and f64 keep the
+/// comparison about the loops, not about cancellation.
+std::string randomReductionGroup(std::mt19937 &rng) {
+  auto pick = [&](size_t n) { return size_t(rng() % n); };
+  int64_t rank = 1 + int64_t(pick(3));
+  std::vector<int64_t> sizes;
+  for (int64_t d = 0; d < rank; ++d)
+    sizes.push_back(std::vector<int64_t>{1, 3, 7, 16, 33, 70}[pick(6)]);
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < rank; ++d)
+    if (rng() & 1) dims.push_back(rng() & 1 ? d : d - rank); // negative dims too
+  if (dims.empty()) dims.push_back(int64_t(pick(size_t(rank))));
+  std::vector<bool> reduced(size_t(rank), false);
+  for (int64_t d : dims)
+    reduced[size_t(d < 0 ? d + rank : d)] = true;
+  auto shapeText = [&](bool keep, bool full) {
+    std::string t = "f64[";
+    bool first = true;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (!full && reduced[size_t(d)] && !keep) continue;
+      t += (first ? "" : ",") + std::to_string(!full && reduced[size_t(d)] ? 1 : sizes[size_t(d)]);
+      first = false;
+    }
+    return t + "]";
+  };
+  std::string full = shapeText(true, true), keep = shapeText(true, false);
+  std::string dimsText = "[";
+  for (size_t i = 0; i < dims.size(); ++i)
+    dimsText += (i ? ", " : "") + std::to_string(dims[i]);
+  dimsText += "]";
+  std::string w = "f64[" + std::to_string(sizes.back()) + "]";
+  std::string text = "graph @fuzz(%x: " + full + ", %w: " + w + ") -> (";
+  std::string body;
+  // Producer chain on the full shape.
+  const char *unaries[] = {"exp", "tanh", "abs", "neg", "sigmoid"};
+  std::string cur = "%x";
+  int n = 0;
+  auto tmp = [&]() { return "%t" + std::to_string(n++); };
+  if (rng() & 1) {
+    std::string t = tmp();
+    body += "  " + t + " = mul(" + cur + ", %w) : " + full + "\n";
+    cur = t;
+  }
+  if (rng() & 1) {
+    std::string t = tmp();
+    body += "  " + t + " = " + unaries[pick(5)] + "(" + cur + ") : " + full + "\n";
+    cur = t;
+  }
+  // Reductions (keepdim, so consumers broadcast them back) and consumers.
+  const char *reds[] = {"sum", "mean", "amax", "amin", "var", "std"};
+  std::vector<std::string> outs = {cur}, outTypes = {full};
+  std::string last;
+  int nred = 1 + int(pick(3));
+  for (int r = 0; r < nred; ++r) {
+    std::string red = reds[pick(6)], t = tmp();
+    body += "  " + t + " = " + red + "(" + cur + ") {dims = " + dimsText +
+            ", keepdim = true} : " + keep + "\n";
+    std::string c = tmp(), b = tmp();
+    body += "  " + c + " = sub(" + cur + ", " + t + ") : " + full + "\n";
+    body += "  " + b + " = tanh(" + c + ") : " + full + "\n";
+    cur = b;
+    last = t;
+  }
+  outs.push_back(cur);
+  outTypes.push_back(full);
+  outs.push_back(last);
+  outTypes.push_back(keep);
+  if (rng() & 1) { // a softmax over the last reduced dim of the final full value
+    std::string t = tmp();
+    int64_t d = dims.back();
+    if (dims.size() == 1) {
+      body +=
+          "  " + t + " = softmax(" + cur + ") {dim = " + std::to_string(d) + "} : " + full + "\n";
+      outs.push_back(t);
+      outTypes.push_back(full);
+    }
+  }
+  outs.erase(outs.begin()); // the producer value is not always read outside
+  outTypes.erase(outTypes.begin());
+  for (size_t i = 0; i < outTypes.size(); ++i)
+    text += (i ? ", " : "") + outTypes[i];
+  text += ") {\n" + body + "  return(";
+  for (size_t i = 0; i < outs.size(); ++i)
+    text += (i ? ", " : "") + outs[i];
+  return text + ")\n}\n";
+}
+
+TEST(BackendReduction, RandomGroupsMatchTheInterpreter) {
+  std::mt19937 rng(2024); // seeds 7 and 2024 x 400 graphs pass; 40 keep the test fast
+  int checked = 0;
+  for (int i = 0; i < 40; ++i) {
+    std::string text = randomReductionGroup(rng);
+    SCOPED_TRACE(text);
+    std::unique_ptr<Graph> g;
+    try {
+      g = parseGraph(text);
+    } catch (const Error &e) {
+      ADD_FAILURE() << "generator made an invalid graph: " << e.what();
+      continue;
+    }
+    std::mt19937 irng{uint32_t(i)};
+    EXPECT_EQ(check(*g, randomInputs(*g, irng)), "");
+    ++checked;
+  }
+  EXPECT_EQ(checked, 40);
+}
+
 TEST(BackendReduction, NormsWithAffineParameters) {
   EXPECT_EQ(checkText(R"(graph @ln(%x: f32[6,33], %w: f32[33], %b: f32[33]) -> (f32[6,33]) {
   %y = layer_norm(%x, %w, %b) {normalized_shape = [33]} : f32[6,33]
