@@ -71,11 +71,13 @@ public:
   /// Waits for queued work (devices with asynchronous queues; no-op on the CPU).
   virtual void synchronize() {}
 
-  // Next (not yet in the interface): library kernels for matmul / conv with their preferred
-  // layouts (oneDNN on the CPU), a layout query for the layout pass, and streams.
+  // Next (not yet in the interface): a layout query for the layout pass (which activation
+  // layouts a target's library kernels prefer), and streams. Library kernels need nothing
+  // more: on the CPU they are Executables like the LLVM kernels (docs/backend.md).
 };
 
-/// The host CPU: elementwise regions lowered to the kernel IR and compiled by LLVM ORC.
+/// The host CPU: elementwise and reduction regions lowered to the kernel IR and compiled by
+/// LLVM ORC; matmul / conv / pooling and the epilogue groups anchored on them through oneDNN.
 std::unique_ptr<Target> makeCpuTarget();
 
 } // namespace xjit::backend
