@@ -177,7 +177,9 @@ def main() -> None:
     torch.manual_seed(0)
     dtype = torch.bfloat16 if a.bf16 else torch.float32
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {dt_name(dtype)}")
-    print(f"{'case':42s} {'xjit us':>10s} {'torch us':>10s} {'ratio':>7s} {'GFLOP/s':>8s} {'err':>8s}")
+    print(
+        f"{'case':42s} {'xjit us':>10s} {'torch us':>10s} {'ratio':>7s} {'GFLOP/s':>8s} {'err':>8s}"
+    )
     for c in cases(dtype):
         if a.only and a.only not in c.name:
             continue
