@@ -11,6 +11,8 @@ Options (before the script):
                                 output that differs (a warning with file:line)
   --explain                     print the xjit.explain report to stderr at exit
   --dump DIR                    write each graph's IR before/after the pass pipeline to DIR
+  --no-cache                    do not read or write the persistent compile cache
+                                (~/.cache/xjit or $XJIT_CACHE_DIR); sets XJIT_NO_CACHE=1
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 USAGE = (
     "usage: python -m xjit script.py [args...]\n"
     "  options before the script: [--device cpu] [--backend xjit|eager|interp] [--check] "
-    "[--explain] [--dump DIR]"
+    "[--explain] [--dump DIR] [--no-cache]"
 )
 
 
@@ -36,6 +38,7 @@ class Options:
     check: bool = False
     explain: bool = False
     dump: str = ""
+    no_cache: bool = False
 
 
 def _parse(argv: list[str]) -> tuple[Options, list[str]] | int:
@@ -52,6 +55,8 @@ def _parse(argv: list[str]) -> tuple[Options, list[str]] | int:
             return 0
         if name in ("--check", "--explain") and not eq:
             setattr(opts, name[2:], True)
+        elif name == "--no-cache" and not eq:
+            opts.no_cache = True
         elif name in ("--backend", "--device", "--dump"):
             if not eq:
                 i += 1
@@ -137,6 +142,9 @@ def main(argv: list[str]) -> int:
     if isinstance(parsed, int):
         return parsed
     opts, script_argv = parsed
+    if opts.no_cache:
+        # Read by the backend at every compile (src/backend/compile_cache.cpp).
+        os.environ["XJIT_NO_CACHE"] = "1"
     path = os.path.abspath(script_argv[0])
     try:
         with open(path, "rb") as f:
