@@ -3,8 +3,9 @@
 //
 // Division of labour: the device-independent passes (src/passes) decide *what* is computed
 // together (fusion groups, memory plan); a Target decides *how*: which regions it compiles,
-// what code they become, where their memory lives. The runtime (next: issue 5's runtime) asks
-// the Target of each value's device for executables and memory and never looks inside them.
+// what code they become, where their memory lives. The runtime (src/runtime, docs/runtime.md)
+// asks the Target of each value's device for executables and memory and never looks inside
+// them.
 //
 // Status: compile() and allocation are implemented for the CPU; library kernels (oneDNN),
 // streams and the compile cache are the next steps and are marked below.
