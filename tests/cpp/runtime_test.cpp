@@ -320,6 +320,24 @@ TEST(Runtime, ArenaIsUsedAndOutputsNeverAliasIt) {
     EXPECT_EQ(diff(firstOut[i], firstWant[i], {1e-4, 1e-5}, "output " + std::to_string(i)), "");
 }
 
+TEST(Runtime, AnOutputPlannedIntoTheArenaIsCopiedOut) {
+  // A plan that (wrongly) puts a graph output in the arena: the output must still not share
+  // the arena, or the next call would overwrite what the caller holds.
+  auto g = parse(R"(
+graph @f(%x: f32[4]) -> (f32[4]) {
+  %a = exp(%x) {mem.offset = [0]} : f32[4]
+  return(%a) {mem.arena = 64}
+})");
+  CompiledGraph cg = compileGraph(*g, cpuTarget(), {.pipeline = ""});
+  ASSERT_EQ(cg.stats().plannedResults, 1);
+  std::mt19937 rng(8);
+  Tensor x1 = randomTensor(DType::F32, {4}, rng), x2 = randomTensor(DType::F32, {4}, rng);
+  std::vector<RtValue> first = cg.run({x1});
+  cg.run({x2});
+  for (int64_t i = 0; i < 4; ++i)
+    EXPECT_NEAR(first[0].tensor().getDouble(i), std::exp(x1.getDouble(i)), 1e-5);
+}
+
 TEST(Runtime, SeveralThreadsRunOneCompiledGraph) {
   auto g = parse(kArenaGraph);
   CompiledGraph cg = compileGraph(*g, cpuTarget());
