@@ -7,6 +7,7 @@
 #include "analyzer_bytecode.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
@@ -781,6 +782,14 @@ std::vector<int> argumentLocals(PyCodeObject *code, const State &s) {
 
 bool isResumeCode(PyCodeObject *code) { return resumeDepth(code) > 0; }
 
+std::string userQualname(PyCodeObject *code) { return baseQualname(code); }
+
+bool isBreakCode(PyCodeObject *code) {
+  const char *q = PyUnicode_AsUTF8(code->co_qualname);
+  if (!q) PyErr_Clear();
+  return q && std::strstr(q, ".<graph break at line ") != nullptr;
+}
+
 std::vector<int> cellArguments(PyCodeObject *code, const State &s) {
   Original o(code);
   return Writer::cellArgumentsOf(o, s);
@@ -830,6 +839,12 @@ std::vector<int> cellArguments(PyCodeObject *, const State &) { unsupported(); }
 PyRef makeResumeCode(PyCodeObject *, const State &) { unsupported(); }
 PyRef makeBreakCode(PyCodeObject *, const State &) { unsupported(); }
 bool isResumeCode(PyCodeObject *) { return false; }
+bool isBreakCode(PyCodeObject *) { return false; }
+std::string userQualname(PyCodeObject *code) {
+  const char *q = PyUnicode_AsUTF8(code->co_qualname);
+  if (!q) PyErr_Clear();
+  return q ? q : "?";
+}
 std::string disassemble(PyObject *) { return "<unavailable>"; }
 } // namespace xjit::frontend::rewrite
 #endif

@@ -83,8 +83,12 @@ PyRef makeResumeCode(PyCodeObject *code, const State &s);
 /// The break code for the instruction group starting at s.offset. Throws std::runtime_error.
 PyRef makeBreakCode(PyCodeObject *code, const State &s);
 
-/// Whether `code` is a resume code made by makeResumeCode.
+/// Whether `code` is a resume code made by makeResumeCode / a break code made by makeBreakCode.
 bool isResumeCode(PyCodeObject *code);
+bool isBreakCode(PyCodeObject *code);
+/// The qualified name of the user's function a code object belongs to ("f" for
+/// "f.<resume at line 12>").
+std::string userQualname(PyCodeObject *code);
 
 /// A readable listing of a generated code object (XJIT_LOG=bytecode, --dump), via `dis`.
 std::string disassemble(PyObject *code);

@@ -486,6 +486,48 @@ void setGradMode(bool enabled) {
   checked(PyObject_CallMethod(torch.get(), "set_grad_enabled", "O", enabled ? Py_True : Py_False));
 }
 
+/// An exception leaving a break code went through the pieces of one frame (break code, resume
+/// function, the next break code -- resume functions run by the hook leave no entry) where
+/// Python would show one frame: an entry of a generated piece followed by another piece of the
+/// same function is dropped from the traceback, so it reads as without xjit (the last piece
+/// shows the line).
+void hideGeneratedFrames() {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  std::vector<PyRef> chain; // holds every entry while the links change
+  for (PyObject *t = tb; t && PyTraceBack_Check(t);
+       t = reinterpret_cast<PyObject *>(reinterpret_cast<PyTracebackObject *>(t)->tb_next))
+    chain.push_back(PyRef::borrow(t));
+  // Per entry: the user's function of a generated piece ("" for any other frame).
+  std::vector<std::string> piece;
+  for (const PyRef &t : chain) {
+    PyCodeObject *code =
+        PyFrame_GetCode(reinterpret_cast<PyTracebackObject *>(t.get())->tb_frame);
+    const bool generated = rewrite::isBreakCode(code) || rewrite::isResumeCode(code);
+    piece.push_back(generated ? rewrite::userQualname(code) + "@" +
+                                    (PyUnicode_AsUTF8(code->co_filename) ?: "")
+                              : "");
+    Py_DECREF(code);
+  }
+  PyErr_Clear();
+  std::vector<PyObject *> kept;
+  for (size_t i = 0; i < chain.size(); ++i)
+    if (piece[i].empty() || i + 1 == chain.size() || piece[i + 1] != piece[i])
+      kept.push_back(chain[i].get());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    auto *t = reinterpret_cast<PyTracebackObject *>(kept[i]);
+    PyTracebackObject *next =
+        i + 1 < kept.size() ? reinterpret_cast<PyTracebackObject *>(kept[i + 1]) : nullptr;
+    Py_XINCREF(next);
+    Py_XSETREF(t->tb_next, next);
+  }
+  PyObject *head = kept.empty() ? nullptr : kept[0];
+  Py_XINCREF(head);
+  if (value && head && PyExceptionInstance_Check(value)) PyException_SetTraceback(value, head);
+  Py_XDECREF(tb);
+  PyErr_Restore(type, value, head);
+}
+
 /// Runs the rest of a frame whose capture stopped at a graph break: the break code, as a
 /// function of the frame's globals and closure, on the rebuilt stack and locals.
 PyObject *continueAfterBreak(const CompiledEntry &e, const PyRef &args, const FrameView &f) {
@@ -493,7 +535,9 @@ PyObject *continueAfterBreak(const CompiledEntry &e, const PyRef &args, const Fr
   if (PyObject *closure = f.function ? PyFunction_GET_CLOSURE(f.function) : nullptr)
     if (PyFunction_SetClosure(fn.get(), closure) != 0) throw PyErrorSet();
   setGradMode(e.breakGradEnabled);
-  return PyObject_Call(fn.get(), args.get(), nullptr);
+  PyObject *result = PyObject_Call(fn.get(), args.get(), nullptr);
+  if (!result) hideGeneratedFrames();
+  return result;
 }
 
 std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
