@@ -11,6 +11,7 @@ import inspect
 import io
 import dis
 import os
+import subprocess
 import sys
 import types
 import traceback
@@ -680,3 +681,49 @@ def test_break_inside_a_comprehension_or_a_fresh_lambda() -> None:
     assert printed_c == printed_e
     report = xjit.explain(lambda_called_at_break, backend="interp")(x, io.StringIO())
     assert report.graph_breaks[0].resumed and report.graph_count == 2, str(report)
+
+
+CLI_SCRIPT = """\
+import sys
+import torch
+
+def step(x):
+    y = torch.relu(x) * 2
+    print("step", tuple(y.shape))
+    z = y + 1
+    if len(sys.argv) > 1:
+        raise ValueError("boom after the break")
+    return z
+
+x = torch.ones(2, 3)
+for _ in range(2):
+    out = step(x)
+print(float(out.sum()))
+step(x) if len(sys.argv) > 1 else None
+"""
+
+
+def test_cli_output_and_traceback_through_a_break_match_python(tmp_path: Any) -> None:
+    (tmp_path / "s.py").write_text(CLI_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XJIT_")}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.dirname(xjit.__file__)), *sys.path]
+    )
+
+    def run(*cmd: str) -> Any:
+        return subprocess.run(
+            [sys.executable, *cmd],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=120,
+        )
+
+    want = run("s.py", "raise")
+    got = run("-m", "xjit", "--explain", "s.py", "raise")
+    assert want.returncode == got.returncode == 1
+    assert got.stdout == want.stdout
+    # The traceback is Python's, frame for frame (the --explain report comes before it).
+    assert want.stderr.startswith("Traceback") and got.stderr.endswith(want.stderr), got.stderr
+    assert "graph break in step at s.py:6: call to print(); resumed after it" in got.stderr
