@@ -9,10 +9,12 @@
 //    the stack from its arguments and jumps to Q. Its arguments are the non-NULL stack values
 //    (bottom first), then the locals live at Q (original slot order). It is an ordinary code
 //    object the frame hook sees, so capturing continues there (and may break again).
-//  - the *break code* for P: takes the same arguments as the resume code for P, runs the
-//    instruction group at P (e.g. KW_NAMES/PRECALL/CALL) in Python, and for each successor of
-//    the group calls a fresh resume function for it with the state after the group. The hook
-//    never compiles it.
+//  - the *break code* for P: takes the arguments the resume code for P would (stack values,
+//    live locals), then the contents of the frame's bound cells (argumentLocals, cellArguments)
+//    and the defaults of the functions it makes again (MadeFunction); runs the instruction
+//    group at P (e.g. KW_NAMES/PRECALL/CALL) in Python, and for each successor of the group
+//    calls a fresh resume function for it with the state after the group. The hook never
+//    compiles it.
 //
 // A frame's cell variables: its break code makes them afresh (the frame never ran: no closure
 // made before the break can be alive, or the state could not have been rebuilt) from arguments;
