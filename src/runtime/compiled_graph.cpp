@@ -100,8 +100,9 @@ struct CompiledGraph::Impl {
   /// the slot from call to call (SSA: only the defining instruction writes a slot), so a call
   /// neither builds nor frees tensor objects for planned values.
   std::unordered_map<uint32_t, int32_t> arenaSlots;
-  std::vector<uint8_t> keepSlot; // per slot: holds an arena tensor, not cleared after a call
-  std::vector<uint8_t> fixedArg; // per slotRefs entry: an operand read from an arena slot
+  std::vector<uint8_t> keepSlot;   // per slot: holds an arena tensor, not cleared after a call
+  std::vector<uint8_t> fixedArg;   // per slotRefs entry: an operand read from an arena slot
+  std::vector<uint8_t> moveOutput; // per graph output: its slot's last read (moved out)
   std::vector<OutputBuffer> outputs;
   std::vector<RtValue> constants;
   std::vector<std::shared_ptr<const backend::Executable>> executables;
@@ -566,8 +567,12 @@ std::vector<RtValue> CompiledGraph::run(std::vector<RtValue> inputs) const {
       f->slots[body.args[i]] = std::move(inputs[i]);
     im.runBlock(body, *f);
     results.reserve(body.yields.size());
-    for (uint32_t s : body.yields) {
-      results.push_back(f->slots[s]);
+    for (size_t i = 0; i < body.yields.size(); ++i) {
+      RtValue &v = f->slots[body.yields[i]];
+      if (im.moveOutput[i])
+        results.push_back(std::move(v));
+      else
+        results.push_back(v);
       im.detachFromArena(results.back(), *f);
     }
   } catch (...) {
@@ -625,6 +630,11 @@ CompiledGraph compileGraph(const Graph &g, backend::Target &target, const Compil
     for (uint32_t k = in.operands; k < in.operands + in.numOperands; ++k)
       im->fixedArg[k] = im->keepSlot[im->slotRefs[k]];
   });
+  const std::vector<uint32_t> &yields = im->blocks[0].yields;
+  for (size_t i = 0; i < yields.size(); ++i)
+    im->moveOutput.push_back(!im->keepSlot[yields[i]] &&
+                             std::find(yields.begin() + long(i) + 1, yields.end(), yields[i]) ==
+                                 yields.end());
   // Without a planned result the arena is never read: do not allocate it per frame.
   if (im->slices.empty()) im->arenaBytes = 0;
   im->stats.arenaBytes = im->arenaBytes;
