@@ -193,3 +193,19 @@ def test_no_grad_inside_the_compiled_function_runs_the_graph() -> None:
     report = xjit.explain(lambda m, ids: m(ids))(model, *args)
     assert report.graphs[0].runs_in_python
     assert report.output.logits.requires_grad
+
+
+@pytest.mark.parametrize("backend", ["xjit", "eager"])
+@pytest.mark.parametrize("name", ["mlp"])
+def test_model_with_a_symbolic_batch(name: str, backend: str) -> None:
+    # dynamic=True: one graph with a symbolic batch dim serves every batch size. (The other
+    # models specialize: the HF models' code branches on the sequence length, the LSTM builds
+    # its state with new_zeros(batch, ...), ResNet's spatial sizes are symbolic too and the
+    # native backend cannot size them yet.)
+    model, args, _ = build(name)
+    compiled = xjit.jit(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for batch in (3, 2, 5):
+            x = args[0][:1].repeat(batch, *[1] * (args[0].dim() - 1))
+            assert_same(compiled(x), model(x))
+    assert fe.events()["counters"]["compiles"] == 1
