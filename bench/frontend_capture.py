@@ -3,7 +3,8 @@ not a test).
 
 For each model of the bench suite (bench/models.py: BERT-base, GPT-2 small, a ~100M LLaMA at
 sequence length 128, batch 1, ...) every measurement runs in a fresh Python process (nothing
-cached: no compiled entries, fresh inductor cache dir) and reports the median over repeats of:
+cached: no compiled entries, fresh inductor and xjit compile-cache directories) and reports the
+median over repeats of:
 
   xjit capture    the bytecode analyzer on every compiled frame of the first call (C++ timer)
   xjit compile    verify + the pass pipeline + the native backend's code generation
@@ -65,7 +66,9 @@ def worker(model_name: str, mode: str) -> dict[str, float]:
 
 def measure(model_name: str, mode: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=cache)
+        env = dict(
+            os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=cache, XJIT_CACHE_DIR=cache
+        )
         out = subprocess.run(
             [sys.executable, __file__, "--worker", model_name, mode],
             env=env,
