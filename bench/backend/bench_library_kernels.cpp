@@ -113,6 +113,13 @@ int main(int argc, char **argv) {
                            {{"padding", Attr(std::vector<int64_t>{1})}}, {},
                            2.0 * 8 * 128 * 512 * 64 * 3, rng));
 
+  // Tiny problems: the time is the executable's per-call overhead (plan lookup, oneDNN memory
+  // objects, execution, output allocation).
+  cases.push_back(makeCase("linear 4x8 -> 4 (overhead)", "linear", dt, {4, 8}, {4, 8}, true, {}, {},
+                           2.0 * 4 * 8 * 4, rng));
+  cases.push_back(makeCase("linear 4x8 -> 4 + relu + residual (overhead)", "linear", dt, {4, 8},
+                           {4, 8}, true, {}, {"relu", "add"}, 2.0 * 4 * 8 * 4, rng));
+
   std::unique_ptr<Target> target = makeCpuTarget();
   std::printf("%-50s %10s %10s %10s\n", "case", "first ms", "median us", "GFLOP/s");
   for (Case &c : cases) {
