@@ -74,7 +74,8 @@ struct Frame {
 struct InputCheck {
   bool tensor = false;
   DType dtype = DType::F32;
-  std::vector<int64_t> sizes; // -1: symbolic
+  std::vector<int64_t> sizes;   // -1: symbolic
+  std::vector<int32_t> symbols; // per dim: the plain shape symbol it is (index), or -1
 };
 
 /// Ops whose result may share its operand's storage. Alone, they stay with their reference
@@ -109,6 +110,8 @@ struct CompiledGraph::Impl {
   std::vector<std::pair<const Op *, const backend::Executable *>> executableOps;
   std::vector<ArenaSlice> slices;
   std::vector<InputCheck> inputChecks;
+  std::vector<std::string> inputSymbols; // plain shape symbols of the inputs' dims
+  bool compoundInputDims = false;        // an input dim like s0*2 (checked after binding)
   size_t numSlots = 0;
   int64_t plannedBytes = 0; // the arena plan-memory planned (mem.arena)
   int64_t arenaBytes = 0;   // plus the exclusive slices of in-place results
@@ -493,6 +496,15 @@ struct CompiledGraph::Impl {
                                        std::to_string(inputChecks.size()) + " inputs, got " +
                                        std::to_string(inputs.size()));
     if (!opts.checkInputs) return;
+    // Shape symbols must mean one size across all inputs, as the interpreter checks.
+    int64_t local[16];
+    std::vector<int64_t> heap;
+    std::span<int64_t> symbolValues(local, inputSymbols.size());
+    if (inputSymbols.size() > std::size(local)) {
+      heap.resize(inputSymbols.size());
+      symbolValues = heap;
+    }
+    std::fill(symbolValues.begin(), symbolValues.end(), -1);
     for (size_t i = 0; i < inputs.size(); ++i) {
       const InputCheck &c = inputChecks[i];
       if (!c.tensor) continue;
@@ -506,11 +518,50 @@ struct CompiledGraph::Impl {
           fits = c.sizes[d] < 0 || c.sizes[d] == t.sizes()[d];
         if (!fits) why = "does not have the declared dtype and shape";
       }
+      if (why.empty()) why = bindSymbols(c, inputs[i].tensor(), symbolValues);
       if (!why.empty())
         throw Error(ErrorKind::User, "input " + std::to_string(i) + " (%" +
                                          graph->input(i)->name() + ": " +
                                          graph->input(i)->type().str() + ") of graph @" +
                                          graph->name() + ": " + why);
+    }
+    if (compoundInputDims) checkCompoundDims(inputs, symbolValues);
+  }
+
+  /// Binds the plain symbols of one input's dims, or says which one disagrees.
+  std::string bindSymbols(const InputCheck &c, const Tensor &t,
+                          std::span<int64_t> symbolValues) const {
+    for (size_t d = 0; d < c.symbols.size(); ++d) {
+      if (c.symbols[d] < 0) continue;
+      int64_t &bound = symbolValues[size_t(c.symbols[d])];
+      if (bound < 0)
+        bound = t.sizes()[d];
+      else if (bound != t.sizes()[d])
+        return "dim " + std::to_string(d) + " is " + std::to_string(t.sizes()[d]) + ", but " +
+               inputSymbols[size_t(c.symbols[d])] + " = " + std::to_string(bound) +
+               " from an earlier input";
+    }
+    return "";
+  }
+
+  /// After binding: input dims that are expressions of symbols (s0*2).
+  void checkCompoundDims(const std::vector<RtValue> &inputs,
+                         std::span<const int64_t> symbolValues) const {
+    SymbolBindings bindings;
+    for (size_t k = 0; k < inputSymbols.size(); ++k)
+      if (symbolValues[k] >= 0) bindings[inputSymbols[k]] = symbolValues[k];
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Type &t = graph->input(i)->type();
+      if (!t.isTensor()) continue;
+      for (size_t d = 0; d < t.shape().size(); ++d) {
+        auto v = t.shape()[d].evaluate(bindings);
+        if (v && *v != inputs[i].tensor().sizes()[d])
+          throw Error(ErrorKind::User,
+                      "input " + std::to_string(i) + " (%" + graph->input(i)->name() + ": " +
+                          t.str() + ") of graph @" + graph->name() + ": dim " + std::to_string(d) +
+                          " is " + std::to_string(inputs[i].tensor().sizes()[d]) + ", expected " +
+                          t.shape()[d].str() + " = " + std::to_string(*v));
+      }
     }
   }
 
@@ -613,8 +664,19 @@ CompiledGraph compileGraph(const Graph &g, backend::Target &target, const Compil
     c.tensor = t.isTensor();
     if (c.tensor) {
       c.dtype = t.dtype();
-      for (const DimExpr &d : t.shape())
+      for (const DimExpr &d : t.shape()) {
         c.sizes.push_back(d.isStatic() ? d.value() : -1);
+        std::vector<std::string> syms = d.isStatic() ? std::vector<std::string>{} : d.symbols();
+        int32_t index = -1;
+        if (syms.size() == 1 && d == DimExpr::symbol(syms[0])) {
+          auto it = std::find(im->inputSymbols.begin(), im->inputSymbols.end(), syms[0]);
+          index = static_cast<int32_t>(it - im->inputSymbols.begin());
+          if (it == im->inputSymbols.end()) im->inputSymbols.push_back(syms[0]);
+        } else if (!d.isStatic()) {
+          im->compoundInputDims = true;
+        }
+        c.symbols.push_back(index);
+      }
     }
     im->inputChecks.push_back(std::move(c));
   }

@@ -426,6 +426,28 @@ graph @f(%x: i64[4], %y: i64[4]) -> (i64[4]) {
   }
 }
 
+TEST(Runtime, InputsMustAgreeOnShapeSymbols) {
+  auto g = parse(R"(
+graph @f(%x: f32[s0], %y: f32[s0], %z: f32[s0*2]) -> (f32[s0], f32[s0]) {
+  %a = exp(%x) : f32[s0]
+  %b = cumsum(%y) {dim = 0} : f32[s0]
+  return(%a, %b)
+})");
+  CompiledGraph cg = compileGraph(*g, cpuTarget());
+  auto f32 = [](int64_t n) { return Tensor::empty(DType::F32, {n}); };
+  EXPECT_EQ(cg.run({f32(3), f32(3), f32(6)}).size(), 2u);
+  for (auto [in, where] : {std::pair{std::vector<RtValue>{f32(3), f32(4), f32(6)}, "input 1"},
+                           std::pair{std::vector<RtValue>{f32(3), f32(3), f32(7)}, "input 2"}}) {
+    try {
+      cg.run(in);
+      ADD_FAILURE() << "inputs that disagree on s0 were accepted";
+    } catch (const Error &e) {
+      EXPECT_EQ(e.kind(), ErrorKind::User);
+      EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Runtime, DumpFilesHoldEachKernelsCode) {
   auto g = parse(R"(
 graph @f(%x: f32[8]) -> (f32[8]) {
