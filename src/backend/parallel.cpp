@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
+#include <pthread.h>
 #include <vector>
 
 namespace xjit::backend {
@@ -44,9 +46,30 @@ struct Pool {
 
 std::atomic<uint64_t> gSplits{0};
 
+// The pool, created on first use and never destroyed (kernels may run during static
+// destruction). A forked child (a DataLoader worker, multiprocessing) inherits the pool object
+// but not its threads, so tasks queued there would never run: the child drops it (leaked, its
+// threads do not exist) and creates its own on first use.
+std::mutex gPoolMutex;
+std::atomic<Pool *> gPool{nullptr};
+
+void lockForFork() { gPoolMutex.lock(); }
+void unlockAfterFork() { gPoolMutex.unlock(); }
+void resetInChild() {
+  gPool.store(nullptr);
+  gPoolMutex.unlock();
+}
+
 Pool &pool() {
-  static Pool *p = new Pool(); // never destroyed: kernels may run during static destruction
-  return *p;
+  if (Pool *p = gPool.load(std::memory_order_acquire)) return *p;
+  static const bool registered = [] {
+    pthread_atfork(lockForFork, unlockAfterFork, resetInChild);
+    return true;
+  }();
+  (void)registered;
+  std::lock_guard<std::mutex> lock(gPoolMutex);
+  if (!gPool.load()) gPool.store(new Pool());
+  return *gPool.load();
 }
 
 } // namespace

@@ -15,6 +15,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace xjit::backend {
 namespace {
@@ -142,6 +144,32 @@ TEST(BackendParallel, LargeReductionsMatch) {
 })",
                   {h, w}, 16),
             "");
+}
+
+TEST(BackendParallel, ForkedChildrenRunParallelKernels) {
+  // The parent's pool threads do not exist in a forked child: the child must make its own
+  // rather than wait forever on tasks nobody runs.
+  auto g = parseGraph(R"(graph @big(%x: f32[256,1024]) -> (f32[256,1024]) {
+  %y = sigmoid(%x) : f32[256,1024]
+  return(%y)
+})");
+  Compiled c = compile(*g);
+  std::mt19937 rng(6);
+  std::vector<RtValue> in = {RtValue(randomTensor(DType::F32, {256, 1024}, rng))};
+  uint64_t before = parallelSplits();
+  ASSERT_EQ(compareWithInterpreter(*g, c, in, 1), ""); // the pool exists now
+  ASSERT_GT(parallelSplits(), before);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(60); // a deadlock fails the test instead of hanging it
+    uint64_t splits = parallelSplits();
+    bool ok = compareWithInterpreter(*g, c, in, 1).empty() && parallelSplits() > splits;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
 }
 
 TEST(BackendParallel, AnErrorInOneRangeStopsTheKernel) {
