@@ -36,7 +36,7 @@ def test_corpus_native(case: Case) -> None:
     compiled = xjit.jit(fn_c, backend="xjit", dynamic=case.dynamic)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for round in ("first call", "second call"):
+        for which in ("first call", "second call"):
             # The second call runs the compiled entry again (the runtime's pooled frame and
             # arena); eager runs a second time too (modules may update their state).
             args_e, kwargs_e = copy.deepcopy(args), copy.deepcopy(kwargs)
@@ -45,10 +45,10 @@ def test_corpus_native(case: Case) -> None:
             want = call(case, fn_e, args_e, kwargs_e)
             torch.manual_seed(1)
             got = call(case, compiled, args_c, kwargs_c)
-            assert_same(got, want, case, f"result of the {round}")
-            assert_same(args_c, args_e, case, f"inputs after the {round}")
+            assert_same(got, want, case, f"result of the {which}")
+            assert_same(args_c, args_e, case, f"inputs after the {which}")
             if isinstance(fn_e, torch.nn.Module):
-                assert_same(fn_c, fn_e, case, f"module state after the {round}")
+                assert_same(fn_c, fn_e, case, f"module state after the {which}")
     assert native_warnings(caught) == []
 
 
