@@ -1,11 +1,11 @@
-// Forward convolutions (conv1d/2d/3d, any groups, dilation, padding or padding_mode
-// "same"/"valid", channels-first or channels-last `layout`) through oneDNN's convolution
-// primitive with post-ops.
+// Convolutions through oneDNN with post-ops: forward conv1d/2d/3d (any groups, dilation,
+// padding or padding_mode "same"/"valid") and conv_transpose1d/2d/3d (oneDNN's deconvolution;
+// output_padding as extra right padding), channels-first or channels-last `layout`.
 //
 // Layouts: a channels-last op hands oneDNN its NHWC buffers directly (oneDNN's NHWC kernels are
-// fast); a channels-first op lets oneDNN pick its blocked layout (`any`, as PyTorch's ideep
-// does) and reorders the input and result, unless that needs oneDNN's reference
-// implementation (some broadcast post-op operands), in which case the plain layout is used.
+// fast); a channels-first op uses oneDNN's 16-channel blocked layout (as PyTorch's ideep does)
+// and reorders the input and result, falling back to `any` and then the plain layout when
+// oneDNN rejects that or has only its reference implementation for it.
 // Constant weights are reordered once into the primitive's preferred (blocked) layout.
 #include "dnnl_kernels.h"
 
@@ -25,6 +25,8 @@ struct ConvSpec {
   int64_t groups = 1;
   std::string mode; // "", "same", "valid"
   bool channelsLast = false;
+  bool transposed = false; // conv_transpose: weight [Cin, Cout/G, k...], oneDNN deconvolution
+  Dims outputPadding;
   Source x, w, bias;
   std::vector<PostOp> post;
   DType dtype = DType::F32;
@@ -32,7 +34,7 @@ struct ConvSpec {
 
 class ConvPlan : public Plan {
 public:
-  dnnl::convolution_forward prim;
+  dnnl::primitive prim; // convolution_forward or deconvolution_forward
   std::string impl;
   const ConvSpec *spec = nullptr;
   memory::desc srcDesc, weightsDesc, biasDesc, dstDesc, dstUser;
@@ -101,13 +103,24 @@ public:
     DimMap map = spatialMap(nd, unbatched, s_.channelsLast);
     Dims xs = X.sizes(), xst = X.strides();
     map.apply(xs, xst); // [N, C, spatial...]
-    int64_t g = s_.groups, cout = W.size(0);
-    if (xs[1] != W.size(1) * g) throw KernelError("conv: channels do not match the weight");
+    int64_t g = s_.groups, cout = s_.transposed ? W.size(1) * g : W.size(0);
+    if (xs[1] != (s_.transposed ? W.size(0) : W.size(1) * g))
+      throw KernelError("conv: channels do not match the weight");
     memory::dims strides, dilates, padL, padR;
     Dims out = {xs[0], cout};
     for (size_t d = 0; d < nd; ++d) {
       int64_t k = W.size(static_cast<int64_t>(2 + d)), s = s_.stride[d], dil = s_.dilation[d];
       int64_t eff = dil * (k - 1) + 1, L = xs[2 + d];
+      if (s_.transposed) { // (L-1)*s - 2p + eff + output_padding; the extra goes right
+        int64_t p = s_.padding[d], o = (L - 1) * s - 2 * p + eff + s_.outputPadding[d];
+        if (o < 1) throw KernelError("conv_transpose: empty output");
+        strides.push_back(s);
+        dilates.push_back(dil - 1);
+        padL.push_back(p);
+        padR.push_back(p - s_.outputPadding[d]);
+        out.push_back(o);
+        continue;
+      }
       int64_t total = s_.mode == "same" ? eff - 1 : s_.mode == "valid" ? 0 : 2 * s_.padding[d];
       int64_t pl = s_.mode == "" ? s_.padding[d] : total / 2;
       if (L + total < eff) throw KernelError("conv: input smaller than the kernel");
@@ -129,9 +142,20 @@ public:
 
     memory::data_type dt = *dnnlType(s_.dtype);
     memory::desc srcUser = stridedDesc(xs, xst, dt), dstUser = stridedDesc(ds, dst, dt);
-    // Weights as oneDNN wants them: [G, Cout/G, Cin/G, k...] with groups.
+    // Weights as oneDNN wants them: [G, Cout/G, Cin/G, k...] with groups. A transposed
+    // conv's [Cin, Cout/G, k...] weight is the same with the first two dims swapped (strides).
     Dims ws = W.sizes(), wst = W.strides();
-    if (g > 1) {
+    if (s_.transposed && g > 1) {
+      int64_t cinG = ws[0] / g;
+      Dims sz = {g, ws[1], cinG}, st = {cinG * wst[0], wst[1], wst[0]};
+      sz.insert(sz.end(), ws.begin() + 2, ws.end());
+      st.insert(st.end(), wst.begin() + 2, wst.end());
+      ws = sz;
+      wst = st;
+    } else if (s_.transposed) {
+      std::swap(ws[0], ws[1]);
+      std::swap(wst[0], wst[1]);
+    } else if (g > 1) {
       ws[0] /= g;
       ws.insert(ws.begin(), g);
       wst.insert(wst.begin(), wst[0] * ws[1]);
@@ -181,18 +205,32 @@ public:
       dnnl::primitive_attr attr;
       attr.set_post_ops(po);
       try {
-        auto desc = hasBias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                              dnnl::algorithm::convolution_direct,
-                                                              srcWant, anyOf(ws), biasDesc, dstWant,
-                                                              strides, dilates, padL, padR)
-                            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                              dnnl::algorithm::convolution_direct,
-                                                              srcWant, anyOf(ws), dstWant, strides,
-                                                              dilates, padL, padR);
-        dnnl::convolution_forward::primitive_desc pd(desc, attr, cpuEngine());
+        using P = dnnl::prop_kind;
+        std::optional<dnnl::convolution_forward::primitive_desc> cpd;
+        std::optional<dnnl::deconvolution_forward::primitive_desc> dpd;
+        if (s_.transposed) {
+          using D = dnnl::deconvolution_forward::desc;
+          auto a = dnnl::algorithm::deconvolution_direct;
+          D desc = hasBias ? D(P::forward_inference, a, srcWant, anyOf(ws), biasDesc, dstWant,
+                               strides, dilates, padL, padR)
+                           : D(P::forward_inference, a, srcWant, anyOf(ws), dstWant, strides,
+                               dilates, padL, padR);
+          dpd.emplace(desc, attr, cpuEngine());
+        } else {
+          using D = dnnl::convolution_forward::desc;
+          auto a = dnnl::algorithm::convolution_direct;
+          D desc = hasBias ? D(P::forward_inference, a, srcWant, anyOf(ws), biasDesc, dstWant,
+                               strides, dilates, padL, padR)
+                           : D(P::forward_inference, a, srcWant, anyOf(ws), dstWant, strides,
+                               dilates, padL, padR);
+          cpd.emplace(desc, attr, cpuEngine());
+        }
+        const dnnl::primitive_desc &pd = cpd ? static_cast<const dnnl::primitive_desc &>(*cpd)
+                                             : static_cast<const dnnl::primitive_desc &>(*dpd);
         if (attempt == 0 && isReferenceImpl(pd)) continue;
         plan->impl = pd.impl_info_str();
-        plan->prim = dnnl::convolution_forward(pd);
+        plan->prim = cpd ? dnnl::primitive(dnnl::convolution_forward(*cpd))
+                         : dnnl::primitive(dnnl::deconvolution_forward(*dpd));
         plan->srcDesc = pd.src_desc();
         if (plan->srcDesc != srcUser) plan->toSrc = Densify(srcUser, plan->srcDesc);
         plan->weightsDesc = pd.weights_desc();
@@ -237,7 +275,10 @@ private:
 
 } // namespace
 
-bool isConvOp(const std::string &n) { return n == "conv1d" || n == "conv2d" || n == "conv3d"; }
+bool isConvOp(const std::string &n) {
+  return n == "conv1d" || n == "conv2d" || n == "conv3d" || n == "conv_transpose1d" ||
+         n == "conv_transpose2d" || n == "conv_transpose3d";
+}
 
 std::string whyNotConv(const CallIR &call) {
   const Op &op = *call.anchor;
@@ -249,12 +290,16 @@ std::unique_ptr<LibraryKernel> makeConvKernel(const CallIR &call) {
   const Op &op = *call.anchor;
   ConvSpec s;
   s.name = op.name();
-  s.nd = static_cast<size_t>(op.name()[4] - '0');
+  s.nd = static_cast<size_t>(op.name()[op.name().size() - 2] - '0');
+  s.transposed = op.name().rfind("conv_transpose", 0) == 0;
   s.stride = ops::nn::spatialInts(op, "stride", s.nd, 1);
   s.padding = ops::nn::spatialInts(op, "padding", s.nd, 0);
   s.dilation = ops::nn::spatialInts(op, "dilation", s.nd, 1);
   s.groups = ops::attrInt(op, "groups");
-  s.mode = ops::attrStr(op, "padding_mode");
+  if (s.transposed)
+    s.outputPadding = ops::nn::spatialInts(op, "output_padding", s.nd, 0);
+  else
+    s.mode = ops::attrStr(op, "padding_mode");
   s.channelsLast = ops::attrStr(op, "layout") == "nhwc";
   s.x = call.operands[0];
   s.w = call.operands[1];

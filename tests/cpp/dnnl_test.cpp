@@ -364,12 +364,28 @@ TEST_F(Dnnl, ConvShapesAndAttributes) {
        {4, 2, 5},
        {{"stride", Attr(std::vector<int64_t>{3})}, {"groups", Attr(int64_t{2})}}},
       {"conv1d", {4, 15}, {6, 4, 2}, {{"dilation", Attr(std::vector<int64_t>{3})}}}, // unbatched
+      {"conv_transpose2d",
+       {2, 4, 5, 6},
+       {4, 3, 3, 3},
+       {{"stride", Attr(std::vector<int64_t>{2})},
+        {"padding", Attr(std::vector<int64_t>{1})},
+        {"output_padding", Attr(std::vector<int64_t>{1})}}},
+      {"conv_transpose2d",
+       {1, 6, 4, 4},
+       {6, 2, 2, 3},
+       {{"groups", Attr(int64_t{3})}, {"dilation", Attr(std::vector<int64_t>{2})}}},
+      {"conv_transpose1d",
+       {2, 4, 9},
+       {4, 5, 4},
+       {{"stride", Attr(std::vector<int64_t>{3})}, {"padding", Attr(std::vector<int64_t>{2})}}},
   };
   for (DType dt : {DType::F32, DType::BF16})
     for (const Conv &c : cases)
       for (bool constW : {true, false}) {
+        bool tr = c.op.rfind("conv_transpose", 0) == 0;
+        int64_t groups = c.attrs.count("groups") ? c.attrs.at("groups").asInt() : 1;
         Tensor x = randomTensor(dt, c.x, rng), w = randomTensor(dt, c.w, rng),
-               bias = randomTensor(dt, {c.w[0]}, rng);
+               bias = randomTensor(dt, {tr ? c.w[1] * groups : c.w[0]}, rng);
         std::set<size_t> consts = constW ? std::set<size_t>{1, 2} : std::set<size_t>{};
         OneOp o = oneOp(c.op, {x, w, bias}, c.attrs, consts);
         std::string what = o.g->body()->back()->prev()->describe() + " " + dtypeName(dt).data();
@@ -440,6 +456,22 @@ TEST_F(Dnnl, ConvEpilogues) {
       ASSERT_TRUE(runFuse(*g));
       EXPECT_EQ(check(*g, inputs, std::string(layout) + " variant " + std::to_string(variant)), 1);
     }
+}
+
+TEST_F(Dnnl, ConvTransposeEpilogue) {
+  for (const char *layout : {"nchw", "nhwc"}) {
+    bool nhwc = std::string(layout) == "nhwc";
+    std::vector<int64_t> xs =
+        nhwc ? std::vector<int64_t>{2, 5, 6, 8} : std::vector<int64_t>{2, 8, 5, 6};
+    OneOp o =
+        oneOp("conv_transpose2d",
+              {randomTensor(DType::F32, xs, rng), randomTensor(DType::F32, {8, 4, 3, 3}, rng),
+               randomTensor(DType::F32, {4}, rng)},
+              {{"stride", Attr(std::vector<int64_t>{2})}, {"layout", Attr(std::string(layout))}},
+              {1, 2}, {"silu"});
+    ASSERT_TRUE(runFuse(*o.g));
+    EXPECT_EQ(check(*o.g, o.inputs, std::string("conv_transpose2d + silu ") + layout), 1);
+  }
 }
 
 // ---- pooling ----
