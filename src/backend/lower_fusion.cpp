@@ -1,4 +1,8 @@
-// Elementwise / broadcast regions -> kernel IR (see xjit/backend/lower.h for the scheme).
+// Regions -> kernel IR: elementwise / broadcast regions (see xjit/backend/lower.h for the
+// scheme) and reduction regions (reductions and row ops over one full shape and reduced dims,
+// with their elementwise producers and consumers; see "reduction kernels" below and
+// docs/backend.md). whyNotElementwise accepts the reductions reduction_rules.cpp knows, and
+// whyNotLowerable checks a reduction region's structure by lowering it.
 #include "xjit/backend/lower.h"
 
 #include "lower_internal.h"

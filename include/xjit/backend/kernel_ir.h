@@ -4,10 +4,11 @@
 // - A Kernel is a function over buffer parameters (strided n-d arrays of one dtype; sizes are
 //   static or symbolic, strides are always run-time values, in elements) and scalar parameters.
 //   Its body is a list of statements run in order; it either completes or stops with an error.
-// - Statements: `for` loops over an index variable from 0 to an extent (an i64 expression),
-//   `if` on a bool expression, `store` of a value at an element offset of an output buffer,
-//   `acc = init` and `acc = combine(acc, value)` on accumulators (reductions), and `assert`
-//   (stop with one of the kernel's error messages when false).
+// - Statements: `for` loops over an index variable from 0 to an extent (an i64 expression;
+//   a `parallel for` outside any loop may run its iterations on several threads), `if` on a
+//   bool expression, `store` of a value at an element offset of an output buffer, `acc = init`
+//   and `acc = combine(acc, value)` on accumulators (reductions; an array accumulator is used
+//   at a lane index), and `assert` (stop with one of the kernel's error messages when false).
 // - Expressions are trees (DAGs when shared) with a dtype: constants, loop variables, scalar
 //   parameters, a buffer's run-time size and stride along a dim (i64), loads at an element
 //   offset, accumulator reads, unary and binary math, compare (-> bool), select and cast.
