@@ -1,12 +1,11 @@
-// The CPU Target: regions that lower to elementwise kernels are compiled with the ORC JIT;
-// memory is host memory.
+// The CPU Target: regions that lower to loop kernels (elementwise and reduction) are compiled
+// with the ORC JIT, library calls go to oneDNN; memory is host memory.
 #include "dnnl_kernels.h"
+#include "xjit/backend/compile_cache.h"
 #include "xjit/backend/jit.h"
 #include "xjit/backend/lower.h"
 #include "xjit/backend/target.h"
 #include "xjit/ir/diagnostics.h"
-
-#include <llvm/Config/llvm-config.h>
 
 namespace xjit::backend {
 namespace {
@@ -43,7 +42,8 @@ public:
 
   std::string fingerprint() const override {
     Jit &jit = Jit::instance();
-    return "cpu;" + jit.cpuName() + ";" + jit.cpuFeatures() + ";llvm " LLVM_VERSION_STRING;
+    // compilerIdentity(): the backend's source hash and the LLVM version (compile_cache.h).
+    return "cpu;" + jit.cpuName() + ";" + jit.cpuFeatures() + ";" + compilerIdentity();
   }
 
   std::string whyNotSupported(const Op &op) const override {

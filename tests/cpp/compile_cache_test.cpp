@@ -9,6 +9,7 @@
 #include "xjit/backend/compile_cache.h"
 #include "xjit/backend/jit.h"
 #include "xjit/backend/lower.h"
+#include "xjit/backend/target.h"
 #include "xjit/ir/interpreter.h"
 #include "xjit/ir/parser.h"
 
@@ -157,6 +158,8 @@ TEST(CompileCache, KeyDependsOnEveryPart) {
   // The compiler's identity names the source hash (64 hex digits) and the LLVM version.
   EXPECT_NE(compilerIdentity().find("llvm 19"), std::string::npos) << compilerIdentity();
   EXPECT_GE(compilerIdentity().size(), 64u);
+  // The CPU target's fingerprint (for caches of whole compiled graphs) names it too.
+  EXPECT_NE(makeCpuTarget()->fingerprint().find(compilerIdentity()), std::string::npos);
 }
 
 TEST(CompileCache, HitAfterMissGivesIdenticalResults) {
