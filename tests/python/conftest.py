@@ -48,6 +48,13 @@ def _ensure_xjit_importable() -> None:
 
 _ensure_xjit_importable()
 
+# Compiled kernels go to a cache of the test session, not the user's ~/.cache/xjit (subprocesses
+# inherit it). A test that needs a cold or shared cache sets XJIT_CACHE_DIR itself.
+if "XJIT_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["XJIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="xjit-test-cache-")
+
 
 def find_tool(name: str) -> str | None:
     """A built tool: $XJIT_<NAME> (xjit-run -> XJIT_RUN), the build dir, or PATH."""
