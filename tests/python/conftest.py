@@ -51,9 +51,11 @@ _ensure_xjit_importable()
 # Compiled kernels go to a cache of the test session, not the user's ~/.cache/xjit (subprocesses
 # inherit it). A test that needs a cold or shared cache sets XJIT_CACHE_DIR itself.
 if "XJIT_CACHE_DIR" not in os.environ:
+    import atexit
     import tempfile
 
     os.environ["XJIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="xjit-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["XJIT_CACHE_DIR"], ignore_errors=True)
 
 
 def find_tool(name: str) -> str | None:
