@@ -8,6 +8,7 @@
 #include "xjit/ir/interpreter.h"
 #include "xjit/ir/op_registry.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -131,6 +132,8 @@ struct Walker {
   std::vector<PyRef> runBlock(const Block &b, const std::vector<PyRef> &args) {
     for (size_t i = 0; i < b.numArguments() && i < args.size(); ++i)
       values[b.argument(i)] = args[i];
+    std::vector<std::vector<const Value *>> dropAfter = lastUses(b);
+    size_t index = 0;
     for (Op *op : b) {
       if (op->def().has(kTerminator)) {
         std::vector<PyRef> out;
@@ -140,8 +143,37 @@ struct Walker {
       }
       runOp(*op);
       if (!firstDifference.empty()) return {};
+      for (const Value *v : dropAfter[index++])
+        values.erase(v);
     }
     throw std::runtime_error("eager: a block without a terminator");
+  }
+
+  /// For each op of `b`, the values of `b` (its arguments and results) whose last use is that
+  /// op or one nested in it: dropped after it runs, so that intermediates are freed as in eager
+  /// rather than held to the end of the graph.
+  static std::vector<std::vector<const Value *>> lastUses(const Block &b) {
+    std::unordered_map<const Op *, size_t> position;
+    for (Op *op : b)
+      position.emplace(op, position.size());
+    std::vector<std::vector<const Value *>> drop(position.size());
+    auto plan = [&](const Value *v) {
+      size_t last = 0;
+      for (const Use &u : v->uses()) {
+        const Op *user = u.user;
+        while (user && user->parentBlock() != &b)
+          user = user->parentOp();
+        if (!user) return; // used outside this block: kept
+        last = std::max(last, position.at(user));
+      }
+      if (v->hasUses()) drop[last].push_back(v);
+    };
+    for (size_t i = 0; i < b.numArguments(); ++i)
+      plan(b.argument(i));
+    for (Op *op : b)
+      for (size_t i = 0; i < op->numResults(); ++i)
+        plan(op->result(i));
+    return drop;
   }
 
   void bind(const Op &op, const std::vector<PyRef> &results) {
