@@ -7,6 +7,7 @@
 #include "xjit/ir/interpreter.h"
 #include "xjit/ir/op_registry.h"
 
+#include <limits>
 #include <map>
 #include <shared_mutex>
 #include <sstream>
@@ -188,18 +189,60 @@ struct NaNGuard {
   }
 };
 
+/// A trailing relu / clip taken out of the post-op chain and applied to the f32 result after
+/// the primitive, as `v < lo ? lo : (v > hi ? hi : v)`: comparisons with NaN are false, so NaN
+/// propagates as in PyTorch. One pass over the result replaces the NaNGuard's read of every
+/// operand (the weights of a linear layer are most of the bytes a batch-1 call touches).
+struct TailClamp {
+  bool active = false;
+  float lo = 0, hi = std::numeric_limits<float>::infinity();
+  void apply(const Tensor &out) const {
+    if (!active) return;
+    float *p = reinterpret_cast<float *>(out.data());
+    const float l = lo, h = hi;
+    for (int64_t i = 0, n = out.numel(); i < n; ++i) {
+      float v = p[i];
+      p[i] = v < l ? l : (v > h ? h : v);
+    }
+  }
+};
+
+/// Takes a trailing NaN-dropping eltwise post-op (relu, clip) off `postOps` when the result is
+/// a contiguous f32 tensor and no earlier post-op drops NaN.
+TailClamp takeTailClamp(std::vector<PostOp> &postOps, DType resultDType) {
+  TailClamp t;
+  if (postOps.empty() || resultDType != DType::F32) return t;
+  const PostOp &last = postOps.back();
+  if (last.binary || !dropsNaN(last)) return t;
+  for (size_t i = 0; i + 1 < postOps.size(); ++i)
+    if (dropsNaN(postOps[i])) return t;
+  using A = dnnl::algorithm;
+  if (last.alg == A::eltwise_relu) {
+    t.lo = 0;
+  } else { // eltwise_clip / clip_v2: alpha is the lower bound, beta the upper
+    t.lo = last.alpha;
+    t.hi = last.beta;
+  }
+  t.active = true;
+  postOps.pop_back();
+  return t;
+}
+
 class DnnlExecutable : public Executable {
 public:
   DnnlExecutable(std::string name, std::unique_ptr<LibraryKernel> kernel,
-                 std::unique_ptr<Graph> reference, NaNGuard guard)
+                 std::unique_ptr<Graph> reference, NaNGuard guard, TailClamp tail)
       : name_(std::move(name)), kernel_(std::move(kernel)), reference_(std::move(reference)),
-        guard_(std::move(guard)) {}
+        guard_(std::move(guard)), tail_(tail) {}
 
   std::vector<RtValue> run(std::span<const RtValue> inputs) const override {
     const Entry &entry = entryFor(inputs);
     if (entry.plan && !guard_.trips(inputs)) {
       Tensor out = allocateOutput(entry.plan->dtype, entry.plan->resultSizes);
-      if (tryRun(*entry.plan, inputs, out)) return {out};
+      if (tryRun(*entry.plan, inputs, out)) {
+        tail_.apply(out);
+        return {out};
+      }
     }
     return reference(inputs);
   }
@@ -213,7 +256,10 @@ public:
       if (out.sizes() != entry.plan->resultSizes || out.dtype() != entry.plan->dtype ||
           !out.isContiguous())
         throw KernelError(name_ + ": the output buffer does not fit the result");
-      if (tryRun(*entry.plan, inputs, out)) return;
+      if (tryRun(*entry.plan, inputs, out)) {
+        tail_.apply(out);
+        return;
+      }
     }
     std::vector<RtValue> r = reference(inputs);
     if (r[0].tensor().sizes() != out.sizes())
@@ -289,6 +335,7 @@ private:
   std::unique_ptr<LibraryKernel> kernel_;
   std::unique_ptr<Graph> reference_;
   NaNGuard guard_;
+  TailClamp tail_;
   mutable std::shared_mutex mu_;
   mutable std::map<Dims, Entry> plans_;
 };
@@ -323,6 +370,7 @@ std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &) {
   CallIR call;
   readCall(op, call);
   const std::string &n = call.anchor->name();
+  TailClamp tail = isPoolOp(n) ? TailClamp{} : takeTailClamp(call.postOps, call.resultType.dtype());
   std::unique_ptr<LibraryKernel> k = isMatmulOp(n) ? makeMatmulKernel(call)
                                      : isConvOp(n) ? makeConvKernel(call)
                                                    : makePoolKernel(call);
@@ -338,7 +386,8 @@ std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &) {
     else if (s.constant->isTensor() && hasNonFinite(s.constant->tensor(), guard.nanOnly))
       guard.constantBad = true;
   }
-  return std::make_shared<DnnlExecutable>(n, std::move(k), referenceGraph(op), std::move(guard));
+  return std::make_shared<DnnlExecutable>(n, std::move(k), referenceGraph(op), std::move(guard),
+                                          tail);
 }
 
 } // namespace xjit::backend::dnnl_kernels
