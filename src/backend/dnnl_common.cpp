@@ -66,8 +66,9 @@ memory wrap(const memory::desc &md, const Tensor &t) {
 
 memory reorderedCopy(const memory &src, const memory::desc &md) {
   memory dst(md, cpuEngine());
-  dnnl::reorder(src, dst).execute(threadStream(), const_cast<memory &>(src), dst);
-  threadStream().wait();
+  dnnl::reorder prim(dnnl::reorder::primitive_desc(src, dst, userScratchpad()));
+  std::unordered_map<int, memory> args = {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
+  execute(prim, args);
   return dst;
 }
 
@@ -79,7 +80,24 @@ bool isReferenceImpl(const dnnl::primitive_desc_base &pd) {
   return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
 }
 
+dnnl::primitive_attr userScratchpad(dnnl::primitive_attr attr) {
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
 void execute(const dnnl::primitive &prim, std::unordered_map<int, memory> &args) {
+  // The scratchpad is the caller's (every primitive is made with userScratchpad): this build of
+  // oneDNN shares its library-managed scratchpad between primitives, so two threads running
+  // compiled graphs at once corrupted each other's matmuls. One buffer per thread suffices:
+  // execution is synchronous.
+  const dnnl_memory_desc_t *md =
+      dnnl_primitive_desc_query_md(prim.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
+  if (md && md->ndims > 0) {
+    thread_local std::vector<char> scratch;
+    size_t bytes = dnnl_memory_desc_get_size(md);
+    if (scratch.size() < bytes) scratch.resize(bytes);
+    args[DNNL_ARG_SCRATCHPAD] = memory(memory::desc(*md), cpuEngine(), scratch.data());
+  }
   dnnl::stream &s = threadStream();
   prim.execute(s, args);
   s.wait();
@@ -87,7 +105,7 @@ void execute(const dnnl::primitive &prim, std::unordered_map<int, memory> &args)
 
 Densify::Densify(const memory::desc &from, const memory::desc &to)
     : active_(true), from_(from), to_(to),
-      prim_(dnnl::reorder::primitive_desc(cpuEngine(), from, cpuEngine(), to)) {}
+      prim_(dnnl::reorder::primitive_desc(cpuEngine(), from, cpuEngine(), to, userScratchpad())) {}
 
 Tensor Densify::operator()(const Tensor &t, DType dt) const {
   Tensor out = allocateOutput(dt, {static_cast<int64_t>(to_.get_size()) / dtypeSize(dt)});

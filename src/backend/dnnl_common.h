@@ -138,6 +138,10 @@ memory::desc denseDesc(const Dims &dims, memory::data_type dt);
 /// True if oneDNN fell back to a reference (slow) implementation.
 bool isReferenceImpl(const dnnl::primitive_desc_base &pd);
 /// Executes `prim` on this thread's stream and waits.
+/// `attr` with a user-managed scratchpad: every primitive is made with it, and execute() passes
+/// a per-thread scratchpad (concurrent calls must not share oneDNN's global one).
+dnnl::primitive_attr userScratchpad(dnnl::primitive_attr attr = {});
+/// Runs `prim` on this thread's stream and waits.
 void execute(const dnnl::primitive &prim, std::unordered_map<int, memory> &args);
 
 /// One library op (with its post-ops), as read from the IR at compile time.

@@ -202,7 +202,7 @@ public:
       memory::desc dstWant = plain ? dstUser : attempts[ai] == Any ? anyOf(ds) : blocked16(ds);
       dnnl::post_ops po;
       plan->post = std::make_unique<BoundPostOps>(s_.post, in, result, map, plain, po);
-      dnnl::primitive_attr attr;
+      dnnl::primitive_attr attr = userScratchpad();
       attr.set_post_ops(po);
       try {
         using P = dnnl::prop_kind;
@@ -243,8 +243,8 @@ public:
         plan->dstDesc = pd.dst_desc();
         if (plan->dstDesc != dstUser) {
           plan->dstScratch = true;
-          plan->fromDstPrim = dnnl::reorder(
-              dnnl::reorder::primitive_desc(cpuEngine(), plan->dstDesc, cpuEngine(), dstUser));
+          plan->fromDstPrim = dnnl::reorder(dnnl::reorder::primitive_desc(
+              cpuEngine(), plan->dstDesc, cpuEngine(), dstUser, userScratchpad()));
         }
       } catch (const dnnl::error &) {
         if (attempt == 1) throw;

@@ -192,7 +192,7 @@ public:
       plan->dstDesc = stridedDesc(dstSizes, dstStrides, dt);
       dnnl::post_ops po;
       plan->post = std::make_unique<BoundPostOps>(ops, in, result, resMap, dense, po);
-      dnnl::primitive_attr attr;
+      dnnl::primitive_attr attr = userScratchpad();
       attr.set_post_ops(po);
       try {
         std::optional<dnnl::matmul::desc> d;

@@ -130,7 +130,7 @@ public:
                                           : dnnl::algorithm::pooling_avg_exclude_padding;
     dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, plan->srcDesc,
                                         plan->dstDesc, strides, kernel, dilation, padL, padR);
-    dnnl::pooling_v2_forward::primitive_desc pd(desc, cpuEngine());
+    dnnl::pooling_v2_forward::primitive_desc pd(desc, userScratchpad(), cpuEngine());
     plan->impl = pd.impl_info_str();
     plan->prim = dnnl::pooling_v2_forward(pd);
     return plan;

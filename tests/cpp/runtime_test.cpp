@@ -3,6 +3,7 @@
 // views, in-place ops, outputs that are inputs, external calls and the memory plan's arena,
 // several threads running one compiled graph, and error messages.
 #include "random_graph.h"
+#include "value_test_util.h"
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/interpreter.h"
 #include "xjit/ir/op_registry.h"
@@ -21,24 +22,8 @@ namespace {
 
 // ---- helpers ----
 
-/// A deep copy (each run gets its own inputs: in-place ops write them).
-RtValue deepCopy(const RtValue &v) {
-  if (v.isTensor()) return RtValue(v.tensor().contiguousCopy());
-  if (v.isList()) {
-    RtList l;
-    for (const RtValue &e : v.list())
-      l.push_back(deepCopy(e));
-    return RtValue(std::move(l));
-  }
-  return v;
-}
-
-std::vector<RtValue> deepCopy(const std::vector<RtValue> &vs) {
-  std::vector<RtValue> out;
-  for (const RtValue &v : vs)
-    out.push_back(deepCopy(v));
-  return out;
-}
+/// Each run gets its own inputs (in-place ops write them).
+using testutil::deepCopy;
 
 struct Tolerance {
   double rtol = 0, atol = 0; // exact unless given (generated code may round differently)
