@@ -10,9 +10,10 @@ xjit's prepacked constant weights are timed by xjit-bench-library-kernels).
 
     PYTHONPATH=build/python python bench/backend/library_kernels.py [--rounds R] [--only NAME]
 
-Both libraries use OpenMP thread pools of their own (PyTorch's bundled libgomp and Debian's for
-oneDNN); on a small shared machine their spinning threads disturb each other, so run it on an
-idle machine for final figures.
+Both libraries run on one OpenMP thread pool: PyTorch's bundled libgomp has the soname
+libgomp.so.1, so Debian's oneDNN binds to it once torch is imported (checked in
+/proc/self/maps). Its worker threads spin-wait between parallel regions, which on a small
+shared machine costs whole scheduler slices; run it on an idle machine for final figures.
 """
 
 from __future__ import annotations
