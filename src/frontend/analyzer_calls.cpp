@@ -80,6 +80,14 @@ void noKw(Analyzer &a, const Args &args, const char *fn) {
   if (!args.kw.empty()) a.fail(std::string(fn) + "() with keyword arguments");
 }
 
+PyObject *partialType() {
+  static PyObject *type = [] {
+    PyRef functools = check(PyImport_ImportModule("functools"), "import functools");
+    return check(PyObject_GetAttrString(functools.get(), "partial"), "functools.partial").release();
+  }();
+  return type;
+}
+
 VarPtr callReal(Analyzer &a, PyObject *fn, const Args &args, const std::string &name) {
   PyRef pos = check(PyTuple_New(static_cast<Py_ssize_t>(args.pos.size())), "tuple");
   for (size_t i = 0; i < args.pos.size(); ++i) {
@@ -105,6 +113,15 @@ VarPtr callReal(Analyzer &a, PyObject *fn, const Args &args, const std::string &
     Py_XDECREF(value);
     Py_XDECREF(tb);
     a.fail(name + "() raises " + msg);
+  }
+  // A fresh list ("a.b".split("."), sorted(...)) is abstract like a list display, so it can be
+  // iterated, indexed and mutated; its items are constants.
+  if (PyList_CheckExact(r)) {
+    PyRef hold = PyRef::steal(r);
+    std::vector<VarPtr> items;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(r); ++i)
+      items.push_back(a.constant(PyList_GET_ITEM(r, i)));
+    return std::make_shared<ListVar>(std::move(items));
   }
   return a.constantSteal(r);
 }
@@ -690,6 +707,53 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
     VarPtr func = constant(PyMethod_GET_FUNCTION(fn));
     if (fnSource) func->source = plus(*fnSource, attrStep("__func__"));
     return call(func, a2);
+  }
+
+  // 4b. functools.partial objects made outside the frame: their function called with the stored
+  // arguments first.
+  if (PyObject_TypeCheck(fn, reinterpret_cast<PyTypeObject *>(partialType()))) {
+    PyRef func = check(PyObject_GetAttrString(fn, "func"), "partial.func");
+    PyRef pargs = check(PyObject_GetAttrString(fn, "args"), "partial.args");
+    PyRef pkw = check(PyObject_GetAttrString(fn, "keywords"), "partial.keywords");
+    if (!PyTuple_Check(pargs.get()) || !PyDict_Check(pkw.get()))
+      fail("a functools.partial subclass");
+    // Sourced: the stored arguments are guarded like any other input (a tensor among them is an
+    // input); unsourced: they are constants.
+    auto item = [&](PyObject *o, const char *attr, SourceStep step) {
+      return fnSource ? wrapSourced(o, plus(plus(*fnSource, attrStep(attr)), step)) : constant(o);
+    };
+    Args a2;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pargs.get()); ++i)
+      a2.pos.push_back(
+          item(PyTuple_GET_ITEM(pargs.get(), i), "args", SourceStep{SourceStep::Item, i, "", {}}));
+    a2.pos.insert(a2.pos.end(), args.pos.begin(), args.pos.end());
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(pkw.get(), &pos, &k, &v)) {
+      if (!PyUnicode_Check(k)) fail("functools.partial with a non-string keyword");
+      std::string name = utf8(k);
+      if (args.find(name)) continue; // the call's keyword wins
+      a2.kw.emplace_back(
+          name, item(v, "keywords", SourceStep{SourceStep::DictKey, 0, "", PyRef::borrow(k)}));
+    }
+    a2.kw.insert(a2.kw.end(), args.kw.begin(), args.kw.end());
+    VarPtr funcVar = fnSource ? wrapSourced(func.get(), plus(*fnSource, attrStep("func")))
+                              : constant(func.get());
+    return call(funcVar, a2);
+  }
+
+  // 4c. Instances of classes with a Python __call__: the method inlined on the instance.
+  if (!PyType_Check(fn) && !isModuleObject(fn)) {
+    static PyObject *callName = PyUnicode_InternFromString("__call__");
+    PyObject *callFn = _PyType_Lookup(Py_TYPE(fn), callName);
+    if (callFn && PyFunction_Check(callFn)) {
+      VarPtr selfVar = fnSource ? wrapSourced(fn, *fnSource) : constant(fn);
+      Args a2;
+      a2.pos.push_back(selfVar);
+      a2.pos.insert(a2.pos.end(), args.pos.begin(), args.pos.end());
+      a2.kw = args.kw;
+      return call(constant(callFn), a2);
+    }
   }
 
   // 5. Builtin methods of immutable constants ("a,b".split(","), (1, 2).index(2)...).

@@ -7,7 +7,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-MODULES = ["core", "tensors", "nn_modules", "fallbacks", "breaks", "mutation", "guards"]
+MODULES = ["core", "tensors", "nn_modules", "fallbacks", "breaks", "mutation", "guards",
+           "inlining"]
 
 
 @dataclass

@@ -1,0 +1,429 @@
+"""Inlining of Python code around tensor work: user functions and methods, recursion (and the
+inlining depth limit), *args/**kwargs and defaults, closures and cells, lambdas,
+functools.partial, comprehensions and generator expressions over Python containers, builtins on
+Python values, f-strings and string methods on constants. Everything here folds away at capture
+time, so each case is one graph unless it says otherwise."""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+
+import torch
+
+from corpus import Case
+
+ACTS = {"relu": torch.relu, "tanh": torch.tanh}
+WEIGHTS = [0.5, 1.5, -2.0]
+
+
+def x34():
+    return (torch.randn(3, 4),)
+
+
+def x2():
+    return (torch.randn(3, 4), torch.randn(3, 4))
+
+
+# --- user functions, recursion --------------------------------------------------------------
+
+
+def _double(t):
+    return t * 2
+
+
+def _apply_twice(f, t):
+    return f(f(t))
+
+
+def higher_order(x):
+    return _apply_twice(_double, x) + _apply_twice(torch.sin, x)
+
+
+def _fact(n):
+    return 1 if n <= 1 else n * _fact(n - 1)
+
+
+def recursive_python_value(x):
+    return x * _fact(5)  # recursion on Python ints only: a constant 120
+
+
+def _tree_sum(t, depth):
+    if depth == 0:
+        return t
+    return _tree_sum(t * 0.5, depth - 1) + _tree_sum(t.tanh(), depth - 1)
+
+
+def recursion_tree(x):
+    return _tree_sum(x, 3)  # 8 leaves, all inlined
+
+
+def _deep(t, n):
+    if n == 0:
+        return t
+    return _deep(t + 1, n - 1)
+
+
+def recursion_over_depth_limit(x):
+    # 18 nested calls exceed the inlining limit (16). The call that would go past the limit is
+    # a graph break at the root's call site; each _deep frame then runs as a root of its own
+    # (n=18 and n=17 break the same way, compiling their `t + 1`; n=16 inlines the rest), and
+    # the root's resume function compiles the `* 2`.
+    return _deep(x, 18) * 2
+
+
+def _mutual_even(t, n):
+    return t if n == 0 else _mutual_odd(t + 1, n - 1)
+
+
+def _mutual_odd(t, n):
+    return -t if n == 0 else _mutual_even(t * 2, n - 1)
+
+
+def mutual_recursion(x):
+    return _mutual_even(x, 5)
+
+
+# --- arguments ----------------------------------------------------------------------------------
+
+
+def _kw_only(x, *, scale, shift=0.0):
+    return x * scale + shift
+
+
+def kwonly_arguments(x):
+    return _kw_only(x, scale=2.0) + _kw_only(x, shift=1.0, scale=-1.0)
+
+
+def _collect(*args, **kwargs):
+    out = args[0]
+    for a in args[1:]:
+        out = out + a
+    for k in kwargs:
+        out = out * kwargs[k]
+    return out, len(args), tuple(kwargs)
+
+
+def varargs_and_kwargs(x, y):
+    return _collect(x, y, x * y, a=2.0, b=0.5)
+
+
+def _forward_all(*args, **kwargs):
+    return _kw_only(*args, **kwargs)
+
+
+def forward_star_star(x):
+    return _forward_all(x, scale=3.0, shift=-1.0)
+
+
+def _mutable_default(t, acc=None):
+    acc = [] if acc is None else acc
+    acc.append(t)
+    return acc
+
+
+def none_default_list(x):
+    a = _mutable_default(x)
+    b = _mutable_default(x + 1, [x * 3])
+    return len(a) + len(b), a[0] + b[0] + b[1]
+
+
+def _positional_defaults(t, a=1.0, b=2.0, c=3.0):
+    return t * a + b * c
+
+
+def mixed_positional_keyword(x):
+    return (_positional_defaults(x, 2.0) + _positional_defaults(x, c=0.0)
+            + _positional_defaults(x, *[1.0, 1.0], **{"c": 1.0}))
+
+
+def kwargs_at_root(x, scale=1.0, **opts):
+    out = x * scale
+    if opts.get("negate"):
+        out = -out
+    return out + len(opts)
+
+
+# --- closures, cells, lambdas, partial ----------------------------------------------------------
+
+
+def _make_scaler(k):
+    def scale(t):
+        return t * k
+
+    return scale
+
+
+def closure_factory(x):
+    s2, s3 = _make_scaler(2.0), _make_scaler(3.0)
+    return s2(x) + s3(x)
+
+
+def closure_over_tensor(x, y):
+    def add_y(t):
+        return t + y  # a cell holding an input tensor
+
+    return add_y(x) * add_y(x * 2)
+
+
+def _counter():
+    count = 0
+
+    def step():
+        nonlocal count
+        count += 1
+        return count
+
+    return step
+
+
+def closure_with_state(x):
+    step = _counter()
+    step()
+    step()
+    return x * step()
+
+
+def nested_closures(x):
+    a = 2.0
+
+    def outer(t):
+        b = 3.0
+
+        def inner(u):
+            return u * a + b
+
+        return inner(t) - a
+
+    return outer(x)
+
+
+def lambda_captures_tensor(x, y):
+    f = lambda t: t * y + x  # noqa: E731
+    return f(x), f(y)
+
+
+# Partials made at import (making one inside the frame is a graph break today).
+ADD3 = functools.partial(torch.add, other=3.0)
+HALF = functools.partial(_kw_only, scale=0.5)
+AXPB = functools.partial(lambda a, t, b: t * a - b, 2.0, b=1.0)
+
+
+def partial_function(x):
+    return ADD3(x) + HALF(x, shift=1.0) + HALF(x, scale=2.0)  # the call's keyword wins
+
+
+def partial_of_lambda(x):
+    return AXPB(x.t()) + AXPB(x.t(), b=0.5)  # stored positional arguments go first
+
+
+def partial_argument(x, f):
+    return f(x) * 2  # a partial passed in: its stored arguments are guarded
+
+
+def reduce_with_operator(x, y):
+    return functools.reduce(operator.add, [x, y, x * y]), functools.reduce(
+        lambda a, b: a * b, [1, 2, 3, 4])
+
+
+# --- comprehensions and builtins on Python containers --------------------------------------------
+
+
+def nested_comprehension(x):
+    grid = [[x * i + j for j in range(2)] for i in range(3)]
+    return torch.stack([torch.stack(row) for row in grid])
+
+
+def comprehension_with_filter_and_zip(x):
+    names = ["a", "bb", "ccc", "dddd"]
+    parts = [x * w for n, w in zip(names, [1.0, 2.0, 3.0, 4.0]) if len(n) % 2 == 0]
+    return sum(parts)
+
+
+def set_comprehension(x):
+    sizes = {n % 3 for n in range(10)}
+    return x * len(sizes) + max(sizes)
+
+
+def generator_into_builtins(x):
+    ws = WEIGHTS
+    total = sum(w * w for w in ws)
+    hi = max(abs(w) for w in ws)
+    nonneg = all(w > -5 for w in ws)
+    return x * total / hi if nonneg else x
+
+
+def enumerate_start_reversed(x):
+    out = torch.zeros_like(x)
+    for i, w in enumerate(reversed(WEIGHTS), start=1):
+        out = out + x * w * i
+    return out
+
+
+def zip_three_and_dict_from_zip(x, y):
+    d = dict(zip(["x", "y", "xy"], [x, y, x * y]))
+    return sum(v for k, v in d.items() if k != "y")
+
+
+def range_arithmetic(x):
+    r = range(2, 11, 3)
+    return x * len(r) + r[-1] + sum(r) + r[1:][0]
+
+
+def sorted_and_minmax_key(x):
+    vals = sorted([3, -1, 2], reverse=True)
+    longest = max(["ab", "abcd", "a"])  # strings compare lexicographically
+    return x * vals[0] + min(vals) + len(longest)
+
+
+def isinstance_dispatch(x):
+    out = x
+    for v in [2, 0.5, (1, 2), "s", None]:
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, int):
+            out = out * v
+        elif isinstance(v, float):
+            out = out + v
+        elif isinstance(v, tuple):
+            out = out - len(v)
+        elif v is None:
+            out = out.relu()
+    return out
+
+
+def getattr_default_and_dispatch(x):
+    out = x
+    for name in ["relu", "tanh"]:
+        out = getattr(torch, name)(out) + getattr(x, "missing_attr", 1.0)
+    return ACTS["relu"](out) + hasattr(out, "shape")
+
+
+def math_module_on_constants(x):
+    c = math.floor(2.7) + math.ceil(1.2) + math.log(math.e) + math.pi
+    return x * c + math.cos(0.0) + math.isclose(0.1 + 0.2, 0.3)
+
+
+def bool_int_float_conversions(x):
+    n = int("12") + int(True) + float("1.5") + bool([]) + bool([0])
+    return x * n + abs(-3.5) + pow(2, 5) + round(3.14159, 2)
+
+
+def chained_ternary(x, mode="b"):
+    k = 1.0 if mode == "a" else 2.0 if mode == "b" else 3.0
+    return x * k
+
+
+# --- strings ------------------------------------------------------------------------------------
+
+
+def fstring_key_lookup(x):
+    params = {f"w{i}": float(i + 1) for i in range(3)}
+    out = x
+    for i in range(3):
+        out = out * params[f"w{i}"]
+    return out
+
+
+def string_method_chain(x, name="  Decoder.Block_03  "):
+    s = name.strip().lower().replace("_", ".")
+    parts = s.split(".")
+    idx = int(parts[-1]) if parts[-1].isdigit() else 0
+    tag = "-".join([p.upper() for p in parts[:2]])
+    if tag.startswith("DECODER") and s.endswith("03") and s.count(".") == 2:
+        return x * idx + len(tag)
+    return x
+
+
+def string_format_and_percent(x):
+    a = "{}:{:.2f}".format("k", 1.5)
+    b = "%s-%d" % ("id", 7)
+    return x * len(a) + len(b) + ("k:1.50" == a)
+
+
+def tuple_of_strings_out(x):
+    return x * 2, "dev=" + str(x.device), f"{x.dtype}", repr(4)
+
+
+# --- methods of plain Python objects ------------------------------------------------------------
+
+
+class _Affine:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def __eq__(self, other):
+        return (self.a, self.b) == (other.a, other.b)
+
+    def __call__(self, t):
+        return t * self.a + self.b
+
+    @property
+    def slope(self):
+        return self.a
+
+    @staticmethod
+    def clip(t):
+        return t.clamp(-1, 1)
+
+
+
+AFFINE = _Affine(2.0, 1.0)
+
+
+def python_object_methods(x):
+    # __call__, a property and a staticmethod of an object made at import (constructing one in
+    # the frame is a graph break today)
+    f = AFFINE
+    return _Affine.clip(f(x)) * f.slope + f.__call__(x)
+
+
+def object_argument(x, f):
+    return f(x) + f.slope  # the object's attributes are guarded
+
+
+CASES = [
+    Case("higher_order", higher_order, x34, ops=("sin",)),
+    Case("recursive_python_value", recursive_python_value, x34),
+    Case("recursion_tree", recursion_tree, x34, ops=("tanh",)),
+    Case("recursion_over_depth_limit", recursion_over_depth_limit, x34, graphs=4, breaks=3,
+         reason="inlining limit"),
+    Case("mutual_recursion", mutual_recursion, x34),
+    Case("kwonly_arguments", kwonly_arguments, x34),
+    Case("varargs_and_kwargs", varargs_and_kwargs, x2),
+    Case("forward_star_star", forward_star_star, x34),
+    Case("none_default_list", none_default_list, x34),
+    Case("mixed_positional_keyword", mixed_positional_keyword, x34),
+    Case("kwargs_at_root", kwargs_at_root, x34, kwargs=lambda: {"scale": 2.0, "negate": True}),
+    Case("closure_factory", closure_factory, x34),
+    Case("closure_over_tensor", closure_over_tensor, x2),
+    Case("closure_with_state", closure_with_state, x34),
+    Case("nested_closures", nested_closures, x34),
+    Case("lambda_captures_tensor", lambda_captures_tensor, x2),
+    Case("partial_function", partial_function, x34),
+    Case("partial_of_lambda", partial_of_lambda, x34),
+    Case("partial_argument", partial_argument, x34,
+         kwargs=lambda: {"f": functools.partial(_kw_only, scale=2.0)}),  # (partials lack ==)
+    Case("reduce_with_operator", reduce_with_operator, x2),
+    Case("nested_comprehension", nested_comprehension, x34, ops=("stack",)),
+    Case("comprehension_with_filter_and_zip", comprehension_with_filter_and_zip, x34),
+    Case("generator_into_builtins", generator_into_builtins, x34),
+    Case("enumerate_start_reversed", enumerate_start_reversed, x34),
+    Case("zip_three_and_dict_from_zip", zip_three_and_dict_from_zip, x2),
+    Case("range_arithmetic", range_arithmetic, x34),
+    Case("sorted_and_minmax_key", sorted_and_minmax_key, x34),
+    Case("isinstance_dispatch", isinstance_dispatch, x34, ops=("relu",)),
+    Case("getattr_default_and_dispatch", getattr_default_and_dispatch, x34, ops=("tanh",)),
+    Case("math_module_on_constants", math_module_on_constants, x34),
+    Case("bool_int_float_conversions", bool_int_float_conversions, x34),
+    Case("chained_ternary", chained_ternary, x34, second=x34, recompile=False),
+    Case("chained_ternary_mode_change", chained_ternary, x34, kwargs=lambda: {"mode": "c"}),
+    Case("fstring_key_lookup", fstring_key_lookup, x34),
+    Case("string_method_chain", string_method_chain, x34),
+    Case("string_format_and_percent", string_format_and_percent, x34),
+    Case("tuple_of_strings_out", tuple_of_strings_out, x34),
+    Case("python_object_methods", python_object_methods, x34, ops=("clamp",)),
+    Case("object_argument", object_argument, lambda: (torch.randn(3, 4), _Affine(2.0, -1.0)),
+         second=lambda: (torch.randn(3, 4), _Affine(3.0, -1.0))),
+]
