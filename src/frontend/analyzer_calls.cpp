@@ -742,8 +742,9 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
     return call(funcVar, a2);
   }
 
-  // 4c. Instances of classes with a Python __call__: the method inlined on the instance.
-  if (!PyType_Check(fn) && !isModuleObject(fn)) {
+  // 4c. Instances of user classes with a Python __call__: the method inlined on the instance
+  // (PyTorch's and other libraries' callables, e.g. torch.ops packets, keep their handling below).
+  if (!PyType_Check(fn) && !isModuleObject(fn) && !isTrustedModuleName(mod)) {
     static PyObject *callName = PyUnicode_InternFromString("__call__");
     PyObject *callFn = _PyType_Lookup(Py_TYPE(fn), callName);
     if (callFn && PyFunction_Check(callFn)) {

@@ -6,6 +6,7 @@ of graphs and record the expected graph breaks, and a second call must hit the c
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -40,6 +41,10 @@ def assert_same(got, want, case: Case, path: str = "result") -> None:
         assert len(got) == len(want), f"{path}: length {len(got)} != {len(want)}"
         for i, (g, w) in enumerate(zip(got, want)):
             assert_same(g, w, case, f"{path}[{i}]")
+    elif dataclasses.is_dataclass(want) and not isinstance(want, type):
+        assert type(got) is type(want), f"{path}: {type(got).__name__} != {type(want).__name__}"
+        for f in dataclasses.fields(want):
+            assert_same(getattr(got, f.name), getattr(want, f.name), case, f"{path}.{f.name}")
     elif isinstance(want, dict):
         assert isinstance(got, dict) and got.keys() == want.keys(), f"{path}: dict keys differ"
         for k in want:
