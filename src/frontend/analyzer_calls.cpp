@@ -155,20 +155,66 @@ std::vector<VarPtr> argsOrIterable(Analyzer &a, const Args &args) {
   return args.pos;
 }
 
-// min/max over Python values (tensors would need a data-dependent comparison).
+// The sort keys of min/max/sorted: key(item) through the analyzer (a lambda or function is
+// inlined), or the items themselves.
+std::vector<VarPtr> sortKeys(Analyzer &a, const Args &args, const std::vector<VarPtr> &items) {
+  const VarPtr *key = args.find("key");
+  if (!key || (*key)->kind == VarKind::Object && as<ObjectVar>(*key)->obj.get() == Py_None)
+    return items;
+  std::vector<VarPtr> keys;
+  keys.reserve(items.size());
+  for (const VarPtr &item : items) {
+    Args ka;
+    ka.pos = {item};
+    keys.push_back(a.call(*key, ka));
+  }
+  return keys;
+}
+
+// min/max over Python values (tensors would need a data-dependent comparison). Like Python, the
+// first of equal items wins.
 VarPtr minMax(Analyzer &a, const Args &args, bool isMax) {
-  if (args.find("key")) a.fail("min/max with key=");
-  std::vector<VarPtr> items = argsOrIterable(a, args);
+  for (auto &[k, v] : args.kw)
+    if (k != "key" && k != "default") a.fail("min/max with keyword " + k + "=");
+  Args positional;
+  positional.pos = args.pos;
+  std::vector<VarPtr> items = argsOrIterable(a, positional);
   if (items.empty()) {
     if (const VarPtr *d = args.find("default")) return *d;
     a.fail("min/max of an empty sequence");
   }
-  VarPtr best = items[0];
+  std::vector<VarPtr> keys = sortKeys(a, args, items);
+  size_t best = 0;
   for (size_t i = 1; i < items.size(); ++i) {
-    VarPtr better = a.compareOp(isMax ? 4 /* > */ : 0 /* < */, items[i], best);
-    if (a.truthy(better)) best = items[i];
+    VarPtr better = a.compareOp(isMax ? 4 /* > */ : 0 /* < */, keys[i], keys[best]);
+    if (a.truthy(better)) best = i;
   }
-  return best;
+  return items[best];
+}
+
+// sorted(iterable, key=..., reverse=...) over Python values: a stable sort on `<` of the keys
+// (reverse=True keeps equal items in order, as Python's does). Comparing tensors would be a
+// data-dependent decision: the comparison fails and the call is a graph break.
+VarPtr sortedCall(Analyzer &a, const Args &args) {
+  if (args.pos.size() != 1) a.fail("sorted() takes one positional argument");
+  for (auto &[k, v] : args.kw)
+    if (k != "key" && k != "reverse") a.fail("sorted() with keyword " + k + "=");
+  std::vector<VarPtr> items = a.iterate(args.pos[0]);
+  std::vector<VarPtr> keys = sortKeys(a, args, items);
+  bool reverse = false;
+  if (const VarPtr *r = args.find("reverse")) reverse = a.truthy(*r);
+  std::vector<size_t> order(items.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t i, size_t j) {
+    return a.truthy(reverse ? a.compareOp(0 /* < */, keys[j], keys[i])
+                            : a.compareOp(0 /* < */, keys[i], keys[j]));
+  });
+  std::vector<VarPtr> out;
+  out.reserve(items.size());
+  for (size_t i : order)
+    out.push_back(items[i]);
+  return std::make_shared<ListVar>(std::move(out));
 }
 
 const std::unordered_map<std::string, Builtin> &builtinTable() {
@@ -291,6 +337,7 @@ const std::unordered_map<std::string, Builtin> &builtinTable() {
          if (args.pos.size() > 1) return args.pos[1];
          a.fail("next() raises StopIteration");
        }},
+      {"sorted", sortedCall},
       {"min", [](Analyzer &a, const Args &args) { return minMax(a, args, false); }},
       {"max", [](Analyzer &a, const Args &args) { return minMax(a, args, true); }},
       {"sum",
@@ -445,9 +492,9 @@ const std::unordered_map<std::string, Builtin> &builtinTable() {
 
 // Pure builtins evaluated at capture time on constant arguments.
 bool isPureBuiltinName(const std::string &n) {
-  static const char *const names[] = {"round",     "divmod", "pow", "str",  "repr",
-                                      "format",    "ord",    "chr", "hash", "sorted",
-                                      "frozenset", "bin",    "hex", "oct",  "ascii"};
+  static const char *const names[] = {"round",  "divmod", "pow", "str",  "repr",
+                                      "format", "ord",    "chr", "hash", "frozenset",
+                                      "bin",    "hex",    "oct", "ascii"};
   for (const char *p : names)
     if (n == p) return true;
   return false;

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import sys
 from pathlib import Path
 
@@ -45,6 +46,10 @@ def assert_same(got, want, case: Case, path: str = "result") -> None:
         assert type(got) is type(want), f"{path}: {type(got).__name__} != {type(want).__name__}"
         for f in dataclasses.fields(want):
             assert_same(getattr(got, f.name), getattr(want, f.name), case, f"{path}.{f.name}")
+    elif isinstance(want, functools.partial):
+        assert isinstance(got, functools.partial) and got.func is want.func, f"{path}: not the same partial"
+        assert_same(got.args, want.args, case, f"{path}.args")
+        assert_same(got.keywords, want.keywords, case, f"{path}.keywords")
     elif isinstance(want, dict):
         assert isinstance(got, dict) and got.keys() == want.keys(), f"{path}: dict keys differ"
         for k in want:

@@ -199,6 +199,33 @@ def nested_closures(x):
     return outer(x)
 
 
+def lambda_sort_key(x):
+    keys = [3, 1, 2]
+    vals = [x, x * 2, x + 1]
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    return vals[order[0]] - vals[order[-1]], order
+
+
+def sorted_dict_items_by_key(x, y):
+    d = {"b": x, "c": y, "a": x * y}
+    items = sorted(d.items(), key=lambda kv: kv[0], reverse=True)  # tensors as values only
+    return [k for k, _ in items], sum(v for _, v in items)
+
+
+def minmax_key_ties(x):
+    names = ["ab", "wxyz", "a", "abcd"]
+    longest = max(names, key=len)  # the first of equal keys wins
+    closest = min([3, -4, 4, -3], key=abs)
+    stable = sorted([(1, "b"), (0, "z"), (1, "a")], key=lambda p: p[0], reverse=True)
+    return x * len(longest) + closest, longest, stable
+
+
+def sorted_tensor_values_break(x, y):
+    # Ordering tensors needs their values: the comparison is a graph break.
+    lo = sorted([x.sum(), y.sum()])[0]
+    return lo * 2
+
+
 def lambda_captures_tensor(x, y):
     f = lambda t: t * y + x  # noqa: E731
     return f(x), f(y)
@@ -400,11 +427,21 @@ CASES = [
     Case("closure_over_tensor", closure_over_tensor, x2),
     Case("closure_with_state", closure_with_state, x34),
     Case("nested_closures", nested_closures, x34),
+    Case("lambda_sort_key", lambda_sort_key, x34),
+    Case("sorted_dict_items_by_key", sorted_dict_items_by_key, x2),
+    Case("minmax_key_ties", minmax_key_ties, x34),
+    Case("sorted_tensor_values_break", sorted_tensor_values_break, x2, graphs=2, breaks=1,
+         reason="data-dependent"),
     Case("lambda_captures_tensor", lambda_captures_tensor, x2),
     Case("partial_function", partial_function, x34),
     Case("partial_of_lambda", partial_of_lambda, x34),
-    Case("partial_argument", partial_argument, x34,
-         kwargs=lambda: {"f": functools.partial(_kw_only, scale=2.0)}),  # (partials lack ==)
+    Case("partial_argument", partial_argument,
+         lambda: (torch.randn(3, 4), functools.partial(_kw_only, scale=2.0)),
+         second=lambda: (torch.randn(3, 4), functools.partial(_kw_only, scale=3.0))),
+    Case("partial_argument_tensor", partial_argument,
+         lambda: (torch.randn(3, 4), functools.partial(_kw_only, scale=torch.randn(4))),
+         second=lambda: (torch.randn(3, 4), functools.partial(_kw_only, scale=torch.randn(4))),
+         recompile=False),  # a tensor stored in the partial is a graph input
     Case("reduce_with_operator", reduce_with_operator, x2),
     Case("nested_comprehension", nested_comprehension, x34, ops=("stack",)),
     Case("comprehension_with_filter_and_zip", comprehension_with_filter_and_zip, x34),
