@@ -808,7 +808,8 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
   if (PyCFunction_Check(fn)) {
     PyObject *self = PyCFunction_GET_SELF(fn);
     if (self && (PyUnicode_Check(self) || PyLong_Check(self) || PyFloat_Check(self) ||
-                 PyTuple_Check(self) || PyBytes_Check(self) || dtypeFromTorch(self)))
+                 PyTuple_Check(self) || PyBytes_Check(self) || PyRange_Check(self) ||
+                 PyFrozenSet_Check(self) || dtypeFromTorch(self)))
       return callReal(*this, fn, args, qn);
   }
 

@@ -356,7 +356,7 @@ bool Analyzer::contains(const VarPtr &container, const VarPtr &item) {
     PyRef k = asPython(item);
     if (!k) fail("'in' with a value known only at run time");
     bool pure = container->kind == VarKind::Module || foldable(c) || PyDictKeys_Check(c) ||
-                PyFrozenSet_Check(c) || PyAnySet_CheckExact(c);
+                PyFrozenSet_Check(c) || PyAnySet_CheckExact(c) || PyRange_Check(c);
     if (!pure) fail(std::string("'in' on a ") + Py_TYPE(c)->tp_name);
     int r = PySequence_Contains(c, k.get());
     if (r < 0) {

@@ -295,7 +295,7 @@ def zip_three_and_dict_from_zip(x, y):
 
 def range_arithmetic(x):
     r = range(2, 11, 3)
-    return x * len(r) + r[-1] + sum(r) + r[1:][0]
+    return x * len(r) + r[-1] + sum(r) + r[1:][0] + int(5 in r) - int(6 in r) + r.index(8) + r.count(2)
 
 
 def sorted_and_minmax_key(x):
