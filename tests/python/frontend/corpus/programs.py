@@ -134,6 +134,11 @@ def shape_math_views(x):
     return y.view(-1, half).sum(0) / (b * n), y.shape, x.stride()
 
 
+def dyn_shape_scalar_math(x):
+    b, n = x.shape  # symbolic under dynamic=True: the arithmetic stays symbolic
+    return x.sum(0) / (b * n) + x.view(b, -1).mean(1).sum(), x.shape, x.size(0) + 1
+
+
 def new_tensors_from_shapes(x):
     z = torch.zeros(x.shape[0], 2 * x.shape[1], dtype=x.dtype)
     o = x.new_full((x.size(1),), 0.5)
@@ -348,6 +353,25 @@ def numpy_roundtrip_then_ops(x):
     return x * 2, arr.shape
 
 
+class VerboseBlock(nn.Module):
+    """A submodule whose forward prints: the break is inside the inlined submodule call."""
+
+    def __init__(self):
+        super().__init__()
+        self.pre = nn.Linear(4, 4)
+        self.inner = _Printing()
+        self.post = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.post(self.inner(self.pre(x)))
+
+
+class _Printing(nn.Module):
+    def forward(self, x):
+        print(end="")
+        return x.relu()
+
+
 # --- fallbacks ---------------------------------------------------------------------------------------
 
 
@@ -396,6 +420,12 @@ CASES = [
     Case("no_grad_decorated_helper", no_grad_decorated_helper,
          lambda: (torch.randn(3, 4), torch.randn(4, 2))),
     Case("grad_mode_query", grad_mode_query, x34),
+    Case("grad_mode_query_grad_on", grad_mode_query, x34, grad=True),  # the other branch
+    Case("dyn_shape_scalar_math", dyn_shape_scalar_math, lambda: (torch.randn(3, 4),),
+         dynamic=True, second=lambda: (torch.randn(5, 4),), recompile=False),
+    # torch.zeros(x.shape[0], ...) specializes the symbolic size today: other sizes recompile.
+    Case("dyn_new_tensors_specialize", new_tensors_from_shapes, lambda: (torch.randn(3, 4),),
+         dynamic=True, second=lambda: (torch.randn(6, 4),)),
     Case("set_grad_enabled_block", set_grad_enabled_block,
          lambda: (torch.randn(3, 4), torch.randn(4, 2))),
     Case("setitem_from_python_loop", setitem_from_python_loop, x2),
@@ -434,6 +464,9 @@ CASES = [
     Case("break_in_loop_body", break_in_loop_body, x34, graphs=2, breaks=2, reason="item"),
     Case("numpy_roundtrip_then_ops", numpy_roundtrip_then_ops, x34, graphs=1, breaks=1,
          reason="numpy"),
+    # The root breaks at self.inner(...); _Printing.forward then runs as a root and breaks at
+    # its print; graphs: pre, relu, post.
+    Case("break_in_submodule_forward", VerboseBlock(), x34, graphs=3, breaks=2, reason="print"),
     Case("fallback_in_module_path", fallback_in_module_path, x34, fallback=True),
     Case("nan_to_num_python_kwargs", nan_to_num_python_kwargs, lambda: (torch.randn(3, 4),),
          ops=("nan_to_num",)),
