@@ -536,6 +536,33 @@ int operatorCompare(const std::string &n) {
 // Dispatch
 
 namespace {
+/// module.children() / module.named_children() of nn.Module itself (not an override): the
+/// submodules from `_modules` (its keys guarded, each submodule guarded by identity), without
+/// repeats, as a list of the same items the generator would give. nullptr: not such a call.
+VarPtr moduleChildren(Analyzer &a, const VarPtr &self, const std::string &name, const VarPtr &func,
+                      const Args &args) {
+  if (self->kind != VarKind::Module || (name != "children" && name != "named_children"))
+    return nullptr;
+  auto *f = as<ObjectVar>(func);
+  if (!f || !args.pos.empty() || !args.kw.empty()) return nullptr;
+  PyRef base = check(PyObject_GetAttrString(torchModuleType(), name.c_str()), "Module method");
+  if (f->obj.get() != base.get()) return nullptr;
+  auto *mods = as<DictVar>(a.getAttr(self, "_modules"));
+  if (!mods) return nullptr;
+  std::vector<VarPtr> out;
+  std::vector<PyObject *> seen;
+  for (auto &[k, v] : mods->items) {
+    auto *m = as<ModuleVar>(v);
+    if (!m || std::find(seen.begin(), seen.end(), m->obj.get()) != seen.end()) continue;
+    seen.push_back(m->obj.get());
+    if (name == "children")
+      out.push_back(v);
+    else
+      out.push_back(std::make_shared<TupleVar>(std::vector<VarPtr>{a.constant(k.get()), v}));
+  }
+  return std::make_shared<ListVar>(std::move(out));
+}
+
 /// os.environ.get(k[, d]) / os.environ[k] / k in os.environ with constant arguments (library
 /// code reads settings this way, e.g. transformers' SDPA integration): evaluated now. Reading
 /// os.environ._data through its source guards the environment's keys and values, so a changed
@@ -576,6 +603,7 @@ VarPtr Analyzer::call(const VarPtr &callable, const Args &args) {
     auto *b = as<BoundVar>(callable);
     if (!b->func) return callMethod(b->self, b->name, args);
     if (VarPtr r = environLookup(*this, b->self, b->name, args)) return r;
+    if (VarPtr r = moduleChildren(*this, b->self, b->name, b->func, args)) return r;
     Args a2;
     a2.pos.reserve(args.pos.size() + 1);
     a2.pos.push_back(b->self);

@@ -84,6 +84,21 @@ class Encoder(nn.Module):
         return self.final(x), len(self.blocks)
 
 
+class ChildCalls(nn.Module):
+    """named_children()/children() walked in Python (a submodule registered twice once)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4, bias=False)
+        self.b = nn.Linear(4, 4)
+        self.again = self.a
+
+    def forward(self, x):
+        for name, child in self.named_children():
+            x = child(x) if name != "b" else child(x).relu()
+        return x, len(list(self.children())), [n for n, _ in self.named_children()]
+
+
 class ShapeDriven(nn.Module):
     """A Python decision on the input's size and dtype chooses the path (guards)."""
 
@@ -411,6 +426,7 @@ CASES = [
     Case("modulelist_with_gates", GatedStack(), x34),
     Case("moduledict_items_to_dict", Heads(), x34),
     Case("nested_sequential_blocks", Encoder(), x34, ops=("layer_norm",)),
+    Case("named_children_walk", ChildCalls(), x34),
     Case("module_shape_decision", ShapeDriven(), x34, second=lambda: (torch.randn(4, 4),)),
     Case("module_python_state", Counting(), x34),
     Case("attributes_into_python", attributes_into_python, x34),
