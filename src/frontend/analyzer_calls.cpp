@@ -1005,6 +1005,19 @@ VarPtr Analyzer::callMethod(const VarPtr &self, const std::string &name, const A
                               t->items.at(static_cast<size_t>(i)));
       return d;
     }
+    if (t->structType && name == "_replace" && args.pos.empty() &&
+        PyObject_HasAttrString(t->structType.get(), "_fields")) {
+      PyRef fields = check(PyObject_GetAttrString(t->structType.get(), "_fields"), "_fields");
+      std::vector<VarPtr> items = t->items;
+      size_t used = 0;
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
+        if (const VarPtr *v = args.find(utf8(PyTuple_GET_ITEM(fields.get(), i)))) {
+          items.at(static_cast<size_t>(i)) = *v;
+          ++used;
+        }
+      if (used != args.kw.size()) fail("_replace() with a field the namedtuple lacks");
+      return std::make_shared<TupleVar>(std::move(items), t->structType);
+    }
     if (name == "numel" && t->structType) { // torch.Size.numel()
       VarPtr acc = integer(1);
       for (VarPtr &v : t->items)

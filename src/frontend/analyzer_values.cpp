@@ -563,6 +563,26 @@ VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
               static_cast<size_t>(i) < t->items.size())
             return t->items[static_cast<size_t>(i)];
       }
+      // Other attributes of a namedtuple class: methods and properties the user wrote are
+      // inlined on the tuple, plain class attributes (`_fields`, constants) are read as
+      // constants; tuple's own methods and namedtuple's helpers (`_asdict`, `_replace`, defined
+      // in `collections`) go to callMethod below.
+      if (PyObject *d = typeLookup(t->structType.get(), name)) {
+        PyRef hold = PyRef::borrow(d);
+        if (PyFunction_Check(d)) {
+          PyObject *mod = PyFunction_GET_MODULE(d);
+          if (!(mod && PyUnicode_Check(mod) && utf8(mod) == "collections"))
+            return std::make_shared<BoundVar>(obj, constant(d), name);
+        } else if (Py_TYPE(d) == &PyProperty_Type) {
+          PyRef fget = check(PyObject_GetAttrString(d, "fget"), "property.fget");
+          if (fget.get() == Py_None) fail("unreadable property '" + name + "'");
+          Args a;
+          a.pos.push_back(obj);
+          return call(constant(fget.get()), a);
+        } else if (!Py_TYPE(d)->tp_descr_get) {
+          return constant(d);
+        }
+      }
     }
     return std::make_shared<BoundVar>(obj, nullptr, name);
   }

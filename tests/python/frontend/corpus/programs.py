@@ -270,6 +270,27 @@ class Pair(NamedTuple):
     second: torch.Tensor
 
 
+class Stats(NamedTuple):
+    mean: torch.Tensor
+    scale: float = 2.0
+    KIND = "stats"  # a plain class attribute
+
+    def scaled(self):  # a method the user wrote: inlined on the tuple
+        return self.mean * self.scale
+
+    @property
+    def doubled(self):
+        return self.mean * 2
+
+
+def namedtuple_class_members(x):
+    s = Stats(x.mean(0))
+    # _fields, a class attribute, a method, a property, a default and _asdict; comparing
+    # _fields used to see a bound method (False).
+    ok = s._fields == ("mean", "scale") and s.KIND == "stats" and s.scale == 2.0
+    return s.scaled() + s.doubled if ok else x.sum(0), len(s), s._asdict()["scale"]
+
+
 def dataclass_output(x, y):
     logits = x @ y.t()
     return Output(logits=logits, loss=(logits ** 2).mean(), n=x.shape[0])
@@ -277,8 +298,9 @@ def dataclass_output(x, y):
 
 def namedtuple_output_roundtrip(x, y):
     p = Pair(x + y, x - y)
-    q = Pair(p.first, second=p.second * 2)
-    a, b = q
+    q = p._replace(second=p.second * 2)
+    a, b = Pair(q.first, second=q[1])
+    assert q._fields == ("first", "second")
     return Pair(first=a.relu(), second=b + q.first)
 
 
@@ -458,6 +480,7 @@ CASES = [
     Case("list_mutations_replayed", list_mutations_replayed, lambda: (torch.randn(3, 4), [7])),
     Case("dict_mutations_replayed", dict_mutations_replayed,
          lambda: (torch.randn(3, 4), {"n": 2, "drop": 0})),
+    Case("namedtuple_class_members", namedtuple_class_members, x34),
     Case("dataclass_output", dataclass_output, x2),
     Case("namedtuple_output_roundtrip", namedtuple_output_roundtrip, x2),
     Case("nested_dict_output", nested_dict_output, x34),
