@@ -63,7 +63,7 @@ class CompiledGraph:
 
 def compile(
     graph: Graph,
-    pipeline: str = "fuse,plan-memory",
+    pipeline: str = "decompose-attention,fuse,plan-memory",
     use_target: bool = True,
     keep_text: bool = False,
 ) -> CompiledGraph: ...

@@ -208,7 +208,7 @@ class CompiledGraph:
 def compile(  # noqa: A001 (xjit.ir.compile mirrors xjit.ir.run)
     graph: Graph,
     *,
-    pipeline: str = "fuse,plan-memory",
+    pipeline: str = "decompose-attention,fuse,plan-memory",
     use_target: bool = True,
     keep_text: bool = False,
 ) -> CompiledGraph:

@@ -10,16 +10,17 @@ bool runCse(Graph &g, PassContext &ctx);              // cse.cpp
 bool runConstantFold(Graph &g, PassContext &ctx);     // constant_fold.cpp
 bool runCanonicalize(Graph &g, PassContext &ctx);     // canonicalize.cpp
 bool runShapePropagation(Graph &g, PassContext &ctx); // shape_propagation.cpp
-std::vector<std::string> canonicalizeRuleNames();      // canonicalize.cpp: its statistics
+std::vector<std::string> canonicalizeRuleNames();     // canonicalize.cpp: its statistics
 // -- semantic passes (freezing, device erasure, functionalization, mixed precision) --
-bool runFreeze(Graph &g, PassContext &ctx);          // freeze.cpp
-bool runEraseDeviceOps(Graph &g, PassContext &ctx);  // erase_device_ops.cpp
-bool runFunctionalize(Graph &g, PassContext &ctx);   // functionalize.cpp
-bool runMixedPrecision(Graph &g, PassContext &ctx);  // mixed_precision.cpp
-// -- code-generation preparation (layout, fusion, memory planning) --
-bool runLayout(Graph &g, PassContext &ctx);     // layout.cpp
-bool runFuse(Graph &g, PassContext &ctx);       // fuse.cpp
-bool runPlanMemory(Graph &g, PassContext &ctx); // plan_memory.cpp
+bool runFreeze(Graph &g, PassContext &ctx);         // freeze.cpp
+bool runEraseDeviceOps(Graph &g, PassContext &ctx); // erase_device_ops.cpp
+bool runFunctionalize(Graph &g, PassContext &ctx);  // functionalize.cpp
+bool runMixedPrecision(Graph &g, PassContext &ctx); // mixed_precision.cpp
+// -- code-generation preparation (attention decomposition, layout, fusion, memory planning) --
+bool runDecomposeAttention(Graph &g, PassContext &ctx); // decompose_attention.cpp
+bool runLayout(Graph &g, PassContext &ctx);             // layout.cpp
+bool runFuse(Graph &g, PassContext &ctx);               // fuse.cpp
+bool runPlanMemory(Graph &g, PassContext &ctx);         // plan_memory.cpp
 
 const std::vector<PassInfo> &passTable() {
   static const std::vector<PassInfo> table = {
@@ -81,6 +82,12 @@ const std::vector<PassInfo> &passTable() {
        .statistics = {"ops-lowered", "casts-inserted"},
        .run = runMixedPrecision},
       // -- code-generation preparation --
+      {.name = "decompose-attention",
+       .summary = "rewrites f32 scaled_dot_product_attention as matmul, scale, mask, softmax "
+                  "and matmul (library matmuls and a fused softmax instead of the reference "
+                  "kernel)",
+       .statistics = {"attentions-decomposed"},
+       .run = runDecomposeAttention},
       {.name = "layout",
        .summary = "runs chains of convolutions/poolings and the elementwise ops between them "
                   "channels-last, converting only at a chain's edges",
@@ -102,8 +109,8 @@ const std::vector<PassInfo> &passTable() {
       {.name = "plan-memory",
        .summary = "assigns static-size intermediates arena offsets (liveness, best-fit reuse, "
                   "in-place elementwise updates) as mem.* annotations",
-       .statistics = {"peak-bytes", "naive-bytes", "values-planned", "in-place",
-                      "output-values", "dynamic-values"},
+       .statistics = {"peak-bytes", "naive-bytes", "values-planned", "in-place", "output-values",
+                      "dynamic-values"},
        .run = runPlanMemory},
   };
   return table;

@@ -81,7 +81,7 @@ void bindRuntime(nb::module_ &m) {
       .def_prop_ro("graph", [](const runtime::CompiledGraph &cg) { return cg.graph().clone(); })
       .def_prop_ro("stats", &statsDict)
       .def("dump_files", &runtime::CompiledGraph::dumpFiles);
-  m.def("compile", &compileForCpu, "graph"_a, "pipeline"_a = "fuse,plan-memory",
+  m.def("compile", &compileForCpu, "graph"_a, "pipeline"_a = "decompose-attention,fuse,plan-memory",
         "use_target"_a = true, "keep_text"_a = false);
 }
 

@@ -29,7 +29,7 @@ namespace xjit::runtime {
 struct CompileOptions {
   /// Passes run on the clone before compiling ("" runs none: the graph must then carry its own
   /// mem.* plan, or it runs without an arena).
-  std::string pipeline = "fuse,plan-memory";
+  std::string pipeline = "decompose-attention,fuse,plan-memory";
   /// false: every op runs its reference kernel (debugging; the memory plan is then unused).
   bool useTarget = true;
   /// Check each call's tensor inputs against the declared dtypes, ranks and static sizes.
