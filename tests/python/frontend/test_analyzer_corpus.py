@@ -47,7 +47,8 @@ def assert_same(got, want, case: Case, path: str = "result") -> None:
         for f in dataclasses.fields(want):
             assert_same(getattr(got, f.name), getattr(want, f.name), case, f"{path}.{f.name}")
     elif isinstance(want, functools.partial):
-        assert isinstance(got, functools.partial) and got.func is want.func, f"{path}: not the same partial"
+        assert isinstance(got, functools.partial) and got.func is want.func, (
+            f"{path}: not the same partial")
         assert_same(got.args, want.args, case, f"{path}.args")
         assert_same(got.keywords, want.keywords, case, f"{path}.keywords")
     elif isinstance(want, dict):

@@ -295,7 +295,8 @@ def zip_three_and_dict_from_zip(x, y):
 
 def range_arithmetic(x):
     r = range(2, 11, 3)
-    return x * len(r) + r[-1] + sum(r) + r[1:][0] + int(5 in r) - int(6 in r) + r.index(8) + r.count(2)
+    return (x * len(r) + r[-1] + sum(r) + r[1:][0] + int(5 in r) - int(6 in r) + r.index(8)
+            + r.count(2))
 
 
 def sorted_and_minmax_key(x):
@@ -371,6 +372,75 @@ def string_format_and_percent(x):
 
 def tuple_of_strings_out(x):
     return x * 2, "dev=" + str(x.device), f"{x.dtype}", repr(4)
+
+
+# --- Python semantics that are easy to get wrong (evaluated at capture time) ------------------
+
+
+def py_late_binding(x):
+    fs = [lambda: i for i in range(3)]  # one cell shared by all three: each returns 2
+    return x + 1, [f() for f in fs]
+
+
+def py_neg_slices(x):
+    v = list(range(10))
+    return x + 1, v[::-2], v[-3:1:-1], v[8:2:-3], "abcdef"[::-1], (1, 2, 3)[-5:]
+
+
+def py_dict_order(x):
+    d = {"b": 1, "a": 2}
+    d.update({"c": 3, "b": 4})  # "b" keeps its place
+    d.pop("a")
+    d["a"] = 5  # re-inserted last
+    return x + 1, list(d), list(d.values()), d
+
+
+def py_int_ops(x):
+    n = 7
+    # floor division and modulo round toward -inf, round() to even, int() toward 0
+    return (x + 1, n // -2, -7 % 3, 7 ** -1, -n >> 1, n & 3 | 8 ^ 5, divmod(-7, 2), round(2.5),
+            round(3.5), int(-2.5), math.trunc(-2.7))
+
+
+def py_str_ops(x):
+    s = "Hello, World"
+    return (x + 1, s.title(), s.casefold(), s.partition(","), s.center(16, "*"), s.zfill(15),
+            s[1:8:2], s.find("o"), s.rfind("o"), s.encode()[:3])
+
+
+def py_chained_bool(x):
+    a, b = 0, ""  # and/or return an operand, not a bool
+    return x + 1, (a or b or "z"), (1 and [] and 3), not not [0], [] == [], None or 0
+
+
+def py_unpack_ext(x):
+    a, *b, c = range(5)
+    (d, e), *f = [(1, 2), 3, 4]
+    return x + 1, a, b, c, d, e, f
+
+
+def py_star_in_display(x):
+    a = [1, 2]
+    b = (*a, 3, *range(2))
+    c = {**{"x": 1}, "y": 2, **{"x": 3}}
+    return x + 1, b, c, [*a, *b]
+
+
+def py_minmax_mixed(x):
+    # the first of equal items wins (1.0, not 1); float sums accumulate like Python's
+    return (x + 1, max(1, 2.5, 2), min([3, 1.0, 1]), max("ab", "b"), sum([0.1] * 10),
+            sum(range(4), 10))
+
+
+def py_tensor_shape_ops(x):
+    s = x.shape
+    return (x + 1, s[::-1], s[1:], list(s), s + (5,), s == (3, 4), s.numel(), len(s),
+            tuple(reversed(s)), max(s))
+
+
+def py_enumerate_dict(x):
+    d = {"a": 1, "b": 2}
+    return x + 1, list(enumerate(d)), list(zip(d, d.values(), "xy")), dict(enumerate("ab"))
 
 
 # --- methods of plain Python objects ------------------------------------------------------------
@@ -460,6 +530,17 @@ CASES = [
     Case("string_method_chain", string_method_chain, x34),
     Case("string_format_and_percent", string_format_and_percent, x34),
     Case("tuple_of_strings_out", tuple_of_strings_out, x34),
+    Case("py_late_binding", py_late_binding, x34),
+    Case("py_neg_slices", py_neg_slices, x34),
+    Case("py_dict_order", py_dict_order, x34),
+    Case("py_int_ops", py_int_ops, x34),
+    Case("py_str_ops", py_str_ops, x34),
+    Case("py_chained_bool", py_chained_bool, x34),
+    Case("py_unpack_ext", py_unpack_ext, x34),
+    Case("py_star_in_display", py_star_in_display, x34),
+    Case("py_minmax_mixed", py_minmax_mixed, x34),
+    Case("py_tensor_shape_ops", py_tensor_shape_ops, x34),
+    Case("py_enumerate_dict", py_enumerate_dict, x34),
     Case("python_object_methods", python_object_methods, x34, ops=("clamp",)),
     Case("object_argument", object_argument, lambda: (torch.randn(3, 4), _Affine(2.0, -1.0)),
          second=lambda: (torch.randn(3, 4), _Affine(3.0, -1.0))),

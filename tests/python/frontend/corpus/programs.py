@@ -24,7 +24,7 @@ def x2():
     return (torch.randn(3, 4), torch.randn(3, 4))
 
 
-# --- modules ------------------------------------------------------------------------------------
+# --- modules -------------------------------------------------------------------------------------
 
 
 class GatedStack(nn.Module):
@@ -130,7 +130,7 @@ class Counting(nn.Module):
         return self.lin(x)
 
 
-# --- tensor attributes and shapes ------------------------------------------------------------
+# --- tensor attributes and shapes ----------------------------------------------------------------
 
 
 def attributes_into_python(x):
@@ -168,7 +168,7 @@ def dtype_arithmetic(x):
     return i // 3 + (1 if same else 0), h.sum(), (i.float() / 7).dtype
 
 
-# --- grad mode ----------------------------------------------------------------------------------
+# --- grad mode -----------------------------------------------------------------------------------
 
 
 def no_grad_decorated_helper(x, w):
@@ -222,7 +222,7 @@ def conditional_inplace_on_flag(x, y, accumulate=True):
     return y * 2
 
 
-# --- Python state ----------------------------------------------------------------------------------
+# --- Python state --------------------------------------------------------------------------------
 
 
 class Config:
@@ -255,7 +255,7 @@ def dict_mutations_replayed(x, cache):
     return x * cache["n"]
 
 
-# --- structured outputs ----------------------------------------------------------------------------
+# --- structured outputs --------------------------------------------------------------------------
 
 
 @dataclass
@@ -313,7 +313,7 @@ def dataclass_input_fields(x, out):
     return out.logits * x + (out.loss if out.loss is not None else 0) + out.n
 
 
-# --- try/except -------------------------------------------------------------------------------------
+# --- try/except ----------------------------------------------------------------------------------
 
 
 def try_except_else(x):
@@ -345,7 +345,7 @@ def with_and_try_finally(x):
     return out
 
 
-# --- graph breaks mid-program ------------------------------------------------------------------------
+# --- graph breaks mid-program ---------------------------------------------------------------
 
 
 def item_in_arithmetic(x):
@@ -409,7 +409,7 @@ class _Printing(nn.Module):
         return x.relu()
 
 
-# --- fallbacks ---------------------------------------------------------------------------------------
+# --- fallbacks -----------------------------------------------------------------------------------
 
 
 def fallback_in_module_path(x):
@@ -421,7 +421,7 @@ def nan_to_num_python_kwargs(x):
     return torch.nan_to_num(x.log(), nan=0.0, neginf=-5.0) * 2
 
 
-# --- guards ----------------------------------------------------------------------------------------
+# --- guards --------------------------------------------------------------------------------------
 
 
 def guard_on_string_arg(x, mode):
