@@ -175,6 +175,7 @@ public:
   // ---- operators (analyzer_ops.cpp) ----
   VarPtr binaryOp(int nb, const VarPtr &a, const VarPtr &b);
   VarPtr compareOp(int cmp, const VarPtr &a, const VarPtr &b);
+  bool dataclassEquals(const VarPtr &a, const VarPtr &b);
   VarPtr unaryOp(int opcode, const VarPtr &a);
   bool isSame(const VarPtr &a, const VarPtr &b);
   bool contains(const VarPtr &container, const VarPtr &item);
@@ -252,7 +253,7 @@ private:
   Frame *frame_ = nullptr;
   bool gradEnabled_ = true;
   bool recordedForAutograd_ = false; // an op was emitted that eager autograd would record
-  int64_t budget_ = 2'000'000; // instructions executed across all frames
+  int64_t budget_ = 2'000'000;       // instructions executed across all frames
   std::vector<Guard> guards_;
   std::set<std::string> guardKeys_;
   std::map<std::string, VarPtr> sourceCache_; // source string -> value read from it

@@ -212,6 +212,46 @@ VarPtr Analyzer::binaryOp(int nb, const VarPtr &a, const VarPtr &b) {
   fail(std::string("operator ") + binaryOpName(nb) + " on " + typeName(a) + " and " + typeName(b));
 }
 
+// `a == b` of two dataclass instances: the __eq__ that @dataclass generates compares the fields
+// with compare=True as tuples (identity first, then ==) when both have the same class; with
+// eq=False it is identity. A hand-written __eq__ is not run: the comparison is a graph break.
+bool Analyzer::dataclassEquals(const VarPtr &a, const VarPtr &b) {
+  auto *da = as<DataclassVar>(a), *db = as<DataclassVar>(b);
+  if (isSame(a, b)) return true;
+  PyObject *cls = da->cls.get();
+  PyRef params = PyRef::steal(PyObject_GetAttrString(cls, "__dataclass_params__"));
+  PyRef eqFlag = params ? PyRef::steal(PyObject_GetAttrString(params.get(), "eq")) : PyRef();
+  if (!eqFlag) {
+    PyErr_Clear();
+    fail("== of a dataclass-like object");
+  }
+  if (eqFlag.get() != Py_True) return false; // eq=False: identity, and they differ
+  if (da->mapping || db->mapping) fail("== of mapping dataclasses");
+  PyRef eqName = check(PyUnicode_FromString("__eq__"), "str");
+  PyObject *eq = _PyType_Lookup(reinterpret_cast<PyTypeObject *>(cls), eqName.get());
+  auto *code = eq && PyFunction_Check(eq)
+                   ? reinterpret_cast<PyCodeObject *>(PyFunction_GET_CODE(eq))
+                   : nullptr;
+  // @dataclass makes its methods with exec: their file is "<string>".
+  if (!code || !PyUnicode_Check(code->co_filename) ||
+      PyUnicode_CompareWithASCIIString(code->co_filename, "<string>") != 0)
+    fail("== of a dataclass with a hand-written __eq__");
+  if (db->cls.get() != cls) return false; // NotImplemented both ways: identity
+  PyRef dcModule = check(PyImport_ImportModule("dataclasses"), "import dataclasses");
+  PyRef fields = check(PyObject_CallMethod(dcModule.get(), "fields", "O", cls), "fields()");
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i) {
+    PyObject *f = PyTuple_GET_ITEM(fields.get(), i);
+    PyRef compare = check(PyObject_GetAttrString(f, "compare"), "field.compare");
+    if (compare.get() != Py_True) continue;
+    PyRef name = check(PyObject_GetAttrString(f, "name"), "field.name");
+    const char *n = PyUnicode_AsUTF8(name.get());
+    VarPtr *x = da->find(n), *y = db->find(n);
+    if (!x || !y) fail(std::string("== of dataclasses: field ") + n + " unknown");
+    if (!isSame(*x, *y) && !truthy(compareOp(2, *x, *y))) return false;
+  }
+  return true;
+}
+
 VarPtr Analyzer::compareOp(int cmp, const VarPtr &a, const VarPtr &b) {
   if (a->kind == VarKind::Tensor || b->kind == VarKind::Tensor) return tensorCompare(cmp, a, b);
   if (a->kind == VarKind::SymInt || b->kind == VarKind::SymInt) {
@@ -245,6 +285,10 @@ VarPtr Analyzer::compareOp(int cmp, const VarPtr &a, const VarPtr &b) {
       }
       return boolean(cmp == 2 ? equal : !equal);
     }
+  }
+  if ((cmp == 2 || cmp == 3) && a->kind == VarKind::Dataclass && b->kind == VarKind::Dataclass) {
+    bool equal = dataclassEquals(a, b);
+    return boolean(cmp == 2 ? equal : !equal);
   }
   if ((cmp == 2 || cmp == 3) && (a->kind != VarKind::Object || b->kind != VarKind::Object)) {
     PyRef pa = asPython(a), pb = asPython(b);

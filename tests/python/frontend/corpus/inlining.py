@@ -6,6 +6,8 @@ time, so each case is one graph unless it says otherwise."""
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import functools
 import math
 import operator
@@ -443,6 +445,41 @@ def py_enumerate_dict(x):
     return x + 1, list(enumerate(d)), list(zip(d, d.values(), "xy")), dict(enumerate("ab"))
 
 
+@dataclasses.dataclass
+class _Cfg:
+    scale: float = 2.0
+    names: tuple = ("a", "b")
+    KIND = "cfg"  # a class attribute, not a field
+
+    def twice(self):
+        return self.scale * 2
+
+    @property
+    def half(self):
+        return self.scale / 2
+
+
+class _Mode(enum.Enum):
+    A = 1
+    B = 2
+
+
+def dataclass_config_members(x, cfg):
+    ok = cfg.KIND == "cfg" and cfg.names == ("a", "b")
+    return x * cfg.twice() + cfg.half if ok else x
+
+
+def dataclass_made_in_frame(x):
+    c = _Cfg(3.0)
+    return x * c.twice() + c.half, c == _Cfg(3.0), c.names[1]
+
+
+def enum_members(x, mode=_Mode.A):
+    if mode is _Mode.A and mode == _Mode.A:
+        return x * mode.value, mode.name
+    return x, mode.name
+
+
 # --- methods of plain Python objects ------------------------------------------------------------
 
 
@@ -541,6 +578,11 @@ CASES = [
     Case("py_minmax_mixed", py_minmax_mixed, x34),
     Case("py_tensor_shape_ops", py_tensor_shape_ops, x34),
     Case("py_enumerate_dict", py_enumerate_dict, x34),
+    Case("dataclass_config_members", dataclass_config_members,
+         lambda: (torch.randn(3, 4), _Cfg(5.0)), second=lambda: (torch.randn(3, 4), _Cfg(1.5))),
+    Case("dataclass_made_in_frame", dataclass_made_in_frame, x34),
+    Case("enum_members", enum_members, x34, second=x34, recompile=False),
+    Case("enum_members_other", enum_members, x34, kwargs=lambda: {"mode": _Mode.B}, graphs=0),
     Case("python_object_methods", python_object_methods, x34, ops=("clamp",)),
     Case("object_argument", object_argument, lambda: (torch.randn(3, 4), _Affine(2.0, -1.0)),
          second=lambda: (torch.randn(3, 4), _Affine(3.0, -1.0))),
