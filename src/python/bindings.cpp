@@ -48,8 +48,7 @@ PyObject *newException(nb::module_ &m, const char *name, std::initializer_list<P
   // Qualified as xjit.ir.<name>: that is where users import and see them.
   std::string qualified = std::string("xjit.ir.") + name;
   PyObject *t = PyErr_NewException(qualified.c_str(), baseTuple.ptr(), nullptr);
-  if (!t)
-    throw nb::python_error();
+  if (!t) throw nb::python_error();
   m.attr(name) = nb::handle(t);
   return t; // our reference lives as long as the module
 }
@@ -58,8 +57,7 @@ void raise(PyObject *type, const std::string &message,
            std::initializer_list<std::pair<const char *, nb::object>> attrs = {}) {
   nb::object msg = nb::str(message.c_str(), message.size());
   nb::object exc = nb::steal(PyObject_CallOneArg(type, msg.ptr()));
-  if (!exc.is_valid())
-    return; // PyErr already set
+  if (!exc.is_valid()) return; // PyErr already set
   for (const auto &[k, v] : attrs)
     nb::setattr(exc, k, v);
   PyErr_SetObject(type, exc.ptr());
@@ -88,8 +86,7 @@ void translateException(const std::exception_ptr &p, void *) {
 
 const OpDef &lookupOp(const std::string &name) {
   const OpDef *def = OpRegistry::instance().lookup(name);
-  if (!def)
-    throw Error(ErrorKind::User, "unknown op '" + name + "'");
+  if (!def) throw Error(ErrorKind::User, "unknown op '" + name + "'");
   return *def;
 }
 
@@ -135,8 +132,7 @@ nb::dict opInfo(const std::string &name) {
     attrs.append(d);
   }
   for (const auto &[bit, label] : kTraits)
-    if (def.has(bit))
-      traits.append(nb::str(label));
+    if (def.has(bit)) traits.append(nb::str(label));
   nb::dict info;
   info["name"] = def.name;
   info["summary"] = def.summary;
@@ -171,15 +167,7 @@ std::vector<RtValue> interpretNoGil(const Graph &g, std::vector<RtValue> inputs)
 
 nb::list runGraph(const Graph &g, const nb::sequence &inputs, const std::string &framework) {
   Framework fw = parseFramework(framework);
-  std::vector<RtValue> ins;
-  for (nb::handle h : inputs) {
-    RtValue v = toRtValue(h);
-    // Python semantics: an int is accepted where a float is declared.
-    size_t i = ins.size();
-    if (v.isInt() && i < g.numInputs() && g.input(i)->type().kind() == TypeKind::Float)
-      v = RtValue(static_cast<double>(v.toInt()));
-    ins.push_back(std::move(v));
-  }
+  std::vector<RtValue> ins = graphInputs(g, inputs);
   return toPythonList(interpretNoGil(g, std::move(ins)), fw);
 }
 
@@ -221,8 +209,7 @@ nb::list runOp(const std::string &name, const nb::sequence &operands, nb::handle
   } catch (const Error &e) {
     // The graph's inputs are typed from the operands themselves, so a user error at run time can
     // only come from the kernel.
-    if (e.kind() == ErrorKind::User)
-      throw KernelError(e.what());
+    if (e.kind() == ErrorKind::User) throw KernelError(e.what());
     throw;
   }
 }
@@ -259,8 +246,7 @@ std::vector<Value *> addOp(Graph &g, const std::string &name, const std::vector<
   // Insert before the return when the outputs are already set.
   Op *term = body->terminator();
   Builder b(body, term);
-  if (loc)
-    b.setLoc(SourceLoc{std::get<0>(*loc), std::get<1>(*loc), std::get<2>(*loc)});
+  if (loc) b.setLoc(SourceLoc{std::get<0>(*loc), std::get<1>(*loc), std::get<2>(*loc)});
   Op *op;
   try {
     op = b.create(name, operands, toAttrMap(&def, attrs));
@@ -276,8 +262,7 @@ std::vector<Value *> addOp(Graph &g, const std::string &name, const std::vector<
 void setOutputs(Graph &g, const std::vector<Value *> &values) {
   checkOwnValues(g, values);
   Block *body = g.body();
-  if (Op *term = body->terminator())
-    body->erase(term);
+  if (Op *term = body->terminator()) body->erase(term);
   Builder(body).createWithTypes("return", values, {});
 }
 

@@ -20,23 +20,18 @@ namespace dl = nb::dlpack;
 dl::dtype toDLPack(DType t) {
   dl::dtype_code code;
   switch (dtypeCategory(t)) {
-  case DTypeCategory::Bool:
-    code = dl::dtype_code::Bool;
-    break;
+  case DTypeCategory::Bool: code = dl::dtype_code::Bool; break;
   case DTypeCategory::Integer:
     code = t == DType::U8 ? dl::dtype_code::UInt : dl::dtype_code::Int;
     break;
-  default:
-    code = t == DType::BF16 ? dl::dtype_code::Bfloat : dl::dtype_code::Float;
-    break;
+  default: code = t == DType::BF16 ? dl::dtype_code::Bfloat : dl::dtype_code::Float; break;
   }
   return dl::dtype{static_cast<uint8_t>(code), static_cast<uint8_t>(dtypeSize(t) * 8), 1};
 }
 
 std::optional<DType> fromDLPack(dl::dtype dt) {
   for (int i = 0; i < kNumDTypes; ++i)
-    if (toDLPack(static_cast<DType>(i)) == dt)
-      return static_cast<DType>(i);
+    if (toDLPack(static_cast<DType>(i)) == dt) return static_cast<DType>(i);
   return std::nullopt;
 }
 
@@ -55,8 +50,7 @@ std::optional<DType> torchDTypeByName(std::string_view name) {
       {"torch.bool", DType::Bool},
   }};
   for (const auto &[n, t] : kNames)
-    if (n == name)
-      return t;
+    if (n == name) return t;
   return std::nullopt;
 }
 
@@ -65,8 +59,7 @@ std::string typeName(nb::handle obj) {
   nb::handle t = obj.type();
   nb::object mod = nb::getattr(t, "__module__", nb::none());
   std::string qual = nb::cast<std::string>(nb::getattr(t, "__qualname__"));
-  if (!PyUnicode_Check(mod.ptr()))
-    return qual;
+  if (!PyUnicode_Check(mod.ptr())) return qual;
   std::string m = nb::cast<std::string>(mod);
   return m == "builtins" ? qual : m + "." + qual;
 }
@@ -121,16 +114,14 @@ std::string describeDLPackDType(dl::dtype dt) {
                                                       "bfloat", "complex", "bool"};
   std::string code = dt.code < kCodes.size() ? kCodes[dt.code] : "code" + std::to_string(dt.code);
   std::string s = code + std::to_string(dt.bits);
-  if (dt.lanes != 1)
-    s += "x" + std::to_string(dt.lanes);
+  if (dt.lanes != 1) s += "x" + std::to_string(dt.lanes);
   return s;
 }
 
 nb::object exportTensor(Tensor t, Framework fw) {
   if (std::any_of(t.strides().begin(), t.strides().end(), [](int64_t s) { return s < 0; }))
     t = t.contiguousCopy();
-  if (t.dtype() == DType::BF16)
-    fw = Framework::Torch; // numpy has no bfloat16
+  if (t.dtype() == DType::BF16) fw = Framework::Torch; // numpy has no bfloat16
   auto *keep = new std::shared_ptr<Storage>(t.storage());
   nb::capsule owner(keep,
                     [](void *p) noexcept { delete static_cast<std::shared_ptr<Storage> *>(p); });
@@ -149,10 +140,8 @@ nb::object exportTensor(Tensor t, Framework fw) {
 } // namespace
 
 Framework parseFramework(const std::string &name) {
-  if (name == "numpy")
-    return Framework::NumPy;
-  if (name == "torch")
-    return Framework::Torch;
+  if (name == "numpy") return Framework::NumPy;
+  if (name == "torch") return Framework::Torch;
   throw nb::value_error(("framework must be 'numpy' or 'torch', not '" + name + "'").c_str());
 }
 
@@ -190,50 +179,50 @@ Tensor importTensor(nb::handle obj) {
 
 RtValue toRtValue(nb::handle obj) {
   PyObject *p = obj.ptr();
-  if (obj.is_none())
-    return RtValue();
-  if (PyBool_Check(p))
-    return RtValue(p == Py_True);
+  if (obj.is_none()) return RtValue();
+  if (PyBool_Check(p)) return RtValue(p == Py_True);
   if (PyLong_Check(p)) {
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(p, &overflow);
-    if (overflow != 0)
-      throw nb::value_error("integer does not fit in 64 bits");
+    if (overflow != 0) throw nb::value_error("integer does not fit in 64 bits");
     return RtValue(static_cast<int64_t>(v));
   }
-  if (PyFloat_Check(p))
-    return RtValue(PyFloat_AsDouble(p));
-  if (PyUnicode_Check(p))
-    return RtValue(nb::cast<std::string>(obj));
+  if (PyFloat_Check(p)) return RtValue(PyFloat_AsDouble(p));
+  if (PyUnicode_Check(p)) return RtValue(nb::cast<std::string>(obj));
   if (PyList_Check(p) || PyTuple_Check(p)) {
     RtList items;
     for (nb::handle item : obj)
       items.push_back(toRtValue(item));
     return RtValue(std::move(items));
   }
-  if (isArrayLike(obj))
-    return RtValue(importTensor(obj));
+  if (isArrayLike(obj)) return RtValue(importTensor(obj));
   Py_INCREF(p);
   return RtValue(OpaqueObject{std::shared_ptr<void>(p, PyObjectDeleter{})});
 }
 
+std::vector<RtValue> graphInputs(const Graph &g, const nb::sequence &inputs) {
+  std::vector<RtValue> ins;
+  for (nb::handle h : inputs) {
+    RtValue v = toRtValue(h);
+    size_t i = ins.size();
+    if (v.isInt() && i < g.numInputs() && g.input(i)->type().kind() == TypeKind::Float)
+      v = RtValue(static_cast<double>(v.toInt()));
+    ins.push_back(std::move(v));
+  }
+  return ins;
+}
+
 Type typeOf(const RtValue &v) {
-  if (v.isNone())
-    return Type::none();
+  if (v.isNone()) return Type::none();
   if (v.isTensor()) {
     const Tensor &t = v.tensor();
     return Type::tensor(t.dtype(), Shape(t.sizes().begin(), t.sizes().end()));
   }
-  if (v.isBool())
-    return Type::boolTy();
-  if (v.isInt())
-    return Type::intTy();
-  if (v.isFloat())
-    return Type::floatTy();
-  if (v.isStr())
-    return Type::strTy();
-  if (v.isObject())
-    return Type::object();
+  if (v.isBool()) return Type::boolTy();
+  if (v.isInt()) return Type::intTy();
+  if (v.isFloat()) return Type::floatTy();
+  if (v.isStr()) return Type::strTy();
+  if (v.isObject()) return Type::object();
   // Lists: list<T> when every element has the same type, else a tuple of the element types.
   std::vector<Type> elems;
   for (const RtValue &e : v.list())
@@ -245,18 +234,12 @@ Type typeOf(const RtValue &v) {
 }
 
 nb::object fromRtValue(const RtValue &v, Framework fw) {
-  if (v.isNone())
-    return nb::none();
-  if (v.isTensor())
-    return exportTensor(v.tensor(), fw);
-  if (v.isBool())
-    return nb::bool_(v.toBool());
-  if (v.isInt())
-    return nb::int_(v.toInt());
-  if (v.isFloat())
-    return nb::float_(v.toDouble());
-  if (v.isStr())
-    return nb::str(v.str().c_str(), v.str().size());
+  if (v.isNone()) return nb::none();
+  if (v.isTensor()) return exportTensor(v.tensor(), fw);
+  if (v.isBool()) return nb::bool_(v.toBool());
+  if (v.isInt()) return nb::int_(v.toInt());
+  if (v.isFloat()) return nb::float_(v.toDouble());
+  if (v.isStr()) return nb::str(v.str().c_str(), v.str().size());
   if (v.isList()) {
     nb::list out;
     for (const RtValue &e : v.list())
@@ -276,8 +259,7 @@ namespace {
 DType dtypeFromAttr(const std::string &name, nb::handle value) {
   if (isTorchDType(value)) {
     std::string s = nb::cast<std::string>(nb::str(value));
-    if (auto t = torchDTypeByName(s))
-      return *t;
+    if (auto t = torchDTypeByName(s)) return *t;
     throw nb::type_error(("attribute '" + name + "': unsupported dtype " + s).c_str());
   }
   if (!PyUnicode_Check(value.ptr()))
@@ -286,8 +268,7 @@ DType dtypeFromAttr(const std::string &name, nb::handle value) {
                           typeName(value))
                              .c_str());
   std::string s = nb::cast<std::string>(value);
-  if (auto t = parseDType(s))
-    return *t;
+  if (auto t = parseDType(s)) return *t;
   throw nb::value_error(("attribute '" + name + "': '" + s +
                          "' is not a dtype (expected f64, f32, f16, bf16, i64, i32, i16, i8, "
                          "u8 or bool)")
@@ -304,14 +285,11 @@ Attr listAttr(const std::string &name, nb::handle value, std::optional<AttrKind>
       throw nb::type_error(
           ("attribute '" + name + "': list elements must be int or float, got " + typeName(item))
               .c_str());
-    if (PyFloat_Check(p))
-      anyFloat = true;
+    if (PyFloat_Check(p)) anyFloat = true;
     floats.push_back(PyFloat_AsDouble(p));
-    if (PyLong_Check(p))
-      ints.push_back(nb::cast<int64_t>(item));
+    if (PyLong_Check(p)) ints.push_back(nb::cast<int64_t>(item));
   }
-  if (anyFloat)
-    return Attr(std::move(floats));
+  if (anyFloat) return Attr(std::move(floats));
   return Attr(std::move(ints));
 }
 
@@ -320,37 +298,28 @@ Attr listAttr(const std::string &name, nb::handle value, std::optional<AttrKind>
 Attr toAttr(const OpDef *def, const std::string &name, nb::handle value) {
   const AttrSpec *spec = def ? def->attrSpec(name) : nullptr;
   std::optional<AttrKind> kind;
-  if (spec)
-    kind = spec->kind;
+  if (spec) kind = spec->kind;
   PyObject *p = value.ptr();
-  if (kind == AttrKind::DType || isTorchDType(value))
-    return Attr(dtypeFromAttr(name, value));
-  if (PyBool_Check(p))
-    return Attr(p == Py_True);
+  if (kind == AttrKind::DType || isTorchDType(value)) return Attr(dtypeFromAttr(name, value));
+  if (PyBool_Check(p)) return Attr(p == Py_True);
   if (PyLong_Check(p)) {
     int64_t v = nb::cast<int64_t>(value);
-    if (kind == AttrKind::Ints)
-      return Attr(Attr::Ints{v});
-    if (kind == AttrKind::Floats)
-      return Attr(Attr::Floats{static_cast<double>(v)});
+    if (kind == AttrKind::Ints) return Attr(Attr::Ints{v});
+    if (kind == AttrKind::Floats) return Attr(Attr::Floats{static_cast<double>(v)});
     return Attr(v);
   }
   if (PyFloat_Check(p)) {
     double v = PyFloat_AsDouble(p);
-    if (kind == AttrKind::Floats)
-      return Attr(Attr::Floats{v});
+    if (kind == AttrKind::Floats) return Attr(Attr::Floats{v});
     return Attr(v);
   }
   if (PyUnicode_Check(p)) {
     std::string s = nb::cast<std::string>(value);
-    if (kind == AttrKind::Type)
-      return Attr(parseType(s));
+    if (kind == AttrKind::Type) return Attr(parseType(s));
     return Attr(std::move(s));
   }
-  if (PyList_Check(p) || PyTuple_Check(p))
-    return listAttr(name, value, kind);
-  if (isArrayLike(value))
-    return Attr(importTensor(value).contiguousCopy());
+  if (PyList_Check(p) || PyTuple_Check(p)) return listAttr(name, value, kind);
+  if (isArrayLike(value)) return Attr(importTensor(value).contiguousCopy());
   throw nb::type_error(
       ("attribute '" + name + "': cannot convert a " + typeName(value) + " to an attribute")
           .c_str());
@@ -358,8 +327,7 @@ Attr toAttr(const OpDef *def, const std::string &name, nb::handle value) {
 
 AttrMap toAttrMap(const OpDef *def, nb::handle dict) {
   AttrMap out;
-  if (dict.is_none())
-    return out;
+  if (dict.is_none()) return out;
   for (auto [k, v] : nb::cast<nb::dict>(dict)) {
     std::string name = nb::cast<std::string>(k);
     out[name] = toAttr(def, name, v);
@@ -369,14 +337,10 @@ AttrMap toAttrMap(const OpDef *def, nb::handle dict) {
 
 nb::object attrToPython(const Attr &a) {
   switch (a.kind()) {
-  case AttrKind::Int:
-    return nb::int_(a.asInt());
-  case AttrKind::Float:
-    return nb::float_(a.asFloat());
-  case AttrKind::Bool:
-    return nb::bool_(a.asBool());
-  case AttrKind::Str:
-    return nb::str(a.asStr().c_str());
+  case AttrKind::Int: return nb::int_(a.asInt());
+  case AttrKind::Float: return nb::float_(a.asFloat());
+  case AttrKind::Bool: return nb::bool_(a.asBool());
+  case AttrKind::Str: return nb::str(a.asStr().c_str());
   case AttrKind::Ints: {
     nb::list l;
     for (int64_t v : a.asInts())
@@ -389,12 +353,9 @@ nb::object attrToPython(const Attr &a) {
       l.append(nb::float_(v));
     return l;
   }
-  case AttrKind::DType:
-    return nb::str(std::string(dtypeName(a.asDType())).c_str());
-  case AttrKind::Type:
-    return nb::str(a.asType().str().c_str());
-  case AttrKind::Tensor:
-    return nb::str(a.str().c_str());
+  case AttrKind::DType: return nb::str(std::string(dtypeName(a.asDType())).c_str());
+  case AttrKind::Type: return nb::str(a.asType().str().c_str());
+  case AttrKind::Tensor: return nb::str(a.str().c_str());
   }
   return nb::none();
 }

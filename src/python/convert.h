@@ -32,6 +32,9 @@ Tensor importTensor(nb::handle obj);
 /// (zero-copy); anything else becomes an opaque object that holds a reference.
 RtValue toRtValue(nb::handle obj);
 
+/// The inputs of a call of `g` (Python semantics: an int is accepted where a float is declared).
+std::vector<RtValue> graphInputs(const Graph &g, const nb::sequence &inputs);
+
 /// The static type describing a run-time value (tensors get their exact static shape).
 Type typeOf(const RtValue &v);
 

@@ -31,15 +31,7 @@ nb::list runCompiled(const runtime::CompiledGraph &cg, const nb::sequence &input
                      const std::string &framework) {
   Framework fw = parseFramework(framework);
   const Graph &g = cg.graph();
-  std::vector<RtValue> ins;
-  for (nb::handle h : inputs) {
-    RtValue v = toRtValue(h);
-    // Python semantics, as in run(): an int is accepted where a float is declared.
-    size_t i = ins.size();
-    if (v.isInt() && i < g.numInputs() && g.input(i)->type().kind() == TypeKind::Float)
-      v = RtValue(static_cast<double>(v.toInt()));
-    ins.push_back(std::move(v));
-  }
+  std::vector<RtValue> ins = graphInputs(g, inputs);
   std::vector<RtValue> outs;
   {
     nb::gil_scoped_release nogil;
