@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
 
@@ -119,3 +119,41 @@ def test_strict_environment_fails_on_a_graph_break(script: Path) -> None:
     r = _run([sys.executable, "-m", "xjit", "--backend", "interp", "s.py"], script, XJIT_STRICT="1")
     assert r.returncode == 1
     assert "XjitCompileError: xjit: graph break in noisy at s.py:8: call to print" in r.stderr
+
+
+MODEL_SCRIPT = """\
+import torch
+from transformers import BertConfig, BertModel
+
+torch.manual_seed(0)
+config = BertConfig(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=64, max_position_embeddings=64)
+model = BertModel(config).eval()
+ids = torch.randint(0, 300, (2, 12))
+
+
+def encode(ids):
+    with torch.no_grad():
+        return model(ids).last_hidden_state
+
+
+for _ in range(2):
+    out = encode(ids)
+torch.save(out, "out.pt")
+"""
+
+
+def test_a_transformers_model_under_the_cli(tmp_path: Path) -> None:
+    """`python -m xjit` on a script that calls a Hugging Face model from a function: the
+    model's code (in site-packages) is inlined into the user's frame, one graph, no breaks, and
+    the output equals plain Python's."""
+    pytest.importorskip("transformers")
+    (tmp_path / "m.py").write_text(MODEL_SCRIPT)
+    plain_run = _run([sys.executable, "m.py"], tmp_path)
+    assert plain_run.returncode == 0, plain_run.stderr
+    want = torch.load(tmp_path / "out.pt")
+    via = _run([sys.executable, "-m", "xjit", "--explain", "m.py"], tmp_path)
+    assert via.returncode == 0, via.stderr
+    assert "1 graph(s), 0 graph break(s)" in via.stderr, via.stderr
+    assert "graph 0: encode at m.py:" in via.stderr, via.stderr
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), want, rtol=1e-5, atol=1e-5)
