@@ -19,16 +19,6 @@ using namespace bc;
 
 namespace {
 
-std::string utf8(PyObject *s) {
-  if (!s || !PyUnicode_Check(s)) return "";
-  const char *c = PyUnicode_AsUTF8(s);
-  if (!c) {
-    PyErr_Clear();
-    return "";
-  }
-  return c;
-}
-
 std::string localName(PyCodeObject *co, int i) {
   if (i < 0 || i >= PyTuple_GET_SIZE(co->co_localsplusnames)) return "?";
   return utf8(PyTuple_GET_ITEM(co->co_localsplusnames, i));
@@ -113,10 +103,9 @@ Capture Analyzer::run() {
   frame_ = &f;
   builder_.setLoc(currentLoc());
   // Arguments (and any other slot already set) are read from the frame's local slots.
-  const int varkwSlot = (co->co_flags & kCoVarkeywords)
-                            ? co->co_argcount + co->co_kwonlyargcount +
-                                  ((co->co_flags & kCoVarargs) ? 1 : 0)
-                            : -1;
+  const int varkwSlot = (co->co_flags & kCoVarkeywords) ? co->co_argcount + co->co_kwonlyargcount +
+                                                              ((co->co_flags & kCoVarargs) ? 1 : 0)
+                                                        : -1;
   // Free-variable slots are filled from the closure by COPY_FREE_VARS below.
   for (int i = 0; i < co->co_nlocalsplus - co->co_nfreevars && i < view_.nlocalsplus; ++i) {
     PyObject *o = view_.localsplus[i];

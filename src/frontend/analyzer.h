@@ -10,6 +10,7 @@
 #include "abstract.h"
 #include "analyzer_bridge.h"
 #include "analyzer_bytecode.h"
+#include "py_util.h"
 
 #include "xjit/ir/builder.h"
 
@@ -21,6 +22,14 @@
 #include <unordered_map>
 
 namespace xjit::frontend {
+
+/// `s` followed by `step` (sources of attributes, items... read during analysis).
+inline Source plus(const Source &s, SourceStep step) {
+  Source r = s;
+  r.push_back(std::move(step));
+  return r;
+}
+inline SourceStep attrStep(const std::string &n) { return SourceStep{SourceStep::Attr, 0, n, {}}; }
 
 /// Thrown inside the analysis to abandon the capture.
 struct BreakError : std::exception {

@@ -12,23 +12,6 @@ namespace xjit::frontend {
 
 namespace {
 
-std::string utf8(PyObject *s) {
-  if (!s || !PyUnicode_Check(s)) return "";
-  const char *c = PyUnicode_AsUTF8(s);
-  if (!c) {
-    PyErr_Clear();
-    return "";
-  }
-  return c;
-}
-
-Source plus(const Source &s, SourceStep step) {
-  Source r = s;
-  r.push_back(std::move(step));
-  return r;
-}
-SourceStep attrStep(const std::string &n) { return SourceStep{SourceStep::Attr, 0, n, {}}; }
-
 std::string qualnameOf(PyObject *fn) {
   PyObject *q = PyObject_GetAttrString(fn, "__qualname__");
   if (!q) {

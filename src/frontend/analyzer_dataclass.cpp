@@ -8,12 +8,6 @@ namespace xjit::frontend {
 
 namespace {
 
-std::string utf8(PyObject *s) {
-  if (!s || !PyUnicode_Check(s)) return "";
-  const char *c = PyUnicode_AsUTF8(s);
-  return c ? c : "";
-}
-
 PyObject *dataclassesModule() {
   static PyObject *m = check(PyImport_ImportModule("dataclasses"), "import dataclasses").release();
   return m;
@@ -106,7 +100,8 @@ std::vector<std::pair<std::string, VarPtr>> Analyzer::dataclassItems(const VarPt
 
 VarPtr Analyzer::dataclassGetItem(const VarPtr &obj, const VarPtr &key) {
   auto *d = as<DataclassVar>(obj);
-  if (!d->mapping) fail(std::string("subscript of a ") + reinterpret_cast<PyTypeObject *>(d->cls.get())->tp_name);
+  if (!d->mapping)
+    fail(std::string("subscript of a ") + reinterpret_cast<PyTypeObject *>(d->cls.get())->tp_name);
   std::vector<std::pair<std::string, VarPtr>> items = dataclassItems(obj);
   PyRef k = asPython(key);
   if (k && PyUnicode_Check(k.get())) {
@@ -115,22 +110,25 @@ VarPtr Analyzer::dataclassGetItem(const VarPtr &obj, const VarPtr &key) {
     fail("KeyError: '" + utf8(k.get()) + "'");
   }
   std::vector<VarPtr> values;
-  for (auto &[name, v] : items) values.push_back(v);
+  for (auto &[name, v] : items)
+    values.push_back(v);
   return getItem(std::make_shared<TupleVar>(std::move(values)), key);
 }
 
 VarPtr Analyzer::dataclassAttr(const VarPtr &obj, const std::string &name) {
   auto *d = as<DataclassVar>(obj);
   if (VarPtr *f = d->find(name)) return *f;
-  static const char *const mappingMethods[] = {"keys", "values", "items", "get", "to_tuple",
-                                               "__getitem__", "__contains__", "__len__"};
+  static const char *const mappingMethods[] = {
+      "keys", "values", "items", "get", "to_tuple", "__getitem__", "__contains__", "__len__"};
   if (d->mapping)
     for (const char *m : mappingMethods)
       if (name == m) return std::make_shared<BoundVar>(obj, nullptr, name);
   PyObject *cls = d->cls.get();
   PyRef n = check(PyUnicode_FromString(name.c_str()), "str");
   PyObject *attr = _PyType_Lookup(reinterpret_cast<PyTypeObject *>(cls), n.get());
-  if (!attr) fail(std::string("'") + reinterpret_cast<PyTypeObject *>(cls)->tp_name + "' object has no attribute '" + name + "'");
+  if (!attr)
+    fail(std::string("'") + reinterpret_cast<PyTypeObject *>(cls)->tp_name +
+         "' object has no attribute '" + name + "'");
   if (Py_TYPE(attr) == &PyProperty_Type) {
     PyRef getter = check(PyObject_GetAttrString(attr, "fget"), "property.fget");
     Args a;
@@ -141,7 +139,8 @@ VarPtr Analyzer::dataclassAttr(const VarPtr &obj, const std::string &name) {
   if (Py_TYPE(attr) == &PyStaticMethod_Type)
     return constantSteal(PyObject_GetAttrString(attr, "__func__"));
   if (Py_TYPE(attr) == &PyClassMethod_Type)
-    return std::make_shared<BoundVar>(constant(cls), constantSteal(PyObject_GetAttrString(attr, "__func__")), name);
+    return std::make_shared<BoundVar>(
+        constant(cls), constantSteal(PyObject_GetAttrString(attr, "__func__")), name);
   if (PyCallable_Check(attr)) fail("method '" + name + "' of a dataclass implemented in C");
   return constant(attr); // a class attribute
 }
@@ -152,9 +151,12 @@ VarPtr Analyzer::dataclassMethod(const VarPtr &obj, const std::string &name, con
     std::vector<VarPtr> out;
     for (auto &[k, v] : items) {
       VarPtr key = constantSteal(PyUnicode_FromString(k.c_str()));
-      if (name == "keys") out.push_back(key);
-      else if (name == "items") out.push_back(std::make_shared<TupleVar>(std::vector<VarPtr>{key, v}));
-      else out.push_back(v);
+      if (name == "keys")
+        out.push_back(key);
+      else if (name == "items")
+        out.push_back(std::make_shared<TupleVar>(std::vector<VarPtr>{key, v}));
+      else
+        out.push_back(v);
     }
     if (name == "to_tuple") return std::make_shared<TupleVar>(std::move(out));
     return std::make_shared<ListVar>(std::move(out));

@@ -15,12 +15,6 @@ using namespace bc;
 
 namespace {
 
-std::string utf8(PyObject *s) {
-  if (!s || !PyUnicode_Check(s)) return "";
-  const char *c = PyUnicode_AsUTF8(s);
-  return c ? c : "";
-}
-
 // A graph input name from its source: L['self'].fc.weight -> self_fc_weight.
 std::string inputName(const Source &src) {
   std::string out;

@@ -10,16 +10,6 @@ namespace xjit::frontend {
 
 namespace {
 
-std::string utf8(PyObject *s) {
-  if (!s || !PyUnicode_Check(s)) return "";
-  const char *c = PyUnicode_AsUTF8(s);
-  if (!c) {
-    PyErr_Clear();
-    return "";
-  }
-  return c;
-}
-
 std::string reprOf(PyObject *o) {
   PyObject *r = PyObject_Repr(o);
   if (!r) {
@@ -32,12 +22,6 @@ std::string reprOf(PyObject *o) {
   return s;
 }
 
-Source plus(const Source &s, SourceStep step) {
-  Source r = s;
-  r.push_back(std::move(step));
-  return r;
-}
-SourceStep attrStep(const std::string &n) { return SourceStep{SourceStep::Attr, 0, n, {}}; }
 SourceStep itemStep(int64_t i) { return SourceStep{SourceStep::Item, i, "", {}}; }
 
 // Immutable values whose equality is their identity for the analysis: they can be folded and

@@ -21,6 +21,16 @@ std::string takePyErrorMessage() {
   return out;
 }
 
+std::string utf8(PyObject *s) {
+  if (!s || !PyUnicode_Check(s)) return "";
+  const char *c = PyUnicode_AsUTF8(s);
+  if (!c) {
+    PyErr_Clear();
+    return "";
+  }
+  return c;
+}
+
 PyObject *internedStr(const char *s) {
   PyObject *o = PyUnicode_InternFromString(s);
   if (!o) throw PyErrorSet();

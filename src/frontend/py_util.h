@@ -24,6 +24,10 @@ inline PyRef checked(PyObject *o) {
 /// The pending Python exception as "TypeError: message" (cleared), for diagnostics.
 std::string takePyErrorMessage();
 
+/// The contents of a str object; "" for anything else (or a str that cannot be encoded: the
+/// error is cleared).
+std::string utf8(PyObject *s);
+
 /// An interned str that lives for the whole process (attribute names looked up in hot paths).
 PyObject *internedStr(const char *s);
 

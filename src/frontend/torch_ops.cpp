@@ -14,12 +14,6 @@ namespace xjit::frontend {
 
 namespace {
 
-std::string utf8(PyObject *s) {
-  if (!s || !PyUnicode_Check(s)) return "";
-  const char *c = PyUnicode_AsUTF8(s);
-  return c ? c : "";
-}
-
 std::vector<std::string> split(std::string_view s, char sep) {
   std::vector<std::string> out;
   std::string cur;
