@@ -49,3 +49,18 @@ def test_decomposed_attention_matches_pytorch(nan: bool) -> None:
     assert cg.stats["target_ops"] > 0  # 0 when the attentions stay reference kernels
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(torch.as_tensor(g), w, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("nan", [False, True], ids=["finite", "nan"])
+def test_reference_attention_matches_pytorch(nan: bool) -> None:
+    """The reference kernel (no decomposition): a NaN query must give NaN rows, as in PyTorch."""
+    q, k, v, bm, fm = ins = _inputs(nan)
+    got = ir.run(ir.parse(GRAPH), [t.numpy() for t in ins])
+    want = [
+        F.scaled_dot_product_attention(q, k, v),
+        F.scaled_dot_product_attention(q, k, v, bm),
+        F.scaled_dot_product_attention(q, k, v, fm, scale=0.25),
+        F.scaled_dot_product_attention(q, k, v, is_causal=True),
+    ]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(torch.as_tensor(g), w, rtol=1e-5, atol=1e-6, equal_nan=True)

@@ -221,7 +221,8 @@ std::vector<RtValue> sdpaKernel(const Op &op, std::span<const RtValue> in) {
           double mv = M[(b * L + i) * S + j];
           sc = boolMask ? (mv != 0 ? sc : ninf) : sc + mv;
         }
-        mx = std::max(mx, sc);
+        if (std::isnan(sc) || sc > mx) // std::max would drop a NaN score; torch propagates it
+          mx = sc;
       }
       // A row with every position masked out gives zeros (torch's safe softmax), not NaN.
       if (mx == ninf)
