@@ -41,6 +41,8 @@ __all__ = [
     "ops",
     "parse",
     "parse_module",
+    "profile",
+    "profile_report",
     "run",
     "run_op",
     "verify",
@@ -208,14 +210,31 @@ class CompiledGraph:
 def compile(  # noqa: A001 (xjit.ir.compile mirrors xjit.ir.run)
     graph: Graph,
     *,
-    pipeline: str = "decompose-attention,fuse,plan-memory",
+    pipeline: str | None = None,
     use_target: bool = True,
     keep_text: bool = False,
 ) -> CompiledGraph:
-    """Compiles a graph for the CPU: runs ``pipeline`` (the code-generation passes) on a copy,
+    """Compiles a graph for the CPU: runs ``pipeline`` (the code-generation passes; default: the
+    runtime's, docs/runtime.md) on a copy,
     then gives each op native code when the CPU target takes it, else its reference kernel.
     ``use_target=False`` runs reference kernels only; ``keep_text`` keeps LLVM IR and assembly
     for ``dump_files``."""
     return CompiledGraph(
         _xjit.compile(graph, pipeline=pipeline, use_target=use_target, keep_text=keep_text)
+        if pipeline is not None
+        else _xjit.compile(graph, use_target=use_target, keep_text=keep_text)
     )
+
+
+def profile(level: int = 1) -> None:
+    """Times the instructions of graphs compiled from now on, as ``XJIT_PROFILE`` does (1: by
+    kind, 2: per instruction, 0: off) and zeroes the counters; ``profile_report`` gives the
+    table (docs/runtime.md). Unlike ``XJIT_PROFILE``, nothing is printed at exit."""
+    _xjit.set_profile_level(level)
+    _xjit.profile_reset()
+
+
+def profile_report() -> str:
+    """The time per instruction kind of compiled graphs since ``profile`` (or since start with
+    ``XJIT_PROFILE``), largest first; "" when nothing was timed."""
+    return str(_xjit.profile_report())

@@ -18,6 +18,7 @@ bool runFunctionalize(Graph &g, PassContext &ctx);  // functionalize.cpp
 bool runMixedPrecision(Graph &g, PassContext &ctx); // mixed_precision.cpp
 // -- code-generation preparation (attention decomposition, layout, fusion, memory planning) --
 bool runDecomposeAttention(Graph &g, PassContext &ctx); // decompose_attention.cpp
+bool runDecomposeBatchNorm(Graph &g, PassContext &ctx); // decompose_batch_norm.cpp
 bool runLayout(Graph &g, PassContext &ctx);             // layout.cpp
 bool runFuse(Graph &g, PassContext &ctx);               // fuse.cpp
 bool runPlanMemory(Graph &g, PassContext &ctx);         // plan_memory.cpp
@@ -88,6 +89,12 @@ const std::vector<PassInfo> &passTable() {
                   "kernel)",
        .statistics = {"attentions-decomposed"},
        .run = runDecomposeAttention},
+      {.name = "decompose-batch-norm",
+       .summary = "rewrites eval-mode f32/f64 batch_norm with run-time parameters as x * scale + "
+                  "shift over per-channel vectors (convolution post-ops instead of the "
+                  "reference kernel)",
+       .statistics = {"batch-norms-decomposed"},
+       .run = runDecomposeBatchNorm},
       {.name = "layout",
        .summary = "runs chains of convolutions/poolings and the elementwise ops between them "
                   "channels-last, converting only at a chain's edges",

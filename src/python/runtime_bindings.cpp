@@ -73,8 +73,11 @@ void bindRuntime(nb::module_ &m) {
       .def_prop_ro("graph", [](const runtime::CompiledGraph &cg) { return cg.graph().clone(); })
       .def_prop_ro("stats", &statsDict)
       .def("dump_files", &runtime::CompiledGraph::dumpFiles);
-  m.def("compile", &compileForCpu, "graph"_a, "pipeline"_a = "decompose-attention,fuse,plan-memory",
+  m.def("compile", &compileForCpu, "graph"_a, "pipeline"_a = runtime::defaultPipeline(),
         "use_target"_a = true, "keep_text"_a = false);
+  m.def("profile_report", &runtime::profileReport);
+  m.def("profile_reset", &runtime::profileReset);
+  m.def("set_profile_level", &runtime::setProfileLevel, "level"_a);
 }
 
 } // namespace xjit::py

@@ -2,11 +2,15 @@
 // slots, executed with a pooled frame and arena per concurrent call.
 #include "xjit/runtime/runtime.h"
 
+#include "profile.h"
+
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/op_registry.h"
 #include "xjit/passes/pass.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -34,6 +38,7 @@ struct Instr {
   uint32_t outputs = 0;                   // ExecInto: range of Program::outputs (numResults)
   int32_t block0 = -1, block1 = -1;       // If / Loop / InlineBlock
   int32_t constant = -1;                  // Constant: index into Program::constants
+  int32_t profileRow = -1;                // XJIT_PROFILE: the row its time goes to
   const backend::Executable *exe = nullptr;
   const KernelFn *kernel = nullptr;
   const ExternalFn *external = nullptr;
@@ -243,6 +248,13 @@ struct CompiledGraph::Impl {
     } else {
       throw Error(ErrorKind::Internal, op.describe() + ": op has no kernel");
     }
+    if (profileLevel() > 0) {
+      const char *how = in.kind == InstrKind::Exec || in.kind == InstrKind::ExecInto ? "native"
+                        : in.kind == InstrKind::Kernel                               ? "reference"
+                        : in.kind == InstrKind::External                             ? "external"
+                                                                                     : nullptr;
+      if (how) in.profileRow = profileRow(op, how);
+    }
     in.results = static_cast<uint32_t>(slotRefs.size());
     in.numResults = static_cast<uint32_t>(op.numResults());
     for (const auto &r : op.results())
@@ -392,7 +404,15 @@ struct CompiledGraph::Impl {
     try {
       for (const Instr &in : b.instrs) {
         cur = &in;
+        if (in.profileRow < 0) {
+          execute(in, f);
+          continue;
+        }
+        auto start = std::chrono::steady_clock::now();
         execute(in, f);
+        profileAdd(in.profileRow, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::steady_clock::now() - start)
+                                      .count());
       }
     } catch (const Error &) {
       throw; // already names its op (an op of a nested block, or a wrapped kernel error)
@@ -632,6 +652,14 @@ std::vector<RtValue> CompiledGraph::run(std::vector<RtValue> inputs) const {
   }
   im.release(std::move(f));
   return results;
+}
+
+const std::string &defaultPipeline() {
+  static const std::string pipeline = [] {
+    const char *env = std::getenv("XJIT_PIPELINE");
+    return std::string(env && *env ? env : kDefaultPipeline);
+  }();
+  return pipeline;
 }
 
 CompiledGraph compileGraph(const Graph &g, backend::Target &target, const CompileOptions &opts) {

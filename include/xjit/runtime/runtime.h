@@ -26,10 +26,15 @@
 
 namespace xjit::runtime {
 
+/// The code-generation passes compileGraph runs by default (docs/runtime.md).
+inline constexpr const char *kDefaultPipeline = "decompose-attention,fuse,plan-memory";
+/// kDefaultPipeline, or XJIT_PIPELINE when set (read once; for experiments and debugging).
+const std::string &defaultPipeline();
+
 struct CompileOptions {
   /// Passes run on the clone before compiling ("" runs none: the graph must then carry its own
-  /// mem.* plan, or it runs without an arena).
-  std::string pipeline = "decompose-attention,fuse,plan-memory";
+  /// mem.* plan, or it runs without an arena). Default: kDefaultPipeline, or $XJIT_PIPELINE.
+  std::string pipeline = defaultPipeline();
   /// false: every op runs its reference kernel (debugging; the memory plan is then unused).
   bool useTarget = true;
   /// Check each call's tensor inputs against the declared dtypes, ranks and static sizes.
@@ -90,6 +95,15 @@ private:
 /// kernel); a target that fails to compile one op only sends that op to its reference kernel.
 CompiledGraph compileGraph(const Graph &g, backend::Target &target,
                            const CompileOptions &opts = {});
+
+/// XJIT_PROFILE (docs/runtime.md): time per instruction kind of every compiled graph. The
+/// level (0 off, 1 grouped by kind, 2 per instruction) is read from the environment once;
+/// setProfileLevel overrides it for graphs compiled afterwards. profileReport is the table
+/// printed at exit (empty when nothing was timed); profileReset zeroes the counters.
+int profileLevel();
+void setProfileLevel(int level);
+std::string profileReport();
+void profileReset();
 
 /// The process-wide CPU target (created on first use, never destroyed).
 backend::Target &cpuTarget();
