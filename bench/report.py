@@ -79,6 +79,14 @@ def memory_rows(rows: list[Results]) -> list[list[str]]:
     return [[row["case"], *(cell(row, b) for b in BACKENDS)] for row in rows]
 
 
+def resident_rows(rows: list[Results]) -> list[list[str]]:
+    def cell(row: Results, b: str) -> str:
+        anon, file = get(row, b, "cold", "rss_anon_mb"), get(row, b, "cold", "rss_file_mb")
+        return "n/a" if anon is None else f"{anon:.0f} / {fmt(file, '.0f')}"
+
+    return [[row["case"], *(cell(row, b) for b in BACKENDS)] for row in rows]
+
+
 def graph_rows(rows: list[Results]) -> list[list[str]]:
     def graphs(row: Results, b: str) -> str:
         g, br = get(row, b, "cold", "graphs"), get(row, b, "cold", "graph_breaks")
@@ -162,6 +170,11 @@ def markdown(results: Results) -> str:
         "## Peak RSS (MB): steady-state calls (in parentheses: including the first call and its compile)",
         "",
         *table(["case", "eager", "inductor", "xjit"], memory_rows(rows)),
+        "",
+        "Resident after the steady calls (MB): anonymous (heap, tensors, generated code) / file-backed "
+        "(shared libraries' pages, shared with other processes and reclaimable)",
+        "",
+        *table(["case", "eager", "inductor", "xjit"], resident_rows(rows)),
         "",
         "## Graphs / graph breaks, and max abs / rel error against eager",
         "",

@@ -127,6 +127,7 @@ def main() -> None:
     parser.add_argument("--models", help="comma-separated models or cases (default: all, or the quick set)")
     parser.add_argument("--backends", default=",".join(BACKENDS), help="subset to run; eager is always run")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
+    parser.add_argument("--repeats", type=int, help="timing repeats per case (default: 5 quick, 15 full)")
     args = parser.parse_args()
     requested = set(args.backends.split(",")) | {"eager"}
     if requested - set(BACKENDS):
@@ -135,6 +136,10 @@ def main() -> None:
         s = Settings(repeats=5, sample_s=0.1, timeout_s=600, quick=True)
     else:
         s = Settings(repeats=15, sample_s=0.25, timeout_s=1800, quick=False)
+    if args.repeats is not None:
+        if args.repeats < 1:
+            sys.exit("--repeats must be at least 1")
+        s = Settings(repeats=args.repeats, sample_s=s.sample_s, timeout_s=s.timeout_s, quick=s.quick)
     cases = select_cases(args.models, args.quick)
     started = time.perf_counter()
 
@@ -149,14 +154,16 @@ def main() -> None:
 
     rows = []
     for case in cases:
+        case_started = time.perf_counter()
         try:
             row = run_case(case, backends, s)
         except Exception as exc:
             row = {"case": case, "error": error_text(exc)}
         if not xjit["available"]:
             row.setdefault("backends", {})["xjit"] = {"unavailable": xjit["reason"]}
+        row["wall_s"] = time.perf_counter() - case_started
         rows.append(row)
-        print(summary(row), flush=True)
+        print(f"{summary(row)}  ({row['wall_s']:.0f} s)", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="xjit-bench-cache-") as cache:
         micro_args = ["--backends", ",".join(backends)] + (["--quick"] if args.quick else [])

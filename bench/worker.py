@@ -84,6 +84,11 @@ def first_call(case: str, backend: str, steady_calls: int) -> dict[str, Any]:
         for _ in range(steady_calls):
             fn(*inputs)
         result["peak_rss_steady_mb"] = rss_mb("VmHWM")
+        # What the resident set is made of: anonymous memory (heap, tensors, JIT code) is the
+        # process's own; file pages (shared libraries' code and tables) are page cache, shared
+        # with every process mapping the same files and reclaimable.
+        result["rss_anon_mb"] = rss_mb("RssAnon")
+        result["rss_file_mb"] = rss_mb("RssFile")
         result["children_peak_rss_mb"] = children_peak_rss_mb()
         if backend == "inductor":
             result.update(inductor_stats())

@@ -1,10 +1,14 @@
 """Shared by the examples: run a model eagerly and through `xjit.jit`, print speedup and compile time.
 
 When xjit is not importable (or has no `jit` yet), the model runs eagerly only and says so.
+Under `python -m xjit` every frame of the script is compiled, this file's included: the
+comparison pauses that program mode (`xjit.jit.paused`), so the eager column is plain PyTorch
+and the xjit column is the model compiled by `xjit.jit`, as under plain `python`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -34,6 +38,17 @@ def _max_abs_err(out: Any, ref: Any) -> float:
 
 
 def compare(name: str, model: torch.nn.Module, *inputs: torch.Tensor, calls: int = 20) -> None:
+    try:
+        from xjit.jit import paused
+    except ImportError:
+        paused = contextlib.nullcontext
+    with paused():
+        _compare(name, model, inputs, calls)
+
+
+def _compare(
+    name: str, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], calls: int
+) -> None:
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     model.eval()
     with torch.no_grad():

@@ -119,9 +119,11 @@ class _Hook:
             config.dump_dir = os.path.abspath(self.opts.dump)
         if self.opts.explain:
             _frontend.set_recording(True)
-        _frontend.enable_program(
-            _options(self.opts.backend, self.opts.device, False, None, self.opts.check)
+        jit_module = sys.modules["xjit.jit"]  # `import xjit.jit as m` would give the function
+        jit_module._program_options = _options(
+            self.opts.backend, self.opts.device, False, None, self.opts.check
         )
+        _frontend.enable_program(jit_module._program_options)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -129,7 +131,9 @@ class _Hook:
             return
         from xjit import _frontend
 
+        jit_module = sys.modules["xjit.jit"]
         _frontend.enable_program(None)
+        jit_module._program_options = None
         if self.opts.explain:
             from xjit.explain import ExplainReport
 

@@ -9,12 +9,13 @@ guards, and run by the chosen backend; a frame that cannot be captured runs in n
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
 import sysconfig
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, overload
 
 from xjit import _frontend
@@ -178,6 +179,28 @@ def jit(
     fullgraph: bool = ...,
     dynamic: bool | None = ...,
 ) -> Callable[[F], F]: ...
+
+
+# The options `python -m xjit` turned program mode on with (None when not under the CLI), so
+# `paused()` can turn it back on.
+_program_options: Any = None
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Program mode (``python -m xjit``) off for the body, in every thread: its frames run as
+    plain Python, except calls of ``xjit.jit`` functions, which compile as always. Used to time
+    an eager baseline inside a program run under the CLI (examples/_compare.py); a no-op
+    otherwise."""
+    options = _program_options
+    if options is None:
+        yield
+        return
+    _frontend.enable_program(None)
+    try:
+        yield
+    finally:
+        _frontend.enable_program(options)
 
 
 def jit(
