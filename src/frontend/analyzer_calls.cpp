@@ -682,6 +682,10 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
   if (mod == "math") return callReal(*this, fn, args, "math." + qn);
   // Introspection of known functions (inspect.signature(self.forward).parameters ...).
   if (mod == "inspect") return callReal(*this, fn, args, "inspect." + qn);
+  // PyTorch's API usage telemetry (first statement of nn.Module.__init__ and of many torch
+  // entry points): no effect on the program, so not worth a graph break in every module
+  // constructor a script runs.
+  if (mod == "torch._C" && qn == "_log_api_usage_once") return constant(Py_None);
   if ((mod == "functools" || mod == "_functools") && qn == "reduce") {
     if (args.pos.size() < 2) fail("functools.reduce() takes 2 or 3 arguments");
     std::vector<VarPtr> items = iterate(args.pos[1]);

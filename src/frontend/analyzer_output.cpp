@@ -37,21 +37,21 @@ PyRef dataclassConstructor(PyObject *cls,
   static PyObject *make = [] {
     PyRef globals = check(PyDict_New(), "dict");
     PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
-    PyRef code = check(
-        Py_CompileString("import dataclasses\n"
-                         "def _xjit_dataclass(T, names):\n"
-                         "    init = {f.name for f in dataclasses.fields(T) if f.init}\n"
-                         "    def build(*values):\n"
-                         "        kw = dict(zip(names, values))\n"
-                         "        obj = T(**{k: v for k, v in kw.items() if k in init})\n"
-                         "        for k, v in kw.items():\n"
-                         "            if k not in init:\n"
-                         "                object.__setattr__(obj, k, v)\n"
-                         "        return obj\n"
-                         "    build.__qualname__ = T.__qualname__\n"
-                         "    return build\n",
-                         "<xjit-output>", Py_file_input),
-        "compiling the dataclass adapter");
+    PyRef code =
+        check(Py_CompileString("import dataclasses\n"
+                               "def _xjit_dataclass(T, names):\n"
+                               "    init = {f.name for f in dataclasses.fields(T) if f.init}\n"
+                               "    def build(*values):\n"
+                               "        kw = dict(zip(names, values))\n"
+                               "        obj = T(**{k: v for k, v in kw.items() if k in init})\n"
+                               "        for k, v in kw.items():\n"
+                               "            if k not in init:\n"
+                               "                object.__setattr__(obj, k, v)\n"
+                               "        return obj\n"
+                               "    build.__qualname__ = T.__qualname__\n"
+                               "    return build\n",
+                               "<xjit-output>", Py_file_input),
+              "compiling the dataclass adapter");
     check(PyEval_EvalCode(code.get(), globals.get(), globals.get()), "dataclass adapter");
     PyObject *f = PyDict_GetItemString(globals.get(), "_xjit_dataclass");
     Py_INCREF(f);
@@ -299,15 +299,24 @@ Capture Analyzer::finishAtBreak(Frame &f) {
         n.children.push_back(std::move(restore));
         args.children.push_back(std::move(n));
       } else if (auto *b = as<BoundVar>(v); b && !v->source && b->self) {
-        // A method loaded for the breaking call (x.sum().item): getattr(self, name) again.
         OutputNode n;
-        n.kind = OutputNode::NamedTuple;
-        n.object = PyRef::borrow(PyDict_GetItemString(PyEval_GetBuiltins(), "getattr"));
-        n.children.push_back(outputOf(b->self, outputs, outputIndex));
-        OutputNode name;
-        name.kind = OutputNode::Constant;
-        name.object = check(PyUnicode_FromString(b->name.c_str()), "str");
-        n.children.push_back(std::move(name));
+        n.kind = OutputNode::NamedTuple; // a call of `object` with the children as arguments
+        if (auto *fn = as<ObjectVar>(b->func)) {
+          // The function the analyzer resolved, bound again: types.MethodType(fn, self). Not
+          // getattr(self, name): for super().__init__ that would find the subclass's own
+          // __init__ (the frame itself: endless recursion).
+          n.object = PyRef::borrow(reinterpret_cast<PyObject *>(&PyMethod_Type));
+          n.children.push_back(outputOf(b->func, outputs, outputIndex));
+          n.children.push_back(outputOf(b->self, outputs, outputIndex));
+        } else {
+          // A builtin method loaded for the breaking call (x.sum().item): getattr(self, name).
+          n.object = PyRef::borrow(PyDict_GetItemString(PyEval_GetBuiltins(), "getattr"));
+          n.children.push_back(outputOf(b->self, outputs, outputIndex));
+          OutputNode name;
+          name.kind = OutputNode::Constant;
+          name.object = check(PyUnicode_FromString(b->name.c_str()), "str");
+          n.children.push_back(std::move(name));
+        }
         args.children.push_back(std::move(n));
       } else {
         args.children.push_back(outputOf(v, outputs, outputIndex));

@@ -198,7 +198,12 @@ int pushedBy(const Instr &i, bool jump) {
   case LOAD_CONST:
   case LOAD_FAST:
   case LOAD_DEREF: return 1;
-  case LOAD_GLOBAL: return (i.arg & 1) ? 2 : 1; // NULL first (handled by the caller)
+  case LOAD_GLOBAL:
+    return (i.arg & 1) ? 2 : 1; // NULL first (handled by the caller)
+  // LOAD_METHOD pushes (method, self) or (NULL, bound method), known only at run time: the
+  // break code runs it as LOAD_ATTR + PUSH_NULL + SWAP 2 (always NULL, bound method; CALL
+  // treats both alike), so the resume function's stack is known.
+  case LOAD_METHOD: return 2;
   case BEFORE_WITH: return 2;
   case UNPACK_SEQUENCE: return i.arg;
   case UNPACK_EX: return (i.arg & 0xFF) + (i.arg >> 8) + 1;
@@ -302,8 +307,10 @@ std::vector<Successor> successors(const Original &o, const State &s) {
     if (std::find(su.stack.begin(), su.stack.end(), Slot::Function) != su.stack.end())
       error("a function made in the frame outlives the breaking instruction");
     for (int k = 0; k < pushed; ++k)
-      su.stack.push_back(L.opcode == LOAD_GLOBAL && (L.arg & 1) && k == 0 ? Slot::Null
-                                                                          : Slot::Value);
+      su.stack.push_back(((L.opcode == LOAD_GLOBAL && (L.arg & 1)) || L.opcode == LOAD_METHOD) &&
+                                 k == 0
+                             ? Slot::Null
+                             : Slot::Value);
     out.push_back(std::move(su));
   }
   return out;
@@ -413,7 +420,12 @@ public:
       const Instr &i = ins[k];
       int arg = i.opcode >= HAVE_ARGUMENT ? i.arg : 0;
       if (usesLocalSlot(i.opcode)) arg = slotMap_.at(static_cast<size_t>(arg));
-      const int idx = emit(i.opcode, arg, o_.posAt(i.offset));
+      const bool methodAsAttr = static_cast<int>(k) == last && i.opcode == LOAD_METHOD;
+      const int idx = emit(methodAsAttr ? LOAD_ATTR : i.opcode, arg, o_.posAt(i.offset));
+      if (methodAsAttr) { // see pushedBy: (NULL, bound method)
+        emit(PUSH_NULL, 0, o_.posAt(i.offset));
+        emit(SWAP, 2, o_.posAt(i.offset));
+      }
       newIndex[k] = idx;
       if (i.target >= 0) jumps.emplace_back(idx, i.target);
       handlers.emplace_back(idx, static_cast<int>(k));

@@ -70,9 +70,10 @@ CodeCache &ensureCache(PyCodeObject *code) {
 void resetAllCaches() {
   for (CodeCache *c : gLive) {
     // Entries still running keep themselves alive through their shared_ptr copies.
-    bool forceRoot = c->forceRoot;
+    bool forceRoot = c->forceRoot, libraryRoot = c->libraryRoot;
     *c = CodeCache();
     c->forceRoot = forceRoot;
+    c->libraryRoot = libraryRoot;
   }
 }
 

@@ -61,17 +61,17 @@ struct CompiledEntry {
   uint64_t optionsKey = 0;  // the scope options it was compiled under
   std::vector<int> inputSlots;
   std::vector<Type> inputTypes;
-  std::unique_ptr<Graph> graph; // what runs (after the pass pipeline)
+  std::unique_ptr<Graph> graph;                           // what runs (after the pass pipeline)
   std::shared_ptr<const runtime::CompiledGraph> compiled; // backend="xjit": graph, compiled
   OutPlan result;
   std::vector<EffectPlan> effects;
   std::vector<int> entrySlots;      // sources read by outputs/effects, evaluated before the graph
   std::vector<int64_t> externalIds; // registered external functions (unregistered on destroy)
   std::map<int64_t, PyRef> externalCallables; // registered id -> PyTorch callable (eager, check)
-  bool rerunnable = true;           // the graph writes nothing the caller sees (no in-place
-                                    // ops, no external calls): the frame may run after it fails
-  bool eager = false;               // backend="eager": the graph runs op by op with PyTorch
-  int graphId = -1;                 // index of this graph in the event log
+  bool rerunnable = true; // the graph writes nothing the caller sees (no in-place
+                          // ops, no external calls): the frame may run after it fails
+  bool eager = false;     // backend="eager": the graph runs op by op with PyTorch
+  int graphId = -1;       // index of this graph in the event log
   // A capture that stops at a graph break (Capture::breakPoint): `result` builds the arguments
   // of breakCode, which runs the breaking instruction and the rest of the frame.
   PyRef breakCode;
@@ -86,7 +86,8 @@ struct CodeCache {
     Python, // always run in Python (graph break, internal error, recompile limit)
   };
   State state = Active;
-  bool forceRoot = false; // compiled even if its file is filtered (xjit.jit(fn) on it)
+  bool forceRoot = false;   // compiled even if its file is filtered (xjit.jit(fn) on it)
+  bool libraryRoot = false; // a library model's forward called from Python (eval_frame.cpp)
   std::vector<std::shared_ptr<CompiledEntry>> entries;
   int compiles = 0;
   bool dynamic = false;                    // automatic dynamic shapes after a size miss

@@ -3,8 +3,8 @@
 #include "bytecode_rewrite.h"
 #include "eager.h"
 #include "eval_frame.h"
-#include "native_backend.h"
 #include "events.h"
+#include "native_backend.h"
 #include "tensor_bridge.h"
 
 #include "xjit/ir/diagnostics.h"
@@ -461,8 +461,8 @@ void logRewrittenCode(const CompiledEntry &e, const FrameView &f, int offset) {
     if (PyCode_Check(PyTuple_GET_ITEM(consts, i)) &&
         rewrite::isResumeCode(reinterpret_cast<PyCodeObject *>(PyTuple_GET_ITEM(consts, i)))) {
       PyObject *c = PyTuple_GET_ITEM(consts, i);
-      text += "resume code " + std::string(PyUnicode_AsUTF8(reinterpret_cast<PyCodeObject *>(c)
-                                                                  ->co_qualname)) +
+      text += "resume code " +
+              std::string(PyUnicode_AsUTF8(reinterpret_cast<PyCodeObject *>(c)->co_qualname)) +
               ":\n" + rewrite::disassemble(c);
     }
   PyErr_Clear();
@@ -501,8 +501,7 @@ void hideGeneratedFrames() {
   // Per entry: the user's function of a generated piece ("" for any other frame).
   std::vector<std::string> piece;
   for (const PyRef &t : chain) {
-    PyCodeObject *code =
-        PyFrame_GetCode(reinterpret_cast<PyTracebackObject *>(t.get())->tb_frame);
+    PyCodeObject *code = PyFrame_GetCode(reinterpret_cast<PyTracebackObject *>(t.get())->tb_frame);
     const bool generated = rewrite::isBreakCode(code) || rewrite::isResumeCode(code);
     piece.push_back(generated ? rewrite::userQualname(code) + "@" +
                                     (PyUnicode_AsUTF8(code->co_filename) ?: "")
@@ -723,8 +722,8 @@ std::shared_ptr<CompiledEntry> compileCapture(const FrameView &f, Capture &cap,
   // function), but its empty graph is not reported as a graph (explain, logs, --dump).
   const bool report = !(cap.breakPoint && cap.graph && !hasWork(*cap.graph));
   std::shared_ptr<CompiledEntry> e = buildEntry(f, cap, opts);
-  double compileMs = optimize(*e, opts, report ? static_cast<int>(events().graphs.size()) : -1,
-                              loc);
+  double compileMs =
+      optimize(*e, opts, report ? static_cast<int>(events().graphs.size()) : -1, loc);
   if (report) recordGraph(*e, opts, loc, captureMs, compileMs);
   return e;
 }
@@ -744,6 +743,10 @@ bool fallBackToPython(const FrameView &f, CodeCache &cache, const ScopeOptions &
   }
   if (cache.warned && !isError) return true;
   cache.warned = true;
+  // A library model's forward the user did not ask for (eval_frame.cpp) reaching the recompile
+  // limit (e.g. one entry per instance of a layer class) is no news to them: it is logged and
+  // reported by explain, and runs as it would without xjit.
+  if (cache.libraryRoot && !isError) return true;
   return warnUser(message, codeLoc(f.code));
 }
 
@@ -790,15 +793,18 @@ PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions
   if (!entry) return evalDefault();
   if (entry->breakCode) {
     // The break code runs in Python; the resume functions it makes are compiled like the frame
-    // (also when its file is filtered and the frame was passed to xjit.jit).
+    // (also when its file is filtered and the frame was passed to xjit.jit, or is a library
+    // model's forward).
     markSkipped(reinterpret_cast<PyCodeObject *>(entry->breakCode.get()));
     PyObject *consts = reinterpret_cast<PyCodeObject *>(entry->breakCode.get())->co_consts;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); ++i)
-      if (PyCode_Check(PyTuple_GET_ITEM(consts, i)) && cache.forceRoot &&
+      if (PyCode_Check(PyTuple_GET_ITEM(consts, i)) && (cache.forceRoot || cache.libraryRoot) &&
           rewrite::isResumeCode(reinterpret_cast<PyCodeObject *>(PyTuple_GET_ITEM(consts, i)))) {
         try {
-          ensureCache(reinterpret_cast<PyCodeObject *>(PyTuple_GET_ITEM(consts, i))).forceRoot =
-              true;
+          CodeCache &resume =
+              ensureCache(reinterpret_cast<PyCodeObject *>(PyTuple_GET_ITEM(consts, i)));
+          resume.forceRoot = true;
+          resume.libraryRoot = cache.libraryRoot;
         } catch (const PyErrorSet &) {
           PyErr_Clear();
         }
@@ -928,7 +934,17 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
     ++e->hits;
     ++events().counters.cacheHits;
   }
-  if (e->action == EntryAction::RunPython) return evalDefault();
+  if (e->action == EntryAction::RunPython) {
+    if (!cache.libraryRoot) return evalDefault();
+    // A library model running in Python (autograd through its parameters): its submodules'
+    // forwards would each be captured only to run in Python for the same reason; they are
+    // not compiled while it runs (eval_frame.cpp).
+    ThreadState &ts = threadState();
+    ++ts.libraryModelsInPython;
+    PyObject *r = evalDefault();
+    --ts.libraryModelsInPython;
+    return r;
+  }
   // --check compares whole frames: a frame that breaks runs in Python (its resume functions
   // are checked as frames of their own).
   if (opts.check) return e->breakCode ? evalDefault() : runChecked(e, values, evalDefault);

@@ -38,30 +38,97 @@ bool hasPrefix(const char *s, const std::string &prefix) {
   return std::strncmp(s, prefix.c_str(), prefix.size()) == 0;
 }
 
+enum class SkipReason : uint8_t {
+  None,    // a root
+  Always,  // never a root: module/class body, generator, comprehension, code without a file
+  Library, // a file of the standard library, an installed package, torch or xjit
+};
+
 /// Frames that are never compiled as roots: module and class bodies (they run once),
 /// generators and coroutines (their frames outlive the call), comprehension frames (part of
-/// their parent), code without a source file, and code from the standard library, installed
-/// packages, torch and xjit.
-bool skipCode(PyCodeObject *code) {
+/// their parent), code without a source file, and (`Library`) code from the standard library,
+/// installed packages, torch and xjit.
+SkipReason skipReason(PyCodeObject *code) {
   const int flags = code->co_flags;
-  if (!(flags & CO_OPTIMIZED) || !(flags & CO_NEWLOCALS)) return true;
+  if (!(flags & CO_OPTIMIZED) || !(flags & CO_NEWLOCALS)) return SkipReason::Always;
   if (flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
-    return true;
+    return SkipReason::Always;
   const char *name = PyUnicode_AsUTF8(code->co_name);
   const char *file = PyUnicode_AsUTF8(code->co_filename);
   if (!name || !file) {
     PyErr_Clear();
-    return true;
+    return SkipReason::Always;
   }
   if (!std::strcmp(name, "<listcomp>") || !std::strcmp(name, "<dictcomp>") ||
       !std::strcmp(name, "<setcomp>") || !std::strcmp(name, "<genexpr>"))
-    return true;
+    return SkipReason::Always;
   // "<frozen ...>", and "<string>" code made by exec (namedtuple, dataclasses) of libraries;
   // such user code can still be compiled through xjit.jit (mark_root).
-  if (file[0] == '<') return true;
+  if (file[0] == '<') return SkipReason::Always;
   for (const std::string &p : settings().skipPrefixes)
-    if (hasPrefix(file, p)) return true;
-  return false;
+    if (hasPrefix(file, p)) return SkipReason::Library;
+  return SkipReason::None;
+}
+
+/// The frame's first argument if it is a torch.nn.Module (the `self` of a module method),
+/// else nullptr (borrowed).
+PyObject *moduleSelf(const FrameView &f) {
+  if (f.code->co_argcount < 1 || f.nlocalsplus < 1 || !f.localsplus[0]) return nullptr;
+  static PyObject *moduleType = nullptr; // torch.nn.Module (torch is imported by now)
+  if (!moduleType) {
+    PyObject *mod = PyImport_ImportModule("torch.nn.modules.module");
+    moduleType = mod ? PyObject_GetAttrString(mod, "Module") : nullptr; // kept for good
+    Py_XDECREF(mod);
+    if (!moduleType || !PyType_Check(moduleType)) {
+      Py_CLEAR(moduleType);
+      PyErr_Clear();
+      return nullptr;
+    }
+  }
+  PyObject *self = f.localsplus[0];
+  return PyObject_TypeCheck(self, reinterpret_cast<PyTypeObject *>(moduleType)) ? self : nullptr;
+}
+
+bool codeNamed(PyCodeObject *code, const char *name) {
+  const char *n = PyUnicode_AsUTF8(code->co_name);
+  if (!n) PyErr_Clear();
+  return n && std::strcmp(n, name) == 0;
+}
+
+/// A module's constructor (`__init__` of an nn.Module, user code or not) is not a root: it runs
+/// once per instance, and the analyzer does not construct modules, so a capture of it would be
+/// a chain of graph breaks (one per submodule it makes) for nothing to compile.
+bool isModuleConstructor(const FrameView &f) {
+  return codeNamed(f.code, "__init__") && moduleSelf(f);
+}
+
+/// Whether a library frame is the `forward` of a model called from Python: `self` (the first
+/// argument) is an nn.Module of an installed package or of torch.nn. Such a frame is reached
+/// from the hook only when its caller runs in Python (a captured caller inlines it): a model
+/// called at the top level of a script, or from a frame that fell back or broke at that call.
+/// Compiling it as a root is what a user of `python -m xjit` expects of `out = model(x)`.
+/// Other torch code (fx, dynamo, jit wrappers: modules outside torch.nn) and xjit's own
+/// wrapper (JitModule, which enables the hook itself) stay filtered.
+bool isLibraryModelForward(const FrameView &f) {
+  if (!codeNamed(f.code, "forward")) return false;
+  PyObject *self = moduleSelf(f);
+  if (!self) return false;
+  static PyObject *moduleName = internedStr("__module__");
+  PyRef owner =
+      PyRef::steal(PyObject_GetAttr(reinterpret_cast<PyObject *>(Py_TYPE(self)), moduleName));
+  const char *owner_name =
+      owner && PyUnicode_Check(owner.get()) ? PyUnicode_AsUTF8(owner.get()) : nullptr;
+  if (!owner_name) {
+    PyErr_Clear();
+    return false;
+  }
+  auto startsWith = [&](const char *prefix) {
+    return std::strncmp(owner_name, prefix, std::strlen(prefix)) == 0;
+  };
+  if (startsWith("xjit.") || !std::strcmp(owner_name, "xjit")) return false;
+  if ((startsWith("torch.") || !std::strcmp(owner_name, "torch")) && !startsWith("torch.nn."))
+    return false;
+  return true;
 }
 
 /// Nothing can be captured before the program imports torch (and importing it for a program
@@ -151,7 +218,11 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
   const ScopeOptions *opts = activeOptions();
   CodeCache *c = lookupCache(f.code);
   if (!c) {
-    if (skipCode(f.code)) {
+    const SkipReason skip = skipReason(f.code);
+    const bool libraryRoot = skip == SkipReason::Library && isLibraryModelForward(f);
+    if (libraryRoot && threadState().libraryModelsInPython) return evalDefault(); // not yet
+    if ((skip != SkipReason::None && !libraryRoot) ||
+        (skip == SkipReason::None && isModuleConstructor(f))) {
       markSkipped(f.code);
       return evalDefault();
     }
@@ -161,7 +232,9 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
       PyErr_Clear();
       return evalDefault();
     }
-  } else if (isSkippedMarker(c) || c->state != CodeCache::Active) {
+    c->libraryRoot = libraryRoot;
+  } else if (isSkippedMarker(c) || c->state != CodeCache::Active ||
+             (c->libraryRoot && threadState().libraryModelsInPython)) {
     return evalDefault();
   }
 

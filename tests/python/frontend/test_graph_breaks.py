@@ -727,3 +727,68 @@ def test_cli_output_and_traceback_through_a_break_match_python(tmp_path: Any) ->
     # The traceback is Python's, frame for frame (the --explain report comes before it).
     assert want.stderr.startswith("Traceback") and got.stderr.endswith(want.stderr), got.stderr
     assert "graph break in step at s.py:6: call to print(); resumed after it" in got.stderr
+
+
+class BreakingBase:
+    def step(self, x, out):
+        y = x * 2
+        print("base step", file=out)  # BREAK
+        return y + 1
+
+
+class CallsSuper(BreakingBase):
+    def step(self, x, out):
+        y = super().step(torch.relu(x), out)  # the break inside resumes at this call
+        return y - 3
+
+
+def test_break_inside_a_super_call_runs_the_base_method() -> None:
+    """The breaking call is `super().step(...)`: the break code must call the base class's
+    method, not `getattr(self, "step")` (the subclass's own method: endless recursion)."""
+    x = x34()
+    obj = CallsSuper()
+    out_e, out_c = io.StringIO(), io.StringIO()
+    want = obj.step(x, out_e)
+    got = xjit.jit(obj.step, backend="interp")(x, out_c)
+    assert_close(got, want)
+    assert out_c.getvalue() == out_e.getvalue() == "base step\n"
+    report = xjit.explain(obj.step, backend="interp")(x, io.StringIO())
+    # The base method, called from the break code in Python, is a root of its own and breaks
+    # at its print in turn.
+    assert report.graphs_per_frame == {"CallsSuper.step": 2, "BreakingBase.step": 2}, str(report)
+    assert [b.resumed for b in report.graph_breaks] == [True, True], str(report)
+
+
+class ActivationHolder:
+    """`holder.activation(y)` is a LOAD_METHOD whose attribute (a property) breaks."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+
+    @property
+    def activation(self) -> Any:
+        print("activation looked up", file=self.out)  # a graph break inside the property
+        return torch.tanh
+
+
+def break_at_load_method(x, holder):
+    y = x * 2 + 1
+    z = holder.activation(y)  # BREAK (at LOAD_METHOD)
+    return z - y
+
+
+def test_break_at_load_method_resumes_after_it() -> None:
+    x = x34()
+    out_e, out_c = io.StringIO(), io.StringIO()
+    want = break_at_load_method(x, ActivationHolder(out_e))
+    got = xjit.jit(break_at_load_method, backend="interp")(x, ActivationHolder(out_c))
+    assert_close(got, want)
+    assert out_c.getvalue() == out_e.getvalue() == "activation looked up\n"
+    report = xjit.explain(break_at_load_method, backend="interp")(
+        x, ActivationHolder(io.StringIO())
+    )
+    # Resumed right after the LOAD_METHOD (the property itself, called from the break code, is
+    # a root that breaks at its print: no tensor work, no graph).
+    first = report.graph_breaks[0]
+    assert first.function == "break_at_load_method" and first.resumed, str(report)
+    assert report.graphs_per_frame == {"break_at_load_method": 2}, str(report)

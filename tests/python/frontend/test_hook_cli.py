@@ -5,6 +5,7 @@ __main__, stdout, stderr, exit status) with its frames compiled; --explain, --du
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -121,39 +122,159 @@ def test_strict_environment_fails_on_a_graph_break(script: Path) -> None:
     assert "XjitCompileError: xjit: graph break in noisy at s.py:8: call to print" in r.stderr
 
 
-MODEL_SCRIPT = """\
+MODELS_SCRIPT = """\
+import sys
 import torch
-from transformers import BertConfig, BertModel
+from torch import nn
+from transformers import (BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM)
 
 torch.manual_seed(0)
-config = BertConfig(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    intermediate_size=64, max_position_embeddings=64)
-model = BertModel(config).eval()
-ids = torch.randint(0, 300, (2, 12))
 
 
-def encode(ids):
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(16, 32), nn.Linear(32, 32), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = torch.relu(self.bn2(self.conv2(x))) + x[:, :, ::2, ::2]
+        return self.head(x.mean(dim=(2, 3)))
+
+
+class LoopLSTM(nn.Module):
+    def __init__(self, vocab=50, hidden=16, layers=2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.cells = nn.ModuleList(nn.LSTMCell(hidden, hidden) for _ in range(layers))
+        self.out = nn.Linear(hidden, vocab)
+
+    def forward(self, tokens):
+        b, steps = tokens.shape
+        x = self.embed(tokens)
+        state = [(x.new_zeros(b, c.hidden_size), x.new_zeros(b, c.hidden_size))
+                 for c in self.cells]
+        outs = []
+        for t in range(steps):  # a Python loop over time steps and layers
+            h = x[:, t]
+            for i, cell in enumerate(self.cells):
+                state[i] = cell(h, state[i])
+                h = state[i][0]
+            outs.append(self.out(h))
+        return torch.stack(outs, dim=1)
+
+
+mlp, cnn, lstm = MLP().eval(), CNN().eval(), LoopLSTM().eval()
+with torch.no_grad():  # batch norm statistics that are not the identity
+    for bn in (cnn.bn1, cnn.bn2):
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+bert = BertModel(BertConfig(vocab_size=300, hidden_size=32, num_hidden_layers=2,
+                            num_attention_heads=4, intermediate_size=64,
+                            max_position_embeddings=64)).eval()
+gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=300, n_embd=32, n_layer=2, n_head=4,
+                                  n_positions=64, use_cache=False)).eval()
+llama = LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64,
+                                     num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, max_position_embeddings=64,
+                                     use_cache=False)).eval()
+seq = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)).eval()
+x, img, tokens = torch.randn(4, 16), torch.randn(2, 3, 8, 8), torch.randint(0, 50, (2, 6))
+ids = torch.randint(0, 300, (2, 10))
+
+
+def run_mlp(x):
     with torch.no_grad():
-        return model(ids).last_hidden_state
+        return mlp(x)
 
 
-for _ in range(2):
-    out = encode(ids)
-torch.save(out, "out.pt")
+def run_cnn(img):
+    with torch.no_grad():
+        return cnn(img)
+
+
+def run_lstm(tokens):
+    with torch.no_grad():
+        return lstm(tokens)
+
+
+def run_bert(ids):
+    with torch.no_grad():
+        return bert(ids).last_hidden_state
+
+
+def run_gpt2(ids):
+    with torch.no_grad():
+        return gpt2(ids).logits
+
+
+def run_llama(ids):
+    with torch.no_grad():
+        return llama(ids).logits
+
+
+outs = {}
+for _ in range(2):  # the second round runs the cached graphs
+    outs.update(mlp=run_mlp(x), cnn=run_cnn(img), lstm=run_lstm(tokens), bert=run_bert(ids),
+                gpt2=run_gpt2(ids), llama=run_llama(ids))
+    # Models called at the top level of the script, with no function of the user's around.
+    with torch.no_grad():
+        outs["bert_top"] = bert(ids[:, :7]).last_hidden_state
+        outs["seq_top"] = seq(x)
+    outs["seq_top_grad"] = seq(x * 2).detach()
+torch.save(outs, sys.argv[1])
 """
 
+# What each model gives under the CLI: the function around it is one graph (the models' code,
+# in site-packages or not, is inlined into it). A model called at the top level of the script
+# is compiled from its own forward: BertModel.forward and Sequential.forward (installed code)
+# are roots when called from code that runs in Python. Sequential.forward has a second entry
+# for the call with grad enabled (parameters that require grad: it runs in Python, and its
+# layers are not compiled one by one either).
+EXPECTED_GRAPHS = {
+    "run_mlp": 1,
+    "run_cnn": 1,
+    "run_lstm": 1,
+    "run_bert": 1,
+    "run_gpt2": 1,
+    "run_llama": 1,
+    "BertModel.forward": 1,
+    "Sequential.forward": 2,
+}
 
-def test_a_transformers_model_under_the_cli(tmp_path: Path) -> None:
-    """`python -m xjit` on a script that calls a Hugging Face model from a function: the
-    model's code (in site-packages) is inlined into the user's frame, one graph, no breaks, and
-    the output equals plain Python's."""
+
+def test_real_models_under_the_cli(tmp_path: Path) -> None:
+    """`python -m xjit --explain` on a script with an MLP, a CNN with batch norm, an LSTM
+    written as a Python loop, and Hugging Face BERT, GPT-2 and LLaMA from small configs, each
+    called from a function, plus BERT and an nn.Sequential called at the top level: every
+    output equals plain Python's, one graph per model, no graph breaks."""
     pytest.importorskip("transformers")
-    (tmp_path / "m.py").write_text(MODEL_SCRIPT)
-    plain_run = _run([sys.executable, "m.py"], tmp_path)
+    (tmp_path / "m.py").write_text(MODELS_SCRIPT)
+    plain_run = _run([sys.executable, "m.py", "plain.pt"], tmp_path)
     assert plain_run.returncode == 0, plain_run.stderr
-    want = torch.load(tmp_path / "out.pt")
-    via = _run([sys.executable, "-m", "xjit", "--explain", "m.py"], tmp_path)
+    via = _run([sys.executable, "-m", "xjit", "--explain", "m.py", "xjit.pt"], tmp_path)
     assert via.returncode == 0, via.stderr
-    assert "1 graph(s), 0 graph break(s)" in via.stderr, via.stderr
-    assert "graph 0: encode at m.py:" in via.stderr, via.stderr
-    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), want, rtol=1e-5, atol=1e-5)
+    report = via.stderr[via.stderr.index("xjit explain:") :]
+    graphs = re.findall(r"^  graph \d+: (\S+) at ", report, re.M)
+    assert {f: graphs.count(f) for f in set(graphs)} == EXPECTED_GRAPHS, report
+    assert f"{len(graphs)} graph(s), 0 graph break(s)" in report, report
+    assert report.count("runs in Python: an input requires grad") == 1, report
+    assert "XjitWarning" not in via.stderr, via.stderr
+    want, got = torch.load(tmp_path / "plain.pt"), torch.load(tmp_path / "xjit.pt")
+    assert sorted(got) == sorted(want)
+    for name in want:
+        torch.testing.assert_close(
+            got[name], want[name], rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}"
+        )
