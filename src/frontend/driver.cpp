@@ -935,10 +935,9 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
     ++events().counters.cacheHits;
   }
   if (e->action == EntryAction::RunPython) {
-    if (!cache.libraryRoot) return evalDefault();
-    // A library model running in Python (autograd through its parameters): its submodules'
-    // forwards would each be captured only to run in Python for the same reason; they are
-    // not compiled while it runs (eval_frame.cpp).
+    // A frame running in Python (autograd through its parameters): the forwards of library
+    // modules it calls would each be captured only to run in Python for the same reason; they
+    // are not compiled while it runs (eval_frame.cpp).
     ThreadState &ts = threadState();
     ++ts.libraryModelsInPython;
     PyObject *r = evalDefault();

@@ -16,7 +16,8 @@ struct ThreadState {
   int depth = 0;                      // active xjit.jit scopes in this thread
   const ScopeOptions *opts = nullptr; // the innermost scope's options
   bool busy = false;                  // the frontend is running Python code
-  int libraryModelsInPython = 0;      // library model forwards running in Python for autograd
+  int libraryModelsInPython = 0;      // frames running in Python for autograd (RunPython):
+                                      // library model forwards are not compiled meanwhile
 };
 ThreadState &threadState();
 
