@@ -67,8 +67,8 @@ class Config:
 
     - ``recompile_limit`` (``XJIT_RECOMPILE_LIMIT``, default 8): recompilations of one frame
       before it runs in Python for good, with one warning naming the guard that kept failing.
-    - ``log`` (``XJIT_LOG``): comma list of graph_breaks, guards, recompiles, graphs, bytecode
-      (or all), written to stderr.
+    - ``log`` (``XJIT_LOG``): comma list of graph_breaks, guards, recompiles, graphs, bytecode,
+      dynamic (shape specializations) (or all), written to stderr.
     - ``strict`` (``XJIT_STRICT=1``): every graph break or fallback raises XjitCompileError.
     - ``dump_dir`` (``--dump``): each graph's IR before and after the pass pipeline.
     """

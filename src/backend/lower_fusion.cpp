@@ -357,7 +357,7 @@ private:
       if (t.kind() == TypeKind::None)
         operands.push_back(nullptr);
       else if (t.isTensor())
-        operands.push_back(valueAt(a, broadcastIndex(idx, t.shape(), resultShape)));
+        operands.push_back(valueAt(a, broadcastRead(idx, t.shape(), resultShape)));
       else
         operands.push_back(valueAt(a, {}));
     }
@@ -879,6 +879,10 @@ private:
     for (size_t i = 1; i < op.numOperands() && i <= (rms ? 1u : 2u); ++i) {
       Value *p = op.operand(i);
       if (p->type().kind() == TypeKind::None) continue;
+      // The weight / bias span the normalized (trailing) dims of the row.
+      const Shape &ps = p->type().shape();
+      for (size_t j = 0; j < ps.size() && j < k; ++j)
+        requireSameSize(ps[ps.size() - 1 - j], fullShape_[fullShape_.size() - 1 - j]);
       Expr pv = cast(c, valueAt(p, paramIdx));
       v = binary(i == 1 ? BinaryOp::Mul : BinaryOp::Add, v, pv);
     }
@@ -941,7 +945,24 @@ private:
       return r;
     }
     // expand, expand_as, contiguous, clone, alias.
-    return broadcastIndex(idx, in, out);
+    return broadcastRead(idx, in, out);
+  }
+
+  /// broadcastIndex, recording the dims it reads as equal without the types proving it.
+  std::vector<Expr> broadcastRead(const std::vector<Expr> &idx, const Shape &operand,
+                                  const Shape &result) {
+    size_t lead = result.size() - operand.size();
+    for (size_t j = 0; j < operand.size(); ++j)
+      requireSameSize(operand[j], result[lead + j]);
+    return broadcastIndex(idx, operand, result);
+  }
+
+  /// `a` (an operand's dim) is read with the loop variable of `b`: unless a is a static 1 (read
+  /// at index 0) or the same expression, the sizes must agree at run time (LoweredKernel::
+  /// sameSize).
+  void requireSameSize(const DimExpr &a, const DimExpr &b) {
+    if (a == b || isStaticOne(a)) return;
+    if (sameSizeSeen_.insert({a, b}).second) lk_.sameSize.emplace_back(a, b);
   }
 
   std::vector<Value *> inputs_, outputs_;
@@ -951,6 +972,7 @@ private:
   std::unordered_map<const Value *, size_t> inputIndex_;
   std::set<std::string> usedNames_;
   std::set<std::pair<const Op *, std::string>> assertKeys_;
+  std::set<std::pair<DimExpr, DimExpr>> sameSizeSeen_;
   StmtList asserts_;
 
   // The version being built.

@@ -20,10 +20,12 @@ std::string bindShape(SymbolBindings &bindings, const Shape &declared,
       if (*v != actual[d]) return mismatch(d, e, actual[d]);
       continue;
     }
-    std::vector<std::string> syms = e.symbols();
-    if (syms.size() != 1 || e != DimExpr::symbol(syms[0]))
-      continue; // compound: checked once every plain symbol is bound
-    auto [it, inserted] = bindings.emplace(syms[0], actual[d]);
+    // A dim that is one atom (s0, or (s0+1)//2 of a strided conv's output) is bound itself:
+    // a kernel after a conv may see only (s0+1)//2, never s0, and must still size its outputs.
+    // One atom with coefficient 1 prints as the atom's own key (the name evaluate() looks up).
+    std::string atom = e.str();
+    if (e != DimExpr::symbol(atom)) continue; // a sum or product: checked once atoms are bound
+    auto [it, inserted] = bindings.emplace(std::move(atom), actual[d]);
     if (!inserted && it->second != actual[d])
       return mismatch(d, e, actual[d]) + " = " + std::to_string(it->second);
   }

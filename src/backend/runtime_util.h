@@ -10,11 +10,12 @@
 
 namespace xjit::backend {
 
-/// Checks static dims and binds dims that are a plain symbol (s0) to the actual sizes, or checks
-/// them against an earlier binding. Returns "" or what does not fit.
+/// Checks static dims and binds dims that are one atom (a symbol s0, or a floor division such
+/// as (s0+1)//2) to the actual sizes, or checks them against an earlier binding. Returns "" or
+/// what does not fit.
 std::string bindShape(SymbolBindings &bindings, const Shape &declared,
                       const std::vector<int64_t> &actual);
-/// After every bindShape: checks compound dims (s0*2) whose symbols are bound.
+/// After every bindShape: checks compound dims (s0*2) whose atoms are bound.
 std::string checkShape(const SymbolBindings &bindings, const Shape &declared,
                        const std::vector<int64_t> &actual);
 

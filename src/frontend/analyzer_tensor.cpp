@@ -2,6 +2,7 @@
 // attributes and methods, Python operators on tensors, indexing and indexed assignment, in-place
 // writes (expressed functionally) and PyTorch fallback calls.
 #include "analyzer.h"
+#include "events.h"
 #include "tensor_bridge.h"
 
 #include "xjit/ir/op_registry.h"
@@ -73,15 +74,21 @@ Shape Analyzer::inputShape(const std::vector<int64_t> &sizes, const Source &src,
   if (dynamic) {
     for (const SourceStep &s : src)
       if (s.kind == SourceStep::Attr || s.kind == SourceStep::Global) dynamic = false;
-    if (!opts_.dynamicSources.empty())
-      dynamic = std::find(opts_.dynamicSources.begin(), opts_.dynamicSources.end(),
-                          sourceKey(src)) != opts_.dynamicSources.end();
   }
+  // Automatic dynamic shapes lists what changed: a whole source, or single dims of it (like
+  // torch.compile, a dim that kept its size stays static).
+  const std::vector<std::string> &listed = opts_.dynamicSources;
+  auto isListed = [&](const std::string &key) {
+    return std::find(listed.begin(), listed.end(), key) != listed.end();
+  };
+  std::string key = dynamic && !listed.empty() ? sourceKey(src) : std::string();
+  bool wholeSource = listed.empty() || isListed(key);
   Shape shape;
   symbols.assign(sizes.size(), "");
   for (size_t i = 0; i < sizes.size(); ++i) {
     int64_t n = sizes[i];
-    if (!dynamic || n < 2 || specialized_.count(std::to_string(n))) {
+    bool dimDynamic = dynamic && (wholeSource || isListed(dynamicDimKey(key, i)));
+    if (!dimDynamic || n < 2 || specialized_.count(std::to_string(n))) {
       shape.emplace_back(n);
       continue;
     }
@@ -103,6 +110,9 @@ void Analyzer::specialize(const DimExpr &e) const {
   auto it = symbolHints_.find(syms[0]);
   if (it == symbolHints_.end())
     throw BreakError("internal: unknown symbol " + syms[0], currentLoc(), true);
+  if (settings().log & kLogDynamic)
+    logLine("specializing " + syms[0] + " = " + std::to_string(it->second) + " (from " + e.str() +
+            ") at " + shortLoc(currentLoc()) + "; the capture restarts with that size static");
   throw SpecializeError(std::to_string(it->second));
 }
 

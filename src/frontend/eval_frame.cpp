@@ -279,7 +279,7 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
     if (settings().log & kLogRecompiles)
       logLine("recompiling " + shortLoc(loc) + ": guard failed: " + why.detail);
     if (opts->dynamic == -1 && why.size) {
-      // Automatic dynamic shapes: every input whose sizes changed since the latest entry.
+      // Automatic dynamic shapes: every input dim whose size changed since the latest entry.
       c->dynamic = true;
       std::vector<std::string> changed;
       {
@@ -288,7 +288,7 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
         SourceValues now(last.sources, f);
         changed = last.guards->sizeMismatches(now);
       }
-      changed.push_back(why.source);
+      if (changed.empty()) changed.push_back(why.source); // no dim found: the whole input
       for (const std::string &s : changed)
         if (std::find(c->dynamicSources.begin(), c->dynamicSources.end(), s) ==
             c->dynamicSources.end())

@@ -20,6 +20,7 @@ enum LogFlag : unsigned {
   kLogRecompiles = 1u << 2,
   kLogGraphs = 1u << 3,
   kLogBytecode = 1u << 4,
+  kLogDynamic = 1u << 5, // shape specializations: which symbolic size became static, and where
 };
 /// "graph_breaks,guards" -> flags; unknown names throw std::invalid_argument.
 unsigned parseLogFlags(const std::string &text);

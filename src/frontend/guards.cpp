@@ -92,10 +92,8 @@ std::vector<std::string> GuardSet::sizeMismatches(SourceValues &values) const {
     const dlpack::DLTensor *t = values.tensor(g.slot);
     if (!t || t->ndim != static_cast<int32_t>(g.sizes.size())) continue;
     for (size_t d = 0; d < g.sizes.size(); ++d)
-      if (g.symbols[d] < 0 && g.sizes[d] >= 0 && g.sizes[d] != t->shape[d]) {
-        out.push_back(sourceText_[i]);
-        break;
-      }
+      if (g.symbols[d] < 0 && g.sizes[d] >= 0 && g.sizes[d] != t->shape[d])
+        out.push_back(dynamicDimKey(sourceText_[i], d));
   }
   PyErr_Clear();
   return out;

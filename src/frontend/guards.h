@@ -29,8 +29,8 @@ public:
   /// Never leaves a Python error set.
   bool check(SourceValues &values, GuardFailure *why) const;
   size_t size() const { return guards_.size(); }
-  /// Sources of the tensor guards whose static sizes differ from `values` (rank and dtype
-  /// matching): what automatic dynamic shapes makes symbolic after a size miss.
+  /// The dims of tensor guards whose static sizes differ from `values` (rank matching), as
+  /// dynamicDimKey()s: what automatic dynamic shapes makes symbolic after a size miss.
   std::vector<std::string> sizeMismatches(SourceValues &values) const;
   /// Human-readable form of each guard.
   std::vector<std::string> descriptions() const;

@@ -19,6 +19,7 @@
 
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace xjit::backend {
@@ -32,6 +33,12 @@ struct LoweredKernel {
   std::vector<int64_t> inputBuffer;  // per region input: its buffer parameter, or -1
   std::vector<int64_t> inputScalar;  // per region input: its scalar parameter, or -1
   std::vector<int64_t> outputBuffer; // per region output: its buffer parameter
+  /// Pairs of dims the kernel reads as one size although the types do not prove it: a
+  /// broadcast of two symbolic dims (s1 against s2, or s1 against 4) that shape inference
+  /// assumed equal. Neither is a static 1, so the kernel indexes both with the same loop
+  /// variable; if one were 1 at run time it would read out of bounds. The launcher checks
+  /// every pair against the actual sizes before running.
+  std::vector<std::pair<DimExpr, DimExpr>> sameSize;
 };
 
 struct LowerOptions {

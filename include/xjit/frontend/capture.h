@@ -189,10 +189,17 @@ struct FrameView {
   int nlocalsplus;
 };
 
+/// "L['x'] size(1)": one dim of an input in AnalyzeOptions::dynamicSources.
+inline std::string dynamicDimKey(const std::string &source, size_t dim) {
+  return source + " size(" + std::to_string(dim) + ")";
+}
+
 struct AnalyzeOptions {
   int inlineDepth = 16; // recursion limit for inlining user functions
   bool dynamicShapes = false; // mark input dims symbolic (after a recompile on a shape change)
-  std::vector<std::string> dynamicSources; // sources whose dims should be symbolic
+  /// When not empty, only these get symbolic dims: a source (every dim of it) or one dim of a
+  /// source (dynamicDimKey), as automatic dynamic shapes records what changed.
+  std::vector<std::string> dynamicSources;
   bool resumeAfterBreaks = true; // capture up to a graph break and resume after it (false: a
                                  // break makes the whole frame run in Python)
 };
