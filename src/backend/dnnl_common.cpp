@@ -212,7 +212,7 @@ void broadcastView(const Tensor &t, const Dims &resultSizes, Dims &sizes, Dims &
 
 BoundPostOps::BoundPostOps(const std::vector<PostOp> &ops, std::span<const RtValue> in,
                            const Dims &resultSizes, const DimMap &map, bool dense,
-                           dnnl::post_ops &po)
+                           dnnl::post_ops &po, const memory::desc *dstLayout)
     : map_(map) {
   Dims dstSizes = resultSizes, dstStrides = contiguousStrides(resultSizes);
   if (!map.apply(dstSizes, dstStrides)) throw KernelError("result dims cannot be mapped");
@@ -238,9 +238,17 @@ BoundPostOps::BoundPostOps(const std::vector<PostOp> &ops, std::span<const RtVal
         sizes.assign(dstSizes.size(), 1);
         b.md = stridedDesc(sizes, Dims(sizes.size(), 1), *dt);
       } else if (!b.materialize && map.apply(sizes, strides)) {
+        bool full = dstLayout && sizes == dstSizes && *dt == dstLayout->data_type();
         for (size_t d = 0; d < sizes.size(); ++d)
-          if (strides[d] == 0) sizes[d] = 1; // oneDNN broadcasts along size-1 dims
+          if (strides[d] == 0) {
+            sizes[d] = 1; // oneDNN broadcasts along size-1 dims
+            full = full && dstSizes[d] == 1;
+          }
         b.md = stridedDesc(sizes, strides, *dt);
+        if (dstLayout && full && b.md != *dstLayout) {
+          b.toDstLayout = std::make_shared<const Densify>(b.md, *dstLayout);
+          b.md = *dstLayout;
+        }
       } else {
         b.materialize = true;
       }
@@ -284,6 +292,7 @@ void BoundPostOps::bind(std::span<const RtValue> in, std::unordered_map<int, mem
       t = materialized(b, in);
     } else {
       t = b.src.get(in).tensor();
+      if (b.toDstLayout) t = (*b.toDstLayout)(t, t.dtype());
     }
     keep.push_back(t);
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(b.index) | DNNL_ARG_SRC_1] = wrap(b.md, t);

@@ -79,14 +79,21 @@ struct PostOp {
 };
 
 /// The binary post-op operands of one plan: descriptors fixed per plan, data bound per call.
+class Densify;
+
 class BoundPostOps {
 public:
   /// Appends `ops` to `po`. Binary operands are mapped to the dst's oneDNN dims with `map`
   /// (`resultSizes` is the IR result shape); `dense` forces every binary operand to be
   /// materialized as a dense tensor of the full result shape (for primitives that reject
-  /// broadcast or strided operands).
+  /// broadcast or strided operands). `dstLayout`, when given, is the primitive's blocked dst
+  /// layout: full-shape operands (residuals) are then reordered into it per call, since
+  /// oneDNN's jit kernels only take an unbroadcast binary operand in the dst's own layout
+  /// (a plain NCHW residual against an nChw16c dst sends the conv to the im2col gemm, ~10x
+  /// slower).
   BoundPostOps(const std::vector<PostOp> &ops, std::span<const RtValue> in, const Dims &resultSizes,
-               const DimMap &map, bool dense, dnnl::post_ops &po);
+               const DimMap &map, bool dense, dnnl::post_ops &po,
+               const memory::desc *dstLayout = nullptr);
   /// Adds the operands' memories for this call to `args`; `keep` holds temporaries alive.
   void bind(std::span<const RtValue> in, std::unordered_map<int, memory> &args,
             std::vector<Tensor> &keep) const;
@@ -98,6 +105,7 @@ private:
     memory::desc md;
     bool materialize; // scalar, dtype conversion, or `dense`: a fresh dense tensor per call
     Dims resultSizes;
+    std::shared_ptr<const Densify> toDstLayout; // a full-shape operand, into `dstLayout`
   };
   std::vector<Binary> binaries_;
   DimMap map_;

@@ -201,7 +201,8 @@ public:
                                                    : plainSrc;
       memory::desc dstWant = plain ? dstUser : attempts[ai] == Any ? anyOf(ds) : blocked16(ds);
       dnnl::post_ops po;
-      plan->post = std::make_unique<BoundPostOps>(s_.post, in, result, map, plain, po);
+      plan->post = std::make_unique<BoundPostOps>(s_.post, in, result, map, plain, po,
+                                                  attempts[ai] == Blocked16 ? &dstWant : nullptr);
       dnnl::primitive_attr attr = userScratchpad();
       attr.set_post_ops(po);
       try {

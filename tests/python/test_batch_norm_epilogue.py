@@ -34,7 +34,7 @@ def _eager(x, w, gamma, beta, mean, var):  # type: ignore[no-untyped-def]
     return torch.relu(F.batch_norm(c, mean, var, gamma, beta, training=False, eps=1e-3) + x)
 
 
-@pytest.mark.parametrize("pipeline", ["decompose-batch-norm,fuse,plan-memory"])
+@pytest.mark.parametrize("pipeline", [None, "decompose-batch-norm,fuse,plan-memory"])
 def test_batch_norm_becomes_conv_post_ops(pipeline: str | None) -> None:
     kwargs = {} if pipeline is None else {"pipeline": pipeline}
     cg = ir.compile(ir.parse(GRAPH), **kwargs)
@@ -55,3 +55,32 @@ def test_parameters_read_per_call() -> None:
     ins[5] = ins[5] * 4.0  # another running_var
     (got,) = cg.run(ins, framework="torch")
     torch.testing.assert_close(torch.as_tensor(got), _eager(*ins), rtol=1e-5, atol=1e-5)
+
+
+RESIDUAL = """
+graph @down(%x: f32[1,16,12,12], %w: f32[32,16,3,3], %wd: f32[32,16,1,1], %g: f32[32], %b: f32[32],
+            %m: f32[32], %v: f32[32]) -> (f32[1,32,6,6]) {
+  %c = conv2d(%x, %w) {padding = [1, 1], stride = [2, 2]} : f32[1,32,6,6]
+  %n = batch_norm(%c, %g, %b, %m, %v) : f32[1,32,6,6]
+  %d = conv2d(%x, %wd) {stride = [2, 2]} : f32[1,32,6,6]
+  %r = add(%n, %d) : f32[1,32,6,6]
+  %y = relu(%r) : f32[1,32,6,6]
+  return(%y)
+}"""
+
+
+def test_residual_in_blocked_layout() -> None:
+    """A full-shape residual post-op of a channels-first conv run in oneDNN's 16-channel
+    blocked layout is reordered into that layout per call (docs/backend.md)."""
+    cg = ir.compile(ir.parse(RESIDUAL), pipeline="decompose-batch-norm,fuse,plan-memory")
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 16, 12, 12, generator=g)
+    w, wd = torch.randn(32, 16, 3, 3, generator=g) * 0.1, torch.randn(32, 16, 1, 1, generator=g)
+    gamma, beta = torch.randn(32, generator=g), torch.randn(32, generator=g)
+    mean, var = torch.randn(32, generator=g), torch.rand(32, generator=g) + 0.5
+    (got,) = cg.run([x, w, wd, gamma, beta, mean, var], framework="torch")
+    c = F.batch_norm(F.conv2d(x, w, padding=1, stride=2), mean, var, gamma, beta, training=False)
+    want = torch.relu(c + F.conv2d(x, wd, stride=2))
+    torch.testing.assert_close(torch.as_tensor(got), want, rtol=1e-5, atol=1e-5)
+    # scale, shift and the residual are the conv's post-ops (the relu is applied after it)
+    assert "3 post-ops" in "".join(text for _, text in cg.dump_files())

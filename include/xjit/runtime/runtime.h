@@ -27,7 +27,8 @@
 namespace xjit::runtime {
 
 /// The code-generation passes compileGraph runs by default (docs/runtime.md).
-inline constexpr const char *kDefaultPipeline = "decompose-attention,fuse,plan-memory";
+inline constexpr const char *kDefaultPipeline =
+    "decompose-attention,decompose-batch-norm,fuse,plan-memory";
 /// kDefaultPipeline, or XJIT_PIPELINE when set (read once; for experiments and debugging).
 const std::string &defaultPipeline();
 
