@@ -116,6 +116,9 @@ const std::vector<PassInfo> &passTable() {
       {.name = "plan-memory",
        .summary = "assigns static-size intermediates arena offsets (liveness, best-fit reuse, "
                   "in-place elementwise updates) as mem.* annotations",
+       .options = {{"in-place", "true",
+                    "let an elementwise result reuse the buffer of an operand that dies there "
+                    "(mem.inplace)"}},
        .statistics = {"peak-bytes", "naive-bytes", "values-planned", "in-place", "output-values",
                       "dynamic-values"},
        .run = runPlanMemory},

@@ -73,7 +73,10 @@ public:
     alias(g_.body(), /*decideCopies=*/true);
     classify();
     lifetimes();
-    inPlace();
+    // Off for the runtime: its kernels never write a result over an operand (generated ones
+    // mark buffers noalias), so a shared buffer would only have to be split again, at the cost
+    // of an arena slice that no other value could reuse.
+    if (ctx_.boolOption("in-place")) inPlace();
     assignOffsets();
     return annotate();
   }

@@ -27,8 +27,10 @@
 namespace xjit::runtime {
 
 /// The code-generation passes compileGraph runs by default (docs/runtime.md).
+/// plan-memory plans no in-place updates: the runtime would give each its own arena slice
+/// (kernels do not write over their operands), which no other value can reuse.
 inline constexpr const char *kDefaultPipeline =
-    "decompose-attention,decompose-batch-norm,fuse,plan-memory";
+    "decompose-attention,decompose-batch-norm,fuse,plan-memory{in-place=false}";
 /// kDefaultPipeline, or XJIT_PIPELINE when set (read once; for experiments and debugging).
 const std::string &defaultPipeline();
 
