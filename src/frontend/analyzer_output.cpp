@@ -207,22 +207,26 @@ Capture Analyzer::finishAtBreak(Frame &f) {
   // Functions the frame made that are on the stack (a comprehension about to be called): the
   // break code makes them again over its cells, with their defaults as arguments.
   std::vector<const FunctionVar *> made;
+  auto describe = [&](const FunctionVar *fn) {
+    rewrite::MadeFunction m;
+    m.code = fn->code;
+    for (const VarPtr &c : fn->closure) {
+      int slot = -1;
+      for (int i = 0; i < co->co_nlocalsplus; ++i)
+        if (f.locals[static_cast<size_t>(i)].get() == c.get()) slot = i;
+      if (slot < 0) fail("a function made in the frame closes over cells of another frame");
+      m.closure.push_back(slot);
+    }
+    m.defaults = fn->defaults != nullptr;
+    m.kwdefaults = fn->kwdefaults != nullptr;
+    return m;
+  };
   for (size_t k = 0; k < f.stack.size(); ++k) {
     const VarPtr &v = f.stack[k];
     auto *fn = as<FunctionVar>(v);
     if (fn && !v->source) {
-      rewrite::MadeFunction m;
+      rewrite::MadeFunction m = describe(fn);
       m.stackSlot = k;
-      m.code = fn->code;
-      for (const VarPtr &c : fn->closure) {
-        int slot = -1;
-        for (int i = 0; i < co->co_nlocalsplus; ++i)
-          if (f.locals[static_cast<size_t>(i)].get() == c.get()) slot = i;
-        if (slot < 0) fail("a function made in the frame closes over cells of another frame");
-        m.closure.push_back(slot);
-      }
-      m.defaults = fn->defaults != nullptr;
-      m.kwdefaults = fn->kwdefaults != nullptr;
       state.functions.push_back(std::move(m));
       made.push_back(fn);
     }
@@ -235,6 +239,16 @@ Capture Analyzer::finishAtBreak(Frame &f) {
     const VarPtr &v = f.locals[static_cast<size_t>(i)];
     auto *cell = as<CellVar>(v);
     state.bound.push_back(cell ? cell->contents != nullptr : v != nullptr);
+  }
+  // Functions the frame made that live locals hold (a closure defined before the break, called
+  // after it): made again by the break and resume code, with their defaults as arguments.
+  std::vector<const FunctionVar *> localMade;
+  for (int slot : rewrite::argumentLocals(co, state)) {
+    const VarPtr &v = f.locals[static_cast<size_t>(slot)];
+    if (auto *fn = as<FunctionVar>(v); fn && !v->source) {
+      state.localFunctions.push_back({slot, describe(fn)});
+      localMade.push_back(fn);
+    }
   }
   const std::vector<int> live = rewrite::argumentLocals(co, state);
   const std::vector<int> cells = rewrite::cellArguments(co, state);
@@ -280,6 +294,10 @@ Capture Analyzer::finishAtBreak(Frame &f) {
     if (auto *cell = as<CellVar>(f.locals[static_cast<size_t>(slot)])) visit(cell->contents);
   for (const PendingEffect &e : effects_)
     visit(e.value);
+  for (const FunctionVar *fn : localMade) {
+    visit(fn->defaults);
+    visit(fn->kwdefaults);
+  }
   auto arguments = [&](std::vector<Value *> &outputs, std::map<Value *, int64_t> &outputIndex) {
     OutputNode args;
     args.kind = OutputNode::Tuple;
@@ -330,6 +348,10 @@ Capture Analyzer::finishAtBreak(Frame &f) {
       args.children.push_back(outputOf(cell->contents, outputs, outputIndex));
     }
     for (const FunctionVar *fn : made) {
+      if (fn->defaults) args.children.push_back(outputOf(fn->defaults, outputs, outputIndex));
+      if (fn->kwdefaults) args.children.push_back(outputOf(fn->kwdefaults, outputs, outputIndex));
+    }
+    for (const FunctionVar *fn : localMade) {
       if (fn->defaults) args.children.push_back(outputOf(fn->defaults, outputs, outputIndex));
       if (fn->kwdefaults) args.children.push_back(outputOf(fn->kwdefaults, outputs, outputIndex));
     }

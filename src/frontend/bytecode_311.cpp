@@ -392,6 +392,10 @@ public:
         emit(MAKE_CELL, slotMap_.at(size_t(c)), at);
     if (nfreeNew_) emit(COPY_FREE_VARS, nfreeNew_, at);
     emit(RESUME, 0, at);
+    for (size_t k = 0; k < s_.localFunctions.size(); ++k) {
+      makeFunction(s_.localFunctions[k].fn, localFunctionArgs_.at(k), at);
+      emit(STORE_FAST, slotMap_.at(size_t(s_.localFunctions[k].slot)), at);
+    }
     int argi = 0;
     size_t fn = 0;
     for (size_t k = 0; k < s_.stack.size(); ++k) {
@@ -454,8 +458,14 @@ public:
     std::vector<std::vector<bool>> live = liveness(o);
     const auto &l = live.at(size_t(o.indexOf(s.offset)));
     std::vector<int> out;
+    auto madeAgain = [&](int v) {
+      for (const LocalFunction &f : s.localFunctions)
+        if (f.slot == v) return true;
+      return false;
+    };
     for (int v : o.plain)
-      if (l[size_t(v)] && size_t(v) < s.bound.size() && s.bound[size_t(v)]) out.push_back(v);
+      if (l[size_t(v)] && size_t(v) < s.bound.size() && s.bound[size_t(v)] && !madeAgain(v))
+        out.push_back(v);
     return out;
   }
 
@@ -529,6 +539,19 @@ private:
       }
       functionArgs_.push_back(a);
     }
+    // Defaults of the functions locals hold (LocalFunction), in order.
+    for (size_t k = 0; k < s_.localFunctions.size(); ++k) {
+      std::pair<int, int> a{-1, -1};
+      if (s_.localFunctions[k].fn.defaults) {
+        a.first = next++;
+        add(own(PyUnicode_FromFormat("___ldefaults%zu", k), "str").get());
+      }
+      if (s_.localFunctions[k].fn.kwdefaults) {
+        a.second = next++;
+        add(own(PyUnicode_FromFormat("___lkwdefaults%zu", k), "str").get());
+      }
+      localFunctionArgs_.push_back(a);
+    }
     nargs_ = next;
     for (int v : o_.plain)
       if (slotMap_[size_t(v)] < 0) {
@@ -596,7 +619,7 @@ private:
   /// After the breaking group: the stack goes to scratch slots, then
   /// `return resume_fn(*non-NULL stack values, *live locals)`.
   void tail(const Successor &su, Pos p) {
-    State next{su.offset, su.stack, s_.bound};
+    State next{su.offset, su.stack, s_.bound, {}, s_.localFunctions};
     PyRef code = makeResumeCode(o_.co, next);
     const int d = static_cast<int>(su.stack.size());
     for (int k = d - 1; k >= 0; --k)
@@ -632,6 +655,12 @@ private:
       emit(LOAD_FAST, slotMap_.at(size_t(v)), p);
       ++n;
     }
+    for (const std::pair<int, int> &a : localFunctionArgs_)
+      for (int slot : {a.first, a.second})
+        if (slot >= 0) {
+          emit(LOAD_FAST, slot, p);
+          ++n;
+        }
     emit(PRECALL, n, p);
     emit(CALL, n, p);
     emit(RETURN_VALUE, 0, p);
@@ -745,6 +774,7 @@ private:
   bool breakCode_;
   std::vector<int> args_, cellArgs_;
   std::vector<std::pair<int, int>> functionArgs_; // per MadeFunction: defaults/kwdefaults slots
+  std::vector<std::pair<int, int>> localFunctionArgs_; // per LocalFunction: the same
   std::vector<int> slotMap_;
   PyRef names_, consts_, cellNames_, freeNames_;
   int nargs_ = 0, nvars_ = 0, scratch_ = 0, tailStack_ = 0, nfreeNew_ = 0;

@@ -52,6 +52,15 @@ struct MadeFunction {
   bool kwdefaults = false;  // takes a keyword-defaults dict argument (after that)
 };
 
+/// A function the frame made that a local variable holds at the break (a closure defined
+/// before the break and called after it): made again in the prologue of the break code and of
+/// the resume codes (MAKE_FUNCTION over their cells, defaults as arguments), not passed as an
+/// argument (a new object per call, it would be guarded by identity and recompile every call).
+struct LocalFunction {
+  int slot = -1; // original localsplus slot
+  MadeFunction fn;
+};
+
 /// The frame state at a resume point.
 struct State {
   int offset = 0;          // instruction (byte offset in the original code) to continue at
@@ -59,7 +68,8 @@ struct State {
   /// Per original localsplus slot: a local bound at the break (of those, the ones live at
   /// `offset` become arguments), or a cell variable whose cell is not empty.
   std::vector<bool> bound;
-  std::vector<MadeFunction> functions; // for the Function slots, in stack order
+  std::vector<MadeFunction> functions;       // for the Function slots, in stack order
+  std::vector<LocalFunction> localFunctions; // their slots are not arguments
 };
 
 /// The first instruction of the group that `offset` belongs to: a CALL's PRECALL and KW_NAMES
@@ -70,8 +80,10 @@ int groupStart(PyCodeObject *code, int offset);
 /// writer knows, resume functions not nested too deep). On false, `why` says why.
 bool canBreakAt(PyCodeObject *code, int offset, std::string *why);
 
-/// Local slots that are arguments of the resume code for `s` (live at s.offset and bound), in
-/// order. Throws std::runtime_error.
+/// Local slots that are arguments of the resume code for `s` (live at s.offset and bound, not
+/// holding one of s.localFunctions), in order; after them (and, for the break code, the cells'
+/// contents and the defaults of s.functions) come the defaults of s.localFunctions. Throws
+/// std::runtime_error.
 std::vector<int> argumentLocals(PyCodeObject *code, const State &s);
 
 /// Cell variables (original localsplus indices) whose contents the break code for `s` takes as

@@ -792,3 +792,37 @@ def test_break_at_load_method_resumes_after_it() -> None:
     first = report.graph_breaks[0]
     assert first.function == "break_at_load_method" and first.resumed, str(report)
     assert report.graphs_per_frame == {"break_at_load_method": 2}, str(report)
+
+
+def closure_across_break(x, out):
+    scale = 3.0
+
+    def shifted(t, bias=1.0):  # made before the break, called after it
+        return t * scale + bias
+
+    y = shifted(x)
+    print("between", file=out)  # BREAK
+    return shifted(y, bias=-2.0) + shifted(x)
+
+
+def test_function_made_before_the_break_is_made_again_after_it() -> None:
+    """A closure defined before the break and called after it: the resume function makes it
+    again (MAKE_FUNCTION over the frame's cells) instead of receiving it as an argument (a new
+    object per call, guarded by identity: a recompile every call)."""
+    x = x34()
+    compiled = xjit.jit(closure_across_break, backend="interp")
+    for k in range(3):  # later calls hit the cached entries: no recompiles
+        out_e, out_c = io.StringIO(), io.StringIO()
+        want = closure_across_break(x + k, out_e)
+        got = compiled(x + k, out_c)
+        assert_close(got, want)
+        assert out_c.getvalue() == out_e.getvalue() == "between\n"
+    report = xjit.explain(closure_across_break, backend="interp")(x, io.StringIO())
+    assert [b.resumed for b in report.graph_breaks] == [True], str(report)
+    assert report.graphs_per_frame == {"closure_across_break": 2}, str(report)
+    fe.reset()
+    for k in range(3):
+        compiled(x + k, io.StringIO())
+    assert fe.events()["recompiles"] == [], fe.events()["recompiles"]
+    state = fe.code_state(closure_across_break.__code__)
+    assert (state["entries"], state["hits"]) == (1, 2), state

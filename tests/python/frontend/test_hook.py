@@ -291,25 +291,22 @@ def test_graph_break_resumes_and_is_reported(capsys: Any) -> None:
     assert [g["function"] for g in ev["graphs"]] == [f"breaks.<resume at line {line}>"]
 
 
-def closure_breaks(x):
-    scale = 2
-
-    def inner(y):
-        return y * scale
-
+def iterator_breaks(x):
+    items = iter([x, x * 2])
+    first = next(items)
     print("side effect", end="")
-    return inner(x) + 1
+    return first + next(items) + 1
 
 
 def test_graph_break_that_cannot_resume_runs_the_frame_in_python(capsys: Any) -> None:
     x = torch.ones(2)
-    assert torch.equal(xjit.jit(closure_breaks)(x), x * 2 + 1)
+    assert torch.equal(xjit.jit(iterator_breaks)(x), x * 3 + 1)
     assert capsys.readouterr().out == "side effect"
     ev = fe.events()
     assert len(ev["breaks"]) == 1 and not ev["breaks"][0]["resumed"]
-    # `inner` (a closure made before the break, called after it) cannot be rebuilt.
+    # `items` (an iterator held in a variable, half consumed at the break) cannot be rebuilt.
     assert "cannot resume after it" in ev["breaks"][0]["reason"]
-    assert fe.code_state(closure_breaks.__code__)["state"] == "python"
+    assert fe.code_state(iterator_breaks.__code__)["state"] == "python"
 
 
 def test_fullgraph_raises_with_location() -> None:
