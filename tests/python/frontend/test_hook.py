@@ -419,3 +419,29 @@ def test_log_categories(capsys: Any) -> None:
     assert "[xjit] recompiling " in err and "L['x'].dtype == torch.f32" in err
     with pytest.raises(ValueError, match="unknown category"):
         config.log = "nope"
+
+
+# ---- library model forwards called from Python --------------------------------------------------
+
+
+def test_library_forwards_called_from_python_are_roots_quiet_at_the_limit() -> None:
+    """nn.Linear.forward (torch.nn: a filtered file) called from code that runs in Python (a
+    generator expression: never a root) is compiled as a root, one entry per instance (self is
+    guarded by identity); past the recompile limit it runs in Python without a warning."""
+    from xjit.jit import _options
+
+    config.recompile_limit = 2
+    layers = [torch.nn.Linear(4, 4) for _ in range(5)]
+    x = torch.randn(2, 4)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opts = _options("interp", "cpu", False, None)
+        got = fe.call(opts, list, ((layer(x) for layer in layers),), {})
+        got += fe.call(opts, list, ((layer(x) for layer in layers),), {})  # cached / Python
+        want = [layer(x) for layer in layers] * 2
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    assert not [w for w in caught if issubclass(w.category, xjit.XjitWarning)]
+    ev = fe.events()
+    assert [g["function"] for g in ev["graphs"]] == ["Linear.forward"] * 3, ev["graphs"]
+    assert fe.code_state(torch.nn.Linear.forward.__code__)["state"] == "python"
