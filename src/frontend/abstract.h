@@ -18,23 +18,24 @@
 namespace xjit::frontend {
 
 enum class VarKind : uint8_t {
-  Null,     // the NULL that CPython pushes below a callable (PUSH_NULL, LOAD_GLOBAL bit 0)
-  Object,   // a Python object known at capture time
-  Tensor,   // a torch.Tensor computed by (or fed into) the graph
-  SymInt,   // a Python int derived from a symbolic tensor size
-  Tuple,    // a tuple (or torch.Size / a structseq) of abstract values
-  List,     // a list of abstract values (mutable)
-  Dict,     // a dict with constant keys (mutable)
-  Slice,    // slice(start, stop, step) of abstract values
-  Module,   // a torch.nn.Module instance
-  Function, // a function made by MAKE_FUNCTION during the analysis (closure of abstract cells)
-  Bound,    // a bound method: `self` plus a function, or a builtin method name of `self`
-  Cell,     // a closure cell
-  Iterator, // an iterator over a known sequence of abstract values (unrolled loops)
-  GradMode, // torch.no_grad() / enable_grad() / set_grad_enabled(b) context manager
-  GradExit, // the __exit__ of such a context manager: restores the previous grad mode
-  Super,    // super() bound to a class and an instance
+  Null,      // the NULL that CPython pushes below a callable (PUSH_NULL, LOAD_GLOBAL bit 0)
+  Object,    // a Python object known at capture time
+  Tensor,    // a torch.Tensor computed by (or fed into) the graph
+  SymInt,    // a Python int derived from a symbolic tensor size
+  Tuple,     // a tuple (or torch.Size / a structseq) of abstract values
+  List,      // a list of abstract values (mutable)
+  Dict,      // a dict with constant keys (mutable)
+  Slice,     // slice(start, stop, step) of abstract values
+  Module,    // a torch.nn.Module instance
+  Function,  // a function made by MAKE_FUNCTION during the analysis (closure of abstract cells)
+  Bound,     // a bound method: `self` plus a function, or a builtin method name of `self`
+  Cell,      // a closure cell
+  Iterator,  // an iterator over a known sequence of abstract values (unrolled loops)
+  GradMode,  // torch.no_grad() / enable_grad() / set_grad_enabled(b) context manager
+  GradExit,  // the __exit__ of such a context manager: restores the previous grad mode
+  Super,     // super() bound to a class and an instance
   Dataclass, // an instance of a @dataclass built during the analysis (e.g. a ModelOutput)
+  Instance,  // an instance of a plain Python class built during the analysis (e.g. a KV cache)
 };
 
 struct Var {
@@ -179,6 +180,23 @@ struct DataclassVar : Var {
   bool mapping = false;
   VarPtr *find(const std::string &name) {
     for (auto &[k, v] : fields)
+      if (k == name) return &v;
+    return nullptr;
+  }
+};
+
+/// An instance of a plain Python class constructed inside the captured code: `cls.__init__` was
+/// inlined on it and its instance dictionary is abstract. When it escapes (returned, stored where
+/// the caller can see it) it is rebuilt after the graph runs: `object.__new__(cls)`, then its
+/// attributes set from the graph outputs and constants (analyzer_instance.cpp).
+struct InstanceVar : Var {
+  static constexpr VarKind Kind = VarKind::Instance;
+  explicit InstanceVar(PyRef c) : Var(VarKind::Instance), cls(std::move(c)) {}
+  PyRef cls;
+  std::optional<Source> clsSource; // where the caller reaches the class (methods' globals)
+  std::vector<std::pair<std::string, VarPtr>> attrs; // its __dict__, in insertion order
+  VarPtr *find(const std::string &name) {
+    for (auto &[k, v] : attrs)
       if (k == name) return &v;
     return nullptr;
   }

@@ -181,6 +181,15 @@ public:
   std::vector<std::pair<std::string, VarPtr>> dataclassItems(const VarPtr &obj);
   VarPtr dataclassGetItem(const VarPtr &obj, const VarPtr &key);
 
+  // ---- instances of plain Python classes (analyzer_instance.cpp) ----
+  /// cls(*args, **kwargs) for a plain Python class: __init__ inlined on an abstract instance;
+  /// a graph break when its instances cannot be modeled (a custom __new__, __slots__...).
+  VarPtr makeInstance(PyObject *cls, const std::optional<Source> &clsSource, const Args &args);
+  VarPtr instanceAttr(const VarPtr &obj, const std::string &name);
+  /// hasattr() on an instance; nullopt: not decidable at capture time (a __getattr__).
+  std::optional<bool> instanceHasAttr(const VarPtr &obj, const std::string &name);
+  void instanceSetAttr(const VarPtr &obj, const std::string &name, const VarPtr &value);
+
   // ---- operators (analyzer_ops.cpp) ----
   VarPtr binaryOp(int nb, const VarPtr &a, const VarPtr &b);
   VarPtr compareOp(int cmp, const VarPtr &a, const VarPtr &b);
@@ -270,7 +279,8 @@ private:
   std::vector<PyRef> keepAlive_;
   SymbolBindings symbolHints_;                   // symbol -> its value in this frame
   std::map<int64_t, std::string> symbolForSize_; // duck sizing: equal sizes share a symbol
-  std::map<int, int> visits_; // captured frame: instruction offset -> times reached
+  std::map<int, int> visits_;              // captured frame: instruction offset -> times reached
+  std::set<const Var *> rebuiltInstances_; // instances already in this capture's outputs
 
   friend class AnalyzerAccess;
 
@@ -289,6 +299,10 @@ public:
 /// The type of the `__exit__` stand-in passed to a resume function that continues inside a
 /// `with torch.no_grad()` block (GradModeExit(restore)); the analyzer reads it as a GradExitVar.
 PyObject *gradModeExitType();
+
+/// build(*values) rebuilding an instance made in the frame: `object.__new__(cls)` with its
+/// attributes (in `inst.attrs` order) set from the values (analyzer_instance.cpp).
+PyRef instanceConstructor(const InstanceVar &inst);
 
 /// "L['self'].fc.weight" (sourceStr): a readable, unique key for a source (messages, guard
 /// deduplication, AnalyzeOptions::dynamicSources).

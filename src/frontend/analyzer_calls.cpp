@@ -129,6 +129,7 @@ PyRef pyTypeOf(Analyzer &a, const VarPtr &v) {
   case VarKind::Function: return PyRef::borrow(reinterpret_cast<PyObject *>(&PyFunction_Type));
   case VarKind::Bound: return PyRef::borrow(reinterpret_cast<PyObject *>(&PyMethod_Type));
   case VarKind::Dataclass: return as<DataclassVar>(v)->cls;
+  case VarKind::Instance: return as<InstanceVar>(v)->cls;
   default: a.fail(std::string("type() of a ") + varKindName(v->kind));
   }
 }
@@ -595,6 +596,7 @@ VarPtr Analyzer::call(const VarPtr &callable, const Args &args) {
     return call(b->func, a2);
   }
   case VarKind::Module: return callModule(callable, args);
+  case VarKind::Instance: return call(getAttr(callable, "__call__"), args);
   case VarKind::GradExit: gradEnabled_ = as<GradExitVar>(callable)->restore; return none();
   default: fail("calling a " + typeName(callable));
   }
@@ -661,7 +663,7 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
     if (isModuleObject(fn) || PyObject_IsSubclass(fn, torchModuleType()) == 1)
       fail("constructing a module (" + qn + ") inside the captured code");
     if (isTrustedModuleName(mod)) return fallbackCall(fn, qn, args);
-    fail("constructing an instance of " + qn);
+    return makeInstance(fn, fnSource, args); // a graph break when its instances cannot be modeled
   }
 
   // 3. Library helpers with a known meaning.
@@ -896,6 +898,10 @@ VarPtr Analyzer::callModule(const VarPtr &module, const Args &args) {
 VarPtr Analyzer::callMethod(const VarPtr &self, const std::string &name, const Args &args) {
   if (self->kind == VarKind::Tensor) return tensorMethod(self, name, args);
   if (self->kind == VarKind::Dataclass) return dataclassMethod(self, name, args);
+  if (self->kind == VarKind::Instance) {
+    if (name == "__init__" && args.pos.empty() && args.kw.empty()) return none(); // object's
+    fail("method " + name + "() of a " + typeName(self) + " implemented in C");
+  }
   auto needArgs = [&](size_t lo, size_t hi) {
     if (args.pos.size() < lo || args.pos.size() > hi || !args.kw.empty())
       fail(typeName(self) + "." + name + "() with " + std::to_string(args.pos.size()) +

@@ -286,6 +286,23 @@ VarPtr Analyzer::compareOp(int cmp, const VarPtr &a, const VarPtr &b) {
       return boolean(cmp == 2 ? equal : !equal);
     }
   }
+  // Instances made in the frame: a Python __eq__/__ne__ is inlined, object's compares identity.
+  if ((cmp == 2 || cmp == 3) && (a->kind == VarKind::Instance || b->kind == VarKind::Instance)) {
+    const VarPtr &inst = a->kind == VarKind::Instance ? a : b;
+    const VarPtr &other = a->kind == VarKind::Instance ? b : a;
+    const char *dunder = cmp == 2 ? "__eq__" : "__ne__";
+    if (VarPtr r = callDunder(inst, dunder, {other})) {
+      auto *o = as<ObjectVar>(r);
+      if (!(o && o->obj.get() == Py_NotImplemented)) return r;
+    }
+    PyObject *cls = as<InstanceVar>(inst)->cls.get();
+    PyRef n = check(PyUnicode_FromString(dunder), "str");
+    if (_PyType_Lookup(reinterpret_cast<PyTypeObject *>(cls), n.get()) !=
+        PyDict_GetItemString(PyBaseObject_Type.tp_dict, dunder))
+      fail(std::string("comparison ") + dunder + " of a " + typeName(inst));
+    bool same = isSame(a, b);
+    return boolean(cmp == 2 ? same : !same);
+  }
   if ((cmp == 2 || cmp == 3) && a->kind == VarKind::Dataclass && b->kind == VarKind::Dataclass) {
     bool equal = dataclassEquals(a, b);
     return boolean(cmp == 2 ? equal : !equal);
@@ -365,6 +382,13 @@ bool Analyzer::isSame(const VarPtr &a, const VarPtr &b) {
 
 bool Analyzer::contains(const VarPtr &container, const VarPtr &item) {
   switch (container->kind) {
+  case VarKind::Instance: {
+    if (VarPtr r = callDunder(container, "__contains__", {item})) return truthy(r);
+    bool found = false;
+    for (const VarPtr &v : sequenceItems(container, "in"))
+      found = found || isSame(v, item) || truthy(compareOp(2, v, item));
+    return found;
+  }
   case VarKind::Dataclass: {
     PyRef k = asPython(item);
     if (!as<DataclassVar>(container)->mapping || !k || !PyUnicode_Check(k.get()))
@@ -423,6 +447,10 @@ bool Analyzer::contains(const VarPtr &container, const VarPtr &item) {
 VarPtr Analyzer::getItem(const VarPtr &obj, const VarPtr &key) {
   if (obj->kind == VarKind::Tensor) return tensorGetItem(obj, key);
   if (obj->kind == VarKind::Dataclass) return dataclassGetItem(obj, key);
+  if (obj->kind == VarKind::Instance) {
+    if (VarPtr r = callDunder(obj, "__getitem__", {key})) return r;
+    fail("subscript of a " + typeName(obj));
+  }
   if (obj->kind == VarKind::Tuple || obj->kind == VarKind::List) {
     const std::vector<VarPtr> &items =
         obj->kind == VarKind::Tuple ? as<TupleVar>(obj)->items : as<ListVar>(obj)->items;
@@ -543,7 +571,9 @@ void Analyzer::setItem(const VarPtr &obj, const VarPtr &key, const VarPtr &value
     if (d->source) recordEffect({SideEffect::SetItem, *d->source, "", k, value});
     return;
   }
-  if (obj->kind == VarKind::Object && callDunder(obj, "__setitem__", {key, value})) return;
+  if ((obj->kind == VarKind::Object || obj->kind == VarKind::Instance) &&
+      callDunder(obj, "__setitem__", {key, value}))
+    return;
   fail("item assignment on a " + typeName(obj));
 }
 

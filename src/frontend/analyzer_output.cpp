@@ -175,7 +175,20 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     OutputNode n;
     n.kind = OutputNode::NamedTuple;
     n.object = dataclassConstructor(d->cls.get(), d->fields);
-    for (auto &[k, val] : d->fields) n.children.push_back(outputOf(val, outputs, outputIndex));
+    for (auto &[k, val] : d->fields)
+      n.children.push_back(outputOf(val, outputs, outputIndex));
+    return n;
+  }
+  case VarKind::Instance: {
+    // Rebuilt once per occurrence: an instance reachable twice would come back as two objects.
+    if (!rebuiltInstances_.insert(v.get()).second)
+      fail("an instance of " + typeName(v) + " made in the frame is returned or stored twice");
+    auto *inst = as<InstanceVar>(v);
+    OutputNode n;
+    n.kind = OutputNode::NamedTuple; // build(*attribute values)
+    n.object = instanceConstructor(*inst);
+    for (auto &[k, val] : inst->attrs)
+      n.children.push_back(outputOf(val, outputs, outputIndex));
     return n;
   }
   case VarKind::Cell:
@@ -258,9 +271,9 @@ Capture Analyzer::finishAtBreak(Frame &f) {
   std::map<const Var *, int> seen;
   std::function<void(const VarPtr &)> visit = [&](const VarPtr &v) {
     if (!v) return;
-    const bool mutableContainer =
-        (v->kind == VarKind::List || v->kind == VarKind::Dict || v->kind == VarKind::Dataclass) &&
-        !v->source;
+    const bool mutableContainer = (v->kind == VarKind::List || v->kind == VarKind::Dict ||
+                                   v->kind == VarKind::Dataclass || v->kind == VarKind::Instance) &&
+                                  !v->source;
     if (mutableContainer && ++seen[v.get()] > 1)
       fail("a " + typeName(v) + " made in the frame is reachable twice at the graph break");
     if (auto *t = as<TupleVar>(v))
@@ -275,6 +288,9 @@ Capture Analyzer::finishAtBreak(Frame &f) {
           visit(kv.second);
       if (auto *d = as<DataclassVar>(v))
         for (auto &kv : d->fields)
+          visit(kv.second);
+      if (auto *inst = as<InstanceVar>(v))
+        for (auto &kv : inst->attrs)
           visit(kv.second);
     }
     if (auto *it = as<IteratorVar>(v))
@@ -378,6 +394,7 @@ Capture Analyzer::finishWith(
   c.autogradFree = !recordedForAutograd_;
   std::vector<Value *> outputs;
   std::map<Value *, int64_t> outputIndex;
+  rebuiltInstances_.clear();
 
   // In-place writes to tensors the caller can see come first: attribute assignments replayed
   // after them must not redirect where they land.

@@ -82,6 +82,7 @@ const char *varKindName(VarKind k) {
   case VarKind::GradExit: return "grad mode exit";
   case VarKind::Super: return "super";
   case VarKind::Dataclass: return "dataclass instance";
+  case VarKind::Instance: return "instance";
   }
   return "?";
 }
@@ -314,14 +315,18 @@ VarPtr Analyzer::containerView(const VarPtr &v) {
 }
 
 VarPtr Analyzer::callDunder(const VarPtr &obj, const char *name, std::vector<VarPtr> args) {
-  PyObject *o = nullptr;
+  PyObject *o = nullptr, *type = nullptr;
   if (auto *ov = as<ObjectVar>(obj)) o = ov->obj.get();
   if (auto *m = as<ModuleVar>(obj)) o = m->obj.get();
-  if (!o || PyType_Check(o) || PyModule_Check(o)) return nullptr;
-  PyObject *fn = typeLookup(reinterpret_cast<PyObject *>(Py_TYPE(o)), name);
+  if (o) type = reinterpret_cast<PyObject *>(Py_TYPE(o));
+  if (auto *inst = as<InstanceVar>(obj)) type = inst->cls.get();
+  if (!type || (o && (PyType_Check(o) || PyModule_Check(o)))) return nullptr;
+  PyObject *fn = typeLookup(type, name);
   if (!fn || !PyFunction_Check(fn)) return nullptr;
   VarPtr f = constant(fn);
   if (obj->source) f->source = plus(plus(*obj->source, attrStep("__class__")), attrStep(name));
+  if (auto *inst = as<InstanceVar>(obj); inst && inst->clsSource)
+    f->source = plus(*inst->clsSource, attrStep(name));
   Args a;
   a.pos = std::move(args);
   return call(std::make_shared<BoundVar>(obj, f, name), a);
@@ -339,6 +344,9 @@ VarPtr Analyzer::loadGlobal(Frame &f, const std::string &name) {
             : Source{SourceStep{SourceStep::Global, 0, name, {}}};
     if (f.trustedGlobals && !isTensor(o) && !PyList_Check(o) && !PyDict_Check(o))
       return constant(o);
+    // Without a source for the globals, src would name the captured frame's own globals.
+    if (!f.globalsSource && f.globals.get() != rootGlobals())
+      fail("global '" + name + "' of another module read by a function the caller cannot reach");
     return wrapSourced(o, src);
   }
   PyObject *b = PyDict_GetItemString(f.builtins.get(), name.c_str());
@@ -396,6 +404,7 @@ VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
   switch (obj->kind) {
   case VarKind::Tensor: return tensorAttr(obj, name);
   case VarKind::Dataclass: return dataclassAttr(obj, name);
+  case VarKind::Instance: return instanceAttr(obj, name);
   case VarKind::Module:
   case VarKind::Object: {
     PyObject *o = obj->kind == VarKind::Module ? as<ModuleVar>(obj)->obj.get()
@@ -516,7 +525,11 @@ VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
           return wrapSourced(v, plus(*src, attrStep(name)));
         }
       }
-    } else if (typeLookup(reinterpret_cast<PyObject *>(Py_TYPE(o)), "__getattr__")) {
+    } else if (typeLookup(reinterpret_cast<PyObject *>(Py_TYPE(o)), "__getattr__") ||
+               typeLookup(reinterpret_cast<PyObject *>(Py_TYPE(o)), "__getattribute__") !=
+                   PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__getattribute__")) {
+      // A name only __getattr__ / a custom __getattribute__ knows (transformers' configs map
+      // num_hidden_layers to n_layer): read through Python, guarded at its source.
       PyObject *v = PyObject_GetAttrString(o, name.c_str());
       if (v) {
         PyRef hold = PyRef::steal(v);
@@ -594,6 +607,7 @@ VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
       selfType = reinterpret_cast<PyObject *>(Py_TYPE(m->obj.get()));
     if (auto *o = as<ObjectVar>(s->self))
       selfType = reinterpret_cast<PyObject *>(Py_TYPE(o->obj.get()));
+    if (auto *inst = as<InstanceVar>(s->self)) selfType = inst->cls.get();
     if (!selfType) fail("super() of a " + typeName(s->self));
     PyObject *mro = reinterpret_cast<PyTypeObject *>(selfType)->tp_mro;
     bool after = false;
@@ -606,6 +620,10 @@ VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
       PyObject *dict = reinterpret_cast<PyTypeObject *>(cls)->tp_dict;
       PyObject *v = PyDict_GetItemString(dict, name.c_str());
       if (!v) continue;
+      // object.__init__ of an instance made in the frame: nothing to do (callMethod).
+      if (s->self->kind == VarKind::Instance &&
+          cls == reinterpret_cast<PyObject *>(&PyBaseObject_Type) && name == "__init__")
+        return std::make_shared<BoundVar>(s->self, nullptr, name);
       if (PyFunction_Check(v)) return std::make_shared<BoundVar>(s->self, constant(v), name);
       if (Py_TYPE(v) == &PyStaticMethod_Type)
         return constantSteal(PyObject_GetAttrString(v, "__func__"));
@@ -637,6 +655,11 @@ bool Analyzer::hasAttr(const VarPtr &obj, const std::string &name) {
     if (attrOverlay.count({o->obj.get(), name})) return true;
     return PyObject_HasAttrString(o->obj.get(), name.c_str()) != 0;
   }
+  if (obj->kind == VarKind::Instance) {
+    std::optional<bool> r = instanceHasAttr(obj, name);
+    if (!r) fail("hasattr() through the __getattr__ of a " + typeName(obj));
+    return *r;
+  }
   if (obj->kind == VarKind::Tensor) {
     int r = PyObject_HasAttrString(torchTensorType(), name.c_str());
     static const char *const instanceAttrs[] = {"shape", "dtype", "device",  "requires_grad",
@@ -660,6 +683,7 @@ void Analyzer::setAttr(const VarPtr &obj, const std::string &name, const VarPtr 
     *f = value;
     return;
   }
+  if (obj->kind == VarKind::Instance) return instanceSetAttr(obj, name, value);
   PyObject *o = nullptr;
   if (auto *m = as<ModuleVar>(obj)) o = m->obj.get();
   if (auto *ov = as<ObjectVar>(obj)) o = ov->obj.get();
@@ -815,6 +839,14 @@ bool Analyzer::truthy(const VarPtr &v) {
     return true;
   }
   case VarKind::Dataclass: return !as<DataclassVar>(v)->mapping || !dataclassItems(v).empty();
+  case VarKind::Instance: {
+    if (VarPtr r = callDunder(v, "__bool__", {})) return truthy(r);
+    if (VarPtr r = callDunder(v, "__len__", {})) return truthy(r);
+    PyObject *cls = as<InstanceVar>(v)->cls.get();
+    if (typeLookup(cls, "__bool__") || typeLookup(cls, "__len__"))
+      fail("truth value of a " + typeName(v) + " (__bool__/__len__ not written in Python)");
+    return true;
+  }
   case VarKind::Null: throw BreakError("internal: truth value of NULL", currentLoc(), true);
   default: return true;
   }
@@ -824,6 +856,7 @@ std::string Analyzer::typeName(const VarPtr &v) {
   if (auto *o = as<ObjectVar>(v)) return Py_TYPE(o->obj.get())->tp_name;
   if (auto *m = as<ModuleVar>(v)) return Py_TYPE(m->obj.get())->tp_name;
   if (auto *d = as<DataclassVar>(v)) return reinterpret_cast<PyTypeObject *>(d->cls.get())->tp_name;
+  if (auto *i = as<InstanceVar>(v)) return reinterpret_cast<PyTypeObject *>(i->cls.get())->tp_name;
   return varKindName(v->kind);
 }
 
@@ -878,6 +911,12 @@ int64_t Analyzer::length(const VarPtr &v) {
     if (o->source && !isConstantTuple(o->obj.get()) && !isScalarConstant(o->obj.get()))
       guardLen(*o->source, n);
     return n;
+  }
+  case VarKind::Instance: {
+    VarPtr r = callDunder(v, "__len__", {});
+    std::optional<int64_t> n = r ? asInt(r) : std::nullopt;
+    if (!n) fail("len() of a " + typeName(v));
+    return *n;
   }
   default: fail("len() of a " + typeName(v));
   }
@@ -950,6 +989,29 @@ std::vector<VarPtr> Analyzer::sequenceItems(const VarPtr &v, const char *what) {
     }
     if (PyErr_Occurred()) throwPyError("iterating");
     return out;
+  }
+  case VarKind::Instance: {
+    // collections.abc.Sequence's mixin __iter__ indexes until IndexError, which the analyzer
+    // cannot catch: it is read as self[0..len(self)) (a Sequence's __len__ and __getitem__
+    // agree, as the ABC requires).
+    PyObject *cls = as<InstanceVar>(v)->cls.get();
+    static PyObject *sequenceIter = [] {
+      PyRef abc = check(PyImport_ImportModule("collections.abc"), "import collections.abc");
+      PyRef seq = check(PyObject_GetAttrString(abc.get(), "Sequence"), "Sequence");
+      return check(PyObject_GetAttrString(seq.get(), "__iter__"), "Sequence.__iter__").release();
+    }();
+    if (typeLookup(cls, "__iter__") == sequenceIter) {
+      int64_t n = length(v);
+      std::vector<VarPtr> out;
+      for (int64_t i = 0; i < n; ++i)
+        out.push_back(getItem(v, integer(i)));
+      return out;
+    }
+    // __iter__ written in Python (a generator method is inlined to the items it yields).
+    VarPtr it = callDunder(v, "__iter__", {});
+    if (!it || it->kind == VarKind::Instance)
+      fail(std::string("iterating a ") + typeName(v) + " (" + what + ")");
+    return sequenceItems(it, what);
   }
   default: fail(std::string("iterating a ") + typeName(v) + " (" + what + ")");
   }

@@ -603,6 +603,25 @@ LOWER(lowerCatStack) {
   if (ts.empty()) a.fail(std::string(row.op) + "() of an empty list");
   for (const VarPtr &t : ts)
     tensorOf(a, t, "cat/stack item");
+  if (std::string_view(row.op) == "cat" && ts.size() > 1) {
+    // PyTorch's legacy rule: 1-d empty tensors (torch.tensor([]), the start of a growing KV
+    // cache) are skipped whatever the others' rank. Same dtype only: they still take part in
+    // type promotion.
+    auto emptyVector = [&](const VarPtr &t) {
+      const Type &ty = tensorOf(a, t, "cat item").type();
+      return ty.rank() == 1 && ty.shape()[0].isStatic() && ty.shape()[0].value() == 0;
+    };
+    std::vector<VarPtr> kept;
+    for (const VarPtr &t : ts)
+      if (!emptyVector(t)) kept.push_back(t);
+    if (!kept.empty() && kept.size() < ts.size()) {
+      const DType dtype = tensorOf(a, kept[0], "cat item").type().dtype();
+      for (const VarPtr &t : ts)
+        if (tensorOf(a, t, "cat item").type().dtype() != dtype)
+          a.fail("cat() of an empty 1-d tensor of another dtype");
+      ts = std::move(kept);
+    }
+  }
   return a.emit1(row.op, ts, {{"dim", Attr(toInt(a, b.at("dim"), "dim"))}});
 }
 

@@ -55,6 +55,11 @@ def assert_same(got, want, case: Case, path: str = "result") -> None:
         assert isinstance(got, dict) and got.keys() == want.keys(), f"{path}: dict keys differ"
         for k in want:
             assert_same(got[k], want[k], case, f"{path}[{k!r}]")
+    elif (type(want).__eq__ is object.__eq__ and hasattr(want, "__dict__")
+          and not callable(want) and type(want).__module__ != "builtins"):
+        # Plain objects (compared by identity in Python): same class, same attributes.
+        assert type(got) is type(want), f"{path}: {type(got).__name__} != {type(want).__name__}"
+        assert_same(vars(got), vars(want), case, f"{path}.__dict__")
     else:
         assert got == want, f"{path}: {got!r} != {want!r}"
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 MODULES = ["core", "tensors", "nn_modules", "fallbacks", "breaks", "mutation", "guards",
-           "inlining", "programs"]
+           "inlining", "programs", "objects"]
 
 
 @dataclass
