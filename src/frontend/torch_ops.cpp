@@ -388,11 +388,26 @@ VarPtr regroup(Analyzer &a, VarPtr x, const Shape &in, const Shape &target, int6
     Shape inRev(in.rbegin(), in.rend() - usedLeft), rightRev(right.rbegin(), right.rend());
     std::vector<DimGroup> rg;
     int64_t usedRight = matchGroups(inRev, rightRev, rg);
-    if (usedRight < 0) return nullptr;
     int64_t n = static_cast<int64_t>(in.size()), m = static_cast<int64_t>(target.size());
-    int64_t mid0 = usedLeft, mid1 = n - usedRight;
-    if (mid1 < mid0) return nullptr;
-    groups.push_back({mid0, mid1, minusOne, minusOne + 1});
+    if (usedRight < 0) {
+      // The -1 and the sizes right of it split static input dims, e.g. view(b, s, -1, 8) of
+      // [b, s, 32] (attention heads): one group, the static rest regrouped as (-1, 8).
+      auto isStatic = [](const DimExpr &d) { return d.isStatic(); };
+      if (!std::all_of(in.begin() + usedLeft, in.end(), isStatic) ||
+          !std::all_of(right.begin(), right.end(), isStatic))
+        return nullptr;
+      int64_t have = 1, want = 1;
+      for (auto it = in.begin() + usedLeft; it != in.end(); ++it)
+        have *= it->value();
+      for (const DimExpr &d : right)
+        want *= d.value();
+      if (want <= 0 || have % want != 0) return nullptr;
+      groups.push_back({usedLeft, n, minusOne, m});
+    } else {
+      int64_t mid0 = usedLeft, mid1 = n - usedRight;
+      if (mid1 < mid0) return nullptr;
+      groups.push_back({mid0, mid1, minusOne, minusOne + 1});
+    }
     for (auto it = rg.rbegin(); it != rg.rend(); ++it)
       groups.push_back({n - it->i1, n - it->i0, m - it->j1, m - it->j0});
   }
@@ -407,7 +422,12 @@ VarPtr regroup(Analyzer &a, VarPtr x, const Shape &in, const Shape &target, int6
       x = a.emit1("squeeze", {x}, {{"dim", Attr(std::vector<int64_t>{g.i0})}});
     } else if (nj == 1) {
       x = a.emit1("flatten", {x}, {{"start_dim", Attr(g.i0)}, {"end_dim", Attr(g.i1 - 1)}});
-    } else if (ni == 1) {
+    } else if (ni == 1 || (ni > 1 && nj > 1 &&
+                           std::all_of(target.begin() + g.j0, target.begin() + g.j1,
+                                       [](const DimExpr &d) { return d.isStatic(); }))) {
+      // Several input dims into several static ones (or -1): flatten them, then split.
+      if (ni > 1)
+        x = a.emit1("flatten", {x}, {{"start_dim", Attr(g.i0)}, {"end_dim", Attr(g.i1 - 1)}});
       std::vector<int64_t> sizes;
       int unknown = 0;
       for (int64_t j = g.j0; j < g.j1; ++j) {

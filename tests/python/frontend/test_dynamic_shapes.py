@@ -111,3 +111,31 @@ def test_automatic_dynamic_keeps_unchanged_dims_static() -> None:
         x = torch.randn(6, 7)
         torch.testing.assert_close(compiled(x), f(x))
         assert counters()["compiles"] == 3
+
+
+class Heads(nn.Module):
+    """Multi-head attention as HF writes it: view(b, s, -1, head_dim) of a [b, s, hidden] tensor
+    with b and s symbolic (the static hidden dim is split into (-1, head_dim))."""
+
+    def __init__(self, hidden: int = 32, head_dim: int = 8) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.out = nn.Linear(hidden, hidden)
+        self.head_dim = head_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden_shape = (*x.shape[:-1], -1, self.head_dim)
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = (t.view(hidden_shape).transpose(1, 2) for t in (q, k, v))
+        w = torch.softmax(q @ k.transpose(-1, -2) / self.head_dim**0.5, dim=-1)
+        y = (w @ v).transpose(1, 2).reshape(*x.shape[:-1], -1)
+        return self.out(y)
+
+
+@pytest.mark.parametrize("backend", ["xjit", "eager"])
+def test_head_split_view_keeps_batch_and_sequence_symbolic(backend: str) -> None:
+    torch.manual_seed(4)
+    model = Heads().eval()
+    compiled = xjit.jit(model, backend=backend, dynamic=True)
+    run_sizes(compiled, model, [torch.randn(b, s, 32) for b, s in ((2, 7), (3, 12), (2, 5))])
+    assert counters()["compiles"] == 1
