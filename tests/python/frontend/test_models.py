@@ -198,10 +198,10 @@ def test_no_grad_inside_the_compiled_function_runs_the_graph() -> None:
 @pytest.mark.parametrize("backend", ["xjit", "eager"])
 @pytest.mark.parametrize("name", ["mlp"])
 def test_model_with_a_symbolic_batch(name: str, backend: str) -> None:
-    # dynamic=True: one graph with a symbolic batch dim serves every batch size. (The other
-    # models specialize: the HF models' code branches on the sequence length, the LSTM builds
-    # its state with new_zeros(batch, ...), ResNet's spatial sizes are symbolic too and the
-    # native backend cannot size them yet.)
+    # dynamic=True: one graph with a symbolic batch dim serves every batch size. (ResNet-18 with
+    # symbolic batch and image sizes: test_dynamic_shapes.py. The HF models specialize their
+    # sequence length (slices, expand and arange with symbolic sizes; docs/frontend.md), the
+    # LSTM builds its state with new_zeros(batch, ...).)
     model, args, _ = build(name)
     compiled = xjit.jit(model, backend=backend, dynamic=True)
     with torch.no_grad():
