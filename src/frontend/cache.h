@@ -86,8 +86,9 @@ struct CodeCache {
     Python, // always run in Python (graph break, internal error, recompile limit)
   };
   State state = Active;
-  bool forceRoot = false;   // compiled even if its file is filtered (xjit.jit(fn) on it)
-  bool libraryRoot = false; // a library model's forward called from Python (eval_frame.cpp)
+  bool forceRoot = false;        // compiled even if its file is filtered (xjit.jit(fn) on it)
+  bool libraryRoot = false;      // a library model's forward called from Python (eval_frame.cpp)
+  bool recompileLimited = false; // in Python for good after the recompile limit
   std::vector<std::shared_ptr<CompiledEntry>> entries;
   int compiles = 0;
   bool dynamic = false;                    // automatic dynamic shapes after a size miss

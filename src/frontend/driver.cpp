@@ -939,9 +939,9 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
     // modules it calls would each be captured only to run in Python for the same reason; they
     // are not compiled while it runs (eval_frame.cpp).
     ThreadState &ts = threadState();
-    ++ts.libraryModelsInPython;
+    ++ts.libraryRootsOff;
     PyObject *r = evalDefault();
-    --ts.libraryModelsInPython;
+    --ts.libraryRootsOff;
     return r;
   }
   // --check compares whole frames: a frame that breaks runs in Python (its resume functions

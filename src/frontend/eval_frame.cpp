@@ -213,6 +213,17 @@ PyObject *handleFrame(const FrameView &f, EvalDefault evalDefault) {
 
 namespace {
 
+/// Runs the frame in Python without compiling the library model forwards it calls: a frame past
+/// the recompile limit (its inputs keep changing: so would theirs, and each would recompile up
+/// to the limit in turn, level by level of the model).
+PyObject *evalWithoutLibraryRoots(EvalDefault evalDefault) {
+  ThreadState &ts = threadState();
+  ++ts.libraryRootsOff;
+  PyObject *r = evalDefault();
+  --ts.libraryRootsOff;
+  return r;
+}
+
 PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
   if (!torchImported()) return evalDefault();
   const ScopeOptions *opts = activeOptions();
@@ -220,7 +231,7 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
   if (!c) {
     const SkipReason skip = skipReason(f.code);
     const bool libraryRoot = skip == SkipReason::Library && isLibraryModelForward(f);
-    if (libraryRoot && threadState().libraryModelsInPython) return evalDefault(); // not yet
+    if (libraryRoot && threadState().libraryRootsOff) return evalDefault(); // not yet
     if ((skip != SkipReason::None && !libraryRoot) ||
         (skip == SkipReason::None && isModuleConstructor(f))) {
       markSkipped(f.code);
@@ -234,7 +245,8 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
     }
     c->libraryRoot = libraryRoot;
   } else if (isSkippedMarker(c) || c->state != CodeCache::Active ||
-             (c->libraryRoot && threadState().libraryModelsInPython)) {
+             (c->libraryRoot && threadState().libraryRootsOff)) {
+    if (!isSkippedMarker(c) && c->recompileLimited) return evalWithoutLibraryRoots(evalDefault);
     return evalDefault();
   }
 
@@ -273,7 +285,9 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
                         " recompiled " + std::to_string(c->compiles - 1) +
                         " times; last failing guard: " + why.detail +
                         "; running it in Python from now on";
-      return fallBackToPython(f, *c, *opts, msg, /*isError=*/false) ? evalDefault() : nullptr;
+      if (!fallBackToPython(f, *c, *opts, msg, /*isError=*/false)) return nullptr;
+      c->recompileLimited = true;
+      return evalWithoutLibraryRoots(evalDefault);
     }
     log.recompiles.push_back({loc, why.detail, c->compiles});
     if (settings().log & kLogRecompiles)

@@ -16,8 +16,9 @@ struct ThreadState {
   int depth = 0;                      // active xjit.jit scopes in this thread
   const ScopeOptions *opts = nullptr; // the innermost scope's options
   bool busy = false;                  // the frontend is running Python code
-  int libraryModelsInPython = 0;      // frames running in Python for autograd (RunPython):
-                                      // library model forwards are not compiled meanwhile
+  int libraryRootsOff = 0;            // frames running in Python for autograd or past the
+                                      // recompile limit: library model forwards they call are
+                                      // not compiled meanwhile (eval_frame.cpp)
 };
 ThreadState &threadState();
 

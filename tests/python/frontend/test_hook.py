@@ -445,3 +445,23 @@ def test_library_forwards_called_from_python_are_roots_quiet_at_the_limit() -> N
     ev = fe.events()
     assert [g["function"] for g in ev["graphs"]] == ["Linear.forward"] * 3, ev["graphs"]
     assert fe.code_state(torch.nn.Linear.forward.__code__)["state"] == "python"
+
+
+def test_library_callees_of_a_frame_past_the_recompile_limit_are_not_roots() -> None:
+    """A library forward past the recompile limit (a new shape every call) runs in Python, and
+    the library forwards it calls are not compiled either (they would see the same changing
+    shapes and recompile to the limit in turn)."""
+    from xjit.jit import _options
+
+    config.recompile_limit = 1
+    seq = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+    xs = [torch.randn(n, 4) for n in (2, 3, 5, 6, 7)]
+    with torch.no_grad():
+        opts = _options("interp", "cpu", False, False)  # static shapes: each size recompiles
+        got = fe.call(opts, list, ((seq(x) for x in xs),), {})
+        want = [seq(x) for x in xs]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    assert [g["function"] for g in fe.events()["graphs"]] == ["Sequential.forward"] * 2
+    assert fe.code_state(torch.nn.Linear.forward.__code__)["state"] in ("unseen", "active")
+    assert fe.code_state(torch.nn.Linear.forward.__code__)["entries"] == 0
