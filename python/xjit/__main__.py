@@ -1,8 +1,9 @@
 """``python -m xjit [options] script.py [args...]`` runs the script exactly like ``python
 script.py`` (same sys.argv, sys.path[0], __main__ module with an absolute __file__, exit status
 and error output) with the frame hook enabled for the whole program: every function the script
-runs outside the standard library and installed packages is captured and compiled, and what
-cannot be compiled runs as ordinary Python.
+runs outside the standard library and installed packages is captured and compiled (so is the
+``forward`` of a library model the script calls from Python, e.g. ``out = model(ids)`` at its
+top level), and what cannot be compiled runs as ordinary Python.
 
 Options (before the script):
   --backend xjit|interp|eager   execution path of compiled graphs (default xjit)

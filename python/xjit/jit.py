@@ -2,9 +2,10 @@
 
 The PEP 523 frame hook (``xjit._frontend``) is enabled for the duration of each call, in the
 calling thread only. Every Python frame that call evaluates outside the standard library and
-installed packages is captured whole into the graph IR, compiled, cached per code object under
-guards, and run by the chosen backend; a frame that cannot be captured runs in normal Python
-(its callees are still captured). See docs/frontend.md.
+installed packages (and the ``forward`` of a library model called from Python) is captured whole
+into the graph IR, compiled, cached per code object under guards, and run by the chosen
+backend; a frame that cannot be captured runs in normal Python (its callees are still
+captured). See docs/frontend.md.
 """
 
 from __future__ import annotations
