@@ -107,8 +107,8 @@ bool isModuleConstructor(const FrameView &f) {
 /// from the hook only when its caller runs in Python (a captured caller inlines it): a model
 /// called at the top level of a script, or from a frame that fell back or broke at that call.
 /// Compiling it as a root is what a user of `python -m xjit` expects of `out = model(x)`.
-/// Other torch code (fx, dynamo, jit wrappers: modules outside torch.nn) and xjit's own
-/// wrapper (JitModule, which enables the hook itself) stay filtered.
+/// Other torch code (fx, dynamo, jit wrappers: modules outside torch.nn; torch.nn.parallel) and
+/// xjit's own wrapper (JitModule, which enables the hook itself) stay filtered.
 bool isLibraryModelForward(const FrameView &f) {
   if (!codeNamed(f.code, "forward")) return false;
   PyObject *self = moduleSelf(f);
@@ -128,6 +128,8 @@ bool isLibraryModelForward(const FrameView &f) {
   if (startsWith("xjit.") || !std::strcmp(owner_name, "xjit")) return false;
   if ((startsWith("torch.") || !std::strcmp(owner_name, "torch")) && !startsWith("torch.nn."))
     return false;
+  // DataParallel / DistributedDataParallel: replication, threads, gradient buckets.
+  if (startsWith("torch.nn.parallel.")) return false;
   return true;
 }
 

@@ -465,3 +465,16 @@ def test_library_callees_of_a_frame_past_the_recompile_limit_are_not_roots() -> 
     assert [g["function"] for g in fe.events()["graphs"]] == ["Sequential.forward"] * 2
     assert fe.code_state(torch.nn.Linear.forward.__code__)["state"] in ("unseen", "active")
     assert fe.code_state(torch.nn.Linear.forward.__code__)["entries"] == 0
+
+
+def test_data_parallel_forward_is_not_a_root_but_the_model_inside_is() -> None:
+    from xjit.jit import _options
+
+    seq = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+    wrapped = torch.nn.DataParallel(seq)  # CPU only: its forward calls seq directly
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        opts = _options("interp", "cpu", False, None)
+        got = fe.call(opts, list, ((wrapped(x) for _ in "a"),), {})
+        torch.testing.assert_close(got[0], seq(x))
+    assert [g["function"] for g in fe.events()["graphs"]] == ["Sequential.forward"]
