@@ -4,6 +4,7 @@
 #include "ops/op_util.h"
 #include "xjit/ir/op_registry.h"
 
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -106,6 +107,29 @@ void execute(const dnnl::primitive &prim, std::unordered_map<int, memory> &args)
 Densify::Densify(const memory::desc &from, const memory::desc &to)
     : active_(true), from_(from), to_(to),
       prim_(dnnl::reorder::primitive_desc(cpuEngine(), from, cpuEngine(), to, userScratchpad())) {}
+
+void *threadScratch(ScratchSlot slot, size_t bytes) {
+  struct Buffer {
+    std::unique_ptr<char, decltype(&std::free)> data{nullptr, &std::free};
+    size_t size = 0;
+  };
+  thread_local std::array<Buffer, static_cast<size_t>(ScratchSlot::Count)> buffers;
+  Buffer &b = buffers[static_cast<size_t>(slot)];
+  if (!b.data || b.size < bytes) {
+    size_t rounded = std::max<size_t>((bytes + 63) / 64 * 64, 64);
+    b.data.reset(static_cast<char *>(std::aligned_alloc(64, rounded)));
+    if (!b.data) throw std::bad_alloc();
+    b.size = rounded;
+  }
+  return b.data.get();
+}
+
+memory Densify::intoScratch(const Tensor &t, ScratchSlot slot) const {
+  memory to(to_, cpuEngine(), threadScratch(slot, to_.get_size()));
+  std::unordered_map<int, memory> args = {{DNNL_ARG_FROM, wrap(from_, t)}, {DNNL_ARG_TO, to}};
+  execute(prim_, args);
+  return to;
+}
 
 Tensor Densify::operator()(const Tensor &t, DType dt) const {
   Tensor out = allocateOutput(dt, {static_cast<int64_t>(to_.get_size()) / dtypeSize(dt)});

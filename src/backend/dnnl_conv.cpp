@@ -46,17 +46,18 @@ public:
   void run(std::span<const RtValue> in, const Tensor &out) const override {
     std::unordered_map<int, memory> args;
     std::vector<Tensor> keep;
+    // Reordered operands and the blocked dst live in this thread's scratch buffers: they die
+    // when the primitive returns (threadScratch).
     Tensor x = tensorOf(spec->x, in);
-    if (toSrc) x = toSrc(x, spec->dtype);
     keep.push_back(x);
-    args[DNNL_ARG_SRC] = wrap(srcDesc, x);
+    args[DNNL_ARG_SRC] = toSrc ? toSrc.intoScratch(x, ScratchSlot::Src) : wrap(srcDesc, x);
     if (packedW) {
       args[DNNL_ARG_WEIGHTS] = packedW;
     } else {
       Tensor w = tensorOf(spec->w, in);
-      if (toWeights) w = toWeights(w, spec->dtype);
       keep.push_back(w);
-      args[DNNL_ARG_WEIGHTS] = wrap(weightsDesc, w);
+      args[DNNL_ARG_WEIGHTS] =
+          toWeights ? toWeights.intoScratch(w, ScratchSlot::Weights) : wrap(weightsDesc, w);
     }
     if (hasBias) {
       Tensor b = tensorOf(spec->bias, in);
@@ -64,15 +65,13 @@ public:
       args[DNNL_ARG_BIAS] = wrap(biasDesc, b);
     }
     post->bind(in, args, keep);
-    Tensor dst = out;
-    if (dstScratch)
-      dst = allocateOutput(spec->dtype,
-                           {static_cast<int64_t>(dstDesc.get_size()) / dtypeSize(spec->dtype)});
-    args[DNNL_ARG_DST] = wrap(dstDesc, dst);
+    memory dst = dstScratch ? memory(dstDesc, cpuEngine(),
+                                     threadScratch(ScratchSlot::Dst, dstDesc.get_size()))
+                            : wrap(dstDesc, out);
+    args[DNNL_ARG_DST] = dst;
     execute(prim, args);
     if (dstScratch) {
-      std::unordered_map<int, memory> r = {{DNNL_ARG_FROM, wrap(dstDesc, dst)},
-                                           {DNNL_ARG_TO, wrap(dstUser, out)}};
+      std::unordered_map<int, memory> r = {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(dstUser, out)}};
       execute(fromDstPrim, r);
     }
   }
