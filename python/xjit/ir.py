@@ -229,7 +229,8 @@ def compile(  # noqa: A001 (xjit.ir.compile mirrors xjit.ir.run)
 def profile(level: int = 1) -> None:
     """Times the instructions of graphs compiled from now on, as ``XJIT_PROFILE`` does (1: by
     kind, 2: per instruction, 0: off) and zeroes the counters; ``profile_report`` gives the
-    table (docs/runtime.md). Unlike ``XJIT_PROFILE``, nothing is printed at exit."""
+    table (docs/runtime.md). Unlike ``XJIT_PROFILE``, nothing is printed at exit. Covers graphs
+    of ``xjit.ir.compile``; those of ``xjit.jit`` are reported by ``XJIT_PROFILE`` only."""
     _xjit.set_profile_level(level)
     _xjit.profile_reset()
 

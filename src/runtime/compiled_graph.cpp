@@ -38,7 +38,7 @@ struct Instr {
   uint32_t outputs = 0;                   // ExecInto: range of Program::outputs (numResults)
   int32_t block0 = -1, block1 = -1;       // If / Loop / InlineBlock
   int32_t constant = -1;                  // Constant: index into Program::constants
-  int32_t profileRow = -1;                // XJIT_PROFILE: the row its time goes to
+  ProfileRow *profileRow = nullptr;       // XJIT_PROFILE: the row its time goes to
   const backend::Executable *exe = nullptr;
   const KernelFn *kernel = nullptr;
   const ExternalFn *external = nullptr;
@@ -404,7 +404,7 @@ struct CompiledGraph::Impl {
     try {
       for (const Instr &in : b.instrs) {
         cur = &in;
-        if (in.profileRow < 0) {
+        if (!in.profileRow) {
           execute(in, f);
           continue;
         }

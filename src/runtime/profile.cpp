@@ -13,19 +13,21 @@
 #include <vector>
 
 namespace xjit::runtime {
-namespace {
-
-struct Row {
+struct ProfileRow {
   std::string label;
   std::atomic<int64_t> calls{0};
   std::atomic<int64_t> ns{0};
-  explicit Row(std::string l) : label(std::move(l)) {}
+  explicit ProfileRow(std::string l) : label(std::move(l)) {}
 };
+
+namespace {
+
+using Row = ProfileRow;
 
 struct Registry {
   std::mutex mutex;
-  std::deque<Row> rows; // a deque: rows never move, profileAdd needs no lock
-  std::unordered_map<std::string, int32_t> index;
+  std::deque<Row> rows; // a deque: rows never move, so instructions hold their addresses
+  std::unordered_map<std::string, Row *> index;
 };
 
 Registry &registry() {
@@ -73,7 +75,7 @@ std::string profileLabel(const Op &op) {
   return "fusion " + kind + "(" + body + ")";
 }
 
-int32_t profileRow(const Op &op, const char *how) {
+ProfileRow *profileRow(const Op &op, const char *how) {
   std::string label = std::string(how) + " " + profileLabel(op);
   if (profileLevel() >= 2) {
     label += "  " + op.describe();
@@ -81,15 +83,14 @@ int32_t profileRow(const Op &op, const char *how) {
   }
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  auto [it, fresh] = r.index.emplace(label, static_cast<int32_t>(r.rows.size()));
-  if (fresh) r.rows.emplace_back(label);
+  auto [it, fresh] = r.index.emplace(label, nullptr);
+  if (fresh) it->second = &r.rows.emplace_back(label);
   return it->second;
 }
 
-void profileAdd(int32_t row, int64_t ns) {
-  Row &r = registry().rows[size_t(row)];
-  r.calls.fetch_add(1, std::memory_order_relaxed);
-  r.ns.fetch_add(ns, std::memory_order_relaxed);
+void profileAdd(ProfileRow *row, int64_t ns) {
+  row->calls.fetch_add(1, std::memory_order_relaxed);
+  row->ns.fetch_add(ns, std::memory_order_relaxed);
 }
 
 std::string profileReport() {

@@ -14,12 +14,15 @@
 
 namespace xjit::runtime {
 
+struct ProfileRow;
+
 /// The row an instruction's time goes to; `how` is "native", "reference" or "external".
-/// Rows with the same label are shared by all graphs. Thread-safe.
-int32_t profileRow(const Op &op, const char *how);
+/// Rows with the same label are shared by all graphs; a row never moves or dies, so
+/// instructions keep its address. Thread-safe.
+ProfileRow *profileRow(const Op &op, const char *how);
 
 /// Adds one call of `ns` nanoseconds to a row. Thread-safe, lock-free.
-void profileAdd(int32_t row, int64_t ns);
+void profileAdd(ProfileRow *row, int64_t ns);
 
 /// The label of an op for level 1: "conv2d", "fusion epilogue(conv2d+add+relu)".
 std::string profileLabel(const Op &op);
