@@ -239,7 +239,14 @@ const std::unordered_map<std::string, Builtin> &builtinTable() {
        [](Analyzer &a, const Args &args) -> VarPtr {
          if (args.pos.size() != 1) a.fail("type() with three arguments");
          PyRef t = pyTypeOf(a, args.pos[0]);
-         return a.constant(t.get());
+         VarPtr r = a.constant(t.get());
+         // Where the caller reaches the class: its attributes (a counter, `type(self).n += 1`)
+         // are then guarded instead of read as constants.
+         const VarPtr &v = args.pos[0];
+         if (v->source && (v->kind == VarKind::Object || v->kind == VarKind::Module))
+           r->source = plus(*v->source, attrStep("__class__"));
+         if (auto *inst = as<InstanceVar>(v)) r->source = inst->clsSource;
+         return r;
        }},
       {"getattr",
        [](Analyzer &a, const Args &args) -> VarPtr {

@@ -124,7 +124,11 @@ VarPtr Analyzer::makeInstance(PyObject *cls, const std::optional<Source> &clsSou
 VarPtr Analyzer::instanceAttr(const VarPtr &obj, const std::string &name) {
   auto *inst = as<InstanceVar>(obj);
   PyObject *cls = inst->cls.get();
-  if (name == "__class__") return constant(cls);
+  if (name == "__class__") {
+    VarPtr c = constant(cls);
+    c->source = inst->clsSource;
+    return c;
+  }
   if (name == "__dict__") fail("the __dict__ of an instance made in the frame");
   PyObject *d = typeAttr(cls, name.c_str());
   // Data descriptors of the class come before the instance dictionary (Python's order).
@@ -155,7 +159,10 @@ VarPtr Analyzer::instanceAttr(const VarPtr &obj, const std::string &name) {
         return std::make_shared<BoundVar>(obj, nullptr, name);
       fail("attribute '" + name + "' of a " + clsName(cls) + " is a " + Py_TYPE(d)->tp_name);
     }
-    return constant(d); // a plain class attribute
+    // A plain class attribute: guarded where the caller reaches the class (it may change
+    // between calls), a constant of a class the caller cannot reach.
+    if (inst->clsSource) return wrapSourced(d, plus(*inst->clsSource, attrStep(name)));
+    return constant(d);
   }
   if (typeAttr(cls, "__getattr__"))
     fail("attribute '" + name + "' of a " + clsName(cls) + " through __getattr__");
