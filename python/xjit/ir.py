@@ -36,6 +36,7 @@ __all__ = [
     "VerifyError",
     "XjitError",
     "CompiledGraph",
+    "backend_stats",
     "compile",
     "op_info",
     "ops",
@@ -224,6 +225,28 @@ def compile(  # noqa: A001 (xjit.ir.compile mirrors xjit.ir.run)
         if pipeline is not None
         else _xjit.compile(graph, use_target=use_target, keep_text=keep_text)
     )
+
+
+def backend_stats() -> dict[str, float]:
+    """Counters of the native backend in this process: ``llvm_compilations`` (kernels compiled
+    by LLVM, i.e. not found in the persistent compile cache) and their wall time ``llvm_ms``,
+    ``cache_links`` (kernels loaded from the cache) and their ``cache_link_ms``, the cache's
+    ``cache_hits``, ``cache_misses``, ``cache_writes``, ``cache_invalid`` (damaged entries) and
+    ``cache_evictions`` (entries deleted to keep ``XJIT_CACHE_MAX_MB``)."""
+    # Each extension links its own copy of the backend: _frontend's compiles xjit.jit's
+    # kernels, _xjit's those of xjit.ir.compile.
+    modules: list[Any] = [_xjit]
+    try:
+        from xjit import _frontend
+
+        modules.append(_frontend)
+    except ImportError:
+        pass
+    totals: dict[str, float] = {}
+    for module in modules:
+        for name, value in module.backend_stats():
+            totals[name] = totals.get(name, 0) + value
+    return {k: v if k.endswith("_ms") else int(v) for k, v in totals.items()}
 
 
 def profile(level: int = 1) -> None:

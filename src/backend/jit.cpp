@@ -124,6 +124,11 @@ struct CodeHandle {
   }
 };
 
+std::atomic<uint64_t> gLlvmCompilations{0}, gCacheLinks{0};
+std::atomic<uint64_t> gLlvmNs{0}, gCacheLinkNs{0}; // wall time, for jitTotals()
+
+void addMs(std::atomic<uint64_t> &total, double ms) { total += uint64_t(ms * 1e6); }
+
 const char *pipelineName(Pipeline p) {
   switch (p) {
   case Pipeline::Kernel: return kKernelPipeline;
@@ -165,15 +170,22 @@ struct Jit::Impl {
 Jit::Jit() : impl_(std::make_unique<Impl>()) {
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
-  // XJIT_LLVM_ARGS: LLVM's own command-line options, for experiments ("-debug-pass=...").
-  if (const char *args = std::getenv("XJIT_LLVM_ARGS")) {
+  // FastISel selects instructions for what it handles (the scalar parts: loop control, address
+  // arithmetic, the general strided nest) and hands the rest (vector code) to SelectionDAG:
+  // about 10% less compile time per kernel, with the same vector loops (docs/perf.md). Only a
+  // command-line option selects it at -O3 (TargetPassConfig::addCoreISelPasses).
+  // XJIT_LLVM_ARGS: LLVM's own command-line options, for experiments ("-debug-pass=...");
+  // "-fast-isel=false" turns FastISel off.
+  llvm::SmallVector<const char *, 8> argv{"xjit"};
+  llvm::BumpPtrAllocator alloc;
+  llvm::StringSaver saver(alloc);
+  const char *args = std::getenv("XJIT_LLVM_ARGS");
+  if (args) {
     impl_->llvmArgs = args;
-    llvm::SmallVector<const char *, 8> argv{"xjit"};
-    llvm::BumpPtrAllocator alloc;
-    llvm::StringSaver saver(alloc);
     llvm::cl::TokenizeGNUCommandLine(args, saver, argv);
-    llvm::cl::ParseCommandLineOptions(int(argv.size()), argv.data(), "", &llvm::errs());
   }
+  if (!args || !std::strstr(args, "fast-isel")) argv.push_back("-fast-isel");
+  llvm::cl::ParseCommandLineOptions(int(argv.size()), argv.data(), "", &llvm::errs());
   auto jtmb = check(llvm::orc::JITTargetMachineBuilder::detectHost(), "JIT: detecting the host");
   impl_->cpu = llvm::sys::getHostCPUName().str();
   llvm::SubtargetFeatures features;
@@ -247,6 +259,8 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
         ck->fromCache_ = true;
         ck->times_.codegen = msSince(t0);
         ck->times_.cpu = threadCpuMs() - cpu0;
+        ++gCacheLinks;
+        addMs(gCacheLinkNs, ck->times_.codegen);
         return ck;
       }
       // A valid entry that does not link (should not happen): compile and overwrite it.
@@ -254,6 +268,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
     }
   }
 
+  ++gLlvmCompilations;
   auto ctx = std::make_unique<llvm::LLVMContext>();
   std::unique_ptr<llvm::Module> mod = emitKernelModule(k, symbol, *ctx);
   ck->times_.emit = msSince(t0);
@@ -284,7 +299,27 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
   ck->times_.codegen = msSince(t2);
   if (!key.empty()) compileCacheStore(key, std::string_view(object.data(), object.size()));
   ck->times_.cpu = threadCpuMs() - cpu0;
+  addMs(gLlvmNs, msSince(t0));
   return ck;
+}
+
+JitTotals jitTotals() {
+  return {gLlvmCompilations.load(), gCacheLinks.load(), double(gLlvmNs.load()) * 1e-6,
+          double(gCacheLinkNs.load()) * 1e-6};
+}
+
+std::vector<std::pair<std::string, double>> backendCounters() {
+  JitTotals j = jitTotals();
+  CompileCacheStats c = compileCacheStats();
+  return {{"llvm_compilations", double(j.llvmCompilations)},
+          {"llvm_ms", j.llvmMs},
+          {"cache_links", double(j.cacheLinks)},
+          {"cache_link_ms", j.cacheLinkMs},
+          {"cache_hits", double(c.hits)},
+          {"cache_misses", double(c.misses)},
+          {"cache_writes", double(c.writes)},
+          {"cache_invalid", double(c.invalid)},
+          {"cache_evictions", double(c.evictions)}};
 }
 
 CompiledKernel::~CompiledKernel() = default;

@@ -4,9 +4,11 @@
 #include "eval_frame.h"
 #include "events.h"
 #include "tensor_bridge.h"
+#include "xjit/backend/jit.h"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -274,6 +276,9 @@ NB_MODULE(_frontend, m) {
       nb::arg("inject") = nb::none(), nb::arg("skip_prefixes") = nb::none(),
       nb::arg("check_compare") = nb::none(), nb::arg("profile") = nb::none(),
       "Process-wide settings (xjit.config).");
+  // Counters of the backend linked into this module, which compiles xjit.jit's kernels
+  // (xjit.ir.backend_stats adds _xjit's).
+  m.def("backend_stats", &backend::backendCounters);
   m.def("settings", [] {
     const Settings &s = settings();
     nb::dict d;

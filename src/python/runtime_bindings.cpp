@@ -4,6 +4,7 @@
 
 #include "convert.h"
 
+#include "xjit/backend/jit.h"
 #include "xjit/runtime/runtime.h"
 
 #include <nanobind/stl/pair.h>
@@ -75,6 +76,9 @@ void bindRuntime(nb::module_ &m) {
       .def("dump_files", &runtime::CompiledGraph::dumpFiles);
   m.def("compile", &compileForCpu, "graph"_a, "pipeline"_a = runtime::defaultPipeline(),
         "use_target"_a = true, "keep_text"_a = false);
+  // Counters of this module's copy of the backend (xjit.ir.compile's kernels); python/xjit/ir.py
+  // adds those of _frontend's copy (xjit.jit's kernels).
+  m.def("backend_stats", &backend::backendCounters);
   m.def("profile_report", &runtime::profileReport);
   m.def("profile_reset", &runtime::profileReset);
   m.def("set_profile_level", &runtime::setProfileLevel, "level"_a);

@@ -22,6 +22,7 @@
 #include <fstream>
 #include <random>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -266,6 +267,173 @@ TEST(CompileCache, DisabledByVariableAndSwitch) {
   // An unwritable location disables nothing but the cache.
   setenv("XJIT_CACHE_DIR", "/proc/xjit-cannot-be-here", 1);
   EXPECT_FALSE(compileGraph(*testGraph(0.125)).ck->fromCache());
+}
+
+/// Sets XJIT_CACHE_MAX_MB for one scope.
+class ScopedMaxMB {
+public:
+  explicit ScopedMaxMB(const std::string &mb) {
+    const char *old = std::getenv("XJIT_CACHE_MAX_MB");
+    had_ = old != nullptr;
+    old_ = old ? old : "";
+    setenv("XJIT_CACHE_MAX_MB", mb.c_str(), 1);
+  }
+  ~ScopedMaxMB() {
+    if (had_)
+      setenv("XJIT_CACHE_MAX_MB", old_.c_str(), 1);
+    else
+      unsetenv("XJIT_CACHE_MAX_MB");
+  }
+
+private:
+  bool had_;
+  std::string old_;
+};
+
+std::string syntheticKey(int i) { return compileCacheKey({"synthetic entry", std::to_string(i)}); }
+
+/// Gives key's entry an mtime `age` seconds in the past (its recency for the size bound).
+void setAge(const std::string &key, int age) {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  timespec times[2] = {now, now};
+  times[1].tv_sec -= age;
+  ASSERT_EQ(utimensat(AT_FDCWD, compileCachePath(key).c_str(), times, 0), 0);
+}
+
+uint64_t entryBytes(const ScopedCacheDir &d) {
+  uint64_t n = 0;
+  for (const auto &e : fs::directory_iterator(d.dir()))
+    if (e.path().extension() == ".o") n += e.file_size();
+  return n;
+}
+
+TEST(CompileCache, MaxMBParsing) {
+  ScopedMaxMB bound("1.5");
+  EXPECT_EQ(compileCacheMaxBytes(), uint64_t(1.5 * 1024 * 1024));
+  setenv("XJIT_CACHE_MAX_MB", "0", 1);
+  EXPECT_EQ(compileCacheMaxBytes(), 0u); // unbounded
+  setenv("XJIT_CACHE_MAX_MB", "lots", 1);
+  EXPECT_EQ(compileCacheMaxBytes(), uint64_t(512) * 1024 * 1024); // the default
+  setenv("XJIT_CACHE_MAX_MB", "-3", 1);
+  EXPECT_EQ(compileCacheMaxBytes(), uint64_t(512) * 1024 * 1024);
+}
+
+TEST(CompileCache, SizeBoundEvictsLeastRecentlyUsed) {
+  ScopedCacheDir cache("bound");
+  // Ten entries of ~10 KB under a 64 KB bound (trims go down to 80% of it: 52 KB).
+  ScopedMaxMB bound("0.0625");
+  const std::string payload(10000, 'p');
+  const uint64_t entrySize = 32 + 64 + payload.size();
+  CompileCacheStats s0 = compileCacheStats();
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(compileCacheStore(syntheticKey(i), payload));
+    setAge(syntheticKey(i), 100 - i); // entry 0 is the oldest
+  }
+  EXPECT_EQ(compileCacheStats().evictions, s0.evictions); // 6 x 10 KB fit
+  // A hit makes entry 0 the most recently used: entries 1, 2, ... go first.
+  ASSERT_TRUE(compileCacheLoad(syntheticKey(0)).has_value());
+  ASSERT_TRUE(compileCacheStore(syntheticKey(6), payload)); // 70 KB > 64 KB: trim to 52 KB
+  EXPECT_EQ(compileCacheStats().evictions, s0.evictions + 2);
+  EXPECT_FALSE(fs::exists(compileCachePath(syntheticKey(1))));
+  EXPECT_FALSE(fs::exists(compileCachePath(syntheticKey(2))));
+  for (int i : {0, 3, 4, 5, 6})
+    EXPECT_EQ(compileCacheLoad(syntheticKey(i)), payload) << "entry " << i;
+  EXPECT_EQ(entryBytes(cache), 5 * entrySize);
+  // (Those hits touched every entry within one tick of the file system's clock: make the
+  // order explicit again, 6 the newest.)
+  for (int i : {0, 3, 4, 5, 6})
+    setAge(syntheticKey(i), i == 0 ? 60 : 16 - 2 * i);
+  EXPECT_LE(entryBytes(cache), compileCacheMaxBytes());
+  // An evicted entry is a plain miss.
+  CompileCacheStats s1 = compileCacheStats();
+  EXPECT_FALSE(compileCacheLoad(syntheticKey(1)).has_value());
+  EXPECT_EQ(compileCacheStats().invalid, s1.invalid);
+  // A lower bound applies at the next trim; files that are not entries are left alone, except
+  // temporary files a dead writer left behind long ago.
+  writeFile(cache.dir() / "README", "not an entry");
+  writeFile(cache.dir() / (syntheticKey(9) + ".tmp.fresh1"), "a writer at work");
+  writeFile(cache.dir() / (syntheticKey(9) + ".tmp.stale1"), "a writer that died");
+  timespec old[2] = {{0, 0}, {0, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, (cache.dir() / (syntheticKey(9) + ".tmp.stale1")).c_str(), old, 0),
+            0);
+  setenv("XJIT_CACHE_MAX_MB", "0.02", 1);
+  EXPECT_LE(compileCacheTrim(), compileCacheMaxBytes());
+  EXPECT_EQ(cache.entries(), 2u);
+  EXPECT_TRUE(fs::exists(compileCachePath(syntheticKey(5)))); // the two newest stay
+  EXPECT_TRUE(fs::exists(compileCachePath(syntheticKey(6))));
+  EXPECT_TRUE(fs::exists(cache.dir() / "README"));
+  EXPECT_TRUE(fs::exists(cache.dir() / (syntheticKey(9) + ".tmp.fresh1")));
+  EXPECT_FALSE(fs::exists(cache.dir() / (syntheticKey(9) + ".tmp.stale1")));
+  // Unbounded: nothing is deleted.
+  setenv("XJIT_CACHE_MAX_MB", "0", 1);
+  for (int i = 10; i < 20; ++i)
+    ASSERT_TRUE(compileCacheStore(syntheticKey(i), payload));
+  EXPECT_EQ(cache.entries(), 12u);
+}
+
+/// Run only as a child of SeveralProcessesBoundedAtOnce: stores and reads back entries of its
+/// own and of the other children under a bound that keeps only some of them.
+TEST(CompileCacheChild, StoreAndReadBounded) {
+  if (!std::getenv("XJIT_CACHE_CHILD")) GTEST_SKIP() << "helper of SeveralProcessesBoundedAtOnce";
+  int child = std::atoi(std::getenv("XJIT_CACHE_CHILD"));
+  for (int round = 0; round < 40; ++round) {
+    int mine = child * 1000 + round;
+    std::string payload(3000 + size_t(mine % 7) * 500, char('a' + mine % 26));
+    ASSERT_TRUE(compileCacheStore(syntheticKey(mine), payload));
+    for (int other = 0; other < 4; ++other) {
+      int key = other * 1000 + round;
+      std::optional<std::string> got = compileCacheLoad(syntheticKey(key));
+      // Either evicted (or not yet written) or whole and right.
+      if (got) ASSERT_EQ(*got, std::string(3000 + size_t(key % 7) * 500, char('a' + key % 26)));
+    }
+  }
+  // Compiled kernels through the bounded cache stay correct.
+  auto inputs = testInputs();
+  for (double scale : {0.5, 0.25}) {
+    auto g = testGraph(scale);
+    ASSERT_EQ(checkAgainstInterpreter(*g, runCompiled(compileGraph(*g), inputs), inputs), "");
+  }
+}
+
+void runChildren(const std::string &filter, int count) {
+  std::string self = fs::read_symlink("/proc/self/exe").string();
+  std::vector<pid_t> children;
+  for (int i = 0; i < count; ++i) {
+    setenv("XJIT_CACHE_CHILD", std::to_string(i).c_str(), 1);
+    std::vector<std::string> args = {self, "--gtest_filter=" + filter};
+    std::vector<char *> argv;
+    for (std::string &a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    posix_spawn_file_actions_t quiet; // the children's gtest banners would clutter the log
+    posix_spawn_file_actions_init(&quiet);
+    posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
+    int rc = posix_spawn(&pid, self.c_str(), &quiet, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&quiet);
+    ASSERT_EQ(rc, 0);
+    children.push_back(pid);
+  }
+  unsetenv("XJIT_CACHE_CHILD");
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child failed: " << status;
+  }
+}
+
+TEST(CompileCache, SeveralProcessesBoundedAtOnce) {
+  ScopedCacheDir cache("bounded-procs");
+  ScopedMaxMB bound("0.1"); // ~100 KB: about 20 of the children's 160 entries
+  runChildren("CompileCacheChild.StoreAndReadBounded", 4);
+  // Every entry left is whole, nothing temporary is left, and a trim brings it under the bound.
+  for (const auto &e : fs::directory_iterator(cache.dir())) {
+    std::string name = e.path().filename().string();
+    EXPECT_TRUE(name == "lock" || e.path().extension() == ".o") << name;
+  }
+  EXPECT_LE(compileCacheTrim(), compileCacheMaxBytes());
+  EXPECT_GT(cache.entries(), 0u);
 }
 
 /// Run only as a child of SeveralProcessesAtOnce (XJIT_CACHE_CHILD set): compiles the test

@@ -9,6 +9,11 @@
 // another key) is a miss and is rewritten by the compile that follows; errors reading or
 // writing the directory disable nothing but that one access (a cache never fails a compile).
 //
+// Size: bounded by XJIT_CACHE_MAX_MB (default 512; 0 means unbounded). A store that takes the
+// directory past the bound deletes the least recently used entries (by mtime, which hits
+// refresh) down to 80% of it, under an flock on `<dir>/lock` so one process trims at a time;
+// readers and writers take no lock (see compile_cache.cpp for why deleting is safe).
+//
 // Location: $XJIT_CACHE_DIR, else $XDG_CACHE_HOME/xjit, else ~/.cache/xjit. Disabled when
 // XJIT_NO_CACHE is set to anything but "" or "0" (read at every access, so `python -m xjit
 // --no-cache` and tests may set it at run time), or by setCompileCacheEnabled(false).
@@ -38,7 +43,8 @@ std::string compileCacheDir();
 
 struct CompileCacheStats {
   uint64_t hits = 0, misses = 0, writes = 0;
-  uint64_t invalid = 0; // entries found but rejected (truncated, corrupted, foreign)
+  uint64_t invalid = 0;   // entries found but rejected (truncated, corrupted, foreign)
+  uint64_t evictions = 0; // entries this process deleted to keep the size bound
 };
 /// Counters of this process (for tests and --explain).
 CompileCacheStats compileCacheStats();
@@ -48,6 +54,12 @@ std::optional<std::string> compileCacheLoad(const std::string &key);
 /// Stores `payload` under `key` atomically; returns false (and leaves the cache as it was) when
 /// the cache is disabled or the directory is not writable.
 bool compileCacheStore(const std::string &key, std::string_view payload);
+/// The size bound in bytes: XJIT_CACHE_MAX_MB (a decimal number of MiB; read at every call),
+/// default 512 MiB; 0 when unbounded.
+uint64_t compileCacheMaxBytes();
+/// Trims the current directory to the bound now (least recently used first); returns the
+/// bytes of entries left. Stores do this by themselves when the directory outgrows the bound.
+uint64_t compileCacheTrim();
 /// The path of key's entry in the current directory (tests corrupt it on purpose).
 std::string compileCachePath(const std::string &key);
 

@@ -9,6 +9,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace xjit::backend {
 
@@ -98,6 +100,20 @@ private:
 unsigned kernelThreads();
 /// How many parallel loops this process has split across threads (tests, --explain).
 uint64_t parallelSplits();
+/// Process-wide totals of Jit::compile (tests, benchmarks of warm starts).
+struct JitTotals {
+  /// Kernels compiled with LLVM (every compile that was not a cache hit): a second process
+  /// running the same program with a filled cache stays at 0.
+  uint64_t llvmCompilations = 0;
+  uint64_t cacheLinks = 0; // kernels loaded from the persistent cache and linked
+  double llvmMs = 0;       // wall time of the LLVM compiles (IR, optimization, machine code)
+  double cacheLinkMs = 0;  // wall time of the cache hits (read, validate, link)
+};
+JitTotals jitTotals();
+/// jitTotals() and compileCacheStats() as (name, value) pairs, for the Python modules' stats
+/// ("llvm_compilations", "llvm_ms", "cache_links", "cache_link_ms", "cache_hits", ...). Each
+/// Python extension links its own copy of the backend, so each reports its own kernels.
+std::vector<std::pair<std::string, double>> backendCounters();
 
 /// Writes <dir>/<kernel name>.loops, .ll and .s (compiled with keepText); creates dir.
 void dumpKernel(const CompiledKernel &k, const std::string &dir);

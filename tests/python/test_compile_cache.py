@@ -1,0 +1,107 @@
+"""The persistent compile cache across processes: a second process running the same program
+with the cache filled by the first skips LLVM entirely (xjit.ir.backend_stats()'s
+llvm_compilations stays 0) and computes the same results as eager PyTorch; XJIT_CACHE_MAX_MB
+bounds the directory (docs/backend.md, "Persistent compile cache")."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import xjit
+from xjit import ir
+
+pytest.importorskip("torch")
+
+# A model with fused elementwise chains, a row reduction (softmax), a full reduction and a
+# matmul (oneDNN, no LLVM): each of its LLVM kernels must come from the cache the second time.
+PROGRAM = """
+import json, sys, torch, xjit
+from xjit import ir
+
+def f(x, w):
+    h = torch.tanh(x @ w) * 0.5 + 1.0
+    p = torch.softmax(h * h, dim=-1)
+    return p, (h - p).abs().sum()
+
+torch.manual_seed(0)
+x, w = torch.randn(33, 48), torch.randn(48, 40)
+with torch.no_grad():
+    got = xjit.jit(f, fullgraph=True)(x, w)
+    want = f(x, w)
+close = all(torch.allclose(g, e, rtol=1e-4, atol=1e-4) for g, e in zip(got, want))
+print(json.dumps({"close": close, **ir.backend_stats()}))
+"""
+
+
+def _run(tmp_path: Path, **env_extra: str) -> dict[str, float]:
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XJIT_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(xjit.__file__).parent.parent), *sys.path])
+    env["XJIT_CACHE_DIR"] = str(tmp_path / "cache")
+    env.update(env_extra)
+    # The child imports xjit as this process did (-S: without site's .pth import hooks).
+    flags = ["-S"] if sys.flags.no_site else []
+    proc = subprocess.run(
+        [sys.executable, *flags, str(script)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    stats: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return stats
+
+
+def test_second_process_skips_llvm(tmp_path: Path) -> None:
+    cold = _run(tmp_path)
+    assert cold["close"]
+    assert cold["llvm_compilations"] > 0
+    assert cold["cache_writes"] == cold["llvm_compilations"]
+    warm = _run(tmp_path)
+    assert warm["close"]
+    assert warm["llvm_compilations"] == 0
+    assert warm["cache_hits"] == cold["llvm_compilations"]
+    assert warm["cache_writes"] == 0
+    assert warm["cache_links"] == warm["cache_hits"] and warm["llvm_ms"] == 0
+
+
+def test_no_cache_compiles_again(tmp_path: Path) -> None:
+    cold = _run(tmp_path)
+    again = _run(tmp_path, XJIT_NO_CACHE="1")
+    assert again["close"]
+    assert again["llvm_compilations"] == cold["llvm_compilations"] > 0
+    assert again["cache_hits"] == 0
+
+
+def test_size_bound_evicts(tmp_path: Path) -> None:
+    # A bound below one run's entries (two kernels, about 2 and 5 KB): stores trim the
+    # directory as they go, the program still computes the right results, and what is left
+    # fits the bound.
+    bound_mb = 0.004
+    stats = _run(tmp_path, XJIT_CACHE_MAX_MB=str(bound_mb))
+    assert stats["close"]
+    assert stats["cache_evictions"] > 0
+    entries = list((tmp_path / "cache").glob("*.o"))
+    assert sum(p.stat().st_size for p in entries) <= bound_mb * 1024 * 1024
+    assert not list((tmp_path / "cache").glob("*.tmp.*"))
+
+
+def test_backend_stats_in_process() -> None:
+    stats = ir.backend_stats()
+    assert set(stats) == {
+        "llvm_compilations",
+        "llvm_ms",
+        "cache_links",
+        "cache_link_ms",
+        "cache_hits",
+        "cache_misses",
+        "cache_writes",
+        "cache_invalid",
+        "cache_evictions",
+    }
+    assert all(v >= 0 for v in stats.values())
+    assert isinstance(stats["llvm_compilations"], int)
