@@ -143,6 +143,10 @@ std::vector<std::unique_ptr<Graph>> reductionGraphs() {
     return b.op("rms_norm", {x, w}, {{"normalized_shape", Attr(std::vector<int64_t>{1024})}});
   });
   make("col_sum", [&](Builder &b, Value *x, Value *) { return b.op("sum", {x}, dims(0, true)); });
+  // Every dim reduced: parallel chunks with partial results (docs/backend.md, "Threads").
+  make("all_sum", [&](Builder &b, Value *x, Value *) {
+    return b.op("sum", {x}, {{"dims", Attr(std::vector<int64_t>{0, 1})}, {"keepdim", Attr(false)}});
+  });
   return out;
 }
 

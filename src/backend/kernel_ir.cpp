@@ -262,6 +262,9 @@ private:
       os_ << (s.parallel ? "parallel for i" : "for i") << s.index << " in 0.." << str(s.a, 0)
           << (s.vectorize ? "" : " novec");
       if (s.parallel) os_ << " work " << str(s.b, 0);
+      for (size_t p = 0; p < s.partials.size(); ++p)
+        os_ << (p ? ", " : " partials ") << accName(s.partials[p].first) << " "
+            << binaryOpName(s.partials[p].second);
       os_ << " {\n";
       stmts(s.body, depth + 1);
       indent(depth);
@@ -405,9 +408,25 @@ private:
       if (s.parallel) {
         expect(s.b, DType::I64, "parallel for work");
         if (!inScope_.empty()) fail("parallel for: i" + std::to_string(s.index) + " is nested");
-        // Each thread has its own accumulators: those initialized outside are not visible.
+        // Each thread has its own accumulators: those initialized outside are not visible,
+        // except the partial ones, whose copies start from their combine op's identity.
         std::set<int64_t> outside = std::move(initialized_);
         initialized_.clear();
+        for (const auto &[acc, combine] : s.partials) {
+          if (!validAcc(acc)) {
+            fail("parallel for: partial accumulator " + std::to_string(acc) + " does not exist");
+            continue;
+          }
+          const AccDecl &a = k_.accs[size_t(acc)];
+          if (a.lanes) fail("parallel for: partial accumulator " + a.name + " is an array");
+          if (!outside.count(acc))
+            fail("parallel for: partial accumulator " + a.name + " is not initialized before it");
+          if (combine != BinaryOp::Add && combine != BinaryOp::Mul && combine != BinaryOp::Max &&
+              combine != BinaryOp::Min)
+            fail("parallel for: " + std::string(binaryOpName(combine)) +
+                 " is not a partial combine op");
+          initialized_.insert(acc);
+        }
         inScope_.insert(s.index);
         stmts(s.body);
         inScope_.erase(s.index);

@@ -18,6 +18,8 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <unordered_map>
 
 namespace xjit::backend {
@@ -145,7 +147,9 @@ private:
     vars_.assign(size_t(k_.numVars), nullptr);
     fail_ = nullptr;
     failCode_ = nullptr;
-    if (loop)
+    if (loop && !loop->partials.empty())
+      emitReductionChunks(*loop, fn_->getArg(unsigned(nb + 4)), fn_->getArg(unsigned(nb + 5)));
+    else if (loop)
       emitFor(*loop, fn_->getArg(unsigned(nb + 4)), fn_->getArg(unsigned(nb + 5)));
     else
       stmts(k_.body);
@@ -186,8 +190,14 @@ private:
   /// A parallel loop: its body becomes a task function over a range of iterations, run by
   /// xjit_rt_parallel_for (on one thread when the total work is small).
   void emitParallelFor(const Stmt &s) {
-    Value *n = indexExpr(s.a);
-    Value *work = indexExpr(s.b);
+    if (!s.partials.empty()) return emitParallelReduction(s);
+    size_t nb = k_.buffers.size();
+    callParallel(s, fn_->getArg(unsigned(nb + 3)), indexExpr(s.a), indexExpr(s.b));
+  }
+
+  /// Calls xjit_rt_parallel_for on the task made of `s` over [0, n) with `data` as the data
+  /// array; returns from the kernel with the task's code when it fails.
+  void callParallel(const Stmt &s, Value *data, Value *n, Value *work) {
     std::string name = symbol_ + ".task" + std::to_string(numTasks_++);
     FnState saved = saveState();
     sizes_.clear();
@@ -203,8 +213,8 @@ private:
     llvm::FunctionCallee run = m_.getOrInsertFunction(kParallelForSymbol, b_.getInt32Ty(), ptr, ptr,
                                                       ptr, ptr, ptr, i64, i64);
     Value *rc =
-        b_.CreateCall(run, {task, fn_->getArg(unsigned(nb + 3)), fn_->getArg(unsigned(nb)),
-                            fn_->getArg(unsigned(nb + 1)), fn_->getArg(unsigned(nb + 2)), n, work});
+        b_.CreateCall(run, {task, data, fn_->getArg(unsigned(nb)), fn_->getArg(unsigned(nb + 1)),
+                            fn_->getArg(unsigned(nb + 2)), n, work});
     // A failed iteration's code (an assert's or division by zero) stops the kernel.
     BasicBlock *cont = BasicBlock::Create(ctx_, "parallel.ok", fn_);
     BasicBlock *failed = BasicBlock::Create(ctx_, "parallel.failed", fn_);
@@ -212,6 +222,130 @@ private:
     b_.SetInsertPoint(failed);
     b_.CreateRet(rc);
     b_.SetInsertPoint(cont);
+  }
+
+  /// The number of chunks of a parallel reduction over `n` iterations: min(n, kReductionChunks).
+  Value *reductionChunks(Value *n) {
+    return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, n, b_.getInt64(kReductionChunks));
+  }
+
+  /// A parallel reduction loop (Stmt::partials): the task reduces each chunk of iterations into
+  /// that chunk's slot of an array per accumulator (handed to it after the buffers in its data
+  /// array); then this thread combines the slots into the accumulators in chunk order.
+  void emitParallelReduction(const Stmt &s) {
+    llvm::Type *ptr = b_.getPtrTy();
+    size_t nb = k_.buffers.size();
+    Value *n = indexExpr(s.a);
+    Value *chunks = reductionChunks(n);
+    // Work of one chunk: its iterations (at most ceil(n / chunks)) times one iteration's.
+    Value *denominator = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, chunks, b_.getInt64(1));
+    Value *perChunk =
+        b_.CreateSDiv(b_.CreateAdd(n, b_.CreateSub(denominator, b_.getInt64(1))), denominator);
+    Value *work = b_.CreateMul(indexExpr(s.b), perChunk);
+    llvm::AllocaInst *data = nullptr;
+    std::vector<llvm::AllocaInst *> slots;
+    {
+      llvm::IRBuilderBase::InsertPointGuard guard(b_);
+      b_.SetInsertPoint(&fn_->getEntryBlock(), fn_->getEntryBlock().getFirstInsertionPt());
+      data = b_.CreateAlloca(ptr, b_.getInt64(nb + s.partials.size()), "reduction.data");
+      for (const auto &[acc, combine] : s.partials)
+        slots.push_back(b_.CreateAlloca(regType(k_.accs[size_t(acc)].dtype),
+                                        b_.getInt64(kReductionChunks),
+                                        "partials." + k_.accs[size_t(acc)].name));
+    }
+    Value *inData = fn_->getArg(unsigned(nb + 3));
+    for (size_t i = 0; i < nb; ++i)
+      b_.CreateStore(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, inData, i)),
+                     b_.CreateConstInBoundsGEP1_64(ptr, data, i));
+    for (size_t p = 0; p < slots.size(); ++p)
+      b_.CreateStore(slots[p], b_.CreateConstInBoundsGEP1_64(ptr, data, nb + p));
+    callParallel(s, data, chunks, work);
+    // In chunk order, on this thread: the result does not depend on how chunks were spread.
+    emitCountedLoop(b_.getInt64(0), chunks, [&](Value *c) {
+      for (size_t p = 0; p < slots.size(); ++p) {
+        auto [acc, combine] = s.partials[p];
+        DType d = k_.accs[size_t(acc)].dtype;
+        Value *slot = accSlots_[size_t(acc)];
+        Value *part = b_.CreateLoad(regType(d), b_.CreateInBoundsGEP(regType(d), slots[p], c));
+        b_.CreateStore(combineValues(combine, d, b_.CreateLoad(regType(d), slot), part), slot);
+      }
+    });
+  }
+
+  /// A parallel reduction's task over chunks [begin, end): each chunk's iterations reduce into
+  /// the task's accumulators, reset to the identity first, then stored in the chunk's slots.
+  void emitReductionChunks(const Stmt &s, Value *begin, Value *end) {
+    llvm::Type *ptr = b_.getPtrTy();
+    size_t nb = k_.buffers.size();
+    Value *n = indexExpr(s.a);
+    Value *chunks = reductionChunks(n); // >= 1: a task runs only when n > 0
+    Value *data = fn_->getArg(unsigned(nb + 3));
+    std::vector<Value *> slots;
+    for (size_t p = 0; p < s.partials.size(); ++p)
+      slots.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, data, nb + p)));
+    emitCountedLoop(begin, end, [&](Value *c) {
+      Value *lo = b_.CreateSDiv(b_.CreateMul(c, n), chunks);
+      Value *hi = b_.CreateSDiv(b_.CreateMul(b_.CreateAdd(c, b_.getInt64(1)), n), chunks);
+      for (const auto &[acc, combine] : s.partials)
+        b_.CreateStore(combineIdentity(combine, k_.accs[size_t(acc)].dtype),
+                       accSlots_[size_t(acc)]);
+      emitFor(s, lo, hi);
+      for (size_t p = 0; p < slots.size(); ++p) {
+        int64_t acc = s.partials[p].first;
+        llvm::Type *t = regType(k_.accs[size_t(acc)].dtype);
+        b_.CreateStore(b_.CreateLoad(t, accSlots_[size_t(acc)]),
+                       b_.CreateInBoundsGEP(t, slots[p], c));
+      }
+    });
+  }
+
+  /// `for c in [begin, end): body(c)`, kept as a plain loop (not vectorized or unrolled).
+  void emitCountedLoop(Value *begin, Value *end, const std::function<void(Value *)> &body) {
+    BasicBlock *pre = b_.GetInsertBlock();
+    BasicBlock *header = BasicBlock::Create(ctx_, "chunks", fn_);
+    BasicBlock *bodyBB = BasicBlock::Create(ctx_, "chunk", fn_);
+    BasicBlock *exit = BasicBlock::Create(ctx_, "chunks.done", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode *c = b_.CreatePHI(b_.getInt64Ty(), 2, "c");
+    c->addIncoming(begin, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(c, end), bodyBB, exit);
+    b_.SetInsertPoint(bodyBB);
+    body(c);
+    Value *next = b_.CreateAdd(c, b_.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
+    llvm::BranchInst *latch = b_.CreateBr(header);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, loopMetadata(false));
+    c->addIncoming(next, b_.GetInsertBlock());
+    b_.SetInsertPoint(exit);
+  }
+
+  /// x such that combine(x, v) == v for every v of dtype `d`.
+  llvm::Constant *combineIdentity(BinaryOp combine, DType d) {
+    llvm::Type *t = regType(d);
+    bool fl = isFloating(d), u = isUnsignedInt(d) || d == DType::Bool;
+    unsigned bits = t->getScalarSizeInBits();
+    switch (combine) {
+    case BinaryOp::Mul: return fl ? llvm::ConstantFP::get(t, 1.0) : llvm::ConstantInt::get(t, 1);
+    case BinaryOp::Max:
+      if (fl) return llvm::ConstantFP::getInfinity(t, /*Negative=*/true);
+      return llvm::ConstantInt::get(ctx_, u ? llvm::APInt::getMinValue(bits)
+                                            : llvm::APInt::getSignedMinValue(bits));
+    case BinaryOp::Min:
+      if (fl) return llvm::ConstantFP::getInfinity(t, /*Negative=*/false);
+      return llvm::ConstantInt::get(ctx_, u ? llvm::APInt::getMaxValue(bits)
+                                            : llvm::APInt::getSignedMaxValue(bits));
+    default: return llvm::Constant::getNullValue(t); // Add
+    }
+  }
+
+  /// An accumulator's combine step, as Stmt Reduce computes it.
+  Value *combineValues(BinaryOp combine, DType d, Value *cur, Value *v) {
+    if (isFloating(d) && (combine == BinaryOp::Max || combine == BinaryOp::Min))
+      // IEEE maximum / minimum propagate NaN like the IR's Max / Min (they differ only in
+      // ordering -0 below +0), and the vectorizer knows them as reductions.
+      return b_.CreateBinaryIntrinsic(
+          combine == BinaryOp::Max ? llvm::Intrinsic::maximum : llvm::Intrinsic::minimum, cur, v);
+    return binaryValue(combine, d, cur, v);
   }
 
   /// The KernelEntry wrapper (external), or with `range` a parallel task (internal):
@@ -321,15 +455,7 @@ private:
       DType d = k_.accs[size_t(s.index)].dtype;
       Value *slot = accSlot(s.index, s.b);
       Value *cur = b_.CreateLoad(regType(d), slot);
-      Value *v = nullptr;
-      if (isFloating(d) && (s.combine == BinaryOp::Max || s.combine == BinaryOp::Min))
-        // IEEE maximum / minimum propagate NaN like the IR's Max / Min (they differ only in
-        // ordering -0 below +0), and the vectorizer knows them as reductions.
-        v = b_.CreateBinaryIntrinsic(s.combine == BinaryOp::Max ? llvm::Intrinsic::maximum
-                                                                : llvm::Intrinsic::minimum,
-                                     cur, expr(s.a));
-      else
-        v = binaryValue(s.combine, d, cur, expr(s.a));
+      Value *v = combineValues(s.combine, d, cur, expr(s.a));
       // A reduction's order is unspecified: let the vectorizer reassociate float sums.
       if (auto *inst = llvm::dyn_cast<llvm::Instruction>(v);
           inst && isFloating(d) && llvm::isa<llvm::FPMathOperator>(inst))

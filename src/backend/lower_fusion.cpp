@@ -634,6 +634,34 @@ private:
     return body;
   }
 
+  bool reducesEveryDim() const {
+    for (size_t d = 0; d < fullShape_.size(); ++d)
+      if (!isReduced(d)) return false;
+    return !fullShape_.empty();
+  }
+
+  /// Whether `e` reads an accumulator (a DAG: each shared node is visited once).
+  static bool readsAccumulator(const Expr &root) {
+    std::unordered_set<const ExprNode *> seen;
+    std::vector<const ExprNode *> todo = {root.get()};
+    while (!todo.empty()) {
+      const ExprNode *e = todo.back();
+      todo.pop_back();
+      if (!e || !seen.insert(e).second) continue;
+      if (e->kind == ExprKind::Acc) return true;
+      for (const Expr &a : e->args)
+        todo.push_back(a.get());
+    }
+    return false;
+  }
+  static bool readsAccumulator(const StmtList &list) {
+    for (const Stmt &st : list)
+      if (readsAccumulator(st.a) || readsAccumulator(st.b) || readsAccumulator(st.body) ||
+          readsAccumulator(st.orelse))
+        return true;
+    return false;
+  }
+
   /// A full index for a new loop nest over the reduced dims of the current row (fresh loop
   /// variables at the reduced positions).
   /// In lane mode, also a fresh lane variable (the current lane) at the last position.
@@ -680,8 +708,22 @@ private:
     }
     if (!lanes_) {
       int64_t a = lk_.kernel.addAcc(name, accType);
+      bool chunked = reducesEveryDim() && !readsAccumulator(v) && !readsAccumulator(body);
       body.push_back(reduce(a, combine, std::move(v)));
       StmtList loops = wrapRowLoops(idx, std::move(body));
+      // With every dim reduced there is no row loop to run in parallel: the outermost reduced
+      // loop runs in parallel chunks with partial results instead (Stmt::partials). Not when
+      // the value reads another accumulator (a later pass of var or softmax reads the first
+      // pass's result, which a task does not see).
+      if (chunked && loops.size() == 1 && loops[0].kind == StmtKind::For) {
+        Expr work = constIdx(1);
+        for (size_t d = 1; d < fullExtents_.size(); ++d)
+          work = mulIdx(work, fullExtents_[d]);
+        Stmt &loop = loops[0];
+        loop =
+            parallelFor(loop.index, loop.a, std::move(work), std::move(loop.body), loop.vectorize);
+        loop.partials = {{a, combine}};
+      }
       pre_.push_back(initAcc(a, std::move(init)));
       for (Stmt &s : loops)
         pre_.push_back(std::move(s));

@@ -11,6 +11,7 @@
 #include "xjit/ir/parser.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -143,6 +144,64 @@ TEST(BackendParallel, LargeReductionsMatch) {
   return(%y)
 })",
                   {h, w}, 16),
+            "");
+}
+
+TEST(BackendParallel, ReductionsOverEveryDimRunInChunks) {
+  std::mt19937 rng(4);
+  Tensor x = randomTensor(DType::F32, {301, 517}, rng);
+  auto g = parseGraph(R"(graph @all(%x: f32[301,517]) -> (f32[], f32[1,1], f32[], f32[]) {
+  %a = abs(%x) : f32[301,517]
+  %s = sum(%a) {dims = [0, 1]} : f32[]
+  %m = mean(%x) {dims = [0, 1], keepdim = true} : f32[1,1]
+  %mx = amax(%x) {dims = [0, 1]} : f32[]
+  %v = var(%x) {dims = [0, 1]} : f32[]
+  return(%s, %m, %mx, %v)
+})");
+  Compiled c = compile(*g);
+  std::string loops = printKernel(c.lk.kernel);
+  // sum, mean, amax and var's mean pass are chunked; var's second pass reads the mean: serial.
+  EXPECT_NE(loops.find("partials"), std::string::npos) << loops;
+  std::vector<RtValue> in = {RtValue(x)};
+  uint64_t before = parallelSplits();
+  EXPECT_EQ(compareWithInterpreter(*g, c, in, std::sqrt(301.0 * 517)), "");
+  EXPECT_GT(parallelSplits(), before);
+  // Deterministic: the chunks do not depend on the threads, so one thread gives the same bits.
+  std::vector<RtValue> two = runLowered(c.lk, *c.ck, in);
+  int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  uint64_t single = parallelSplits();
+  std::vector<RtValue> one = runLowered(c.lk, *c.ck, in);
+  EXPECT_EQ(parallelSplits(), single);
+  omp_set_num_threads(threads);
+  for (size_t o = 0; o < one.size(); ++o)
+    EXPECT_EQ(one[o].tensor().getDouble(0), two[o].tensor().getDouble(0)) << "output " << o;
+  // Integers (exact), odd extents, a product, and NaN propagating through the max of chunks.
+  Tensor i = randomTensor(DType::I64, {1031, 97}, rng);
+  EXPECT_EQ(check(R"(graph @ints(%x: i64[1031,97]) -> (i64[], i64[]) {
+  %s = sum(%x) {dims = [0, 1]} : i64[]
+  %m = amin(%x) {dims = [1, 0]} : i64[]
+  return(%s, %m)
+})",
+                  {i}),
+            "");
+  Tensor n = randomTensor(DType::F32, {2, 300, 200}, rng);
+  n.setDouble(2 * 300 * 200 - 5, NAN); // in the last chunk
+  auto gn = parseGraph(R"(graph @nan(%x: f32[2,300,200]) -> (f32[]) {
+  %m = amax(%x) {dims = [0, 1, 2]} : f32[]
+  return(%m)
+})");
+  Compiled cn = compile(*gn);
+  EXPECT_NE(printKernel(cn.lk.kernel).find("partials"), std::string::npos);
+  EXPECT_TRUE(std::isnan(
+      runLowered(cn.lk, *cn.ck, std::vector<RtValue>{RtValue(n)}).at(0).tensor().getDouble(0)));
+  // Fewer outer iterations than chunks (one chunk per iteration), and a 1-d input.
+  Tensor v = randomTensor(DType::F32, {100003}, rng);
+  EXPECT_EQ(check(R"(graph @vec(%x: f32[100003]) -> (f32[]) {
+  %s = sum(%x) {dims = [0]} : f32[]
+  return(%s)
+})",
+                  {v}, std::sqrt(100003.0)),
             "");
 }
 

@@ -167,6 +167,13 @@ struct Stmt {
   /// For: iterations may run on several threads (each thread a contiguous range). Only for
   /// loops outside any other loop; the body must not touch accumulators initialized outside it.
   bool parallel = false;
+  /// Parallel For: accumulators (with their combine op) the loop reduces across all its
+  /// iterations, for reductions that have no row loop to run in parallel (every dim reduced).
+  /// The iterations are cut into min(extent, kReductionChunks) contiguous chunks, a number that
+  /// does not depend on the threads; each chunk reduces into its own copies of these
+  /// accumulators, starting from the combine op's identity, and after the loop the copies are
+  /// combined into the accumulators in chunk order: the same result on any number of threads.
+  std::vector<std::pair<int64_t, BinaryOp>> partials;
   Expr a, b;             // For: extent and (parallel) the work of one iteration in elements;
                          // If/Assert: cond; Store: offset, value; InitAcc: init; Reduce: value
   StmtList body, orelse; // For/If bodies
@@ -176,6 +183,8 @@ Stmt forLoop(int64_t var, Expr extent, StmtList body, bool vectorize = true);
 /// A loop whose iterations may run in parallel; `work` (i64) estimates the elements one
 /// iteration touches (the runtime stays on one thread below a total work threshold).
 Stmt parallelFor(int64_t var, Expr extent, Expr work, StmtList body, bool vectorize = true);
+/// Chunks of a parallel reduction loop (Stmt::partials).
+constexpr int64_t kReductionChunks = 64;
 Stmt ifThen(Expr cond, StmtList then, StmtList orelse = {});
 Stmt store(int64_t buffer, Expr offset, Expr value);
 Stmt initAcc(int64_t acc, Expr init);
