@@ -1,0 +1,135 @@
+"""Warm start from the persistent compile cache, part by part.
+
+Runs one model's first call under xjit.jit in fresh processes: once with an empty cache
+directory (cold: fills it), then --repeats times reusing it (warm). Each process reports the
+first call's wall time and its parts:
+
+  capture   the bytecode analyzer (explain's capture_ms)
+  compile   the inference passes, the runtime's passes and instruction table, the kernels
+            (explain's compile_ms), of which
+  llvm      kernels compiled by LLVM (backend_stats' llvm_ms; 0 when warm) and
+  link      kernels loaded from the cache and linked (cache_link_ms)
+  run       the rest of the first call: running it, including oneDNN primitive creation and
+            weight packing (first call - capture - compile), against
+  steady    the median of later calls.
+
+Usage: python bench/warm_start.py [--case bert/b1] [--repeats 3] [--threads N]
+Figures go to docs/perf.md (with the machine's load: ratios on a loaded machine are noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def child(case: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from bench.common import load_xjit, setup_threads
+    from bench.models import CASES
+
+    xjit = load_xjit()
+    from xjit import _frontend, ir
+
+    import_s = time.perf_counter() - t0
+    setup_threads()
+    model, inputs = CASES[case].build()
+    with torch.no_grad():
+        fn = xjit.jit(model)
+        _frontend.reset()
+        _frontend.set_recording(True)
+        start = time.perf_counter()
+        fn(*inputs)
+        first_ms = (time.perf_counter() - start) * 1e3
+        _frontend.set_recording(False)
+        events = _frontend.events()
+        steady = []
+        for _ in range(5):
+            start = time.perf_counter()
+            fn(*inputs)
+            steady.append((time.perf_counter() - start) * 1e3)
+    capture = sum(g["capture_ms"] for g in events["graphs"])
+    compile_ms = sum(g["compile_ms"] for g in events["graphs"])
+    stats = ir.backend_stats()
+    return {
+        "import_s": import_s,
+        "graphs": len(events["graphs"]),
+        "first_call_ms": first_ms,
+        "capture_ms": capture,
+        "compile_ms": compile_ms,
+        "llvm_ms": stats["llvm_ms"],
+        "link_ms": stats["cache_link_ms"],
+        "run_ms": first_ms - capture - compile_ms,
+        "steady_ms": statistics.median(steady),
+        "llvm_compilations": stats["llvm_compilations"],
+        "cache_links": stats["cache_links"],
+    }
+
+
+def run_child(case: str, cache: Path, threads: int | None) -> dict[str, Any]:
+    env = dict(os.environ, XJIT_CACHE_DIR=str(cache))
+    env.pop("XJIT_NO_CACHE", None)
+    if threads:
+        env["XJIT_NUM_THREADS"] = env["OMP_NUM_THREADS"] = str(threads)
+    proc = subprocess.run(
+        # -S as in this process (a development build on PYTHONPATH, not the installed one).
+        [sys.executable, *(["-S"] if sys.flags.no_site else []), __file__, "--child", "--case", case],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-4000:])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+COLUMNS = ("first_call_ms", "capture_ms", "compile_ms", "llvm_ms", "link_ms", "run_ms", "steady_ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--case", default="bert/b1", help="a case of bench/models.py, e.g. bert/b1")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.case)))
+        return
+    with tempfile.TemporaryDirectory(prefix="xjit-warm-start-") as tmp:
+        cache = Path(tmp)
+        cold = run_child(args.case, cache, args.threads)
+        warm = [run_child(args.case, cache, args.threads) for _ in range(args.repeats)]
+    print(f"{args.case}: {cold['graphs']} graph(s); load average {os.getloadavg()[0]:.1f}")
+    print("phase  " + " ".join(f"{c[:-3]:>12}" for c in COLUMNS) + "   llvm kernels / cached")
+    print(
+        "cold   "
+        + " ".join(f"{cold[c]:12.1f}" for c in COLUMNS)
+        + f"   {cold['llvm_compilations']} / {cold['cache_links']}"
+    )
+    med = {c: statistics.median(w[c] for w in warm) for c in COLUMNS}
+    print(
+        f"warm   "
+        + " ".join(f"{med[c]:12.1f}" for c in COLUMNS)
+        + f"   {warm[-1]['llvm_compilations']} / {warm[-1]['cache_links']}"
+        + f"   (median of {len(warm)})"
+    )
+
+
+if __name__ == "__main__":
+    main()
