@@ -125,12 +125,12 @@ public:
   virtual std::string info() const = 0;
 };
 
-/// Per-thread buffers for a primitive's operands reordered per call (blocked activations and
-/// weights of a convolution), which die when the primitive returns: one buffer per slot and
-/// thread, grown to the largest size asked for and reused by every later call, instead of a
-/// fresh allocation per call (ResNet-18: 20 convolutions' weights, 45 MB, per call, whose
-/// freed blocks glibc's malloc kept: 43 MB held free after the steady calls).
-enum class ScratchSlot { Src, Weights, Dst, Count };
+/// Per-thread buffers for a primitive's operands reordered per call (a convolution's weights),
+/// which die when the primitive returns: one buffer per slot and thread, grown to the largest
+/// size asked for and reused by every later call, instead of a fresh allocation per call
+/// (ResNet-18: 20 convolutions' weights, 45 MB, per call, whose freed blocks glibc's malloc
+/// kept: 43 MB held free after the steady calls).
+enum class ScratchSlot { Weights, Count };
 /// At least `bytes` bytes, 64-byte aligned, owned by the calling thread.
 void *threadScratch(ScratchSlot slot, size_t bytes);
 

@@ -46,14 +46,16 @@ public:
   void run(std::span<const RtValue> in, const Tensor &out) const override {
     std::unordered_map<int, memory> args;
     std::vector<Tensor> keep;
-    // Reordered operands and the blocked dst live in this thread's scratch buffers: they die
-    // when the primitive returns (threadScratch).
     Tensor x = tensorOf(spec->x, in);
+    if (toSrc) x = toSrc(x, spec->dtype);
     keep.push_back(x);
-    args[DNNL_ARG_SRC] = toSrc ? toSrc.intoScratch(x, ScratchSlot::Src) : wrap(srcDesc, x);
+    args[DNNL_ARG_SRC] = wrap(srcDesc, x);
     if (packedW) {
       args[DNNL_ARG_WEIGHTS] = packedW;
     } else {
+      // Weights reordered per call go to this thread's scratch buffer (threadScratch), whose
+      // size is the largest weight's whatever the batch; activations stay fresh allocations
+      // (a batch-8 ResNet's are 26 MB: persistent buffers for them cost more peak memory).
       Tensor w = tensorOf(spec->w, in);
       keep.push_back(w);
       args[DNNL_ARG_WEIGHTS] =
@@ -65,13 +67,15 @@ public:
       args[DNNL_ARG_BIAS] = wrap(biasDesc, b);
     }
     post->bind(in, args, keep);
-    memory dst = dstScratch ? memory(dstDesc, cpuEngine(),
-                                     threadScratch(ScratchSlot::Dst, dstDesc.get_size()))
-                            : wrap(dstDesc, out);
-    args[DNNL_ARG_DST] = dst;
+    Tensor dst = out;
+    if (dstScratch)
+      dst = allocateOutput(spec->dtype,
+                           {static_cast<int64_t>(dstDesc.get_size()) / dtypeSize(spec->dtype)});
+    args[DNNL_ARG_DST] = wrap(dstDesc, dst);
     execute(prim, args);
     if (dstScratch) {
-      std::unordered_map<int, memory> r = {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(dstUser, out)}};
+      std::unordered_map<int, memory> r = {{DNNL_ARG_FROM, wrap(dstDesc, dst)},
+                                           {DNNL_ARG_TO, wrap(dstUser, out)}};
       execute(fromDstPrim, r);
     }
   }
