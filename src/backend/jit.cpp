@@ -184,8 +184,14 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
     impl_->llvmArgs = args;
     llvm::cl::TokenizeGNUCommandLine(args, saver, argv);
   }
-  if (!args || !std::strstr(args, "fast-isel")) argv.push_back("-fast-isel");
-  llvm::cl::ParseCommandLineOptions(int(argv.size()), argv.data(), "", &llvm::errs());
+  // Options live in the shared libLLVM: the other Python extension's copy of this backend may
+  // have set it already, and a second occurrence would be an error.
+  auto &registered = llvm::cl::getRegisteredOptions();
+  auto fastIsel = registered.find("fast-isel");
+  bool fastIselSet = fastIsel != registered.end() && fastIsel->second->getNumOccurrences() > 0;
+  if (!fastIselSet && (!args || !std::strstr(args, "fast-isel"))) argv.push_back("-fast-isel");
+  if (argv.size() > 1)
+    llvm::cl::ParseCommandLineOptions(int(argv.size()), argv.data(), "", &llvm::errs());
   auto jtmb = check(llvm::orc::JITTargetMachineBuilder::detectHost(), "JIT: detecting the host");
   impl_->cpu = llvm::sys::getHostCPUName().str();
   llvm::SubtargetFeatures features;
