@@ -137,7 +137,12 @@ Capture Analyzer::run() {
               ? wrapSourced(contents,
                             Source{SourceStep{SourceStep::Cell, slot, localName(co, slot), {}}})
               : nullptr;
-      f.closure.push_back(std::make_shared<CellVar>(c));
+      // The cell itself has a source too, so that a write to it (nonlocal n; n += 1, or a
+      // variable the code after a graph break reads through the cell) is replayed on the
+      // caller's cell instead of being lost.
+      auto cellVar = std::make_shared<CellVar>(c);
+      cellVar->source = Source{SourceStep{SourceStep::CellObject, slot, localName(co, slot), {}}};
+      f.closure.push_back(std::move(cellVar));
     }
   }
   VarPtr result;

@@ -24,6 +24,7 @@ std::string inputName(const Source &src) {
     switch (s.kind) {
     case SourceStep::Local:
     case SourceStep::Cell:
+    case SourceStep::CellObject:
     case SourceStep::Global:
     case SourceStep::Attr: part = s.name; break;
     case SourceStep::Item: part = std::to_string(s.index); break;

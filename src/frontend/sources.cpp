@@ -26,6 +26,7 @@ std::string stepStr(const SourceStep &st) {
   switch (st.kind) {
   case SourceStep::Local:
   case SourceStep::Cell: return "L['" + st.name + "']";
+  case SourceStep::CellObject: return "cell(L['" + st.name + "'])";
   case SourceStep::Global: return "G['" + st.name + "']";
   case SourceStep::Attr: return "." + st.name;
   case SourceStep::Item: return "[" + std::to_string(st.index) + "]";
@@ -164,6 +165,15 @@ PyObject *frameSlot(const FrameView &f, int64_t index, bool cell) {
   return v;
 }
 
+PyObject *frameCell(const FrameView &f, int64_t index) {
+  const int firstFree = f.nlocalsplus - f.code->co_nfreevars;
+  if (index < firstFree || index >= f.nlocalsplus) return nullptr;
+  PyObject *closure = PyFunction_GET_CLOSURE(f.function);
+  if (!closure || !PyTuple_Check(closure) || index - firstFree >= PyTuple_GET_SIZE(closure))
+    return nullptr;
+  return PyTuple_GET_ITEM(closure, index - firstFree);
+}
+
 SourceValues::SourceValues(const SourceTable &table, const FrameView &frame)
     : table_(table), frame_(frame), slots_(table.size()) {}
 
@@ -177,6 +187,11 @@ PyObject *SourceValues::evaluate(const SourceTable::Node &n, PyObject *parent) {
   case SourceStep::Local:
   case SourceStep::Cell: {
     PyObject *v = frameSlot(frame_, n.index, n.kind == SourceStep::Cell);
+    Py_XINCREF(v);
+    return v;
+  }
+  case SourceStep::CellObject: {
+    PyObject *v = frameCell(frame_, n.index);
     Py_XINCREF(v);
     return v;
   }

@@ -70,4 +70,8 @@ private:
 /// Borrowed; nullptr if unbound.
 PyObject *frameSlot(const FrameView &f, int64_t index, bool cell);
 
+/// The closure cell object of free-variable slot `index` (the function's closure tuple);
+/// borrowed; nullptr for a slot that is not a free variable.
+PyObject *frameCell(const FrameView &f, int64_t index);
+
 } // namespace xjit::frontend

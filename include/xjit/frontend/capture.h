@@ -25,16 +25,26 @@ namespace xjit::frontend {
 class PyRef {
 public:
   PyRef() = default;
-  static PyRef borrow(PyObject *o) { Py_XINCREF(o); return PyRef(o); }
+  static PyRef borrow(PyObject *o) {
+    Py_XINCREF(o);
+    return PyRef(o);
+  }
   static PyRef steal(PyObject *o) { return PyRef(o); }
   PyRef(const PyRef &o) : o_(o.o_) { Py_XINCREF(o_); }
   PyRef(PyRef &&o) noexcept : o_(o.o_) { o.o_ = nullptr; }
-  PyRef &operator=(PyRef o) noexcept { std::swap(o_, o.o_); return *this; }
+  PyRef &operator=(PyRef o) noexcept {
+    std::swap(o_, o.o_);
+    return *this;
+  }
   ~PyRef() {
     if (o_ && Py_IsInitialized()) Py_DECREF(o_);
   }
   PyObject *get() const { return o_; }
-  PyObject *release() { PyObject *o = o_; o_ = nullptr; return o; }
+  PyObject *release() {
+    PyObject *o = o_;
+    o_ = nullptr;
+    return o;
+  }
   explicit operator bool() const { return o_ != nullptr; }
 
 private:
@@ -46,12 +56,13 @@ private:
 /// Evaluated at call time to fetch graph inputs and guarded values.
 struct SourceStep {
   enum Kind : uint8_t {
-    Local,   // frame local slot `index` (fast locals, arguments first); `name` for messages
-    Cell,    // the contents of closure cell / free variable slot `index` (localsplus index)
-    Global,  // f_globals[name], falling back to builtins
-    Attr,    // getattr(prev, name)
-    Item,    // prev[index] (list/tuple/ModuleList)
-    DictKey, // prev[key] with `key` a str or int constant
+    Local,      // frame local slot `index` (fast locals, arguments first); `name` for messages
+    Cell,       // the contents of closure cell / free variable slot `index` (localsplus index)
+    CellObject, // the cell object of free variable slot `index` itself (to write cell_contents)
+    Global,     // f_globals[name], falling back to builtins
+    Attr,       // getattr(prev, name)
+    Item,       // prev[index] (list/tuple/ModuleList)
+    DictKey,    // prev[key] with `key` a str or int constant
   };
   Kind kind;
   int64_t index = 0;
@@ -65,12 +76,12 @@ std::string sourceStr(const Source &s);
 /// One assumption of a capture, checked before the capture is reused.
 struct Guard {
   enum Kind : uint8_t {
-    TensorMatch, // a torch.Tensor with this dtype/device/requires_grad/rank/sizes/strides
-    TypeIs,      // type(x) is `object`
-    IdIs,        // x is `object` (modules, functions, classes)
-    Equals,      // x == `object` for int/float/bool/str/None/tuples of those (with TypeIs)
-    LenIs,       // len(x) == `length` (lists, tuples, dicts, ModuleList)
-    DictKeysAre, // list(x.keys()) == `object` (a list)
+    TensorMatch,   // a torch.Tensor with this dtype/device/requires_grad/rank/sizes/strides
+    TypeIs,        // type(x) is `object`
+    IdIs,          // x is `object` (modules, functions, classes)
+    Equals,        // x == `object` for int/float/bool/str/None/tuples of those (with TypeIs)
+    LenIs,         // len(x) == `length` (lists, tuples, dicts, ModuleList)
+    DictKeysAre,   // list(x.keys()) == `object` (a list)
     GlobalStateIs, // torch.is_grad_enabled() == (length != 0) -- `source` empty
   };
   Kind kind;
@@ -93,9 +104,11 @@ struct OutputNode {
     GraphOutput, // output `index` of the compiled graph (a tensor or a scalar)
     Constant,    // `object`
     FromSource,  // the object at `source` (e.g. returning an input unchanged)
-    Tuple, List, Dict, // children; Dict: `keys` parallel to children
-    NamedTuple,  // object(*children): a namedtuple type, or a callable taking the fields
-                 // positionally (torch.Size, torch.return_types.* structseqs)
+    Tuple,
+    List,
+    Dict,       // children; Dict: `keys` parallel to children
+    NamedTuple, // object(*children): a namedtuple type, or a callable taking the fields
+                // positionally (torch.Size, torch.return_types.* structseqs)
   };
   Kind kind;
   int64_t index = 0;
@@ -108,11 +121,11 @@ struct OutputNode {
 /// A Python-visible effect of the captured code, replayed after the graph runs, in order.
 struct SideEffect {
   enum Kind : uint8_t {
-    SetAttr,     // setattr(target, name, value)
-    SetGlobal,   // f_globals[name] = value
-    ListAppend,  // target.append(value)
-    SetItem,     // target[key] = value
-    TensorCopy,  // target.copy_(value): an in-place write to a tensor the caller can see
+    SetAttr,    // setattr(target, name, value)
+    SetGlobal,  // f_globals[name] = value
+    ListAppend, // target.append(value)
+    SetItem,    // target[key] = value
+    TensorCopy, // target.copy_(value): an in-place write to a tensor the caller can see
   };
   Kind kind;
   Source target;
@@ -128,10 +141,10 @@ struct SideEffect {
 /// globals and closure), sets the grad mode to `gradEnabled`, and calls it: it runs the breaking
 /// instruction in Python and continues in a resume function, which the hook compiles in turn.
 struct BreakPoint {
-  int offset = 0;       // the breaking instruction (group) in the frame's code
-  PyRef breakCode;      // a code object (bytecode_rewrite.h); never compiled by the hook
+  int offset = 0;  // the breaking instruction (group) in the frame's code
+  PyRef breakCode; // a code object (bytecode_rewrite.h); never compiled by the hook
   bool gradEnabled = true;
-  std::string reason;   // why the capture stopped (the graph break)
+  std::string reason; // why the capture stopped (the graph break)
   SourceLoc where;
 };
 
@@ -162,8 +175,8 @@ struct Capture {
 
 /// Why a frame (or part of it) could not be captured.
 struct GraphBreak {
-  std::string reason;  // "call to print", "data-dependent control flow on a tensor", ...
-  SourceLoc where;     // the user's file:line
+  std::string reason;    // "call to print", "data-dependent control flow on a tensor", ...
+  SourceLoc where;       // the user's file:line
   bool internal = false; // an xjit bug rather than an unsupported construct
   std::string errorId;   // stable id for internal errors, e.g. "XJIT-E0003"
 };
@@ -195,7 +208,7 @@ inline std::string dynamicDimKey(const std::string &source, size_t dim) {
 }
 
 struct AnalyzeOptions {
-  int inlineDepth = 16; // recursion limit for inlining user functions
+  int inlineDepth = 16;       // recursion limit for inlining user functions
   bool dynamicShapes = false; // mark input dims symbolic (after a recompile on a shape change)
   /// When not empty, only these get symbolic dims: a source (every dim of it) or one dim of a
   /// source (dynamicDimKey), as automatic dynamic shapes records what changed.
