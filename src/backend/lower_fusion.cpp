@@ -135,9 +135,17 @@ std::string sanitize(const std::string &s) {
 
 class Lowering {
 public:
+  /// `outerInputs`: the values the inputs are bound to outside the region (a fusion's
+  /// operands), or empty; number constants among them are folded into the kernel.
   Lowering(std::vector<Value *> inputs, std::vector<const Op *> ops, std::vector<Value *> outputs,
-           const std::string &name, const LowerOptions &opts)
+           const std::string &name, const LowerOptions &opts,
+           std::span<Value *const> outerInputs = {})
       : inputs_(std::move(inputs)), outputs_(std::move(outputs)), opts_(opts) {
+    for (size_t i = 0; outerInputs.size() == inputs_.size() && i < inputs_.size(); ++i)
+      if (const Op *c = outerInputs[i]->definingOp(); c && c->name() == "constant" &&
+                                                      !outerInputs[i]->type().isTensor() &&
+                                                      whyNotConstant(*c).empty())
+        constantInputs_[i] = c;
     lk_.kernel.name = sanitize(name);
     for (const Op *op : ops)
       ops_.insert(op);
@@ -336,6 +344,11 @@ private:
   Expr compute(Value *v, const std::vector<Expr> &idx) {
     if (auto it = inputIndex_.find(v); it != inputIndex_.end()) {
       size_t i = it->second;
+      // A number constant of the graph (x ** 3.0, a scale) is folded: the rules can specialize
+      // on it (pow by 2 or 3 as products) and LLVM constant-folds it; the parameter stays in
+      // the ABI.
+      if (auto c = constantInputs_.find(i); c != constantInputs_.end())
+        return constantExpr(*c->second);
       if (lk_.inputScalar[i] >= 0)
         return param(lk_.inputScalar[i], lk_.kernel.scalars[size_t(lk_.inputScalar[i])].dtype);
       int64_t b = lk_.inputBuffer[i];
@@ -1012,6 +1025,7 @@ private:
   LowerOptions opts_;
   LoweredKernel lk_;
   std::unordered_map<const Value *, size_t> inputIndex_;
+  std::unordered_map<size_t, const Op *> constantInputs_; // input index -> outer `constant` op
   std::set<std::string> usedNames_;
   std::set<std::pair<const Op *, std::string>> assertKeys_;
   std::set<std::pair<DimExpr, DimExpr>> sameSizeSeen_;
@@ -1058,14 +1072,15 @@ std::string whyNotElementwise(const Op &op) {
 
 namespace {
 LoweredKernel lowerBlockUnchecked(const Block &body, const std::string &name,
-                                  const LowerOptions &opts) {
+                                  const LowerOptions &opts, std::span<Value *const> outer = {}) {
   std::vector<Value *> inputs;
   for (const auto &a : body.arguments())
     inputs.push_back(a.get());
   std::vector<const Op *> ops;
   for (Op *op : body)
     if (op != body.terminator()) ops.push_back(op);
-  return Lowering(std::move(inputs), std::move(ops), body.terminator()->operands(), name, opts)
+  return Lowering(std::move(inputs), std::move(ops), body.terminator()->operands(), name, opts,
+                  outer)
       .run();
 }
 } // namespace
@@ -1102,7 +1117,9 @@ LoweredKernel lowerFusion(const Op &fusion, const LowerOptions &opts) {
   std::string name = "fusion";
   if (const Attr *kind = fusion.attrOrNull("kind"); kind && kind->kind() == AttrKind::Str)
     name += "_" + kind->asStr();
-  return lowerElementwiseBlock(*fusion.region(0), name, opts);
+  const Block &body = *fusion.region(0);
+  if (std::string why = whyNotLowerable(body); !why.empty()) unsupported(why);
+  return lowerBlockUnchecked(body, name, opts, fusion.operands());
 }
 
 LoweredKernel lowerElementwiseOp(const Op &op, const LowerOptions &opts) {
@@ -1111,7 +1128,7 @@ LoweredKernel lowerElementwiseOp(const Op &op, const LowerOptions &opts) {
   std::vector<Value *> outputs;
   for (const auto &r : op.results())
     outputs.push_back(r.get());
-  return Lowering(op.operands(), {&op}, std::move(outputs), op.name(), opts).run();
+  return Lowering(op.operands(), {&op}, std::move(outputs), op.name(), opts, op.operands()).run();
 }
 
 std::vector<std::string> elementwiseOpNames() { return ew::names(); }

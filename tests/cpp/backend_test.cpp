@@ -376,6 +376,11 @@ std::vector<OpCase> variantsOf(const std::string &op) {
       add(std::string(dtypeName(d)), {{"dtype", Attr(d)}});
   }
   if (op == "lerp") v[0].attrs = {{"weight", Attr(0.75)}}, add("weight_operand", {});
+  if (op == "masked_fill") {
+    v[0].attrs = {{"value", Attr(int64_t{3})}};
+    add("float_value", {{"value", Attr(-1.5)}});
+    add("value_operand", {});
+  }
   if (op == "addcmul" || op == "addcdiv") add("value", {{"value", Attr(int64_t{2})}});
   return v;
 }
@@ -406,6 +411,9 @@ std::unique_ptr<Graph> oneOpGraph(const std::string &op, const OpCase &c, DType 
   size_t arity = def.minOperands();
   if (op == "where") {
     operands = {input(DType::Bool, {7, 127}), input(d, {7, 127}), input(d, {127})};
+  } else if (op == "masked_fill") { // a broadcast bool mask; the value an attribute or 0-d
+    operands = {input(d, {7, 127}), input(DType::Bool, {127})};
+    if (c.label == "value_operand") operands.push_back(input(d, {}));
   } else if (op == "lerp") {
     operands = {input(d, {7, 127}), input(d, {127})};
     if (c.label == "weight_operand") operands.push_back(input(d, {7, 1}));

@@ -481,6 +481,9 @@ void registerCombineOps(OpRegistry &r) {
                     "optional operand (number or 0-d tensor) or the attribute",
          .operands = {{"self"}, {"mask"}, {.name = "value", .optional = true}},
          .attrs = {numberAttr("value", true)},
+         // Elementwise over the broadcast of self and mask: native kernels fuse it (attention
+         // masks) instead of running this reference kernel.
+         .traits = kElementwise,
          .infer = inferMaskedFill,
          .kernel = maskedFillKernel});
 }
