@@ -125,6 +125,12 @@ bool isPostOp(const Op &op, const Value *chain) {
   return left || kCommutativePostOps.count(name);
 }
 
+bool convTakesPostOp(const Op &op, const Value *chain) {
+  if (op.name() != "mul") return true;
+  const Value *other = op.operand(0) == chain ? op.operand(1) : op.operand(0);
+  return isSingleElement(other->type()) || other->type() == chain->type();
+}
+
 bool isCheap(const Op &op) {
   FuseClass c = classify(op);
   if (c == FuseClass::Broadcast) return true;

@@ -35,6 +35,12 @@ std::optional<ReduceAxes> reduceAxes(const Op &op);
 /// its left operand, or either operand when commutative, and a tensor or scalar other operand).
 bool isPostOp(const Op &op, const Value *chain);
 
+/// Whether a convolution anchor takes post-op `op` (already `isPostOp`): not a multiplication
+/// by a per-channel (or any partial-shape) tensor, which oneDNN 2.6 runs as a binary post-op
+/// 3-8x slower than the convolution itself (the stem and 1x1 convolutions of ResNet-18 with a
+/// decomposed batch norm); such a mul is left to a native elementwise kernel.
+bool convTakesPostOp(const Op &op, const Value *chain);
+
 /// Elementwise and broadcast ops cheap enough to recompute in every group that reads them
 /// (a view, or one arithmetic op per element with at most one tensor operand that is not a
 /// single element).

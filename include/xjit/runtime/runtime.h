@@ -30,7 +30,7 @@ namespace xjit::runtime {
 /// plan-memory plans no in-place updates: the runtime would give each its own arena slice
 /// (kernels do not write over their operands), which no other value can reuse.
 inline constexpr const char *kDefaultPipeline =
-    "decompose-attention,fuse,plan-memory{in-place=false}";
+    "decompose-attention,decompose-batch-norm,fuse,plan-memory{in-place=false}";
 /// kDefaultPipeline, or XJIT_PIPELINE when set (read once; for experiments and debugging).
 const std::string &defaultPipeline();
 
