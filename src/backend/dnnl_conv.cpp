@@ -14,6 +14,7 @@
 #include "xjit/ir/op_registry.h"
 
 #include <sstream>
+#include <type_traits>
 
 namespace xjit::backend::dnnl_kernels {
 namespace {
@@ -212,23 +213,21 @@ public:
         using P = dnnl::prop_kind;
         std::optional<dnnl::convolution_forward::primitive_desc> cpd;
         std::optional<dnnl::deconvolution_forward::primitive_desc> dpd;
-        if (s_.transposed) {
-          using D = dnnl::deconvolution_forward::desc;
-          auto a = dnnl::algorithm::deconvolution_direct;
-          D desc = hasBias ? D(P::forward_inference, a, srcWant, anyOf(ws), biasDesc, dstWant,
-                               strides, dilates, padL, padR)
-                           : D(P::forward_inference, a, srcWant, anyOf(ws), dstWant, strides,
-                               dilates, padL, padR);
-          dpd.emplace(desc, attr, cpuEngine());
-        } else {
-          using D = dnnl::convolution_forward::desc;
-          auto a = dnnl::algorithm::convolution_direct;
-          D desc = hasBias ? D(P::forward_inference, a, srcWant, anyOf(ws), biasDesc, dstWant,
-                               strides, dilates, padL, padR)
-                           : D(P::forward_inference, a, srcWant, anyOf(ws), dstWant, strides,
-                               dilates, padL, padR);
-          cpd.emplace(desc, attr, cpuEngine());
-        }
+        // Convolution and deconvolution descriptors take the same arguments.
+        auto describe = [&]<class D>(std::type_identity<D>, dnnl::algorithm a) {
+          return hasBias ? D(P::forward_inference, a, srcWant, anyOf(ws), biasDesc, dstWant,
+                             strides, dilates, padL, padR)
+                         : D(P::forward_inference, a, srcWant, anyOf(ws), dstWant, strides, dilates,
+                             padL, padR);
+        };
+        if (s_.transposed)
+          dpd.emplace(describe(std::type_identity<dnnl::deconvolution_forward::desc>{},
+                               dnnl::algorithm::deconvolution_direct),
+                      attr, cpuEngine());
+        else
+          cpd.emplace(describe(std::type_identity<dnnl::convolution_forward::desc>{},
+                               dnnl::algorithm::convolution_direct),
+                      attr, cpuEngine());
         const dnnl::primitive_desc &pd = cpd ? static_cast<const dnnl::primitive_desc &>(*cpd)
                                              : static_cast<const dnnl::primitive_desc &>(*dpd);
         if (attempt == 0 && isReferenceImpl(pd)) continue;

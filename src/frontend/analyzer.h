@@ -31,6 +31,12 @@ inline Source plus(const Source &s, SourceStep step) {
 }
 inline SourceStep attrStep(const std::string &n) { return SourceStep{SourceStep::Attr, 0, n, {}}; }
 
+/// Function `name` defined by Python `source` (compiled once per call site: callers keep the
+/// result in a static), for output adapters that are simpler written in Python. New reference.
+PyObject *pythonHelper(const char *source, const char *name);
+/// The names of (name, value) pairs as a tuple of str (the `names` argument of those helpers).
+PyRef namesTuple(const std::vector<std::pair<std::string, VarPtr>> &pairs);
+
 /// Thrown inside the analysis to abandon the capture.
 struct BreakError : std::exception {
   BreakError(std::string r, SourceLoc w, bool internal = false)

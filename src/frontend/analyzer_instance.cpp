@@ -66,28 +66,16 @@ std::string unsupportedReason(PyObject *cls) {
 // build(*values) for a rebuilt instance: object.__new__(T) with `names` set in its __dict__ (no
 // __init__: the captured code already ran it; __setattr__ is object's, checked above).
 PyRef instanceBuilder(PyObject *cls, const std::vector<std::pair<std::string, VarPtr>> &attrs) {
-  static PyObject *make = [] {
-    PyRef globals = check(PyDict_New(), "dict");
-    PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
-    PyRef code = check(Py_CompileString("def _xjit_instance(T, names):\n"
-                                        "    def build(*values):\n"
-                                        "        obj = object.__new__(T)\n"
-                                        "        obj.__dict__.update(zip(names, values))\n"
-                                        "        return obj\n"
-                                        "    build.__qualname__ = T.__qualname__\n"
-                                        "    return build\n",
-                                        "<xjit-output>", Py_file_input),
-                       "compiling the instance builder");
-    check(PyEval_EvalCode(code.get(), globals.get(), globals.get()), "instance builder");
-    PyObject *f = PyDict_GetItemString(globals.get(), "_xjit_instance");
-    Py_INCREF(f);
-    return f;
-  }();
-  PyRef names = check(PyTuple_New(static_cast<Py_ssize_t>(attrs.size())), "tuple");
-  for (size_t i = 0; i < attrs.size(); ++i)
-    PyTuple_SET_ITEM(names.get(), static_cast<Py_ssize_t>(i),
-                     check(PyUnicode_FromString(attrs[i].first.c_str()), "str").release());
-  return check(PyObject_CallFunctionObjArgs(make, cls, names.get(), nullptr), "instance builder");
+  static PyObject *make = pythonHelper("def _xjit_instance(T, names):\n"
+                                       "    def build(*values):\n"
+                                       "        obj = object.__new__(T)\n"
+                                       "        obj.__dict__.update(zip(names, values))\n"
+                                       "        return obj\n"
+                                       "    build.__qualname__ = T.__qualname__\n"
+                                       "    return build\n",
+                                       "_xjit_instance");
+  return check(PyObject_CallFunctionObjArgs(make, cls, namesTuple(attrs).get(), nullptr),
+               "instance builder");
 }
 
 } // namespace

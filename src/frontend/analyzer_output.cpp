@@ -6,27 +6,37 @@
 
 namespace xjit::frontend {
 
+PyObject *pythonHelper(const char *source, const char *name) {
+  PyRef globals = check(PyDict_New(), "dict");
+  PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
+  PyRef code =
+      check(Py_CompileString(source, "<xjit-output>", Py_file_input), "compiling a Python helper");
+  check(PyEval_EvalCode(code.get(), globals.get(), globals.get()), name);
+  PyObject *f = PyDict_GetItemString(globals.get(), name);
+  Py_XINCREF(f);
+  return check(f, name).release();
+}
+
+PyRef namesTuple(const std::vector<std::pair<std::string, VarPtr>> &pairs) {
+  PyRef names = check(PyTuple_New(static_cast<Py_ssize_t>(pairs.size())), "tuple");
+  for (size_t i = 0; i < pairs.size(); ++i)
+    PyTuple_SET_ITEM(names.get(), static_cast<Py_ssize_t>(i),
+                     check(PyUnicode_FromString(pairs[i].first.c_str()), "str").release());
+  return names;
+}
+
 namespace {
 
 // OutputNode::NamedTuple calls `object(*fields)`: namedtuple types take their fields that way;
 // torch.Size and structseqs (torch.return_types.*) take one sequence, through an adapter.
 PyRef fieldsConstructor(PyObject *type) {
   if (PyObject_HasAttrString(type, "_fields")) return PyRef::borrow(type);
-  static PyObject *make = [] {
-    PyRef globals = check(PyDict_New(), "dict");
-    PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
-    PyRef code = check(Py_CompileString("def _xjit_from_fields(T):\n"
-                                        "    def build(*fields):\n"
-                                        "        return T(fields)\n"
-                                        "    build.__qualname__ = T.__qualname__\n"
-                                        "    return build\n",
-                                        "<xjit-output>", Py_file_input),
-                       "compiling the output adapter");
-    check(PyEval_EvalCode(code.get(), globals.get(), globals.get()), "output adapter");
-    PyObject *f = PyDict_GetItemString(globals.get(), "_xjit_from_fields");
-    Py_INCREF(f);
-    return f;
-  }();
+  static PyObject *make = pythonHelper("def _xjit_from_fields(T):\n"
+                                       "    def build(*fields):\n"
+                                       "        return T(fields)\n"
+                                       "    build.__qualname__ = T.__qualname__\n"
+                                       "    return build\n",
+                                       "_xjit_from_fields");
   return check(PyObject_CallOneArg(make, type), "output adapter");
 }
 
@@ -34,34 +44,22 @@ PyRef fieldsConstructor(PyObject *type) {
 // without an __init__ parameter are set afterwards).
 PyRef dataclassConstructor(PyObject *cls,
                            const std::vector<std::pair<std::string, VarPtr>> &fields) {
-  static PyObject *make = [] {
-    PyRef globals = check(PyDict_New(), "dict");
-    PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
-    PyRef code =
-        check(Py_CompileString("import dataclasses\n"
-                               "def _xjit_dataclass(T, names):\n"
-                               "    init = {f.name for f in dataclasses.fields(T) if f.init}\n"
-                               "    def build(*values):\n"
-                               "        kw = dict(zip(names, values))\n"
-                               "        obj = T(**{k: v for k, v in kw.items() if k in init})\n"
-                               "        for k, v in kw.items():\n"
-                               "            if k not in init:\n"
-                               "                object.__setattr__(obj, k, v)\n"
-                               "        return obj\n"
-                               "    build.__qualname__ = T.__qualname__\n"
-                               "    return build\n",
-                               "<xjit-output>", Py_file_input),
-              "compiling the dataclass adapter");
-    check(PyEval_EvalCode(code.get(), globals.get(), globals.get()), "dataclass adapter");
-    PyObject *f = PyDict_GetItemString(globals.get(), "_xjit_dataclass");
-    Py_INCREF(f);
-    return f;
-  }();
-  PyRef names = check(PyTuple_New(static_cast<Py_ssize_t>(fields.size())), "tuple");
-  for (size_t i = 0; i < fields.size(); ++i)
-    PyTuple_SET_ITEM(names.get(), static_cast<Py_ssize_t>(i),
-                     PyUnicode_FromString(fields[i].first.c_str()));
-  return check(PyObject_CallFunctionObjArgs(make, cls, names.get(), nullptr), "dataclass adapter");
+  static PyObject *make =
+      pythonHelper("import dataclasses\n"
+                   "def _xjit_dataclass(T, names):\n"
+                   "    init = {f.name for f in dataclasses.fields(T) if f.init}\n"
+                   "    def build(*values):\n"
+                   "        kw = dict(zip(names, values))\n"
+                   "        obj = T(**{k: v for k, v in kw.items() if k in init})\n"
+                   "        for k, v in kw.items():\n"
+                   "            if k not in init:\n"
+                   "                object.__setattr__(obj, k, v)\n"
+                   "        return obj\n"
+                   "    build.__qualname__ = T.__qualname__\n"
+                   "    return build\n",
+                   "_xjit_dataclass");
+  return check(PyObject_CallFunctionObjArgs(make, cls, namesTuple(fields).get(), nullptr),
+               "dataclass adapter");
 }
 
 } // namespace

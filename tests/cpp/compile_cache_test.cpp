@@ -452,30 +452,7 @@ TEST(CompileCacheChild, CompileAndCheck) {
 
 TEST(CompileCache, SeveralProcessesAtOnce) {
   ScopedCacheDir cache("procs");
-  std::string self = fs::read_symlink("/proc/self/exe").string();
-  setenv("XJIT_CACHE_CHILD", "1", 1);
-  std::vector<pid_t> children;
-  for (int i = 0; i < 4; ++i) {
-    std::vector<std::string> args = {self, "--gtest_filter=CompileCacheChild.CompileAndCheck"};
-    std::vector<char *> argv;
-    for (std::string &a : args)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    posix_spawn_file_actions_t quiet; // the children's gtest banners would clutter the log
-    posix_spawn_file_actions_init(&quiet);
-    posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
-    int rc = posix_spawn(&pid, self.c_str(), &quiet, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&quiet);
-    ASSERT_EQ(rc, 0);
-    children.push_back(pid);
-  }
-  unsetenv("XJIT_CACHE_CHILD");
-  for (pid_t pid : children) {
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child failed: " << status;
-  }
+  runChildren("CompileCacheChild.CompileAndCheck", 4);
   // Three whole entries, no temporary files left behind, and this process hits them.
   auto files = size_t(std::distance(fs::directory_iterator(cache.dir()), fs::directory_iterator()));
   EXPECT_EQ(cache.entries(), 3u);
