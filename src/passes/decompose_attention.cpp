@@ -78,12 +78,7 @@ bool decompose(Op *op, PassContext &ctx) {
     probs = b.op("masked_fill", {probs, b.op("eq", {rowMax, minusInf()}), b.constantFloat(0.0)});
   }
   Value *out = b.op("matmul", {probs, v});
-  if (out->type() != op->result(0)->type()) { // inference disagrees: leave the op as it is
-    eraseIfDead(out->definingOp());
-    return false;
-  }
-  out->setName(op->result(0)->name());
-  replaceOp(op, {out});
+  if (!replaceIfSameType(op, out)) return false;
   ctx.count("attentions-decomposed");
   return true;
 }
@@ -91,12 +86,8 @@ bool decompose(Op *op, PassContext &ctx) {
 } // namespace
 
 bool runDecomposeAttention(Graph &g, PassContext &ctx) {
-  std::vector<Op *> found;
-  g.walk([&](Op *op) {
-    if (op->name() == "scaled_dot_product_attention") found.push_back(op);
-  });
   bool changed = false;
-  for (Op *op : found)
+  for (Op *op : opsNamed(g, "scaled_dot_product_attention"))
     changed |= decompose(op, ctx);
   return changed;
 }

@@ -56,12 +56,7 @@ bool decompose(Op *bn, PassContext &ctx) {
     shift = b.op("reshape", {shift}, {{"shape", shape}});
   }
   Value *y = b.op("add", {b.op("mul", {x, scale}), shift});
-  if (y->type() != bn->result(0)->type()) { // inference disagrees: leave the op as it is
-    eraseIfDead(y->definingOp());
-    return false;
-  }
-  y->setName(bn->result(0)->name());
-  replaceOp(bn, {y});
+  if (!replaceIfSameType(bn, y)) return false;
   ctx.count("batch-norms-decomposed");
   return true;
 }
@@ -69,12 +64,8 @@ bool decompose(Op *bn, PassContext &ctx) {
 } // namespace
 
 bool runDecomposeBatchNorm(Graph &g, PassContext &ctx) {
-  std::vector<Op *> found;
-  g.walk([&](Op *op) {
-    if (op->name() == "batch_norm") found.push_back(op);
-  });
   bool changed = false;
-  for (Op *op : found)
+  for (Op *op : opsNamed(g, "batch_norm"))
     changed |= decompose(op, ctx);
   return changed;
 }

@@ -43,6 +43,24 @@ size_t eraseIfDead(Op *op) {
   return eraseIfDead(op, erased);
 }
 
+bool replaceIfSameType(Op *op, Value *v) {
+  if (v->type() != op->result(0)->type()) {
+    eraseIfDead(v->definingOp());
+    return false;
+  }
+  v->setName(op->result(0)->name());
+  replaceOp(op, {v});
+  return true;
+}
+
+std::vector<Op *> opsNamed(Graph &g, std::string_view name) {
+  std::vector<Op *> found;
+  g.walk([&](Op *op) {
+    if (op->name() == name) found.push_back(op);
+  });
+  return found;
+}
+
 void replaceOp(Op *op, const std::vector<Value *> &replacements) {
   for (size_t i = 0; i < op->numResults(); ++i)
     op->result(i)->replaceAllUsesWith(replacements[i]);

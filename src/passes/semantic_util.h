@@ -1,10 +1,13 @@
-// Small helpers shared by the semantic passes (freeze, erase-device-ops, functionalize,
-// mixed-precision): reading constant operands, optional operands, and removing what a rewrite
-// left dead.
+// Small helpers shared by the semantic and decomposition passes (freeze, erase-device-ops,
+// functionalize, mixed-precision, decompose-*): reading constant operands, optional operands,
+// finding ops to rewrite, and replacing or removing what a rewrite built or left dead.
 #pragma once
 
 #include "xjit/ir/ir.h"
 #include "xjit/ir/tensor.h"
+
+#include <string_view>
+#include <vector>
 
 namespace xjit::passes {
 
@@ -21,5 +24,13 @@ void replaceOp(Op *op, const std::vector<Value *> &replacements);
 /// Erases op if it is pure, has no regions and none of its results is used, then does the same
 /// for the ops that defined its operands. Returns the number of ops erased.
 size_t eraseIfDead(Op *op);
+
+/// Replaces op's one result by `v`, built by a rewrite, when their types agree (the rewrite's
+/// shape inference agrees with the op's); otherwise erases what was built for `v` and leaves
+/// op as it is. Returns whether op was replaced.
+bool replaceIfSameType(Op *op, Value *v);
+
+/// The ops named `name` in g, nested blocks included, collected before any is rewritten.
+std::vector<Op *> opsNamed(Graph &g, std::string_view name);
 
 } // namespace xjit::passes
