@@ -147,8 +147,9 @@ std::string DimExpr::str() const {
     else if (!first) out += "+";
     for (size_t i = 0; i < m.size(); ++i) {
       // A floor-division/modulo atom binds like '*': parenthesize it inside a product, or
-      // "(s0)//3*(s1)//3" would re-parse as "((s0)//3*s1)//3".
-      bool wrap = m.size() > 1 && m[i][0] == '(';
+      // "(s0)//3*(s1)//3" would re-parse as "((s0)//3*s1)//3"; and after a minus, or
+      // "-(s0)//2" would re-parse as "(-s0)//2".
+      bool wrap = (m.size() > 1 || c < 0) && m[i][0] == '(';
       out += (i ? "*" : "") + (wrap ? "(" + m[i] + ")" : m[i]);
     }
     if (c != 1 && c != -1) out += "*" + std::to_string(c < 0 ? -c : c);

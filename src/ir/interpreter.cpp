@@ -3,6 +3,7 @@
 
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/op_registry.h"
+#include "xjit/ir/sym_attr.h"
 
 #include <unordered_map>
 
@@ -27,6 +28,7 @@ public:
           throw Error(ErrorKind::User, "input " + std::to_string(i) + " (%" + arg->name() +
                                            ") of graph @" + g.name() + ": " + why);
       }
+      bindSymbols(arg->type(), inputs[i]);
       env_[arg] = std::move(inputs[i]);
     }
     return runBlock(body);
@@ -42,6 +44,7 @@ public:
         if (!why.empty())
           throw Error(ErrorKind::User, "block argument " + std::to_string(i) + ": " + why);
       }
+      bindSymbols(b.argument(i)->type(), args[i]);
       env_[b.argument(i)] = std::move(args[i]);
     }
     return runBlock(&b);
@@ -86,6 +89,11 @@ private:
       out = runBlock(op->region(in[0].toBool() ? 0 : 1));
     } else if (op->name() == "loop") {
       out = runLoop(op, in);
+    } else if (op->def().kernel && hasSymbolicSizes(*op)) {
+      // Sizes over shape symbols: the kernel runs on a copy with them evaluated.
+      ResolvedOp resolved(*op, symbols_);
+      out = op->def().kernel(resolved.op(), in);
+      resolved.checkResults(out);
     } else if (op->def().kernel) {
       out = op->def().kernel(*op, in);
     } else {
@@ -123,6 +131,13 @@ private:
       carried.assign(next.begin() + 1, next.end());
     }
     return carried;
+  }
+
+  // Binds the plain shape symbols of an input (also when types are not checked: symbolic sizes
+  // in attributes are evaluated from them). A disagreement is reported by mismatch().
+  void bindSymbols(const Type &t, const RtValue &v) {
+    if (t.isTensor() && v.isTensor() && v.tensor().rank() == t.rank())
+      bindShapeSymbols(t.shape(), v.tensor().sizes(), symbols_);
   }
 
   // Why a run-time value does not fit a static type ("" if it does). Binds shape symbols.

@@ -8,6 +8,7 @@
 
 #include "lexer.h"
 #include "xjit/ir/op_registry.h"
+#include "xjit/ir/sym_attr.h"
 
 #include <cmath>
 #include <limits>
@@ -348,11 +349,57 @@ private:
       std::string k = key.kind == Tok::String ? key.str : std::string(key.text);
       if (attrs.count(k)) errorAt(key, "duplicate attribute '" + k + "'");
       expect('=', "after the attribute name");
-      attrs.emplace(k, parseAttrValue(def.attrSpec(k)));
+      SizeSlotForm form = symbolicSizeSlot(def.name, k);
+      std::optional<Attr> sym;
+      if (form != SizeSlotForm::None) sym = parseSymbolicSize(form);
+      attrs.emplace(k, sym ? std::move(*sym) : parseAttrValue(def.attrSpec(k)));
       if (consumeIf(',')) continue;
       if (consumeIf('}')) return attrs;
       expected("',' or '}' after an attribute", lex_.peek());
     }
+  }
+
+  /// A size attribute written with shape symbols (docs/ir.md, "Symbolic sizes"): `s0+1` in a
+  /// one-dim slot, `[1, s0]` in a list slot, scanned raw as dimension expressions. nullopt
+  /// (nothing consumed) when the value has no symbol, so numbers read as usual.
+  std::optional<Attr> parseSymbolicSize(SizeSlotForm form) {
+    Token t = lex_.peek();
+    if (t.kind == Tok::Float || t.kind == Tok::String || t.isIdent("inf") || t.isIdent("nan"))
+      return std::nullopt;
+    if (t.is('-') && (lex_.peek(1).isIdent("inf") || lex_.peek(1).isIdent("nan")))
+      return std::nullopt;
+    bool list = form == SizeSlotForm::Dims;
+    if (list != t.is('[')) return std::nullopt;
+    std::string_view src = lex_.src();
+    size_t p = t.offset + (list ? 1 : 0);
+    while (p < src.size() && (isDimChar(src[p]) || (list && src[p] == ',')))
+      ++p;
+    if (list && (p >= src.size() || src[p] != ']')) return std::nullopt;
+    std::string_view text = src.substr(t.offset, p + (list ? 1 : 0) - t.offset);
+    bool hasSymbol = false;
+    for (char c : text)
+      hasSymbol = hasSymbol || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    if (!hasSymbol) return std::nullopt;
+    checkDimNesting(text, t.offset);
+    Shape dims;
+    std::string_view body = list ? text.substr(1, text.size() - 2) : text;
+    size_t at = t.offset + (list ? 1 : 0);
+    for (;;) {
+      size_t comma = list ? body.find(',') : std::string_view::npos;
+      std::string_view one = body.substr(0, comma);
+      std::string err;
+      size_t errOffset = 0;
+      auto d = parseDimExpr(one, &err, &errOffset);
+      if (!d)
+        lex_.error(at + std::min(errOffset, one.size()),
+                   "bad dimension '" + std::string(one) + "': " + err);
+      dims.push_back(*d);
+      if (comma == std::string_view::npos) break;
+      body = body.substr(comma + 1);
+      at += comma + 1;
+    }
+    lex_.setRawPos(t.offset + text.size());
+    return list ? makeSizeAttr(dims) : makeSizeAttr(dims.front());
   }
 
   /// A number: Int or Float token, inf, nan, -inf, -nan. nullopt if the next

@@ -8,6 +8,7 @@
 
 #include "lexer.h"
 #include "xjit/ir/op_registry.h"
+#include "xjit/ir/sym_attr.h"
 
 #include <sstream>
 #include <unordered_map>
@@ -15,6 +16,19 @@
 
 namespace xjit {
 namespace {
+
+/// An attribute as the text format writes it; a symbolic size is written bare, as its dims
+/// (`s0+1`, `[1, s0]`), like an int or int list.
+std::string attrText(const Op &op, const std::string &name, const Attr &v) {
+  SizeSlotForm form = symbolicSizeSlot(op.name(), name);
+  auto dims = symbolicDims(v, form);
+  if (!dims) return v.str();
+  if (form == SizeSlotForm::Dim) return dims->front().str();
+  std::string s = "[";
+  for (size_t i = 0; i < dims->size(); ++i)
+    s += (i ? ", " : "") + (*dims)[i].str();
+  return s + "]";
+}
 
 /// A hint reduced to the characters a value name may hold.
 std::string sanitize(const std::string &hint) {
@@ -167,7 +181,7 @@ private:
       bool first = true;
       for (const auto &[k, v] : op.attrs()) {
         os_ << (first ? "" : ", ") << (text::isIdentifier(k) ? k : text::quoteString(k)) << " = "
-            << v.str();
+            << attrText(op, k, v);
         first = false;
       }
       os_ << "}";

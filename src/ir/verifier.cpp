@@ -5,7 +5,9 @@
 
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/op_registry.h"
+#include "xjit/ir/sym_attr.h"
 
+#include <set>
 #include <unordered_set>
 
 namespace xjit {
@@ -200,6 +202,9 @@ private:
       if (!spec) {
         report(&op, "unknown attribute '" + name + "'");
         ok = false;
+      } else if (value.kind() == AttrKind::Str &&
+                 symbolicSizeSlot(op.name(), name) != SizeSlotForm::None) {
+        ok = symbolicSize(op, name, value) && ok;
       } else if (!spec->anyKind && !kindAccepts(spec->kind, value.kind())) {
         report(&op,
                "attribute '" + name + "' must be " + kindName(spec->kind) + ", got " + value.str());
@@ -212,6 +217,40 @@ private:
         ok = false;
       }
     return ok;
+  }
+
+  /// A symbolic size (docs/ir.md, "Symbolic sizes"): well-formed dims whose symbols the graph
+  /// inputs bind (a dim of an input's type that is exactly that symbol), so that every run can
+  /// evaluate it.
+  bool symbolicSize(const Op &op, const std::string &name, const Attr &value) {
+    SizeSlotForm form = symbolicSizeSlot(op.name(), name);
+    auto dims = symbolicDims(value, form);
+    if (!dims) {
+      report(&op, "attribute '" + name + "' must be " +
+                      (form == SizeSlotForm::Dim ? "an integer or a dimension expression"
+                                                 : "a list of integers or dimension expressions") +
+                      ", got " + value.str());
+      return false;
+    }
+    if (boundSymbols_.empty()) {
+      SymbolBindings any;
+      for (size_t i = 0; i < g_.numInputs(); ++i)
+        if (g_.input(i)->type().isTensor()) {
+          const Shape &shape = g_.input(i)->type().shape();
+          bindShapeSymbols(shape, std::vector<int64_t>(shape.size(), 0), any);
+        }
+      for (auto &[sym, v] : any)
+        boundSymbols_.insert(sym);
+      boundSymbols_.insert(""); // computed
+    }
+    for (const DimExpr &d : *dims)
+      for (const std::string &sym : d.symbols())
+        if (!boundSymbols_.count(sym)) {
+          report(&op, "attribute '" + name + "' = " + d.str() + " uses symbol '" + sym +
+                          "', which no graph input's shape binds");
+          return false;
+        }
+    return true;
   }
 
   /// The yield ending `b`, or nullptr (the terminator check reports its
@@ -287,6 +326,7 @@ private:
   }
 
   const Graph &g_;
+  std::set<std::string> boundSymbols_; // plain symbols of the inputs' dims, once computed
   std::unordered_set<const Value *> visible_;
   std::vector<VerifyDiagnostic> diags_;
 };

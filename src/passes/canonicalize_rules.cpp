@@ -5,6 +5,7 @@
 
 #include "constant_value.h"
 #include "xjit/ir/op_registry.h"
+#include "xjit/ir/sym_attr.h"
 
 #include <cmath>
 #include <numeric>
@@ -355,6 +356,7 @@ bool expandFold(Op &op, Rewriter &rw) {
 
 // slice(x, d, 0, >= size, 1) and narrow(x, d, 0, size) -> x.
 bool sliceIdentity(Op &op, Rewriter &rw) {
+  if (hasSymbolicSizes(op)) return false; // intAttr would read a symbolic start as the default
   if (op.result(0)->type() != op.operand(0)->type() || intAttr(op, "start", 0) != 0) return false;
   if (op.name() == "slice" && intAttr(op, "step", 1) != 1) return false;
   return rw.replace(op.operand(0));

@@ -2,6 +2,7 @@
 #include "fuse_rules.h"
 
 #include "xjit/ir/op_registry.h"
+#include "xjit/ir/sym_attr.h"
 
 #include <algorithm>
 #include <string_view>
@@ -82,6 +83,8 @@ bool alphaIsOne(const Op &op) {
 FuseClass classify(const Op &op) {
   const OpDef &def = op.def();
   if (!def.isPure() || op.numRegions() > 0 || !singleTensorResult(op)) return FuseClass::None;
+  // Sizes over shape symbols are evaluated per call by the runtime, outside generated kernels.
+  if (hasSymbolicSizes(op)) return FuseClass::None;
   if (def.has(kElementwise)) return FuseClass::Elementwise;
   if (kBroadcasts.count(def.name)) return FuseClass::Broadcast;
   if (kAnchors.count(def.name)) return FuseClass::Anchor;

@@ -6,6 +6,7 @@
 
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/op_registry.h"
+#include "xjit/ir/sym_attr.h"
 #include "xjit/passes/pass.h"
 
 #include <algorithm>
@@ -24,6 +25,7 @@ enum class InstrKind : uint8_t {
   Exec,        // a target Executable that allocates its results
   ExecInto,    // a target Executable writing into planned / preallocated buffers
   Kernel,      // the op's reference kernel
+  SizedKernel, // the reference kernel of an op with symbolic sizes, evaluated per call
   External,    // external_call through the pre-resolved host function
   If,          // runs block0 or block1, copies the yield into the results
   Loop,        // runs block0 while the trip count and condition allow
@@ -74,6 +76,8 @@ struct Frame {
   std::vector<Tensor> outs;
   std::shared_ptr<Storage> arena;
   std::vector<Tensor> arenaTensors;
+  /// The shape symbols bound by this call's inputs, for ops with symbolic sizes.
+  SymbolBindings symbols;
 };
 
 struct InputCheck {
@@ -117,6 +121,7 @@ struct CompiledGraph::Impl {
   std::vector<InputCheck> inputChecks;
   std::vector<std::string> inputSymbols; // plain shape symbols of the inputs' dims
   bool compoundInputDims = false;        // an input dim like s0*2 (checked after binding)
+  bool symbolicSizes = false;            // some op has sizes over shape symbols (SizedKernel)
   size_t numSlots = 0;
   int64_t plannedBytes = 0; // the arena plan-memory planned (mem.arena)
   int64_t arenaBytes = 0;   // plus the exclusive slices of in-place results
@@ -231,6 +236,13 @@ struct CompiledGraph::Impl {
         throw Error(ErrorKind::Internal, op.describe() + ": external function " +
                                              std::to_string(id) + " is not registered");
       ++stats.externalOps;
+    } else if (hasSymbolicSizes(op) && op.def().kernel) {
+      // Sizes over shape symbols (a slice end, an arange bound): the reference kernel on the
+      // op with its sizes evaluated from the call's inputs.
+      in.kind = InstrKind::SizedKernel;
+      in.kernel = &op.def().kernel;
+      symbolicSizes = true;
+      ++stats.referenceOps;
     } else if (auto exe = compileWithTarget(op)) {
       in.exe = exe.get();
       in.kind = InstrKind::Exec;
@@ -250,9 +262,10 @@ struct CompiledGraph::Impl {
     }
     if (profileLevel() > 0) {
       const char *how = in.kind == InstrKind::Exec || in.kind == InstrKind::ExecInto ? "native"
-                        : in.kind == InstrKind::Kernel                               ? "reference"
-                        : in.kind == InstrKind::External                             ? "external"
-                                                                                     : nullptr;
+                        : in.kind == InstrKind::Kernel || in.kind == InstrKind::SizedKernel
+                            ? "reference"
+                        : in.kind == InstrKind::External ? "external"
+                                                         : nullptr;
       if (how) in.profileRow = profileRow(op, how);
     }
     in.results = static_cast<uint32_t>(slotRefs.size());
@@ -434,6 +447,14 @@ struct CompiledGraph::Impl {
       store(in, f, (*in.kernel)(*in.op, gather(in, f)));
       dropArgs(in, f);
       return;
+    case InstrKind::SizedKernel: {
+      ResolvedOp resolved(*in.op, f.symbols);
+      std::vector<RtValue> out = (*in.kernel)(resolved.op(), gather(in, f));
+      resolved.checkResults(out);
+      store(in, f, std::move(out));
+      dropArgs(in, f);
+      return;
+    }
     case InstrKind::External:
       store(in, f, (*in.external)(gather(in, f)));
       dropArgs(in, f);
@@ -634,6 +655,14 @@ std::vector<RtValue> CompiledGraph::run(std::vector<RtValue> inputs) const {
   std::vector<RtValue> results;
   try {
     const BlockProgram &body = im.blocks[0];
+    if (im.symbolicSizes) {
+      f->symbols.clear();
+      for (size_t i = 0; i < inputs.size(); ++i)
+        if (inputs[i].isTensor() && im.graph->input(i)->type().isTensor() &&
+            im.graph->input(i)->type().rank() == inputs[i].tensor().rank())
+          bindShapeSymbols(im.graph->input(i)->type().shape(), inputs[i].tensor().sizes(),
+                           f->symbols);
+    }
     for (size_t i = 0; i < inputs.size(); ++i)
       f->slots[body.args[i]] = std::move(inputs[i]);
     im.runBlock(body, *f);

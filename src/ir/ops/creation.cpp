@@ -2,6 +2,7 @@
 // *_like and new_* forms, and the size queries size/numel/dim. The `dtype` attribute is optional
 // where PyTorch infers it; `empty` tensors are zero-filled.
 #include "ops/movement_util.h"
+#include "xjit/ir/sym_attr.h"
 
 #include <cmath>
 
@@ -40,6 +41,14 @@ DType dtypeOfNumber(const Attr &a) {
 }
 
 Shape shapeAttr(const Op &op) {
+  if (isSymbolicSize(op, "shape")) { // dims over shape symbols (docs/ir.md, "Symbolic sizes")
+    auto dims = sizeAttrDims(op, "shape");
+    if (!dims) inferFail(op.name() + ": bad symbolic shape " + op.attr("shape").asStr());
+    for (const DimExpr &d : *dims)
+      if (d.isStatic() && d.value() < 0)
+        inferFail(op.name() + ": negative dimension " + d.str() + " in shape");
+    return *dims;
+  }
   Shape s;
   for (int64_t d : attrInts(op, "shape")) {
     if (d < 0)
@@ -103,6 +112,20 @@ Arange arangeOf(const Op &op) {
     inferFail("arange: invalid length " + std::to_string(size));
   a.length = static_cast<int64_t>(size);
   return a;
+}
+
+// arange with a symbolic start or end (docs/ir.md, "Symbolic sizes"): integer bounds and a
+// positive integer step; the length is (end - start) / step rounded up, assumed non-negative.
+Type symbolicArangeType(const Op &op) {
+  auto start = sizeAttrDim(op, "start"), end = sizeAttrDim(op, "end");
+  const Attr &step = attrOf(op, "step");
+  if (!start || !end || step.kind() != AttrKind::Int || step.asInt() <= 0)
+    inferFail("arange: symbolic bounds need integer bounds and a positive integer step");
+  DType dtype = dtypeOr(op, DType::I64);
+  if (dtype == DType::Bool) inferFail("arange: not implemented for bool");
+  int64_t st = step.asInt();
+  DimExpr length = st == 1 ? *end - *start : (*end - *start + DimExpr(st - 1)).floorDiv(st);
+  return Type::tensor(dtype, {length});
 }
 
 Results arangeKernel(const Op &op, In) {
@@ -252,6 +275,8 @@ void registerCreationOps(OpRegistry &r) {
                    optionalAttr("dtype", AttrKind::DType)},
          .traits = kConstantLike,
          .infer = [](const Op &op) -> std::vector<Type> {
+           if (isSymbolicSize(op, "start") || isSymbolicSize(op, "end"))
+             return {symbolicArangeType(op)};
            Arange a = arangeOf(op);
            return {Type::tensor(a.dtype, {a.length})};
          },

@@ -3,6 +3,7 @@
 // wherever PyTorch returns a view; reshape-like ops copy only when the strides do not allow a view
 // (those rows carry kView meaning "may alias operand 0").
 #include "ops/movement_util.h"
+#include "xjit/ir/sym_attr.h"
 
 #include <algorithm>
 #include <climits>
@@ -41,8 +42,49 @@ Tensor reshapeTensor(const Tensor &t, const std::vector<int64_t> &sizes, bool mu
   return c.view(sizes, contiguousStrides(sizes), c.offset());
 }
 
+// A reshape target with symbolic dims (docs/ir.md, "Symbolic sizes"): taken as given; a -1 is
+// the number of elements divided by the other dims, which must divide exactly as expressions.
+// Whether the element counts agree is checked when the kernel runs with the evaluated sizes.
+Shape symbolicReshapeShape(const Shape &target, const Shape &in, const std::string &name) {
+  Shape out = target;
+  int64_t minusOne = -1;
+  DimExpr known(1);
+  // Dims the target shares with the input cancel first ([s0,s1,8] -> [s0,s1,2,-1] divides 8 by
+  // 2): DimExpr divides exactly only by constants.
+  std::vector<DimExpr> rest(in.begin(), in.end());
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == DimExpr(-1)) {
+      if (minusOne >= 0) inferFail(name + ": only one dimension can be inferred");
+      minusOne = static_cast<int64_t>(i);
+      continue;
+    }
+    if (target[i].isStatic() && target[i].value() < 0)
+      inferFail(name + ": invalid shape dimension " + target[i].str());
+    if (auto it = std::find(rest.begin(), rest.end(), target[i]); it != rest.end())
+      rest.erase(it);
+    else
+      known = known * target[i];
+  }
+  if (minusOne >= 0) {
+    DimExpr numel(1);
+    for (const DimExpr &d : rest)
+      numel = numel * d;
+    DimExpr inferred = numel.floorDiv(known);
+    if (inferred * known != numel)
+      inferFail(name + ": cannot infer the -1 of " + shapeStr(target) + " from " + numel.str() +
+                " elements");
+    out[static_cast<size_t>(minusOne)] = inferred;
+  }
+  return out;
+}
+
 std::vector<Type> inferReshape(const Op &op) {
   const Type &t = self(op);
+  if (isSymbolicSize(op, "shape")) {
+    auto target = sizeAttrDims(op, "shape");
+    if (!target) inferFail(op.name() + ": bad symbolic shape " + op.attr("shape").asStr());
+    return {t.withShape(symbolicReshapeShape(*target, t.shape(), op.name()))};
+  }
   return {t.withShape(inferReshapeShape(attrInts(op, "shape"), numelOf(t.shape()), op.name()))};
 }
 
@@ -189,6 +231,27 @@ Shape expandShape(const Shape &in, const std::vector<int64_t> &target, const std
   return out;
 }
 
+// An expand target with symbolic sizes: the static entries are checked as above; a symbolic
+// entry needs a source dim of 1 or the same expression (checked again, evaluated, by the kernel).
+Shape symbolicExpandShape(const Shape &in, const Op &op) {
+  auto target = sizeAttrDims(op, "shape");
+  if (!target) inferFail("expand: bad symbolic shape " + op.attr("shape").asStr());
+  size_t lead = target->size() - std::min(target->size(), in.size());
+  std::vector<int64_t> statics;
+  for (size_t i = 0; i < target->size(); ++i)
+    statics.push_back((*target)[i].staticValue().value_or(i < lead ? 1 : -1));
+  Shape out = expandShape(in, statics, "expand");
+  for (size_t i = 0; i < target->size(); ++i) {
+    const DimExpr &d = (*target)[i];
+    if (d.isStatic()) continue;
+    if (i >= lead && in[i - lead] != DimExpr(1) && in[i - lead] != d)
+      inferFail("expand: the expanded size " + d.str() + " must match the existing size " +
+                in[i - lead].str() + " at non-singleton dimension " + std::to_string(i));
+    out[i] = d;
+  }
+  return out;
+}
+
 Tensor expandKernel(const Tensor &t, const std::vector<int64_t> &target, const std::string &name) {
   size_t lead = target.size() - static_cast<size_t>(t.rank());
   std::vector<int64_t> sizes(target.size()), strides(target.size(), 0);
@@ -242,6 +305,19 @@ std::vector<Type> inferSlice(const Op &op) {
   if (step <= 0)
     inferFail("slice: step must be positive, got " + std::to_string(step));
   Shape s = t.shape();
+  if (isSymbolicSize(op, "start") || isSymbolicSize(op, "end")) {
+    // Symbolic bounds are offsets assumed to lie in [0, size] (no clamping, no wrapping); the
+    // kernel runs with the evaluated bounds and its result is checked against this length.
+    auto start = sizeAttrDim(op, "start"), end = sizeAttrDim(op, "end");
+    if (!start || !end) inferFail("slice: bad symbolic bound");
+    if (start->isStatic() && start->value() < 0)
+      inferFail("slice: a negative start with a symbolic end is not supported");
+    DimExpr e = *end;
+    if (end->isStatic())
+      e = end->value() == INT64_MAX ? s[dim] : end->value() < 0 ? s[dim] + *end : *end;
+    s[dim] = step == 1 ? e - *start : (e - *start + DimExpr(step - 1)).floorDiv(step);
+    return {t.withShape(s)};
+  }
   s[dim] = resolveSlice(s[dim], attrInt(op, "start"), attrInt(op, "end"), step).length;
   return {t.withShape(s)};
 }
@@ -547,6 +623,8 @@ void registerMovementOps(OpRegistry &r) {
          .traits = kView,
          .infer = [](const Op &op) -> std::vector<Type> {
            const Type &t = self(op);
+           if (isSymbolicSize(op, "shape"))
+             return {t.withShape(symbolicExpandShape(t.shape(), op))};
            return {t.withShape(expandShape(t.shape(), attrInts(op, "shape"), "expand"))};
          },
          .kernel = [](const Op &op, In in) -> Results {
