@@ -285,8 +285,14 @@ private:
   std::vector<PyRef> keepAlive_;
   SymbolBindings symbolHints_;                   // symbol -> its value in this frame
   std::map<int64_t, std::string> symbolForSize_; // duck sizing: equal sizes share a symbol
-  std::map<int, int> visits_;              // captured frame: instruction offset -> times reached
-  std::set<const Var *> rebuiltInstances_; // instances already in this capture's outputs
+  std::map<int, int> visits_; // captured frame: instruction offset -> times reached
+  // Objects made in the frame that are rebuilt after the graph, one Shared output each (null
+  // while its definition is being built: reached again from inside itself is a cycle).
+  struct SharedOutput {
+    int64_t index = 0;
+    std::shared_ptr<const OutputNode> definition;
+  };
+  std::map<const Var *, SharedOutput> sharedOutputs_;
 
   friend class AnalyzerAccess;
 

@@ -89,6 +89,17 @@ static VarPtr classFunction(Analyzer &a, const InstanceVar &inst, PyObject *fn,
   return f;
 }
 
+// The getter or setter (`which`: "fget" / "fset") of the property found on the class as `name`,
+// with its source as for methods; null when the property has none.
+static VarPtr propertyAccessor(Analyzer &a, const InstanceVar &inst, PyObject *prop,
+                               const std::string &name, const char *which) {
+  PyRef fn = check(PyObject_GetAttrString(prop, which), which);
+  if (fn.get() == Py_None) return nullptr;
+  VarPtr f = a.constant(fn.get());
+  if (inst.clsSource) f->source = plus(plus(*inst.clsSource, attrStep(name)), attrStep(which));
+  return f;
+}
+
 VarPtr Analyzer::makeInstance(PyObject *cls, const std::optional<Source> &clsSource,
                               const Args &args) {
   std::string why = unsupportedReason(cls);
@@ -121,11 +132,8 @@ VarPtr Analyzer::instanceAttr(const VarPtr &obj, const std::string &name) {
   PyObject *d = typeAttr(cls, name.c_str());
   // Data descriptors of the class come before the instance dictionary (Python's order).
   if (d && Py_TYPE(d) == &PyProperty_Type) {
-    PyRef getter = check(PyObject_GetAttrString(d, "fget"), "property.fget");
-    if (getter.get() == Py_None) fail("unreadable property '" + name + "'");
-    VarPtr fget = constant(getter.get());
-    if (inst->clsSource)
-      fget->source = plus(plus(*inst->clsSource, attrStep(name)), attrStep("fget"));
+    VarPtr fget = propertyAccessor(*this, *inst, d, name, "fget");
+    if (!fget) fail("unreadable property '" + name + "'");
     Args a;
     a.pos.push_back(obj);
     return call(fget, a);
@@ -170,11 +178,8 @@ void Analyzer::instanceSetAttr(const VarPtr &obj, const std::string &name, const
   PyObject *d = typeAttr(inst->cls.get(), name.c_str());
   if (d && Py_TYPE(d)->tp_descr_set) {
     if (Py_TYPE(d) == &PyProperty_Type) {
-      PyRef setter = check(PyObject_GetAttrString(d, "fset"), "property.fset");
-      if (setter.get() == Py_None) fail("assignment to read-only property '" + name + "'");
-      VarPtr fset = constant(setter.get());
-      if (inst->clsSource)
-        fset->source = plus(plus(*inst->clsSource, attrStep(name)), attrStep("fset"));
+      VarPtr fset = propertyAccessor(*this, *inst, d, name, "fset");
+      if (!fset) fail("assignment to read-only property '" + name + "'");
       Args a;
       a.pos = {obj, value};
       call(fset, a);

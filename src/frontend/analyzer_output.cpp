@@ -178,16 +178,28 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     return n;
   }
   case VarKind::Instance: {
-    // Rebuilt once per occurrence: an instance reachable twice would come back as two objects.
-    if (!rebuiltInstances_.insert(v.get()).second)
-      fail("an instance of " + typeName(v) + " made in the frame is returned or stored twice");
+    // Built once per call however often it is reached (returned and stored, `return acc, acc`):
+    // one object, as in Python.
+    auto [it, first] = sharedOutputs_.emplace(
+        v.get(), SharedOutput{static_cast<int64_t>(sharedOutputs_.size()), nullptr});
+    OutputNode ref;
+    ref.kind = OutputNode::Shared;
+    ref.index = it->second.index;
+    if (!first) {
+      if (!it->second.definition)
+        fail("an instance of " + typeName(v) + " made in the frame refers to itself");
+      ref.definition = it->second.definition;
+      return ref;
+    }
     auto *inst = as<InstanceVar>(v);
-    OutputNode n;
-    n.kind = OutputNode::NamedTuple; // build(*attribute values)
-    n.object = instanceConstructor(*inst);
+    auto n = std::make_shared<OutputNode>();
+    n->kind = OutputNode::NamedTuple; // build(*attribute values)
+    n->object = instanceConstructor(*inst);
     for (auto &[k, val] : inst->attrs)
-      n.children.push_back(outputOf(val, outputs, outputIndex));
-    return n;
+      n->children.push_back(outputOf(val, outputs, outputIndex));
+    sharedOutputs_[v.get()].definition = n;
+    ref.definition = n;
+    return ref;
   }
   case VarKind::Cell:
   case VarKind::Iterator:
@@ -266,13 +278,15 @@ Capture Analyzer::finishAtBreak(Frame &f) {
   // Lists, dicts and dataclass instances made in the frame are rebuilt once per occurrence:
   // one reachable twice (two locals, a local and a side effect's value, nested in a tuple...)
   // would come back as two objects, and a mutation through one would miss the other.
+  // Instances are Shared outputs (one object however often reached): visited once.
   std::map<const Var *, int> seen;
   std::function<void(const VarPtr &)> visit = [&](const VarPtr &v) {
     if (!v) return;
+    if (v->kind == VarKind::Instance && ++seen[v.get()] > 1) return;
     const bool mutableContainer = (v->kind == VarKind::List || v->kind == VarKind::Dict ||
                                    v->kind == VarKind::Dataclass || v->kind == VarKind::Instance) &&
                                   !v->source;
-    if (mutableContainer && ++seen[v.get()] > 1)
+    if (mutableContainer && v->kind != VarKind::Instance && ++seen[v.get()] > 1)
       fail("a " + typeName(v) + " made in the frame is reachable twice at the graph break");
     if (auto *t = as<TupleVar>(v))
       for (const VarPtr &i : t->items)
@@ -392,7 +406,7 @@ Capture Analyzer::finishWith(
   c.autogradFree = !recordedForAutograd_;
   std::vector<Value *> outputs;
   std::map<Value *, int64_t> outputIndex;
-  rebuiltInstances_.clear();
+  sharedOutputs_.clear();
 
   // In-place writes to tensors the caller can see come first: attribute assignments replayed
   // after them must not redirect where they land.

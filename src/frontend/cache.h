@@ -29,6 +29,7 @@ struct OutPlan {
   PyRef object;      // Constant / NamedTuple type
   std::vector<OutPlan> children;
   std::vector<PyRef> keys;
+  std::shared_ptr<const OutPlan> definition; // Shared: built once per call (index: its number)
 };
 
 struct EffectPlan {

@@ -193,6 +193,11 @@ OutPlan planOutput(const OutputNode &n, CompiledEntry &e, const Graph &g) {
                                                   std::to_string(n.keys.size()) + " keys and " +
                                                   std::to_string(n.children.size()) + " values"};
     break;
+  case OutputNode::Shared:
+    if (!n.definition || n.index < 0)
+      throw InternalFailure{errors::kCompile, "a shared output without its definition"};
+    p.definition = std::make_shared<const OutPlan>(planOutput(*n.definition, e, g));
+    break;
   default: break;
   }
   for (const OutputNode &c : n.children)
@@ -201,10 +206,20 @@ OutPlan planOutput(const OutputNode &n, CompiledEntry &e, const Graph &g) {
 }
 
 /// Builds the object described by `p`. Graph outputs are converted once each, so that the same
-/// output used twice is the same Python object (as in eager). Throws PyErrorSet.
+/// output used twice is the same Python object (as in eager); so are shared objects, kept in
+/// `done` after the graph outputs. Throws PyErrorSet.
 PyRef buildOutput(const OutPlan &p, const std::vector<RtValue> &outs, std::vector<PyRef> &done,
                   SourceValues &values) {
   switch (p.kind) {
+  case OutputNode::Shared: {
+    const size_t at = outs.size() + static_cast<size_t>(p.index);
+    if (done.size() <= at) done.resize(at + 1);
+    if (!done[at]) {
+      PyRef built = buildOutput(*p.definition, outs, done, values);
+      done[at] = std::move(built); // (done may have grown while building)
+    }
+    return done[at];
+  }
   case OutputNode::GraphOutput: {
     PyRef &slot = done.at(static_cast<size_t>(p.index));
     if (!slot) slot = fromRtValue(outs.at(static_cast<size_t>(p.index)));

@@ -109,6 +109,10 @@ struct OutputNode {
     Dict,       // children; Dict: `keys` parallel to children
     NamedTuple, // object(*children): a namedtuple type, or a callable taking the fields
                 // positionally (torch.Size, torch.return_types.* structseqs)
+    Shared,     // `definition`, built once per call however often it occurs (in the result,
+                // the side effects' values or a break's arguments): object `index` of the
+                // capture's shared objects, so an object made in the frame that is both stored
+                // and returned comes back as one object, as in Python
   };
   Kind kind;
   int64_t index = 0;
@@ -116,6 +120,7 @@ struct OutputNode {
   Source source;
   std::vector<OutputNode> children;
   std::vector<PyRef> keys;
+  std::shared_ptr<const OutputNode> definition; // Shared
 };
 
 /// A Python-visible effect of the captured code, replayed after the graph runs, in order.

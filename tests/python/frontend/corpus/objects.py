@@ -228,8 +228,24 @@ def _unmodeled(cls):
 
 def object_returned_twice(x):
     acc = Accumulator(1.0)
-    acc.add(x)
-    return acc, acc  # one object in Python: the frame runs in Python rather than rebuild two
+    acc.add(x * 2)
+    return acc, acc  # one object in Python: rebuilt once (identity: test_objects.py)
+
+
+def object_stored_and_returned(x, holder):
+    pair = _Pair(x + 1, None)
+    holder.cache = pair  # stored where the caller sees it, then changed and returned
+    pair.second = [pair.first * 2, 3]
+    return pair.first.sum(), holder.cache.second[0]
+
+
+def object_stored_then_returned_after_break(x, holder):
+    acc = Accumulator(2.0)
+    acc.add(x * 3)
+    holder.cache = acc
+    print("between")  # a graph break with acc stored and live: one object on both sides
+    acc.add(x.cos())
+    return acc, holder.cache.total
 
 
 CASES = [
@@ -249,7 +265,8 @@ CASES = [
     # (+2: dict.__init__ in _DictBased.__init__, and o["v"] on the real object in the resume)
     Case("unmodeled_dict_subclass", _unmodeled(_DictBased), x34, graphs=2, breaks=3,
          reason="built-in type dict"),
-    # The whole frame runs in Python (+1: object.__init__ in Accumulator.__init__ seen as a root)
-    Case("object_returned_twice", object_returned_twice, x34, graphs=0, breaks=2,
-         reason="returned or stored twice"),
+    Case("object_returned_twice", object_returned_twice, x34),
+    Case("object_stored_and_returned", object_stored_and_returned, holder_input),
+    Case("object_stored_then_returned_after_break", object_stored_then_returned_after_break,
+         holder_input, graphs=2, breaks=1, reason="print"),
 ]
