@@ -3,7 +3,10 @@
 # Used by `make demo` and `make test` (and so by CI on a fresh machine).
 set -euo pipefail
 
-APT_PACKAGES=(llvm-19-dev llvm-19-tools libdnnl-dev libgtest-dev clang-format-19 ccache ninja-build)
+# libzstd-dev: LLVM's component archives, which libxjit_native links (docs/decisions.md), name
+# zstd::libzstd_shared, which LLVM's CMake package defines only when it finds zstd's headers.
+APT_PACKAGES=(llvm-19-dev llvm-19-tools libzstd-dev libdnnl-dev libgtest-dev clang-format-19 ccache
+  ninja-build)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -233,27 +233,17 @@ def backend_stats() -> dict[str, float]:
     ``cache_links`` (kernels loaded from the cache) and their ``cache_link_ms``, the cache's
     ``cache_hits``, ``cache_misses``, ``cache_writes``, ``cache_invalid`` (damaged entries) and
     ``cache_evictions`` (entries deleted to keep ``XJIT_CACHE_MAX_MB``)."""
-    # Each extension links its own copy of the backend: _frontend's compiles xjit.jit's
-    # kernels, _xjit's those of xjit.ir.compile.
-    modules: list[Any] = [_xjit]
-    try:
-        from xjit import _frontend
-
-        modules.append(_frontend)
-    except ImportError:
-        pass
-    totals: dict[str, float] = {}
-    for module in modules:
-        for name, value in module.backend_stats():
-            totals[name] = totals.get(name, 0) + value
-    return {k: v if k.endswith("_ms") else int(v) for k, v in totals.items()}
+    # One backend per process (libxjit_native.so, which both extensions load): its counters
+    # cover xjit.jit's kernels and those of xjit.ir.compile.
+    stats = {name: value for name, value in _xjit.backend_stats()}
+    return {k: v if k.endswith("_ms") else int(v) for k, v in stats.items()}
 
 
 def profile(level: int = 1) -> None:
     """Times the instructions of graphs compiled from now on, as ``XJIT_PROFILE`` does (1: by
     kind, 2: per instruction, 0: off) and zeroes the counters; ``profile_report`` gives the
     table (docs/runtime.md). Unlike ``XJIT_PROFILE``, nothing is printed at exit. Covers graphs
-    of ``xjit.ir.compile``; those of ``xjit.jit`` are reported by ``XJIT_PROFILE`` only."""
+    of ``xjit.ir.compile`` and of ``xjit.jit`` (one runtime per process)."""
     _xjit.set_profile_level(level)
     _xjit.profile_reset()
 
