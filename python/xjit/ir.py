@@ -232,7 +232,10 @@ def backend_stats() -> dict[str, float]:
     by LLVM, i.e. not found in the persistent compile cache) and their wall time ``llvm_ms``,
     ``cache_links`` (kernels loaded from the cache) and their ``cache_link_ms``, the cache's
     ``cache_hits``, ``cache_misses``, ``cache_writes``, ``cache_invalid`` (damaged entries) and
-    ``cache_evictions`` (entries deleted to keep ``XJIT_CACHE_MAX_MB``)."""
+    ``cache_evictions`` (entries deleted to keep ``XJIT_CACHE_MAX_MB``); for oneDNN conv/matmul
+    weights that need a reorder into the primitive's layout, ``weight_packs`` (a module
+    parameter reordered into a cached copy: new or changed), ``weight_pack_hits`` (calls that
+    reused that copy) and ``weight_reorders`` (untagged weights reordered for one call)."""
     # One backend per process (libxjit_native.so, which both extensions load): its counters
     # cover xjit.jit's kernels and those of xjit.ir.compile.
     stats = {name: value for name, value in _xjit.backend_stats()}

@@ -1,10 +1,13 @@
 // Shared pieces of the oneDNN library kernels: engine, strided memory, post-ops, weight packing.
 #include "dnnl_common.h"
 
+#include "xjit/backend/content_tags.h"
+
 #include "ops/op_util.h"
 #include "xjit/ir/op_registry.h"
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -131,6 +134,13 @@ memory Densify::intoScratch(const Tensor &t, ScratchSlot slot) const {
   return to;
 }
 
+memory Densify::intoNew(const Tensor &t) const {
+  memory to(to_, cpuEngine());
+  std::unordered_map<int, memory> args = {{DNNL_ARG_FROM, wrap(from_, t)}, {DNNL_ARG_TO, to}};
+  execute(prim_, args);
+  return to;
+}
+
 Tensor Densify::operator()(const Tensor &t, DType dt) const {
   Tensor out = allocateOutput(dt, {static_cast<int64_t>(to_.get_size()) / dtypeSize(dt)});
   std::unordered_map<int, memory> args = {{DNNL_ARG_FROM, wrap(from_, t)},
@@ -217,6 +227,49 @@ memory PackedWeights::get(const memory::desc &userDesc, const memory::desc &want
   packed_.emplace_back(want, packed);
   return packed;
 }
+
+namespace {
+std::atomic<uint64_t> gWeightPacks{0}, gWeightPackHits{0}, gWeightReorders{0};
+} // namespace
+
+memory TaggedWeights::get(const Tensor &w, const Densify &reorder) const {
+  const uint64_t tag = currentContentTag(w.data());
+  {
+    std::lock_guard lock(mu_);
+    for (const Packed &p : packed_)
+      if (p.tag == tag && p.from == reorder.from() && p.to == reorder.to()) {
+        gWeightPackHits.fetch_add(1, std::memory_order_relaxed);
+        return p.packed;
+      }
+  }
+  // Reordered outside the lock; a thread racing on the same tag makes an identical copy and
+  // the first stored wins. Callers still running on a dropped copy hold their own reference.
+  memory packed = reorder.intoNew(w);
+  gWeightPacks.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  std::erase_if(packed_, [&](const Packed &p) { return p.tag != tag; });
+  packed_.push_back({tag, reorder.from(), reorder.to(), packed});
+  return packed;
+}
+
+memory runtimeWeights(const Tensor &w, const memory::desc &userDesc, const Densify &reorder,
+                      const TaggedWeights &cache) {
+  if (!reorder) return wrap(userDesc, w);
+  if (currentContentTag(w.data()) != 0) return cache.get(w, reorder);
+  gWeightReorders.fetch_add(1, std::memory_order_relaxed);
+  return reorder.intoScratch(w, ScratchSlot::Weights);
+}
+
+} // namespace xjit::backend::dnnl_kernels
+
+namespace xjit::backend {
+WeightPackCounters weightPackCounters() {
+  using namespace dnnl_kernels;
+  return {gWeightPacks.load(), gWeightPackHits.load(), gWeightReorders.load()};
+}
+} // namespace xjit::backend
+
+namespace xjit::backend::dnnl_kernels {
 
 // ---- post-ops ----
 

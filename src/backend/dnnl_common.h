@@ -146,6 +146,10 @@ public:
   /// `t` in the layout `to`, written into the calling thread's scratch buffer `slot`
   /// (threadScratch): valid until that slot is used again on this thread.
   memory intoScratch(const Tensor &t, ScratchSlot slot) const;
+  /// `t` in the layout `to`, in a new buffer the returned memory owns.
+  memory intoNew(const Tensor &t) const;
+  const memory::desc &from() const { return from_; }
+  const memory::desc &to() const { return to_; }
 
 private:
   bool active_ = false;
@@ -189,6 +193,33 @@ private:
   mutable std::mutex mu_;
   mutable std::vector<std::pair<memory::desc, memory>> packed_;
 };
+
+/// Run-time weights the caller tagged as unchanged since an earlier call
+/// (xjit/backend/content_tags.h: the frontend tags module parameters by PyTorch's version
+/// counter), reordered into a primitive's layout once per tag and reused while the tag stays
+/// the same; one per kernel, shared by its plans. Untagged weights are reordered per call into
+/// the thread's scratch buffer, as before.
+class TaggedWeights {
+public:
+  /// `w` (described by `reorder.from()`) in the layout `reorder.to()`: a cached copy made at
+  /// an earlier call with the same tag, else a new copy (copies of other tags are dropped).
+  memory get(const Tensor &w, const Densify &reorder) const;
+
+private:
+  struct Packed {
+    uint64_t tag;
+    memory::desc from, to;
+    memory packed;
+  };
+  mutable std::mutex mu_;
+  mutable std::vector<Packed> packed_;
+};
+
+/// What a library kernel passes as its weights argument for a run-time weight `w` described
+/// by `reorder.from()`: `w` itself when no reorder is needed, the cached copy of a tagged
+/// weight, or a per-call copy in the thread's scratch buffer.
+memory runtimeWeights(const Tensor &w, const memory::desc &userDesc, const Densify &reorder,
+                      const TaggedWeights &cache);
 
 /// Eltwise algorithm for a unary post-op; false when oneDNN has none for it.
 bool eltwiseFor(const Op &op, PostOp &out);

@@ -6,7 +6,8 @@
 // fast); a channels-first op uses oneDNN's 16-channel blocked layout (as PyTorch's ideep does)
 // and reorders the input and result, falling back to `any` and then the plain layout when
 // oneDNN rejects that or has only its reference implementation for it.
-// Constant weights are reordered once into the primitive's preferred (blocked) layout.
+// Constant weights are reordered once into the primitive's preferred (blocked) layout, run-time
+// weights once per content tag (a module parameter while unchanged) or else per call.
 #include "dnnl_kernels.h"
 
 #include "ops/nn_util.h"
@@ -40,7 +41,8 @@ public:
   const ConvSpec *spec = nullptr;
   memory::desc srcDesc, weightsDesc, biasDesc, dstDesc, dstUser;
   Densify toSrc, toWeights, fromDst;
-  memory packedW; // constant weights, already in weightsDesc
+  memory packedW;                        // constant weights, already in weightsDesc
+  const TaggedWeights *tagged = nullptr; // the kernel's cache of tagged run-time weights
   bool hasBias = false, dstScratch = false;
   std::unique_ptr<BoundPostOps> post;
 
@@ -54,13 +56,14 @@ public:
     if (packedW) {
       args[DNNL_ARG_WEIGHTS] = packedW;
     } else {
-      // Weights reordered per call go to this thread's scratch buffer (threadScratch), whose
-      // size is the largest weight's whatever the batch; activations stay fresh allocations
-      // (a batch-8 ResNet's are 26 MB: persistent buffers for them cost more peak memory).
+      // Run-time weights: a module's parameters, tagged by the frontend while unchanged, are
+      // reordered once per tag (TaggedWeights); others per call into this thread's scratch
+      // buffer (threadScratch), whose size is the largest weight's whatever the batch.
+      // Activations stay fresh allocations (a batch-8 ResNet's are 26 MB: persistent buffers
+      // for them cost more peak memory).
       Tensor w = tensorOf(spec->w, in);
       keep.push_back(w);
-      args[DNNL_ARG_WEIGHTS] =
-          toWeights ? toWeights.intoScratch(w, ScratchSlot::Weights) : wrap(weightsDesc, w);
+      args[DNNL_ARG_WEIGHTS] = runtimeWeights(w, weightsDesc, toWeights, *tagged);
     }
     if (hasBias) {
       Tensor b = tensorOf(spec->bias, in);
@@ -193,6 +196,7 @@ public:
       bool plain = attempts[ai] == Plain;
       auto plan = std::make_unique<ConvPlan>();
       plan->spec = &s_;
+      plan->tagged = &tagged_;
       plan->resultSizes = result;
       plan->dtype = s_.dtype;
       plan->dstUser = dstUser;
@@ -274,6 +278,7 @@ private:
 
   ConvSpec s_;
   std::unique_ptr<PackedWeights> packed_;
+  TaggedWeights tagged_;
 };
 
 } // namespace

@@ -5,10 +5,13 @@
 // A 2-D (or 1-D) right operand against a batched left operand folds the batch into the rows
 // ([B,S,K]·[K,N] is one [B*S,K]·[K,N] product) when the left operand's strides allow, as BLAS
 // callers do. Constant right operands (frozen weights) are reordered once into the layout the
-// primitive prefers (`any`); other operands are read through their strides.
+// primitive prefers (`any`), and so are tagged run-time ones (a module's weights while
+// unchanged: xjit/backend/content_tags.h) once per tag; other operands are read through their
+// strides.
 #include "dnnl_kernels.h"
 
 #include "ops/op_util.h"
+#include "xjit/backend/content_tags.h"
 #include "xjit/ir/op_registry.h"
 
 #include <algorithm>
@@ -47,7 +50,9 @@ public:
   std::string impl;
   memory::desc aDesc, bDesc, biasDesc, dstDesc;
   Densify densifyA, densifyB;
+  Densify toB; // a tagged run-time rhs into the layout the primitive chose (`any`)
   const PackedWeights *packed = nullptr; // constant rhs
+  const TaggedWeights *tagged = nullptr; // the kernel's cache of tagged run-time rhs
   memory packedB;
   bool nativeBias = false;
   std::unique_ptr<BoundPostOps> post;
@@ -66,7 +71,7 @@ public:
       Tensor b = tensorOf(spec->rhs, in);
       if (densifyB) b = densifyB(b, dtype);
       keep.push_back(b);
-      args[DNNL_ARG_WEIGHTS] = wrap(bDesc, b);
+      args[DNNL_ARG_WEIGHTS] = runtimeWeights(b, bDesc, toB, *tagged);
     }
     if (nativeBias) {
       Tensor bias = tensorOf(spec->bias, in);
@@ -98,6 +103,9 @@ public:
   std::unique_ptr<Plan> makePlan(std::span<const RtValue> in) const override {
     Tensor A = tensorOf(s_.lhs, in), B = tensorOf(s_.rhs, in);
     if (!A.defined() || !B.defined()) throw KernelError("matmul: missing operand");
+    // A run-time rhs the caller tagged as unchanged between calls (a module's weight) is
+    // worth packing into the primitive's preferred layout, once per tag, like a constant one.
+    const bool packTagged = !packed_ && currentContentTag(B.data()) != 0;
     if (A.numel() == 0 || B.numel() == 0) throw KernelError("matmul: empty operand");
     if (s_.transposeRhs && B.rank() == 2)
       B = B.view({B.size(1), B.size(0)}, {B.strides()[1], B.strides()[0]}, B.offset());
@@ -165,6 +173,7 @@ public:
       bool dense = attempt == 1;
       auto plan = std::make_unique<MatmulPlan>();
       plan->spec = &s_;
+      plan->tagged = &tagged_;
       plan->dtype = s_.dtype;
       plan->resultSizes = result;
       if (fold) {
@@ -181,7 +190,7 @@ public:
         plan->aDesc = aUser;
       }
       memory::desc bWant;
-      if (packed_) {
+      if (packed_ || (packTagged && !dense)) {
         bWant = memory::desc(memory::dims(bs.begin(), bs.end()), dt, memory::format_tag::any);
       } else if (dense) {
         bWant = denseDesc(bs, dt);
@@ -219,6 +228,7 @@ public:
           plan->packedB = packed_->get(bUser, pd.weights_desc());
         } else {
           plan->bDesc = pd.weights_desc();
+          if (packTagged && !dense && plan->bDesc != bUser) plan->toB = Densify(bUser, plan->bDesc);
         }
       } catch (const dnnl::error &) {
         if (attempt == 1) throw;
@@ -238,6 +248,7 @@ private:
   }
   MatmulSpec s_;
   std::unique_ptr<PackedWeights> packed_;
+  TaggedWeights tagged_;
 };
 
 } // namespace

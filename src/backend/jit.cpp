@@ -15,6 +15,7 @@
 #include "llvm_codegen.h"
 #include "runtime_util.h"
 #include "xjit/backend/compile_cache.h"
+#include "xjit/backend/content_tags.h"
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/op_registry.h"
 
@@ -317,6 +318,7 @@ JitTotals jitTotals() {
 std::vector<std::pair<std::string, double>> backendCounters() {
   JitTotals j = jitTotals();
   CompileCacheStats c = compileCacheStats();
+  WeightPackCounters w = weightPackCounters();
   return {{"llvm_compilations", double(j.llvmCompilations)},
           {"llvm_ms", j.llvmMs},
           {"cache_links", double(j.cacheLinks)},
@@ -325,7 +327,10 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"cache_misses", double(c.misses)},
           {"cache_writes", double(c.writes)},
           {"cache_invalid", double(c.invalid)},
-          {"cache_evictions", double(c.evictions)}};
+          {"cache_evictions", double(c.evictions)},
+          {"weight_packs", double(w.packs)},
+          {"weight_pack_hits", double(w.packHits)},
+          {"weight_reorders", double(w.perCallReorders)}};
 }
 
 CompiledKernel::~CompiledKernel() = default;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "guards.h"
+#include "param_versions.h"
 #include "sources.h"
 
 #include "xjit/frontend/capture.h"
@@ -72,6 +73,9 @@ struct CompiledEntry {
   bool rerunnable = true; // the graph writes nothing the caller sees (no in-place
                           // ops, no external calls): the frame may run after it fails
   bool eager = false;     // backend="eager": the graph runs op by op with PyTorch
+  // Content tags of the nn.Parameter inputs (param_versions.h): set for native graphs that
+  // write none of their inputs, so library kernels reorder a weight again only when it changed.
+  std::unique_ptr<ParameterVersions> paramVersions;
   int graphId = -1;       // index of this graph in the event log
   // A capture that stops at a graph break (Capture::breakPoint): `result` builds the arguments
   // of breakCode, which runs the breaking instruction and the rest of the frame.

@@ -297,7 +297,9 @@ void replayEffects(const CompiledEntry &e, const std::vector<RtValue> &outs,
   }
 }
 
-std::vector<RtValue> fetchInputs(const CompiledEntry &e, SourceValues &values) {
+/// The graph's inputs; with `tags`, also the content tags of its nn.Parameter inputs.
+std::vector<RtValue> fetchInputs(const CompiledEntry &e, SourceValues &values,
+                                 backend::ContentTags *tags = nullptr) {
   std::vector<RtValue> in;
   in.reserve(e.inputSlots.size());
   for (size_t i = 0; i < e.inputSlots.size(); ++i) {
@@ -309,6 +311,8 @@ std::vector<RtValue> fetchInputs(const CompiledEntry &e, SourceValues &values) {
     if (e.inputTypes[i].isTensor()) {
       if (const dlpack::DLTensor *dl = values.tensor(slot)) {
         in.emplace_back(importTensor(o, *dl));
+        if (tags && Py_TYPE(o) == torchHandles().parameterType)
+          e.paramVersions->tag(i, o, in.back().tensor().data(), *tags);
         continue;
       }
     }
@@ -615,6 +619,12 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     if (op->def().has(kInPlace) || (op->def().has(kSideEffect) && !op->def().has(kTerminator)))
       e->rerunnable = false;
   });
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+  // A graph that writes its inputs could change a parameter within the call, after its tag
+  // was taken: only graphs that write none get tags.
+  if (e->rerunnable && !e->eager && weightCacheEnabled())
+    e->paramVersions = std::make_unique<ParameterVersions>();
+#endif
   e->graph = std::move(cap.graph);
   return e;
 }
@@ -979,8 +989,12 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
       done = runEagerChecked(*e, in);
       outs.resize(done.size());
     } else {
-      std::vector<RtValue> in = fetchInputs(*e, values);
+      backend::ContentTags tags;
+      std::vector<RtValue> in = fetchInputs(*e, values, e->paramVersions ? &tags : nullptr);
       graphRan = true;
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+      backend::ContentTagScope tagScope(&tags);
+#endif
       runInterpreter(*e, std::move(in), outs);
       done.resize(outs.size());
     }

@@ -102,6 +102,9 @@ def test_backend_stats_in_process() -> None:
         "cache_writes",
         "cache_invalid",
         "cache_evictions",
+        "weight_packs",
+        "weight_pack_hits",
+        "weight_reorders",
     }
     assert all(v >= 0 for v in stats.values())
     assert isinstance(stats["llvm_compilations"], int)

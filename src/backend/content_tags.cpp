@@ -1,0 +1,21 @@
+// Content tags of a graph call (include/xjit/backend/content_tags.h): the process-wide tag
+// counter and the calling thread's current tags.
+#include "xjit/backend/content_tags.h"
+
+#include <atomic>
+
+namespace xjit::backend {
+namespace {
+thread_local const ContentTags *tCurrent = nullptr;
+std::atomic<uint64_t> gLastTag{0};
+} // namespace
+
+uint64_t newContentTag() { return gLastTag.fetch_add(1, std::memory_order_relaxed) + 1; }
+
+ContentTagScope::ContentTagScope(const ContentTags *tags) : previous_(tCurrent) { tCurrent = tags; }
+
+ContentTagScope::~ContentTagScope() { tCurrent = previous_; }
+
+uint64_t currentContentTag(const void *data) { return tCurrent ? tCurrent->find(data) : 0; }
+
+} // namespace xjit::backend

@@ -1,0 +1,56 @@
+// Content tags for the parameters a compiled entry reads (xjit/backend/content_tags.h), so that
+// library kernels reorder a module's weights once instead of at every call, and again exactly
+// when PyTorch says they may have changed.
+//
+// A parameter keeps its tag while three things stay the same: the Parameter object, its data
+// pointer and its version counter (`tensor._version`, which PyTorch bumps on every in-place
+// change through the tensor or any view of it: optimizer steps, `load_state_dict`'s copy_,
+// `weight.mul_(2)` under no_grad). Replacing `.data` keeps the version but changes the data
+// pointer. The Parameter object and its storage (`untyped_storage()`) are held while the tag is
+// in use, so neither address can be reused by another tensor meanwhile (the test of `.data`
+// replacement failed with a pin through a DLPack export, which references the parameter's
+// TensorImpl, whose storage `.data = ...` swaps in place).
+//
+// Not seen (documented in docs/backend.md): writes through an alias with its own version
+// counter, i.e. `param.data.add_(...)`, `param.numpy()[...] = ...` or another DLPack view;
+// XJIT_WEIGHT_CACHE=0 turns the tags off.
+#pragma once
+
+#include "py_util.h"
+
+#include "xjit/backend/content_tags.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace xjit::frontend {
+
+/// Whether parameters are tagged at all (XJIT_WEIGHT_CACHE, default on; read once).
+bool weightCacheEnabled();
+
+/// One compiled entry's record of its parameter inputs. Used under the GIL.
+class ParameterVersions {
+public:
+  ParameterVersions() = default;
+  ParameterVersions(const ParameterVersions &) = delete;
+  ParameterVersions &operator=(const ParameterVersions &) = delete;
+  ~ParameterVersions();
+
+  /// Adds to `tags` the tag of graph input `input`, the nn.Parameter `param` whose element 0
+  /// is at `data`: the previous call's tag while the parameter is unchanged, else a new one.
+  /// Adds nothing when the version cannot be read (the Python error is cleared).
+  void tag(size_t input, PyObject *param, const void *data, backend::ContentTags &tags);
+
+private:
+  struct Seen {
+    PyObject *param = nullptr; // a strong reference
+    const void *data = nullptr;
+    int64_t version = -1;
+    uint64_t tag = 0;
+    PyObject *pin = nullptr; // the storage at `data` (param.untyped_storage()), kept alive
+  };
+  static void release(Seen &s);
+  std::vector<Seen> seen_; // by graph input
+};
+
+} // namespace xjit::frontend

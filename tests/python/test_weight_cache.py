@@ -1,0 +1,103 @@
+"""Module weights reordered once for oneDNN (content tags from PyTorch's version counters,
+src/frontend/param_versions.cpp, src/backend/dnnl_common.cpp TaggedWeights): the cached copy is
+reused while a parameter is unchanged, and every way of changing one (in-place ops under no_grad,
+load_state_dict, replacing .data, an optimizer step) gives eager's results at the next call."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import xjit
+import xjit.ir as ir
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(16, 32, 3, padding=1)
+        self.conv2 = nn.Conv2d(32, 32, 3, padding=1)
+        self.fc = nn.Linear(32 * 6 * 6, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv1(x))
+        y = torch.relu(self.conv2(y) + y)
+        return self.fc(y.flatten(1))
+
+
+def _counts() -> tuple[int, int]:
+    s = ir.backend_stats()
+    return s["weight_packs"], s["weight_pack_hits"]
+
+
+def _check(compiled, model, x) -> None:  # type: ignore[no-untyped-def]
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def _model(seed: int) -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(seed)
+    return Net().eval(), torch.randn(2, 16, 6, 6)
+
+
+def test_weights_packed_once_while_unchanged() -> None:
+    model, x = _model(0)
+    compiled = xjit.jit(model, fullgraph=True)
+    _check(compiled, model, x)
+    packs, hits = _counts()
+    for _ in range(3):
+        _check(compiled, model, x)
+    packs2, hits2 = _counts()
+    assert packs2 == packs, "an unchanged weight was reordered again"
+    assert hits2 - hits >= 3 * 2, "the two convs' cached weights were not reused"
+
+
+def test_in_place_change_under_no_grad() -> None:
+    model, x = _model(1)
+    compiled = xjit.jit(model, fullgraph=True)
+    _check(compiled, model, x)
+    _check(compiled, model, x)
+    packs, _ = _counts()
+    with torch.no_grad():
+        model.conv1.weight.mul_(2)
+        model.conv2.weight[:, :4].zero_()  # through a view: the same version counter
+    _check(compiled, model, x)
+    assert _counts()[0] >= packs + 2  # both convs repacked
+
+
+def test_load_state_dict() -> None:
+    model, x = _model(2)
+    other, _ = _model(3)
+    compiled = xjit.jit(model, fullgraph=True)
+    _check(compiled, model, x)
+    _check(compiled, model, x)
+    model.load_state_dict(other.state_dict())
+    _check(compiled, model, x)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), other(x), rtol=1e-4, atol=1e-4)
+
+
+def test_replacing_data() -> None:
+    model, x = _model(4)
+    compiled = xjit.jit(model, fullgraph=True)
+    _check(compiled, model, x)
+    for i in range(4):
+        # .data = keeps the version counter: the data pointer tells. Dropping the old tensor
+        # first lets the allocator hand its address to the next one; the tag's pin forbids it.
+        w = model.conv2.weight
+        w.data = torch.empty(0)
+        w.data = torch.randn(32, 32, 3, 3).mul_(i + 1)
+        _check(compiled, model, x)
+
+
+def test_optimizer_step() -> None:
+    model, x = _model(5)
+    compiled = xjit.jit(model, fullgraph=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    _check(compiled, model, x)
+    _check(compiled, model, x)
+    for _ in range(2):
+        opt.zero_grad()
+        model(x).square().sum().backward()  # eager: autograd
+        opt.step()
+        _check(compiled, model, x)
