@@ -150,12 +150,13 @@ std::vector<std::unique_ptr<Graph>> reductionGraphs() {
   return out;
 }
 
-void benchCompile() {
-  // Compile times from scratch: the persistent cache is off here (measured separately below).
+/// Compile times of every kernel lowered with `opts`, from scratch (cache off).
+void benchCompileTimes(const LowerOptions &opts, const char *label) {
   setCompileCacheEnabled(false);
+  std::printf("%s:\n", label);
   std::vector<double> total, opt, cg, cpu;
   auto compileOne = [&](const Graph &g) {
-    LoweredKernel lk = lowerElementwiseBlock(*g.body(), g.name());
+    LoweredKernel lk = lowerElementwiseBlock(*g.body(), g.name(), opts);
     auto ck = Jit::instance().compile(lk.kernel);
     total.push_back(ck->times().total());
     opt.push_back(ck->times().optimize);
@@ -187,14 +188,23 @@ void benchCompile() {
   std::vector<double> fusedCpu(cpu.begin() + long(singleCount), cpu.end());
   std::printf("  fused kernels: thread CPU time median %.2f ms\n", percentile(fusedCpu, 0.5));
   size_t beforeReductions = total.size();
-  auto reductions = reductionGraphs();
-  for (auto &g : reductions)
+  for (auto &g : reductionGraphs())
     compileOne(*g);
   std::vector<double> redTotal(total.begin() + long(beforeReductions), total.end());
   std::vector<double> redCpu(cpu.begin() + long(beforeReductions), cpu.end());
   std::printf("  %zu reduction kernels: median %.2f ms wall, p90 %.2f; thread CPU median %.2f\n",
               redTotal.size(), percentile(redTotal, 0.5), percentile(redTotal, 0.9),
               percentile(redCpu, 0.5));
+}
+
+void benchCompile() {
+  // Side by side, alternating: kernels holding the general strided nest too (as before session
+  // 4), and the default, where it is a separate kernel compiled only when a call needs it.
+  for (int round = 0; round < 2; ++round) {
+    benchCompileTimes({.lazyGeneral = false}, "every version in one kernel");
+    benchCompileTimes({}, "fast versions only, general version on demand (default)");
+  }
+  auto reductions = reductionGraphs();
 
   // Cold vs warm persistent cache: a fresh directory, each kernel compiled twice.
   std::string dir =

@@ -244,6 +244,7 @@ const std::string &Jit::cpuFeatures() const { return impl_->features; }
 std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const CompileOptions &opts) {
   std::shared_ptr<CompiledKernel> ck(new CompiledKernel());
   ck->kernel_ = k;
+  ck->options_ = opts;
   auto t0 = Clock::now();
   double cpu0 = threadCpuMs();
   // One symbol namespace per kernel: the name need not be unique, and must be the same in every
@@ -378,10 +379,20 @@ void CompiledKernel::run(std::span<const Tensor> buffers, std::span<const RtValu
     }
   }
   int32_t rc = entry_(data.data(), sizes.data(), strides.data(), slots.data());
+  if (rc == kRunGeneral) {
+    // The stride check runs before any store: nothing is written yet.
+    if (!k.general) fail("returned kRunGeneral but has no general version");
+    std::call_once(generalOnce_,
+                   [&] { general_ = Jit::instance().compile(*k.general, options_); });
+    general_->run(buffers, scalars);
+    return;
+  }
   if (rc == kErrorDivByZero) fail("ZeroDivisionError");
   if (rc > 0 && size_t(rc) <= k.errors.size()) throw KernelError(k.errors[size_t(rc) - 1]);
   if (rc != 0) fail("failed with code " + std::to_string(rc));
 }
+
+bool CompiledKernel::generalCompiled() const { return general_ != nullptr; }
 
 void dumpKernel(const CompiledKernel &k, const std::string &dir) {
   std::filesystem::create_directories(dir);

@@ -295,7 +295,10 @@ private:
       break;
     }
     case StmtKind::Assert:
-      os_ << "assert " << str(s.a, 0) << ", error " << s.index + 1 << "\n";
+      if (s.index == kStrideCheck)
+        os_ << "assert " << str(s.a, 0) << ", else the general version\n";
+      else
+        os_ << "assert " << str(s.a, 0) << ", error " << s.index + 1 << "\n";
       break;
     }
   }
@@ -368,7 +371,11 @@ private:
 
 } // namespace
 
-std::string printKernel(const Kernel &k) { return Printer(k).kernel(); }
+std::string printKernel(const Kernel &k) {
+  std::string text = Printer(k).kernel();
+  if (k.general) text += "general version:\n" + printKernel(*k.general);
+  return text;
+}
 std::string printExpr(const Expr &e, const Kernel &k) { return Printer(k).expr(e); }
 
 // ---- verifier ----
@@ -480,7 +487,9 @@ private:
       return;
     }
     case StmtKind::Assert:
-      if (s.index < 0 || size_t(s.index) >= k_.errors.size())
+      if (s.index == kStrideCheck) {
+        if (!k_.general) fail("assert: a stride check in a kernel without a general version");
+      } else if (s.index < 0 || size_t(s.index) >= k_.errors.size())
         fail("assert: error message " + std::to_string(s.index) + " does not exist");
       expect(s.a, DType::Bool, "assert condition");
       return;
@@ -624,7 +633,24 @@ private:
 
 } // namespace
 
-std::vector<std::string> verifyKernel(const Kernel &k) { return Verifier(k).run(); }
+std::vector<std::string> verifyKernel(const Kernel &k) {
+  std::vector<std::string> errors = Verifier(k).run();
+  if (!k.general) return errors;
+  // The general version runs on the same arguments.
+  const Kernel &g = *k.general;
+  bool sameParams = g.buffers.size() == k.buffers.size() && g.scalars.size() == k.scalars.size();
+  for (size_t b = 0; sameParams && b < k.buffers.size(); ++b)
+    sameParams = g.buffers[b].dtype == k.buffers[b].dtype &&
+                 g.buffers[b].sizes == k.buffers[b].sizes &&
+                 g.buffers[b].output == k.buffers[b].output;
+  for (size_t i = 0; sameParams && i < k.scalars.size(); ++i)
+    sameParams = g.scalars[i].dtype == k.scalars[i].dtype;
+  if (!sameParams) errors.push_back("the general version has other parameters");
+  if (g.general) errors.push_back("the general version has a general version itself");
+  for (std::string &e : verifyKernel(g))
+    errors.push_back("general version: " + std::move(e));
+  return errors;
+}
 
 void verifyKernelOrThrow(const Kernel &k) {
   auto errors = verifyKernel(k);

@@ -466,7 +466,8 @@ private:
     case StmtKind::Assert: {
       Value *ok = expr(s.a);
       BasicBlock *cont = BasicBlock::Create(ctx_, "assert.ok", fn_);
-      b_.CreateCondBr(ok, cont, failBlock(int32_t(s.index + 1)));
+      int32_t code = s.index == kStrideCheck ? kRunGeneral : int32_t(s.index + 1);
+      b_.CreateCondBr(ok, cont, failBlock(code));
       b_.SetInsertPoint(cont);
       return;
     }

@@ -140,7 +140,8 @@ public:
   Lowering(std::vector<Value *> inputs, std::vector<const Op *> ops, std::vector<Value *> outputs,
            const std::string &name, const LowerOptions &opts,
            std::span<Value *const> outerInputs = {})
-      : inputs_(std::move(inputs)), outputs_(std::move(outputs)), opts_(opts) {
+      : inputs_(std::move(inputs)), outputs_(std::move(outputs)), opts_(opts), name_(name),
+        outerInputs_(outerInputs) {
     for (size_t i = 0; outerInputs.size() == inputs_.size() && i < inputs_.size(); ++i)
       if (const Op *c = outerInputs[i]->definingOp(); c && c->name() == "constant" &&
                                                       !outerInputs[i]->type().isTensor() &&
@@ -174,8 +175,16 @@ public:
         for (Stmt &s : emitGroup(shape, outs))
           body.push_back(std::move(s));
     }
-    // Checks on scalar operands run before any loop.
+    // Checks on scalar operands run before any loop, and so does the stride check, so that a
+    // kernel that returns kRunGeneral has stored nothing.
     StmtList all = std::move(asserts_);
+    if (!strideChecks_.empty()) {
+      all.push_back(assertTrue(andAll(strideChecks_), kStrideCheck));
+      LowerOptions generalOpts = opts_;
+      generalOpts.fastPaths = false;
+      lk_.kernel.general = std::make_shared<const Kernel>(
+          Lowering(inputs_, opsInOrder_, outputs_, name_, generalOpts, outerInputs_).run().kernel);
+    }
     for (Stmt &s : body)
       all.push_back(std::move(s));
     lk_.kernel.body = std::move(all);
@@ -230,19 +239,29 @@ private:
   }
 
   StmtList emitGroup(const Shape &shape, const std::vector<size_t> &outs) {
-    StmtList general = emitVariant(Mode::General, shape, outs);
-    if (!opts_.fastPaths || shape.empty()) return general;
+    if (!opts_.fastPaths || shape.empty()) return emitVariant(Mode::General, shape, outs);
+    StmtList general;
+    if (!opts_.lazyGeneral) general = emitVariant(Mode::General, shape, outs);
     for (Mode m : {Mode::Flat, Mode::InnerUnit}) {
       if (m == Mode::InnerUnit && isStaticOne(shape.back())) break;
       try {
         StmtList fast = emitVariant(m, shape, outs);
         if (conds_.empty())
           return fast; // nothing to check (e.g. every buffer has a static 1 inner dim)
-        return {ifThen(andAll(conds_), std::move(fast), std::move(general))};
+        return versioned(std::move(fast), std::move(general));
       } catch (const NotApplicable &) {
       }
     }
-    return general;
+    return opts_.lazyGeneral ? emitVariant(Mode::General, shape, outs) : std::move(general);
+  }
+
+  /// The fast version under the checks in conds_: with lazyGeneral the checks go to the kernel's
+  /// stride check (emitted by run() before any loop) and the general version into its own
+  /// kernel; else an if/else over both versions.
+  StmtList versioned(StmtList fast, StmtList general) {
+    if (!opts_.lazyGeneral) return {ifThen(andAll(conds_), std::move(fast), std::move(general))};
+    strideChecks_.insert(strideChecks_.end(), conds_.begin(), conds_.end());
+    return fast;
   }
 
   StmtList emitVariant(Mode mode, const Shape &shape, const std::vector<size_t> &outs) {
@@ -551,11 +570,13 @@ private:
                                       int64_t(k.errors.size()) - 1));
       }
     }
-    StmtList general = emitReductionVariant(Mode::General, full, reduced);
-    if (!opts_.fastPaths || fullShape_.empty() || isStaticOne(fullShape_.back())) return general;
+    if (!opts_.fastPaths || fullShape_.empty() || isStaticOne(fullShape_.back()))
+      return emitReductionVariant(Mode::General, full, reduced);
+    StmtList general;
+    if (!opts_.lazyGeneral) general = emitReductionVariant(Mode::General, full, reduced);
     StmtList fast = emitReductionVariant(Mode::InnerUnit, full, reduced);
     if (conds_.empty()) return fast;
-    return {ifThen(andAll(conds_), std::move(fast), std::move(general))};
+    return versioned(std::move(fast), std::move(general));
   }
 
   StmtList emitReductionVariant(Mode mode, const std::vector<size_t> &full,
@@ -1023,6 +1044,8 @@ private:
   std::vector<Value *> inputs_, outputs_;
   std::unordered_set<const Op *> ops_;
   LowerOptions opts_;
+  std::string name_;
+  std::span<Value *const> outerInputs_; // the caller's, alive during run()
   LoweredKernel lk_;
   std::unordered_map<const Value *, size_t> inputIndex_;
   std::unordered_map<size_t, const Op *> constantInputs_; // input index -> outer `constant` op
@@ -1030,6 +1053,7 @@ private:
   std::set<std::pair<const Op *, std::string>> assertKeys_;
   std::set<std::pair<DimExpr, DimExpr>> sameSizeSeen_;
   StmtList asserts_;
+  std::vector<Expr> strideChecks_; // conditions of the fast versions (LowerOptions::lazyGeneral)
 
   // The version being built.
   Mode mode_ = Mode::General;

@@ -7,6 +7,7 @@
 #include "xjit/ir/value.h"
 
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -61,8 +62,11 @@ public:
   /// Runs on host tensors (one per buffer parameter, outputs allocated by the caller) and scalar
   /// values (one per scalar parameter). Checks dtypes, ranks and sizes against the parameters
   /// (symbolic sizes must be bound consistently) and throws KernelError on a mismatch or when
-  /// the kernel stops with an error.
+  /// the kernel stops with an error. When the strides fail the kernel's stride check, the
+  /// kernel's general version runs instead (compiled by the first call that needs it).
   void run(std::span<const Tensor> buffers, std::span<const RtValue> scalars = {}) const;
+  /// Whether the general version has been compiled (tests).
+  bool generalCompiled() const;
 
 private:
   friend class Jit;
@@ -73,6 +77,9 @@ private:
   bool fromCache_ = false;
   std::string loopIR_, llvmIR_, assembly_;
   std::shared_ptr<void> code_; // the kernel's JITDylib: removing it frees the code
+  CompileOptions options_;     // also for the general version
+  mutable std::once_flag generalOnce_;
+  mutable std::shared_ptr<const CompiledKernel> general_; // Kernel::general, once compiled
 };
 
 class Jit {

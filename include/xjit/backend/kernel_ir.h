@@ -222,8 +222,13 @@ struct AccDecl {
 /// (buffer 0's dims first); scalars[i] is parameter i as double bits (floating params) or as
 /// int64 (integer and bool params). Returns 0, kErrorDivByZero, or 1 + the index of the failed
 /// assert's message in Kernel::errors.
+/// kRunGeneral: the buffers' strides fail the kernel's stride check (an Assert with message
+/// kStrideCheck, before any store); the caller runs Kernel::general instead.
 using KernelEntry = int32_t (*)(void *const *, const int64_t *, const int64_t *, const uint64_t *);
 inline constexpr int32_t kErrorDivByZero = -1;
+inline constexpr int32_t kRunGeneral = -2;
+/// The message index of an Assert that is a stride check (returns kRunGeneral when false).
+inline constexpr int64_t kStrideCheck = -1;
 
 struct Kernel {
   std::string name;
@@ -233,6 +238,11 @@ struct Kernel {
   std::vector<std::string> errors; // Assert messages
   int64_t numVars = 0;             // loop variables are 0 .. numVars-1
   StmtList body;
+  /// The version for any strides, when this kernel only covers some (its body begins with a
+  /// stride check, an Assert with message kStrideCheck): the contiguous / unit-stride loops
+  /// vectorize and are what runs nearly always, so the strided nest is compiled only when a
+  /// call needs it (CompiledKernel::run). Same parameters as this kernel.
+  std::shared_ptr<const Kernel> general;
 
   int64_t newVar() { return numVars++; }
   int64_t addAcc(std::string name, DType dtype, int64_t lanes = 0);

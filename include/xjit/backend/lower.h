@@ -9,8 +9,9 @@
 //
 // Outputs of one shape share one loop nest over that shape (row-major). Each nest is versioned:
 // a flat 1-d loop when every buffer it touches is contiguous and none is broadcast, else unit
-// inner strides; the general strided nest is the fallback. Inputs may have any strides; a dim
-// broadcast by the types (static 1 against another size) reads with stride 0.
+// inner strides; the general strided nest is the fallback, by default in a second kernel
+// (Kernel::general) compiled only when a call's strides need it. Inputs may have any strides;
+// a dim broadcast by the types (static 1 against another size) reads with stride 0.
 #pragma once
 
 #include "xjit/backend/kernel_ir.h"
@@ -43,6 +44,10 @@ struct LoweredKernel {
 
 struct LowerOptions {
   bool fastPaths = true; // emit the contiguous / unit-stride versions of each loop nest
+  /// With fastPaths: the general strided nests go into a kernel of their own (Kernel::general,
+  /// compiled on the first call that needs it) instead of an if/else in this one, which halves
+  /// the code LLVM compiles up front. False: one kernel holding every version.
+  bool lazyGeneral = true;
 };
 
 /// "" when `op` may be part of an elementwise kernel, else the reason it may not.
