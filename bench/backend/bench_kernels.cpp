@@ -8,6 +8,7 @@
 //      split over the same number of threads (XJIT_NUM_THREADS=1 gives single-thread figures).
 //
 // Usage: xjit-bench-kernels [--elements N] [--repeats R] [--compile-only] [--bandwidth-only]
+//                           [--all-versions] (bandwidth of kernels holding every version)
 // Bytes moved count every read and write once (memcpy of n bytes moves 2n).
 #include "xjit/backend/compile_cache.h"
 #include "xjit/backend/jit.h"
@@ -33,6 +34,10 @@ using namespace xjit::backend;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+/// How the bandwidth kernels are lowered (--all-versions: one kernel holding the general
+/// version too, as before session 4, to compare the fast code of both).
+LowerOptions gBandwidthLowering;
 
 double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -310,7 +315,7 @@ void benchReductionBandwidth(int64_t n, int repeats) {
   Tensor scratch = Tensor::empty(DType::F32, {rows * cols});
   auto bytes = double(rows * cols * 4);
   for (auto &g : reductionGraphs()) {
-    LoweredKernel lk = lowerElementwiseBlock(*g->body(), g->name());
+    LoweredKernel lk = lowerElementwiseBlock(*g->body(), g->name(), gBandwidthLowering);
     auto ck = Jit::instance().compile(lk.kernel);
     std::vector<Tensor> buffers;
     double moved = 0;
@@ -353,7 +358,7 @@ void benchBandwidth(int64_t n, int repeats) {
     Value *y = b.op("add", {b.op("mul", {x, a}), bv});
     if (c.gelu) y = b.op("gelu", {y});
     b.createWithTypes("return", {y}, {});
-    LoweredKernel lk = lowerElementwiseBlock(*g.body(), "bw");
+    LoweredKernel lk = lowerElementwiseBlock(*g.body(), "bw", gBandwidthLowering);
     auto ck = Jit::instance().compile(lk.kernel);
     Tensor ta = c.fullOperands ? randomTensor(n, 2) : Tensor::empty(DType::F32, {});
     Tensor tb = c.fullOperands ? randomTensor(n, 3) : Tensor::empty(DType::F32, {});
@@ -372,7 +377,7 @@ void benchBandwidth(int64_t n, int repeats) {
     Value *x = g.addInput(Type::tensor(DType::BF16, {DimExpr::symbol("n")}), "x");
     Builder b(g.body());
     b.createWithTypes("return", {b.op("add", {b.op("mul", {x, x}), x})}, {});
-    LoweredKernel lk = lowerElementwiseBlock(*g.body(), "bw_bf16");
+    LoweredKernel lk = lowerElementwiseBlock(*g.body(), "bw_bf16", gBandwidthLowering);
     auto ck = Jit::instance().compile(lk.kernel);
     Tensor xb = src.to(DType::BF16), yb = Tensor::empty(DType::BF16, {n});
     printBandwidth("y = x * x + x, bf16",
@@ -397,10 +402,12 @@ int main(int argc, char **argv) {
       bandwidth = false;
     else if (a == "--bandwidth-only")
       compile = false;
+    else if (a == "--all-versions")
+      gBandwidthLowering.lazyGeneral = false;
     else {
       std::fprintf(stderr,
                    "usage: xjit-bench-kernels [--elements N] [--repeats R] [--compile-only] "
-                   "[--bandwidth-only]\n");
+                   "[--bandwidth-only] [--all-versions]\n");
       return 2;
     }
   }
