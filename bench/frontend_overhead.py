@@ -45,25 +45,32 @@ class TwoLinear(torch.nn.Module):
 
 # The timing loop is compiled from a "<...>" file name so that the hook skips its frame: only
 # the measured function's frame is compiled (a loop in this file would be captured as a root,
-# with the measured function inlined into it).
+# with the measured function inlined into it). It reads the clock itself: the functions below
+# are roots too, and a graph break at the clock call lets them resume in a function that inlines
+# the loop, so the clock call inside the loop makes the break happen at the call of `timed`,
+# which then runs in Python.
 _LOOP_NS: dict[str, Any] = {}
 exec(
     compile(
-        "def loop(fn, args, calls):\n    for _ in range(calls):\n        fn(*args)\n",
+        "def timed(fn, args, calls, clock):\n"
+        "    t0 = clock()\n"
+        "    for _ in range(calls):\n"
+        "        fn(*args)\n"
+        "    return clock() - t0\n",
         "<frontend_overhead loop>",
         "exec",
     ),
     _LOOP_NS,
 )
-loop: Callable[[Callable[..., Any], tuple[Any, ...], int], None] = _LOOP_NS["loop"]
+timed: Callable[[Callable[..., Any], tuple[Any, ...], int, Callable[[], float]], float] = _LOOP_NS[
+    "timed"
+]
 
 
 def per_call_us(fn: Callable[..., Any], args: tuple[Any, ...], calls: int, repeats: int) -> float:
     samples = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        loop(fn, args, calls)
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
+        samples.append(timed(fn, args, calls, time.perf_counter) / calls * 1e6)
     return statistics.median(samples)
 
 
@@ -74,7 +81,7 @@ def hook_profile(
     samples = []
     for _ in range(repeats):
         before = _frontend.events()["counters"]
-        loop(fn, args, calls)
+        timed(fn, args, calls, time.perf_counter)
         after = _frontend.events()["counters"]
         frames = after["profiled_frames"] - before["profiled_frames"]
         samples.append(
