@@ -87,6 +87,28 @@ std::shared_ptr<const DecodedCode> Analyzer::decodedFor(PyObject *code) {
   return d;
 }
 
+bool Analyzer::madeBeforeTheBreak(PyObject *o) const {
+  PyCodeObject *co = view_.code;
+  if (!PyFunction_Check(o) || !rewrite::isResumeCode(co) || !view_.function) return false;
+  if (PyFunction_GET_GLOBALS(o) != view_.globals) return false;
+  // Its code is one of the frame's own nested functions...
+  PyObject *code = PyFunction_GET_CODE(o);
+  bool nested = false;
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(co->co_consts) && !nested; ++k)
+    nested = PyTuple_GET_ITEM(co->co_consts, k) == code;
+  if (!nested) return false;
+  // ... and its cells are the frame's cells (the resume code's free variables).
+  PyObject *closure = PyFunction_GET_CLOSURE(o);
+  PyObject *own = PyFunction_GetClosure(view_.function);
+  for (Py_ssize_t k = 0; closure && k < PyTuple_GET_SIZE(closure); ++k) {
+    bool found = false;
+    for (Py_ssize_t j = 0; own && j < PyTuple_GET_SIZE(own) && !found; ++j)
+      found = PyTuple_GET_ITEM(own, j) == PyTuple_GET_ITEM(closure, k);
+    if (!found) return false;
+  }
+  return true;
+}
+
 Capture Analyzer::run() {
   PyCodeObject *co = view_.code;
   if (co->co_flags & (kCoGenerator | kCoCoroutine | kCoAsyncGenerator | kCoIterableCoroutine))
@@ -107,9 +129,14 @@ Capture Analyzer::run() {
                                                               ((co->co_flags & kCoVarargs) ? 1 : 0)
                                                         : -1;
   // Free-variable slots are filled from the closure by COPY_FREE_VARS below.
+  std::vector<int> madeBefore; // resume code: arguments that are functions the frame made
   for (int i = 0; i < co->co_nlocalsplus - co->co_nfreevars && i < view_.nlocalsplus; ++i) {
     PyObject *o = view_.localsplus[i];
     if (!o) continue;
+    if (madeBeforeTheBreak(o)) {
+      madeBefore.push_back(i);
+      continue;
+    }
     Source src{SourceStep{SourceStep::Local, i, localName(co, i), {}}};
     VarPtr v = wrapSourced(o, src);
     // The **kwargs dict is made fresh for each call: writing to it is no side effect.
@@ -144,6 +171,40 @@ Capture Analyzer::run() {
       cellVar->source = Source{SourceStep{SourceStep::CellObject, slot, localName(co, slot), {}}};
       f.closure.push_back(std::move(cellVar));
     }
+  }
+  // Functions the frame made before a graph break, passed on by the break code (one object per
+  // function, as in Python: `return f` after the break returns it): each a FunctionVar over
+  // this frame's own cells, with its source, guarded by its code rather than its identity (a
+  // new object every call). Locals holding the same object share one FunctionVar (`f is g`).
+  std::map<PyObject *, VarPtr> madeVars;
+  for (int i : madeBefore) {
+    PyObject *o = view_.localsplus[i];
+    VarPtr &v = madeVars[o];
+    if (!v) {
+      Source src{SourceStep{SourceStep::Local, i, localName(co, i), {}}};
+      guardType(src, reinterpret_cast<PyObject *>(&PyFunction_Type));
+      guardId(plus(src, attrStep("__code__")), PyFunction_GET_CODE(o));
+      auto fn = std::make_shared<FunctionVar>();
+      fn->code = PyRef::borrow(PyFunction_GET_CODE(o));
+      fn->globals = PyRef::borrow(view_.globals);
+      fn->qualname = utf8(reinterpret_cast<PyCodeObject *>(fn->code.get())->co_qualname);
+      PyObject *defaults = PyFunction_GET_DEFAULTS(o);
+      VarPtr d = wrapSourced(defaults ? defaults : Py_None, plus(src, attrStep("__defaults__")));
+      if (defaults) fn->defaults = d;
+      PyObject *kwdefaults = PyFunction_GET_KW_DEFAULTS(o);
+      VarPtr kd =
+          wrapSourced(kwdefaults ? kwdefaults : Py_None, plus(src, attrStep("__kwdefaults__")));
+      if (kwdefaults) fn->kwdefaults = kd;
+      PyObject *closure = PyFunction_GET_CLOSURE(o);
+      PyObject *own = PyFunction_GetClosure(view_.function);
+      for (Py_ssize_t k = 0; closure && k < PyTuple_GET_SIZE(closure); ++k)
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(own); ++j)
+          if (PyTuple_GET_ITEM(own, j) == PyTuple_GET_ITEM(closure, k))
+            fn->closure.push_back(f.closure.at(static_cast<size_t>(j)));
+      fn->source = src;
+      v = fn;
+    }
+    f.locals[static_cast<size_t>(i)] = v;
   }
   VarPtr result;
   try {

@@ -268,6 +268,9 @@ private:
       bool sameGradMode);
   OutputNode outputOf(const VarPtr &v, std::vector<Value *> &outputs,
                       std::map<Value *, int64_t> &outputIndex);
+  /// Whether `o`, an argument of the captured frame, is a function the original frame made
+  /// before a graph break that the break code passed on (the frame is resume code).
+  bool madeBeforeTheBreak(PyObject *o) const;
 
   FrameView view_;
   AnalyzeOptions opts_;

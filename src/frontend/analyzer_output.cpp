@@ -264,13 +264,22 @@ Capture Analyzer::finishAtBreak(Frame &f) {
     state.bound.push_back(cell ? cell->contents != nullptr : v != nullptr);
   }
   // Functions the frame made that live locals hold (a closure defined before the break, called
-  // after it): made again by the break and resume code, with their defaults as arguments.
+  // after it): made again by the break code, once per function however many locals hold it,
+  // with their defaults as arguments; the resume code receives them as arguments.
   std::vector<const FunctionVar *> localMade;
   for (int slot : rewrite::argumentLocals(co, state)) {
     const VarPtr &v = f.locals[static_cast<size_t>(slot)];
     if (auto *fn = as<FunctionVar>(v); fn && !v->source) {
-      state.localFunctions.push_back({slot, describe(fn)});
-      localMade.push_back(fn);
+      rewrite::LocalFunction lf;
+      lf.slot = slot;
+      for (size_t k = 0; k < state.localFunctions.size() && lf.sameAs < 0; ++k)
+        if (f.locals[static_cast<size_t>(state.localFunctions[k].slot)].get() == v.get())
+          lf.sameAs = static_cast<int>(k);
+      if (lf.sameAs < 0) {
+        lf.fn = describe(fn);
+        localMade.push_back(fn);
+      }
+      state.localFunctions.push_back(std::move(lf));
     }
   }
   const std::vector<int> live = rewrite::argumentLocals(co, state);

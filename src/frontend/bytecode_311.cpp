@@ -393,8 +393,12 @@ public:
     if (nfreeNew_) emit(COPY_FREE_VARS, nfreeNew_, at);
     emit(RESUME, 0, at);
     for (size_t k = 0; k < s_.localFunctions.size(); ++k) {
-      makeFunction(s_.localFunctions[k].fn, localFunctionArgs_.at(k), at);
-      emit(STORE_FAST, slotMap_.at(size_t(s_.localFunctions[k].slot)), at);
+      const LocalFunction &lf = s_.localFunctions[k];
+      if (lf.sameAs >= 0)
+        emit(LOAD_FAST, slotMap_.at(size_t(s_.localFunctions.at(size_t(lf.sameAs)).slot)), at);
+      else
+        makeFunction(lf.fn, localFunctionArgs_.at(k), at);
+      emit(STORE_FAST, slotMap_.at(size_t(lf.slot)), at);
     }
     int argi = 0;
     size_t fn = 0;
@@ -542,6 +546,10 @@ private:
     // Defaults of the functions locals hold (LocalFunction), in order.
     for (size_t k = 0; k < s_.localFunctions.size(); ++k) {
       std::pair<int, int> a{-1, -1};
+      if (s_.localFunctions[k].sameAs >= 0) {
+        localFunctionArgs_.push_back(a);
+        continue;
+      }
       if (s_.localFunctions[k].fn.defaults) {
         a.first = next++;
         add(own(PyUnicode_FromFormat("___ldefaults%zu", k), "str").get());
@@ -619,7 +627,8 @@ private:
   /// After the breaking group: the stack goes to scratch slots, then
   /// `return resume_fn(*non-NULL stack values, *live locals)`.
   void tail(const Successor &su, Pos p) {
-    State next{su.offset, su.stack, s_.bound, {}, s_.localFunctions};
+    // The functions the prologue made are live locals of the resume code: passed as arguments.
+    State next{su.offset, su.stack, s_.bound, {}, {}};
     PyRef code = makeResumeCode(o_.co, next);
     const int d = static_cast<int>(su.stack.size());
     for (int k = d - 1; k >= 0; --k)
@@ -655,12 +664,6 @@ private:
       emit(LOAD_FAST, slotMap_.at(size_t(v)), p);
       ++n;
     }
-    for (const std::pair<int, int> &a : localFunctionArgs_)
-      for (int slot : {a.first, a.second})
-        if (slot >= 0) {
-          emit(LOAD_FAST, slot, p);
-          ++n;
-        }
     emit(PRECALL, n, p);
     emit(CALL, n, p);
     emit(RETURN_VALUE, 0, p);

@@ -53,11 +53,14 @@ struct MadeFunction {
 };
 
 /// A function the frame made that a local variable holds at the break (a closure defined
-/// before the break and called after it): made again in the prologue of the break code and of
-/// the resume codes (MAKE_FUNCTION over their cells, defaults as arguments), not passed as an
-/// argument (a new object per call, it would be guarded by identity and recompile every call).
+/// before the break and called after it): made again in the prologue of the break code
+/// (MAKE_FUNCTION over its cells, defaults as arguments) and passed on to the resume code like
+/// any live local, so the code after the break sees one object, as in Python (the resume
+/// function's analysis guards it by its code, not its identity: Analyzer::run).
 struct LocalFunction {
-  int slot = -1; // original localsplus slot
+  int slot = -1;   // original localsplus slot
+  int sameAs = -1; // index of an earlier LocalFunction holding the same function (`g = f`):
+                   // this slot gets that object, not a function of its own
   MadeFunction fn;
 };
 

@@ -77,3 +77,63 @@ def test_nonlocal_written_before_a_break_is_read_after_it(capsys) -> None:
     x = torch.randn(4)
     torch.testing.assert_close(compiled(x), x * 6.0)
     assert factor() == 6.0
+
+
+# ---- functions made before a graph break: one object on both sides of it ----------------------
+
+
+def aliased_closure(x):
+    scale = 2.0
+    f = lambda t: t * scale  # noqa: E731
+    g = f
+    print("break")
+    return f is g, g(x), f(x.cos())
+
+
+def closure_returned_after_break(x):
+    scale = 3.0
+
+    def shifted(t, bias=1.0):
+        return t * scale + bias
+
+    y = x.sin()
+    print("break")
+    scale = 4.0  # a cell: the returned function sees the new value, as in Python
+    return shifted, shifted(y)
+
+
+def _call_twice(fn, *args):
+    compiled = xjit.jit(fn, backend="interp")
+    with torch.no_grad():
+        return compiled(*args), compiled(*args)
+
+
+def test_function_held_by_two_locals_is_one_object_after_the_break(capsys) -> None:
+    fe.set_recording(True)
+    x = torch.randn(4)
+    want = aliased_closure(x)
+    for got in _call_twice(aliased_closure, x):
+        assert got[0] is True  # was False: each local got a function of its own
+        torch.testing.assert_close(got[1], want[1])
+        torch.testing.assert_close(got[2], want[2])
+    ev = fe.events()
+    assert [b["resumed"] for b in ev["breaks"]] == [True]
+    assert ev["counters"]["cache_hits"] >= 1 and not ev["recompiles"]
+
+
+def test_function_made_before_a_break_is_returned_after_it(capsys) -> None:
+    fe.set_recording(True)
+    x = torch.randn(4)
+    want_fn, want = closure_returned_after_break(x)
+    first, second = _call_twice(closure_returned_after_break, x)
+    for fn, out in (first, second):
+        assert fn.__code__ is want_fn.__code__ and fn.__defaults__ == (1.0,)
+        assert fn.__closure__[0].cell_contents == want_fn.__closure__[0].cell_contents == 4.0
+        torch.testing.assert_close(out, want)
+        torch.testing.assert_close(fn(x), want_fn(x))
+    assert first[0] is not second[0]  # a new function per call, as in Python
+    ev = fe.events()
+    # Before: the resume function ran in Python ("returns a function made inside it").
+    assert [b["resumed"] for b in ev["breaks"]] == [True], ev["breaks"]
+    assert len(ev["graphs"]) == 2 and not ev["recompiles"], ev["recompiles"]
+    assert ev["counters"]["cache_hits"] >= 2
