@@ -15,15 +15,13 @@ import torch
 import xjit
 import xjit.ir as ir
 
-MAPS_SCRIPT = textwrap.dedent(
-    """
+MAPS_SCRIPT = textwrap.dedent("""
     import torch
     import xjit._xjit, xjit._frontend
     paths = {line.split()[-1] for line in open('/proc/self/maps') if '/' in line}
     names = sorted(os.path.basename(p) for p in paths)
     print(' '.join(names))
-    """
-)
+    """)
 
 
 def _mapped_files() -> list[str]:
