@@ -92,6 +92,18 @@ std::vector<size_t> sliceIndices(Analyzer &a, const SliceVar &s, size_t n) {
 // ---------------------------------------------------------------------------------------------
 // Arithmetic
 
+/// True if v is a symbolic size or a tuple/list holding one (at any depth).
+static bool holdsSymbolicSize(const VarPtr &v) {
+  if (auto *s = as<SymIntVar>(v)) return !s->expr.isStatic();
+  const std::vector<VarPtr> *items = nullptr;
+  if (auto *t = as<TupleVar>(v)) items = &t->items;
+  if (auto *l = as<ListVar>(v)) items = &l->items;
+  if (items)
+    for (const VarPtr &i : *items)
+      if (holdsSymbolicSize(i)) return true;
+  return false;
+}
+
 VarPtr Analyzer::binaryOp(int nb, const VarPtr &a, const VarPtr &b) {
   if (a->kind == VarKind::Tensor || b->kind == VarKind::Tensor)
     return tensorBinary(nb, a, b, a->kind != VarKind::Tensor);
@@ -167,7 +179,10 @@ VarPtr Analyzer::binaryOp(int nb, const VarPtr &a, const VarPtr &b) {
     }
   }
   if (a->kind == VarKind::Tuple || b->kind == VarKind::Tuple) {
-    PyRef pa = asPython(a), pb = asPython(b);
+    // Tuples holding symbolic sizes (a torch.Size) concatenate item by item: asPython would
+    // specialize the sizes (GPT-2's `(-1,) + input_shape[1:] + (hidden,)`).
+    bool symbolic = holdsSymbolicSize(a) || holdsSymbolicSize(b);
+    PyRef pa = symbolic ? PyRef() : asPython(a), pb = symbolic ? PyRef() : asPython(b);
     if (!(pa && pb)) {
       if (base == NB_ADD) {
         std::vector<VarPtr> items = sequenceItems(a, "tuple +");
@@ -252,12 +267,52 @@ bool Analyzer::dataclassEquals(const VarPtr &a, const VarPtr &b) {
   return true;
 }
 
+/// A plain shape symbol (one input dim's size), or a product of them, compared with an int
+/// below 2: decided without specializing, since a symbolic size is at least 2 (sizes 0 and 1 stay
+/// static at capture, and the tensor guards check it on every call). `seq == 1` in Hugging Face's
+/// mask code is False. cmp: 0 <, 1 <=, 2 ==, 3 !=, 4 >, 5 >=.
+static std::optional<bool> compareWithSmallInt(int cmp, const VarPtr &a, const VarPtr &b) {
+  // A product of symbols with a positive coefficient (s0, s0*s1*32: numel() of a tensor with
+  // symbolic dims) is at least 2: its canonical text has no sum, difference or division.
+  auto plainSymbol = [](const VarPtr &v) {
+    auto *s = as<SymIntVar>(v);
+    if (!s || s->expr.isStatic()) return false;
+    return s->expr.str().find_first_of("+-/%()") == std::string::npos;
+  };
+  auto smallInt = [](const VarPtr &v) -> std::optional<int64_t> {
+    auto *o = as<ObjectVar>(v);
+    if (!o || !PyLong_Check(o->obj.get()) || PyBool_Check(o->obj.get())) return std::nullopt;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(o->obj.get(), &overflow);
+    if (overflow || x >= 2) return std::nullopt;
+    return x;
+  };
+  std::optional<int64_t> c;
+  if (plainSymbol(a)) {
+    c = smallInt(b);
+  } else if (plainSymbol(b)) {
+    c = smallInt(a);
+    if (c) cmp = cmp == 0 ? 4 : cmp == 1 ? 5 : cmp == 4 ? 0 : cmp == 5 ? 1 : cmp; // c op s
+  }
+  if (!c) return std::nullopt;
+  switch (cmp) { // symbol (>= 2 > c) op c
+  case 0:
+  case 1:
+  case 2: return false;
+  case 3:
+  case 4:
+  case 5: return true;
+  default: return std::nullopt;
+  }
+}
+
 VarPtr Analyzer::compareOp(int cmp, const VarPtr &a, const VarPtr &b) {
   if (a->kind == VarKind::Tensor || b->kind == VarKind::Tensor) return tensorCompare(cmp, a, b);
   if (a->kind == VarKind::SymInt || b->kind == VarKind::SymInt) {
     auto *sa = as<SymIntVar>(a);
     auto *sb = as<SymIntVar>(b);
     if (sa && sb && (cmp == 2 || cmp == 3) && sa->expr == sb->expr) return boolean(cmp == 2);
+    if (std::optional<bool> known = compareWithSmallInt(cmp, a, b)) return boolean(*known);
     if (sa && !sa->expr.isStatic()) specialize(sa->expr);
     if (sb && !sb->expr.isStatic()) specialize(sb->expr);
   }

@@ -6,6 +6,7 @@
 #include "tensor_bridge.h"
 
 #include "xjit/ir/op_registry.h"
+#include "xjit/ir/sym_attr.h"
 
 #include <algorithm>
 #include <cstring>
@@ -72,10 +73,6 @@ Shape Analyzer::inputShape(const std::vector<int64_t> &sizes, const Source &src,
   // Only the frame's own inputs (arguments, their items, closure values) get symbolic dims;
   // parameters and buffers (reached through attributes) keep static shapes.
   bool dynamic = opts_.dynamicShapes;
-  if (dynamic) {
-    for (const SourceStep &s : src)
-      if (s.kind == SourceStep::Attr || s.kind == SourceStep::Global) dynamic = false;
-  }
   // Automatic dynamic shapes lists what changed: a whole source, or single dims of it (like
   // torch.compile, a dim that kept its size stays static).
   const std::vector<std::string> &listed = opts_.dynamicSources;
@@ -83,6 +80,16 @@ Shape Analyzer::inputShape(const std::vector<int64_t> &sizes, const Source &src,
     return std::find(listed.begin(), listed.end(), key) != listed.end();
   };
   std::string key = dynamic && !listed.empty() ? sourceKey(src) : std::string();
+  if (dynamic) {
+    // Tensors reached through attributes or globals (parameters, buffers) stay static, unless
+    // automatic dynamic saw one of their dims change: a KV cache's keys
+    // (past_key_values.layers[0].keys) grow by one per decoding step.
+    bool changed = !key.empty() && isListed(key);
+    for (size_t i = 0; !key.empty() && !changed && i < sizes.size(); ++i)
+      changed = isListed(dynamicDimKey(key, i));
+    for (const SourceStep &s : src)
+      if ((s.kind == SourceStep::Attr || s.kind == SourceStep::Global) && !changed) dynamic = false;
+  }
   bool wholeSource = listed.empty() || isListed(key);
   Shape shape;
   symbols.assign(sizes.size(), "");
@@ -490,9 +497,16 @@ struct IndexItem {
   enum Kind { Int, Slice, NewAxis, Ellipsis, Tensor } kind;
   int64_t index = 0;
   VarPtr tensor;
-  std::optional<int64_t> start, stop;
+  std::optional<DimExpr> start, stop; // a bound may be a symbolic size (x[:, 0:x.shape[1]])
   int64_t step = 1;
 };
+
+/// A slice bound's value where a static one is needed (specializes a symbolic one).
+std::optional<int64_t> staticBound(const Analyzer &a, const std::optional<DimExpr> &b) {
+  if (!b) return std::nullopt;
+  if (!b->isStatic()) a.specialize(*b);
+  return b->value();
+}
 
 } // namespace
 
@@ -544,9 +558,12 @@ static std::vector<IndexItem> parseIndex(Analyzer &a, const VarPtr &key, bool *h
         a.fail(std::string("indexing a tensor with a ") + Py_TYPE(p)->tp_name);
       }
     } else if (auto *s = as<SliceVar>(k)) {
-      auto bound = [&](const VarPtr &x) -> std::optional<int64_t> {
+      auto bound = [&](const VarPtr &x) -> std::optional<DimExpr> {
         auto *o = as<ObjectVar>(x);
         if (o && o->obj.get() == Py_None) return std::nullopt;
+        // A symbolic size stays symbolic: the slice op takes it as an attribute evaluated at
+        // run time (docs/ir.md, "Symbolic sizes"), instead of specializing the length.
+        if (auto *sym = as<SymIntVar>(x); sym && !sym->expr.isStatic()) return sym->expr;
         std::optional<int64_t> v = a.asInt(x);
         if (!v) a.fail("slice bound of type " + a.typeName(x));
         return v;
@@ -554,7 +571,9 @@ static std::vector<IndexItem> parseIndex(Analyzer &a, const VarPtr &key, bool *h
       it.kind = IndexItem::Slice;
       it.start = bound(s->start);
       it.stop = bound(s->stop);
-      it.step = bound(s->step).value_or(1);
+      auto step = bound(s->step);
+      if (step && !step->isStatic()) a.specialize(*step);
+      it.step = step ? step->value() : 1;
     } else if (k->kind == VarKind::SymInt) {
       it.kind = IndexItem::Int;
       it.index = *a.asInt(k);
@@ -624,11 +643,19 @@ VarPtr Analyzer::tensorGetItem(const VarPtr &t, const VarPtr &key) {
       break;
     }
     case IndexItem::Slice: {
-      bool full = (!i.start || *i.start == 0) && !i.stop && i.step == 1;
+      bool full = (!i.start || *i.start == DimExpr(0)) && !i.stop && i.step == 1;
       if (!full) {
+        // A symbolic bound is an offset the IR assumes within [0, size] (no clamping, no
+        // wrapping; the runtime checks it per call). One that is outside at this call keeps
+        // Python's semantics by specializing.
+        const DimExpr size = as<TensorVar>(r)->type().shape()[static_cast<size_t>(dim)];
+        for (const auto *b : {&i.start, &i.stop})
+          if (*b && !(*b)->isStatic() && **b != size &&
+              !(hintOf(**b) >= 0 && hintOf(**b) <= hintOf(size)))
+            specialize(**b);
         AttrMap a{{"dim", Attr(dim)}, {"step", Attr(i.step)}};
-        if (i.start) a["start"] = Attr(*i.start);
-        if (i.stop) a["end"] = Attr(*i.stop);
+        if (i.start) a["start"] = makeSizeAttr(*i.start);
+        if (i.stop) a["end"] = makeSizeAttr(*i.stop);
         r = emit1("slice", {r}, std::move(a));
       }
       ++dim;
@@ -702,7 +729,8 @@ void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &v
   while (static_cast<int64_t>(perDim.size()) < rank)
     perDim.push_back(IndexItem{IndexItem::Slice});
   auto isFull = [&](const IndexItem &i) {
-    return i.kind == IndexItem::Slice && (!i.start || *i.start == 0) && !i.stop && i.step == 1;
+    return i.kind == IndexItem::Slice && (!i.start || *i.start == DimExpr(0)) && !i.stop &&
+           i.step == 1;
   };
   int64_t first = -1, last = -1;
   for (int64_t d = 0; d < rank; ++d)
@@ -763,8 +791,9 @@ void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &v
       operands.push_back(emit1("full", {}, std::move(a)));
       continue;
     }
-    PyRef sl = check(PySlice_New(i.start ? PyLong_FromLongLong(*i.start) : Py_NewRef(Py_None),
-                                 i.stop ? PyLong_FromLongLong(*i.stop) : Py_NewRef(Py_None),
+    std::optional<int64_t> start0 = staticBound(*this, i.start), stop0 = staticBound(*this, i.stop);
+    PyRef sl = check(PySlice_New(start0 ? PyLong_FromLongLong(*start0) : Py_NewRef(Py_None),
+                                 stop0 ? PyLong_FromLongLong(*stop0) : Py_NewRef(Py_None),
                                  PyLong_FromLongLong(i.step)),
                      "slice");
     Py_ssize_t start, stop, step;

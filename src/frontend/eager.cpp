@@ -7,8 +7,11 @@
 #include "xjit/ir/builder.h"
 #include "xjit/ir/interpreter.h"
 #include "xjit/ir/op_registry.h"
+#include "xjit/ir/sym_attr.h"
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -120,6 +123,24 @@ struct Walker {
   bool check = false;
   std::string firstDifference; // check: set at the first op that differs, then the walk stops
   std::unordered_map<const Value *, PyRef> values;
+  // Shape symbols bound by the graph inputs, for ops with symbolic sizes (computed on first use).
+  const Block *body = nullptr;
+  std::vector<PyRef> inputs;
+  std::optional<SymbolBindings> symbols;
+
+  const SymbolBindings &boundSymbols() {
+    if (!symbols) {
+      symbols.emplace();
+      for (size_t i = 0; body && i < body->numArguments() && i < inputs.size(); ++i) {
+        const Type &t = body->argument(i)->type();
+        if (!t.isTensor() || !isPlainTensor(inputs[i].get())) continue;
+        RtValue v = toRtValue(inputs[i].get(), &t);
+        if (v.isTensor() && v.tensor().rank() == t.rank())
+          bindShapeSymbols(t.shape(), v.tensor().sizes(), *symbols);
+      }
+    }
+    return *symbols;
+  }
 
   PyRef get(const Value *v) const {
     auto it = values.find(v);
@@ -130,6 +151,10 @@ struct Walker {
   /// Runs a block's ops with `args` bound to its arguments; returns the terminator's operands
   /// (empty when the check stopped the walk).
   std::vector<PyRef> runBlock(const Block &b, const std::vector<PyRef> &args) {
+    if (!b.parentOp() && !body) {
+      body = &b;
+      inputs = args;
+    }
     for (size_t i = 0; i < b.numArguments() && i < args.size(); ++i)
       values[b.argument(i)] = args[i];
     std::vector<std::vector<const Value *>> dropAfter = lastUses(b);
@@ -210,12 +235,16 @@ struct Walker {
                             op.numResults(), op));
       return;
     }
+    // Sizes over shape symbols (docs/ir.md): the op runs with them evaluated from the inputs.
+    std::unique_ptr<ResolvedOp> resolved;
+    if (hasSymbolicSizes(op)) resolved = std::make_unique<ResolvedOp>(op, boundSymbols());
+    const Op &run = resolved ? resolved->op() : op;
     if (op.def().has(kConstantLike)) {
-      bind(op, interpretOp(op, operands));
+      bind(op, interpretOp(run, operands));
       return;
     }
     PyRef attrs = checked(PyDict_New());
-    for (const auto &[k, v] : op.attrs())
+    for (const auto &[k, v] : run.attrs())
       if (PyDict_SetItemString(attrs.get(), std::string(k).c_str(), attrToPython(v).get()) != 0)
         throw PyErrorSet();
     std::vector<PyRef> types;
@@ -234,12 +263,12 @@ struct Walker {
                                                    listOf(operands).get(), attrs.get(),
                                                    listOf(types).get(), nullptr));
     if (r.get() == Py_NotImplemented) { // no PyTorch row: the reference interpreter
-      bind(op, interpretOp(op, operands));
+      bind(op, interpretOp(run, operands));
       return;
     }
     std::vector<PyRef> results = splitResults(r, op.numResults(), op);
     if (check && name != "tuple_construct" && name != "tuple_get")
-      compare(op, refOperands, results);
+      compare(run, refOperands, results);
     bind(op, results);
   }
 

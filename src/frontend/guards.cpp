@@ -251,6 +251,12 @@ bool GuardSet::checkTensor(const Compiled &g, SourceValues &values, std::vector<
   for (size_t d = 0; d < g.sizes.size(); ++d) {
     const int64_t size = t->shape[d];
     if (int s = g.symbols[d]; s >= 0) {
+      // A symbolic size is at least 2, as at capture (sizes 0 and 1 are static there): the
+      // capture may have decided comparisons such as `seq == 1` on that (torch.compile's 0/1
+      // specialization).
+      if (size < 2)
+        return fail(src + " size(" + std::to_string(d) + ") >= 2 (" + symbolNames_[size_t(s)] +
+                    ")");
       if (bound[size_t(s)] < 0)
         bound[size_t(s)] = size;
       else if (bound[size_t(s)] != size)

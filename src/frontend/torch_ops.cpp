@@ -4,7 +4,9 @@
 
 #include "analyzer.h"
 #include "xjit/ir/op_registry.h"
+#include "xjit/ir/sym_attr.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -192,6 +194,27 @@ std::vector<int64_t> toInts(Analyzer &a, const VarPtr &v, const char *what) {
   for (const VarPtr &i : a.sequenceItems(v, what))
     out.push_back(toInt(a, i, what));
   return out;
+}
+
+/// A size argument: a symbolic size stays symbolic (the op takes it as an attribute evaluated at
+/// run time, docs/ir.md "Symbolic sizes"), anything else must be an int known at capture time.
+DimExpr toDim(Analyzer &a, const VarPtr &v, const char *what) {
+  if (auto *s = as<SymIntVar>(v); s && !s->expr.isStatic()) return s->expr;
+  return DimExpr(toInt(a, v, what));
+}
+
+/// A list of sizes (one int, or a tuple/list of them) as a size attribute: Ints when static.
+Attr toSizesAttr(Analyzer &a, const VarPtr &v, const char *what) {
+  if (v->kind == VarKind::SymInt) return makeSizeAttr(Shape{toDim(a, v, what)});
+  if (v->kind == VarKind::Object) {
+    auto *o = as<ObjectVar>(v);
+    if (!(PyTuple_Check(o->obj.get()) || PyList_Check(o->obj.get())))
+      return makeSizeAttr(Shape{toDim(a, v, what)});
+  }
+  Shape out;
+  for (const VarPtr &i : a.sequenceItems(v, what))
+    out.push_back(toDim(a, i, what));
+  return makeSizeAttr(out);
 }
 
 std::optional<DType> toDType(Analyzer &a, const VarPtr &v) {
@@ -473,7 +496,26 @@ VarPtr reshapeTo(Analyzer &a, const VarPtr &self, const std::vector<VarPtr> &ite
   if (symbolic.empty() || (symbolic.size() == 1 && minusOne < 0))
     return a.emit1(op, {self}, {{"shape", Attr(ints)}});
   if (VarPtr r = regroup(a, self, in, target, minusOne)) return r;
-  a.specialize(symbolic[0]->expr);
+  // A target with symbolic sizes as an attribute evaluated at run time; a -1 is resolved here
+  // when the dims the target shares with the input leave a static quotient.
+  if (minusOne >= 0) {
+    std::vector<DimExpr> rest(in.begin(), in.end());
+    DimExpr known(1);
+    for (size_t i = 0; i < target.size(); ++i) {
+      if (static_cast<int64_t>(i) == minusOne) continue;
+      if (auto it = std::find(rest.begin(), rest.end(), target[i]); it != rest.end())
+        rest.erase(it);
+      else
+        known = known * target[i];
+    }
+    DimExpr numel(1);
+    for (const DimExpr &d : rest)
+      numel = numel * d;
+    DimExpr inferred = numel.floorDiv(known);
+    if (inferred * known != numel) a.specialize(symbolic[0]->expr);
+    target[static_cast<size_t>(minusOne)] = inferred;
+  }
+  return a.emit1(op, {self}, {{"shape", makeSizeAttr(target)}});
 }
 
 LOWER(lowerView) {
@@ -503,20 +545,27 @@ LOWER(
 LOWER(lowerExpand) {
   const TensorVar &t = tensorOf(a, b.at("input"), "input");
   std::vector<VarPtr> items = shapeArgs(a, b, "size");
-  std::vector<int64_t> v;
+  Shape v;
   int64_t lead = static_cast<int64_t>(items.size()) - t.type().rank();
   for (size_t i = 0; i < items.size(); ++i) {
     if (auto *s = as<SymIntVar>(items[i]); s && !s->expr.isStatic()) {
       int64_t d = static_cast<int64_t>(i) - lead;
-      if (d >= 0 && t.type().shape()[static_cast<size_t>(d)] == s->expr) {
+      const DimExpr *from = d >= 0 ? &t.type().shape()[static_cast<size_t>(d)] : nullptr;
+      if (from && *from == s->expr) {
         v.push_back(-1); // keeps the (same) symbolic size
+        continue;
+      }
+      // A new leading dim or a size-1 dim expanded to a symbolic size: the size is an
+      // attribute evaluated at run time (buffered_token_type_ids.expand(batch, seq)).
+      if (!from || *from == DimExpr(1)) {
+        v.push_back(s->expr);
         continue;
       }
       a.specialize(s->expr);
     }
     v.push_back(toInt(a, items[i], "size"));
   }
-  return a.emit1("expand", {b.at("input")}, {{"shape", Attr(v)}});
+  return a.emit1("expand", {b.at("input")}, {{"shape", makeSizeAttr(v)}});
 }
 
 LOWER(lowerSqueeze) {
@@ -701,16 +750,16 @@ void checkCreationKw(Analyzer &a, BoundArgs &b) {
     a.fail("tensor creation with requires_grad=True");
 }
 
-std::vector<int64_t> creationShape(Analyzer &a, BoundArgs &b) {
-  std::vector<int64_t> shape;
+Attr creationShape(Analyzer &a, BoundArgs &b) {
+  Shape shape;
   for (const VarPtr &v : shapeArgs(a, b, "size"))
-    shape.push_back(toInt(a, v, "size"));
-  return shape;
+    shape.push_back(toDim(a, v, "size"));
+  return makeSizeAttr(shape);
 }
 
 LOWER(lowerCreate) { // zeros / ones / empty
   checkCreationKw(a, b);
-  AttrMap attrs{{"shape", Attr(creationShape(a, b))}};
+  AttrMap attrs{{"shape", creationShape(a, b)}};
   attrs["dtype"] = Attr(toDType(a, b.at("dtype")).value_or(defaultFloat()));
   return a.emit1(row.op, {}, std::move(attrs));
 }
@@ -725,7 +774,7 @@ DType fillDType(Analyzer &a, const VarPtr &v) {
 LOWER(lowerFull) {
   checkCreationKw(a, b);
   const VarPtr &fill = b.at("fill_value");
-  AttrMap attrs{{"shape", Attr(toInts(a, b.at("size"), "size"))},
+  AttrMap attrs{{"shape", toSizesAttr(a, b.at("size"), "size")},
                 {"fill_value", scalarAttr(a, fill, "fill_value")}};
   attrs["dtype"] = Attr(toDType(a, b.at("dtype")).value_or(fillDType(a, fill)));
   return a.emit1("full", {}, std::move(attrs));
@@ -764,7 +813,7 @@ LOWER(lowerNew) { // new_zeros / new_ones / new_empty / new_full (size, ...)
     if (f != b.values.end()) attrs["fill_value"] = scalarAttr(a, f->second, "fill_value");
     return a.emit1(like, {b.at("input")}, std::move(attrs));
   }
-  AttrMap attrs{{"shape", Attr(creationShape(a, b))}};
+  AttrMap attrs{{"shape", creationShape(a, b)}};
   if (auto d = toDType(a, b.at("dtype"))) attrs["dtype"] = Attr(*d);
   auto f = b.values.find("fill_value");
   if (f != b.values.end()) attrs["fill_value"] = scalarAttr(a, f->second, "fill_value");
@@ -776,19 +825,26 @@ LOWER(lowerArange) { // arange(end) | arange(start, end, step=1)
   std::vector<VarPtr> p;
   for (const char *n : {"start", "end", "step"})
     if (!isNoneVar(b.at(n))) p.push_back(b.at(n));
+  bool allInt = true;
+  for (const VarPtr &v : p)
+    allInt &= fillDType(a, v) == DType::I64;
+  // Integer bounds that are symbolic sizes (arange(x.shape[1]), arange(past, past + seq)) stay
+  // symbolic; the step and float bounds are values known at capture time.
+  auto bound = [&](const VarPtr &v, const char *what) {
+    auto *s = as<SymIntVar>(v);
+    if (allInt && s && !s->expr.isStatic()) return makeSizeAttr(s->expr);
+    return scalarAttr(a, v, what);
+  };
   AttrMap attrs;
   if (p.size() == 1) {
-    attrs["end"] = scalarAttr(a, p[0], "end");
+    attrs["end"] = bound(p[0], "end");
   } else if (p.size() >= 2) {
-    attrs["start"] = scalarAttr(a, p[0], "start");
-    attrs["end"] = scalarAttr(a, p[1], "end");
+    attrs["start"] = bound(p[0], "start");
+    attrs["end"] = bound(p[1], "end");
     if (p.size() == 3) attrs["step"] = scalarAttr(a, p[2], "step");
   } else {
     a.fail("arange() needs an end");
   }
-  bool allInt = true;
-  for (const VarPtr &v : p)
-    allInt &= fillDType(a, v) == DType::I64;
   attrs["dtype"] = Attr(toDType(a, b.at("dtype")).value_or(allInt ? DType::I64 : defaultFloat()));
   return a.emit1("arange", {}, std::move(attrs));
 }

@@ -461,9 +461,10 @@ CASES = [
     Case("grad_mode_query_grad_on", grad_mode_query, x34, grad=True),  # the other branch
     Case("dyn_shape_scalar_math", dyn_shape_scalar_math, lambda: (torch.randn(3, 4),),
          dynamic=True, second=lambda: (torch.randn(5, 4),), recompile=False),
-    # torch.zeros(x.shape[0], ...) specializes the symbolic size today: other sizes recompile.
-    Case("dyn_new_tensors_specialize", new_tensors_from_shapes, lambda: (torch.randn(3, 4),),
-         dynamic=True, second=lambda: (torch.randn(6, 4),)),
+    # torch.zeros(x.shape[0], ...), new_full, arange(numel).reshape(x.shape) and z[:, :x.shape[1]]
+    # take symbolic sizes (docs/ir.md): other sizes reuse the capture.
+    Case("dyn_new_tensors_from_shapes", new_tensors_from_shapes, lambda: (torch.randn(3, 4),),
+         dynamic=True, second=lambda: (torch.randn(6, 5),), recompile=False),
     Case("set_grad_enabled_block", set_grad_enabled_block,
          lambda: (torch.randn(3, 4), torch.randn(4, 2))),
     Case("setitem_from_python_loop", setitem_from_python_loop, x2),
