@@ -125,7 +125,7 @@ struct CodeHandle {
   }
 };
 
-std::atomic<uint64_t> gLlvmCompilations{0}, gCacheLinks{0};
+std::atomic<uint64_t> gLlvmCompilations{0}, gCacheLinks{0}, gGeneralVersions{0};
 std::atomic<uint64_t> gLlvmNs{0}, gCacheLinkNs{0}; // wall time, for jitTotals()
 
 void addMs(std::atomic<uint64_t> &total, double ms) { total += uint64_t(ms * 1e6); }
@@ -313,7 +313,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
 
 JitTotals jitTotals() {
   return {gLlvmCompilations.load(), gCacheLinks.load(), double(gLlvmNs.load()) * 1e-6,
-          double(gCacheLinkNs.load()) * 1e-6};
+          double(gCacheLinkNs.load()) * 1e-6, gGeneralVersions.load()};
 }
 
 std::vector<std::pair<std::string, double>> backendCounters() {
@@ -324,6 +324,7 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"llvm_ms", j.llvmMs},
           {"cache_links", double(j.cacheLinks)},
           {"cache_link_ms", j.cacheLinkMs},
+          {"general_versions", double(j.generalVersions)},
           {"cache_hits", double(c.hits)},
           {"cache_misses", double(c.misses)},
           {"cache_writes", double(c.writes)},
@@ -382,8 +383,10 @@ void CompiledKernel::run(std::span<const Tensor> buffers, std::span<const RtValu
   if (rc == kRunGeneral) {
     // The stride check runs before any store: nothing is written yet.
     if (!k.general) fail("returned kRunGeneral but has no general version");
-    std::call_once(generalOnce_,
-                   [&] { general_ = Jit::instance().compile(*k.general, options_); });
+    std::call_once(generalOnce_, [&] {
+      general_ = Jit::instance().compile(*k.general, options_);
+      ++gGeneralVersions;
+    });
     general_->run(buffers, scalars);
     return;
   }

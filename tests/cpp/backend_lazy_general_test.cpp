@@ -123,6 +123,7 @@ void checkOnDemand(const Graph &g, const std::vector<std::vector<int64_t>> &inpu
     return v;
   };
   uint64_t before = jitTotals().llvmCompilations;
+  uint64_t generalBefore = jitTotals().generalVersions;
   EXPECT_EQ(compare(g, lk, *ck, inputs([](const Tensor &t) { return t; })), "");
   EXPECT_FALSE(ck->generalCompiled());
   EXPECT_EQ(jitTotals().llvmCompilations, before);
@@ -130,10 +131,12 @@ void checkOnDemand(const Graph &g, const std::vector<std::vector<int64_t>> &inpu
   EXPECT_EQ(compare(g, lk, *ck, inputs(transposed)), "") << "transposed inputs";
   EXPECT_TRUE(ck->generalCompiled());
   EXPECT_EQ(jitTotals().llvmCompilations, before + 1);
+  EXPECT_EQ(jitTotals().generalVersions, generalBefore + 1);
   EXPECT_EQ(compare(g, lk, *ck, inputs(everyOther)), "") << "inner stride 2";
   // Contiguous again: the fast version still runs, and nothing more is compiled.
   EXPECT_EQ(compare(g, lk, *ck, inputs([](const Tensor &t) { return t; })), "");
   EXPECT_EQ(jitTotals().llvmCompilations, before + 1);
+  EXPECT_EQ(jitTotals().generalVersions, generalBefore + 1);
 }
 
 TEST(BackendLazyGeneral, FusedChainCompilesTheGeneralVersionOnDemand) {

@@ -97,6 +97,7 @@ def test_backend_stats_in_process() -> None:
         "llvm_ms",
         "cache_links",
         "cache_link_ms",
+        "general_versions",
         "cache_hits",
         "cache_misses",
         "cache_writes",

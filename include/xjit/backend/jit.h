@@ -115,6 +115,9 @@ struct JitTotals {
   uint64_t cacheLinks = 0; // kernels loaded from the persistent cache and linked
   double llvmMs = 0;       // wall time of the LLVM compiles (IR, optimization, machine code)
   double cacheLinkMs = 0;  // wall time of the cache hits (read, validate, link)
+  /// General versions (Kernel::general) compiled or linked because a call's strides needed
+  /// them; each is also counted above as a compilation or a cache link.
+  uint64_t generalVersions = 0;
 };
 JitTotals jitTotals();
 /// jitTotals() and compileCacheStats() as (name, value) pairs, for the Python modules' stats
