@@ -296,6 +296,7 @@ private:
     std::shared_ptr<const OutputNode> definition;
   };
   std::map<const Var *, SharedOutput> sharedOutputs_;
+  bool returning_ = false; // finishing at the frame's return (not at a graph break)
 
   friend class AnalyzerAccess;
 

@@ -62,6 +62,27 @@ PyRef dataclassConstructor(PyObject *cls,
                "dataclass adapter");
 }
 
+// A function made in the frame, rebuilt after the graph as MAKE_FUNCTION would have made it.
+PyObject *functionConstructor() {
+  static PyObject *make =
+      pythonHelper("import types\n"
+                   "def _xjit_function(code, globals, qualname, defaults, kwdefaults, closure):\n"
+                   "    f = types.FunctionType(code, globals, code.co_name, defaults, closure)\n"
+                   "    f.__kwdefaults__ = kwdefaults\n"
+                   "    f.__qualname__ = qualname\n"
+                   "    return f\n",
+                   "_xjit_function");
+  return make;
+}
+
+PyObject *cellConstructor() {
+  static PyObject *make = pythonHelper("import types\n"
+                                       "def _xjit_cell(*contents):\n"
+                                       "    return types.CellType(*contents)\n",
+                                       "_xjit_cell");
+  return make;
+}
+
 } // namespace
 
 PyObject *gradModeExitType() {
@@ -104,6 +125,25 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     n.kind = OutputNode::FromSource;
     n.source = s;
     return n;
+  };
+  // An object made in the frame: built once per call however often it is reached (returned
+  // and stored, `return acc, acc`, two closures over one cell), as in Python.
+  auto shared = [&](const std::function<void(OutputNode &)> &define) {
+    auto [it, first] = sharedOutputs_.emplace(
+        v.get(), SharedOutput{static_cast<int64_t>(sharedOutputs_.size()), nullptr});
+    OutputNode ref;
+    ref.kind = OutputNode::Shared;
+    ref.index = it->second.index;
+    if (!first) {
+      if (!it->second.definition) fail("a " + typeName(v) + " made in the frame refers to itself");
+      ref.definition = it->second.definition;
+      return ref;
+    }
+    auto n = std::make_shared<OutputNode>();
+    define(*n);
+    sharedOutputs_[v.get()].definition = n;
+    ref.definition = n;
+    return ref;
   };
   auto children = [&](OutputNode::Kind kind, const std::vector<VarPtr> &items) {
     OutputNode n;
@@ -177,30 +217,59 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
       n.children.push_back(outputOf(val, outputs, outputIndex));
     return n;
   }
-  case VarKind::Instance: {
-    // Built once per call however often it is reached (returned and stored, `return acc, acc`):
-    // one object, as in Python.
-    auto [it, first] = sharedOutputs_.emplace(
-        v.get(), SharedOutput{static_cast<int64_t>(sharedOutputs_.size()), nullptr});
-    OutputNode ref;
-    ref.kind = OutputNode::Shared;
-    ref.index = it->second.index;
-    if (!first) {
-      if (!it->second.definition)
-        fail("an instance of " + typeName(v) + " made in the frame refers to itself");
-      ref.definition = it->second.definition;
-      return ref;
-    }
-    auto *inst = as<InstanceVar>(v);
-    auto n = std::make_shared<OutputNode>();
-    n->kind = OutputNode::NamedTuple; // build(*attribute values)
-    n->object = instanceConstructor(*inst);
-    for (auto &[k, val] : inst->attrs)
-      n->children.push_back(outputOf(val, outputs, outputIndex));
-    sharedOutputs_[v.get()].definition = n;
-    ref.definition = n;
-    return ref;
+  case VarKind::Instance:
+    return shared([&](OutputNode &n) {
+      auto *inst = as<InstanceVar>(v);
+      n.kind = OutputNode::NamedTuple; // build(*attribute values)
+      n.object = instanceConstructor(*inst);
+      for (auto &[k, val] : inst->attrs)
+        n.children.push_back(outputOf(val, outputs, outputIndex));
+    });
+  case VarKind::Function:
+  case VarKind::Cell:
+    // A function (and the cells it closes over) made in the frame and returned or stored: made
+    // after the graph as MAKE_FUNCTION would, each cell once however many functions share it.
+    // Not at a graph break: the break code makes the frame's cells and functions itself.
+    if (v->source || !returning_) break;
+    if (auto *cell = as<CellVar>(v))
+      return shared([&](OutputNode &n) {
+        n.kind = OutputNode::NamedTuple; // types.CellType(*contents)
+        n.object = PyRef::borrow(cellConstructor());
+        if (cell->contents) n.children.push_back(outputOf(cell->contents, outputs, outputIndex));
+      });
+    return shared([&](OutputNode &n) {
+      auto *fn = as<FunctionVar>(v);
+      n.kind = OutputNode::NamedTuple; // _xjit_function(code, globals, qualname, ...)
+      n.object = PyRef::borrow(functionConstructor());
+      auto constant = [](PyObject *o) {
+        OutputNode c;
+        c.kind = OutputNode::Constant;
+        c.object = PyRef::borrow(o);
+        return c;
+      };
+      n.children.push_back(constant(fn->code.get()));
+      n.children.push_back(constant(fn->globals.get()));
+      OutputNode qualname;
+      qualname.kind = OutputNode::Constant;
+      qualname.object = check(PyUnicode_FromString(fn->qualname.c_str()), "str");
+      n.children.push_back(std::move(qualname));
+      n.children.push_back(fn->defaults ? outputOf(fn->defaults, outputs, outputIndex)
+                                        : constant(Py_None));
+      n.children.push_back(fn->kwdefaults ? outputOf(fn->kwdefaults, outputs, outputIndex)
+                                          : constant(Py_None));
+      if (fn->closure.empty()) {
+        n.children.push_back(constant(Py_None));
+      } else {
+        OutputNode cells;
+        cells.kind = OutputNode::Tuple;
+        for (const VarPtr &c : fn->closure)
+          cells.children.push_back(outputOf(c, outputs, outputIndex));
+        n.children.push_back(std::move(cells));
+      }
+    });
+  default: break;
   }
+  switch (v->kind) {
   case VarKind::Cell:
   case VarKind::Iterator:
   case VarKind::Function:
@@ -211,11 +280,13 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     if (v->source) return fromSource(*v->source);
     fail("the frame returns a " + typeName(v) + " made inside it");
   case VarKind::Null: break;
+  default: break;
   }
   throw BreakError("internal: returning NULL", currentLoc(), true);
 }
 
 Capture Analyzer::finish(const VarPtr &result) {
+  returning_ = true;
   return finishWith(
       [&](std::vector<Value *> &outputs, std::map<Value *, int64_t> &outputIndex) {
         return outputOf(result, outputs, outputIndex);
@@ -224,6 +295,7 @@ Capture Analyzer::finish(const VarPtr &result) {
 }
 
 Capture Analyzer::finishAtBreak(Frame &f) {
+  returning_ = false;
   PyCodeObject *co = f.co();
   rewrite::State state;
   state.offset = f.pc;

@@ -137,3 +137,71 @@ def test_function_made_before_a_break_is_returned_after_it(capsys) -> None:
     assert [b["resumed"] for b in ev["breaks"]] == [True], ev["breaks"]
     assert len(ev["graphs"]) == 2 and not ev["recompiles"], ev["recompiles"]
     assert ev["counters"]["cache_hits"] >= 2
+
+
+# ---- functions made in the frame and returned or stored: rebuilt after the graph --------------
+
+
+def getter_setter_pair(x, holder):
+    scale = 2.0
+    y = x * 3
+
+    def get():
+        return scale
+
+    def put(v):
+        nonlocal scale
+        scale = v
+
+    holder.put = put
+    return y, get
+
+
+def with_defaults(x, k=2):
+    def f(t, bias=x.sum(), *, mul=k):
+        return t * mul + bias
+
+    return f, x.relu()
+
+
+class _Holder:
+    put = None
+
+
+def test_closures_returned_and_stored_share_their_cell() -> None:
+    fe.set_recording(True)
+    x = torch.randn(3)
+    compiled = xjit.jit(getter_setter_pair, backend="interp")
+    outs = []
+    with torch.no_grad():
+        for _ in range(2):
+            holder = _Holder()
+            y, get = compiled(x, holder)
+            outs.append((get, holder))
+            torch.testing.assert_close(y, x * 3)
+            assert get() == 2.0 and get.__qualname__ == "getter_setter_pair.<locals>.get"
+            assert get.__closure__[0] is holder.put.__closure__[0]  # one cell, as in Python
+            holder.put(5.0)
+            assert get() == 5.0
+    (get1, _), (get2, _) = outs
+    assert get1.__closure__[0] is not get2.__closure__[0] and get1() == get2() == 5.0
+    ev = fe.events()
+    # Before: "the frame returns a function made inside it" (the frame ran in Python).
+    assert len(ev["graphs"]) == 1 and not ev["breaks"], ev["breaks"]
+    assert ev["counters"]["cache_hits"] >= 1
+
+
+def test_returned_function_keeps_defaults_computed_in_the_graph() -> None:
+    fe.set_recording(True)
+    x = torch.randn(3)
+    want_f, want_r = with_defaults(x)
+    compiled = xjit.jit(with_defaults, backend="interp")
+    with torch.no_grad():
+        for _ in range(2):
+            f, r = compiled(x)
+            torch.testing.assert_close(r, want_r)
+            torch.testing.assert_close(f.__defaults__[0], want_f.__defaults__[0])
+            assert f.__kwdefaults__ == {"mul": 2} and f.__code__ is want_f.__code__
+            torch.testing.assert_close(f(x), want_f(x))
+    ev = fe.events()
+    assert len(ev["graphs"]) == 1 and not ev["breaks"] and ev["counters"]["cache_hits"] >= 1
