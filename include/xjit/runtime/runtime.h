@@ -27,10 +27,12 @@
 namespace xjit::runtime {
 
 /// The code-generation passes compileGraph runs by default (docs/runtime.md).
+/// `layout` runs chains of two or more convolutions channels-last, so that oneDNN's NHWC
+/// kernels read and write the activations with no reorder between convs (docs/perf.md).
 /// plan-memory plans no in-place updates: the runtime would give each its own arena slice
 /// (kernels do not write over their operands), which no other value can reuse.
 inline constexpr const char *kDefaultPipeline =
-    "decompose-attention,decompose-batch-norm,fuse,plan-memory{in-place=false}";
+    "decompose-attention,decompose-batch-norm,layout,fuse,plan-memory{in-place=false}";
 /// kDefaultPipeline, or XJIT_PIPELINE when set (read once; for experiments and debugging).
 const std::string &defaultPipeline();
 
