@@ -5,8 +5,9 @@ set -euo pipefail
 
 # libzstd-dev: LLVM's component archives, which libxjit_native links (docs/decisions.md), name
 # zstd::libzstd_shared, which LLVM's CMake package defines only when it finds zstd's headers.
-APT_PACKAGES=(llvm-19-dev llvm-19-tools libzstd-dev libdnnl-dev libgtest-dev clang-format-19 ccache
-  ninja-build)
+# lld-19 links libxjit_native with its load-time code grouped (src/python/CMakeLists.txt).
+APT_PACKAGES=(llvm-19-dev llvm-19-tools libzstd-dev lld-19 libdnnl-dev libgtest-dev clang-format-19
+  ccache ninja-build)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
