@@ -161,7 +161,7 @@ enum class StmtKind : uint8_t { For, If, Store, InitAcc, Reduce, Assert };
 struct Stmt {
   StmtKind kind;
   int64_t index = 0; // For: loop variable; Store: buffer; InitAcc/Reduce: accumulator;
-                     // Assert: error message
+                     // Assert: error message (or kStrideCheck)
   BinaryOp combine = BinaryOp::Add; // Reduce
   bool vectorize = true;            // For: a hint to the code generator
   /// For: iterations may run on several threads (each thread a contiguous range). Only for
