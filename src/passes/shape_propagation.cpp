@@ -5,10 +5,12 @@
 
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/op_registry.h"
+#include "xjit/ir/sym_attr.h"
 
 #include <cctype>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -198,6 +200,21 @@ public:
       for (Op *op : *b) {
         for (const auto &r : op->results())
           setType(r.get(), sub.type(r->type()));
+        // Symbolic sizes in attributes (docs/ir.md) name the same symbols as the types.
+        std::vector<std::pair<std::string, Attr>> updates;
+        for (const auto &[name, value] : op->attrs()) {
+          SizeSlotForm form = symbolicSizeSlot(op->name(), name);
+          auto dims = symbolicDims(value, form);
+          if (!dims) continue;
+          for (DimExpr &d : *dims)
+            d = sub.dim(d);
+          Attr next = form == SizeSlotForm::Dim ? makeSizeAttr(dims->front()) : makeSizeAttr(*dims);
+          if (next != value) updates.emplace_back(name, std::move(next));
+        }
+        for (auto &[name, next] : updates) {
+          attrUndo_.emplace_back(op, name, op->attr(name));
+          op->setAttr(name, std::move(next));
+        }
         for (size_t i = 0; i < op->numRegions(); ++i)
           self(self, op->region(i));
       }
@@ -257,6 +274,9 @@ public:
   void rollback() {
     for (auto it = undo_.rbegin(); it != undo_.rend(); ++it)
       it->first->setType(it->second);
+    for (auto it = attrUndo_.rbegin(); it != attrUndo_.rend(); ++it)
+      std::get<0>(*it)->setAttr(std::get<1>(*it), std::get<2>(*it));
+    attrUndo_.clear();
     undo_.clear();
     changedValues_.clear();
   }
@@ -265,14 +285,16 @@ public:
     if (!changedValues_.empty())
       ctx_.count("types-refined", static_cast<int64_t>(changedValues_.size()));
     undo_.clear();
+    attrUndo_.clear();
     changedValues_.clear();
   }
 
-  bool any() const { return !undo_.empty(); }
+  bool any() const { return !undo_.empty() || !attrUndo_.empty(); }
 
 private:
   PassContext &ctx_;
   std::vector<std::pair<Value *, Type>> undo_;
+  std::vector<std::tuple<Op *, std::string, Attr>> attrUndo_; // symbolic sizes substituted
   std::unordered_set<const Value *> changedValues_;
 };
 

@@ -122,3 +122,18 @@ def test_greedy_generate_with_the_kv_cache_compiles_the_decode_step_once(name: s
     assert torch.equal(report.output, want)
     forwards = [g for g in report.graphs if g.ops.get("scaled_dot_product_attention", 0) == 2]
     assert len(forwards) <= 3, str(report)
+
+
+def test_size_one_after_a_symbolic_capture_recompiles() -> None:
+    # The capture decides `x.shape[0] == 1` as False (a symbolic size is at least 2, as in
+    # torch.compile); a call with size 1 must not reuse it: the tensor guard checks size >= 2.
+    def f(x: Any) -> Any:
+        if x.shape[0] == 1:
+            return x + 1
+        return torch.zeros(x.shape[0], x.shape[1] // 2) + x[:, : x.shape[1] // 2]
+
+    compiled = xjit.jit(f, dynamic=True)
+    for rows in (3, 5, 1, 4):
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(compiled(x), f(x))
+    assert counters()["compiles"] == 2, counters()  # rows 3 (symbolic, reused by 5 and 4), 1

@@ -199,9 +199,8 @@ def test_no_grad_inside_the_compiled_function_runs_the_graph() -> None:
 @pytest.mark.parametrize("name", ["mlp"])
 def test_model_with_a_symbolic_batch(name: str, backend: str) -> None:
     # dynamic=True: one graph with a symbolic batch dim serves every batch size. (ResNet-18 with
-    # symbolic batch and image sizes: test_dynamic_shapes.py. The HF models specialize their
-    # sequence length (slices, expand and arange with symbolic sizes; docs/frontend.md), the
-    # LSTM builds its state with new_zeros(batch, ...).)
+    # symbolic batch and image sizes: test_dynamic_shapes.py; the HF models with a symbolic
+    # sequence length: test_dynamic_models.py.)
     model, args, _ = build(name)
     compiled = xjit.jit(model, backend=backend, dynamic=True)
     with torch.no_grad():
