@@ -234,19 +234,24 @@ std::atomic<uint64_t> gWeightPacks{0}, gWeightPackHits{0}, gWeightReorders{0};
 
 memory TaggedWeights::get(const Tensor &w, const Densify &reorder) const {
   const uint64_t tag = currentContentTag(w.data());
+  auto find = [&]() -> const Packed * {
+    for (const Packed &p : packed_)
+      if (p.tag == tag && p.from == reorder.from() && p.to == reorder.to()) return &p;
+    return nullptr;
+  };
   {
     std::lock_guard lock(mu_);
-    for (const Packed &p : packed_)
-      if (p.tag == tag && p.from == reorder.from() && p.to == reorder.to()) {
-        gWeightPackHits.fetch_add(1, std::memory_order_relaxed);
-        return p.packed;
-      }
+    if (const Packed *p = find()) {
+      gWeightPackHits.fetch_add(1, std::memory_order_relaxed);
+      return p->packed;
+    }
   }
   // Reordered outside the lock; a thread racing on the same tag makes an identical copy and
   // the first stored wins. Callers still running on a dropped copy hold their own reference.
   memory packed = reorder.intoNew(w);
   gWeightPacks.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
+  if (const Packed *p = find()) return p->packed;
   std::erase_if(packed_, [&](const Packed &p) { return p.tag != tag; });
   packed_.push_back({tag, reorder.from(), reorder.to(), packed});
   return packed;
