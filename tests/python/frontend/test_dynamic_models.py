@@ -57,7 +57,8 @@ def run_lengths(name: str, dynamic: bool | None) -> None:
         with torch.no_grad():
             for length in LENGTHS:
                 args, kwargs = inputs(name, length)
-                got, want = first_output(compiled(*args, **kwargs)), first_output(model(*args, **kwargs))
+                got = first_output(compiled(*args, **kwargs))
+                want = first_output(model(*args, **kwargs))
                 assert got.shape == want.shape
                 torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert counters()["frames_in_python"] == 0
