@@ -613,6 +613,36 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
   // 1. The torch op table (torch.*, Tensor.*, F.*).
   if (VarPtr r = callTorchFunction(fn, args)) return r;
 
+  // 1b. functools.partial(f, *args, **kw) made in the frame, every argument a Python object
+  // known at capture time (constants and guarded objects: `partial(F.gelu, approximate="tanh")`):
+  // made now, called through 4b; if it escapes it is made again after each call's graph
+  // (madePartials_), a new object per call as in Python. Other arguments (tensors, containers
+  // or functions made in the frame) stay a graph break.
+  if (fn == partialType()) {
+    std::vector<PyRef> pos;
+    std::vector<std::pair<std::string, PyRef>> kw;
+    for (const VarPtr &v : args.pos)
+      if (auto *o = as<ObjectVar>(v)) pos.push_back(o->obj);
+    for (const auto &[k, v] : args.kw)
+      if (auto *o = as<ObjectVar>(v)) kw.emplace_back(k, o->obj);
+    if (!pos.empty() && pos.size() == args.pos.size() && kw.size() == args.kw.size()) {
+      PyRef t = check(PyTuple_New(static_cast<Py_ssize_t>(pos.size())), "tuple");
+      for (size_t i = 0; i < pos.size(); ++i)
+        PyTuple_SET_ITEM(t.get(), static_cast<Py_ssize_t>(i), PyRef(pos[i]).release());
+      PyRef d = check(PyDict_New(), "dict");
+      for (const auto &[k, v] : kw)
+        if (PyDict_SetItemString(d.get(), k.c_str(), v.get()) != 0) check(nullptr, "dict");
+      PyObject *made = PyObject_Call(fn, t.get(), d.get());
+      if (!made) {
+        PyErr_Clear();
+        fail("functools.partial() raises");
+      }
+      VarPtr r = constantSteal(made);
+      madePartials_[r.get()] = {r, std::move(t), std::move(d)};
+      return r;
+    }
+  }
+
   std::string qn = qualnameOf(fn);
   std::string mod = moduleOf(fn);
 

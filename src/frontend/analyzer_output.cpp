@@ -75,6 +75,14 @@ PyObject *functionConstructor() {
   return make;
 }
 
+PyObject *partialConstructor() {
+  static PyObject *make = pythonHelper("import functools\n"
+                                       "def _xjit_partial(args, keywords):\n"
+                                       "    return functools.partial(*args, **keywords)\n",
+                                       "_xjit_partial");
+  return make;
+}
+
 PyObject *cellConstructor() {
   static PyObject *make = pythonHelper("import types\n"
                                        "def _xjit_cell(*contents):\n"
@@ -164,6 +172,17 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
   case VarKind::Object: {
     auto *o = as<ObjectVar>(v);
     PyObject *p = o->obj.get();
+    if (auto it = madePartials_.find(v.get()); it != madePartials_.end())
+      return shared([&](OutputNode &n) { // functools.partial(*args, **keywords), once per call
+        n.kind = OutputNode::NamedTuple;
+        n.object = PyRef::borrow(partialConstructor());
+        for (PyObject *part : {it->second.args.get(), it->second.keywords.get()}) {
+          OutputNode c;
+          c.kind = OutputNode::Constant;
+          c.object = PyRef::borrow(part);
+          n.children.push_back(std::move(c));
+        }
+      });
     bool immutable = p == Py_None || PyBool_Check(p) || PyLong_CheckExact(p) ||
                      PyFloat_CheckExact(p) || PyUnicode_CheckExact(p) || PyBytes_CheckExact(p) ||
                      PyTuple_CheckExact(p) || PyComplex_CheckExact(p) || PyType_Check(p) ||

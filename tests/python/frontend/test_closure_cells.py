@@ -1,8 +1,13 @@
 """Closure cells of a compiled frame written by the captured code: `nonlocal` assignments in the
 root function, and variables assigned before a graph break that code after it reads through a
-cell. Each write must reach the caller's cell (a lost write is a wrong answer, not a fallback)."""
+cell. Each write must reach the caller's cell (a lost write is a wrong answer, not a fallback).
+Functions (closures, lambdas, functools.partial) the frame makes: one object across a graph
+break, rebuilt after the graph when returned or stored (new per call, sharing cells as in
+Python)."""
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 
@@ -205,3 +210,25 @@ def test_returned_function_keeps_defaults_computed_in_the_graph() -> None:
             torch.testing.assert_close(f(x), want_f(x))
     ev = fe.events()
     assert len(ev["graphs"]) == 1 and not ev["breaks"] and ev["counters"]["cache_hits"] >= 1
+
+
+def make_activation(x, mode="tanh"):
+    act = functools.partial(torch.nn.functional.gelu, approximate=mode)
+    return act(x) * 2, act
+
+
+def test_partial_made_in_the_frame_is_a_new_object_per_call() -> None:
+    fe.set_recording(True)
+    x = torch.randn(5)
+    compiled = xjit.jit(make_activation, backend="interp")
+    with torch.no_grad():
+        (y1, act1), (y2, act2) = compiled(x), compiled(x)
+    want, _ = make_activation(x)
+    torch.testing.assert_close(y1, want)
+    torch.testing.assert_close(y2, want)
+    assert act1 is not act2  # made again after each call's graph, as Python would
+    for act in (act1, act2):
+        assert act.func is torch.nn.functional.gelu and act.keywords == {"approximate": "tanh"}
+    ev = fe.events()
+    assert len(ev["graphs"]) == 1 and not ev["breaks"], ev["breaks"]
+    assert ev["counters"]["cache_hits"] >= 1

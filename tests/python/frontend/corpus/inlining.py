@@ -233,7 +233,7 @@ def lambda_captures_tensor(x, y):
     return f(x), f(y)
 
 
-# Partials made at import (making one inside the frame is a graph break today).
+# Partials made at import (partials made in the frame: partial_made_in_frame).
 ADD3 = functools.partial(torch.add, other=3.0)
 HALF = functools.partial(_kw_only, scale=0.5)
 AXPB = functools.partial(lambda a, t, b: t * a - b, 2.0, b=1.0)
@@ -249,6 +249,17 @@ def partial_of_lambda(x):
 
 def partial_argument(x, f):
     return f(x) * 2  # a partial passed in: its stored arguments are guarded
+
+
+def partial_made_in_frame(x, mode="tanh"):
+    act = functools.partial(torch.nn.functional.gelu, approximate=mode)
+    shifted = functools.partial(HALF, shift=1.5)  # a partial of a partial
+    return shifted(act(x)), act  # returned: made again per call (a new object, as in Python)
+
+
+def partial_of_tensor_breaks(x):
+    add_x = functools.partial(torch.add, x)  # a tensor argument: still a graph break
+    return add_x(1.0) * 2
 
 
 def reduce_with_operator(x, y):
@@ -541,6 +552,9 @@ CASES = [
          reason="data-dependent"),
     Case("lambda_captures_tensor", lambda_captures_tensor, x2),
     Case("partial_function", partial_function, x34),
+    Case("partial_made_in_frame", partial_made_in_frame, x34, ops=("gelu",)),
+    Case("partial_of_tensor_breaks", partial_of_tensor_breaks, x34, graphs=1, breaks=1,
+         reason="partial"),
     Case("partial_of_lambda", partial_of_lambda, x34),
     Case("partial_argument", partial_argument,
          lambda: (torch.randn(3, 4), functools.partial(_kw_only, scale=2.0)),
