@@ -24,7 +24,16 @@ class ContentTags {
 public:
   void clear() { entries_.clear(); }
   bool empty() const { return entries_.empty(); }
-  void add(const void *data, uint64_t tag) { entries_.emplace_back(data, tag); }
+  /// Two different tags for one address (two Parameters sharing a storage, each with its own
+  /// version counter: a write through one does not change the other's) leave it untagged.
+  void add(const void *data, uint64_t tag) {
+    for (auto &[d, t] : entries_)
+      if (d == data) {
+        if (t != tag) t = 0;
+        return;
+      }
+    entries_.emplace_back(data, tag);
+  }
   /// The tag of the tensor whose element 0 is at `data`; 0 when untagged.
   uint64_t find(const void *data) const {
     for (const auto &[d, t] : entries_) // a model's few dozen parameters: a scan is cheapest
