@@ -5,6 +5,8 @@ load_state_dict, replacing .data, an optimizer step) gives eager's results at th
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from torch import nn
 
@@ -124,3 +126,27 @@ def test_parameters_sharing_a_storage() -> None:
         model.conv3.weight.mul_(-1)  # conv2.weight's version counter does not move
         torch.testing.assert_close(compiled(x), forward(x), rtol=1e-4, atol=1e-4)
     assert ir.backend_stats()["weight_reorders"] - reorders >= 2  # both aliases reordered per call
+
+
+def test_threads_racing_on_a_new_version() -> None:
+    model, x = _model(7)
+    compiled = xjit.jit(model, fullgraph=True)
+    _check(compiled, model, x)
+    with torch.no_grad():
+        model.conv1.weight.mul_(0.5)  # a new tag: the threads below race to pack it
+        want = model(x)
+    results: list[torch.Tensor] = []
+
+    def work() -> None:
+        with torch.no_grad():
+            for _ in range(3):
+                results.append(compiled(x))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 12
+    for r in results:
+        torch.testing.assert_close(r, want, rtol=1e-4, atol=1e-4)
