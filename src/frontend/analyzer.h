@@ -297,8 +297,6 @@ private:
   };
   std::map<const Var *, SharedOutput> sharedOutputs_;
   bool returning_ = false; // finishing at the frame's return (not at a graph break)
-
-public:
   // functools.partial objects the frame made (call arguments, keywords), made again for each
   // call when they escape (outputOf).
   struct MadePartial {
@@ -306,8 +304,6 @@ public:
     PyRef args, keywords;
   };
   std::map<const Var *, MadePartial> madePartials_;
-
-private:
   friend class AnalyzerAccess;
 
 public:
