@@ -61,11 +61,58 @@ def _first_difference(a: Any, b: Any, path: str) -> str | None:
         return None if abs(a - b) <= 1e-6 * max(1.0, abs(b)) else f"{path}: {a} != {b}"
     if a is b:
         return None
+    # Objects the frame made are rebuilt after the graph (docs/frontend.md): a function, a
+    # functools.partial or a plain instance compares by what it holds, not by identity (each
+    # once: an object reached again, e.g. through a cycle, is taken as compared).
+    parts = _made_object_parts(b)
+    if parts is not None and id(b) not in _comparing:
+        if type(a) is not type(b):
+            return f"{path}: expected a {type(b).__name__}, the graph gave {type(a).__name__}"
+        _comparing.add(id(b))
+        try:
+            got = _made_object_parts(a) or {}
+            for name, want in parts.items():
+                d = _first_difference(got.get(name), want, f"{path}.{name}")
+                if d:
+                    return d
+        finally:
+            _comparing.discard(id(b))
+        return None
+    if parts is not None:
+        return None
     try:
         same = bool(a == b)
     except Exception:  # noqa: BLE001 - objects without a usable ==
         same = False
     return None if same else f"{path}: {a!r:.60} != {b!r:.60}"
+
+
+_comparing: set[int] = set()  # ids of the eager objects being compared (cycles)
+
+
+def _made_object_parts(o: Any) -> dict[str, Any] | None:
+    """What a function, functools.partial or plain instance holds (None for other objects)."""
+    import functools
+    import types
+
+    if isinstance(o, types.FunctionType):
+        cells = tuple(c.cell_contents for c in o.__closure__ or ())
+        return {
+            "__code__": o.__code__,
+            "__defaults__": o.__defaults__,
+            "__kwdefaults__": o.__kwdefaults__,
+            "__closure__": cells,
+        }
+    if type(o) is functools.partial:
+        return {"func": o.func, "args": o.args, "keywords": o.keywords}
+    if (
+        type(o).__eq__ is object.__eq__
+        and hasattr(o, "__dict__")
+        and not callable(o)
+        and type(o).__module__ != "builtins"
+    ):
+        return {"__dict__": vars(o)}
+    return None
 
 
 def compare_outputs(compiled: Any, eager: Any) -> str | None:

@@ -232,3 +232,18 @@ def test_partial_made_in_the_frame_is_a_new_object_per_call() -> None:
     ev = fe.events()
     assert len(ev["graphs"]) == 1 and not ev["breaks"], ev["breaks"]
     assert ev["counters"]["cache_hits"] >= 1
+
+
+def test_check_compares_rebuilt_functions_and_objects_by_contents() -> None:
+    # --check compares a compiled frame's result with Python's: objects the frame made are new
+    # objects on both sides, equal by what they hold (before: functions and partials differed).
+    from xjit._backends import compare_outputs
+
+    x = torch.randn(3)
+    with torch.no_grad():
+        got = xjit.jit(make_activation, backend="interp")(x)
+        got_f = xjit.jit(with_defaults, backend="interp")(x)
+    assert compare_outputs(got, make_activation(x)) is None
+    assert compare_outputs(got_f, with_defaults(x)) is None
+    other = with_defaults(x + 1)
+    assert compare_outputs(got_f, other).startswith("output[0].__defaults__[0]: max abs")
