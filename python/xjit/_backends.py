@@ -106,7 +106,7 @@ def _made_object_parts(o: Any) -> dict[str, Any] | None:
     if type(o) is functools.partial:
         return {"func": o.func, "args": o.args, "keywords": o.keywords}
     if (
-        type(o).__eq__ is object.__eq__
+        getattr(type(o), "__eq__") is getattr(object, "__eq__")  # (no __eq__ of its own)
         and hasattr(o, "__dict__")
         and not callable(o)
         and type(o).__module__ != "builtins"
