@@ -41,8 +41,9 @@ bool weightCacheEnabled() {
 }
 
 void ParameterVersions::release(Seen &s) {
-  Py_XDECREF(s.pin);
+  // Dropping our (only) reference to the weakref unregisters its callback.
   Py_XDECREF(s.param);
+  Py_XDECREF(s.pin);
   s = Seen{};
 }
 
@@ -50,6 +51,20 @@ ParameterVersions::~ParameterVersions() {
   if (!Py_IsInitialized()) return; // interpreter shutdown: the references no longer matter
   for (Seen &s : seen_)
     release(s);
+  Py_XDECREF(onDeath_);
+}
+
+PyObject *ParameterVersions::forget(PyObject *self, PyObject *weakref) {
+  auto *owner = static_cast<ParameterVersions *>(PyCapsule_GetPointer(self, nullptr));
+  if (!owner) return nullptr;
+  // Only the pin goes now: the weakref itself (dead from now on, so the next call's check fails
+  // and releases it) must not be freed inside its own callback.
+  for (Seen &s : owner->seen_)
+    if (s.param == weakref) {
+      Py_CLEAR(s.pin);
+      s.tag = 0;
+    }
+  Py_RETURN_NONE;
 }
 
 void ParameterVersions::tag(size_t input, PyObject *param, const void *data,
@@ -65,8 +80,18 @@ void ParameterVersions::tag(size_t input, PyObject *param, const void *data,
   }
   if (seen_.size() <= input) seen_.resize(input + 1);
   Seen &s = seen_[input];
-  if (s.param != param || s.data != data || s.version != version) {
+  if (!s.param || PyWeakref_GetObject(s.param) != param || s.data != data || s.version != version) {
     release(s);
+    if (!onDeath_) {
+      static PyMethodDef def = {"xjit_parameter_died", &ParameterVersions::forget, METH_O, nullptr};
+      PyObject *self = PyCapsule_New(this, nullptr, nullptr);
+      onDeath_ = self ? PyCFunction_New(&def, self) : nullptr;
+      Py_XDECREF(self);
+      if (!onDeath_) {
+        PyErr_Clear();
+        return;
+      }
+    }
     // The storage object, not a DLPack export: an export references the parameter's
     // TensorImpl, whose storage `.data = ...` swaps in place.
     static PyObject *storageName = internedStr("untyped_storage");
@@ -75,8 +100,13 @@ void ParameterVersions::tag(size_t input, PyObject *param, const void *data,
       PyErr_Clear();
       return; // not pinned: no tag (the kernels reorder per call)
     }
-    Py_INCREF(param);
-    s = Seen{param, data, version, backend::newContentTag(), pin};
+    PyObject *weak = PyWeakref_NewRef(param, onDeath_);
+    if (!weak) {
+      PyErr_Clear();
+      Py_DECREF(pin);
+      return;
+    }
+    s = Seen{weak, data, version, backend::newContentTag(), pin};
   }
   tags.add(data, s.tag);
 #endif

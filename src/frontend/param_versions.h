@@ -6,8 +6,9 @@
 // pointer and its version counter (`tensor._version`, which PyTorch bumps on every in-place
 // change through the tensor or any view of it: optimizer steps, `load_state_dict`'s copy_,
 // `weight.mul_(2)` under no_grad). Replacing `.data` keeps the version but changes the data
-// pointer. The Parameter object and its storage (`untyped_storage()`) are held while the tag is
-// in use, so neither address can be reused by another tensor meanwhile (the test of `.data`
+// pointer. The storage (`untyped_storage()`) is held while the tag is in use, and the Parameter
+// through a weak reference whose callback drops the record when it dies, so neither address can
+// be reused by another tensor under the same tag (the test of `.data`
 // replacement failed with a pin through a DLPack export, which references the parameter's
 // TensorImpl, whose storage `.data = ...` swaps in place).
 //
@@ -43,14 +44,18 @@ public:
 
 private:
   struct Seen {
-    PyObject *param = nullptr; // a strong reference
+    PyObject *param = nullptr; // a weak reference to the Parameter, whose callback forgets it
     const void *data = nullptr;
     int64_t version = -1;
     uint64_t tag = 0;
     PyObject *pin = nullptr; // the storage at `data` (param.untyped_storage()), kept alive
   };
   static void release(Seen &s);
-  std::vector<Seen> seen_; // by graph input
+  /// The weakref callback: a Parameter died, so its storage is no longer pinned (a dropped
+  /// model's weights are freed) and whatever comes next at its address gets a new tag.
+  static PyObject *forget(PyObject *self, PyObject *weakref);
+  std::vector<Seen> seen_;      // by graph input
+  PyObject *onDeath_ = nullptr; // the callback bound to this object (made on first use)
 };
 
 } // namespace xjit::frontend

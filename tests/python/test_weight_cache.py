@@ -5,7 +5,9 @@ load_state_dict, replacing .data, an optimizer step) gives eager's results at th
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 
 import torch
 from torch import nn
@@ -150,3 +152,16 @@ def test_threads_racing_on_a_new_version() -> None:
     assert len(results) == 12
     for r in results:
         torch.testing.assert_close(r, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_dropped_model_frees_its_weights() -> None:
+    """The tags hold a parameter weakly: once the model is gone its weight storage is freed."""
+    model, x = _model(8)
+    compiled = xjit.jit(model, fullgraph=True)
+    _check(compiled, model, x)
+    param = weakref.ref(model.conv2.weight)
+    storage = weakref.ref(model.conv2.weight.untyped_storage())  # what the tag pins
+    del compiled, model
+    gc.collect()
+    assert param() is None
+    assert storage() is None
