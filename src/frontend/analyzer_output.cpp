@@ -447,7 +447,7 @@ Capture Analyzer::finishAtBreak(Frame &f) {
       } else if (auto *b = as<BoundVar>(v); b && !v->source && b->self) {
         OutputNode n;
         n.kind = OutputNode::NamedTuple; // a call of `object` with the children as arguments
-        if (auto *fn = as<ObjectVar>(b->func)) {
+        if (as<ObjectVar>(b->func)) {
           // The function the analyzer resolved, bound again: types.MethodType(fn, self). Not
           // getattr(self, name): for super().__init__ that would find the subclass's own
           // __init__ (the frame itself: endless recursion).
