@@ -185,8 +185,8 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
     impl_->llvmArgs = args;
     llvm::cl::TokenizeGNUCommandLine(args, saver, argv);
   }
-  // Options live in the shared libLLVM: the other Python extension's copy of this backend may
-  // have set it already, and a second occurrence would be an error.
+  // LLVM's options are process-wide: another Jit in this process may have set it already, and a
+  // second occurrence would be an error.
   auto &registered = llvm::cl::getRegisteredOptions();
   auto fastIsel = registered.find("fast-isel");
   bool fastIselSet = fastIsel != registered.end() && fastIsel->second->getNumOccurrences() > 0;
