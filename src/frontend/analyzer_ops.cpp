@@ -312,6 +312,14 @@ VarPtr Analyzer::compareOp(int cmp, const VarPtr &a, const VarPtr &b) {
     auto *sa = as<SymIntVar>(a);
     auto *sb = as<SymIntVar>(b);
     if (sa && sb && (cmp == 2 || cmp == 3) && sa->expr == sb->expr) return boolean(cmp == 2);
+    if (sa && sb) { // sizes whose difference is static compare without a guard: kv_len > q_len
+      DimExpr diff = sa->expr - sb->expr;
+      if (diff.isStatic()) {
+        int64_t d = diff.value();
+        const bool results[] = {d < 0, d <= 0, d == 0, d != 0, d > 0, d >= 0};
+        if (cmp >= 0 && cmp < 6) return boolean(results[cmp]);
+      }
+    }
     if (std::optional<bool> known = compareWithSmallInt(cmp, a, b)) return boolean(*known);
     if (sa && !sa->expr.isStatic()) specialize(sa->expr);
     if (sb && !sb->expr.isStatic()) specialize(sb->expr);

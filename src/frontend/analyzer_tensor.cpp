@@ -81,14 +81,23 @@ Shape Analyzer::inputShape(const std::vector<int64_t> &sizes, const Source &src,
   };
   std::string key = dynamic && !listed.empty() ? sourceKey(src) : std::string();
   if (dynamic) {
-    // Tensors reached through attributes or globals (parameters, buffers) stay static, unless
-    // automatic dynamic saw one of their dims change: a KV cache's keys
+    // Module state (parameters and buffers, reached through a module's attributes) and globals
+    // stay static, unless automatic dynamic saw one of their dims change. Attributes of other
+    // objects are inputs like the frame's arguments: a KV cache's keys
     // (past_key_values.layers[0].keys) grow by one per decoding step.
+    auto moduleState = [&] {
+      for (size_t i = 0; i < src.size(); ++i) {
+        if (src[i].kind == SourceStep::Global) return true;
+        if (src[i].kind != SourceStep::Attr) continue;
+        auto parent = sourceCache_.find(sourceKey(Source(src.begin(), src.begin() + i)));
+        if (parent == sourceCache_.end() || parent->second->kind == VarKind::Module) return true;
+      }
+      return false;
+    };
     bool changed = !key.empty() && isListed(key);
     for (size_t i = 0; !key.empty() && !changed && i < sizes.size(); ++i)
       changed = isListed(dynamicDimKey(key, i));
-    for (const SourceStep &s : src)
-      if ((s.kind == SourceStep::Attr || s.kind == SourceStep::Global) && !changed) dynamic = false;
+    if (!changed && moduleState()) dynamic = false;
   }
   bool wholeSource = listed.empty() || isListed(key);
   Shape shape;
