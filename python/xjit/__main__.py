@@ -14,6 +14,9 @@ Options (before the script):
   --dump DIR                    write each graph's IR before/after the pass pipeline to DIR
   --no-cache                    do not read or write the persistent compile cache
                                 (~/.cache/xjit or $XJIT_CACHE_DIR); sets XJIT_NO_CACHE=1
+  --weight-cache                reorder module weights for oneDNN once per parameter version
+                                (xjit.jit's weight_cache=True: writes through param.data or
+                                NumPy views are not seen)
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ import os
 import sys
 import types
 from dataclasses import dataclass
+from typing import Any
 
 USAGE = (
     "usage: python -m xjit script.py [args...]\n"
     "  options before the script: [--device cpu] [--backend xjit|eager|interp] [--check] "
-    "[--explain] [--dump DIR] [--no-cache]"
+    "[--explain] [--dump DIR] [--no-cache] [--weight-cache]"
 )
 
 
@@ -40,6 +44,7 @@ class Options:
     explain: bool = False
     dump: str = ""
     no_cache: bool = False
+    weight_cache: bool = False
 
 
 def _parse(argv: list[str]) -> tuple[Options, list[str]] | int:
@@ -58,6 +63,8 @@ def _parse(argv: list[str]) -> tuple[Options, list[str]] | int:
             setattr(opts, name[2:], True)
         elif name == "--no-cache" and not eq:
             opts.no_cache = True
+        elif name == "--weight-cache" and not eq:
+            opts.weight_cache = True
         elif name in ("--backend", "--device", "--dump"):
             if not eq:
                 i += 1
@@ -120,9 +127,14 @@ class _Hook:
             config.dump_dir = os.path.abspath(self.opts.dump)
         if self.opts.explain:
             _frontend.set_recording(True)
-        jit_module = sys.modules["xjit.jit"]  # `import xjit.jit as m` would give the function
+        jit_module: Any = sys.modules["xjit.jit"]  # `import xjit.jit as m` gives the function
         jit_module._program_options = _options(
-            self.opts.backend, self.opts.device, False, None, self.opts.check
+            self.opts.backend,
+            self.opts.device,
+            False,
+            None,
+            self.opts.check,
+            weight_cache=self.opts.weight_cache,
         )
         _frontend.enable_program(jit_module._program_options)
         return self
@@ -132,7 +144,7 @@ class _Hook:
             return
         from xjit import _frontend
 
-        jit_module = sys.modules["xjit.jit"]
+        jit_module: Any = sys.modules["xjit.jit"]
         _frontend.enable_program(None)
         jit_module._program_options = None
         if self.opts.explain:

@@ -15,6 +15,7 @@ class Options:
         fullgraph: bool = False,
         dynamic: bool | None = None,
         check: bool = False,
+        weight_cache: bool = False,
     ) -> None: ...
     @property
     def backend(self) -> str: ...
@@ -26,6 +27,8 @@ class Options:
     def dynamic(self) -> bool | None: ...
     @property
     def check(self) -> bool: ...
+    @property
+    def weight_cache(self) -> bool: ...
 
 def call(
     opts: Options, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]

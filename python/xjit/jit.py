@@ -117,11 +117,16 @@ _frontend.configure(check_compare=_check_compare)
 
 
 def _options(
-    backend: str, device: str, fullgraph: bool, dynamic: bool | None, check: bool = False
+    backend: str,
+    device: str,
+    fullgraph: bool,
+    dynamic: bool | None,
+    check: bool = False,
+    weight_cache: bool = False,
 ) -> Any:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
-    return _frontend.Options(backend, device, fullgraph, dynamic, check)
+    return _frontend.Options(backend, device, fullgraph, dynamic, check, weight_cache)
 
 
 def _function_code(fn: Any) -> types.CodeType | None:
@@ -162,26 +167,6 @@ def _jit_module_class() -> type:
     return JitModule
 
 
-@overload
-def jit(
-    fn: F,
-    *,
-    backend: str = ...,
-    device: str = ...,
-    fullgraph: bool = ...,
-    dynamic: bool | None = ...,
-) -> F: ...
-@overload
-def jit(
-    fn: None = None,
-    *,
-    backend: str = ...,
-    device: str = ...,
-    fullgraph: bool = ...,
-    dynamic: bool | None = ...,
-) -> Callable[[F], F]: ...
-
-
 # The options `python -m xjit` turned program mode on with (None when not under the CLI), so
 # `paused()` can turn it back on.
 _program_options: Any = None
@@ -204,6 +189,28 @@ def paused() -> Iterator[None]:
         _frontend.enable_program(options)
 
 
+@overload
+def jit(
+    fn: F,
+    *,
+    backend: str = ...,
+    device: str = ...,
+    fullgraph: bool = ...,
+    dynamic: bool | None = ...,
+    weight_cache: bool = ...,
+) -> F: ...
+@overload
+def jit(
+    fn: None = None,
+    *,
+    backend: str = ...,
+    device: str = ...,
+    fullgraph: bool = ...,
+    dynamic: bool | None = ...,
+    weight_cache: bool = ...,
+) -> Callable[[F], F]: ...
+
+
 def jit(
     fn: Any = None,
     *,
@@ -211,6 +218,7 @@ def jit(
     device: str = "cpu",
     fullgraph: bool = False,
     dynamic: bool | None = None,
+    weight_cache: bool = False,
 ) -> Any:
     """Compile ``fn`` (a function, method or ``nn.Module``) when it is called.
 
@@ -219,12 +227,21 @@ def jit(
     "eager" (PyTorch). ``fullgraph=True`` raises XjitCompileError instead of running a frame in
     Python. ``dynamic``: None compiles static shapes first and makes the dims that changed
     symbolic after a size-related recompile; True makes input dims symbolic from the start;
-    False never does. Usable as ``@xjit.jit`` or ``@xjit.jit(backend=...)``.
+    False never does. ``weight_cache=True`` reorders a module's weights into oneDNN's layout
+    once per parameter version instead of at every call: changes through PyTorch (in-place ops,
+    ``load_state_dict``, optimizer steps, replacing ``.data``) are seen, writes through
+    ``param.data`` or NumPy views are not (PyTorch's version counter misses them), hence
+    opt-in. Usable as ``@xjit.jit`` or ``@xjit.jit(backend=...)``.
     """
-    opts = _options(backend, device, fullgraph, dynamic)
+    opts = _options(backend, device, fullgraph, dynamic, weight_cache=weight_cache)
     if fn is None:
         return functools.partial(
-            jit, backend=backend, device=device, fullgraph=fullgraph, dynamic=dynamic
+            jit,
+            backend=backend,
+            device=device,
+            fullgraph=fullgraph,
+            dynamic=dynamic,
+            weight_cache=weight_cache,
         )
     if _is_module(fn):
         forward = getattr(type(fn), "forward", None)

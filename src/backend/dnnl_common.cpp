@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <unordered_map>
 
 namespace xjit::backend::dnnl_kernels {
 
@@ -232,28 +234,60 @@ namespace {
 std::atomic<uint64_t> gWeightPacks{0}, gWeightPackHits{0}, gWeightReorders{0};
 } // namespace
 
+namespace {
+/// The reordered copies of tagged weights, by tag (a tag names one tensor's contents), for the
+/// whole process.
+struct TaggedCopies {
+  struct Packed {
+    memory::desc from, to;
+    memory packed;
+  };
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::vector<Packed>> byTag;
+
+  static TaggedCopies &instance() {
+    static TaggedCopies *copies = [] {
+      onContentTagRetired([](uint64_t tag) {
+        TaggedCopies &c = instance();
+        std::vector<Packed> dropped; // freed outside the lock
+        std::lock_guard lock(c.mu);
+        if (auto it = c.byTag.find(tag); it != c.byTag.end()) {
+          dropped = std::move(it->second);
+          c.byTag.erase(it);
+        }
+      });
+      return new TaggedCopies; // never destroyed: kernels may run during static destruction
+    }();
+    return *copies;
+  }
+  /// Under `mu`.
+  const memory *find(uint64_t tag, const memory::desc &from, const memory::desc &to) const {
+    auto it = byTag.find(tag);
+    if (it == byTag.end()) return nullptr;
+    for (const Packed &p : it->second)
+      if (p.from == from && p.to == to) return &p.packed;
+    return nullptr;
+  }
+};
+} // namespace
+
 memory TaggedWeights::get(const Tensor &w, const Densify &reorder) const {
   const uint64_t tag = currentContentTag(w.data());
-  auto find = [&]() -> const Packed * {
-    for (const Packed &p : packed_)
-      if (p.tag == tag && p.from == reorder.from() && p.to == reorder.to()) return &p;
-    return nullptr;
-  };
+  TaggedCopies &copies = TaggedCopies::instance();
   {
-    std::lock_guard lock(mu_);
-    if (const Packed *p = find()) {
+    std::lock_guard lock(copies.mu);
+    if (const memory *p = copies.find(tag, reorder.from(), reorder.to())) {
       gWeightPackHits.fetch_add(1, std::memory_order_relaxed);
-      return p->packed;
+      return *p;
     }
   }
   // Reordered outside the lock; a thread racing on the same tag makes an identical copy and
-  // the first stored wins. Callers still running on a dropped copy hold their own reference.
+  // the first stored wins (the second looks again under the lock before storing).
   memory packed = reorder.intoNew(w);
   gWeightPacks.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard lock(mu_);
-  if (const Packed *p = find()) return p->packed;
-  std::erase_if(packed_, [&](const Packed &p) { return p.tag != tag; });
-  packed_.push_back({tag, reorder.from(), reorder.to(), packed});
+  std::lock_guard lock(copies.mu);
+  if (const memory *p = copies.find(tag, reorder.from(), reorder.to())) return *p;
+  copies.byTag[tag].push_back({reorder.from(), reorder.to(), packed});
   return packed;
 }
 

@@ -197,22 +197,15 @@ private:
 /// Run-time weights the caller tagged as unchanged since an earlier call
 /// (xjit/backend/content_tags.h: the frontend tags module parameters by PyTorch's version
 /// counter), reordered into a primitive's layout once per tag and reused while the tag stays
-/// the same; one per kernel, shared by its plans. Untagged weights are reordered per call into
-/// the thread's scratch buffer, as before.
+/// the same; the copies are shared by every kernel of the process. Untagged weights are
+/// reordered per call into the thread's scratch buffer, as before.
 class TaggedWeights {
 public:
-  /// `w` (described by `reorder.from()`) in the layout `reorder.to()`: a cached copy made at
-  /// an earlier call with the same tag, else a new copy (copies of other tags are dropped).
+  /// `w` (described by `reorder.from()`) in the layout `reorder.to()`: a copy made at an
+  /// earlier call with the same tag, by this kernel or any other (the copies are process-wide,
+  /// so a weight used by many instructions is reordered once), else a new copy. A copy lives
+  /// until its tag is retired (retireContentTag: the parameter changed or died).
   memory get(const Tensor &w, const Densify &reorder) const;
-
-private:
-  struct Packed {
-    uint64_t tag;
-    memory::desc from, to;
-    memory packed;
-  };
-  mutable std::mutex mu_;
-  mutable std::vector<Packed> packed_;
 };
 
 /// What a library kernel passes as its weights argument for a run-time weight `w` described

@@ -42,7 +42,7 @@ public:
   memory::desc srcDesc, weightsDesc, biasDesc, dstDesc, dstUser;
   Densify toSrc, toWeights, fromDst;
   memory packedW;                        // constant weights, already in weightsDesc
-  const TaggedWeights *tagged = nullptr; // the kernel's cache of tagged run-time weights
+  const TaggedWeights *tagged = nullptr; // tagged run-time weights: the process-wide copies
   bool hasBias = false, dstScratch = false;
   std::unique_ptr<BoundPostOps> post;
 

@@ -52,7 +52,7 @@ public:
   Densify densifyA, densifyB;
   Densify toB; // a tagged run-time rhs into the layout the primitive chose (`any`)
   const PackedWeights *packed = nullptr; // constant rhs
-  const TaggedWeights *tagged = nullptr; // the kernel's cache of tagged run-time rhs
+  const TaggedWeights *tagged = nullptr; // tagged run-time rhs: the process-wide copies
   memory packedB;
   bool nativeBias = false;
   std::unique_ptr<BoundPostOps> post;

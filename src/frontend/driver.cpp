@@ -622,7 +622,7 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
 #ifdef XJIT_FRONTEND_HAVE_RUNTIME
   // A graph that writes its inputs could change a parameter within the call, after its tag
   // was taken: only graphs that write none get tags.
-  if (e->rerunnable && !e->eager && weightCacheEnabled())
+  if (e->rerunnable && !e->eager && (opts.weightCache || weightCacheForced()))
     e->paramVersions = std::make_unique<ParameterVersions>();
 #endif
   e->graph = std::move(cap.graph);

@@ -27,10 +27,13 @@ struct ScopeOptions {
   int dynamic = -1;   // -1: automatic (dynamic after a size miss), 0: never, 1: from the start
   bool check = false; // run the frame in Python too and compare (--check)
   std::string device = "cpu";
+  /// Reorder module weights for oneDNN once per parameter version instead of per call
+  /// (param_versions.h: writes that bypass PyTorch's version counter are not seen, so opt-in).
+  bool weightCache = false;
   /// Entries compiled under other options are not reused.
   uint64_t key() const {
     return uint64_t(backend) | uint64_t(fullgraph) << 8 | uint64_t(dynamic + 1) << 9 |
-           uint64_t(check) << 11;
+           uint64_t(check) << 11 | uint64_t(weightCache) << 12;
   }
 };
 

@@ -137,17 +137,22 @@ NB_MODULE(_frontend, m) {
       .def(
           "__init__",
           [](ScopeOptions *self, const std::string &backend, const std::string &device,
-             bool fullgraph, std::optional<bool> dynamic, bool check) {
+             bool fullgraph, std::optional<bool> dynamic, bool check, bool weightCache) {
             if (device != "cpu")
               throw nb::value_error(("device must be 'cpu' (the reference interpreter runs on "
                                      "CPU), not '" +
                                      device + "'")
                                         .c_str());
-            new (self) ScopeOptions{parseBackend(backend), fullgraph, dynamic ? int(*dynamic) : -1,
-                                    check, device};
+            new (self) ScopeOptions{parseBackend(backend),
+                                    fullgraph,
+                                    dynamic ? int(*dynamic) : -1,
+                                    check,
+                                    device,
+                                    weightCache};
           },
           nb::arg("backend") = "xjit", nb::arg("device") = "cpu", nb::arg("fullgraph") = false,
-          nb::arg("dynamic") = nb::none(), nb::arg("check") = false)
+          nb::arg("dynamic") = nb::none(), nb::arg("check") = false,
+          nb::arg("weight_cache") = false)
       .def_prop_ro("backend", [](const ScopeOptions &o) { return backendName(o.backend); })
       .def_ro("device", &ScopeOptions::device)
       .def_ro("fullgraph", &ScopeOptions::fullgraph)
@@ -157,13 +162,15 @@ NB_MODULE(_frontend, m) {
                      return o.dynamic == 1;
                    })
       .def_ro("check", &ScopeOptions::check)
+      .def_ro("weight_cache", &ScopeOptions::weightCache)
       .def("__repr__", [](const ScopeOptions &o) {
         return std::string("Options(backend='") + backendName(o.backend) +
                "', fullgraph=" + (o.fullgraph ? "True" : "False") + ", dynamic=" +
                (o.dynamic < 0 ? "None"
                 : o.dynamic   ? "True"
                               : "False") +
-               ", check=" + (o.check ? "True" : "False") + ")";
+               ", check=" + (o.check ? "True" : "False") +
+               ", weight_cache=" + (o.weightCache ? "True" : "False") + ")";
       });
 
   m.def(

@@ -32,15 +32,18 @@ namespace {
 
 } // namespace
 
-bool weightCacheEnabled() {
+bool weightCacheForced() {
   static const bool on = [] {
     const char *v = std::getenv("XJIT_WEIGHT_CACHE");
-    return !v || std::strcmp(v, "0") != 0;
+    return v && std::strcmp(v, "1") == 0;
   }();
   return on;
 }
 
 void ParameterVersions::release(Seen &s) {
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+  backend::retireContentTag(s.tag); // the kernels' copies made under it go too
+#endif
   // Dropping our (only) reference to the weakref unregisters its callback.
   Py_XDECREF(s.param);
   Py_XDECREF(s.pin);
@@ -61,6 +64,9 @@ PyObject *ParameterVersions::forget(PyObject *self, PyObject *weakref) {
   // and releases it) must not be freed inside its own callback.
   for (Seen &s : owner->seen_)
     if (s.param == weakref) {
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+      backend::retireContentTag(s.tag);
+#endif
       Py_CLEAR(s.pin);
       s.tag = 0;
     }

@@ -13,8 +13,10 @@
 // TensorImpl, whose storage `.data = ...` swaps in place).
 //
 // Not seen (documented in docs/backend.md): writes through an alias with its own version
-// counter, i.e. `param.data.add_(...)`, `param.numpy()[...] = ...` or another DLPack view;
-// XJIT_WEIGHT_CACHE=0 turns the tags off.
+// counter, i.e. `param.data.add_(...)`, `param.numpy()[...] = ...` or another DLPack view.
+// Eager PyTorch sees those writes, so the tags are opt-in (a stale weight would be a wrong
+// answer): `xjit.jit(..., weight_cache=True)`, `python -m xjit --weight-cache`, or
+// XJIT_WEIGHT_CACHE=1 for every scope.
 #pragma once
 
 #include "py_util.h"
@@ -26,8 +28,9 @@
 
 namespace xjit::frontend {
 
-/// Whether parameters are tagged at all (XJIT_WEIGHT_CACHE, default on; read once).
-bool weightCacheEnabled();
+/// Whether XJIT_WEIGHT_CACHE=1 tags parameters in every scope, whatever its options say (read
+/// once).
+bool weightCacheForced();
 
 /// One compiled entry's record of its parameter inputs. Used under the GIL.
 class ParameterVersions {

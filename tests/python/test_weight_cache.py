@@ -1,7 +1,9 @@
 """Module weights reordered once for oneDNN (content tags from PyTorch's version counters,
 src/frontend/param_versions.cpp, src/backend/dnnl_common.cpp TaggedWeights): the cached copy is
 reused while a parameter is unchanged, and every way of changing one (in-place ops under no_grad,
-load_state_dict, replacing .data, an optimizer step) gives eager's results at the next call."""
+load_state_dict, replacing .data, an optimizer step) gives eager's results at the next call. The
+cache is opt-in (weight_cache=True): by default a write PyTorch's version counter misses
+(`param.data.mul_()`) is seen too."""
 
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ def _model(seed: int) -> tuple[nn.Module, torch.Tensor]:
 
 def test_weights_packed_once_while_unchanged() -> None:
     model, x = _model(0)
-    compiled = xjit.jit(model, fullgraph=True)
+    compiled = xjit.jit(model, fullgraph=True, weight_cache=True)
     _check(compiled, model, x)
     packs, hits = _counts()
     for _ in range(3):
@@ -58,7 +60,7 @@ def test_weights_packed_once_while_unchanged() -> None:
 
 def test_in_place_change_under_no_grad() -> None:
     model, x = _model(1)
-    compiled = xjit.jit(model, fullgraph=True)
+    compiled = xjit.jit(model, fullgraph=True, weight_cache=True)
     _check(compiled, model, x)
     _check(compiled, model, x)
     packs, _ = _counts()
@@ -72,7 +74,7 @@ def test_in_place_change_under_no_grad() -> None:
 def test_load_state_dict() -> None:
     model, x = _model(2)
     other, _ = _model(3)
-    compiled = xjit.jit(model, fullgraph=True)
+    compiled = xjit.jit(model, fullgraph=True, weight_cache=True)
     _check(compiled, model, x)
     _check(compiled, model, x)
     model.load_state_dict(other.state_dict())
@@ -83,7 +85,7 @@ def test_load_state_dict() -> None:
 
 def test_replacing_data() -> None:
     model, x = _model(4)
-    compiled = xjit.jit(model, fullgraph=True)
+    compiled = xjit.jit(model, fullgraph=True, weight_cache=True)
     _check(compiled, model, x)
     for i in range(4):
         # .data = keeps the version counter: the data pointer tells. Dropping the old tensor
@@ -96,7 +98,7 @@ def test_replacing_data() -> None:
 
 def test_optimizer_step() -> None:
     model, x = _model(5)
-    compiled = xjit.jit(model, fullgraph=True)
+    compiled = xjit.jit(model, fullgraph=True, weight_cache=True)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     _check(compiled, model, x)
     _check(compiled, model, x)
@@ -119,7 +121,7 @@ def test_parameters_sharing_a_storage() -> None:
         y = torch.relu(model.conv2(y))
         return model.fc(torch.relu(model.conv3(y)).flatten(1))
 
-    compiled = xjit.jit(forward, fullgraph=True)
+    compiled = xjit.jit(forward, fullgraph=True, weight_cache=True)
     for _ in range(2):
         with torch.no_grad():
             torch.testing.assert_close(compiled(x), forward(x), rtol=1e-4, atol=1e-4)
@@ -132,7 +134,7 @@ def test_parameters_sharing_a_storage() -> None:
 
 def test_threads_racing_on_a_new_version() -> None:
     model, x = _model(7)
-    compiled = xjit.jit(model, fullgraph=True)
+    compiled = xjit.jit(model, fullgraph=True, weight_cache=True)
     _check(compiled, model, x)
     with torch.no_grad():
         model.conv1.weight.mul_(0.5)  # a new tag: the threads below race to pack it
@@ -157,7 +159,7 @@ def test_threads_racing_on_a_new_version() -> None:
 def test_a_dropped_model_frees_its_weights() -> None:
     """The tags hold a parameter weakly: once the model is gone its weight storage is freed."""
     model, x = _model(8)
-    compiled = xjit.jit(model, fullgraph=True)
+    compiled = xjit.jit(model, fullgraph=True, weight_cache=True)
     _check(compiled, model, x)
     param = weakref.ref(model.conv2.weight)
     storage = weakref.ref(model.conv2.weight.untyped_storage())  # what the tag pins
@@ -165,3 +167,43 @@ def test_a_dropped_model_frees_its_weights() -> None:
     gc.collect()
     assert param() is None
     assert storage() is None
+
+
+def test_default_reorders_per_call_and_sees_writes_through_data() -> None:
+    """Without weight_cache=True nothing is cached: a write through `.data`, which leaves the
+    version counter as it was, still gives eager's result at the next call."""
+    model, x = _model(9)
+    compiled = xjit.jit(model, fullgraph=True)
+    _check(compiled, model, x)
+    packs, hits = _counts()
+    model.conv1.weight.data.mul_(-3)
+    model.fc.weight.data.zero_()
+    _check(compiled, model, x)
+    _check(compiled, model, x)
+    assert _counts() == (packs, hits), "weights were cached without weight_cache=True"
+
+
+def test_one_copy_per_weight_across_instructions() -> None:
+    """A weight used by many instructions (a loop unrolled over time steps) is reordered once
+    for all of them, not once per instruction (each kept its own copy: an LSTM held 20x its
+    weights)."""
+
+    class Loop(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cell = nn.Linear(64, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for _ in range(8):
+                x = torch.tanh(self.cell(x))
+            return x
+
+    torch.manual_seed(10)
+    model, x = Loop().eval(), torch.randn(4, 64)
+    compiled = xjit.jit(model, fullgraph=True, weight_cache=True)
+    packs, hits = _counts()
+    _check(compiled, model, x)
+    packs1, hits1 = _counts()
+    assert packs1 - packs <= 1, f"{packs1 - packs} copies of one weight"
+    _check(compiled, model, x)
+    assert _counts()[1] - hits1 >= 8, "the eight steps did not reuse the copy"

@@ -63,6 +63,15 @@ private:
 /// The tag of the tensor data at `data` in the calling thread's current scope; 0 when none.
 uint64_t currentContentTag(const void *data);
 
+/// The issuer of `tag` will not give it again (the tensor changed or died): data cached under
+/// it is dropped. Kernels cache derived data process-wide by tag, so one weight used by many
+/// instructions (a loop unrolled over time steps) has one copy, which lives exactly as long as
+/// its tag.
+void retireContentTag(uint64_t tag);
+/// Called with every retired tag (registered once by a cache of derived data).
+using ContentTagRetiredFn = void (*)(uint64_t tag);
+void onContentTagRetired(ContentTagRetiredFn fn);
+
 /// Weights of library kernels (oneDNN conv / matmul) that needed a reorder into the
 /// primitive's layout, counted per call (for backend_stats and tests).
 struct WeightPackCounters {
