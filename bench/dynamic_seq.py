@@ -15,15 +15,14 @@ the first calls.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import interleave, load_xjit, setup_threads  # noqa: E402
+from bench.common import setup_threads  # noqa: E402
+from bench.dynamic_shapes import compare  # noqa: E402
 from bench.models import _bert, _gpt2, _llama  # noqa: E402
 
 LENGTHS = (32, 64, 128)
@@ -43,42 +42,10 @@ def main() -> None:
     p.add_argument("--inner", type=int, default=3)
     a = p.parse_args()
     setup_threads()
-    xjit = load_xjit()
-    fe = sys.modules["xjit._frontend"]
     torch.manual_seed(0)
     model = MODELS[a.model]().eval()
     inputs = {n: torch.randint(1, 1000, (1, n)) for n in LENGTHS}
-    variants = {
-        "eager": model,
-        "static": xjit.jit(model, dynamic=False),
-        "dynamic": xjit.jit(model, dynamic=True),
-    }
-    compiles: dict[str, int] = {}
-    compile_s: dict[str, float] = {}
-    with torch.no_grad():
-        for name, fn in variants.items():
-            before = fe.events()["counters"]["compiles"]
-            start = time.perf_counter()
-            for n in LENGTHS:
-                fn(inputs[n])
-            compile_s[name] = time.perf_counter() - start
-            compiles[name] = fe.events()["counters"]["compiles"] - before
-            for n in LENGTHS:  # outputs agree with eager
-                err = (first(fn(inputs[n])) - first(model(inputs[n]))).abs().max().item()
-                assert err < 1e-3, f"{name} at {n}: max abs error {err}"
-        print(f"{'len':>5} " + " ".join(f"{v + ' ms':>11}" for v in variants) + "  dynamic/static")
-        for n in LENGTHS:
-            fns = {v: (lambda f=f, x=inputs[n]: f(x)) for v, f in variants.items()}
-            errors: dict[str, str] = {}
-            samples = interleave(fns, a.repeats, a.inner, errors)
-            med = {v: statistics.median(s) * 1e3 for v, s in samples.items()}
-            cells = " ".join(f"{med[v]:11.2f}" for v in variants)
-            print(f"{n:5d} {cells}  {med['dynamic'] / med['static']:.2f}x")
-    print("compiles over the three lengths:", compiles)
-    print(
-        "first calls (capture + compile + run) over the three lengths, s:",
-        {v: round(t, 2) for v, t in compile_s.items()},
-    )
+    compare(model, inputs, "length", a.repeats, a.inner, main_output=first)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
@@ -26,17 +27,19 @@ from bench.models import ResNet18  # noqa: E402
 SIZES = (64, 96, 112)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--inner", type=int, default=3)
-    a = p.parse_args()
-    setup_threads()
+def compare(
+    model: torch.nn.Module,
+    inputs: dict[int, torch.Tensor],
+    label: str,
+    repeats: int,
+    inner: int,
+    main_output: Callable[[Any], torch.Tensor] = lambda out: out,
+) -> None:
+    """Eager, xjit static (one compile per size) and xjit dynamic (one compile) on `inputs`
+    (by size, named `label`) side by side: median ms per call at each size, compile counts and
+    the time of the first calls; outputs are checked against eager first."""
     xjit = load_xjit()
     fe = sys.modules["xjit._frontend"]
-    torch.manual_seed(0)
-    model = ResNet18().eval()
-    inputs = {s: torch.randn(1, 3, s, s) for s in SIZES}
     variants = {
         "eager": model,
         "static": xjit.jit(model, dynamic=False),
@@ -48,24 +51,43 @@ def main() -> None:
         for name, fn in variants.items():
             before = fe.events()["counters"]["compiles"]
             start = time.perf_counter()
-            for s in SIZES:
-                fn(inputs[s])
+            for x in inputs.values():
+                fn(x)
             compile_s[name] = time.perf_counter() - start
             compiles[name] = fe.events()["counters"]["compiles"] - before
-            for s in SIZES:  # outputs agree with eager
-                err = (fn(inputs[s]) - model(inputs[s])).abs().max().item()
-                assert err < 1e-3, f"{name} at {s}: max abs error {err}"
-        print(f"{'size':>5} " + " ".join(f"{n + ' ms':>11}" for n in variants) + "  dynamic/static")
-        for s in SIZES:
-            fns = {n: (lambda f=f, x=inputs[s]: f(x)) for n, f in variants.items()}
+            for size, x in inputs.items():  # outputs agree with eager
+                err = (main_output(fn(x)) - main_output(model(x))).abs().max().item()
+                assert err < 1e-3, f"{name} at {size}: max abs error {err}"
+        print(
+            f"{label:>5} "
+            + " ".join(f"{n + ' ms':>11}" for n in variants)
+            + "  dynamic/static"
+        )
+        for size, x in inputs.items():
+            fns = {n: (lambda f=f, x=x: f(x)) for n, f in variants.items()}
             errors: dict[str, str] = {}
-            samples = interleave(fns, a.repeats, a.inner, errors)
+            samples = interleave(fns, repeats, inner, errors)
             med = {n: statistics.median(v) * 1e3 for n, v in samples.items()}
             cells = " ".join(f"{med[n]:11.2f}" for n in variants)
-            print(f"{s:5d} {cells}  {med['dynamic'] / med['static']:.2f}x")
-    print("compiles over the three sizes:", compiles)
-    print("first calls (capture + compile + run) over the three sizes, s:",
-          {n: round(v, 2) for n, v in compile_s.items()})
+            print(f"{size:5d} {cells}  {med['dynamic'] / med['static']:.2f}x")
+    print(f"compiles over the {len(inputs)} {label}s:", compiles)
+    print(
+        f"first calls (capture + compile + run) over the {len(inputs)} {label}s, s:",
+        {n: round(v, 2) for n, v in compile_s.items()},
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--inner", type=int, default=3)
+    a = p.parse_args()
+    setup_threads()
+    torch.manual_seed(0)
+    model = ResNet18().eval()
+    compare(
+        model, {s: torch.randn(1, 3, s, s) for s in SIZES}, "size", a.repeats, a.inner
+    )
 
 
 if __name__ == "__main__":

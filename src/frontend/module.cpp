@@ -283,8 +283,7 @@ NB_MODULE(_frontend, m) {
       nb::arg("inject") = nb::none(), nb::arg("skip_prefixes") = nb::none(),
       nb::arg("check_compare") = nb::none(), nb::arg("profile") = nb::none(),
       "Process-wide settings (xjit.config).");
-  // Counters of the backend linked into this module, which compiles xjit.jit's kernels
-  // (xjit.ir.backend_stats adds _xjit's).
+  // Counters of the process's one backend (libxjit_native.so, shared with _xjit).
   m.def("backend_stats", &backend::backendCounters);
   m.def("settings", [] {
     const Settings &s = settings();

@@ -76,8 +76,8 @@ void bindRuntime(nb::module_ &m) {
       .def("dump_files", &runtime::CompiledGraph::dumpFiles);
   m.def("compile", &compileForCpu, "graph"_a, "pipeline"_a = runtime::defaultPipeline(),
         "use_target"_a = true, "keep_text"_a = false);
-  // Counters of this module's copy of the backend (xjit.ir.compile's kernels); python/xjit/ir.py
-  // adds those of _frontend's copy (xjit.jit's kernels).
+  // Counters of the process's one backend (libxjit_native.so): xjit.ir.compile's kernels and
+  // xjit.jit's.
   m.def("backend_stats", &backend::backendCounters);
   m.def("profile_report", &runtime::profileReport);
   m.def("profile_reset", &runtime::profileReset);

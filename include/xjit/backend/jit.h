@@ -121,8 +121,8 @@ struct JitTotals {
 };
 JitTotals jitTotals();
 /// jitTotals() and compileCacheStats() as (name, value) pairs, for the Python modules' stats
-/// ("llvm_compilations", "llvm_ms", "cache_links", "cache_link_ms", "cache_hits", ...). Each
-/// Python extension links its own copy of the backend, so each reports its own kernels.
+/// ("llvm_compilations", "llvm_ms", "cache_links", "cache_link_ms", "cache_hits", ...). Both
+/// Python extensions load one backend (libxjit_native.so), so both report the same counts.
 std::vector<std::pair<std::string, double>> backendCounters();
 
 /// Writes <dir>/<kernel name>.loops, .ll and .s (compiled with keepText); creates dir.
