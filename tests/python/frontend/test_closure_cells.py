@@ -16,6 +16,12 @@ fe = pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def clean():
+    fe.reset()
+    yield
+    fe.reset()
+
 
 def make_counter():
     calls = 0

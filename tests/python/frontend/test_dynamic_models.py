@@ -8,6 +8,7 @@ xjit warning (a graph run by the interpreter fallback, a frame in Python) fails 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +21,12 @@ from test_models import bert, gpt2, llama  # noqa: E402
 LENGTHS = (12, 9, 17, 5)
 BUILDERS = {"bert": bert, "gpt2": gpt2, "llama": llama}
 
+
+@pytest.fixture(autouse=True)
+def clean() -> Iterator[None]:
+    fe.reset()
+    yield
+    fe.reset()
 
 
 def counters() -> dict[str, int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,12 @@ from bench import models as bench_models  # noqa: E402
 
 nn = torch.nn
 
+
+@pytest.fixture(autouse=True)
+def clean() -> Iterator[None]:
+    fe.reset()
+    yield
+    fe.reset()
 
 
 def counters() -> dict[str, int]:

@@ -7,7 +7,7 @@ asserted as achieved, so a regression in what the analyzer captures shows up her
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,13 @@ from bench import models as bench_models  # noqa: E402
 
 nn = torch.nn
 
+
+@pytest.fixture(autouse=True)
+def clean() -> Iterator[None]:
+    fe.reset()
+    yield
+    fe.set_recording(False)
+    fe.reset()
 
 
 def _transformers() -> Any:

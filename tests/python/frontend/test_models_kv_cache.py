@@ -5,6 +5,7 @@ passes the cache back in, and greedy generate() must equal eager: logits and eve
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,6 +15,13 @@ transformers = pytest.importorskip("transformers")
 fe = pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
 
+
+@pytest.fixture(autouse=True)
+def clean() -> Iterator[None]:
+    fe.reset()
+    yield
+    fe.set_recording(False)
+    fe.reset()
 
 
 def build(name: str) -> Any:
