@@ -271,8 +271,9 @@ struct TaggedCopies {
 };
 } // namespace
 
-memory TaggedWeights::get(const Tensor &w, const Densify &reorder) const {
-  const uint64_t tag = currentContentTag(w.data());
+namespace {
+/// The process-wide copy of tagged weight `w` in the layout `reorder.to()`.
+memory taggedCopy(uint64_t tag, const Tensor &w, const Densify &reorder) {
   TaggedCopies &copies = TaggedCopies::instance();
   {
     std::lock_guard lock(copies.mu);
@@ -290,11 +291,11 @@ memory TaggedWeights::get(const Tensor &w, const Densify &reorder) const {
   copies.byTag[tag].push_back({reorder.from(), reorder.to(), packed});
   return packed;
 }
+} // namespace
 
-memory runtimeWeights(const Tensor &w, const memory::desc &userDesc, const Densify &reorder,
-                      const TaggedWeights &cache) {
+memory runtimeWeights(const Tensor &w, const memory::desc &userDesc, const Densify &reorder) {
   if (!reorder) return wrap(userDesc, w);
-  if (currentContentTag(w.data()) != 0) return cache.get(w, reorder);
+  if (uint64_t tag = currentContentTag(w.data())) return taggedCopy(tag, w, reorder);
   gWeightReorders.fetch_add(1, std::memory_order_relaxed);
   return reorder.intoScratch(w, ScratchSlot::Weights);
 }

@@ -194,25 +194,14 @@ private:
   mutable std::vector<std::pair<memory::desc, memory>> packed_;
 };
 
-/// Run-time weights the caller tagged as unchanged since an earlier call
-/// (xjit/backend/content_tags.h: the frontend tags module parameters by PyTorch's version
-/// counter), reordered into a primitive's layout once per tag and reused while the tag stays
-/// the same; the copies are shared by every kernel of the process. Untagged weights are
-/// reordered per call into the thread's scratch buffer, as before.
-class TaggedWeights {
-public:
-  /// `w` (described by `reorder.from()`) in the layout `reorder.to()`: a copy made at an
-  /// earlier call with the same tag, by this kernel or any other (the copies are process-wide,
-  /// so a weight used by many instructions is reordered once), else a new copy. A copy lives
-  /// until its tag is retired (retireContentTag: the parameter changed or died).
-  memory get(const Tensor &w, const Densify &reorder) const;
-};
-
 /// What a library kernel passes as its weights argument for a run-time weight `w` described
-/// by `reorder.from()`: `w` itself when no reorder is needed, the cached copy of a tagged
-/// weight, or a per-call copy in the thread's scratch buffer.
-memory runtimeWeights(const Tensor &w, const memory::desc &userDesc, const Densify &reorder,
-                      const TaggedWeights &cache);
+/// by `reorder.from()`: `w` itself when no reorder is needed; for a weight the caller tagged as
+/// unchanged since an earlier call (xjit/backend/content_tags.h: the frontend tags module
+/// parameters by PyTorch's version counter), its copy in the layout `reorder.to()`, made once
+/// per tag and shared by every kernel of the process (a weight used by many instructions is
+/// reordered once) until the tag is retired (retireContentTag: the parameter changed or died);
+/// else a per-call copy in the thread's scratch buffer.
+memory runtimeWeights(const Tensor &w, const memory::desc &userDesc, const Densify &reorder);
 
 /// Eltwise algorithm for a unary post-op; false when oneDNN has none for it.
 bool eltwiseFor(const Op &op, PostOp &out);

@@ -41,8 +41,7 @@ public:
   const ConvSpec *spec = nullptr;
   memory::desc srcDesc, weightsDesc, biasDesc, dstDesc, dstUser;
   Densify toSrc, toWeights, fromDst;
-  memory packedW;                        // constant weights, already in weightsDesc
-  const TaggedWeights *tagged = nullptr; // tagged run-time weights: the process-wide copies
+  memory packedW; // constant weights, already in weightsDesc
   bool hasBias = false, dstScratch = false;
   std::unique_ptr<BoundPostOps> post;
 
@@ -57,13 +56,13 @@ public:
       args[DNNL_ARG_WEIGHTS] = packedW;
     } else {
       // Run-time weights: a module's parameters, tagged by the frontend while unchanged, are
-      // reordered once per tag (TaggedWeights); others per call into this thread's scratch
+      // reordered once per tag (runtimeWeights); others per call into this thread's scratch
       // buffer (threadScratch), whose size is the largest weight's whatever the batch.
       // Activations stay fresh allocations (a batch-8 ResNet's are 26 MB: persistent buffers
       // for them cost more peak memory).
       Tensor w = tensorOf(spec->w, in);
       keep.push_back(w);
-      args[DNNL_ARG_WEIGHTS] = runtimeWeights(w, weightsDesc, toWeights, *tagged);
+      args[DNNL_ARG_WEIGHTS] = runtimeWeights(w, weightsDesc, toWeights);
     }
     if (hasBias) {
       Tensor b = tensorOf(spec->bias, in);
@@ -196,7 +195,6 @@ public:
       bool plain = attempts[ai] == Plain;
       auto plan = std::make_unique<ConvPlan>();
       plan->spec = &s_;
-      plan->tagged = &tagged_;
       plan->resultSizes = result;
       plan->dtype = s_.dtype;
       plan->dstUser = dstUser;
@@ -278,7 +276,6 @@ private:
 
   ConvSpec s_;
   std::unique_ptr<PackedWeights> packed_;
-  TaggedWeights tagged_;
 };
 
 } // namespace

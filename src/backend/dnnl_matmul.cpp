@@ -52,7 +52,6 @@ public:
   Densify densifyA, densifyB;
   Densify toB; // a tagged run-time rhs into the layout the primitive chose (`any`)
   const PackedWeights *packed = nullptr; // constant rhs
-  const TaggedWeights *tagged = nullptr; // tagged run-time rhs: the process-wide copies
   memory packedB;
   bool nativeBias = false;
   std::unique_ptr<BoundPostOps> post;
@@ -71,7 +70,7 @@ public:
       Tensor b = tensorOf(spec->rhs, in);
       if (densifyB) b = densifyB(b, dtype);
       keep.push_back(b);
-      args[DNNL_ARG_WEIGHTS] = runtimeWeights(b, bDesc, toB, *tagged);
+      args[DNNL_ARG_WEIGHTS] = runtimeWeights(b, bDesc, toB);
     }
     if (nativeBias) {
       Tensor bias = tensorOf(spec->bias, in);
@@ -173,7 +172,6 @@ public:
       bool dense = attempt == 1;
       auto plan = std::make_unique<MatmulPlan>();
       plan->spec = &s_;
-      plan->tagged = &tagged_;
       plan->dtype = s_.dtype;
       plan->resultSizes = result;
       if (fold) {
@@ -248,7 +246,6 @@ private:
   }
   MatmulSpec s_;
   std::unique_ptr<PackedWeights> packed_;
-  TaggedWeights tagged_;
 };
 
 } // namespace
