@@ -7,6 +7,7 @@ import importlib.metadata
 import os
 import platform
 import resource
+import statistics
 import sys
 import time
 import traceback
@@ -134,6 +135,18 @@ def interleave(
                 errors[n] = error_text(exc)
                 del live[n]
     return {n: s for n, s in samples.items() if n in live}
+
+
+def medians_line(name: str, samples: dict[str, list[float]]) -> tuple[str, dict[str, float]]:
+    """`name threads=N: eager 1.00 ms b 0.50 ms (2.00x eager) ...` from interleaved samples (s
+    per call), and the medians in ms."""
+    med = {b: statistics.median(v) * 1e3 for b, v in samples.items()}
+    line = f"{name} threads={torch.get_num_threads()}:"
+    for b, ms in med.items():
+        line += f" {b} {ms:.2f} ms"
+        if b != "eager" and "eager" in med:
+            line += f" ({med['eager'] / ms:.2f}x eager)"
+    return line, med
 
 
 def leaves(out: Any) -> list[torch.Tensor]:

@@ -12,7 +12,6 @@ measure the other processes as much as the model.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import interleave, leaves, prepare  # noqa: E402
+from bench.common import interleave, leaves, medians_line, prepare  # noqa: E402
 from bench.models import CASES  # noqa: E402
 
 
@@ -39,12 +38,7 @@ def main() -> None:
         with torch.no_grad():
             fns, outputs, errors = prepare(backends, model, inputs)
             samples = interleave(fns, args.repeats, 1, errors)
-        med = {b: statistics.median(s) * 1e3 for b, s in samples.items()}
-        line = f"{name} threads={torch.get_num_threads()}:"
-        for b, ms in med.items():
-            line += f" {b} {ms:.2f} ms"
-            if b != "eager" and "eager" in med:
-                line += f" ({med['eager'] / ms:.2f}x eager)"
+        line, _ = medians_line(name, samples)
         if "xjit" in outputs and "eager" in outputs:
             err = max(
                 (a - b).abs().max().item()

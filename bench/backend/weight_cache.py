@@ -2,41 +2,26 @@
 
     python bench/backend/weight_cache.py [resnet18/b1,mlp/b64] [--threads 1] [--repeats 15]
 
-Each case's model is compiled twice with xjit.jit: as built (its weights are nn.Parameters,
-which the frontend tags by version counter, so oneDNN reorders them once: docs/backend.md "A
-module's weights") and as a copy whose parameters are plain-tensor buffers (untagged: reordered
-per call, or read through their strides by matmul: the behaviour before the cache). Eager runs
-too, for the ratio the suite reports. Calls are interleaved round-robin; medians over repeats.
+Each case's model is compiled twice with xjit.jit: with `weight_cache=True` (the frontend tags
+its nn.Parameters by version counter, so oneDNN reorders them once: docs/backend.md "A module's
+weights") and with the defaults (reordered per call, or read through their strides by matmul).
+Eager runs too, for the ratio the suite reports. Calls are interleaved round-robin; medians over repeats.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
-import statistics
 import sys
 from pathlib import Path
 
 import torch
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import xjit  # noqa: E402
 import xjit.ir as ir  # noqa: E402
-from bench.common import interleave, leaves  # noqa: E402
+from bench.common import interleave, leaves, medians_line  # noqa: E402
 from bench.models import CASES  # noqa: E402
-
-
-def without_parameters(model: nn.Module) -> nn.Module:
-    """A copy whose parameters are plain-tensor buffers (same values, no content tags)."""
-    plain = copy.deepcopy(model)
-    for m in plain.modules():
-        for name, p in list(m._parameters.items()):
-            if p is not None:
-                del m._parameters[name]
-                m.register_buffer(name, p.detach().clone())
-    return plain
 
 
 def main() -> None:
@@ -48,8 +33,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     for name in args.cases.split(","):
         model, inputs = CASES[name].build()
-        plain = without_parameters(model)
-        tagged, untagged = xjit.jit(model), xjit.jit(plain)
+        tagged, untagged = xjit.jit(model, weight_cache=True), xjit.jit(model)
         with torch.no_grad():
             want = model(*inputs)
             for f in (tagged, untagged):
@@ -66,12 +50,7 @@ def main() -> None:
             errors: dict[str, str] = {}
             samples = interleave(fns, args.repeats, 1, errors)
             after = ir.backend_stats()
-        med = {b: statistics.median(s) * 1e3 for b, s in samples.items()}
-        line = f"{name} threads={torch.get_num_threads()}:"
-        for b, ms in med.items():
-            line += f" {b} {ms:.2f} ms"
-            if b != "eager":
-                line += f" ({med['eager'] / ms:.2f}x eager)"
+        line, med = medians_line(name, samples)
         once, per_call = med["reorder once"], med["per-call reorder"]
         line += f"; reorder once / per call = {once / per_call:.3f}"
         counts = {k: after[k] - before[k] for k in after if k.startswith("weight_")}
