@@ -70,6 +70,20 @@ def compile_rows(rows: list[Results]) -> list[list[str]]:
     ]
 
 
+def warm_rows(rows: list[Results]) -> list[list[str]]:
+    """The raw warm first call next to its overhead over a later call of the same process."""
+
+    def ms(row: Results, b: str, phase: str, key: str) -> str:
+        value = get(row, b, phase, key)
+        return fmt(value * 1e3 if value is not None else None)
+
+    return [
+        [row["case"], ms(row, "eager", "cold", "first_call_s"), ms(row, "eager", "cold", "first_call_overhead_s")]
+        + [ms(row, b, "warm", key) for b in COMPILERS for key in ("first_call_s", "later_call_s", "first_call_overhead_s")]
+        for row in rows
+    ]
+
+
 def memory_rows(rows: list[Results]) -> list[list[str]]:
     def cell(row: Results, b: str) -> str:
         steady = get(row, b, "cold", "peak_rss_steady_mb")
@@ -165,6 +179,15 @@ def markdown(results: Results) -> str:
         *table(
             ["case", "eager first call", "inductor cold", "inductor warm", "xjit cold", "xjit warm"],
             compile_rows(rows),
+        ),
+        "",
+        "## Warm start (ms): the first call in a fresh process (warm: cache filled), a later call of that "
+        "process (median of 3) and the overhead = first - later, the part a compiler controls",
+        "",
+        *table(
+            ["case", "eager first", "eager overhead"]
+            + [f"{b} warm {k}" for b in COMPILERS for k in ("first", "later", "overhead")],
+            warm_rows(rows),
         ),
         "",
         "## Peak RSS (MB): steady-state calls (in parentheses: including the first call and its compile)",

@@ -5,7 +5,9 @@
 Per case, each in a fresh subprocess (run by bench/worker.py):
   1. first-call, cold: every backend alone, caches in an empty directory: first-call (compile)
      time, peak RSS, graph and graph-break counts;
-  2. first-call, warm (compilers only): a second fresh process reusing the filled cache;
+  2. first-call, warm (compilers only): a second fresh process reusing the filled cache; each
+     first-call process also times 3 later calls, so the first call's overhead over a later call
+     of the same backend (first - later) is reported next to the raw first-call time;
   3. steady: all backends in one process on the same inputs, interleaved round-robin: median
      time per call, max error against eager.
 Then the micro-benchmarks (bench/micro.py). Writes results.json, results.md and PNG charts to

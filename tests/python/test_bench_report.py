@@ -1,0 +1,52 @@
+"""bench/report.py's warm-start table: the raw warm first call next to its overhead over a later
+call of the same process (docs/perf.md, "Session 5: warm start")."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench import report  # noqa: E402
+
+
+def _row() -> dict:
+    def first(first_s: float, later_s: float) -> dict:
+        return {"first_call_s": first_s, "later_call_s": later_s, "first_call_overhead_s": first_s - later_s}
+
+    return {
+        "case": "gpt2/b1",
+        "backends": {
+            "eager": {"cold": first(0.366, 0.180)},
+            "inductor": {"cold": first(21.8, 0.2), "warm": {"error": "timed out"}},
+            "xjit": {"cold": first(0.378, 0.176), "warm": first(0.285, 0.176)},
+        },
+    }
+
+
+def test_warm_rows_put_the_overhead_next_to_the_raw_first_call() -> None:
+    (row,) = report.warm_rows([_row()])
+    assert row[0] == "gpt2/b1"
+    assert row[1:3] == ["366", "186"]  # eager: first call, first - later (cold process)
+    assert row[3:6] == ["n/a", "n/a", "n/a"]  # inductor warm failed: no numbers invented
+    assert row[6:9] == ["285", "176", "109"]  # xjit warm: first, later, overhead
+
+
+def test_markdown_has_the_warm_table() -> None:
+    machine = {"cpu": "x", "isa": [], "cores": 2, "memory_gib": 8, "torch": "t", "torch_threads": 2}
+    machine |= {"transformers": "t", "python": "p", "loadavg_1m_at_start": 1.0}
+    results = {
+        "machine": machine,
+        "xjit": {"available": True, "version": "0"},
+        "loadavg_1m_at_end": 1.0,
+        "command": "bench/run.py",
+        "settings": {"repeats": 1},
+        "cases": [_row()],
+    }
+    text = report.markdown(results)
+    assert "## Warm start (ms)" in text
+    assert "| gpt2/b1 | 366 | 186 | n/a | n/a | n/a | 285 | 176 | 109 |" in text
