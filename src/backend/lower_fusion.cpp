@@ -28,6 +28,14 @@ namespace {
 
 bool isStaticOne(const DimExpr &d) { return d.isStatic() && d.value() == 1; }
 
+/// Which of a nest's loops (extents outermost first) runs in parallel: the first of the first
+/// `limit` whose extent is not a static 1, else the outermost.
+size_t parallelDim(const std::vector<Expr> &extents, size_t limit) {
+  for (size_t d = 0; d < std::min(limit, extents.size()); ++d)
+    if (!isConst(extents[d], 1)) return d;
+  return 0;
+}
+
 /// One shared index 0, so that equal index vectors are pointer-equal (the memo's key).
 const Expr &zeroIdx() {
   static const Expr zero = constIdx(0);
@@ -299,13 +307,17 @@ private:
       return {parallelFor(flatVar_->index, numel, constIdx(1), std::move(body))};
     }
     if (rank == 0) return body;
-    // The outermost loop runs in parallel; one of its iterations covers the inner dims.
-    for (size_t d = rank; d-- > 1;)
-      body = {forLoop(ids[d], extents_[d], std::move(body), mode != Mode::General)};
+    // One loop runs in parallel, outermost; one of its iterations covers the other dims. It is
+    // the first dim whose extent is not a static 1 (a leading batch of one left nothing to split),
+    // never the innermost one, which stays innermost for the vectorizer. Unit loops go inside it:
+    // their place in the nest changes nothing.
+    size_t par = parallelDim(extents_, rank - 1);
+    for (size_t d = rank; d-- > 0;)
+      if (d != par) body = {forLoop(ids[d], extents_[d], std::move(body), mode != Mode::General)};
     Expr work = constIdx(1);
-    for (size_t d = 1; d < rank; ++d)
-      work = mulIdx(work, extents_[d]);
-    return {parallelFor(ids[0], extents_[0], work, std::move(body), mode != Mode::General)};
+    for (size_t d = 0; d < rank; ++d)
+      if (d != par) work = mulIdx(work, extents_[d]);
+    return {parallelFor(ids[par], extents_[par], work, std::move(body), mode != Mode::General)};
   }
 
   /// Element offset of `idx` in buffer b under the current mode.
@@ -650,22 +662,27 @@ private:
     for (Stmt &s : stores)
       body.push_back(std::move(s));
     pre_.clear();
-    // The outermost row loop runs in parallel (rows are independent); with every dim reduced
-    // there is no row loop and the kernel is single-threaded.
-    size_t j = outerIds.size();
-    for (size_t d = rank; d-- > 0;) {
-      if (isReduced(d)) continue;
-      bool vec = mode != Mode::General;
-      if (--j > 0) {
-        body = {forLoop(outerIds[j], loopExtents[d], std::move(body), vec)};
-        continue;
+    // One row loop runs in parallel, outermost (rows are independent): the first whose extent is
+    // not a static 1, so that a leading batch of one ([1,6,197,197] attention scores, [1,197,384]
+    // layer_norm rows) still splits; the unit loops go inside it. With every dim reduced there is
+    // no row loop and the kernel is single-threaded.
+    std::vector<size_t> rowDims;
+    std::vector<Expr> rowExtents;
+    for (size_t d = 0; d < rank; ++d)
+      if (!isReduced(d)) {
+        rowDims.push_back(d);
+        rowExtents.push_back(loopExtents[d]);
       }
-      Expr work = lanes_ && d + 1 == rank ? constIdx(kLanes) : constIdx(1);
-      for (size_t e = 0; e < rank; ++e)
-        if (e != d) work = mulIdx(work, fullExtents_[e]);
-      body = {parallelFor(outerIds[j], loopExtents[d], work, std::move(body), vec)};
-    }
-    return body;
+    if (rowDims.empty()) return body;
+    size_t par = parallelDim(rowExtents, rowDims.size());
+    bool vec = mode != Mode::General;
+    for (size_t j = rowDims.size(); j-- > 0;)
+      if (j != par) body = {forLoop(outerIds[j], rowExtents[j], std::move(body), vec)};
+    size_t d = rowDims[par];
+    Expr work = lanes_ && d + 1 == rank ? constIdx(kLanes) : constIdx(1);
+    for (size_t e = 0; e < rank; ++e)
+      if (e != d) work = mulIdx(work, fullExtents_[e]);
+    return {parallelFor(outerIds[par], rowExtents[par], work, std::move(body), vec)};
   }
 
   bool reducesEveryDim() const {

@@ -147,6 +147,46 @@ TEST(BackendParallel, LargeReductionsMatch) {
             "");
 }
 
+// A leading batch of one: the parallel loop is the first dim of another extent (the heads of
+// [1,H,S,S] attention scores, the rows of [1,S,D] layer_norm input, a broadcast elementwise
+// kernel's rows); with the outermost dim, these kernels ran on one thread.
+TEST(BackendParallel, LeadingUnitDimsStillSplit) {
+  std::mt19937 rng(5);
+  Tensor s = randomTensor(DType::F32, {1, 6, 97, 131}, rng);
+  Tensor h = randomTensor(DType::F32, {1, 301, 256}, rng), w = randomTensor(DType::F32, {256}, rng);
+  Tensor e = randomTensor(DType::F32, {1, 301, 257}, rng), b = randomTensor(DType::F32, {257}, rng);
+  struct Case {
+    const char *text;
+    std::vector<Tensor> inputs;
+    double rowSize;
+  } cases[] = {
+      {R"(graph @scores(%x: f32[1,6,97,131]) -> (f32[1,6,97,131]) {
+  %y = softmax(%x) {dim = -1} : f32[1,6,97,131]
+  return(%y)
+})",
+       {s},
+       1},
+      {R"(graph @ln(%x: f32[1,301,256], %w: f32[256]) -> (f32[1,301,256]) {
+  %y = layer_norm(%x, %w, %w) {normalized_shape = [256]} : f32[1,301,256]
+  return(%y)
+})",
+       {h, w},
+       16},
+      {R"(graph @bias(%x: f32[1,301,257], %b: f32[257]) -> (f32[1,301,257]) {
+  %a = add(%x, %b) : f32[1,301,257]
+  %y = tanh(%a) : f32[1,301,257]
+  return(%y)
+})",
+       {e, b},
+       1},
+  };
+  for (const Case &c : cases) {
+    uint64_t before = parallelSplits();
+    EXPECT_EQ(check(c.text, c.inputs, c.rowSize), "") << c.text;
+    EXPECT_GT(parallelSplits(), before) << "ran on one thread:\n" << c.text;
+  }
+}
+
 TEST(BackendParallel, ReductionsOverEveryDimRunInChunks) {
   std::mt19937 rng(4);
   Tensor x = randomTensor(DType::F32, {301, 517}, rng);
