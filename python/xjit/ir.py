@@ -237,7 +237,9 @@ def backend_stats() -> dict[str, float]:
     ``cache_evictions`` (entries deleted to keep ``XJIT_CACHE_MAX_MB``); for oneDNN conv/matmul
     weights that need a reorder into the primitive's layout, ``weight_packs`` (a module
     parameter reordered into a cached copy: new or changed), ``weight_pack_hits`` (calls that
-    reused that copy) and ``weight_reorders`` (untagged weights reordered for one call)."""
+    reused that copy), ``weight_reorders`` (untagged weights reordered for one call) and
+    ``weights_in_place`` (calls of a weight-bound convolution that read its weights as they
+    are, through im2col and a matmul, instead of reordering them; docs/backend.md)."""
     # One backend per process (libxjit_native.so, which both extensions load): its counters
     # cover xjit.jit's kernels and those of xjit.ir.compile.
     stats = {name: value for name, value in _xjit.backend_stats()}

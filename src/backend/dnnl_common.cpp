@@ -231,7 +231,7 @@ memory PackedWeights::get(const memory::desc &userDesc, const memory::desc &want
 }
 
 namespace {
-std::atomic<uint64_t> gWeightPacks{0}, gWeightPackHits{0}, gWeightReorders{0};
+std::atomic<uint64_t> gWeightPacks{0}, gWeightPackHits{0}, gWeightReorders{0}, gWeightsInPlace{0};
 } // namespace
 
 namespace {
@@ -293,6 +293,8 @@ memory taggedCopy(uint64_t tag, const Tensor &w, const Densify &reorder) {
 }
 } // namespace
 
+void countWeightsInPlace() { gWeightsInPlace.fetch_add(1, std::memory_order_relaxed); }
+
 memory runtimeWeights(const Tensor &w, const memory::desc &userDesc, const Densify &reorder) {
   if (!reorder) return wrap(userDesc, w);
   if (uint64_t tag = currentContentTag(w.data())) return taggedCopy(tag, w, reorder);
@@ -305,7 +307,8 @@ memory runtimeWeights(const Tensor &w, const memory::desc &userDesc, const Densi
 namespace xjit::backend {
 WeightPackCounters weightPackCounters() {
   using namespace dnnl_kernels;
-  return {gWeightPacks.load(), gWeightPackHits.load(), gWeightReorders.load()};
+  return {gWeightPacks.load(), gWeightPackHits.load(), gWeightReorders.load(),
+          gWeightsInPlace.load()};
 }
 } // namespace xjit::backend
 

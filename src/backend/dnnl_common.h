@@ -130,7 +130,7 @@ public:
 /// size asked for and reused by every later call, instead of a fresh allocation per call
 /// (ResNet-18: 20 convolutions' weights, 45 MB, per call, whose freed blocks glibc's malloc
 /// kept: 43 MB held free after the steady calls).
-enum class ScratchSlot { Weights, Count };
+enum class ScratchSlot { Weights, Im2col, Count };
 /// At least `bytes` bytes, 64-byte aligned, owned by the calling thread.
 void *threadScratch(ScratchSlot slot, size_t bytes);
 
@@ -202,6 +202,8 @@ private:
 /// reordered once) until the tag is retired (retireContentTag: the parameter changed or died);
 /// else a per-call copy in the thread's scratch buffer.
 memory runtimeWeights(const Tensor &w, const memory::desc &userDesc, const Densify &reorder);
+/// Counts a call that read its run-time weights as they are (backend_stats' weights_in_place).
+void countWeightsInPlace();
 
 /// Eltwise algorithm for a unary post-op; false when oneDNN has none for it.
 bool eltwiseFor(const Op &op, PostOp &out);

@@ -12,8 +12,10 @@
 
 #include "ops/nn_util.h"
 #include "ops/op_util.h"
+#include "xjit/backend/content_tags.h"
 #include "xjit/ir/op_registry.h"
 
+#include <cstdlib>
 #include <sstream>
 #include <type_traits>
 
@@ -85,6 +87,84 @@ public:
   std::string info() const override { return impl; }
   dnnl::reorder fromDstPrim;
 };
+
+/// A weight-bound convolution as im2col + matmul on the weights as they are (OIHW, read as the
+/// transposed [Cin*kh*kw, Cout] matrix). A module's weights are graph inputs, so the blocked
+/// convolution reorders them on every call; when the weights are much larger than the
+/// activations (ResNet's last stage at batch 1: 9.4 MB of weights against 0.1 MB of pixels)
+/// that reorder, read and written through memory, costs as much as the convolution itself,
+/// while the matmul packs its weight blocks into cache as it goes. oneDNN 2.6 has no fast
+/// convolution on plain OIHW weights (only its reference one), hence the im2col here.
+class Im2colConvPlan : public Plan {
+public:
+  const ConvSpec *spec = nullptr;
+  int64_t n = 0, h = 0, w = 0, c = 0, kh = 0, kw = 0, oh = 0, ow = 0;
+  int64_t strideH = 0, strideW = 0, padTop = 0, padLeft = 0;
+  bool channelsLast = false;
+  dnnl::matmul prim;
+  memory::desc colsDesc, weightsDesc, biasDesc, dstDesc;
+  bool hasBias = false;
+  std::string impl;
+
+  void run(std::span<const RtValue> in, const Tensor &out) const override {
+    Tensor x = tensorOf(spec->x, in), wt = tensorOf(spec->w, in);
+    auto *cols = static_cast<float *>(threadScratch(ScratchSlot::Im2col, colsDesc.get_size()));
+    im2col(reinterpret_cast<const float *>(x.data()), cols);
+    memory colsMem(colsDesc, cpuEngine(), cols), weightsMem = wrap(weightsDesc, wt);
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, channelsLast ? colsMem : weightsMem},
+                                            {DNNL_ARG_WEIGHTS, channelsLast ? weightsMem : colsMem},
+                                            {DNNL_ARG_DST, wrap(dstDesc, out)}};
+    Tensor b;
+    if (hasBias) {
+      b = tensorOf(spec->bias, in);
+      args[DNNL_ARG_BIAS] = wrap(biasDesc, b);
+    }
+    execute(prim, args);
+    countWeightsInPlace();
+  }
+  std::string info() const override { return impl + " (im2col, weights in place)"; }
+
+private:
+  /// `x` (NHWC or NCHW) -> one row per output pixel, columns in the weights' (c, kh, kw) order.
+  void im2col(const float *x, float *cols) const {
+    const int64_t window = kh * kw, row = c * window, pixels = n * oh * ow;
+#pragma omp parallel for schedule(static) if (pixels * row >= (int64_t(1) << 16))
+    for (int64_t p = 0; p < pixels; ++p) {
+      int64_t b = p / (oh * ow), y = p / ow % oh, xo = p % ow;
+      float *dst = cols + p * row;
+      for (int64_t i = 0; i < kh; ++i)
+        for (int64_t j = 0; j < kw; ++j) {
+          int64_t iy = y * strideH - padTop + i, ix = xo * strideW - padLeft + j, k = i * kw + j;
+          if (iy < 0 || iy >= h || ix < 0 || ix >= w) {
+            for (int64_t ch = 0; ch < c; ++ch)
+              dst[ch * window + k] = 0.f;
+            continue;
+          }
+          if (channelsLast) {
+            const float *src = x + ((b * h + iy) * w + ix) * c;
+            for (int64_t ch = 0; ch < c; ++ch)
+              dst[ch * window + k] = src[ch];
+          } else {
+            const float *src = x + (b * c * h + iy) * w + ix;
+            for (int64_t ch = 0; ch < c; ++ch)
+              dst[ch * window + k] = src[ch * h * w];
+          }
+        }
+    }
+  }
+};
+
+/// XJIT_CONV_IM2COL: "auto" (default) takes Im2colConvPlan for weight-bound convolutions,
+/// "0" never, "1" whenever it applies (tests and benchmarks).
+enum class Im2colMode { Auto, Never, Always };
+Im2colMode im2colMode() {
+  static const Im2colMode mode = [] {
+    const char *v = std::getenv("XJIT_CONV_IM2COL");
+    if (!v || !*v || std::string(v) == "auto") return Im2colMode::Auto;
+    return std::string(v) == "0" ? Im2colMode::Never : Im2colMode::Always;
+  }();
+  return mode;
+}
 
 class ConvKernel : public LibraryKernel {
 public:
@@ -178,6 +258,8 @@ public:
       biasDesc = stridedDesc(B.sizes(), B.strides(), *bdt);
     }
 
+    if (auto plan = im2colPlan(X, W, B, xs, out, strides, dilates, padL, result)) return plan;
+
     // Layout attempts, best first: channels-first activations in oneDNN's 16-channel blocked
     // layout (nChw16c: what PyTorch's ideep uses; the reorders from and to NCHW are cheap),
     // then whatever oneDNN prefers (`any`), then the op's own plain layout (which also
@@ -261,6 +343,85 @@ public:
   }
 
 private:
+  /// Im2colConvPlan when it applies and pays: a plain 2-D f32 convolution with
+  /// dense OIHW run-time weights (constant ones are prepacked once, and tagged ones are
+  /// cached by runtimeWeights: both are better served blocked), eltwise post-ops only, and
+  /// weights at least 8x the bytes of input and output together.
+  std::unique_ptr<Plan> im2colPlan(const Tensor &X, const Tensor &W, const Tensor &B,
+                                   const Dims &xs, const Dims &out, const memory::dims &strides,
+                                   const memory::dims &dilates, const memory::dims &padL,
+                                   const Dims &result) const {
+    Im2colMode mode = im2colMode();
+    if (mode == Im2colMode::Never || s_.transposed || s_.groups != 1 || s_.nd != 2 || packed_ ||
+        s_.dtype != DType::F32 || X.dtype() != DType::F32 || W.dtype() != DType::F32 ||
+        !X.isContiguous() || !W.isContiguous() || currentContentTag(W.data()) != 0)
+      return nullptr;
+    for (int64_t d : dilates)
+      if (d != 0) return nullptr;
+    for (const PostOp &p : s_.post)
+      if (p.binary) return nullptr;
+    if (B.defined() && (B.dtype() != DType::F32 || B.rank() != 1 || !B.isContiguous()))
+      return nullptr;
+    int64_t pixels = xs[0] * out[2] * out[3], depth = xs[1] * W.size(2) * W.size(3);
+    int64_t cout = W.size(0);
+    if (mode == Im2colMode::Auto && W.numel() < 8 * (X.numel() + pixels * cout)) return nullptr;
+
+    auto plan = std::make_unique<Im2colConvPlan>();
+    plan->spec = &s_;
+    plan->resultSizes = result;
+    plan->dtype = s_.dtype;
+    plan->n = xs[0];
+    plan->c = xs[1];
+    plan->h = xs[2];
+    plan->w = xs[3];
+    plan->kh = W.size(2);
+    plan->kw = W.size(3);
+    plan->oh = out[2];
+    plan->ow = out[3];
+    plan->strideH = strides[0];
+    plan->strideW = strides[1];
+    plan->padTop = padL[0];
+    plan->padLeft = padL[1];
+    plan->channelsLast = s_.channelsLast;
+    // The columns [N, OH*OW, depth] and the weights [Cout, depth], multiplied as oneDNN's
+    // fast (brgemm) matmul takes them, the weights broadcast over the batch:
+    // channels-last, cols x weights^T -> [N, OH*OW, Cout]; channels-first, weights x cols^T ->
+    // [N, Cout, OH*OW] (a transposed dst, or a per-row bias there, gets the reference matmul).
+    using T = memory::format_tag;
+    auto f32 = memory::data_type::f32;
+    int64_t n = xs[0], perImage = out[2] * out[3];
+    plan->hasBias = B.defined();
+    if (s_.channelsLast) {
+      plan->colsDesc = memory::desc({n, perImage, depth}, f32, T::abc);
+      plan->weightsDesc = memory::desc({1, depth, cout}, f32, T::acb);
+      plan->dstDesc = memory::desc({n, perImage, cout}, f32, T::abc);
+      if (plan->hasBias) plan->biasDesc = memory::desc({1, 1, cout}, f32, T::abc);
+    } else {
+      if (plan->hasBias) return nullptr;
+      plan->colsDesc = memory::desc({n, depth, perImage}, f32, T::acb);
+      plan->weightsDesc = memory::desc({1, cout, depth}, f32, T::abc);
+      plan->dstDesc = memory::desc({n, cout, perImage}, f32, T::abc);
+    }
+    const memory::desc &src = s_.channelsLast ? plan->colsDesc : plan->weightsDesc;
+    const memory::desc &wei = s_.channelsLast ? plan->weightsDesc : plan->colsDesc;
+    dnnl::post_ops po;
+    for (const PostOp &p : s_.post)
+      po.append_eltwise(1.f, p.alg, p.alpha, p.beta);
+    dnnl::primitive_attr attr = userScratchpad();
+    attr.set_post_ops(po);
+    try {
+      auto desc = plan->hasBias ? dnnl::matmul::desc(src, wei, plan->biasDesc, plan->dstDesc)
+                                : dnnl::matmul::desc(src, wei, plan->dstDesc);
+      dnnl::matmul::primitive_desc pd(desc, attr, cpuEngine());
+      if (isReferenceImpl(pd)) return nullptr;
+      plan->impl = pd.impl_info_str();
+      plan->prim = dnnl::matmul(pd);
+    } catch (const dnnl::error &) {
+      return nullptr;
+    }
+    return plan;
+  }
+
   /// Dense in the op's own dim order (NCHW, or NHWC for channels-last), as oneDNN dims.
   memory::desc denseInLayout(const Dims &logical, memory::data_type dt) const {
     Dims ir = logical;

@@ -332,7 +332,8 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"cache_evictions", double(c.evictions)},
           {"weight_packs", double(w.packs)},
           {"weight_pack_hits", double(w.packHits)},
-          {"weight_reorders", double(w.perCallReorders)}};
+          {"weight_reorders", double(w.perCallReorders)},
+          {"weights_in_place", double(w.inPlace)}};
 }
 
 CompiledKernel::~CompiledKernel() = default;

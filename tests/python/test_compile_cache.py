@@ -106,6 +106,7 @@ def test_backend_stats_in_process() -> None:
         "weight_packs",
         "weight_pack_hits",
         "weight_reorders",
+        "weights_in_place",
     }
     assert all(v >= 0 for v in stats.values())
     assert isinstance(stats["llvm_compilations"], int)

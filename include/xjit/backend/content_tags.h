@@ -78,6 +78,7 @@ struct WeightPackCounters {
   uint64_t packs = 0;           // tagged weights reordered into a cached copy (a new tag or layout)
   uint64_t packHits = 0;        // calls that reused a cached copy (the tag was unchanged)
   uint64_t perCallReorders = 0; // untagged weights reordered for that call only
+  uint64_t inPlace = 0;         // weights read as they are by an im2col convolution (no reorder)
 };
 WeightPackCounters weightPackCounters();
 
