@@ -239,7 +239,10 @@ def backend_stats() -> dict[str, float]:
     parameter reordered into a cached copy: new or changed), ``weight_pack_hits`` (calls that
     reused that copy), ``weight_reorders`` (untagged weights reordered for one call) and
     ``weights_in_place`` (calls of a weight-bound convolution that read its weights as they
-    are, through im2col and a matmul, instead of reordering them; docs/backend.md)."""
+    are, through im2col and a matmul, instead of reordering them; docs/backend.md);
+    ``memory_releases`` (times the first run after a compile gave the compiler's code pages and
+    malloc's free heap back), the RSS that gave back, ``memory_released_mb``, and its
+    ``memory_release_ms`` (docs/perf.md, "Session 5: memory")."""
     # One backend per process (libxjit_native.so, which both extensions load): its counters
     # cover xjit.jit's kernels and those of xjit.ir.compile.
     stats = {name: value for name, value in _xjit.backend_stats()}

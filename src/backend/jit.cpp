@@ -16,6 +16,7 @@
 #include "runtime_util.h"
 #include "xjit/backend/compile_cache.h"
 #include "xjit/backend/content_tags.h"
+#include "xjit/backend/release_memory.h"
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/op_registry.h"
 
@@ -320,6 +321,7 @@ std::vector<std::pair<std::string, double>> backendCounters() {
   JitTotals j = jitTotals();
   CompileCacheStats c = compileCacheStats();
   WeightPackCounters w = weightPackCounters();
+  MemoryReleaseTotals m = memoryReleaseTotals();
   return {{"llvm_compilations", double(j.llvmCompilations)},
           {"llvm_ms", j.llvmMs},
           {"cache_links", double(j.cacheLinks)},
@@ -333,7 +335,10 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"weight_packs", double(w.packs)},
           {"weight_pack_hits", double(w.packHits)},
           {"weight_reorders", double(w.perCallReorders)},
-          {"weights_in_place", double(w.inPlace)}};
+          {"weights_in_place", double(w.inPlace)},
+          {"memory_releases", double(m.releases)},
+          {"memory_released_mb", m.rssDropMb},
+          {"memory_release_ms", m.ms}};
 }
 
 CompiledKernel::~CompiledKernel() = default;

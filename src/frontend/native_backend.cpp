@@ -6,6 +6,7 @@
 #include "xjit/ir/interpreter.h"
 
 #ifdef XJIT_FRONTEND_HAVE_RUNTIME
+#include "xjit/backend/release_memory.h"
 #include "xjit/runtime/runtime.h"
 #endif
 
@@ -42,6 +43,7 @@ bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id) {
     opts.target.keepText = !dumpTo.empty();
     e.compiled = std::make_shared<const runtime::CompiledGraph>(
         runtime::compileGraph(*e.graph, runtime::cpuTarget(), opts));
+    backend::noteCompile();
   } catch (const std::exception &ex) {
     e.compiled.reset();
     failure = ex.what();
@@ -63,7 +65,13 @@ bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id) {
 
 std::vector<RtValue> runGraph(const CompiledEntry &e, std::vector<RtValue> inputs) {
 #ifdef XJIT_FRONTEND_HAVE_RUNTIME
-  if (e.compiled) return e.compiled->run(std::move(inputs));
+  if (e.compiled) {
+    std::vector<RtValue> outs = e.compiled->run(std::move(inputs));
+    // After the first run of a new graph, the compiler's code and freed heap are given back
+    // (xjit/backend/release_memory.h); other runs test a flag or two.
+    backend::afterRun();
+    return outs;
+  }
 #endif
   return interpret(*e.graph, std::move(inputs));
 }

@@ -107,6 +107,9 @@ def test_backend_stats_in_process() -> None:
         "weight_pack_hits",
         "weight_reorders",
         "weights_in_place",
+        "memory_releases",
+        "memory_released_mb",
+        "memory_release_ms",
     }
     assert all(v >= 0 for v in stats.values())
     assert isinstance(stats["llvm_compilations"], int)

@@ -74,3 +74,56 @@ graph @f(%w: f32[10,6], %i: i64[2,3]) -> (f32[2,3,6]) {
         (native,) = ir.compile(g)(weight, indices)
         torch.testing.assert_close(interp, want, rtol=0, atol=0, msg=name)
         torch.testing.assert_close(native, want, rtol=0, atol=0, msg=name)
+
+
+def _compiler_code_resident_mb() -> float:
+    """Resident MB of the executable mappings of libxjit_native.so (LLVM's code and xjit's)."""
+    kb, in_text = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and len(fields) >= 5 and ":" not in fields[0]:
+            in_text = fields[1] == "r-xp" and line.rstrip().endswith("libxjit_native.so")
+        elif in_text and fields[0] == "Rss:":
+            kb += int(fields[1])
+    return kb / 1024
+
+
+def test_first_call_gives_the_compilers_code_pages_back() -> None:
+    import os
+
+    import xjit
+
+    if os.environ.get("XJIT_RELEASE_MEMORY") == "0":
+        pytest.skip("XJIT_RELEASE_MEMORY=0")
+    if not any("libxjit_native.so" in line for line in Path("/proc/self/maps").read_text().splitlines()):
+        pytest.skip("LLVM is not linked into libxjit_native.so in this build")
+    n = int(torch.randint(1000, 10**6, ()).item())  # new shapes: new kernels, no cache hit
+    # ir.compile does not release (only the frontend's first call does): LLVM's code stays mapped.
+    g = ir.parse(f"""
+graph @f(%x: f32[{n}], %s: f32[{n}]) -> (f32[{n}]) {{
+  %y = mul(%x, %s) : f32[{n}]
+  %z = tanh(%y) : f32[{n}]
+  return(%z)
+}}""")
+    x, s = torch.randn(n), torch.randn(n)
+    (y,) = ir.compile(g)(x, s)
+    torch.testing.assert_close(y, torch.tanh(x * s))
+    mapped = _compiler_code_resident_mb()
+    releases = ir.backend_stats()["memory_releases"]
+
+    def f(x):
+        return torch.sigmoid(x * 3) - 0.5
+
+    compiled = xjit.jit(f)
+    torch.testing.assert_close(compiled(x), f(x))  # compiles, runs, then releases...
+    torch.testing.assert_close(compiled(x), f(x))  # ...or here, if the last release was < 1 s ago
+    after = _compiler_code_resident_mb()
+    done = ir.backend_stats()["memory_releases"]
+    assert done >= releases + 1
+    assert after < mapped / 2, f"compiler code resident: {mapped:.1f} MB before, {after:.1f} MB after"
+    torch.testing.assert_close(compiled(x), f(x))  # a steady call: no release
+    assert ir.backend_stats()["memory_releases"] == done
+    # The dropped pages come back from the page cache when a later compile runs them.
+    x2 = torch.randn(n + 1)
+    g2 = xjit.jit(lambda x: torch.cos(x * 2))
+    torch.testing.assert_close(g2(x2), torch.cos(x2 * 2))
