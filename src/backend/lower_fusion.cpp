@@ -813,18 +813,17 @@ private:
 
   /// The output buffer a softmax may keep exp(x - max) in between its sum pass and the output
   /// pass (which then scales in place instead of computing exp again), or -1: the result must
-  /// be yielded once, read by nothing else, and stored in the compute dtype.
+  /// be one output of the kernel, read by no op of the kernel, and stored in the compute dtype.
   int64_t softmaxScratchOutput(const Op &op) const {
     Value *r = op.result(0);
     DType d = r->type().dtype();
     if (d != DType::F32 && d != DType::F64) return -1;
-    const Op *user = nullptr;
-    size_t uses = 0;
-    for (const Use &u : r->uses()) {
-      user = u.user;
-      ++uses;
-    }
-    if (uses != 1 || !user || (user->name() != "yield" && user->name() != "return")) return -1;
+    // Only r's own store may read the buffer: r is one output of the kernel and no op of the
+    // kernel reads it (uses outside the kernel do not matter: a softmax compiled alone, as
+    // attention's is, has its consumer in the graph, and used to compute exp twice).
+    if (std::count(outputs_.begin(), outputs_.end(), r) != 1) return -1;
+    for (const Use &u : r->uses())
+      if (ops_.count(u.user)) return -1;
     for (size_t o = 0; o < outputs_.size(); ++o)
       if (outputs_[o] == r) return lk_.outputBuffer[o];
     return -1;

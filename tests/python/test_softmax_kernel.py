@@ -1,0 +1,55 @@
+"""A softmax kernel computes exp(x - max) once per element: its sum pass keeps the exponentials
+in the output buffer and the last pass scales them in place. Also when the softmax is compiled
+alone and its consumer is another instruction of the graph (attention's scores feeding the
+matmul by v), where it used to compute exp twice. Values against PyTorch, including -inf
+scores (masked positions) and a row of them (NaN, as in PyTorch)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+ir = pytest.importorskip("xjit.ir")
+
+ATTENTION_TAIL = """
+graph @f(%s: f32[1,3,37,41], %v: f32[1,3,41,8]) -> (f32[1,3,37,8]) {
+  %p = softmax(%s) {dim = -1} : f32[1,3,37,41]
+  %y = matmul(%p, %v) : f32[1,3,37,8]
+  return(%y)
+}"""
+
+
+def fast_loops(cg: object) -> str:
+    files = dict(cg.dump_files())  # type: ignore[attr-defined]
+    (name,) = [n for n in files if "softmax" in n and n.endswith(".loops")]
+    return files[name].split("general version:")[0]
+
+
+def test_softmax_feeding_a_matmul_computes_exp_once() -> None:
+    cg = ir.compile(ir.parse(ATTENTION_TAIL), keep_text=True)
+    assert fast_loops(cg).count("exp(") == 1, fast_loops(cg)
+    torch.manual_seed(0)
+    s, v = torch.randn(1, 3, 37, 41) * 4, torch.randn(1, 3, 41, 8)
+    s[0, 1, :, 5] = float("-inf")  # a masked key
+    s[0, 2, 7, :] = float("-inf")  # a fully masked row: NaN, as PyTorch gives
+    (got,) = cg(s, v)
+    want = torch.softmax(s, -1) @ v
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert got[0, 2, 7].isnan().all()
+
+
+def test_softmax_read_by_another_op_of_its_kernel_keeps_both_values() -> None:
+    # Fused with a consumer, the softmax value is read by an op of the kernel: the exponentials
+    # cannot live in the output buffer, and the second output must not be scaled twice.
+    text = """
+graph @f(%x: f32[16,50]) -> (f32[16,50], f32[16,50]) {
+  %p = softmax(%x) {dim = -1} : f32[16,50]
+  %q = mul(%p, %p) : f32[16,50]
+  return(%p, %q)
+}"""
+    cg = ir.compile(ir.parse(text))
+    x = torch.randn(16, 50) * 3
+    p, q = cg(x)
+    want = torch.softmax(x, -1)
+    torch.testing.assert_close(p, want)
+    torch.testing.assert_close(q, want * want)
