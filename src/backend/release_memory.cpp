@@ -50,9 +50,10 @@ int dropCode(dl_phdr_info *info, size_t, void *total) {
   const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const ElfW(Phdr) &ph = info->dlpi_phdr[i];
-    // Only read-only code: a writable segment holds relocated data (private dirty pages that
-    // MADV_DONTNEED would throw away).
-    if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X) || (ph.p_flags & PF_W)) continue;
+    // Only segments never written: code and read-only tables (.rodata, .eh_frame, symbols). A
+    // writable segment (.data, and RELRO, made read-only only after relocation) holds private
+    // dirty pages that MADV_DONTNEED would throw away.
+    if (ph.p_type != PT_LOAD || (ph.p_flags & PF_W)) continue;
     // Whole pages inside the segment (its first and last page may be shared with a neighbour).
     uintptr_t start = (info->dlpi_addr + ph.p_vaddr + page - 1) & ~(page - 1);
     uintptr_t end = (info->dlpi_addr + ph.p_vaddr + ph.p_filesz) & ~(page - 1);

@@ -16,7 +16,8 @@ struct MemoryRelease {
   double ms = 0;            // time the release took
 };
 
-/// malloc_trim(0), then MADV_DONTNEED on every executable, non-writable PT_LOAD segment of the
+/// malloc_trim(0), then MADV_DONTNEED on every non-writable PT_LOAD segment (code, read-only
+/// tables) of the
 /// objects that hold the compiler: the one holding this function (libxjit_native.so, or a test
 /// executable), libLLVM and libdnnl where they are separate libraries. Objects with text
 /// relocations are skipped (their text may hold private dirty pages). Safe while other threads
