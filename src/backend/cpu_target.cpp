@@ -7,8 +7,23 @@
 #include "xjit/backend/target.h"
 #include "xjit/ir/diagnostics.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+
 namespace xjit::backend {
 namespace {
+
+/// Uninitialized host memory, 64-byte aligned. Zero-filling (Storage(nbytes)) would be a pass
+/// over memory the kernels overwrite anyway: GPT-2's 25.7 MB logits, on every call. (Asking for
+/// transparent huge pages here cut a warm first call's page faults 2.5x but not its time, and
+/// made GPT-2's steady calls fault again: docs/perf.md, "Session 5: warm start".)
+std::shared_ptr<Storage> hostBuffer(int64_t nbytes) {
+  size_t n = (static_cast<size_t>(std::max<int64_t>(nbytes, 1)) + 63) / 64 * 64;
+  void *p = std::aligned_alloc(64, n);
+  if (!p) throw std::bad_alloc();
+  return std::make_shared<Storage>(p, nbytes, [p] { std::free(p); });
+}
 
 class CpuExecutable : public Executable {
 public:
@@ -65,8 +80,13 @@ public:
     return std::make_shared<CpuExecutable>(std::move(lk), std::move(ck));
   }
 
+  /// Buffers the runtime hands to runInto (results and its arena): runInto writes every
+  /// element, so they are not zero-filled (Tensor::empty is), see hostBuffer.
   Tensor allocate(DType dtype, const std::vector<int64_t> &sizes) override {
-    return Tensor::empty(dtype, sizes);
+    int64_t n = 1;
+    for (int64_t s : sizes)
+      n *= s;
+    return Tensor(hostBuffer(n * dtypeSize(dtype)), dtype, sizes, contiguousStrides(sizes));
   }
   void copyToHost(const Tensor &device, const Tensor &host) override { host.copyFrom(device); }
   void copyFromHost(const Tensor &host, const Tensor &device) override { device.copyFrom(host); }

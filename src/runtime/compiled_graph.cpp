@@ -360,7 +360,9 @@ struct CompiledGraph::Impl {
     auto f = std::make_unique<Frame>();
     f->slots.resize(numSlots);
     if (!slices.empty()) {
-      f->arena = std::make_shared<Storage>(std::max<int64_t>(arenaBytes, 1));
+      // From the target, like every runInto buffer (on the CPU: not zero-filled, huge pages).
+      f->arena = target ? target->allocate(DType::U8, {std::max<int64_t>(arenaBytes, 1)}).storage()
+                        : std::make_shared<Storage>(std::max<int64_t>(arenaBytes, 1));
       for (const ArenaSlice &s : slices)
         f->arenaTensors.emplace_back(f->arena, s.dtype, s.sizes, contiguousStrides(s.sizes),
                                      s.byteOffset / dtypeSize(s.dtype));
