@@ -360,7 +360,7 @@ struct CompiledGraph::Impl {
     auto f = std::make_unique<Frame>();
     f->slots.resize(numSlots);
     if (!slices.empty()) {
-      // From the target, like every runInto buffer (on the CPU: not zero-filled, huge pages).
+      // From the target, like every runInto buffer (on the CPU: not zero-filled).
       f->arena = target ? target->allocate(DType::U8, {std::max<int64_t>(arenaBytes, 1)}).storage()
                         : std::make_shared<Storage>(std::max<int64_t>(arenaBytes, 1));
       for (const ArenaSlice &s : slices)
