@@ -606,6 +606,27 @@ TEST_F(Dnnl, NonFiniteInputsKeepPyTorchSemantics) {
   x.setDouble(40, INFINITY);
   OneOp p = oneOp("max_pool2d", {x}, {{"kernel_size", Attr(std::vector<int64_t>{2})}});
   check(*p.g, p.inputs, "max pool with NaN");
+
+  // The NaN scan reads dense tensors of any dim order as flat memory (large ones on several
+  // threads) and strided ones element by element: a NaN anywhere, in any layout, is seen.
+  auto pool = [&](const Tensor &in, const std::string &what) {
+    OneOp q = oneOp("max_pool2d", {in}, {{"kernel_size", Attr(std::vector<int64_t>{2})}});
+    check(*q.g, q.inputs, what);
+  };
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t hw : {int64_t(4), int64_t(256)}) { // 256: 1M elements, the parallel scan
+      int64_t n = 16 * hw * hw;
+      for (int64_t at : {int64_t(0), n / 3, n - 1}) {
+        std::string tag = std::string(dtypeName(dt)) + " " + std::to_string(hw) + "x" +
+                          std::to_string(hw) + " NaN at " + std::to_string(at);
+        Tensor nhwc = randomTensor(dt, {1, hw, hw, 16}, rng); // channels-last memory
+        nhwc.setDouble(at, std::nan(""));
+        pool(nhwc.view({1, 16, hw, hw}, {n, 1, hw * 16, 16}, 0), "channels-last " + tag);
+        Tensor wide = randomTensor(dt, {1, 16, hw, 2 * hw}, rng); // every other column
+        wide.setDouble(2 * at, std::nan(""));
+        pool(wide.view({1, 16, hw, hw}, {2 * n, hw * hw * 2, hw * 2, 2}, 0), "strided " + tag);
+      }
+    }
 }
 
 TEST_F(Dnnl, RandomConvPoolAndMatmulConfigs) {
