@@ -11,7 +11,11 @@ first call's wall time and its parts:
   link      kernels loaded from the cache and linked (cache_link_ms)
   run       the rest of the first call: running it, including oneDNN primitive creation and
             weight packing (first call - capture - compile), against
-  steady    the median of later calls.
+  steady    the median of later calls;
+  overhead  first call - steady: what the first call costs over a later one, the part a
+            compiler controls (a model whose one call takes 176 ms cannot start in 200 ms), and
+  faults    minor page faults of the first call (a later call of the same process has ~0):
+            first touch of fresh memory (results, the arena, oneDNN's buffers).
 
 Usage: python bench/warm_start.py [--case bert/b1] [--repeats 3] [--threads N]
 Figures go to docs/perf.md (with the machine's load: ratios on a loaded machine are noisy).
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,9 +56,11 @@ def child(case: str) -> dict[str, Any]:
         fn = xjit.jit(model)
         _frontend.reset()
         _frontend.set_recording(True)
+        faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         start = time.perf_counter()
         fn(*inputs)
         first_ms = (time.perf_counter() - start) * 1e3
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
         _frontend.set_recording(False)
         events = _frontend.events()
         steady = []
@@ -74,6 +81,8 @@ def child(case: str) -> dict[str, Any]:
         "link_ms": stats["cache_link_ms"],
         "run_ms": first_ms - capture - compile_ms,
         "steady_ms": statistics.median(steady),
+        "overhead_ms": first_ms - statistics.median(steady),
+        "faults": faults,
         "llvm_compilations": stats["llvm_compilations"],
         "cache_links": stats["cache_links"],
     }
@@ -98,7 +107,17 @@ def run_child(case: str, cache: Path, threads: int | None) -> dict[str, Any]:
     return result
 
 
-COLUMNS = ("first_call_ms", "capture_ms", "compile_ms", "llvm_ms", "link_ms", "run_ms", "steady_ms")
+COLUMNS = (
+    "first_call_ms",
+    "capture_ms",
+    "compile_ms",
+    "llvm_ms",
+    "link_ms",
+    "run_ms",
+    "steady_ms",
+    "overhead_ms",
+    "faults",
+)
 
 
 def main() -> None:
@@ -116,7 +135,7 @@ def main() -> None:
         cold = run_child(args.case, cache, args.threads)
         warm = [run_child(args.case, cache, args.threads) for _ in range(args.repeats)]
     print(f"{args.case}: {cold['graphs']} graph(s); load average {os.getloadavg()[0]:.1f}")
-    print("phase  " + " ".join(f"{c[:-3]:>12}" for c in COLUMNS) + "   llvm kernels / cached")
+    print("phase  " + " ".join(f"{c.removesuffix('_ms'):>12}" for c in COLUMNS) + "   llvm kernels / cached")
     print(
         "cold   "
         + " ".join(f"{cold[c]:12.1f}" for c in COLUMNS)
