@@ -19,7 +19,9 @@ import xjit
 import xjit.ir as ir
 
 
-def _second_call(model: nn.Module, x: torch.Tensor, **options: bool) -> tuple[torch.Tensor, dict[str, int]]:
+def _second_call(
+    model: nn.Module, x: torch.Tensor, **options: bool
+) -> tuple[torch.Tensor, dict[str, int]]:
     """The compiled model's second call (the first compiles) and how it moved the weight counters."""
     fn = xjit.jit(model, **options)
     keys = ("weights_in_place", "weight_reorders")
@@ -77,8 +79,7 @@ def test_activation_bound_conv_stays_blocked() -> None:
 # Every geometry the im2col path takes, forced on (XJIT_CONV_IM2COL=1 is read once per process):
 # each case alone (channels-first, no bias: that form has no fast per-row bias) and after a
 # 3x3 conv (the `layout` pass then runs both channels-last, with the case's bias).
-_FORCED = textwrap.dedent(
-    """
+_FORCED = textwrap.dedent("""
     import torch, torch.nn.functional as F, xjit, xjit.ir as ir
     torch.manual_seed(0)
     cases = [  # (input shape, weight shape, bias, stride, padding, relu)
@@ -109,13 +110,13 @@ _FORCED = textwrap.dedent(
             torch.testing.assert_close(got, ns[name](*args), rtol=1e-5, atol=1e-5, msg=f"{i} {name}")
             checked += 1
     print("ok", checked)
-    """
-)
+    """)
 
 
 def test_forced_im2col_matches_eager_on_every_geometry() -> None:
     env = dict(os.environ, XJIT_CONV_IM2COL="1", PYTHONPATH=str(Path(xjit.__file__).parent.parent))
-    out = subprocess.run([sys.executable, "-c", _FORCED], env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", _FORCED], env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "ok 14" in out.stdout, out.stdout + out.stderr[-3000:]
