@@ -70,6 +70,9 @@ def compile_rows(rows: list[Results]) -> list[list[str]]:
     ]
 
 
+WARM_KEYS = ("first_call_s", "later_call_s", "first_call_overhead_s", "first_call_cpu_overhead_s")
+
+
 def warm_rows(rows: list[Results]) -> list[list[str]]:
     """The raw warm first call next to its overhead over a later call of the same process."""
 
@@ -78,8 +81,9 @@ def warm_rows(rows: list[Results]) -> list[list[str]]:
         return fmt(value * 1e3 if value is not None else None)
 
     return [
-        [row["case"], ms(row, "eager", "cold", "first_call_s"), ms(row, "eager", "cold", "first_call_overhead_s")]
-        + [ms(row, b, "warm", key) for b in COMPILERS for key in ("first_call_s", "later_call_s", "first_call_overhead_s")]
+        [row["case"]]
+        + [ms(row, "eager", "cold", key) for key in ("first_call_s", "first_call_overhead_s", "first_call_cpu_overhead_s")]
+        + [ms(row, b, "warm", key) for b in COMPILERS for key in WARM_KEYS]
         for row in rows
     ]
 
@@ -182,11 +186,12 @@ def markdown(results: Results) -> str:
         ),
         "",
         "## Warm start (ms): the first call in a fresh process (warm: cache filled), a later call of that "
-        "process (median of 3) and the overhead = first - later, the part a compiler controls",
+        "process (median of 3) and the overhead = first - later, the part a compiler controls; "
+        "overhead CPU: the same in CPU time of all threads, steadier on a loaded machine",
         "",
         *table(
-            ["case", "eager first", "eager overhead"]
-            + [f"{b} warm {k}" for b in COMPILERS for k in ("first", "later", "overhead")],
+            ["case", "eager first", "eager overhead", "eager overhead CPU"]
+            + [f"{b} warm {k}" for b in COMPILERS for k in ("first", "later", "overhead", "overhead CPU")],
             warm_rows(rows),
         ),
         "",

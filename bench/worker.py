@@ -76,16 +76,18 @@ def first_call(case: str, backend: str, steady_calls: int) -> dict[str, Any]:
     with torch.no_grad():
         fn = make_backend(backend, model)
         result["peak_rss_resettable"] = reset_peak_rss()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         fn(*inputs)
         result["first_call_s"] = time.perf_counter() - start
+        result["first_call_cpu_s"] = time.process_time() - cpu
         result["peak_rss_first_call_mb"] = rss_mb("VmHWM")
         reset_peak_rss()
-        later = []
+        later, later_cpu = [], []
         for _ in range(steady_calls):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             fn(*inputs)
             later.append(time.perf_counter() - start)
+            later_cpu.append(time.process_time() - cpu)
         result["peak_rss_steady_mb"] = rss_mb("VmHWM")
         # What the first call costs over a later call of the same backend in the same process
         # (compile or cache loading, one-time library set-up, first touch of memory): the
@@ -93,6 +95,10 @@ def first_call(case: str, backend: str, steady_calls: int) -> dict[str, Any]:
         if later:
             result["later_call_s"] = statistics.median(later)
             result["first_call_overhead_s"] = result["first_call_s"] - result["later_call_s"]
+            # The same in CPU time (all threads): steadier than wall time on a loaded machine,
+            # where a call's wall time swings 2x between processes.
+            cpu_overhead = result["first_call_cpu_s"] - statistics.median(later_cpu)
+            result["first_call_cpu_overhead_s"] = cpu_overhead
         # What the resident set is made of: anonymous memory (heap, tensors, JIT code) is the
         # process's own; file pages (shared libraries' code and tables) are page cache, shared
         # with every process mapping the same files and reclaimable.
