@@ -103,6 +103,15 @@ def main() -> None:
             f"  {label:<40} rss {rss:6.1f}  peak {peak:6.1f}  anon {anon:6.1f}"
             f"  malloc used {used:6.1f}  free {free:5.1f}"
         )
+    if args.backend == "xjit":
+        import xjit.ir
+
+        stats = xjit.ir.backend_stats()
+        print(
+            f"xjit gave back the compiler's pages and free heap {stats.get('memory_releases', 0)} time(s):"
+            f" {stats.get('memory_released_mb', 0)} MB of RSS in {stats.get('memory_release_ms', 0):.1f} ms"
+            " (XJIT_RELEASE_MEMORY=0: off; docs/runtime.md)"
+        )
     per = mappings_kb()
     total = sum(v["rss"] for v in per.values())
     print(f"resident by mapping (MB; total {total / 1024:.1f}), largest {args.top}:")
