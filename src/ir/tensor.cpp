@@ -238,8 +238,21 @@ namespace {
 /// (contiguous of a permuted view, reshape of a transposed one) go through here: the generic
 /// per-element path computes each index by division and converts through double, ~20x slower.
 template <size_t B>
-void stridedCopy(char *dst, const char *src, const std::vector<int64_t> &sizes,
-                 const std::vector<int64_t> &dstStrides, const std::vector<int64_t> &srcStrides) {
+void stridedCopy(char *dst, const char *src, std::vector<int64_t> sizes,
+                 std::vector<int64_t> dstStrides, std::vector<int64_t> srcStrides) {
+  // A short inner dim (NCHW -> NHWC of an RGB image: 3 channels) would make the inner loop
+  // three elements long: the dim read with the smallest stride goes innermost instead (each
+  // element is copied once whatever the order).
+  if (size_t r = sizes.size(); r >= 2 && sizes[r - 1] < 16) {
+    size_t best = r - 1;
+    for (size_t k = 0; k + 1 < r; ++k)
+      if (sizes[k] >= 16 && std::abs(srcStrides[k]) < std::abs(srcStrides[best])) best = k;
+    for (auto *v : {&sizes, &dstStrides, &srcStrides}) {
+      int64_t moved = (*v)[best];
+      v->erase(v->begin() + static_cast<std::ptrdiff_t>(best));
+      v->push_back(moved);
+    }
+  }
   size_t rank = sizes.size();
   if (rank == 0) {
     std::memcpy(dst, src, B);

@@ -26,7 +26,8 @@ TEST(DimExpr, CanonicalFormAndArithmetic) {
 }
 
 TEST(DimExpr, EvaluateAndParseRoundTrip) {
-  for (const char *text : {"s0", "s0*4", "s0*s1+2", "s0-1", "(s0+1)//2", "(s0)%3*s1+7", "-s0*2+1", "(s0)//3*(s1)//3", "s1*(s0//2)"}) {
+  for (const char *text : {"s0", "s0*4", "s0*s1+2", "s0-1", "(s0+1)//2", "(s0)%3*s1+7", "-s0*2+1",
+                           "(s0)//3*(s1)//3", "s1*(s0//2)"}) {
     std::string err;
     auto e = parseDimExpr(text, &err);
     ASSERT_TRUE(e) << text << ": " << err;
@@ -70,8 +71,9 @@ TEST(Tensor, HalfAndBFloatRounding) {
   EXPECT_EQ(floatToHalf(1.0f), 0x3c00);
   EXPECT_EQ(halfToFloat(0x3c00), 1.0f);
   EXPECT_EQ(floatToHalf(65504.0f), 0x7bff);
-  EXPECT_EQ(floatToHalf(65520.0f), 0x7c00);                 // ties to even -> inf
-  EXPECT_EQ(halfToFloat(floatToHalf(5.960464477539063e-08f)), 5.960464477539063e-08f); // min subnormal
+  EXPECT_EQ(floatToHalf(65520.0f), 0x7c00); // ties to even -> inf
+  EXPECT_EQ(halfToFloat(floatToHalf(5.960464477539063e-08f)),
+            5.960464477539063e-08f); // min subnormal
   EXPECT_EQ(floatToBFloat16(1.0f), 0x3f80);
   EXPECT_TRUE(std::isnan(bfloat16ToFloat(floatToBFloat16(NAN))));
   for (uint32_t h = 0; h < 0x7c00; ++h) // every finite f16 round-trips through f32
@@ -80,7 +82,8 @@ TEST(Tensor, HalfAndBFloatRounding) {
 
 TEST(Tensor, StridedAccessAndCopy) {
   Tensor t = Tensor::empty(DType::F32, {2, 3});
-  for (int i = 0; i < 6; ++i) t.setDouble(i, i);
+  for (int i = 0; i < 6; ++i)
+    t.setDouble(i, i);
   Tensor tt = t.view({3, 2}, {1, 3}, 0); // transpose
   EXPECT_FALSE(tt.isContiguous());
   EXPECT_EQ(tt.getDouble(1), 3.0);
@@ -94,6 +97,30 @@ TEST(Tensor, StridedAccessAndCopy) {
   EXPECT_EQ(f.to(DType::I64).getInt(0), -2); // truncation toward zero
 }
 
+TEST(Tensor, LayoutCopiesKeepEveryElement) {
+  // NCHW -> NHWC of a 3-channel image (the copy loops over W innermost, not the 3 channels),
+  // the reverse, and a permutation with a long inner dim; each element read back by index.
+  Tensor nchw = Tensor::empty(DType::F32, {2, 3, 5, 17});
+  for (int64_t i = 0; i < nchw.numel(); ++i)
+    nchw.setDouble(i, double(i));
+  Tensor asNhwc = nchw.view({2, 5, 17, 3}, {255, 17, 1, 85}, 0); // permute(0, 2, 3, 1)
+  Tensor nhwc = asNhwc.contiguousCopy();
+  Tensor back = Tensor::empty(DType::F32, {2, 3, 5, 17});
+  back.copyFrom(nhwc.view({2, 3, 5, 17}, {255, 1, 51, 3}, 0)); // permute(0, 3, 1, 2)
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t h = 0; h < 5; ++h)
+        for (int64_t w = 0; w < 17; ++w) {
+          int64_t at = ((n * 3 + c) * 5 + h) * 17 + w;
+          ASSERT_EQ(nhwc.getDouble(((n * 5 + h) * 17 + w) * 3 + c), double(at));
+          ASSERT_EQ(back.getDouble(at), double(at));
+        }
+  Tensor t = nchw.view({17, 5, 3, 2}, {1, 17, 85, 255}, 0); // reversed dims
+  Tensor tc = t.contiguousCopy();
+  for (int64_t i = 0; i < tc.numel(); ++i)
+    ASSERT_EQ(tc.getDouble(i), t.getDouble(i));
+}
+
 TEST(Attr, FloatTextRoundTrips) {
   for (double v : {0.1, 1.0, 1e-5, -2.5, 3.0e300, 1.0 / 3.0})
     EXPECT_EQ(std::strtod(formatDouble(v).c_str(), nullptr), v);
@@ -102,7 +129,8 @@ TEST(Attr, FloatTextRoundTrips) {
   EXPECT_EQ(Attr(std::vector<int64_t>{1, -2}).str(), "[1, -2]");
   EXPECT_EQ(Attr(std::string("a\"b")).str(), "\"a\\\"b\"");
   Tensor t = Tensor::empty(DType::I32, {2, 2});
-  for (int i = 0; i < 4; ++i) t.setInt(i, i);
+  for (int i = 0; i < 4; ++i)
+    t.setInt(i, i);
   EXPECT_EQ(Attr(t).str(), "dense<i32[2,2]: [[0, 1], [2, 3]]>");
 }
 
