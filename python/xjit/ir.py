@@ -232,7 +232,9 @@ def backend_stats() -> dict[str, float]:
     by LLVM, i.e. not found in the persistent compile cache) and their wall time ``llvm_ms``,
     ``cache_links`` (kernels loaded from the cache) and their ``cache_link_ms``,
     ``general_versions`` (kernels' general strided versions compiled or linked because a call
-    had non-contiguous inputs; docs/backend.md), the cache's
+    had non-contiguous inputs; docs/backend.md), ``kernels_shared`` (kernels found in the cache
+    whose identical code was already linked in this process and still in use: that code is
+    shared, not linked again), the cache's
     ``cache_hits``, ``cache_misses``, ``cache_writes``, ``cache_invalid`` (damaged entries) and
     ``cache_evictions`` (entries deleted to keep ``XJIT_CACHE_MAX_MB``); for oneDNN conv/matmul
     weights that need a reorder into the primitive's layout, ``weight_packs`` (a module

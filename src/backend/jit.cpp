@@ -42,6 +42,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <unordered_map>
 
 namespace xjit::backend {
 namespace {
@@ -127,6 +129,7 @@ struct CodeHandle {
 };
 
 std::atomic<uint64_t> gLlvmCompilations{0}, gCacheLinks{0}, gGeneralVersions{0};
+std::atomic<uint64_t> gKernelsShared{0};           // compiles answered by a live identical kernel
 std::atomic<uint64_t> gLlvmNs{0}, gCacheLinkNs{0}; // wall time, for jitTotals()
 
 void addMs(std::atomic<uint64_t> &total, double ms) { total += uint64_t(ms * 1e6); }
@@ -148,6 +151,16 @@ struct Jit::Impl {
   std::string cpu, features;
   std::string llvmArgs; // XJIT_LLVM_ARGS: changes code, so part of the cache key
   std::atomic<uint64_t> counter{0};
+  /// Linked kernels by compile-cache key, while any CompiledKernel holds them: an identical
+  /// kernel (an LSTM's cell at every step, a transformer's layers) shares that code instead of
+  /// linking the cached object again (its own JITDylib, 4 pages of code and tables, ORC state).
+  std::mutex liveMutex;
+  std::unordered_map<std::string, std::pair<std::weak_ptr<void>, KernelEntry>> live;
+
+  void remember(const std::string &key, const std::shared_ptr<void> &code, KernelEntry entry) {
+    std::lock_guard<std::mutex> lock(liveMutex);
+    live[key] = {code, entry};
+  }
 
   /// Links an object file into a new JITDylib; returns the handle and the entry, or an error
   /// (the dylib is removed again).
@@ -260,6 +273,20 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
     key = compileCacheKey({printKernel(k), symbol, impl_->cpu, impl_->features, compilerIdentity(),
                            pipelineName(opts.pipeline), pipelineOverride ? pipelineOverride : "",
                            impl_->llvmArgs});
+    {
+      std::lock_guard<std::mutex> lock(impl_->liveMutex);
+      auto it = impl_->live.find(key);
+      if (it != impl_->live.end()) {
+        if (std::shared_ptr<void> code = it->second.first.lock()) {
+          ck->code_ = std::move(code);
+          ck->entry_ = it->second.second;
+          ck->fromCache_ = true;
+          ++gKernelsShared;
+          return ck;
+        }
+        impl_->live.erase(it);
+      }
+    }
     if (std::optional<std::string> object = compileCacheLoad(key)) {
       auto linked = impl_->link(*object, symbol);
       if (linked) {
@@ -270,6 +297,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
         ck->times_.cpu = threadCpuMs() - cpu0;
         ++gCacheLinks;
         addMs(gCacheLinkNs, ck->times_.codegen);
+        impl_->remember(key, ck->code_, ck->entry_);
         return ck;
       }
       // A valid entry that does not link (should not happen): compile and overwrite it.
@@ -306,7 +334,10 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
   ck->code_ = std::move(linked->first);
   ck->entry_ = linked->second;
   ck->times_.codegen = msSince(t2);
-  if (!key.empty()) compileCacheStore(key, std::string_view(object.data(), object.size()));
+  if (!key.empty()) {
+    compileCacheStore(key, std::string_view(object.data(), object.size()));
+    impl_->remember(key, ck->code_, ck->entry_);
+  }
   ck->times_.cpu = threadCpuMs() - cpu0;
   addMs(gLlvmNs, msSince(t0));
   return ck;
@@ -327,6 +358,7 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"cache_links", double(j.cacheLinks)},
           {"cache_link_ms", j.cacheLinkMs},
           {"general_versions", double(j.generalVersions)},
+          {"kernels_shared", double(gKernelsShared.load())},
           {"cache_hits", double(c.hits)},
           {"cache_misses", double(c.misses)},
           {"cache_writes", double(c.writes)},

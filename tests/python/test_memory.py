@@ -127,3 +127,37 @@ graph @f(%x: f32[{n}], %s: f32[{n}]) -> (f32[{n}]) {{
     x2 = torch.randn(n + 1)
     g2 = xjit.jit(lambda x: torch.cos(x * 2))
     torch.testing.assert_close(g2(x2), torch.cos(x2 * 2))
+
+
+def test_identical_kernels_share_their_code() -> None:
+    import os
+
+    if os.environ.get("XJIT_NO_CACHE", "0") not in ("", "0"):
+        pytest.skip("kernels are shared through the compile cache's keys")
+    n = int(torch.randint(1000, 10**6, ()).item())  # kernels no earlier test has in the process
+    g = ir.parse(f"""
+graph @f(%x: f32[{n}], %s: f32[{n}]) -> (f32[{n}]) {{
+  %y = mul(%x, %s) : f32[{n}]
+  %z = sigmoid(%y) : f32[{n}]
+  return(%z)
+}}""")
+    x, s = torch.randn(n), torch.randn(n)
+    before = ir.backend_stats()
+    first = ir.compile(g)
+    mid = ir.backend_stats()
+    assert mid["llvm_compilations"] + mid["cache_links"] > before["llvm_compilations"] + before["cache_links"]
+    second = ir.compile(g)  # while `first` holds its kernels: shared, neither compiled nor linked
+    after = ir.backend_stats()
+    assert after["kernels_shared"] > mid["kernels_shared"]
+    assert after["llvm_compilations"] == mid["llvm_compilations"]
+    assert after["cache_links"] == mid["cache_links"]
+    want = torch.sigmoid(x * s)
+    torch.testing.assert_close(second(x, s)[0], want)
+    del first  # the shared code lives on with `second`
+    torch.testing.assert_close(second(x, s)[0], want)
+    del second
+    third = ir.compile(g)  # nothing holds the code any more: linked from the cache again
+    end = ir.backend_stats()
+    assert end["kernels_shared"] == after["kernels_shared"]
+    assert end["cache_links"] + end["llvm_compilations"] > after["cache_links"] + after["llvm_compilations"]
+    torch.testing.assert_close(third(x, s)[0], want)
