@@ -3,14 +3,21 @@
 // shapes oneDNN rejects.
 #include "dnnl_kernels.h"
 
+#include "xjit/backend/content_tags.h"
+#include "xjit/backend/jit.h"
 #include "xjit/ir/builder.h"
 #include "xjit/ir/interpreter.h"
 #include "xjit/ir/op_registry.h"
+#include "xjit/ir/printer.h"
 
+#include <algorithm>
+#include <atomic>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <shared_mutex>
 #include <sstream>
+#include <unordered_map>
 
 namespace xjit::backend::dnnl_kernels {
 namespace {
@@ -155,7 +162,10 @@ std::unique_ptr<Graph> referenceGraph(const Op &op) {
   return g;
 }
 
-/// The cache key of a run: every tensor input's sizes and strides (plans depend on both).
+/// The cache key of a run: every tensor input's sizes and strides, and whether the caller tagged
+/// it (content_tags.h): plans depend on all three (a tagged weight is reordered once into the
+/// blocked layout, an untagged one may be read in place), and one executable serves identical
+/// calls of graphs compiled with and without the weight cache.
 Dims shapeKey(std::span<const RtValue> in) {
   Dims key;
   for (const RtValue &v : in) {
@@ -164,7 +174,7 @@ Dims shapeKey(std::span<const RtValue> in) {
       continue;
     }
     const Tensor &t = v.tensor();
-    key.push_back(t.rank());
+    key.push_back(currentContentTag(t.data()) != 0 ? -2 - t.rank() : t.rank());
     key.insert(key.end(), t.sizes().begin(), t.sizes().end());
     key.insert(key.end(), t.strides().begin(), t.strides().end());
   }
@@ -369,9 +379,71 @@ std::string whyNotSupported(const Op &op) {
   return whyNotPool(call);
 }
 
+namespace {
+
+/// The key under which identical library calls of the process share one executable (its kernel,
+/// plans and reference graph): the reference graph's text, canonical since its operands are
+/// numbered inputs, and what each operand is at compile time. An LSTM unrolled over 64 steps
+/// has 256 identical matmul instructions, each with its own plans before (~15 KB each, 4 MB).
+/// Empty, so never shared, when a tensor constant takes part (frozen weights: their bytes
+/// would have to be in the key).
+std::string sharingKey(const Op &op, const Graph &reference) {
+  for (const Op *o : *reference.body())
+    if (const Attr *v = o->attrOrNull("value");
+        o->name() == "constant" && v && v->kind() == AttrKind::Tensor)
+      return "";
+  std::string key = printGraph(reference);
+  for (size_t i = 0; i < op.numOperands(); ++i) {
+    const Op *d = op.operand(i)->definingOp();
+    const Attr *v = d && d->name() == "constant" ? d->attrOrNull("value") : nullptr;
+    if (v && v->kind() == AttrKind::Tensor) return "";
+    key += v ? ";const " + v->str() : ";input";
+  }
+  return key;
+}
+
+/// Live executables by sharingKey; an entry dies with the last graph holding its executable.
+class SharedExecutables {
+public:
+  std::shared_ptr<const Executable> find(const std::string &key) {
+    std::lock_guard lock(mu_);
+    auto it = byKey_.find(key);
+    return it == byKey_.end() ? nullptr : it->second.lock();
+  }
+  void insert(const std::string &key, const std::shared_ptr<const Executable> &exe) {
+    std::lock_guard lock(mu_);
+    if (byKey_.size() >= 2 * liveAfterPrune_) { // drop dead entries now and then
+      std::erase_if(byKey_, [](const auto &e) { return e.second.expired(); });
+      liveAfterPrune_ = std::max<size_t>(byKey_.size(), 64);
+    }
+    byKey_[key] = exe;
+  }
+
+private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::weak_ptr<const Executable>> byKey_;
+  size_t liveAfterPrune_ = 64;
+};
+
+SharedExecutables &sharedExecutables() {
+  static SharedExecutables shared;
+  return shared;
+}
+
+std::atomic<uint64_t> gExecutablesShared{0};
+
+} // namespace
+
 std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &) {
   if (std::string why = whyNotSupported(op); !why.empty())
     throw Error(ErrorKind::Internal, "oneDNN cannot compile " + op.describe() + ": " + why);
+  std::unique_ptr<Graph> reference = referenceGraph(op);
+  std::string key = sharingKey(op, *reference);
+  if (!key.empty())
+    if (auto shared = sharedExecutables().find(key)) {
+      gExecutablesShared.fetch_add(1, std::memory_order_relaxed);
+      return shared;
+    }
   CallIR call;
   readCall(op, call);
   const std::string &n = call.anchor->name();
@@ -391,8 +463,14 @@ std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &) {
     else if (s.constant->isTensor() && hasNonFinite(s.constant->tensor(), guard.nanOnly))
       guard.constantBad = true;
   }
-  return std::make_shared<DnnlExecutable>(n, std::move(k), referenceGraph(op), std::move(guard),
-                                          tail);
+  auto exe = std::make_shared<DnnlExecutable>(n, std::move(k), std::move(reference),
+                                              std::move(guard), tail);
+  if (!key.empty()) sharedExecutables().insert(key, exe);
+  return exe;
 }
 
 } // namespace xjit::backend::dnnl_kernels
+
+namespace xjit::backend {
+uint64_t libraryKernelsShared() { return dnnl_kernels::gExecutablesShared.load(); }
+} // namespace xjit::backend

@@ -359,6 +359,7 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"cache_link_ms", j.cacheLinkMs},
           {"general_versions", double(j.generalVersions)},
           {"kernels_shared", double(gKernelsShared.load())},
+          {"library_kernels_shared", double(libraryKernelsShared())},
           {"cache_hits", double(c.hits)},
           {"cache_misses", double(c.misses)},
           {"cache_writes", double(c.writes)},

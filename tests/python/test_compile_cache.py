@@ -99,6 +99,7 @@ def test_backend_stats_in_process() -> None:
         "cache_link_ms",
         "general_versions",
         "kernels_shared",
+        "library_kernels_shared",
         "cache_hits",
         "cache_misses",
         "cache_writes",

@@ -124,6 +124,8 @@ JitTotals jitTotals();
 /// ("llvm_compilations", "llvm_ms", "cache_links", "cache_link_ms", "cache_hits", ...). Both
 /// Python extensions load one backend (libxjit_native.so), so both report the same counts.
 std::vector<std::pair<std::string, double>> backendCounters();
+/// Library (oneDNN) calls that reused an identical call's executable (dnnl_kernels.cpp).
+uint64_t libraryKernelsShared();
 
 /// Writes <dir>/<kernel name>.loops, .ll and .s (compiled with keepText); creates dir.
 void dumpKernel(const CompiledKernel &k, const std::string &dir);
