@@ -6,6 +6,7 @@ Peak memory is the resident-set high-water mark (VmHWM), reset by writing 5 to
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,16 @@ graph @f(%w: f32[10,6], %i: i64[2,3]) -> (f32[2,3,6]) {
         torch.testing.assert_close(native, want, rtol=0, atol=0, msg=name)
 
 
+def _scaled_unary(n: int, op: str) -> ir.Graph:
+    """`op(x * s)` on f32[n]: a fresh n gives kernels no earlier test compiled in this process."""
+    return ir.parse(f"""
+graph @f(%x: f32[{n}], %s: f32[{n}]) -> (f32[{n}]) {{
+  %y = mul(%x, %s) : f32[{n}]
+  %z = {op}(%y) : f32[{n}]
+  return(%z)
+}}""")
+
+
 def _compiler_code_resident_mb() -> float:
     """Resident MB of the executable mappings of libxjit_native.so (LLVM's code and xjit's)."""
     kb, in_text = 0, False
@@ -89,8 +100,6 @@ def _compiler_code_resident_mb() -> float:
 
 
 def test_first_call_gives_the_compilers_code_pages_back() -> None:
-    import os
-
     import xjit
 
     if os.environ.get("XJIT_RELEASE_MEMORY") == "0":
@@ -99,12 +108,7 @@ def test_first_call_gives_the_compilers_code_pages_back() -> None:
         pytest.skip("LLVM is not linked into libxjit_native.so in this build")
     n = int(torch.randint(1000, 10**6, ()).item())  # new shapes: new kernels, no cache hit
     # ir.compile does not release (only the frontend's first call does): LLVM's code stays mapped.
-    g = ir.parse(f"""
-graph @f(%x: f32[{n}], %s: f32[{n}]) -> (f32[{n}]) {{
-  %y = mul(%x, %s) : f32[{n}]
-  %z = tanh(%y) : f32[{n}]
-  return(%z)
-}}""")
+    g = _scaled_unary(n, "tanh")
     x, s = torch.randn(n), torch.randn(n)
     (y,) = ir.compile(g)(x, s)
     torch.testing.assert_close(y, torch.tanh(x * s))
@@ -130,17 +134,10 @@ graph @f(%x: f32[{n}], %s: f32[{n}]) -> (f32[{n}]) {{
 
 
 def test_identical_kernels_share_their_code() -> None:
-    import os
-
     if os.environ.get("XJIT_NO_CACHE", "0") not in ("", "0"):
         pytest.skip("kernels are shared through the compile cache's keys")
     n = int(torch.randint(1000, 10**6, ()).item())  # kernels no earlier test has in the process
-    g = ir.parse(f"""
-graph @f(%x: f32[{n}], %s: f32[{n}]) -> (f32[{n}]) {{
-  %y = mul(%x, %s) : f32[{n}]
-  %z = sigmoid(%y) : f32[{n}]
-  return(%z)
-}}""")
+    g = _scaled_unary(n, "sigmoid")
     x, s = torch.randn(n), torch.randn(n)
     before = ir.backend_stats()
     first = ir.compile(g)

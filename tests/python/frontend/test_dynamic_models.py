@@ -8,7 +8,6 @@ xjit warning (a graph run by the interpreter fallback, a frame in Python) fails 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,22 +15,11 @@ import pytest
 torch = pytest.importorskip("torch")
 fe = pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
+from frontend_fixtures import clean, counters  # noqa: E402, F401 (autouse fixture)
 from test_models import bert, gpt2, llama  # noqa: E402
 
 LENGTHS = (12, 9, 17, 5)
 BUILDERS = {"bert": bert, "gpt2": gpt2, "llama": llama}
-
-
-@pytest.fixture(autouse=True)
-def clean() -> Iterator[None]:
-    fe.reset()
-    yield
-    fe.reset()
-
-
-def counters() -> dict[str, int]:
-    c: dict[str, int] = fe.events()["counters"]
-    return c
 
 
 def inputs(name: str, length: int) -> tuple[tuple[Any, ...], dict[str, Any]]:

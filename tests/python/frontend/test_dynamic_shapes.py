@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 fe = pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
+from frontend_fixtures import clean, counters  # noqa: E402, F401 (autouse fixture)
 
 REPO = Path(__file__).resolve().parents[3]
 if str(REPO) not in sys.path:
@@ -23,18 +23,6 @@ if str(REPO) not in sys.path:
 from bench import models as bench_models  # noqa: E402
 
 nn = torch.nn
-
-
-@pytest.fixture(autouse=True)
-def clean() -> Iterator[None]:
-    fe.reset()
-    yield
-    fe.reset()
-
-
-def counters() -> dict[str, int]:
-    c: dict[str, int] = fe.events()["counters"]
-    return c
 
 
 def run_sizes(compiled: nn.Module, model: nn.Module, inputs: list[torch.Tensor]) -> None:

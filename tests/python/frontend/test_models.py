@@ -7,7 +7,7 @@ asserted as achieved, so a regression in what the analyzer captures shows up her
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 fe = pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
+from frontend_fixtures import clean  # noqa: E402, F401 (autouse fixture)
 
 REPO = Path(__file__).resolve().parents[3]
 if str(REPO) not in sys.path:
@@ -23,14 +24,6 @@ if str(REPO) not in sys.path:
 from bench import models as bench_models  # noqa: E402
 
 nn = torch.nn
-
-
-@pytest.fixture(autouse=True)
-def clean() -> Iterator[None]:
-    fe.reset()
-    yield
-    fe.set_recording(False)
-    fe.reset()
 
 
 def _transformers() -> Any:

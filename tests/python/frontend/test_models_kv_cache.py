@@ -5,7 +5,6 @@ passes the cache back in, and greedy generate() must equal eager: logits and eve
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,14 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 fe = pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def clean() -> Iterator[None]:
-    fe.reset()
-    yield
-    fe.set_recording(False)
-    fe.reset()
+from frontend_fixtures import clean  # noqa: E402, F401 (autouse fixture)
 
 
 def build(name: str) -> Any:

@@ -1,0 +1,26 @@
+"""What the frontend test files share: a fresh frontend around every test (import `clean` into a
+test module to make it autouse there) and the frontend's event counters. A module of its own,
+not a conftest.py: a second `conftest` module would shadow tests/python/conftest.py for the
+tests that import from it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+fe = pytest.importorskip("xjit._frontend")
+
+
+@pytest.fixture(autouse=True)
+def clean() -> Iterator[None]:
+    """No compiled frames, events or recording carried from one test into the next."""
+    fe.reset()
+    yield
+    fe.set_recording(False)
+    fe.reset()
+
+
+def counters() -> dict[str, int]:
+    c: dict[str, int] = fe.events()["counters"]
+    return c
