@@ -73,19 +73,8 @@ void MutationInfo::visitBlock(const Block *b) {
       for (const auto &r : op->results())
         unite(op->operand(0), r.get());
       if (def.has(kInPlace)) markWritten(op->operand(0));
-    } else if (name == "if") {
-      for (size_t r = 0; r < 2; ++r)
-        if (Op *y = op->region(r)->terminator())
-          for (size_t i = 0; i < op->numResults() && i < y->numOperands(); ++i)
-            unite(op->result(i), y->operand(i));
-    } else if (name == "loop") {
-      Block *body = op->region(0);
-      Op *y = body->terminator();
-      for (size_t i = 0; i < op->numResults(); ++i) {
-        unite(op->result(i), op->operand(2 + i));
-        if (i + 1 < body->numArguments()) unite(op->result(i), body->argument(i + 1));
-        if (y && i + 1 < y->numOperands()) unite(op->result(i), y->operand(i + 1));
-      }
+    } else if (forEachControlFlowAlias(*op, [&](Value *a, Value *b) { unite(a, b); })) {
+      // if/loop results share storage with what their regions yield.
     } else if (name == "tuple_construct" || name == "tuple_get") {
       // Tuples hold their elements by reference.
       for (Value *v : op->operands())

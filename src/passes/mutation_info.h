@@ -51,4 +51,26 @@ private:
 /// True for ops whose results alias operand 0 (views and in-place ops).
 bool aliasesOperand(const Op &op);
 
+/// Calls visit(a, b) for each pair of values that an `if` or `loop` makes share storage: a
+/// result and what the regions yield for it; for a loop also its initial value and the body's
+/// carried argument. Returns false, visiting nothing, for any other op.
+template <class Visit> bool forEachControlFlowAlias(Op &op, Visit &&visit) {
+  if (op.name() == "if") {
+    for (size_t r = 0; r < 2; ++r)
+      if (Op *y = op.region(r)->terminator())
+        for (size_t i = 0; i < op.numResults() && i < y->numOperands(); ++i)
+          visit(op.result(i), y->operand(i));
+    return true;
+  }
+  if (op.name() != "loop") return false;
+  Block *body = op.region(0);
+  Op *y = body->terminator();
+  for (size_t i = 0; i < op.numResults(); ++i) {
+    visit(op.result(i), op.operand(2 + i));
+    if (i + 1 < body->numArguments()) visit(op.result(i), body->argument(i + 1));
+    if (y && i + 1 < y->numOperands()) visit(op.result(i), y->operand(i + 1));
+  }
+  return true;
+}
+
 } // namespace xjit::passes

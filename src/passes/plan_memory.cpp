@@ -23,6 +23,7 @@
 // if results, tuples); a use inside a loop that the value was defined outside of keeps the
 // value alive to the loop's end. Fusion bodies are opaque (the backend keeps their temporaries
 // in registers or its own scratch).
+#include "mutation_info.h"
 #include "passes.h"
 
 #include "xjit/ir/op_registry.h"
@@ -191,20 +192,10 @@ private:
       } else if ((op->def().has(kView) || op->def().has(kInPlace)) && op->numOperands()) {
         for (const auto &r : op->results())
           unite(op->operand(0), r.get());
-      } else if (name == "if") {
-        for (size_t r = 0; r < 2; ++r)
-          if (Op *y = op->region(r)->terminator())
-            for (size_t i = 0; i < op->numResults() && i < y->numOperands(); ++i)
-              unite(op->result(i), y->operand(i));
-      } else if (name == "loop") {
-        Block *body = op->region(0);
-        Op *y = body->terminator();
-        for (size_t i = 0; i < op->numResults(); ++i) {
-          carried_.insert(op->result(i));
-          unite(op->result(i), op->operand(2 + i));
-          if (i + 1 < body->numArguments()) unite(op->result(i), body->argument(i + 1));
-          if (y && i + 1 < y->numOperands()) unite(op->result(i), y->operand(i + 1));
-        }
+      } else if (forEachControlFlowAlias(*op, [&](Value *a, Value *b) { unite(a, b); })) {
+        if (name == "loop")
+          for (size_t i = 0; i < op->numResults(); ++i)
+            carried_.insert(op->result(i));
       } else if (!fresh(*op) && !op->def().has(kConstantLike)) {
         // Tuples and host calls may hand out any tensor they are given.
         for (Value *v : op->operands())
