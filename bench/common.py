@@ -100,6 +100,15 @@ def time_per_call(fn: Callable[[], Any], inner: int) -> float:
     return (time.perf_counter() - start) / inner
 
 
+def thread_time_per_call(fn: Callable[[], Any], inner: int) -> float:
+    """CPU seconds of the calling thread per call: what a loaded machine still measures fairly
+    when everything runs on that one thread."""
+    start = time.thread_time()
+    for _ in range(inner):
+        fn()
+    return (time.thread_time() - start) / inner
+
+
 def prepare(
     backends: list[str], fn: Callable[..., Any], args: tuple[Any, ...], calls: int = 3
 ) -> tuple[dict[str, Callable[[], Any]], dict[str, Any], dict[str, str]]:
@@ -120,21 +129,40 @@ def prepare(
 
 
 def interleave(
-    fns: dict[str, Callable[[], Any]], repeats: int, inner: int, errors: dict[str, str]
+    fns: dict[str, Callable[[], Any]],
+    repeats: int,
+    inner: int,
+    errors: dict[str, str],
+    timer: Callable[[Callable[[], Any], int], float] = time_per_call,
 ) -> dict[str, list[float]]:
-    """Per-call seconds, `repeats` samples of `inner` calls for each fn, round-robin with the
-    order rotated every repeat. A fn that raises is dropped and its error added to `errors`."""
+    """Per-call seconds (`timer`: wall by default), `repeats` samples of `inner` calls for each
+    fn, round-robin with the order rotated every repeat. A fn that raises is dropped and its
+    error added to `errors`."""
     live = dict(fns)
     samples: dict[str, list[float]] = {n: [] for n in fns}
     for r in range(repeats):
         names = list(live)
         for n in names[r % len(names) :] + names[: r % len(names)]:
             try:
-                samples[n].append(time_per_call(live[n], inner))
+                samples[n].append(timer(live[n], inner))
             except Exception as exc:
                 errors[n] = error_text(exc)
                 del live[n]
     return {n: s for n, s in samples.items() if n in live}
+
+
+def interleaved_medians(
+    fns: dict[str, Callable[[], Any]],
+    repeats: int,
+    inner: int,
+    timer: Callable[[Callable[[], Any], int], float] = time_per_call,
+) -> dict[str, float]:
+    """Median seconds per call of each fn, interleaved as `interleave` does; raises if one fails."""
+    errors: dict[str, str] = {}
+    samples = interleave(fns, repeats, inner, errors, timer)
+    if errors:
+        raise RuntimeError("; ".join(f"{n}: {e}" for n, e in errors.items()))
+    return {n: statistics.median(v) for n, v in samples.items()}
 
 
 def medians_line(name: str, samples: dict[str, list[float]]) -> tuple[str, dict[str, float]]:

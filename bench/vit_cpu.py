@@ -13,12 +13,8 @@ figures are medians.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -26,28 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import xjit  # noqa: E402
 import xjit.ir as ir  # noqa: E402
-from bench.common import leaves  # noqa: E402
+from bench.common import interleaved_medians, leaves, thread_time_per_call  # noqa: E402
 from bench.models import CASES  # noqa: E402
-
-
-def cpu_ms(fn: Callable[[], Any], calls: int) -> float:
-    t0 = time.thread_time()
-    for _ in range(calls):
-        fn()
-    return (time.thread_time() - t0) / calls * 1e3
-
-
-def side_by_side(a: Callable[[], Any], b: Callable[[], Any], repeats: int, calls: int) -> tuple:
-    xs, ys = [], []
-    for r in range(repeats):
-        if r % 2:
-            xs.append(cpu_ms(a, calls))
-            ys.append(cpu_ms(b, calls))
-        else:
-            ys.append(cpu_ms(b, calls))
-            xs.append(cpu_ms(a, calls))
-    return statistics.median(xs), statistics.median(ys)
-
 
 ATTENTION_TAIL = """graph @tail(%s: f32[1,6,197,197], %v: f32[1,6,197,64]) -> (f32[1,6,197,64]) {
   %p = softmax(%s) {dim = -1} : f32[1,6,197,197]
@@ -70,9 +46,13 @@ def main() -> None:
         want, got = model(*inputs), compiled(*inputs)
         got = compiled(*inputs)
         err = max((a - b).abs().max().item() for a, b in zip(leaves(got), leaves(want)))
-        x_ms, e_ms = side_by_side(
-            lambda: compiled(*inputs), lambda: model(*inputs), args.repeats, 1
+        med = interleaved_medians(
+            {"xjit": lambda: compiled(*inputs), "eager": lambda: model(*inputs)},
+            args.repeats,
+            1,
+            thread_time_per_call,
         )
+        x_ms, e_ms = med["xjit"] * 1e3, med["eager"] * 1e3
     print(
         f"vit/b1: eager {e_ms:.1f} ms, xjit {x_ms:.1f} ms ({e_ms / x_ms:.2f}x eager), "
         f"max abs error {err:.1e}"
@@ -81,9 +61,13 @@ def main() -> None:
     tail = ir.compile(ir.parse(ATTENTION_TAIL))
     s, v = torch.randn(1, 6, 197, 197) * 4, torch.randn(1, 6, 197, 64)
     err = (tail(s, v)[0] - torch.softmax(s, -1) @ v).abs().max().item()
-    x_ms, t_ms = side_by_side(
-        lambda: tail(s, v), lambda: torch.softmax(s, -1) @ v, args.repeats, 20
+    med = interleaved_medians(
+        {"xjit": lambda: tail(s, v), "torch": lambda: torch.softmax(s, -1) @ v},
+        args.repeats,
+        20,
+        thread_time_per_call,
     )
+    x_ms, t_ms = med["xjit"] * 1e3, med["torch"] * 1e3
     print(
         f"attention softmax [1,6,197,197] + matmul by v: torch {t_ms * 1e3:.0f} us, "
         f"xjit {x_ms * 1e3:.0f} us, max abs error {err:.1e}"

@@ -19,15 +19,18 @@ shared machine costs whole scheduler slices; run it on an idle machine for final
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-import xjit.ir as ir
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import xjit.ir as ir  # noqa: E402
+from bench.common import interleaved_medians, time_per_call  # noqa: E402
 
 
 def dt_name(dtype: torch.dtype) -> str:
@@ -162,13 +165,6 @@ def cases(dtype: torch.dtype) -> list[Case]:
     return out
 
 
-def timed(fn: Callable[[], Any], calls: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - t0) / calls
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=11)
@@ -191,17 +187,10 @@ def main() -> None:
         err = c.check()
         x_fn = lambda: c.graph(*c.args)  # noqa: E731
         t_fn = lambda: c.torch_fn(*c.args)  # noqa: E731
-        one = timed(t_fn, 3)
+        one = time_per_call(t_fn, 3)
         calls = max(1, int(0.05 / max(one, 1e-7)))
-        xs, ts = [], []
-        for rnd in range(a.rounds):
-            if rnd % 2:
-                xs.append(timed(x_fn, calls))
-                ts.append(timed(t_fn, calls))
-            else:
-                ts.append(timed(t_fn, calls))
-                xs.append(timed(x_fn, calls))
-        xm, tm = statistics.median(xs), statistics.median(ts)
+        med = interleaved_medians({"xjit": x_fn, "torch": t_fn}, a.rounds, calls)
+        xm, tm = med["xjit"], med["torch"]
         gflops = f"{c.flops / xm * 1e-9:8.1f}" if c.flops else f"{'':8s}"
         print(f"{c.name:42s} {xm * 1e6:10.1f} {tm * 1e6:10.1f} {xm / tm:7.2f} {gflops} {err:8.1e}")
 
