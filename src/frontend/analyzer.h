@@ -227,6 +227,10 @@ public:
   VarPtr tensorBinary(int nb, const VarPtr &a, const VarPtr &b, bool reflected);
   VarPtr tensorCompare(int cmp, const VarPtr &a, const VarPtr &b);
   VarPtr tensorGetItem(const VarPtr &t, const VarPtr &key);
+  /// The attributes of `slice` along `dim` (of size `size`) from Python's bounds, with the
+  /// guards a symbolic bound or dim needs.
+  AttrMap sliceAttrs(int64_t dim, const std::optional<DimExpr> &start,
+                     const std::optional<DimExpr> &stop, int64_t step, const DimExpr &size);
   void tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &value);
   /// Makes `target` hold `newValue` (an in-place write): every alias sees it.
   void assignInPlace(const VarPtr &target, const VarPtr &newValue);
@@ -315,6 +319,11 @@ public:
   /// Restarts the analysis with the (first) symbol of `e` made static.
   [[noreturn]] void specialize(const DimExpr &e) const;
   int64_t hintOf(const DimExpr &e) const;
+  /// Records that the capture assumes `lo <= hi` on every call (a symbolic slice bound within
+  /// its dim, split sizes that fit...), as a SizeAtMost guard over the shape symbols, like
+  /// torch.compile's range guards; nothing when the expressions alone decide it. The caller has
+  /// checked that it holds at this call (else it specializes, so Python's semantics apply).
+  void assumeAtMost(const DimExpr &lo, const DimExpr &hi, const std::string &what);
   VarPtr castTo(const VarPtr &t, DType dtype);
 };
 

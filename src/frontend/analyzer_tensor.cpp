@@ -139,6 +139,34 @@ int64_t Analyzer::hintOf(const DimExpr &e) const {
   return *v;
 }
 
+namespace {
+/// Whether `e` is at least 0 whatever its symbols are, read from its canonical text: without a
+/// '-' every coefficient is positive and every floor division or modulo has non-negative parts,
+/// and symbols are sizes. Conservative (s0-1 is not recognized although a symbol is >= 2): an
+/// undecided relation only costs a guard.
+bool knownNonNegative(const DimExpr &e) {
+  if (e.isStatic()) return e.value() >= 0;
+  return e.str().find('-') == std::string::npos;
+}
+} // namespace
+
+void Analyzer::assumeAtMost(const DimExpr &lo, const DimExpr &hi, const std::string &what) {
+  const DimExpr room = hi - lo;
+  // Static: the same at every call, so nothing to guard (an op whose sizes are all static
+  // checks them itself and fails at capture as it does in eager).
+  if (room.isStatic() || knownNonNegative(room)) return;
+  if (hintOf(room) < 0)
+    throw BreakError("internal: assuming " + lo.str() + " <= " + hi.str() + " (" + what +
+                         "), which does not hold at this call",
+                     currentLoc(), true);
+  Guard g;
+  g.kind = Guard::SizeAtMost;
+  g.lhs = lo.str();
+  g.rhs = hi.str();
+  g.description = g.lhs + " <= " + g.rhs + " (" + what + " at " + shortLoc(currentLoc()) + ")";
+  addGuard(std::move(g));
+}
+
 VarPtr Analyzer::tensorInput(PyObject *t, const Source &src) {
   std::string why;
   std::optional<TensorMeta> m = readTensorMeta(t, &why);
@@ -615,6 +643,46 @@ static std::vector<IndexItem> parseIndex(Analyzer &a, const VarPtr &key, bool *h
   return items;
 }
 
+AttrMap Analyzer::sliceAttrs(int64_t dim, const std::optional<DimExpr> &start,
+                             const std::optional<DimExpr> &stop, int64_t step,
+                             const DimExpr &size) {
+  AttrMap a{{"dim", Attr(dim)}, {"step", Attr(step)}};
+  const bool symbolicBound = (start && !start->isStatic()) || (stop && !stop->isStatic());
+  if (!symbolicBound && size.isStatic()) { // the IR clamps static bounds as Python does
+    if (start) a["start"] = Attr(start->value());
+    if (stop) a["end"] = Attr(stop->value());
+    return a;
+  }
+  // On a symbolic dim, or with a symbolic bound, the IR takes the bounds as offsets within
+  // [0, size] (docs/ir.md, "Symbolic sizes"): the capture assumes so on every call with
+  // SizeAtMost guards, and a call where they do not hold recompiles. One that is outside at
+  // this call keeps Python's clamping by specializing (the bound first, then the dim).
+  auto wrap = [&](const DimExpr &b) { return b.isStatic() && b.value() < 0 ? size + b : b; };
+  const DimExpr s = start ? wrap(*start) : DimExpr(0);
+  const DimExpr e = stop && !(stop->isStatic() && stop->value() == INT64_MAX) ? wrap(*stop) : size;
+  const bool alwaysEmpty = start && stop && start->isStatic() && stop->isStatic() &&
+                           start->value() >= 0 && stop->value() >= 0 &&
+                           stop->value() <= start->value();
+  if (!alwaysEmpty) {
+    if (!(0 <= hintOf(s) && hintOf(s) <= hintOf(e) && hintOf(e) <= hintOf(size))) {
+      for (const auto *b : {&start, &stop})
+        if (*b && !(*b)->isStatic()) specialize(**b);
+      specialize(size);
+    }
+    assumeAtMost(DimExpr(0), s, "slice start");
+    assumeAtMost(s, e, "slice bounds");
+    assumeAtMost(e, size, "slice end");
+  }
+  if (!symbolicBound) { // static bounds on a symbolic dim: the IR wraps negative ones itself
+    if (start) a["start"] = Attr(start->value());
+    if (stop) a["end"] = Attr(stop->value());
+    return a;
+  }
+  a["start"] = makeSizeAttr(s);
+  if (stop) a["end"] = makeSizeAttr(e);
+  return a;
+}
+
 VarPtr Analyzer::tensorGetItem(const VarPtr &t, const VarPtr &key) {
   bool advanced = false;
   std::vector<IndexItem> items = parseIndex(*this, key, &advanced);
@@ -654,18 +722,8 @@ VarPtr Analyzer::tensorGetItem(const VarPtr &t, const VarPtr &key) {
     case IndexItem::Slice: {
       bool full = (!i.start || *i.start == DimExpr(0)) && !i.stop && i.step == 1;
       if (!full) {
-        // A symbolic bound is an offset the IR assumes within [0, size] (no clamping, no
-        // wrapping; the runtime checks it per call). One that is outside at this call keeps
-        // Python's semantics by specializing.
         const DimExpr size = as<TensorVar>(r)->type().shape()[static_cast<size_t>(dim)];
-        for (const auto *b : {&i.start, &i.stop})
-          if (*b && !(*b)->isStatic() && **b != size &&
-              !(hintOf(**b) >= 0 && hintOf(**b) <= hintOf(size)))
-            specialize(**b);
-        AttrMap a{{"dim", Attr(dim)}, {"step", Attr(i.step)}};
-        if (i.start) a["start"] = makeSizeAttr(*i.start);
-        if (i.stop) a["end"] = makeSizeAttr(*i.stop);
-        r = emit1("slice", {r}, std::move(a));
+        r = emit1("slice", {r}, sliceAttrs(dim, i.start, i.stop, i.step, size));
       }
       ++dim;
       break;

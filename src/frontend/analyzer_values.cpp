@@ -126,7 +126,8 @@ bool Analyzer::isModuleObject(PyObject *o) {
 // Guards
 
 void Analyzer::addGuard(Guard g) {
-  std::string key = std::to_string(g.kind) + ":" + sourceKey(g.source);
+  std::string key = std::to_string(g.kind) + ":" +
+                    (g.kind == Guard::SizeAtMost ? g.lhs + "<=" + g.rhs : sourceKey(g.source));
   if (!guardKeys_.insert(key).second) return;
   guards_.push_back(std::move(g));
 }

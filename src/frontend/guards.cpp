@@ -30,6 +30,8 @@ std::string shortRepr(PyObject *o) {
 
 const char *boolStr(bool b) { return b ? "True" : "False"; }
 
+std::string relationStr(const Guard &g) { return g.lhs + " <= " + g.rhs; }
+
 } // namespace
 
 GuardSet::GuardSet(const std::vector<Guard> &guards, SourceTable &table) {
@@ -39,7 +41,7 @@ GuardSet::GuardSet(const std::vector<Guard> &guards, SourceTable &table) {
     c.description = g.description;
     if (!g.source.empty())
       c.slot = table.add(g.source);
-    else if (g.kind != Guard::GlobalStateIs)
+    else if (g.kind != Guard::GlobalStateIs && g.kind != Guard::SizeAtMost)
       throw Error(ErrorKind::Internal, "guard without a source: " + g.description);
     sourceText_.push_back(c.slot >= 0 ? table.str(c.slot) : "");
     c.length = g.length;
@@ -81,6 +83,21 @@ GuardSet::GuardSet(const std::vector<Guard> &guards, SourceTable &table) {
       }
     }
     guards_.push_back(std::move(c));
+  }
+  // Size relations name symbols that tensor guards bind: parsed once every symbol is known.
+  for (size_t i = 0; i < guards.size(); ++i) {
+    if (guards[i].kind != Guard::SizeAtMost) continue;
+    Compiled &c = guards_[i];
+    for (auto [text, expr] : {std::pair{&guards[i].lhs, &c.lhs}, {&guards[i].rhs, &c.rhs}}) {
+      std::optional<DimExpr> d = parseDimExpr(*text);
+      if (!d) throw Error(ErrorKind::Internal, "size guard with a malformed size '" + *text + "'");
+      for (const std::string &sym : d->symbols())
+        if (std::find(symbolNames_.begin(), symbolNames_.end(), sym) == symbolNames_.end())
+          throw Error(ErrorKind::Internal, "size guard '" + relationStr(guards[i]) + "' names " +
+                                               sym + ", which no tensor guard binds");
+      *expr = *d;
+    }
+    hasSizeRelations_ = true;
   }
 }
 
@@ -155,6 +172,7 @@ std::vector<std::string> GuardSet::descriptions() const {
     case Guard::GlobalStateIs:
       out.push_back(std::string("torch.is_grad_enabled() == ") + boolStr(g.length != 0));
       break;
+    case Guard::SizeAtMost: out.push_back(g.lhs.str() + " <= " + g.rhs.str()); break;
     }
   }
   return out;
@@ -165,13 +183,39 @@ bool GuardSet::check(SourceValues &values, GuardFailure *why) const {
   // common static-shape case.
   std::vector<int64_t> bound(symbolNames_.size(), -1);
   for (size_t i = 0; i < guards_.size(); ++i) {
+    if (guards_[i].kind == Guard::SizeAtMost) continue; // below, once every symbol is bound
     if (!checkOne(guards_[i], values, bound, why)) {
       if (PyErr_Occurred()) PyErr_Clear();
       if (why) why->guard = static_cast<int>(i);
       return false;
     }
   }
+  if (!hasSizeRelations_) return true;
+  SymbolBindings symbols;
+  for (size_t s = 0; s < symbolNames_.size(); ++s)
+    if (bound[s] >= 0) symbols.emplace(symbolNames_[s], bound[s]);
+  for (size_t i = 0; i < guards_.size(); ++i)
+    if (guards_[i].kind == Guard::SizeAtMost && !checkSizeAtMost(guards_[i], symbols, why)) {
+      if (why) why->guard = static_cast<int>(i);
+      return false;
+    }
   return true;
+}
+
+bool GuardSet::checkSizeAtMost(const Compiled &g, const SymbolBindings &b,
+                               GuardFailure *why) const {
+  std::optional<int64_t> lhs = g.lhs.evaluate(b), rhs = g.rhs.evaluate(b);
+  if (lhs && rhs && *lhs <= *rhs) return true;
+  if (why) {
+    why->detail = g.lhs.str() + " <= " + g.rhs.str();
+    if (lhs && rhs)
+      why->detail += " (" + std::to_string(*lhs) + " <= " + std::to_string(*rhs) + ")";
+    why->source = "";
+    // Not a size mismatch of one input: automatic dynamic shapes keeps its symbolic dims, and
+    // the new capture specializes what does not fit.
+    why->size = false;
+  }
+  return false;
 }
 
 bool GuardSet::checkOne(const Compiled &g, SourceValues &values, std::vector<int64_t> &bound,
@@ -223,7 +267,8 @@ bool GuardSet::checkOne(const Compiled &g, SourceValues &values, std::vector<int
     return eq == 1 ||
            fail([&] { return "list(" + *src + ".keys()) == " + shortRepr(g.object.get()); });
   }
-  case Guard::GlobalStateIs: break;
+  case Guard::GlobalStateIs:
+  case Guard::SizeAtMost: break;
   }
   return true;
 }

@@ -7,6 +7,7 @@
 #include "sources.h"
 
 #include "xjit/frontend/capture.h"
+#include "xjit/ir/dim.h"
 
 #include <string>
 #include <vector>
@@ -48,15 +49,20 @@ private:
     bool requiresGrad = false;
     std::vector<int64_t> sizes, strides;
     std::vector<int> symbols; // per dim: -1 static, else the symbol's index
+    // SizeAtMost: lhs <= rhs, evaluated after every tensor guard has bound its symbols
+    DimExpr lhs, rhs;
     std::string description;
   };
   bool checkOne(const Compiled &g, SourceValues &values, std::vector<int64_t> &bound,
                 GuardFailure *why) const;
   bool checkTensor(const Compiled &g, SourceValues &values, std::vector<int64_t> &bound,
                    GuardFailure *why) const;
+  /// `symbols`: what the tensor guards bound (an unbound symbol fails the guard).
+  bool checkSizeAtMost(const Compiled &g, const SymbolBindings &symbols, GuardFailure *why) const;
   std::vector<Compiled> guards_;
   std::vector<std::string> sourceText_; // per guard
   std::vector<std::string> symbolNames_;
+  bool hasSizeRelations_ = false;
 };
 
 } // namespace xjit::frontend

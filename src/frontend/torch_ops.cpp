@@ -471,6 +471,46 @@ VarPtr regroup(Analyzer &a, VarPtr x, const Shape &in, const Shape &target, int6
   return x;
 }
 
+/// Specializes the first symbolic expression of `es`; does nothing when all are static (the
+/// op's own inference then reports what eager would).
+void specializeFirst(Analyzer &a, std::initializer_list<DimExpr> es) {
+  for (const DimExpr &e : es)
+    if (!e.isStatic()) a.specialize(e);
+}
+
+/// `parts` (one may be -1) as the exact sizes a dim of `total` elements splits into: the -1
+/// resolved as a quotient, guarded to divide exactly; without one, the product guarded equal.
+Shape exactParts(Analyzer &a, Shape parts, const DimExpr &total, const char *op) {
+  int64_t minusOne = -1;
+  DimExpr known(1);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i] == DimExpr(-1)) {
+      if (minusOne >= 0) a.fail(std::string(op) + ": only one dimension can be inferred");
+      minusOne = static_cast<int64_t>(i);
+    } else {
+      known = known * parts[i];
+    }
+  }
+  int64_t hk = a.hintOf(known), ht = a.hintOf(total);
+  auto invalid = [&] { // as eager: the frame runs in Python, where PyTorch raises
+    specializeFirst(a, {known, total});
+    a.fail(std::string(op) + ": sizes " + shapeStr(parts) + " are invalid for " +
+           std::to_string(ht) + " elements");
+  };
+  if (minusOne < 0) {
+    if (hk != ht) invalid();
+    a.assumeAtMost(known, total, std::string(op) + " sizes");
+    a.assumeAtMost(total, known, std::string(op) + " sizes");
+    return parts;
+  }
+  if (hk <= 0 || ht % hk != 0) invalid();
+  DimExpr quotient = total.floorDiv(known);
+  if (quotient * known != total)
+    a.assumeAtMost(total.mod(known), DimExpr(0), std::string(op) + " -1 divides exactly");
+  parts[static_cast<size_t>(minusOne)] = quotient;
+  return parts;
+}
+
 VarPtr reshapeTo(Analyzer &a, const VarPtr &self, const std::vector<VarPtr> &items,
                  const char *op) {
   const Shape in = tensorOf(a, self, "input").type().shape();
@@ -493,6 +533,14 @@ VarPtr reshapeTo(Analyzer &a, const VarPtr &self, const std::vector<VarPtr> &ite
     target.emplace_back(n);
     ints.push_back(n);
   }
+  if (symbolic.empty() && minusOne >= 0 && !isStaticShape(in)) {
+    // A static target with a -1 of a symbolic input: the IR divides the element count by the
+    // other sizes; the capture assumes that divides exactly (PyTorch's check).
+    DimExpr known(1);
+    for (int64_t n : ints)
+      if (n != -1) known = known * DimExpr(n);
+    exactParts(a, {known, DimExpr(-1)}, numelOf(in), op);
+  }
   if (symbolic.empty() || (symbolic.size() == 1 && minusOne < 0))
     return a.emit1(op, {self}, {{"shape", Attr(ints)}});
   if (VarPtr r = regroup(a, self, in, target, minusOne)) return r;
@@ -511,9 +559,8 @@ VarPtr reshapeTo(Analyzer &a, const VarPtr &self, const std::vector<VarPtr> &ite
     DimExpr numel(1);
     for (const DimExpr &d : rest)
       numel = numel * d;
-    DimExpr inferred = numel.floorDiv(known);
-    if (inferred * known != numel) a.specialize(symbolic[0]->expr);
-    target[static_cast<size_t>(minusOne)] = inferred;
+    // Written out: the quotient, guarded to divide exactly where the expressions leave a rest.
+    target[static_cast<size_t>(minusOne)] = exactParts(a, {known, DimExpr(-1)}, numel, op)[1];
   }
   return a.emit1(op, {self}, {{"shape", makeSizeAttr(target)}});
 }
@@ -694,25 +741,147 @@ LOWER(lowerCatStack) {
   return a.emit1(row.op, ts, {{"dim", Attr(toInt(a, b.at("dim"), "dim"))}});
 }
 
+// ---- sizes derived from symbolic dims (docs/frontend.md, "Dynamic shapes") ----
+// The ops below take sizes as symbolic attributes where a size comes from a symbolic dim. What
+// PyTorch checks (a narrow within its dim, split sizes that sum to it) becomes an assumption the
+// capture guards (Analyzer::assumeAtMost); where it fails at capture, the sizes are specialized,
+// so the op fails or clamps at capture as it does in eager.
+
+int64_t dimArg(Analyzer &a, const VarPtr &v, int64_t rank) {
+  int64_t d = toInt(a, v, "dim");
+  int64_t r = std::max<int64_t>(rank, 1);
+  if (d < -r || d >= r)
+    a.fail("dim " + std::to_string(d) + " out of range for rank " + std::to_string(rank));
+  return d < 0 ? d + r : d;
+}
+
+/// Pieces of a symbolic split into parts of `step` (split's split_size, chunk's rounded-up
+/// quotient): as many as at this call, the last one the rest, guarded to stay that many
+/// (the last piece is between 1 and `step`). Emitted as split_with_sizes.
+VarPtr splitInto(Analyzer &a, const VarPtr &self, int64_t dim, const DimExpr &size,
+                 const DimExpr &step, const char *what) {
+  int64_t hs = a.hintOf(size), hk = a.hintOf(step);
+  if (hk <= 0 || hs <= 0) specializeFirst(a, {step, size});
+  const int64_t n = (hs + hk - 1) / hk;
+  Shape pieces(static_cast<size_t>(n - 1), step);
+  pieces.push_back(size - DimExpr(n - 1) * step);
+  a.assumeAtMost(DimExpr(n - 1) * step + DimExpr(1), size, std::string(what) + " piece count");
+  a.assumeAtMost(size, DimExpr(n) * step, std::string(what) + " piece count");
+  std::vector<VarPtr> rs = a.emit("split_with_sizes", {self},
+                                  {{"split_sizes", makeSizeAttr(pieces)}, {"dim", Attr(dim)}});
+  return std::make_shared<TupleVar>(std::move(rs));
+}
+
 LOWER(lowerSplit) {
+  const VarPtr &self = b.at("input");
+  const Type &t = tensorOf(a, self, "input").type();
   const VarPtr &s = b.at("split_size_or_sections");
-  int64_t dim = toInt(a, b.at("dim"), "dim");
+  if (t.rank() == 0) a.fail("split of a 0-d tensor");
+  int64_t dim = dimArg(a, b.at("dim"), t.rank());
+  const DimExpr size = t.shape()[static_cast<size_t>(dim)];
   std::vector<VarPtr> rs;
-  if (auto i = (s->kind == VarKind::Object && PyLong_Check(as<ObjectVar>(s)->obj.get())) ||
-                       s->kind == VarKind::SymInt
-                   ? a.asInt(s)
-                   : std::nullopt)
-    rs = a.emit("split", {b.at("input")}, {{"split_size", Attr(*i)}, {"dim", Attr(dim)}});
-  else
-    rs = a.emit("split_with_sizes", {b.at("input")},
-                {{"split_sizes", Attr(toInts(a, s, "split sizes"))}, {"dim", Attr(dim)}});
+  if ((s->kind == VarKind::Object && PyLong_Check(as<ObjectVar>(s)->obj.get())) ||
+      s->kind == VarKind::SymInt) {
+    DimExpr step = toDim(a, s, "split_size");
+    if (size.isStatic() && step.isStatic())
+      rs = a.emit("split", {self}, {{"split_size", Attr(step.value())}, {"dim", Attr(dim)}});
+    else
+      return splitInto(a, self, dim, size, step, "split");
+  } else {
+    Shape sizes;
+    for (const VarPtr &i : a.sequenceItems(s, "split sizes"))
+      sizes.push_back(toDim(a, i, "split sizes"));
+    if (size.isStatic() && isStaticShape(sizes)) {
+      rs = a.emit("split_with_sizes", {self},
+                  {{"split_sizes", makeSizeAttr(sizes)}, {"dim", Attr(dim)}});
+    } else {
+      DimExpr sum(0);
+      bool nonNegative = true;
+      for (const DimExpr &p : sizes) {
+        sum = sum + p;
+        nonNegative = nonNegative && a.hintOf(p) >= 0;
+      }
+      if (!nonNegative || a.hintOf(sum) != a.hintOf(size)) {
+        for (const DimExpr &p : sizes)
+          specializeFirst(a, {p});
+        specializeFirst(a, {size});
+      }
+      for (const DimExpr &p : sizes)
+        a.assumeAtMost(DimExpr(0), p, "split size");
+      a.assumeAtMost(sum, size, "split sizes sum to the dim");
+      a.assumeAtMost(size, sum, "split sizes sum to the dim");
+      rs = a.emit("split_with_sizes", {self},
+                  {{"split_sizes", makeSizeAttr(sizes)}, {"dim", Attr(dim)}});
+    }
+  }
   return std::make_shared<TupleVar>(std::move(rs));
 }
 
 LOWER(lowerMultiResult) { // chunk / unbind: a tuple of views
+  const Type &t = tensorOf(a, b.at("input"), "input").type();
+  if (t.rank() > 0) {
+    int64_t dim = dimArg(a, b.at("dim"), t.rank());
+    const DimExpr size = t.shape()[static_cast<size_t>(dim)];
+    if (!size.isStatic()) {
+      // unbind's result count is the size itself; chunk's pieces are rounded-up quotients.
+      if (std::string_view(row.op) == "unbind") a.specialize(size);
+      int64_t chunks = toInt(a, b.at("chunks"), "chunks");
+      if (chunks <= 0) a.fail("chunk: number of chunks must be positive");
+      return splitInto(a, b.at("input"), dim, size,
+                       (size + DimExpr(chunks - 1)).floorDiv(DimExpr(chunks)), "chunk");
+    }
+  }
   VarPtr r = genericLower(a, b, row);
   if (r->kind == VarKind::Tuple) return r;
   return std::make_shared<TupleVar>(std::vector<VarPtr>{r});
+}
+
+LOWER(lowerNarrow) {
+  const VarPtr &self = b.at("input");
+  const Type &t = tensorOf(a, self, "input").type();
+  if (t.rank() == 0) return genericLower(a, b, row);
+  int64_t dim = dimArg(a, b.at("dim"), t.rank());
+  const DimExpr size = t.shape()[static_cast<size_t>(dim)];
+  const DimExpr start = toDim(a, b.at("start"), "start"),
+                length = toDim(a, b.at("length"), "length");
+  if (size.isStatic() && start.isStatic() && length.isStatic()) return genericLower(a, b, row);
+  // A negative start counts from the end (symbolic sizes: an offset, so wrapped here).
+  const DimExpr from = start.isStatic() && start.value() < 0 ? size + start : start;
+  if (!(a.hintOf(from) >= 0 && a.hintOf(length) >= 0 &&
+        a.hintOf(from) + a.hintOf(length) <= a.hintOf(size)))
+    specializeFirst(a, {start, length, size});
+  a.assumeAtMost(DimExpr(0), from, "narrow start");
+  a.assumeAtMost(DimExpr(0), length, "narrow length");
+  a.assumeAtMost(from + length, size, "narrow within the dim");
+  AttrMap attrs{
+      {"dim", Attr(dim)}, {"start", makeSizeAttr(start)}, {"length", makeSizeAttr(length)}};
+  if (!start.isStatic() || !length.isStatic()) attrs["start"] = makeSizeAttr(from);
+  return a.emit1("narrow", {self}, std::move(attrs));
+}
+
+LOWER(lowerRepeat) {
+  Shape reps;
+  for (const VarPtr &i : shapeArgs(a, b, "dims"))
+    reps.push_back(toDim(a, i, "repeats"));
+  for (const DimExpr &r : reps) {
+    if (a.hintOf(r) < 0) specializeFirst(a, {r});
+    a.assumeAtMost(DimExpr(0), r, "repeat count");
+  }
+  return a.emit1("repeat", {b.at("input")}, {{"repeats", makeSizeAttr(reps)}});
+}
+
+LOWER(lowerUnflatten) {
+  const VarPtr &self = b.at("input");
+  const Type &t = tensorOf(a, self, "input").type();
+  if (t.rank() == 0) return genericLower(a, b, row);
+  int64_t dim = dimArg(a, b.at("dim"), t.rank());
+  const DimExpr size = t.shape()[static_cast<size_t>(dim)];
+  Shape parts;
+  for (const VarPtr &i : a.sequenceItems(b.at("sizes"), "sizes"))
+    parts.push_back(toDim(a, i, "sizes"));
+  if (parts.empty() || (size.isStatic() && isStaticShape(parts))) return genericLower(a, b, row);
+  parts = exactParts(a, std::move(parts), size, "unflatten");
+  return a.emit1("unflatten", {self}, {{"dim", Attr(dim)}, {"sizes", makeSizeAttr(parts)}});
 }
 
 LOWER(lowerClamp) {
@@ -1361,7 +1530,7 @@ const std::vector<TorchRow> &table() {
       {"Tensor.view_as", "input, other", "view", "", lowerViewAs},
       {"Tensor.reshape_as", "input, other", "reshape", "", lowerViewAs},
       {"torch.permute Tensor.permute", "input, *dims", "permute", "dims", lowerIntsVarargs},
-      {"Tensor.repeat", "input, *dims", "repeat", "repeats", lowerIntsVarargs},
+      {"Tensor.repeat", "input, *dims", "repeat", "", lowerRepeat},
       {"torch.tile Tensor.tile", "input, *dims", "tile", "dims", lowerIntsVarargs},
       {"torch.flip Tensor.flip", "input, *dims", "flip", "", lowerFlip},
       {"Tensor.expand", "input, *size", "expand", "", lowerExpand},
@@ -1372,14 +1541,15 @@ const std::vector<TorchRow> &table() {
       {"torch.t Tensor.t", "input", "t", "input"},
       {"torch.flatten Tensor.flatten", "input, start_dim=0, end_dim=-1", "flatten",
        "input | start_dim end_dim"},
-      {"torch.unflatten Tensor.unflatten", "input, dim, sizes", "unflatten", "input | dim sizes"},
+      {"torch.unflatten Tensor.unflatten", "input, dim, sizes", "unflatten", "input | dim sizes",
+       lowerUnflatten},
       {"torch.squeeze Tensor.squeeze", "input, dim=None", "squeeze", "", lowerSqueeze},
       {"torch.unsqueeze Tensor.unsqueeze", "input, dim", "unsqueeze", "input | dim"},
       {"torch.movedim torch.moveaxis Tensor.movedim Tensor.moveaxis", "input, source, destination",
        "movedim", "", lowerMovedim},
       {"torch.roll Tensor.roll", "input, shifts, dims=None", "roll", "", lowerRoll},
       {"torch.narrow Tensor.narrow", "input, dim, start, length", "narrow",
-       "input | dim start length"},
+       "input | dim start length", lowerNarrow},
       {"torch.select Tensor.select", "input, dim, index", "select", "input | dim index"},
       {"torch.diagonal Tensor.diagonal", "input, offset=0, dim1=0, dim2=1", "diagonal",
        "input | offset dim1 dim2"},

@@ -23,6 +23,11 @@ const std::map<Slot, SizeSlotForm> &slots() {
     for (std::string_view op : {"expand", "reshape", "view", "full", "zeros", "ones", "empty",
                                 "new_full", "new_zeros", "new_ones", "new_empty"})
       t[{op, "shape"}] = SizeSlotForm::Dims;
+    t[{"narrow", "start"}] = SizeSlotForm::Dim;
+    t[{"narrow", "length"}] = SizeSlotForm::Dim;
+    t[{"repeat", "repeats"}] = SizeSlotForm::Dims;
+    t[{"unflatten", "sizes"}] = SizeSlotForm::Dims;
+    t[{"split_with_sizes", "split_sizes"}] = SizeSlotForm::Dims;
     return t;
   }();
   return table;

@@ -83,6 +83,9 @@ struct Guard {
     LenIs,         // len(x) == `length` (lists, tuples, dicts, ModuleList)
     DictKeysAre,   // list(x.keys()) == `object` (a list)
     GlobalStateIs, // torch.is_grad_enabled() == (length != 0) -- `source` empty
+    SizeAtMost,    // lhs <= rhs, dim expressions over the shape symbols the entry's tensor
+                   // guards bind (a slice bound within its dim, split sizes that sum to it)
+                   // -- `source` empty
   };
   Kind kind;
   Source source;
@@ -94,6 +97,8 @@ struct Guard {
   bool requiresGrad = false;
   std::vector<int64_t> sizes, strides;
   std::vector<std::string> symbols; // per dim: "" static, else the symbol name (e.g. "s0")
+  // SizeAtMost: the two sides as dim expression text ("s1", "s0+2"), as ir/dim.h parses it.
+  std::string lhs, rhs;
   /// Human-readable form, e.g. "L['x']: tensor f32[s0,128] cpu requires_grad=False".
   std::string description;
 };

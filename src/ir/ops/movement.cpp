@@ -361,6 +361,19 @@ std::vector<Type> inferNarrow(const Op &op) {
   if (t.rank() == 0)
     inferFail("narrow: cannot be applied to a 0-d tensor");
   int64_t dim = normDim(attrInt(op, "dim"), t.rank());
+  if (isSymbolicSize(op, "start") || isSymbolicSize(op, "length")) {
+    // Symbolic sizes: an offset and a length assumed to lie within the dim (no wrapping from
+    // the end); the kernel runs with the evaluated values and fails when they do not.
+    auto start = sizeAttrDim(op, "start"), length = sizeAttrDim(op, "length");
+    if (!start || !length)
+      inferFail("narrow: bad symbolic size");
+    if ((start->isStatic() && start->value() < 0) || (length->isStatic() && length->value() < 0))
+      inferFail("narrow: a symbolic narrow needs a non-negative start and length, got start " +
+                start->str() + ", length " + length->str());
+    Shape s = t.shape();
+    s[dim] = *length;
+    return {t.withShape(s)};
+  }
   int64_t start = attrInt(op, "start"), length = attrInt(op, "length");
   if (length < 0)
     inferFail("narrow: length must be non-negative, got " + std::to_string(length));
@@ -442,6 +455,29 @@ std::vector<Type> inferSplit(const Op &op) {
   const Type &t = self(op);
   int64_t dim = splitDim(op, t.rank());
   const DimExpr &size = t.shape()[dim];
+  if (isSymbolicSize(op, "split_sizes")) {
+    // Sizes over shape symbols: taken as given (the kernel checks that the evaluated sizes sum
+    // to the dim); only a sum that differs in every run is an error here.
+    auto sizes = sizeAttrDims(op, "split_sizes");
+    if (!sizes)
+      inferFail("split_with_sizes: bad symbolic split sizes");
+    DimExpr sum(0);
+    for (const DimExpr &p : *sizes) {
+      if (p.isStatic() && p.value() < 0)
+        inferFail("split_with_sizes: split sizes must be non-negative, got " + shapeStr(*sizes));
+      sum = sum + p;
+    }
+    if ((sum - size).isStatic() && sum != size)
+      inferFail("split_with_sizes: split sizes " + shapeStr(*sizes) +
+                " do not sum to the dimension size " + size.str());
+    std::vector<Type> out;
+    for (const DimExpr &p : *sizes) {
+      Shape s = t.shape();
+      s[dim] = p;
+      out.push_back(t.withShape(s));
+    }
+    return out;
+  }
   // split_with_sizes on a symbolic dim: the sizes are taken as given (the frontend guards sums).
   std::vector<int64_t> pieces;
   if (op.name() == "split_with_sizes" && !size.isStatic()) {
@@ -589,6 +625,13 @@ void registerMovementOps(OpRegistry &r) {
            if (t.rank() == 0)
              inferFail("unflatten: cannot be applied to a 0-d tensor");
            int64_t dim = normDim(attrInt(op, "dim"), t.rank());
+           if (isSymbolicSize(op, "sizes")) { // as a symbolic reshape of that one dim
+             auto sizes = sizeAttrDims(op, "sizes");
+             if (!sizes || sizes->empty())
+               inferFail("unflatten: bad symbolic sizes");
+             Shape parts = symbolicReshapeShape(*sizes, {t.shape()[dim]}, "unflatten");
+             return {t.withShape(unflattened(t.shape(), dim, parts))};
+           }
            const auto &sizes = attrInts(op, "sizes");
            if (sizes.empty())
              inferFail("unflatten: sizes must be non-empty");

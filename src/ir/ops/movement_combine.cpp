@@ -1,6 +1,7 @@
 // Copying data-movement ops: cat, stack, pad, repeat/tile, flip, roll, triu/tril, masked_fill. Each
 // returns a fresh contiguous tensor.
 #include "ops/movement_util.h"
+#include "xjit/ir/sym_attr.h"
 
 #include <algorithm>
 #include <optional>
@@ -256,13 +257,28 @@ std::vector<int64_t> repeatsOf(const Op &op, int64_t rank) {
   return reps;
 }
 
-template <class D>
-std::vector<D> repeatedSizes(const std::vector<D> &sizes, const std::vector<int64_t> &reps) {
+template <class D, class R>
+std::vector<D> repeatedSizes(const std::vector<D> &sizes, const std::vector<R> &reps) {
   size_t lead = reps.size() - sizes.size();
   std::vector<D> out;
   for (size_t i = 0; i < reps.size(); ++i)
     out.push_back(i < lead ? D(reps[i]) : sizes[i - lead] * D(reps[i]));
   return out;
+}
+
+// repeat with repeats over shape symbols: the result dims are products of expressions.
+Shape symbolicRepeats(const Op &op, const Type &t) {
+  auto reps = sizeAttrDims(op, "repeats");
+  if (!reps)
+    inferFail("repeat: bad symbolic repeats");
+  if (static_cast<int64_t>(reps->size()) < t.rank())
+    inferFail("repeat: number of dimensions of repeat dims (" + std::to_string(reps->size()) +
+              ") can not be smaller than number of dimensions of tensor (" +
+              std::to_string(t.rank()) + ")");
+  for (const DimExpr &r : *reps)
+    if (r.isStatic() && r.value() < 0)
+      inferFail("repeat: repeats must be non-negative, got " + shapeStr(*reps));
+  return repeatedSizes(t.shape(), *reps);
 }
 
 OpDef repeatRow(std::string name, std::string summary, std::string attr) {
@@ -272,6 +288,8 @@ OpDef repeatRow(std::string name, std::string summary, std::string attr) {
           .attrs = {{std::move(attr), AttrKind::Ints}},
           .infer = [](const Op &op) -> std::vector<Type> {
             const Type &t = tensorOperand(op, 0);
+            if (isSymbolicSize(op, "repeats"))
+              return {t.withShape(symbolicRepeats(op, t))};
             return {t.withShape(repeatedSizes(t.shape(), repeatsOf(op, t.rank())))};
           },
           .kernel = [](const Op &op, In in) -> Results {
