@@ -134,6 +134,21 @@ PyObject *torchTensorType() { return handles().tensorType.get(); }
 PyObject *torchParameterType() { return handles().parameterType.get(); }
 PyObject *torchModuleType() { return handles().moduleType.get(); }
 
+bool isTorchDtypeInfoType(PyObject *o) {
+  auto lookup = [](const char *name) {
+    PyObject *t = PyObject_GetAttrString(torchModule(), name); // held for the process
+    if (!t) PyErr_Clear();
+    return t;
+  };
+  static PyObject *const finfo = lookup("finfo");
+  static PyObject *const iinfo = lookup("iinfo");
+  return o && ((finfo && o == finfo) || (iinfo && o == iinfo));
+}
+
+bool isTorchDtypeInfo(PyObject *o) {
+  return o && isTorchDtypeInfoType(reinterpret_cast<PyObject *>(Py_TYPE(o)));
+}
+
 std::optional<DType> dtypeFromTorch(PyObject *dtype) {
   const TorchHandles &h = handles();
   for (int i = 0; i < kNumDTypes; ++i)

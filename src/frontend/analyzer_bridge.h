@@ -29,6 +29,9 @@ PyObject *torchModule();
 PyObject *torchTensorType();    // torch.Tensor
 PyObject *torchParameterType(); // torch.nn.Parameter
 PyObject *torchModuleType();    // torch.nn.Module
+/// torch.finfo / torch.iinfo (the class), and instances of them: immutable facts about a dtype.
+bool isTorchDtypeInfoType(PyObject *o);
+bool isTorchDtypeInfo(PyObject *o);
 
 std::optional<DType> dtypeFromTorch(PyObject *dtype);
 /// torch.<dtype> object for an xjit dtype (borrowed, lives as long as torch).

@@ -697,6 +697,9 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
       }
     }
     if (PyObject_HasAttrString(fn, "__dataclass_fields__")) return makeDataclass(fn, args);
+    // torch.finfo(dtype) / torch.iinfo(dtype): facts about a dtype, known at capture time (T5's
+    // and GPT-Neo's attention masks fill with torch.finfo(dtype).min).
+    if (isTorchDtypeInfoType(fn)) return callReal(*this, fn, args, qn);
     if (isModuleObject(fn) || PyObject_IsSubclass(fn, torchModuleType()) == 1)
       fail("constructing a module (" + qn + ") inside the captured code");
     if (isTrustedModuleName(mod)) return fallbackCall(fn, qn, args);

@@ -444,8 +444,8 @@ VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
     // Immutable constants and classes: attributes are pure functions of the object.
     if (obj->kind == VarKind::Object &&
         (isScalarConstant(o) || isConstantTuple(o) || PyType_Check(o) || dtypeFromTorch(o) ||
-         std::strcmp(Py_TYPE(o)->tp_name, "torch.device") == 0 || PyCFunction_Check(o) ||
-         PyFunction_Check(o))) {
+         std::strcmp(Py_TYPE(o)->tp_name, "torch.device") == 0 || isTorchDtypeInfo(o) ||
+         PyCFunction_Check(o) || PyFunction_Check(o))) {
       if (PyType_Check(o)) {
         // A classmethod/staticmethod/function on a class: unwrap like the descriptor does.
         PyObject *v = PyObject_GetAttrString(o, name.c_str());

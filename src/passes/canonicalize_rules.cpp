@@ -367,12 +367,28 @@ bool aliasNoop(Op &op, Rewriter &rw) { return rw.replace(op.operand(0)); }
 
 // contiguous(x) -> x when x is freshly computed (kernels return contiguous tensors) or when
 // nothing writes x's storage (then a copy and x are indistinguishable).
+// True if a `view` reads v, directly or through other views of it: `view` needs strides that
+// its shape can be laid over, so the contiguous copy in front of it must stay (GPT-Neo's
+// permute(...).contiguous().view(...) failed at run time without it).
+bool feedsStrideSensitiveView(const Value *v, int depth = 0) {
+  if (depth > 16) return true; // a long chain of views: keep the copy rather than walk on
+  for (const Use &u : v->uses()) {
+    if (u.user->name() == "view") return true;
+    if (u.index == 0 && aliasesOperand(*u.user))
+      for (size_t r = 0; r < u.user->numResults(); ++r)
+        if (feedsStrideSensitiveView(u.user->result(r), depth + 1)) return true;
+  }
+  return false;
+}
+
 bool contiguousNoop(Op &op, Rewriter &rw) {
   Value *x = op.operand(0);
   const Op *def = x->definingOp();
   bool fresh = def && def->def().isPure() && def->def().kernel && !aliasesOperand(*def) &&
                def->name() != "constant" && def->name() != "tuple_get";
   if (!fresh && (rw.written(x) || rw.written(op.result(0)))) return false;
+  // x may be a strided view (a permute): only a fresh result is known to be contiguous.
+  if (!fresh && feedsStrideSensitiveView(op.result(0))) return false;
   return rw.replace(x);
 }
 
