@@ -15,7 +15,9 @@ first call's wall time and its parts:
   overhead  first call - steady: what the first call costs over a later one, the part a
             compiler controls (a model whose one call takes 176 ms cannot start in 200 ms), and
   faults    minor page faults of the first call (a later call of the same process has ~0):
-            first touch of fresh memory (results, the arena, oneDNN's buffers).
+            first touch of fresh memory (results, the arena, oneDNN's buffers);
+  first_cpu, overhead_cpu  the first call and the overhead in CPU time of the process (all
+            threads): steadier than wall time on a loaded machine (run with --threads 1).
 
 Usage: python bench/warm_start.py [--case bert/b1] [--repeats 3] [--threads N]
 Figures go to docs/perf.md (with the machine's load: ratios on a loaded machine are noisy).
@@ -51,23 +53,27 @@ def child(case: str) -> dict[str, Any]:
 
     import_s = time.perf_counter() - t0
     setup_threads()
+    if os.environ.get("XJIT_NUM_THREADS"):  # --threads: torch's pool too, not only xjit's
+        torch.set_num_threads(int(os.environ["XJIT_NUM_THREADS"]))
     model, inputs = CASES[case].build()
     with torch.no_grad():
         fn = xjit.jit(model)
         _frontend.reset()
         _frontend.set_recording(True)
         faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         fn(*inputs)
         first_ms = (time.perf_counter() - start) * 1e3
+        first_cpu_ms = (time.process_time() - cpu_start) * 1e3
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
         _frontend.set_recording(False)
         events = _frontend.events()
-        steady = []
+        steady, steady_cpu = [], []
         for _ in range(5):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             fn(*inputs)
             steady.append((time.perf_counter() - start) * 1e3)
+            steady_cpu.append((time.process_time() - cpu_start) * 1e3)
     capture = sum(g["capture_ms"] for g in events["graphs"])
     compile_ms = sum(g["compile_ms"] for g in events["graphs"])
     stats = ir.backend_stats()
@@ -83,6 +89,9 @@ def child(case: str) -> dict[str, Any]:
         "steady_ms": statistics.median(steady),
         "overhead_ms": first_ms - statistics.median(steady),
         "faults": faults,
+        "first_cpu_ms": first_cpu_ms,
+        "steady_cpu_ms": statistics.median(steady_cpu),
+        "overhead_cpu_ms": first_cpu_ms - statistics.median(steady_cpu),
         "llvm_compilations": stats["llvm_compilations"],
         "cache_links": stats["cache_links"],
     }
@@ -117,6 +126,8 @@ COLUMNS = (
     "steady_ms",
     "overhead_ms",
     "faults",
+    "first_cpu_ms",
+    "overhead_cpu_ms",
 )
 
 

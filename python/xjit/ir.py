@@ -232,7 +232,9 @@ def backend_stats() -> dict[str, float]:
     by LLVM, i.e. not found in the persistent compile cache) and their wall time ``llvm_ms``,
     ``cache_links`` (kernels loaded from the cache) and their ``cache_link_ms``,
     ``general_versions`` (kernels' general strided versions compiled or linked because a call
-    had non-contiguous inputs; docs/backend.md), ``kernels_shared`` (kernels found in the cache
+    had non-contiguous inputs; docs/backend.md), ``batch_links`` and ``batched_objects``
+    (compiled graphs whose kernels were linked together in one go, and how many kernels they
+    held), ``kernels_shared`` (kernels found in the cache
     whose identical code was already linked in this process and still in use: that code is
     shared, not linked again), ``library_kernels_shared`` (oneDNN calls identical to one already
     compiled and still in use, which share its executable and plans), the cache's

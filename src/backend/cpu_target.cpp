@@ -51,6 +51,15 @@ private:
   std::shared_ptr<const CompiledKernel> ck_;
 };
 
+/// A graph's LLVM kernels linked together (one JITDylib, one lookup: LinkBatch in jit.h).
+class CpuCompileBatch : public CompileBatch {
+public:
+  void finish() override { links_.finish(); }
+
+private:
+  LinkBatch links_;
+};
+
 class CpuTarget : public Target {
 public:
   std::string name() const override { return "cpu"; }
@@ -78,6 +87,10 @@ public:
         lk.kernel,
         {.pipeline = opts.optimize ? Pipeline::Kernel : Pipeline::None, .keepText = opts.keepText});
     return std::make_shared<CpuExecutable>(std::move(lk), std::move(ck));
+  }
+
+  std::unique_ptr<CompileBatch> beginCompileBatch() override {
+    return std::make_unique<CpuCompileBatch>();
   }
 
   /// Buffers the runtime hands to runInto (results and its arena): runInto writes every

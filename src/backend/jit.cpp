@@ -5,7 +5,10 @@
 // optimizer runs here, on the module, with a TargetMachine for the same host; LLJIT then only
 // generates code. Each kernel gets its own LLVMContext (compiles may run in parallel) and its
 // own JITDylib (dropping the last CompiledKernel removes it and frees its code; one symbol
-// namespace per kernel lets the same cached object be linked twice).
+// namespace per kernel lets the same cached object be linked twice), except inside a LinkBatch
+// (a compiled graph's kernels): those are linked together into one JITDylib with one lookup when
+// the batch finishes, and share its lifetime. Their symbols carry a prefix of the cache key, so
+// that different kernels of one name ("fusion_elementwise") do not collide in that JITDylib.
 //
 // Compile cache: the object file is what the persistent cache stores (compile_cache.h), keyed by
 // the printed loop IR, the CPU name and features, the compiler's identity and the pipeline. On a
@@ -129,6 +132,7 @@ struct CodeHandle {
 };
 
 std::atomic<uint64_t> gLlvmCompilations{0}, gCacheLinks{0}, gGeneralVersions{0};
+std::atomic<uint64_t> gBatchLinks{0}, gBatchedObjects{0}; // LinkBatch::finish
 std::atomic<uint64_t> gKernelsShared{0};           // compiles answered by a live identical kernel
 std::atomic<uint64_t> gLlvmNs{0}, gCacheLinkNs{0}; // wall time, for jitTotals()
 
@@ -143,7 +147,25 @@ const char *pipelineName(Pipeline p) {
   return "?";
 }
 
+/// The LinkBatch collecting this thread's compiles (null: link each kernel at once).
+thread_local LinkBatch *tCurrentBatch = nullptr;
+
+/// Compiles with no batch on this thread (a kernel's general version, compiled while running).
+struct NoBatch {
+  LinkBatch *saved = tCurrentBatch;
+  NoBatch() { tCurrentBatch = nullptr; }
+  ~NoBatch() { tCurrentBatch = saved; }
+};
+
 } // namespace
+
+/// A kernel compiled or loaded in a batch, waiting for LinkBatch::finish.
+struct LinkBatch::Pending {
+  std::shared_ptr<CompiledKernel> kernel;
+  std::vector<std::shared_ptr<CompiledKernel>> sharers; // identical kernels of the same batch
+  std::string object, symbol, key;
+  bool fromCache = false;
+};
 
 struct Jit::Impl {
   std::unique_ptr<llvm::orc::LLJIT> jit;
@@ -180,6 +202,47 @@ struct Jit::Impl {
     if (!addr) return addr.takeError();
     return std::make_pair(std::move(handle), addr->toPtr<KernelEntry>());
   }
+
+  /// Links all of `objects` into one new JITDylib with one lookup; returns the handle and each
+  /// object's entry, or an error (the dylib is removed again). Symbols must be distinct.
+  llvm::Expected<std::pair<std::shared_ptr<CodeHandle>, std::vector<KernelEntry>>>
+  linkTogether(const std::vector<const LinkBatch::Pending *> &objects) {
+    llvm::orc::ExecutionSession &es = jit->getExecutionSession();
+    auto jd = jit->createJITDylib("xjit_g" + std::to_string(counter++));
+    if (!jd) return jd.takeError();
+    jd->addToLinkOrder(jit->getMainJITDylib()); // the runtime helpers
+    auto handle = std::make_shared<CodeHandle>();
+    handle->session = &es;
+    handle->dylib = &*jd;
+    llvm::orc::MangleAndInterner mangle(es, jit->getDataLayout());
+    llvm::orc::SymbolLookupSet names;
+    std::vector<llvm::orc::SymbolStringPtr> interned;
+    for (const LinkBatch::Pending *p : objects) {
+      if (llvm::Error err =
+              jit->addObjectFile(*jd, llvm::MemoryBuffer::getMemBufferCopy(p->object, p->symbol)))
+        return err;
+      interned.push_back(mangle(p->symbol));
+      names.add(interned.back());
+    }
+    auto found = es.lookup(llvm::orc::makeJITDylibSearchOrder(&*jd), std::move(names));
+    if (!found) return found.takeError();
+    std::vector<KernelEntry> entries;
+    for (const llvm::orc::SymbolStringPtr &name : interned) {
+      auto it = found->find(name);
+      if (it == found->end())
+        return llvm::make_error<llvm::StringError>("symbol not found after linking",
+                                                   llvm::inconvertibleErrorCode());
+      entries.push_back(it->second.getAddress().toPtr<KernelEntry>());
+    }
+    return std::make_pair(std::move(handle), std::move(entries));
+  }
+
+  /// LLVM IR, optimization and machine code for k (symbol `symbol`); fills ck's times (and
+  /// text with keepText) and returns the object file.
+  llvm::SmallVector<char, 0> buildObject(const Kernel &k, const std::string &symbol,
+                                         const CompileOptions &opts, CompiledKernel &ck);
+
+  void linkBatch(std::vector<LinkBatch::Pending> &pending);
 };
 
 Jit::Jit() : impl_(std::make_unique<Impl>()) {
@@ -255,24 +318,57 @@ Jit &Jit::instance() {
 const std::string &Jit::cpuName() const { return impl_->cpu; }
 const std::string &Jit::cpuFeatures() const { return impl_->features; }
 
+llvm::SmallVector<char, 0> Jit::Impl::buildObject(const Kernel &k, const std::string &symbol,
+                                                  const CompileOptions &opts, CompiledKernel &ck) {
+  auto t0 = Clock::now();
+  ++gLlvmCompilations;
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  std::unique_ptr<llvm::Module> mod = emitKernelModule(k, symbol, *ctx);
+  ck.times_.emit = msSince(t0);
+
+  auto t1 = Clock::now();
+  // Target machines are not thread-safe but reusable: one per thread (there is one Jit).
+  thread_local std::unique_ptr<llvm::TargetMachine> tm;
+  if (!tm) tm = check(jtmb->createTargetMachine(), "JIT: creating a target machine");
+  mod->setDataLayout(tm->createDataLayout());
+  mod->setTargetTriple(tm->getTargetTriple().str());
+  optimize(*mod, *tm, opts.pipeline);
+  ck.times_.optimize = msSince(t1);
+  if (opts.keepText) {
+    ck.loopIR_ = printKernel(k);
+    llvm::raw_string_ostream os(ck.llvmIR_);
+    mod->print(os, nullptr);
+    auto text = emitCode(*llvm::CloneModule(*mod), *tm, llvm::CodeGenFileType::AssemblyFile);
+    ck.assembly_.assign(text.begin(), text.end());
+  }
+  auto t2 = Clock::now();
+  llvm::SmallVector<char, 0> object = emitCode(*mod, *tm, llvm::CodeGenFileType::ObjectFile);
+  ck.times_.codegen = msSince(t2);
+  return object;
+}
+
 std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const CompileOptions &opts) {
   std::shared_ptr<CompiledKernel> ck(new CompiledKernel());
   ck->kernel_ = k;
   ck->options_ = opts;
   auto t0 = Clock::now();
   double cpu0 = threadCpuMs();
-  // One symbol namespace per kernel: the name need not be unique, and must be the same in every
-  // process for cached objects to link.
+  // The symbol must be the same in every process for cached objects to link. Without the cache
+  // each kernel has a JITDylib (a symbol namespace) of its own, so the name need not be unique.
   std::string symbol = "xjit_" + k.name;
+  LinkBatch *batch = tCurrentBatch;
 
   // The cache is skipped when the caller wants the LLVM IR and assembly text (--dump).
   std::string key;
   if (opts.useCache && !opts.keepText && compileCacheEnabled()) {
-    verifyKernelOrThrow(k); // a hit must not hide an invalid kernel
+    // No verification before a hit: the key is the printed kernel, and an entry is only written
+    // after that very text was verified and compiled (by a compiler of the same identity).
     const char *pipelineOverride = std::getenv("XJIT_LLVM_PIPELINE");
-    key = compileCacheKey({printKernel(k), symbol, impl_->cpu, impl_->features, compilerIdentity(),
+    key = compileCacheKey({printKernel(k), k.name, impl_->cpu, impl_->features, compilerIdentity(),
                            pipelineName(opts.pipeline), pipelineOverride ? pipelineOverride : "",
                            impl_->llvmArgs});
+    // Distinct kernels of one name share a batch's JITDylib: the key makes their symbols differ.
+    symbol += "_" + key.substr(0, 16);
     {
       std::lock_guard<std::mutex> lock(impl_->liveMutex);
       auto it = impl_->live.find(key);
@@ -287,7 +383,24 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
         impl_->live.erase(it);
       }
     }
+    if (batch) {
+      // An identical kernel earlier in this batch: share its code once the batch is linked.
+      for (LinkBatch::Pending &p : batch->pending_)
+        if (p.key == key) {
+          ck->fromCache_ = true;
+          p.sharers.push_back(ck);
+          ++gKernelsShared;
+          return ck;
+        }
+    }
     if (std::optional<std::string> object = compileCacheLoad(key)) {
+      if (batch) {
+        ck->fromCache_ = true;
+        batch->pending_.push_back({ck, {}, std::move(*object), symbol, key, true});
+        // As without a batch, a hit's time includes keying and reading; finish adds the link.
+        addMs(gCacheLinkNs, msSince(t0));
+        return ck;
+      }
       auto linked = impl_->link(*object, symbol);
       if (linked) {
         ck->code_ = std::move(linked->first);
@@ -305,47 +418,127 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
     }
   }
 
-  ++gLlvmCompilations;
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  std::unique_ptr<llvm::Module> mod = emitKernelModule(k, symbol, *ctx);
-  ck->times_.emit = msSince(t0);
-
-  auto t1 = Clock::now();
-  // Target machines are not thread-safe but reusable: one per thread (there is one Jit).
-  thread_local std::unique_ptr<llvm::TargetMachine> tm;
-  if (!tm) tm = check(impl_->jtmb->createTargetMachine(), "JIT: creating a target machine");
-  mod->setDataLayout(tm->createDataLayout());
-  mod->setTargetTriple(tm->getTargetTriple().str());
-  optimize(*mod, *tm, opts.pipeline);
-  ck->times_.optimize = msSince(t1);
-  if (opts.keepText) {
-    ck->loopIR_ = printKernel(k);
-    llvm::raw_string_ostream os(ck->llvmIR_);
-    mod->print(os, nullptr);
-    auto text = emitCode(*llvm::CloneModule(*mod), *tm, llvm::CodeGenFileType::AssemblyFile);
-    ck->assembly_.assign(text.begin(), text.end());
+  llvm::SmallVector<char, 0> object = impl_->buildObject(k, symbol, opts, *ck);
+  std::string_view objectView(object.data(), object.size());
+  if (!key.empty()) compileCacheStore(key, objectView);
+  if (batch && !key.empty()) {
+    batch->pending_.push_back({ck, {}, std::string(objectView), symbol, key, false});
+    ck->times_.cpu = threadCpuMs() - cpu0;
+    addMs(gLlvmNs, msSince(t0));
+    return ck;
   }
-
   auto t2 = Clock::now();
-  llvm::SmallVector<char, 0> object = emitCode(*mod, *tm, llvm::CodeGenFileType::ObjectFile);
-  llvm::StringRef objectRef(object.data(), object.size());
-  auto linked = impl_->link(objectRef, symbol);
+  auto linked = impl_->link(llvm::StringRef(object.data(), object.size()), symbol);
   if (!linked) llvmFail("JIT: linking kernel " + k.name, linked.takeError());
   ck->code_ = std::move(linked->first);
   ck->entry_ = linked->second;
-  ck->times_.codegen = msSince(t2);
-  if (!key.empty()) {
-    compileCacheStore(key, std::string_view(object.data(), object.size()));
-    impl_->remember(key, ck->code_, ck->entry_);
-  }
+  ck->times_.codegen += msSince(t2);
+  if (!key.empty()) impl_->remember(key, ck->code_, ck->entry_);
   ck->times_.cpu = threadCpuMs() - cpu0;
   addMs(gLlvmNs, msSince(t0));
   return ck;
 }
 
+void Jit::Impl::linkBatch(std::vector<LinkBatch::Pending> &pending) {
+  auto t0 = Clock::now();
+  size_t hits = 0;
+  for (const LinkBatch::Pending &p : pending)
+    hits += p.fromCache;
+  auto assign = [&](LinkBatch::Pending &p, const std::shared_ptr<void> &code, KernelEntry entry) {
+    p.kernel->code_ = code;
+    p.kernel->entry_ = entry;
+    for (const std::shared_ptr<CompiledKernel> &s : p.sharers) {
+      s->code_ = code;
+      s->entry_ = entry;
+    }
+    remember(p.key, code, entry);
+  };
+  // Together: all but a kernel whose symbol an earlier one took (a 64-bit key prefix collision).
+  std::vector<const LinkBatch::Pending *> together;
+  std::vector<size_t> alone;
+  std::unordered_map<std::string, size_t> symbols;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (symbols.emplace(pending[i].symbol, i).second)
+      together.push_back(&pending[i]);
+    else
+      alone.push_back(i);
+  }
+  std::vector<size_t> indices;
+  for (size_t i = 0; i < pending.size(); ++i)
+    if (symbols.at(pending[i].symbol) == i) indices.push_back(i);
+  auto linked = linkTogether(together);
+  if (linked) {
+    for (size_t j = 0; j < indices.size(); ++j)
+      assign(pending[indices[j]], linked->first, linked->second[j]);
+    ++gBatchLinks;
+    gBatchedObjects += together.size();
+  } else {
+    // Not expected; each object on its own then, where one that fails shows itself.
+    llvm::consumeError(linked.takeError());
+    alone.insert(alone.end(), indices.begin(), indices.end());
+  }
+  for (size_t i : alone) {
+    LinkBatch::Pending &p = pending[i];
+    auto one = link(p.object, p.symbol);
+    if (!one && !p.fromCache)
+      llvmFail("JIT: linking kernel " + p.kernel->kernel_.name, one.takeError());
+    if (!one) {
+      // A cached object that validates but does not link: compile it and overwrite the entry.
+      llvm::consumeError(one.takeError());
+      llvm::SmallVector<char, 0> object =
+          buildObject(p.kernel->kernel_, p.symbol, p.kernel->options_, *p.kernel);
+      compileCacheStore(p.key, std::string_view(object.data(), object.size()));
+      p.kernel->fromCache_ = false;
+      one = link(llvm::StringRef(object.data(), object.size()), p.symbol);
+      if (!one) llvmFail("JIT: linking kernel " + p.kernel->kernel_.name, one.takeError());
+      --hits;
+    }
+    assign(p, one->first, one->second);
+  }
+  // The link's wall time, shared out between cache hits and fresh compiles by count.
+  double ms = msSince(t0);
+  gCacheLinks += hits;
+  if (!pending.empty()) {
+    addMs(gCacheLinkNs, ms * double(hits) / double(pending.size()));
+    addMs(gLlvmNs, ms * double(pending.size() - hits) / double(pending.size()));
+  }
+}
+
+/// XJIT_LINK_BATCH=0 links each kernel on its own, as before batches (A/B measurements).
+static bool linkBatchesEnabled() {
+  static const bool enabled = [] {
+    const char *v = std::getenv("XJIT_LINK_BATCH");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return enabled;
+}
+
+LinkBatch::LinkBatch() : outer_(tCurrentBatch) {
+  // A disabled batch acts as joined to nothing: compiles link at once, finish() has no work.
+  joined_ = outer_ != nullptr || !linkBatchesEnabled();
+  if (!joined_) tCurrentBatch = this;
+}
+
+LinkBatch::~LinkBatch() {
+  if (!joined_ && tCurrentBatch == this) tCurrentBatch = nullptr;
+  // Not finished (an exception): the kernels stay unlinked, and run() refuses them.
+}
+
+void LinkBatch::finish() {
+  if (joined_) return; // the outer batch links them
+  if (tCurrentBatch == this) tCurrentBatch = nullptr;
+  std::vector<Pending> pending = std::move(pending_);
+  pending_.clear();
+  if (!pending.empty()) Jit::instance().impl_->linkBatch(pending);
+}
+
+LinkBatch *LinkBatch::current() { return tCurrentBatch; }
+
 JitTotals jitTotals() {
-  return {gLlvmCompilations.load(), gCacheLinks.load(), double(gLlvmNs.load()) * 1e-6,
-          double(gCacheLinkNs.load()) * 1e-6, gGeneralVersions.load()};
+  return {gLlvmCompilations.load(),      gCacheLinks.load(),
+          double(gLlvmNs.load()) * 1e-6, double(gCacheLinkNs.load()) * 1e-6,
+          gGeneralVersions.load(),       gBatchLinks.load(),
+          gBatchedObjects.load()};
 }
 
 std::vector<std::pair<std::string, double>> backendCounters() {
@@ -358,6 +551,8 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"cache_links", double(j.cacheLinks)},
           {"cache_link_ms", j.cacheLinkMs},
           {"general_versions", double(j.generalVersions)},
+          {"batch_links", double(j.batchLinks)},
+          {"batched_objects", double(j.batchedObjects)},
           {"kernels_shared", double(gKernelsShared.load())},
           {"library_kernels_shared", double(libraryKernelsShared())},
           {"cache_hits", double(c.hits)},
@@ -379,6 +574,7 @@ CompiledKernel::~CompiledKernel() = default;
 void CompiledKernel::run(std::span<const Tensor> buffers, std::span<const RtValue> scalars) const {
   const Kernel &k = kernel_;
   auto fail = [&](const std::string &m) { throw KernelError("kernel " + k.name + ": " + m); };
+  if (!entry_) fail("is not linked (compiled in a LinkBatch that did not finish)");
   if (buffers.size() != k.buffers.size())
     fail("expected " + std::to_string(k.buffers.size()) + " buffers, got " +
          std::to_string(buffers.size()));
@@ -423,6 +619,7 @@ void CompiledKernel::run(std::span<const Tensor> buffers, std::span<const RtValu
     // The stride check runs before any store: nothing is written yet.
     if (!k.general) fail("returned kRunGeneral but has no general version");
     std::call_once(generalOnce_, [&] {
+      NoBatch linkNow; // a batch open on this thread must not hold back a kernel run now
       general_ = Jit::instance().compile(*k.general, options_);
       ++gGeneralVersions;
     });

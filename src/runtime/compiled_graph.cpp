@@ -739,7 +739,13 @@ CompiledGraph compileGraph(const Graph &g, backend::Target &target, const Compil
     }
     im->inputChecks.push_back(std::move(c));
   }
-  im->compileBlock(*cg.body());
+  {
+    // The target may finish its executables together (the CPU links a graph's kernels in one
+    // go); none runs before finish().
+    std::unique_ptr<backend::CompileBatch> batch = target.beginCompileBatch();
+    im->compileBlock(*cg.body());
+    batch->finish();
+  }
   im->slotOf.clear();
   im->keepSlot.assign(im->numSlots, 0);
   for (auto [slot, t] : im->arenaSlots)

@@ -67,6 +67,10 @@ def test_second_process_skips_llvm(tmp_path: Path) -> None:
     assert warm["cache_hits"] == cold["llvm_compilations"]
     assert warm["cache_writes"] == 0
     assert warm["cache_links"] == warm["cache_hits"] and warm["llvm_ms"] == 0
+    # The graph's kernels (several, some of one name) were linked together, once per process:
+    # "close" above fails if any of them runs another kernel's code.
+    assert cold["batch_links"] == warm["batch_links"] == 1
+    assert warm["batched_objects"] == warm["cache_links"] >= 2
 
 
 def test_no_cache_compiles_again(tmp_path: Path) -> None:
@@ -98,6 +102,8 @@ def test_backend_stats_in_process() -> None:
         "cache_links",
         "cache_link_ms",
         "general_versions",
+        "batch_links",
+        "batched_objects",
         "kernels_shared",
         "library_kernels_shared",
         "cache_hits",

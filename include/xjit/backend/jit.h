@@ -67,9 +67,12 @@ public:
   void run(std::span<const Tensor> buffers, std::span<const RtValue> scalars = {}) const;
   /// Whether the general version has been compiled (tests).
   bool generalCompiled() const;
+  /// Whether the code is linked (false only between a LinkBatch's compile and its finish()).
+  bool linked() const { return entry_ != nullptr; }
 
 private:
   friend class Jit;
+  friend class LinkBatch;
   CompiledKernel() = default;
   Kernel kernel_;
   KernelEntry entry_ = nullptr;
@@ -97,9 +100,39 @@ public:
   Jit &operator=(const Jit &) = delete;
 
 private:
+  friend class LinkBatch;
   Jit();
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+/// Links the kernels of one compiled graph together: while a LinkBatch is alive on a thread,
+/// Jit::compile on that thread loads (or compiles) each kernel's object but does not link it;
+/// finish() links them all into one JITDylib with one lookup (JITLink's fixed cost per
+/// JITDylib and lookup paid once per graph, not once per kernel: docs/perf.md, "Session 6"),
+/// and the kernels share that code's lifetime. Kernels are not runnable before finish()
+/// (run() throws KernelError). Only kernels keyed for the compile cache are batched; the
+/// others (keepText, cache off) link at once, as without a batch. A batch inside a batch on
+/// the same thread joins the outer one. finish() throws xjit::Error (internal) when a freshly
+/// compiled object does not link; a cached object that does not link is compiled again.
+class LinkBatch {
+public:
+  LinkBatch();
+  /// Without finish() (an exception unwinding a compile), drops what was not linked.
+  ~LinkBatch();
+  LinkBatch(const LinkBatch &) = delete;
+  LinkBatch &operator=(const LinkBatch &) = delete;
+  void finish();
+  /// The batch collecting this thread's compiles, or null.
+  static LinkBatch *current();
+
+  struct Pending;
+
+private:
+  friend class Jit;
+  LinkBatch *outer_ = nullptr; // non-null: this batch joined an outer one
+  bool joined_ = false;
+  std::vector<Pending> pending_;
 };
 
 /// Threads the parallel loops of compiled kernels run on: XJIT_NUM_THREADS, else the hardware
@@ -118,6 +151,8 @@ struct JitTotals {
   /// General versions (Kernel::general) compiled or linked because a call's strides needed
   /// them; each is also counted above as a compilation or a cache link.
   uint64_t generalVersions = 0;
+  /// LinkBatch::finish calls that linked something, and the objects they linked together.
+  uint64_t batchLinks = 0, batchedObjects = 0;
 };
 JitTotals jitTotals();
 /// jitTotals() and compileCacheStats() as (name, value) pairs, for the Python modules' stats

@@ -40,6 +40,16 @@ public:
   virtual std::vector<std::pair<std::string, std::string>> dumpFiles() const = 0;
 };
 
+/// One graph's compiles on one thread (Target::beginCompileBatch): a target may hold back
+/// per-executable work, such as linking, and do it for all of them at once in finish().
+class CompileBatch {
+public:
+  virtual ~CompileBatch() = default;
+  /// Completes the executables compiled since the batch began; before it they must not run.
+  /// Throws xjit::Error like compile().
+  virtual void finish() {}
+};
+
 struct TargetOptions {
   bool optimize = true;  // off: the least work that gives correct code (debugging)
   bool keepText = false; // keep what dumpFiles() returns
@@ -61,6 +71,11 @@ public:
   virtual std::string whyNotSupported(const Op &op) const = 0;
   virtual std::shared_ptr<const Executable> compile(const Op &op,
                                                     const TargetOptions &opts = {}) = 0;
+  /// Starts a batch of compile() calls on this thread (the regions of one graph); the caller
+  /// calls finish() before running any of them. Default: nothing is held back.
+  virtual std::unique_ptr<CompileBatch> beginCompileBatch() {
+    return std::make_unique<CompileBatch>();
+  }
 
   // ---- memory ----
   /// A tensor in the target's memory (its Storage wraps device memory with a release
