@@ -1,6 +1,7 @@
 // Size attributes that are symbolic expressions over shape symbols, like torch.compile's SymInts:
-// slice start/end, expand/reshape/view targets, arange bounds and the shapes of factories
-// (`{end = s0+1}`, `{shape = [1, s0]}`). They are evaluated at run time from the symbols the
+// slice start/end, expand/reshape/view targets, arange bounds, the shapes of factories, narrow
+// start/length, repeat counts, unflatten and split_with_sizes sizes (`{end = s0+1}`,
+// `{shape = [1, s0]}`). They are evaluated at run time from the symbols the
 // graph inputs' shapes bind (docs/ir.md, "Symbolic sizes").
 //
 // Storage: an attribute slot that accepts symbolic sizes (symbolicSizeSlot) holds either its
