@@ -13,8 +13,9 @@
 // copy, and so are their bases when an output is a view), views (they share their base's
 // buffer, which stays alive while the view does), tensors of symbolic size and values carried
 // around loops (allocated at run time), constants and non-tensors. A reshape/flatten/contiguous
-// of a strided view of a planned value (a permute, a slice...) gets its own slot: the runtime
-// materializes the contiguous result there. Otherwise (a caller's tensor, or storage that is
+// of a strided view of a planned value (a permute, a slice...) gets its own slot for the
+// contiguous result, and still keeps its operand alive: the runtime's reference kernel may
+// return a view instead (see alias()). Otherwise (a caller's tensor, or storage that is
 // written in place, where a copy could miss a write a view sees) it is left to the run time: a
 // view when the strides allow, else a copy, as the reference kernels do.
 //
@@ -186,10 +187,15 @@ private:
         writes_.push_back(op->operand(0));
       else if (!decideCopies && op->def().has(kSideEffect) && !op->def().has(kTerminator))
         writes_.insert(writes_.end(), op->operands().begin(), op->operands().end());
-      if (decideCopies && mayCopy(*op) && strides(op->operand(0)) == Strides::Strided &&
-          !mayBeWritten(op->operand(0))) {
-        copies_.insert(op->result(0)); // materialized in its own slot
-      } else if ((op->def().has(kView) || op->def().has(kInPlace)) && op->numOperands()) {
+      bool copy = decideCopies && mayCopy(*op) && strides(op->operand(0)) == Strides::Strided &&
+                  !mayBeWritten(op->operand(0));
+      if (copy) copies_.insert(op->result(0)); // materialized in its own slot
+      // The runtime runs a lone reshape/flatten/contiguous on its reference kernel, which
+      // returns a view when the strides allow one ("Strided" is a guess: a reshape of an
+      // expanded [1,1,4,S,D] key to [1,4,S,D] is a view), so the operand's storage must stay
+      // alive as long as the result does even when a slot is planned for a copy (Gemma's
+      // multi-query attention read a value buffer that a later matmul had overwritten).
+      if ((copy || op->def().has(kView) || op->def().has(kInPlace)) && op->numOperands()) {
         for (const auto &r : op->results())
           unite(op->operand(0), r.get());
       } else if (forEachControlFlowAlias(*op, [&](Value *a, Value *b) { unite(a, b); })) {

@@ -1,5 +1,6 @@
 """Models beyond the bench suite (bench/zoo.py), as regression tests: tiny configs of Hugging Face
-GPT-Neo, T5 (encoder and decoder), Swin, Mistral, Phi, BART and the Whisper encoder, and a
+GPT-Neo, T5 (encoder and decoder), Swin, Mistral, Gemma and Falcon (one key/value head: the
+repeat_kv reshape that plan-memory took for a copy), Phi, BART and the Whisper encoder, and a
 MobileNet-style CNN with depthwise convs, with random weights, through xjit.jit (native backend)
 under torch.no_grad() in eval mode: one graph, no graph breaks, no PyTorch fallback nodes, no
 warnings, and the output of three calls equal to eager's. Plus the two small patterns behind
@@ -116,6 +117,30 @@ def mistral() -> Built:
     return t.MistralForCausalLM(c), {"input_ids": _tokens()}
 
 
+def gemma() -> Built:
+    t = pytest.importorskip("transformers")
+    c = t.GemmaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=32,
+        use_cache=False,
+    )
+    return t.GemmaForCausalLM(c), {"input_ids": _tokens()}
+
+
+def falcon() -> Built:
+    t = pytest.importorskip("transformers")
+    c = t.FalconConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, use_cache=False
+    )
+    return t.FalconForCausalLM(c), {"input_ids": _tokens()}
+
+
 def phi() -> Built:
     t = pytest.importorskip("transformers")
     c = t.PhiConfig(
@@ -207,6 +232,8 @@ MODELS: dict[str, Callable[[], Built]] = {
     "t5": t5,
     "swin": swin,
     "mistral": mistral,
+    "gemma": gemma,
+    "falcon": falcon,
     "phi": phi,
     "bart": bart,
     "whisper-encoder": whisper_encoder,
