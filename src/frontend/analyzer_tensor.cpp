@@ -140,13 +140,24 @@ int64_t Analyzer::hintOf(const DimExpr &e) const {
 }
 
 namespace {
-/// Whether `e` is at least 0 whatever its symbols are, read from its canonical text: without a
-/// '-' every coefficient is positive and every floor division or modulo has non-negative parts,
-/// and symbols are sizes. Conservative (s0-1 is not recognized although a symbol is >= 2): an
-/// undecided relation only costs a guard.
+/// Whether `e` is at least 0 whatever its symbols are, read from its canonical text. Symbols
+/// are sizes of at least 2 (the tensor guards check that): without a '-' every term is
+/// non-negative (floor divisions and modulos of non-negative parts included); and a polynomial
+/// whose non-constant terms have positive coefficients (no '-', '//' or '%' once the constant
+/// is taken off: those need not be monotone) is smallest with every symbol 2, so `s1-2` is
+/// known. Conservative: an undecided relation only costs a guard.
 bool knownNonNegative(const DimExpr &e) {
   if (e.isStatic()) return e.value() >= 0;
-  return e.str().find('-') == std::string::npos;
+  if (e.str().find('-') == std::string::npos) return true;
+  SymbolBindings zeros, twos;
+  for (const std::string &s : e.symbols()) {
+    zeros[s] = 0;
+    twos[s] = 2;
+  }
+  std::optional<int64_t> constant = e.evaluate(zeros), smallest = e.evaluate(twos);
+  if (!constant || !smallest) return false;
+  const std::string rest = (e - DimExpr(*constant)).str();
+  return rest.find_first_of("-/%") == std::string::npos && *smallest >= 0;
 }
 } // namespace
 

@@ -97,6 +97,16 @@ def test_explain_lists_the_range_guard() -> None:
     assert any(g.startswith("s0 <= s1 (slice end") for g in guards), guards
 
 
+def test_relations_the_sizes_decide_are_not_guarded() -> None:
+    # A symbolic dim is at least 2: x[:, 1:], x[:, :-1] and narrow(1, 1, n - 2) always fit, so
+    # only the tensor and grad-mode guards remain.
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x[:, 1:] + x[:, :-1] + x.narrow(1, 1, x.shape[1] - 2).sum()
+
+    report = xjit.explain(xjit.jit(f, dynamic=True))(torch.randn(3, 8))
+    assert len(report.guards) == 2, report.guards
+
+
 # ---- ops whose sizes come from symbolic dims: one capture for every size ----
 
 
