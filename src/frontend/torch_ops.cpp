@@ -870,6 +870,33 @@ LOWER(lowerRepeat) {
   return a.emit1("repeat", {b.at("input")}, {{"repeats", makeSizeAttr(reps)}});
 }
 
+// x.repeat_interleave(r, dim) with an int r: every slice along dim r times in a row, which is
+// a new dim after dim expanded to r and merged back into dim (GPT-J's rotary embedding). Tensor
+// repeats (data-dependent sizes) and no dim (flattens first) run through PyTorch.
+LOWER(lowerRepeatInterleave) {
+  const VarPtr &self = b.at("input");
+  const Type &t = tensorOf(a, self, "input").type();
+  std::optional<int64_t> reps;
+  if (b.at("repeats")->kind != VarKind::Tensor) reps = a.asInt(b.at("repeats"));
+  if (!reps || *reps < 0 || isNoneVar(b.at("dim")) || t.rank() == 0 ||
+      !isNoneVar(b.at("output_size"))) {
+    PyRef fn = check(PyObject_GetAttrString(torchModule(), "repeat_interleave"),
+                     "torch.repeat_interleave");
+    Args args;
+    args.pos = {self, b.at("repeats")};
+    if (!isNoneVar(b.at("dim"))) args.kw.emplace_back("dim", b.at("dim"));
+    if (!isNoneVar(b.at("output_size"))) args.kw.emplace_back("output_size", b.at("output_size"));
+    return a.fallbackCall(fn.get(), "torch.repeat_interleave", args);
+  }
+  int64_t dim = dimArg(a, b.at("dim"), t.rank());
+  Shape expanded = t.shape(), merged = t.shape();
+  expanded.insert(expanded.begin() + dim + 1, DimExpr(*reps));
+  merged[static_cast<size_t>(dim)] = merged[static_cast<size_t>(dim)] * DimExpr(*reps);
+  VarPtr x = a.emit1("unsqueeze", {self}, {{"dim", Attr(dim + 1)}});
+  x = a.emit1("expand", {x}, {{"shape", makeSizeAttr(expanded)}});
+  return a.emit1("reshape", {x}, {{"shape", makeSizeAttr(merged)}});
+}
+
 LOWER(lowerUnflatten) {
   const VarPtr &self = b.at("input");
   const Type &t = tensorOf(a, self, "input").type();
@@ -1532,6 +1559,8 @@ const std::vector<TorchRow> &table() {
       {"torch.permute Tensor.permute", "input, *dims", "permute", "dims", lowerIntsVarargs},
       {"Tensor.repeat", "input, *dims", "repeat", "", lowerRepeat},
       {"torch.tile Tensor.tile", "input, *dims", "tile", "dims", lowerIntsVarargs},
+      {"torch.repeat_interleave Tensor.repeat_interleave",
+       "input, repeats, dim=None, *, output_size=None", "reshape", "", lowerRepeatInterleave},
       {"torch.flip Tensor.flip", "input, *dims", "flip", "", lowerFlip},
       {"Tensor.expand", "input, *size", "expand", "", lowerExpand},
       {"Tensor.expand_as", "input, other", "expand_as", "input other"},

@@ -1,6 +1,6 @@
 """Models beyond the bench suite (bench/zoo.py), as regression tests: tiny configs of Hugging Face
 GPT-Neo, T5 (encoder and decoder), Swin, Mistral, Gemma and Falcon (one key/value head: the
-repeat_kv reshape that plan-memory took for a copy), Phi, BART and the Whisper encoder, and a
+repeat_kv reshape that plan-memory took for a copy), GPT-J (repeat_interleave), Phi, BART and the Whisper encoder, and a
 MobileNet-style CNN with depthwise convs, with random weights, through xjit.jit (native backend)
 under torch.no_grad() in eval mode: one graph, no graph breaks, no PyTorch fallback nodes, no
 warnings, and the output of three calls equal to eager's. Plus the two small patterns behind
@@ -54,7 +54,9 @@ def _compile_and_check(model: Any, kwargs: dict[str, Any]) -> None:
         ref = model(**kwargs)
         compiled = xjit.jit(model)
         with warnings.catch_warnings():
-            warnings.simplefilter("error", xjit.XjitWarning)  # an internal error falls back with one
+            warnings.simplefilter(
+                "error", xjit.XjitWarning
+            )  # an internal error falls back with one
             report = xjit.explain(compiled)(**kwargs)
             outs = [report.output, compiled(**kwargs), compiled(**kwargs)]
     assert [b.reason for b in report.graph_breaks] == []
@@ -89,7 +91,13 @@ def gpt_neo() -> Built:
 def t5() -> Built:
     t = pytest.importorskip("transformers")
     c = t.T5Config(
-        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=4
+        vocab_size=VOCAB,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=1,
+        num_decoder_layers=1,
+        num_heads=4,
     )
     c.use_cache = False
     return t.T5Model(c), {"input_ids": _tokens(), "decoder_input_ids": _tokens(5)}
@@ -97,7 +105,9 @@ def t5() -> Built:
 
 def swin() -> Built:
     t = pytest.importorskip("transformers")
-    c = t.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[2], num_heads=[2], window_size=4)
+    c = t.SwinConfig(
+        image_size=32, patch_size=4, embed_dim=16, depths=[2], num_heads=[2], window_size=4
+    )
     return t.SwinModel(c), {"pixel_values": torch.randn(1, 3, 32, 32)}
 
 
@@ -136,9 +146,28 @@ def gemma() -> Built:
 def falcon() -> Built:
     t = pytest.importorskip("transformers")
     c = t.FalconConfig(
-        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, use_cache=False
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        use_cache=False,
     )
     return t.FalconForCausalLM(c), {"input_ids": _tokens()}
+
+
+def gptj() -> Built:
+    t = pytest.importorskip("transformers")
+    c = t.GPTJConfig(
+        vocab_size=VOCAB,
+        n_embd=32,
+        n_layer=1,
+        n_head=4,
+        rotary_dim=4,
+        n_positions=32,
+        use_cache=False,
+    )
+    c.bos_token_id = c.eos_token_id = 0
+    return t.GPTJForCausalLM(c), {"input_ids": _tokens()}
 
 
 def phi() -> Built:
@@ -209,7 +238,9 @@ def mobilenet() -> Built:
             nn.BatchNorm2d(cout),
         )
 
-    model = nn.Sequential(block(3, 8, 2), block(8, 8, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+    model = nn.Sequential(
+        block(3, 8, 2), block(8, 8, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10)
+    )
     for m in model.modules():  # non-trivial batch-norm statistics
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.uniform_(-0.5, 0.5)
@@ -234,6 +265,7 @@ MODELS: dict[str, Callable[[], Built]] = {
     "mistral": mistral,
     "gemma": gemma,
     "falcon": falcon,
+    "gpt-j": gptj,
     "phi": phi,
     "bart": bart,
     "whisper-encoder": whisper_encoder,
@@ -275,3 +307,28 @@ def test_contiguous_before_view_is_kept() -> None:
         out = xjit.jit(merge_heads)(w, v)
     torch.testing.assert_close(out, merge_heads(w, v), rtol=1e-6, atol=1e-6)
     assert out.is_contiguous()
+
+
+def test_repeat_interleave_with_an_int_is_captured() -> None:
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return (
+            torch.repeat_interleave(x, 2, dim=3),
+            x.repeat_interleave(3, -1),
+            x.repeat_interleave(2, dim=0),
+        )
+
+    x = torch.randn(2, 3, 1, 4)
+    report = xjit.explain(f)(x)
+    assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+    assert all("external_call" not in g.ops for g in report.graphs), str(report)
+    for got, want in zip(report.output, f(x), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_repeat_interleave_forms_it_cannot_capture_still_match_eager() -> None:
+    def f(x: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.repeat_interleave(x, r, dim=1), x.repeat_interleave(2)
+
+    x, r = torch.randn(2, 3, 4), torch.tensor([1, 0, 2])
+    for got, want in zip(xjit.jit(f)(x, r), f(x, r), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
