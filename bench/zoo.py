@@ -1,0 +1,682 @@
+"""Models beyond the benchmark suite: does xjit work on *their* model?
+
+Builds small models from Hugging Face transformers config classes (random weights, nothing
+downloaded) plus a few CNNs written here, and runs each under xjit.jit: inference, fp32,
+batch 1, sequence 64. For each: graphs, graph breaks with their reasons, PyTorch fallback
+nodes, warnings, error vs eager over 3 calls, and the steady speedup vs eager (median of
+interleaved calls; indicative only on a shared machine).
+
+Each model runs in its own subprocess, so a crash in one does not hide the others.
+
+    python bench/zoo.py                      # every model, table to stdout and bench/results/zoo.md
+    python bench/zoo.py --models t5,bart     # a subset
+    python bench/zoo.py --no-write           # do not touch bench/results/zoo.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SEQ = 64
+VOCAB = 1000
+
+# Small transformer dims shared by the text models: 4 layers, hidden 256, 4 heads.
+_TEXT = {"hidden": 256, "layers": 4, "heads": 4, "ffn": 1024}
+
+
+def _tokens(vocab: int = VOCAB, seq: int = SEQ) -> Any:
+    import torch
+
+    return torch.randint(0, vocab, (1, seq))
+
+
+# Each builder returns (model, kwargs to call it with).
+Built = tuple[Any, dict[str, Any]]
+
+
+def _distilbert() -> Built:
+    from transformers import DistilBertConfig, DistilBertModel
+
+    c = DistilBertConfig(vocab_size=VOCAB, dim=256, n_layers=4, n_heads=4, hidden_dim=1024)
+    return DistilBertModel(c), {"input_ids": _tokens()}
+
+
+def _roberta() -> Built:
+    from transformers import RobertaConfig, RobertaModel
+
+    c = RobertaConfig(
+        vocab_size=VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024
+    )
+    return RobertaModel(c), {"input_ids": _tokens()}
+
+
+def _albert() -> Built:
+    from transformers import AlbertConfig, AlbertModel
+
+    c = AlbertConfig(
+        vocab_size=VOCAB,
+        embedding_size=128,
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=1024,
+    )
+    return AlbertModel(c), {"input_ids": _tokens()}
+
+
+def _electra() -> Built:
+    from transformers import ElectraConfig, ElectraModel
+
+    c = ElectraConfig(
+        vocab_size=VOCAB,
+        embedding_size=128,
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=1024,
+    )
+    return ElectraModel(c), {"input_ids": _tokens()}
+
+
+def _t5_config() -> Any:
+    from transformers import T5Config
+
+    return T5Config(
+        vocab_size=VOCAB, d_model=256, d_kv=64, d_ff=1024, num_layers=2, num_decoder_layers=2, num_heads=4
+    )
+
+
+def _t5_encoder() -> Built:
+    from transformers import T5EncoderModel
+
+    return T5EncoderModel(_t5_config()), {"input_ids": _tokens()}
+
+
+def _t5() -> Built:
+    from transformers import T5Model
+
+    c = _t5_config()
+    c.use_cache = False
+    return T5Model(c), {"input_ids": _tokens(), "decoder_input_ids": _tokens(seq=16)}
+
+
+def _bart() -> Built:
+    from transformers import BartConfig, BartModel
+
+    c = BartConfig(
+        vocab_size=VOCAB,
+        d_model=256,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=1024,
+        decoder_ffn_dim=1024,
+        max_position_embeddings=128,
+        use_cache=False,
+    )
+    return BartModel(c), {"input_ids": _tokens()}
+
+
+def _opt() -> Built:
+    from transformers import OPTConfig, OPTForCausalLM
+
+    c = OPTConfig(
+        vocab_size=VOCAB,
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        ffn_dim=1024,
+        word_embed_proj_dim=256,
+        max_position_embeddings=128,
+        use_cache=False,
+    )
+    return OPTForCausalLM(c), {"input_ids": _tokens()}
+
+
+def _gpt_neo() -> Built:
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+
+    c = GPTNeoConfig(
+        vocab_size=VOCAB,
+        hidden_size=256,
+        num_layers=4,
+        num_heads=4,
+        attention_types=[[["global", "local"], 2]],
+        window_size=32,
+        max_position_embeddings=128,
+        bos_token_id=0,
+        eos_token_id=0,
+        use_cache=False,
+    )
+    return GPTNeoForCausalLM(c), {"input_ids": _tokens()}
+
+
+def _mistral() -> Built:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    c = MistralConfig(
+        vocab_size=VOCAB,
+        hidden_size=256,
+        intermediate_size=704,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        sliding_window=32,
+        max_position_embeddings=128,
+        use_cache=False,
+    )
+    return MistralForCausalLM(c), {"input_ids": _tokens()}
+
+
+def _qwen2() -> Built:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    c = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=256,
+        intermediate_size=704,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        use_cache=False,
+    )
+    return Qwen2ForCausalLM(c), {"input_ids": _tokens()}
+
+
+def _phi() -> Built:
+    from transformers import PhiConfig, PhiForCausalLM
+
+    c = PhiConfig(
+        vocab_size=VOCAB,
+        hidden_size=256,
+        intermediate_size=1024,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        partial_rotary_factor=0.5,
+        max_position_embeddings=128,
+        use_cache=False,
+    )
+    return PhiForCausalLM(c), {"input_ids": _tokens()}
+
+
+def _whisper_encoder() -> Built:
+    import torch
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    c = WhisperConfig(
+        vocab_size=VOCAB,
+        d_model=256,
+        encoder_layers=2,
+        encoder_attention_heads=4,
+        encoder_ffn_dim=1024,
+        num_mel_bins=80,
+        max_source_positions=64,
+        pad_token_id=0,
+        bos_token_id=0,
+        eos_token_id=0,
+        decoder_start_token_id=0,
+    )
+    # The encoder's two convs halve the frames: 128 mel frames -> 64 positions.
+    return WhisperEncoder(c), {"input_features": torch.randn(1, 80, 128)}
+
+
+def _deit() -> Built:
+    import torch
+    from transformers import DeiTConfig, DeiTModel
+
+    c = DeiTConfig(
+        hidden_size=192, num_hidden_layers=4, num_attention_heads=3, intermediate_size=768, image_size=128
+    )
+    return DeiTModel(c, add_pooling_layer=False), {"pixel_values": torch.randn(1, 3, 128, 128)}
+
+
+def _swin() -> Built:
+    import torch
+    from transformers import SwinConfig, SwinModel
+
+    c = SwinConfig(image_size=128, embed_dim=48, depths=[2, 2], num_heads=[3, 6], window_size=4)
+    return SwinModel(c), {"pixel_values": torch.randn(1, 3, 128, 128)}
+
+
+def _convnext_hf() -> Built:
+    import torch
+    from transformers import ConvNextConfig, ConvNextModel
+
+    c = ConvNextConfig(hidden_sizes=[48, 96, 192, 384], depths=[1, 1, 2, 1], image_size=128)
+    return ConvNextModel(c), {"pixel_values": torch.randn(1, 3, 128, 128)}
+
+
+def _mobilenet() -> Built:
+    """MobileNetV2-style CNN written here: inverted residuals with depthwise 3x3 convs, ReLU6."""
+    import torch
+    from torch import nn
+
+    def block(cin: int, cout: int, stride: int, expand: int) -> nn.Module:
+        mid = cin * expand
+        return nn.Sequential(
+            nn.Conv2d(cin, mid, 1, bias=False),
+            nn.BatchNorm2d(mid),
+            nn.ReLU6(),
+            nn.Conv2d(mid, mid, 3, stride, 1, groups=mid, bias=False),
+            nn.BatchNorm2d(mid),
+            nn.ReLU6(),
+            nn.Conv2d(mid, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
+        )
+
+    class InvertedResidual(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int, expand: int = 4) -> None:
+            super().__init__()
+            self.body = block(cin, cout, stride, expand)
+            self.residual = stride == 1 and cin == cout
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.body(x)
+            return x + y if self.residual else y
+
+    class MobileNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU6())
+            layers = []
+            cin = 16
+            for cout, stride in ((24, 2), (24, 1), (32, 2), (32, 1), (64, 2), (64, 1)):
+                layers.append(InvertedResidual(cin, cout, stride))
+                cin = cout
+            self.blocks = nn.Sequential(*layers)
+            self.head = nn.Linear(cin, 100)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.blocks(self.stem(x))
+            return self.head(x.mean(dim=(2, 3)))
+
+    return MobileNet(), {"x": torch.randn(1, 3, 128, 128)}
+
+
+def _convnext_code() -> Built:
+    """ConvNeXt-style CNN written here: depthwise 7x7 conv, channels-last LayerNorm via permute,
+    GELU MLP, layer scale."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self, dim: int) -> None:
+            super().__init__()
+            self.dw = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+            self.norm = nn.LayerNorm(dim, eps=1e-6)
+            self.fc1 = nn.Linear(dim, 4 * dim)
+            self.fc2 = nn.Linear(4 * dim, dim)
+            self.gamma = nn.Parameter(torch.full((dim,), 0.5))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.dw(x).permute(0, 2, 3, 1)
+            y = self.fc2(nn.functional.gelu(self.fc1(self.norm(y))))
+            return x + (self.gamma * y).permute(0, 3, 1, 2)
+
+    class ConvNeXt(nn.Module):
+        def __init__(self, dims: tuple[int, ...] = (32, 64, 128)) -> None:
+            super().__init__()
+            self.stem = nn.Conv2d(3, dims[0], 4, 4)
+            stages: list[nn.Module] = []
+            for i, d in enumerate(dims):
+                if i:
+                    stages.append(nn.Conv2d(dims[i - 1], d, 2, 2))
+                stages += [Block(d), Block(d)]
+            self.stages = nn.Sequential(*stages)
+            self.head = nn.Linear(dims[-1], 100)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.stages(self.stem(x))
+            return self.head(x.mean(dim=(-2, -1)))
+
+    return ConvNeXt(), {"x": torch.randn(1, 3, 128, 128)}
+
+
+def _deberta_v2() -> Built:
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    c = DebertaV2Config(
+        vocab_size=VOCAB,
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=1024,
+        max_position_embeddings=128,
+        relative_attention=True,
+        position_buckets=32,
+        pos_att_type=["p2c", "c2p"],
+    )
+    return DebertaV2Model(c), {"input_ids": _tokens()}
+
+
+def _mobilebert() -> Built:
+    from transformers import MobileBertConfig, MobileBertModel
+
+    c = MobileBertConfig(vocab_size=VOCAB, num_hidden_layers=4)
+    return MobileBertModel(c), {"input_ids": _tokens()}
+
+
+def _bloom() -> Built:
+    from transformers import BloomConfig, BloomForCausalLM
+
+    c = BloomConfig(vocab_size=VOCAB, hidden_size=256, n_layer=4, n_head=4, use_cache=False)
+    return BloomForCausalLM(c), {"input_ids": _tokens()}
+
+
+def _falcon() -> Built:
+    from transformers import FalconConfig, FalconForCausalLM
+
+    c = FalconConfig(
+        vocab_size=VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, use_cache=False
+    )
+    return FalconForCausalLM(c), {"input_ids": _tokens()}
+
+
+def _gptj() -> Built:
+    from transformers import GPTJConfig, GPTJForCausalLM
+
+    c = GPTJConfig(vocab_size=VOCAB, n_embd=256, n_layer=4, n_head=4, rotary_dim=32, n_positions=128, use_cache=False)
+    c.bos_token_id = c.eos_token_id = 0
+    return GPTJForCausalLM(c), {"input_ids": _tokens()}
+
+
+def _gemma() -> Built:
+    from transformers import GemmaConfig, GemmaForCausalLM
+
+    c = GemmaConfig(
+        vocab_size=VOCAB,
+        hidden_size=256,
+        intermediate_size=704,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=128,
+        use_cache=False,
+    )
+    return GemmaForCausalLM(c), {"input_ids": _tokens()}
+
+
+def _clip_vision() -> Built:
+    import torch
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    c = CLIPVisionConfig(
+        hidden_size=192, intermediate_size=768, num_hidden_layers=4, num_attention_heads=3, image_size=128
+    )
+    return CLIPVisionModel(c), {"pixel_values": torch.randn(1, 3, 128, 128)}
+
+
+def _wav2vec2() -> Built:
+    import torch
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    c = Wav2Vec2Config(
+        hidden_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=1024,
+        conv_dim=(128, 128, 128),
+        conv_stride=(5, 4, 4),
+        conv_kernel=(10, 4, 4),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+    )
+    return Wav2Vec2Model(c), {"input_values": torch.randn(1, 5120)}
+
+
+def _efficientnet() -> Built:
+    import torch
+    from transformers import EfficientNetConfig, EfficientNetModel
+
+    c = EfficientNetConfig(image_size=128, width_coefficient=0.5, depth_coefficient=0.5, hidden_dim=640)
+    return EfficientNetModel(c), {"pixel_values": torch.randn(1, 3, 128, 128)}
+
+
+def _resnet_hf() -> Built:
+    import torch
+    from transformers import ResNetConfig, ResNetModel
+
+    c = ResNetConfig(embedding_size=32, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1], layer_type="bottleneck")
+    return ResNetModel(c), {"pixel_values": torch.randn(1, 3, 128, 128)}
+
+
+MODELS: dict[str, Callable[[], Built]] = {
+    "distilbert": _distilbert,
+    "roberta": _roberta,
+    "albert": _albert,
+    "electra": _electra,
+    "t5-encoder": _t5_encoder,
+    "t5": _t5,
+    "bart": _bart,
+    "opt": _opt,
+    "gpt-neo": _gpt_neo,
+    "mistral": _mistral,
+    "qwen2": _qwen2,
+    "phi": _phi,
+    "whisper-encoder": _whisper_encoder,
+    "deit": _deit,
+    "swin": _swin,
+    "convnext-hf": _convnext_hf,
+    "mobilenet": _mobilenet,
+    "convnext": _convnext_code,
+    "deberta-v2": _deberta_v2,
+    "mobilebert": _mobilebert,
+    "bloom": _bloom,
+    "falcon": _falcon,
+    "gpt-j": _gptj,
+    "gemma": _gemma,
+    "clip-vision": _clip_vision,
+    "wav2vec2": _wav2vec2,
+    "efficientnet": _efficientnet,
+    "resnet-hf": _resnet_hf,
+}
+
+
+def build(name: str) -> Built:
+    import torch
+
+    torch.manual_seed(0)
+    model, kwargs = MODELS[name]()
+    return model.eval(), kwargs
+
+
+def _leaves(out: Any) -> list[Any]:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):  # ModelOutput is a dict
+        return [t for v in out.values() for t in _leaves(v)]
+    if isinstance(out, (list, tuple)):
+        return [t for v in out for t in _leaves(v)]
+    return []
+
+
+def errors_vs(out: Any, ref: Any) -> tuple[float, float]:
+    """Max abs error, and the largest of (max abs error / max |ref|) over the output tensors."""
+    got, want = _leaves(out), _leaves(ref)
+    if len(got) != len(want):
+        raise ValueError(f"{len(got)} output tensors, eager has {len(want)}")
+    abs_err = rel_err = 0.0
+    for g, w in zip(got, want, strict=True):
+        if g.shape != w.shape:
+            raise ValueError(f"output shape {tuple(g.shape)}, eager {tuple(w.shape)}")
+        if not w.numel():
+            continue
+        diff = (g.double() - w.double()).abs().max().item()
+        scale = w.double().abs().max().item()
+        abs_err = max(abs_err, diff)
+        rel_err = max(rel_err, diff / scale if scale else diff)
+    return abs_err, rel_err
+
+
+def run_one(name: str, rounds: int) -> dict[str, Any]:
+    """Measure one model in this process; the result as a JSON-able dict."""
+    import torch
+
+    import xjit  # from PYTHONPATH (a build dir's python/) or the installed package
+
+    result: dict[str, Any] = {"model": name}
+    model, kwargs = build(name)
+    result["params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
+    with torch.no_grad():
+        ref = model(**kwargs)
+        compiled = xjit.jit(model)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t0 = time.perf_counter()
+            report = xjit.explain(compiled)(**kwargs)
+            result["first_call_s"] = time.perf_counter() - t0
+            outs = [report.output] + [compiled(**kwargs) for _ in range(2)]
+        result["warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:300]}" for w in caught})
+        errs = [errors_vs(o, ref) for o in outs]
+        result["max_abs_err"] = max(e[0] for e in errs)
+        result["max_rel_err"] = max(e[1] for e in errs)
+        result["graphs"] = report.graph_count
+        result["breaks"] = [f"{b.where}: {b.reason}" for b in report.graph_breaks]
+        result["ops"] = report.op_count
+        result["fallback_nodes"] = sum(g.ops.get("external_call", 0) for g in report.graphs)
+        fallback_targets: dict[str, int] = {}
+        for g in report.graphs:
+            for line in g.ir.splitlines():
+                if "external_call(" in line and 'name = "' in line:
+                    target = line.split('name = "', 1)[1].split('"', 1)[0]
+                    fallback_targets[target] = fallback_targets.get(target, 0) + 1
+        result["fallback_targets"] = fallback_targets
+        result["in_python"] = [g.note for g in report.graphs if g.runs_in_python]
+        times: dict[str, list[float]] = {"eager": [], "xjit": []}
+        fns = {"eager": lambda: model(**kwargs), "xjit": lambda: compiled(**kwargs)}
+        t0 = time.perf_counter()
+        fns["eager"]()
+        inner = max(1, min(20, int(0.05 / max(time.perf_counter() - t0, 1e-6))))  # ~50 ms samples
+        result["calls_per_sample"] = inner
+        for r in range(rounds):
+            order = ["eager", "xjit"] if r % 2 == 0 else ["xjit", "eager"]
+            for b in order:
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    fns[b]()
+                times[b].append((time.perf_counter() - t0) / inner)
+        result["eager_ms"] = statistics.median(times["eager"]) * 1e3
+        result["xjit_ms"] = statistics.median(times["xjit"]) * 1e3
+        result["speedup"] = result["eager_ms"] / result["xjit_ms"]
+    return result
+
+
+def run_isolated(name: str, rounds: int, timeout: float) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--one", name, "--rounds", str(rounds)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"model": name, "error": f"timed out after {timeout:.0f} s"}
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("ZOO-RESULT "):
+            return json.loads(line[len("ZOO-RESULT ") :])
+    tail = (p.stderr or p.stdout).strip().splitlines()[-6:]
+    return {"model": name, "error": f"exit {p.returncode}: " + " | ".join(tail)[-600:]}
+
+
+def _status(r: dict[str, Any]) -> str:
+    if "error" in r:
+        return "error"
+    if r["max_rel_err"] > 1e-5:
+        return "MISMATCH"
+    if r["graphs"] == 1 and not r["breaks"] and not r["fallback_nodes"] and not r["in_python"]:
+        return "ok"
+    return "runs"
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    head = "| model | params (M) | status | graphs | breaks | fallback nodes | ops | max abs err | max rel err | eager ms | xjit ms | speedup |"
+    lines = [head, "|" + "---|" * 12]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['model']} | | error | | | | | | | | | |")
+            continue
+        lines.append(
+            f"| {r['model']} | {r['params_m']} | {_status(r)} | {r['graphs']} | {len(r['breaks'])} | "
+            f"{r['fallback_nodes']} | {r['ops']} | {r['max_abs_err']:.1e} | {r['max_rel_err']:.1e} | "
+            f"{r['eager_ms']:.2f} | {r['xjit_ms']:.2f} | {r['speedup']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def details(results: list[dict[str, Any]]) -> str:
+    out = []
+    for r in results:
+        notes = []
+        if "error" in r:
+            notes.append(f"error: {r['error']}")
+        else:
+            counts: dict[str, int] = {}
+            for b in r["breaks"]:  # the same break in every layer: once, with a count
+                key = b.split(" [called from")[0]
+                counts[key] = counts.get(key, 0) + 1
+            notes += [f"break (x{n}): {b}" for b, n in counts.items()]
+            notes += [f"fallback: {t} x{n}" for t, n in r["fallback_targets"].items()]
+            notes += [f"graph runs in Python: {n}" for n in r["in_python"]]
+            notes += [f"warning: {w}" for w in r["warnings"]]
+        if notes:
+            out.append(f"- **{r['model']}**")
+            out += [f"  - {n}" for n in notes]
+    return "\n".join(out) if out else "(none)"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=",".join(MODELS), help="comma list of " + ", ".join(MODELS))
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved timed calls per backend")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per model")
+    ap.add_argument("--no-write", action="store_true", help="print only; keep bench/results/zoo.md")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "zoo.md"))
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print("ZOO-RESULT " + json.dumps(run_one(args.one, args.rounds)), flush=True)
+        return
+    results = []
+    for name in args.models.split(","):
+        r = run_isolated(name, args.rounds, args.timeout)
+        results.append(r)
+        print(table([r]).splitlines()[-1], flush=True)
+    import torch
+    import transformers
+
+    text = (
+        "# xjit on models beyond the suite (bench/zoo.py)\n\n"
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, {len(os.sched_getaffinity(0))} cores, load average at the end "
+        f"{os.getloadavg()[0]:.1f}. Inference, fp32, batch 1, sequence {SEQ} (images 128x128), random "
+        "weights, small configs. Errors: max over 3 calls against eager; rel = max abs error / max |eager|. "
+        f"Times: median of {args.rounds} interleaved samples each (a sample: 1-20 calls, about 50 ms); the machine is shared (2 cores, other "
+        "jobs running), so speedups are indicative only.\n\n"
+        "status: ok = 1 graph, 0 breaks, no fallback nodes, rel err <= 1e-5; runs = right values but "
+        "breaks/fallbacks; MISMATCH = rel err > 1e-5.\n\n"
+        + table(results)
+        + "\n\n## Breaks, fallbacks, warnings, errors\n\n"
+        + details(results)
+        + "\n"
+    )
+    print()
+    print(text)
+    if not args.no_write:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
