@@ -231,6 +231,10 @@ public:
   /// guards a symbolic bound or dim needs.
   AttrMap sliceAttrs(int64_t dim, const std::optional<DimExpr> &start,
                      const std::optional<DimExpr> &stop, int64_t step, const DimExpr &size);
+  /// Python's slice bounds as offsets [start, end) within a dim of `size`, with the guards (or
+  /// specializations) that keep them there.
+  std::pair<DimExpr, DimExpr> sliceRange(const std::optional<DimExpr> &start,
+                                         const std::optional<DimExpr> &stop, const DimExpr &size);
   void tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &value);
   /// Makes `target` hold `newValue` (an in-place write): every alias sees it.
   void assignInPlace(const VarPtr &target, const VarPtr &newValue);

@@ -410,7 +410,9 @@ VarPtr Analyzer::unaryOp(int opcode, const VarPtr &a) {
   if (auto *s = as<SymIntVar>(a)) {
     if (opcode == UNARY_NEGATIVE) {
       DimExpr r = -s->expr;
-      return std::make_shared<SymIntVar>(r, -s->hint, builder_.op("neg", {s->value}));
+      // 0 - s: the IR's neg takes tensors only (integer arithmetic on sizes is add/sub/...).
+      Value *v = builder_.op("sub", {irValue(integer(0)), irValue(a)});
+      return std::make_shared<SymIntVar>(r, -s->hint, v);
     }
     if (opcode == UNARY_POSITIVE) return a;
     specialize(s->expr);

@@ -654,43 +654,54 @@ static std::vector<IndexItem> parseIndex(Analyzer &a, const VarPtr &key, bool *h
   return items;
 }
 
+std::pair<DimExpr, DimExpr> Analyzer::sliceRange(const std::optional<DimExpr> &start,
+                                                 const std::optional<DimExpr> &stop,
+                                                 const DimExpr &size) {
+  // On a symbolic dim, or with a symbolic bound, the IR takes the bounds as offsets within
+  // [0, size] (docs/ir.md, "Symbolic sizes"): the capture assumes so on every call with
+  // SizeAtMost guards, and a call where they do not hold recompiles. One that is outside at
+  // this call keeps Python's clamping by specializing (the bound first, then the dim).
+  // A negative bound counts from the end, as in Python (x[:, -n:]); a symbolic one stays
+  // negative under a guard.
+  auto wrap = [&](const DimExpr &b) {
+    if (b.isStatic()) return b.value() < 0 ? size + b : b;
+    if (hintOf(b) >= 0) return b;
+    assumeAtMost(b, DimExpr(-1), "negative slice bound");
+    return size + b;
+  };
+  const DimExpr s = start ? wrap(*start) : DimExpr(0);
+  const DimExpr e = stop && !(stop->isStatic() && stop->value() == INT64_MAX) ? wrap(*stop) : size;
+  if (start && stop && start->isStatic() && stop->isStatic() && start->value() >= 0 &&
+      stop->value() >= 0 && stop->value() <= start->value())
+    return {s, s}; // always empty
+  if (!(0 <= hintOf(s) && hintOf(s) <= hintOf(e) && hintOf(e) <= hintOf(size))) {
+    for (const auto *b : {&start, &stop})
+      if (*b && !(*b)->isStatic()) specialize(**b);
+    specialize(size);
+  }
+  assumeAtMost(DimExpr(0), s, "slice start");
+  assumeAtMost(s, e, "slice bounds");
+  assumeAtMost(e, size, "slice end");
+  return {s, e};
+}
+
 AttrMap Analyzer::sliceAttrs(int64_t dim, const std::optional<DimExpr> &start,
                              const std::optional<DimExpr> &stop, int64_t step,
                              const DimExpr &size) {
   AttrMap a{{"dim", Attr(dim)}, {"step", Attr(step)}};
   const bool symbolicBound = (start && !start->isStatic()) || (stop && !stop->isStatic());
-  if (!symbolicBound && size.isStatic()) { // the IR clamps static bounds as Python does
-    if (start) a["start"] = Attr(start->value());
-    if (stop) a["end"] = Attr(stop->value());
-    return a;
-  }
-  // On a symbolic dim, or with a symbolic bound, the IR takes the bounds as offsets within
-  // [0, size] (docs/ir.md, "Symbolic sizes"): the capture assumes so on every call with
-  // SizeAtMost guards, and a call where they do not hold recompiles. One that is outside at
-  // this call keeps Python's clamping by specializing (the bound first, then the dim).
-  auto wrap = [&](const DimExpr &b) { return b.isStatic() && b.value() < 0 ? size + b : b; };
-  const DimExpr s = start ? wrap(*start) : DimExpr(0);
-  const DimExpr e = stop && !(stop->isStatic() && stop->value() == INT64_MAX) ? wrap(*stop) : size;
-  const bool alwaysEmpty = start && stop && start->isStatic() && stop->isStatic() &&
-                           start->value() >= 0 && stop->value() >= 0 &&
-                           stop->value() <= start->value();
-  if (!alwaysEmpty) {
-    if (!(0 <= hintOf(s) && hintOf(s) <= hintOf(e) && hintOf(e) <= hintOf(size))) {
-      for (const auto *b : {&start, &stop})
-        if (*b && !(*b)->isStatic()) specialize(**b);
-      specialize(size);
+  // Static bounds: the IR clamps them on a static dim as Python does, and wraps negative ones
+  // on a symbolic dim (where sliceRange guards them to lie within it).
+  if (symbolicBound || !size.isStatic()) {
+    auto [s, e] = sliceRange(start, stop, size);
+    if (symbolicBound) {
+      a["start"] = makeSizeAttr(s);
+      if (stop) a["end"] = makeSizeAttr(e);
+      return a;
     }
-    assumeAtMost(DimExpr(0), s, "slice start");
-    assumeAtMost(s, e, "slice bounds");
-    assumeAtMost(e, size, "slice end");
   }
-  if (!symbolicBound) { // static bounds on a symbolic dim: the IR wraps negative ones itself
-    if (start) a["start"] = Attr(start->value());
-    if (stop) a["end"] = Attr(stop->value());
-    return a;
-  }
-  a["start"] = makeSizeAttr(s);
-  if (stop) a["end"] = makeSizeAttr(e);
+  if (start) a["start"] = Attr(start->value());
+  if (stop) a["end"] = Attr(stop->value());
   return a;
 }
 
@@ -859,7 +870,25 @@ void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &v
       operands.push_back(i.tensor);
       continue;
     }
-    if (!size.isStatic()) fail("indexed assignment on a dynamic dim");
+    const bool symbolicSlice =
+        i.kind == IndexItem::Slice &&
+        (!size.isStatic() || (i.start && !i.start->isStatic()) || (i.stop && !i.stop->isStatic()));
+    if (symbolicSlice) {
+      // The slice's indices as arange(start, end, step) with symbolic bounds, within the dim
+      // under the same guards as reading x[a:b].
+      auto [s, e] = sliceRange(i.start, i.stop, size);
+      VarPtr ar = emit1("arange", {},
+                        {{"start", makeSizeAttr(s)},
+                         {"end", makeSizeAttr(e)},
+                         {"step", Attr(i.step)},
+                         {"dtype", Attr(DType::I64)}});
+      Shape shape(static_cast<size_t>(nslices), DimExpr(1));
+      shape[static_cast<size_t>(sliceAxis++)] = as<TensorVar>(ar)->type().shape()[0];
+      if (nslices > 1) ar = emit1("reshape", {ar}, {{"shape", makeSizeAttr(shape)}});
+      operands.push_back(ar);
+      continue;
+    }
+    if (!size.isStatic()) fail("indexed assignment at an int index of a dynamic dim");
     int64_t n = size.value();
     if (i.kind == IndexItem::Int) {
       if (i.index >= n || i.index < -n) fail("index " + std::to_string(i.index) + " out of bounds");

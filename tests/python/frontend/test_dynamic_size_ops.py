@@ -118,6 +118,10 @@ def narrow_negative_start(x: torch.Tensor) -> torch.Tensor:
     return x.narrow(-1, -3, 2) + x.narrow(0, 0, x.shape[0] // 2).sum()
 
 
+def slice_last_columns(x: torch.Tensor) -> torch.Tensor:
+    return x[:, -x.shape[0] :] * 2  # a symbolic negative bound counts from the end
+
+
 def narrow_three_rows(x: torch.Tensor) -> torch.Tensor:
     return x.narrow(0, 0, 3) + 1
 
@@ -166,6 +170,7 @@ ONE_CAPTURE = [
     (narrow_inner, [(3, 8), (4, 9), (5, 12)]),
     (narrow_negative_start, [(4, 7), (6, 5), (9, 10)]),
     (narrow_three_rows, [(5, 4), (6, 3), (7, 9)]),
+    (slice_last_columns, [(3, 8), (5, 9), (4, 10)]),
     (repeat_by_size, [(3, 4), (5, 6), (7, 2)]),
     (unflatten_by_size, [(3, 6), (4, 8), (5, 15)]),
     (unflatten_static_parts, [(3, 6), (4, 8), (5, 14)]),
@@ -233,4 +238,38 @@ def test_automatic_dynamic_compiles_twice() -> None:
         for shape in [(3, 8), (3, 10), (3, 13), (3, 7), (3, 22)]:
             x = torch.randn(*shape)
             assert_same(compiled(x), chunk_two(x))
+    assert counters()["compiles"] == 2
+
+
+# ---- slice assignment: the written region's indices as an arange with symbolic bounds ----
+
+
+def write_first_columns(x: torch.Tensor) -> torch.Tensor:
+    x = x.clone()
+    n = x.shape[0]
+    x[:, :n] = x[:, -n:] * 2
+    return x
+
+
+def write_inner_block(x: torch.Tensor) -> torch.Tensor:
+    x = x.clone()
+    x[1:-1, 2:] = 0.5
+    return x
+
+
+@pytest.mark.parametrize("backend", ["xjit", "eager"])
+def test_slice_assignment_on_symbolic_dims_compiles_once(backend: str) -> None:
+    # Before: an indexed assignment on a dynamic dim was a graph break, and a symbolic bound
+    # on a static dim specialized.
+    run_shapes(write_first_columns, [(3, 8), (5, 9), (4, 10)], backend)
+    run_shapes(write_inner_block, [(4, 8), (5, 9), (7, 3)], backend)
+    assert counters()["compiles"] == 2
+    assert not fe.events()["breaks"]
+
+
+def test_slice_assignment_past_the_dim_recompiles() -> None:
+    # n > x.shape[1]: eager clamps both slices; the range guard recompiles, specialized.
+    run_shapes(write_first_columns, [(3, 8), (5, 9)])
+    assert counters()["compiles"] == 1
+    run_shapes(write_first_columns, [(6, 4)])
     assert counters()["compiles"] == 2
