@@ -63,6 +63,29 @@ void noKw(Analyzer &a, const Args &args, const char *fn) {
   if (!args.kw.empty()) a.fail(std::string(fn) + "() with keyword arguments");
 }
 
+/// Whether fn is marked as a trace-time constant: `_dynamo_marked_constant` (what
+/// torch._dynamo.assume_constant_result sets, and what transformers sets on its install and
+/// capability probes, under an lru_cache) on fn or on the function an lru_cache wraps.
+bool isMarkedConstantResult(PyObject *fn) {
+  PyRef target = PyRef::borrow(fn);
+  if (!PyFunction_Check(fn)) {
+    if (std::strcmp(Py_TYPE(fn)->tp_name, "functools._lru_cache_wrapper") != 0) return false;
+    target = PyRef::steal(PyObject_GetAttrString(fn, "__wrapped__"));
+    if (!target || !PyFunction_Check(target.get())) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  PyRef marked = PyRef::steal(PyObject_GetAttrString(target.get(), "_dynamo_marked_constant"));
+  if (!marked) {
+    PyErr_Clear();
+    return false;
+  }
+  int truth = PyObject_IsTrue(marked.get());
+  if (truth < 0) PyErr_Clear();
+  return truth == 1;
+}
+
 PyObject *partialType() {
   static PyObject *type = [] {
     PyRef functools = check(PyImport_ImportModule("functools"), "import functools");
@@ -746,6 +769,10 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
     }
     return acc;
   }
+
+  // 3b. Trace-time constants: called now with arguments known at capture time, the result a
+  // constant (wav2vec2's is_fsdp_managed_module asks is_torch_distributed_available()).
+  if (isMarkedConstantResult(fn)) return callReal(*this, fn, args, qn);
 
   // 4. Python functions: inlined (PyTorch's own helpers on tensors run through a fallback).
   if (PyFunction_Check(fn)) {

@@ -10,6 +10,7 @@ native view failed at run time: GPT-Neo and Swin ran in Python with a warning)."
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -332,3 +333,36 @@ def test_repeat_interleave_forms_it_cannot_capture_still_match_eager() -> None:
     x, r = torch.randn(2, 3, 4), torch.tensor([1, 0, 2])
     for got, want in zip(xjit.jit(f)(x, r), f(x, r), strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def _probe() -> bool:
+    return True
+
+
+_marked_probe = functools.lru_cache(_probe)
+_probe.__dict__["_dynamo_marked_constant"] = True  # what transformers' _make_compile_constant sets
+
+
+@functools.lru_cache
+def _unmarked_probe() -> bool:
+    return True
+
+
+def test_lru_cached_trace_time_constant_is_called_at_capture_time() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x + 1 if _marked_probe() else x - 1
+
+    x = torch.randn(4)
+    report = xjit.explain(f)(x)
+    assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+    torch.testing.assert_close(report.output, x + 1, rtol=0, atol=0)
+
+
+def test_unmarked_lru_cached_function_is_not_folded() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x + 1 if _unmarked_probe() else x - 1
+
+    x = torch.randn(4)
+    report = xjit.explain(f)(x)
+    assert report.graph_break_count == 1, str(report)
+    torch.testing.assert_close(report.output, x + 1, rtol=0, atol=0)
