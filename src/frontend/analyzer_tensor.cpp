@@ -729,7 +729,22 @@ VarPtr Analyzer::tensorGetItem(const VarPtr &t, const VarPtr &key) {
       if (size.isStatic() && (i.index >= size.value() || i.index < -size.value()))
         fail("index " + std::to_string(i.index) + " is out of bounds for dimension " +
              std::to_string(dim) + " with size " + std::to_string(size.value()));
-      if (!size.isStatic() && i.index < 0) specialize(size);
+      if (!size.isStatic()) {
+        // Within the symbolic dim at every call (eager raises IndexError otherwise: at this
+        // call, the size is specialized so the check above raises it at capture).
+        if (i.index >= hintOf(size) || i.index < -hintOf(size)) specialize(size);
+        if (i.index < 0 && advanced) specialize(size);
+        const DimExpr at = i.index < 0 ? size + DimExpr(i.index) : DimExpr(i.index);
+        assumeAtMost(DimExpr(0), at, "index");
+        assumeAtMost(at + DimExpr(1), size, "index");
+        if (i.index < 0) { // from the end: a symbolic offset, as narrow's start
+          r = emit1(
+              "narrow", {r},
+              {{"dim", Attr(dim)}, {"start", makeSizeAttr(at)}, {"length", Attr(int64_t{1})}});
+          r = emit1("squeeze", {r}, {{"dim", Attr(std::vector<int64_t>{dim})}});
+          break;
+        }
+      }
       if (advanced) { // mixed with tensors, ints are advanced indices too (numpy rules)
         PyRef idx = check(
             PyObject_CallMethod(torchModule(), "tensor", "L", static_cast<long long>(i.index)),
@@ -842,8 +857,21 @@ void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &v
     v = emit1("full", {}, std::move(a));
   }
   v = castTo(v, ty.dtype());
+  if (first < 0 && !isStaticShape(ty.shape())) { // x[:] = v of a symbolic shape
+    // v broadcasts to x: its symbolic dims (at least 2, so not broadcast) equal x's.
+    const Shape &vs = as<TensorVar>(v)->type().shape();
+    if (vs.size() > ty.shape().size()) fail("x[:] = value of a higher rank");
+    for (size_t k = 0; k < vs.size(); ++k) {
+      const DimExpr &dv = vs[k], &dt = ty.shape()[ty.shape().size() - vs.size() + k];
+      if (dv.isStatic() || dv == dt) continue;
+      if (hintOf(dv) != hintOf(dt)) fail("x[:] = value: shape mismatch");
+      assumeAtMost(dv, dt, "assigned value's size");
+      assumeAtMost(dt, dv, "assigned value's size");
+    }
+    assignInPlace(t, emit1("clone", {emit1("expand_as", {v, t})}));
+    return;
+  }
   if (first < 0) { // x[...] = v / x[:] = v
-    if (!isStaticShape(ty.shape())) fail("x[:] = value with dynamic shapes");
     std::vector<int64_t> shape;
     for (const DimExpr &d : ty.shape())
       shape.push_back(d.value());
@@ -888,7 +916,20 @@ void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &v
       operands.push_back(ar);
       continue;
     }
-    if (!size.isStatic()) fail("indexed assignment at an int index of a dynamic dim");
+    if (!size.isStatic()) { // an int index into a symbolic dim: as a 0-d arange element
+      if (!(-hintOf(size) <= i.index && i.index < hintOf(size))) {
+        specialize(size); // out of range: eager's IndexError, raised at capture
+      }
+      const DimExpr at = i.index < 0 ? size + DimExpr(i.index) : DimExpr(i.index);
+      assumeAtMost(DimExpr(0), at, "index");
+      assumeAtMost(at + DimExpr(1), size, "index");
+      VarPtr ar = emit1("arange", {},
+                        {{"start", makeSizeAttr(at)},
+                         {"end", makeSizeAttr(at + DimExpr(1))},
+                         {"dtype", Attr(DType::I64)}});
+      operands.push_back(emit1("reshape", {ar}, {{"shape", Attr(std::vector<int64_t>{})}}));
+      continue;
+    }
     int64_t n = size.value();
     if (i.kind == IndexItem::Int) {
       if (i.index >= n || i.index < -n) fail("index " + std::to_string(i.index) + " out of bounds");

@@ -273,3 +273,55 @@ def test_slice_assignment_past_the_dim_recompiles() -> None:
     assert counters()["compiles"] == 1
     run_shapes(write_first_columns, [(6, 4)])
     assert counters()["compiles"] == 2
+
+
+def shift_right(ids: torch.Tensor) -> torch.Tensor:
+    # transformers' shift_tokens_right (BART, T5): an int index and a slice of a symbolic dim
+    shifted = torch.zeros_like(ids)
+    shifted[:, 1:] = ids[:, :-1].clone()
+    shifted[:, 0] = 7
+    shifted[:, -1] = ids[:, 0]
+    return shifted
+
+
+def overwrite_whole(x: torch.Tensor) -> torch.Tensor:
+    y, z = torch.empty_like(x), torch.empty_like(x)
+    y[:] = x * 2
+    z[...] = x[0]  # broadcast along dim 0
+    return y + z
+
+
+def read_int_indices(x: torch.Tensor) -> torch.Tensor:
+    return x[:, -1] * 2 + x[:, 1] + x[-2]  # from the end of a symbolic dim: was specialized
+
+
+def test_int_index_into_a_symbolic_dim() -> None:
+    run_shapes(read_int_indices, [(3, 3), (4, 4), (6, 6)])
+    assert counters()["compiles"] == 1
+    # x[:, 1] assumes x.shape[1] >= 2: always true for a symbolic dim, so no guard; the guards
+    # are the tensor's and the grad mode's.
+    report = xjit.explain(xjit.jit(read_int_indices, dynamic=True))(torch.randn(5, 5))
+    assert len(report.guards) == 2, report.guards
+
+
+def test_int_index_past_a_symbolic_dim_recompiles() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x[:, 2] + 1
+
+    run_shapes(f, [(3, 4), (4, 5)])
+    assert counters()["compiles"] == 1
+    with pytest.raises(IndexError):
+        f(torch.randn(3, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", xjit.XjitWarning)
+        with pytest.raises(IndexError):
+            xjit.jit(f, dynamic=True)(torch.randn(4, 2))
+
+
+@pytest.mark.parametrize("backend", ["xjit", "eager"])
+def test_int_index_and_whole_assignment_on_symbolic_dims(backend: str) -> None:
+    # Both were graph breaks on a symbolic dim.
+    run_shapes(shift_right, [(2, 5), (3, 9), (4, 6)], backend)
+    run_shapes(overwrite_whole, [(2, 5), (3, 9), (4, 6)], backend)
+    assert counters()["compiles"] == 2
+    assert not fe.events()["breaks"]
