@@ -783,8 +783,10 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
       tensorArgs |= v->kind == VarKind::Tensor;
     for (auto &[k, v] : args.kw)
       tensorArgs |= v->kind == VarKind::Tensor;
+    // Module code is inlined like the user's: nn.modules, and parametrizations (weight_norm's
+    // _WeightNorm.forward takes the module itself, which a fallback node cannot pass).
     if (trusted && mod.rfind("torch", 0) == 0 && tensorArgs &&
-        mod.rfind("torch.nn.modules", 0) != 0)
+        mod.rfind("torch.nn.modules", 0) != 0 && mod.rfind("torch.nn.utils.parametriz", 0) != 0)
       return fallbackCall(fn, mod + "." + qn, args);
     std::optional<Source> globalsSource;
     if (globals != rootGlobals()) {

@@ -700,6 +700,22 @@ LOWER(lowerNorm) { // torch.norm / Tensor.norm(p='fro', dim=None, keepdim=False,
   return a.emit1("norm", {b.at("input")}, std::move(attrs));
 }
 
+// torch._weight_norm(v, g, dim), what nn.utils.weight_norm and parametrizations.weight_norm
+// compute: v * (g / ||v||), the 2-norm over every dim but `dim` (over all of v when dim is -1).
+LOWER(lowerWeightNorm) {
+  const VarPtr &v = b.at("v"), &g = b.at("g");
+  const Type &t = tensorOf(a, v, "v").type();
+  int64_t dim = toInt(a, b.at("dim"), "dim");
+  if (t.rank() == 0 || dim < -1 || dim >= t.rank())
+    a.fail("torch._weight_norm with dim " + std::to_string(dim));
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < t.rank(); ++i)
+    if (dim == -1 || i != dim) dims.push_back(i);
+  VarPtr norm =
+      a.emit1("norm", {v}, {{"p", Attr(2.0)}, {"dims", Attr(dims)}, {"keepdim", Attr(true)}});
+  return a.emit1("mul", {v, a.emit1("div", {g, norm})});
+}
+
 LOWER(lowerSoftmax) { // dim=None: the legacy choice (0 for 0-/1-/3-d inputs, else 1)
   const TensorVar &t = tensorOf(a, b.at("input"), "input");
   int64_t dim;
@@ -1559,6 +1575,7 @@ const std::vector<TorchRow> &table() {
       {"torch.permute Tensor.permute", "input, *dims", "permute", "dims", lowerIntsVarargs},
       {"Tensor.repeat", "input, *dims", "repeat", "", lowerRepeat},
       {"torch.tile Tensor.tile", "input, *dims", "tile", "dims", lowerIntsVarargs},
+      {"torch._weight_norm", "v, g, dim=0", "norm", "", lowerWeightNorm},
       {"torch.repeat_interleave Tensor.repeat_interleave",
        "input, repeats, dim=None, *, output_size=None", "reshape", "", lowerRepeatInterleave},
       {"torch.flip Tensor.flip", "input, *dims", "flip", "", lowerFlip},

@@ -1,6 +1,7 @@
 """Models beyond the bench suite (bench/zoo.py), as regression tests: tiny configs of Hugging Face
 GPT-Neo, T5 (encoder and decoder), Swin, Mistral, Gemma and Falcon (one key/value head: the
-repeat_kv reshape that plan-memory took for a copy), GPT-J (repeat_interleave), Phi, BART and the Whisper encoder, and a
+repeat_kv reshape that plan-memory took for a copy), GPT-J (repeat_interleave), wav2vec2
+(weight-norm parametrization, an lru_cached probe), Phi, BART and the Whisper encoder, and a
 MobileNet-style CNN with depthwise convs, with random weights, through xjit.jit (native backend)
 under torch.no_grad() in eval mode: one graph, no graph breaks, no PyTorch fallback nodes, no
 warnings, and the output of three calls equal to eager's. Plus the two small patterns behind
@@ -223,6 +224,23 @@ def whisper_encoder() -> Built:
     return WhisperEncoder(c), {"input_features": torch.randn(1, 16, 16)}
 
 
+def wav2vec2() -> Built:
+    t = pytest.importorskip("transformers")
+    c = t.Wav2Vec2Config(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=64,
+        conv_dim=(16, 16),
+        conv_stride=(5, 4),
+        conv_kernel=(10, 4),
+        num_conv_pos_embeddings=8,
+        num_conv_pos_embedding_groups=4,
+        num_feat_extract_layers=2,
+    )
+    return t.Wav2Vec2Model(c), {"input_values": torch.randn(1, 400)}
+
+
 def mobilenet() -> Built:
     """Inverted residual blocks: 1x1 expand, depthwise 3x3 (stride 1 and 2), 1x1 project, ReLU6."""
 
@@ -270,6 +288,7 @@ MODELS: dict[str, Callable[[], Built]] = {
     "phi": phi,
     "bart": bart,
     "whisper-encoder": whisper_encoder,
+    "wav2vec2": wav2vec2,
     "mobilenet": mobilenet,
 }
 
@@ -366,3 +385,25 @@ def test_unmarked_lru_cached_function_is_not_folded() -> None:
     report = xjit.explain(f)(x)
     assert report.graph_break_count == 1, str(report)
     torch.testing.assert_close(report.output, x + 1, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dim", [0, 2, None])
+@pytest.mark.parametrize("style", ["parametrization", "hook"])
+def test_weight_norm_is_captured(dim: int | None, style: str) -> None:
+    conv = nn.Conv1d(4, 6, 3, padding=1)
+    if style == "parametrization":
+        conv = nn.utils.parametrizations.weight_norm(conv, dim=dim)
+    else:
+        with warnings.catch_warnings():  # torch.nn.utils.weight_norm is deprecated
+            warnings.simplefilter("ignore", FutureWarning)
+            conv = nn.utils.weight_norm(conv, dim=dim)
+    magnitude = conv.weight_g if style == "hook" else conv.parametrizations.weight.original0
+    with torch.no_grad():
+        magnitude.uniform_(0.5, 2.0)  # not ||v||: the division by the norm matters
+    x = torch.randn(2, 4, 9)
+    with torch.no_grad():
+        ref = conv(x)
+        report = xjit.explain(conv)(x)
+    assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+    assert all("external_call" not in g.ops for g in report.graphs), str(report)
+    torch.testing.assert_close(report.output, ref, rtol=1e-5, atol=1e-5)
