@@ -594,10 +594,13 @@ def run_one(name: str, rounds: int) -> dict[str, Any]:
     return result
 
 
-def run_isolated(name: str, rounds: int, timeout: float) -> dict[str, Any]:
+def run_isolated(name: str, rounds: int, timeout: float, threads: int | None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--one", name, "--rounds", str(rounds)]
+    env = dict(os.environ)
+    if threads:  # eager's and xjit's kernels alike
+        env.update(OMP_NUM_THREADS=str(threads), XJIT_NUM_THREADS=str(threads))
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"model": name, "error": f"timed out after {timeout:.0f} s"}
     for line in reversed(p.stdout.splitlines()):
@@ -660,6 +663,7 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS), help="comma list of " + ", ".join(MODELS))
     ap.add_argument("--rounds", type=int, default=7, help="interleaved timed calls per backend")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per model")
+    ap.add_argument("--threads", type=int, help="threads for eager and xjit (default: all cores)")
     ap.add_argument("--no-write", action="store_true", help="print only; keep bench/results/zoo.md")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "zoo.md"))
     ap.add_argument("--one", help=argparse.SUPPRESS)
@@ -669,7 +673,7 @@ def main() -> None:
         return
     results = []
     for name in args.models.split(","):
-        r = run_isolated(name, args.rounds, args.timeout)
+        r = run_isolated(name, args.rounds, args.timeout, args.threads)
         results.append(r)
         print(table([r]).splitlines()[-1], flush=True)
     import torch
@@ -678,7 +682,8 @@ def main() -> None:
     text = (
         "# xjit on models beyond the suite (bench/zoo.py)\n\n"
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, {len(os.sched_getaffinity(0))} cores, load average at the end "
+        f"{transformers.__version__}, {len(os.sched_getaffinity(0))} cores, "
+        f"{args.threads or 'all'} thread(s) for eager and xjit, load average at the end "
         f"{os.getloadavg()[0]:.1f}. Inference, fp32, batch 1, sequence {SEQ} (images 128x128), random "
         "weights, small configs. Errors: max over 3 calls against eager; rel = max abs error / max |eager|. "
         f"Times: median of {args.rounds} interleaved samples each (a sample: 1-20 calls, about 50 ms); the machine is shared (2 cores, other "
