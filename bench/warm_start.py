@@ -20,6 +20,7 @@ first call's wall time and its parts:
             threads): steadier than wall time on a loaded machine (run with --threads 1).
 
 Usage: python bench/warm_start.py [--case bert/b1] [--repeats 3] [--threads N]
+                                  [--compare-env NAME=VALUE]
 Figures go to docs/perf.md (with the machine's load: ratios on a loaded machine are noisy).
 """
 
@@ -97,8 +98,10 @@ def child(case: str) -> dict[str, Any]:
     }
 
 
-def run_child(case: str, cache: Path, threads: int | None) -> dict[str, Any]:
-    env = dict(os.environ, XJIT_CACHE_DIR=str(cache))
+def run_child(
+    case: str, cache: Path, threads: int | None, extra_env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    env = dict(os.environ, XJIT_CACHE_DIR=str(cache), **(extra_env or {}))
     env.pop("XJIT_NO_CACHE", None)
     if threads:
         env["XJIT_NUM_THREADS"] = env["OMP_NUM_THREADS"] = str(threads)
@@ -136,6 +139,12 @@ def main() -> None:
     parser.add_argument("--case", default="bert/b1", help="a case of bench/models.py, e.g. bert/b1")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--compare-env",
+        default=None,
+        help="NAME=VALUE: also run warm processes with this variable set, alternating with the "
+        "plain ones (an A/B of one switch, e.g. XJIT_LINK_BATCH=0, under the same load)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -144,7 +153,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="xjit-warm-start-") as tmp:
         cache = Path(tmp)
         cold = run_child(args.case, cache, args.threads)
-        warm = [run_child(args.case, cache, args.threads) for _ in range(args.repeats)]
+        other_env = dict([args.compare_env.split("=", 1)]) if args.compare_env else None
+        warm, other = [], []
+        for _ in range(args.repeats):
+            warm.append(run_child(args.case, cache, args.threads))
+            if other_env:
+                other.append(run_child(args.case, cache, args.threads, other_env))
     print(f"{args.case}: {cold['graphs']} graph(s); load average {os.getloadavg()[0]:.1f}")
     print("phase  " + " ".join(f"{c.removesuffix('_ms'):>12}" for c in COLUMNS) + "   llvm kernels / cached")
     print(
@@ -152,13 +166,18 @@ def main() -> None:
         + " ".join(f"{cold[c]:12.1f}" for c in COLUMNS)
         + f"   {cold['llvm_compilations']} / {cold['cache_links']}"
     )
-    med = {c: statistics.median(w[c] for w in warm) for c in COLUMNS}
-    print(
-        f"warm   "
-        + " ".join(f"{med[c]:12.1f}" for c in COLUMNS)
-        + f"   {warm[-1]['llvm_compilations']} / {warm[-1]['cache_links']}"
-        + f"   (median of {len(warm)})"
-    )
+    for label, runs in (("warm", warm), ("warm*", other)):
+        if not runs:
+            continue
+        med = {c: statistics.median(w[c] for w in runs) for c in COLUMNS}
+        print(
+            f"{label:7s}"
+            + " ".join(f"{med[c]:12.1f}" for c in COLUMNS)
+            + f"   {runs[-1]['llvm_compilations']} / {runs[-1]['cache_links']}"
+            + f"   (median of {len(runs)})"
+        )
+    if other:
+        print(f"warm* = with {args.compare_env}")
 
 
 if __name__ == "__main__":
