@@ -60,17 +60,31 @@ struct ObjectVar : Var {
   PyRef obj;
 };
 
+/// One view op on the way from a view's base to the view: op(view-so-far, extra...) with attrs,
+/// result `result` (split-like ops have several).
+struct ViewStep {
+  std::string op;
+  AttrMap attrs;
+  std::vector<VarPtr> extra;
+  size_t result = 0;
+};
+
 struct TensorVar : Var {
   static constexpr VarKind Kind = VarKind::Tensor;
   explicit TensorVar(Value *v) : Var(VarKind::Tensor), value(v) {}
-  Value *value;                      // the IR value holding the tensor's current contents
-  bool requiresGrad = false;         // what `tensor.requires_grad` reads
-  bool isInput = false;              // a graph input fetched from `source`
-  bool mutated = false;              // written in place (an input: the caller must see it)
-  std::shared_ptr<TensorVar> base;   // the tensor this one views (its root), for aliasing checks
-  uint64_t version = 0;              // bumped by every in-place write
-  uint64_t baseVersion = 0;          // base->version when this view was made
+  Value *value;                    // the IR value holding the tensor's current contents
+  bool requiresGrad = false;       // what `tensor.requires_grad` reads
+  bool isInput = false;            // a graph input fetched from `source`
+  bool mutated = false;            // written in place (an input: the caller must see it)
+  std::shared_ptr<TensorVar> base; // the tensor this one views (its root), for aliasing checks
+  uint64_t version = 0;            // bumped by every in-place write
+  uint64_t baseVersion = 0;        // base->version when this view was made (or last re-read)
+  std::vector<ViewStep> viewSteps; // the view ops from base to this view (replayed on the base)
+  std::string viewOpaque; // non-empty: why viewSteps do not reproduce the view (PyTorch may copy)
+  bool viewOverlaps = false;         // an expand on the way: several elements share memory
+  bool viewContiguous = false;       // contiguous in eager (a reshape/contiguous of it is a view)
   std::vector<int64_t> inputStrides; // an input's strides at capture time
+  uintptr_t inputStorage = 0;        // an input's storage address at capture time (0: unknown)
   bool stridesRead = false;          // the capture depends on the input's strides (guard them)
   const Type &type() const { return value->type(); }
 };

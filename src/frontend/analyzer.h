@@ -238,6 +238,8 @@ public:
   void tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &value);
   /// Makes `target` hold `newValue` (an in-place write): every alias sees it.
   void assignInPlace(const VarPtr &target, const VarPtr &newValue);
+  /// assignInPlace of a view: the new value is written into its base.
+  void assignThroughView(const VarPtr &target, const VarPtr &newValue);
   /// Reads an input tensor from `src` (deduplicated by source).
   VarPtr tensorInput(PyObject *t, const Source &src);
   /// A constant tensor embedded in the graph (torch.tensor(...) of constants).
@@ -248,7 +250,11 @@ public:
   VarPtr shapeTuple(const VarPtr &t);
   VarPtr sizeOf(const VarPtr &t, int64_t dim);
   bool anyRequiresGrad(const std::vector<VarPtr> &vs) const;
-  void touchView(const VarPtr &t); // graph break if t views a base written since
+  /// A view whose base was written since it was made reads the base again (its view ops
+  /// replayed); a graph break where they cannot be.
+  void touchView(const VarPtr &t);
+  /// `view`'s view ops applied to `from` (its base, or a tensor of the base's shape).
+  VarPtr replayView(const TensorVar &view, VarPtr from);
 
   // ---- torch functions (torch_ops.cpp) ----
   /// Calls a torch function / Tensor method / F.* / module type the op table knows; returns

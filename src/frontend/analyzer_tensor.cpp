@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 namespace xjit::frontend {
 
@@ -190,6 +191,17 @@ VarPtr Analyzer::tensorInput(PyObject *t, const Source &src) {
   tv->requiresGrad = m->requiresGrad;
   tv->source = src;
   tv->inputStrides = m->strides;
+  // Inputs sharing memory (a view of another input, as a resume function's stack can hold):
+  // a write to one must not be read stale through the other, so such a write is a break.
+  if (PyRef st = PyRef::steal(PyObject_CallMethod(t, "untyped_storage", nullptr))) {
+    PyRef p = PyRef::steal(PyObject_CallMethod(st.get(), "data_ptr", nullptr));
+    if (p && PyLong_Check(p.get())) tv->inputStorage = PyLong_AsSize_t(p.get());
+  }
+  if (PyErr_Occurred()) PyErr_Clear();
+  for (const auto &u : inputTensors_)
+    if (u->mutated && tv->inputStorage && u->inputStorage == tv->inputStorage)
+      fail(sourceKey(src) + " shares memory with " + sourceKey(*u->source) +
+           ", written in place before");
   inputTensors_.push_back(tv);
   // The TensorMatch guard is completed in finish() (strides only if the capture read them).
   Guard g;
@@ -246,9 +258,77 @@ bool Analyzer::anyRequiresGrad(const std::vector<VarPtr> &vs) const {
 
 void Analyzer::touchView(const VarPtr &v) {
   auto *t = as<TensorVar>(v);
-  if (t && t->base && t->base->version != t->baseVersion)
-    fail("a view is used after its base tensor was written in place");
+  if (!t || !t->base || t->base->version == t->baseVersion) return;
+  if (!t->viewOpaque.empty())
+    fail("a view is used after its base tensor was written in place (" + t->viewOpaque + ")");
+  t->baseVersion = t->base->version;
+  t->value = as<TensorVar>(replayView(*t, t->base))->value;
 }
+
+VarPtr Analyzer::replayView(const TensorVar &view, VarPtr from) {
+  const std::vector<ViewStep> steps = view.viewSteps;
+  for (const ViewStep &s : steps) {
+    std::vector<VarPtr> operands{from};
+    operands.insert(operands.end(), s.extra.begin(), s.extra.end());
+    from = emit(s.op, operands, s.attrs).at(s.result);
+  }
+  return from;
+}
+
+namespace {
+
+/// Whether `root` (a tensor that is no view) is contiguous in eager: only an input's strides
+/// are known (read, so guarded); a computed tensor may carry its operands' layout.
+bool rootContiguous(TensorVar &root) {
+  if (!root.isInput || !isStaticShape(root.type().shape())) return false;
+  std::vector<int64_t> sizes;
+  for (const DimExpr &d : root.type().shape())
+    sizes.push_back(d.value());
+  std::vector<int64_t> expect = contiguousStrides(sizes);
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i] != 1 && root.inputStrides[i] != expect[i]) return false;
+  root.stridesRead = true;
+  return true;
+}
+
+/// Records how view `r` (result `index` of `op`) is made from `src`: its steps from the base,
+/// whether they reproduce it (a reshape PyTorch may copy does not) and its contiguity.
+void recordViewStep(TensorVar &r, TensorVar &src, const Op &op, size_t index,
+                    const std::vector<VarPtr> &operands) {
+  static const std::set<std::string, std::less<>> alwaysView = {
+      "slice",     "select",  "narrow",           "diagonal", "alias",   "view",  "squeeze",
+      "unsqueeze", "permute", "transpose",        "t",        "movedim", "split", "chunk",
+      "unbind",    "expand",  "split_with_sizes", "expand_as"};
+  static const std::set<std::string, std::less<>> mayCopy = {"reshape", "flatten", "unflatten",
+                                                             "contiguous"};
+  static const std::set<std::string, std::less<>> keepsContiguous = {
+      "alias", "view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "contiguous"};
+  const bool fromBase = src.base == nullptr;
+  if (!fromBase) {
+    r.viewSteps = src.viewSteps;
+    r.viewOpaque = src.viewOpaque;
+    r.viewOverlaps = src.viewOverlaps;
+  }
+  std::string name(op.name());
+  r.viewSteps.push_back(ViewStep{name, op.attrs(), {operands.begin() + 1, operands.end()}, index});
+  // Contiguity is followed only through ops that keep it, from an input's known strides (read,
+  // so guarded, only where a reshape-like op needs them).
+  bool contiguous = false;
+  if (r.viewOpaque.empty()) {
+    if (mayCopy.count(name)) {
+      contiguous = fromBase ? rootContiguous(src) : src.viewContiguous;
+      if (!contiguous) r.viewOpaque = name + " of a tensor whose strides are unknown at capture";
+    } else if (alwaysView.count(name)) {
+      contiguous = !fromBase && src.viewContiguous;
+    } else {
+      r.viewOpaque = "a view made by " + name;
+    }
+  }
+  if (name == "expand" || name == "expand_as") r.viewOverlaps = true;
+  r.viewContiguous = contiguous && keepsContiguous.count(name) != 0;
+}
+
+} // namespace
 
 VarPtr Analyzer::wrapIr(Value *v, bool requiresGrad) {
   const Type &t = v->type();
@@ -283,6 +363,7 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
         auto *rt = as<TensorVar>(r);
         rt->base = src->base ? src->base : std::static_pointer_cast<TensorVar>(operands[0]);
         rt->baseVersion = rt->base->version;
+        recordViewStep(*rt, *src, *op, i, operands);
       }
     }
     out.push_back(std::move(r));
@@ -967,9 +1048,14 @@ void Analyzer::assignInPlace(const VarPtr &target, const VarPtr &newValue) {
   auto *t = as<TensorVar>(target);
   auto *n = as<TensorVar>(newValue);
   if (!t || !n) throw BreakError("internal: in-place write of a non-tensor", currentLoc(), true);
-  if (t->base) fail("in-place write to a view of another tensor (the base would change too)");
+  if (t->base) return assignThroughView(target, newValue);
   if (t->isInput && t->requiresGrad && gradEnabled_)
     fail("in-place write to a leaf tensor that requires grad");
+  if (t->isInput && t->inputStorage)
+    for (const auto &u : inputTensors_)
+      if (u.get() != t && u->inputStorage == t->inputStorage)
+        fail("in-place write to " + sourceKey(*t->source) + ", which shares memory with " +
+             sourceKey(*u->source));
   if (n->type().shape() != t->type().shape())
     fail("in-place result of shape " + shapeStr(n->type().shape()) +
          " doesn't match the tensor's shape " + shapeStr(t->type().shape()));
@@ -977,6 +1063,39 @@ void Analyzer::assignInPlace(const VarPtr &target, const VarPtr &newValue) {
   t->value = as<TensorVar>(nv)->value;
   t->version++;
   t->mutated = true;
+}
+
+void Analyzer::assignThroughView(const VarPtr &target, const VarPtr &newValue) {
+  // The view's new value is written into its base (functionalized): index_put at the base's
+  // flat positions of the view's elements (an arange of the base's shape taken through the
+  // view's ops), so the base, and every other view of it when read next, see the write.
+  auto *t = as<TensorVar>(target);
+  auto *n = as<TensorVar>(newValue);
+  touchView(target);
+  if (!t->viewOpaque.empty()) fail("in-place write through a view (" + t->viewOpaque + ")");
+  if (t->viewOverlaps) fail("in-place write to an expanded view (its elements share memory)");
+  const std::shared_ptr<TensorVar> root = t->base;
+  if (root->isInput && root->requiresGrad && gradEnabled_)
+    fail("in-place write to a view of a leaf tensor that requires grad");
+  if (n->type().shape() != t->type().shape())
+    fail("in-place result of shape " + shapeStr(n->type().shape()) +
+         " doesn't match the tensor's shape " + shapeStr(t->type().shape()));
+  VarPtr nv = castTo(newValue, t->type().dtype());
+  const Shape rootShape = root->type().shape();
+  auto flat = [&](const VarPtr &v) {
+    return emit1("reshape", {v},
+                 {{"shape", makeSizeAttr(Shape{numelOf(as<TensorVar>(v)->type().shape())})}});
+  };
+  VarPtr idx = emit1("arange", {},
+                     {{"start", Attr(int64_t{0})},
+                      {"end", makeSizeAttr(numelOf(rootShape))},
+                      {"dtype", Attr(DType::I64)}});
+  idx = replayView(*t, emit1("reshape", {idx}, {{"shape", makeSizeAttr(rootShape)}}));
+  VarPtr written = emit1("index_put", {flat(root), flat(nv), flat(idx)});
+  assignInPlace(root, emit1("reshape", {written}, {{"shape", makeSizeAttr(rootShape)}}));
+  t->value = as<TensorVar>(nv)->value;
+  t->version++;
+  t->baseVersion = root->version;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1101,8 +1220,23 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
   recordedForAutograd_ = recordedForAutograd_ || rg;
   std::vector<VarPtr> rs;
-  for (size_t i = 0; i < op->numResults(); ++i)
+  for (size_t i = 0; i < op->numResults(); ++i) {
     rs.push_back(wrapIr(op->result(i), rg));
+    // A view PyTorch makes (as_strided, unfold...): the result aliases its operand, through
+    // strides the analyzer does not follow; writes through it and reads after its base's writes
+    // are graph breaks.
+    PyRef viewBase = PyRef::steal(PyObject_GetAttrString(outs[i], "_base"));
+    if (!viewBase) PyErr_Clear();
+    for (size_t k = 0; viewBase && viewBase.get() != Py_None && k < metaArgs.size(); ++k) {
+      auto *src = as<TensorVar>(operands[k]);
+      if (!src || metaArgs[k].get() != viewBase.get()) continue;
+      auto *rt = as<TensorVar>(rs.back());
+      rt->base = src->base ? src->base : std::static_pointer_cast<TensorVar>(operands[k]);
+      rt->baseVersion = rt->base->version;
+      rt->viewOpaque = "a view made by PyTorch fallback " + name;
+      break;
+    }
+  }
   if (!seq) return rs[0];
   if (PyList_Check(result.get())) return std::make_shared<ListVar>(std::move(rs));
   PyRef type = PyTuple_CheckExact(result.get())

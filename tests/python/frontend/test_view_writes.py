@@ -1,0 +1,219 @@
+"""In-place ops applied to a view (`x[:, -1] += 1`, `x[:, :k].mul_(s)`, `v = x[0]; v.add_(1)`,
+`x.narrow(1, 0, 2).zero_()`, ...): the frontend writes the view's new value back into its base,
+so the base, every other live view of it and the caller's input see the write as in eager. A
+view the analyzer cannot express as ops on its base (as_strided, a reshape PyTorch may copy)
+keeps the graph break, with its reason, and eager's results."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import xjit  # noqa: E402
+
+from frontend_fixtures import clean  # noqa: E402,F401
+
+
+def f_index_iadd(x):
+    x[:, -1] += 1
+    return x * 2
+
+
+def f_slice_mul(x):
+    x[:, :2].mul_(3)
+    return x + 1
+
+
+def f_select_add(x):
+    v = x[0]
+    v.add_(1)
+    return v * 2, x.sum()
+
+
+def f_narrow_zero(x):
+    x.narrow(1, 0, 2).zero_()
+    return x - 1
+
+
+def f_slice_masked_fill(x):
+    x[:, 1:3].masked_fill_(x[:, 1:3] > 0, -1.0)
+    return x * 1
+
+
+def f_view_step_fill(x):
+    x.view(-1)[::2].fill_(0)
+    return x + 0
+
+
+def f_other_views_see_write(x):
+    row = x[1]  # made before the write: sees it as in eager
+    col = x[:, 2]
+    x.t()[0].add_(5)  # column 0, through a transpose
+    return row * 1, col + 0, x.sum(0)
+
+
+def f_view_of_view(x):
+    v = x[1:]
+    w = v[:, 1]
+    w.sub_(2)
+    v[0].mul_(-1)
+    return v + 0, w + 0
+
+
+def f_base_written_then_view_read(x):
+    v = x[0]
+    x.mul_(2)
+    return v + 1
+
+
+FORMS: list[Callable[..., Any]] = [
+    f_index_iadd,
+    f_slice_mul,
+    f_select_add,
+    f_narrow_zero,
+    f_slice_masked_fill,
+    f_view_step_fill,
+    f_other_views_see_write,
+    f_view_of_view,
+    f_base_written_then_view_read,
+]
+
+
+def local(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` on a tensor the frame makes (not the caller's)."""
+
+    def g(x):
+        y = x * 1.5 - 1
+        return fn(y), y
+
+    g.__name__ = fn.__name__ + "_local"
+    return g
+
+
+def sample() -> torch.Tensor:
+    return torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
+
+
+def check(fn: Callable[..., Any], breaks: int) -> xjit.explain.ExplainReport:
+    x_e, x_c = sample(), sample()
+    alias_e, alias_c = x_e[:, 1], x_c[:, 1]  # caller's views made before the call
+    want = fn(x_e)
+    got = xjit.jit(fn, backend="interp")(x_c)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(x_c, x_e)  # the caller's tensor after the call
+    torch.testing.assert_close(alias_c, alias_e)
+    report = xjit.explain(fn, backend="interp")(sample())
+    assert report.graph_break_count == breaks, str(report)
+    return report
+
+
+@pytest.mark.parametrize("fn", FORMS, ids=lambda f: f.__name__)
+def test_write_through_view_of_input(fn: Callable[..., Any]) -> None:
+    check(fn, 0)
+
+
+@pytest.mark.parametrize("fn", FORMS, ids=lambda f: f.__name__)
+def test_write_through_view_of_local(fn: Callable[..., Any]) -> None:
+    check(local(fn), 0)
+
+
+def test_graph_does_the_write_into_the_base() -> None:
+    report = xjit.explain(f_select_add, backend="interp")(sample())
+    assert report.graph_count == 1 and "index_put" in str(report), str(report)
+
+
+# ---- forms that keep the graph break: eager's results, a reason naming why ----------------
+
+
+def u_as_strided(x):
+    x.as_strided((2, 2), (1, 1)).fill_(0)  # strides the analyzer does not follow
+    return x + 0
+
+
+def u_unfold(x):
+    x.unfold(1, 2, 2).mul_(0)
+    return x + 0
+
+
+def u_reshape_of_transpose(x):
+    x.t().reshape(-1)[::3].fill_(0)  # PyTorch copies: x is not written
+    return x + 0
+
+
+def u_expand(x):
+    x.expand(2, 4, 4)[0].add_(1)
+    return x + 0
+
+
+@pytest.mark.parametrize(
+    "fn, reason",
+    [
+        (u_as_strided, "a view made by PyTorch fallback Tensor.as_strided"),
+        (u_unfold, "a view made by PyTorch fallback Tensor.unfold"),
+        (u_reshape_of_transpose, "reshape of a tensor whose strides are unknown at capture"),
+        (u_expand, "in-place write to an expanded view"),
+    ],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
+def test_unsupported_view_writes_break(fn: Callable[..., Any], reason: str) -> None:
+    report = check(fn, 1)
+    assert reason in report.graph_breaks[0].reason, str(report)
+
+
+def test_reshape_of_a_contiguous_input_is_a_view() -> None:
+    def f(x):
+        x.reshape(-1)[1::3].fill_(0)
+        return x + 0
+
+    check(f, 0)
+    # A transposed input: PyTorch's reshape copies (x is not written); the strides guard the
+    # first capture added recompiles, and the write breaks.
+    fn = xjit.jit(f, backend="interp")
+    for x_e, x_c in ((sample(), sample()), (sample().t(), sample().t())):
+        torch.testing.assert_close(fn(x_c), f(x_e))
+        torch.testing.assert_close(x_c, x_e)
+    report = xjit.explain(f, backend="interp")(sample().t())
+    assert "strides are unknown" in report.graph_breaks[0].reason, str(report)
+
+
+def test_inputs_sharing_memory_are_not_read_stale() -> None:
+    def f(a, b):
+        a.add_(1)
+        return b * 1
+
+    a_e, a_c = torch.zeros(3, 3), torch.zeros(3, 3)
+    got = xjit.jit(f, backend="interp")(a_c, a_c[0])
+    torch.testing.assert_close(got, f(a_e, a_e[0]))
+    torch.testing.assert_close(a_c, a_e)
+    report = xjit.explain(f, backend="interp")(a_c, a_c[0])
+    assert "shares memory with" in report.graph_breaks[0].reason, str(report)
+
+
+def test_view_dtype_then_write_after_the_break() -> None:
+    # The resume function gets x and its int32 view as two inputs sharing memory.
+    def f(x):
+        x.view(torch.int32)[0].fill_(0)
+        return x + 0
+
+    x_e, x_c = sample(), sample()
+    torch.testing.assert_close(xjit.jit(f, backend="interp")(x_c), f(x_e))
+    torch.testing.assert_close(x_c, x_e)
+
+
+def test_write_through_view_with_a_symbolic_dim() -> None:
+    def f(x):
+        x[:, -1] += 1
+        x[1:, :2].mul_(2)
+        return x * 1
+
+    fn = xjit.jit(f, backend="interp", dynamic=True)
+    for n in (5, 7):
+        x_e = torch.randn(n, 3, generator=torch.Generator().manual_seed(n))
+        x_c = x_e.clone()
+        torch.testing.assert_close(fn(x_c), f(x_e))
+        torch.testing.assert_close(x_c, x_e)
+    report = xjit.explain(f, backend="interp", dynamic=True)(torch.randn(6, 3))
+    assert report.graph_break_count == 0, str(report)
