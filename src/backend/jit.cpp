@@ -358,9 +358,12 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
   std::string symbol = "xjit_" + k.name;
   LinkBatch *batch = tCurrentBatch;
 
-  // The cache is skipped when the caller wants the LLVM IR and assembly text (--dump).
+  // The cache is skipped when the caller wants the LLVM IR and assembly text (--dump). The key
+  // is computed with the persistent cache off too: identical kernels in one process (an LSTM's
+  // cell at every step) then compile once and share the code (kernels_shared).
   std::string key;
-  if (opts.useCache && !opts.keepText && compileCacheEnabled()) {
+  const bool persistent = compileCacheEnabled();
+  if (opts.useCache && !opts.keepText) {
     // No verification before a hit: the key is the printed kernel, and an entry is only written
     // after that very text was verified and compiled (by a compiler of the same identity).
     const char *pipelineOverride = std::getenv("XJIT_LLVM_PIPELINE");
@@ -393,7 +396,8 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
           return ck;
         }
     }
-    if (std::optional<std::string> object = compileCacheLoad(key)) {
+    if (std::optional<std::string> object =
+            persistent ? compileCacheLoad(key) : std::optional<std::string>()) {
       if (batch) {
         ck->fromCache_ = true;
         batch->pending_.push_back({ck, {}, std::move(*object), symbol, key, true});
@@ -420,7 +424,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
 
   llvm::SmallVector<char, 0> object = impl_->buildObject(k, symbol, opts, *ck);
   std::string_view objectView(object.data(), object.size());
-  if (!key.empty()) compileCacheStore(key, objectView);
+  if (!key.empty() && persistent) compileCacheStore(key, objectView);
   if (batch && !key.empty()) {
     batch->pending_.push_back({ck, {}, std::string(objectView), symbol, key, false});
     ck->times_.cpu = threadCpuMs() - cpu0;

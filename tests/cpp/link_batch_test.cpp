@@ -2,7 +2,8 @@
 // of one name but different code must each run their own code, cold (compiled in the batch) and
 // warm (loaded from the cache); nothing runs before finish(); a batch that never finishes leaves
 // its kernels unrunnable, not crashing; a cached object that validates but does not link is
-// compiled again inside the batch.
+// compiled again inside the batch. With the persistent cache off, identical kernels still
+// compile once per process.
 #include "xjit/backend/compile_cache.h"
 #include "xjit/backend/jit.h"
 #include "xjit/backend/lower.h"
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <unistd.h>
 
@@ -42,6 +44,7 @@ public:
     else
       unsetenv("XJIT_CACHE_DIR");
   }
+  bool exists() const { return fs::exists(dir_); }
   std::vector<fs::path> entries() const {
     std::vector<fs::path> out;
     for (const auto &e : fs::directory_iterator(dir_))
@@ -201,6 +204,65 @@ TEST(LinkBatch, CachedObjectThatDoesNotLinkIsCompiledAgain) {
   Compiled hit = compile(namedGraph("mul", 3.0));
   EXPECT_TRUE(hit.ck->fromCache());
   EXPECT_EQ(check(hit), "");
+}
+
+/// XJIT_NO_CACHE=1 while alive (restored afterwards).
+class ScopedNoCache {
+public:
+  ScopedNoCache() {
+    const char *old = std::getenv("XJIT_NO_CACHE");
+    hadOld_ = old != nullptr;
+    old_ = old ? old : "";
+    setenv("XJIT_NO_CACHE", "1", 1);
+  }
+  ~ScopedNoCache() {
+    if (hadOld_)
+      setenv("XJIT_NO_CACHE", old_.c_str(), 1);
+    else
+      unsetenv("XJIT_NO_CACHE");
+  }
+
+private:
+  std::string old_;
+  bool hadOld_ = false;
+};
+
+// With the persistent cache off, identical kernels (same printed loop IR and options) in one
+// process still compile once; kernels of one name but different code still compile apart.
+TEST(LinkBatch, IdenticalKernelsCompileOnceWithoutThePersistentCache) {
+  ScopedCacheDir cache;
+  ScopedNoCache off;
+  ASSERT_FALSE(compileCacheEnabled());
+  for (bool batched : {true, false}) {
+    SCOPED_TRACE(batched ? "in a batch" : "no batch");
+    JitTotals t0 = jitTotals();
+    std::vector<Compiled> same;
+    {
+      std::optional<LinkBatch> batch;
+      if (batched) batch.emplace();
+      for (int i = 0; i < 6; ++i)
+        same.push_back(compile(namedGraph("mul", 0.75)));
+      if (batch) batch->finish();
+    }
+    EXPECT_EQ(jitTotals().llvmCompilations, t0.llvmCompilations + 1);
+    for (const Compiled &c : same) {
+      EXPECT_EQ(c.ck->entry(), same[0].ck->entry());
+      EXPECT_EQ(check(c), "");
+    }
+    JitTotals t1 = jitTotals();
+    {
+      std::optional<LinkBatch> batch;
+      if (batched) batch.emplace();
+      std::vector<Compiled> four = compileFour(); // 3 distinct kernels of one name + a copy
+      if (batch) batch->finish();
+      EXPECT_EQ(jitTotals().llvmCompilations, t1.llvmCompilations + 3);
+      for (const Compiled &c : four)
+        EXPECT_EQ(check(c), "");
+      EXPECT_EQ(four[0].ck->entry(), four[3].ck->entry());
+      EXPECT_NE(four[0].ck->entry(), four[2].ck->entry());
+    }
+  }
+  EXPECT_FALSE(cache.exists()); // nothing written: the cache directory was never created
 }
 
 } // namespace

@@ -27,8 +27,9 @@ enum class Pipeline : uint8_t {
 struct CompileOptions {
   Pipeline pipeline = Pipeline::Kernel;
   bool keepText = false; // keep the loop IR, the optimized LLVM IR and the assembly (--dump)
-  /// Look the object code up in the persistent compile cache (compile_cache.h) and store it
-  /// there after a miss. Ignored with keepText (the text needs LLVM) or when the cache is off.
+  /// Key the kernel like the persistent compile cache (compile_cache.h): share a live identical
+  /// kernel's code, else look the object up in the cache and store it there after a miss (the
+  /// cache parts only when the cache is on). Ignored with keepText (the text needs LLVM).
   bool useCache = true;
 };
 
@@ -111,10 +112,10 @@ private:
 /// finish() links them all into one JITDylib with one lookup (JITLink's fixed cost per
 /// JITDylib and lookup paid once per graph, not once per kernel: docs/perf.md, "Session 6"),
 /// and the kernels share that code's lifetime. Kernels are not runnable before finish()
-/// (run() throws KernelError). Only kernels keyed for the compile cache are batched; the
-/// others (keepText, cache off) link at once, as without a batch. A batch inside a batch on
-/// the same thread joins the outer one. finish() throws xjit::Error (internal) when a freshly
-/// compiled object does not link; a cached object that does not link is compiled again.
+/// (run() throws KernelError). Only kernels keyed for the compile cache are batched (with the
+/// persistent cache off too); the others (keepText, useCache = false) link at once. A batch inside
+/// a batch on the same thread joins the outer one. finish() throws xjit::Error (internal) when a
+/// freshly compiled object does not link; a cached object that does not link is compiled again.
 class LinkBatch {
 public:
   LinkBatch();
