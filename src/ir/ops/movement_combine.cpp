@@ -226,6 +226,25 @@ Results padKernel(const Op &op, In in) {
       kernelFail(why);
     sizes[d] += b + a;
   }
+  bool growsOnly = std::all_of(amounts.begin(), amounts.end(),
+                               [](const auto &ba) { return ba.first >= 0 && ba.second >= 0; });
+  if (mode == PadMode::Constant && growsOnly) {
+    // Fill, then one strided copy of the input into the interior: element by element through
+    // remap, a [1,48,64,64] pad took 10 ms, three quarters of EfficientNet's run time (its
+    // ZeroPad2d before each strided depthwise conv runs here).
+    Tensor out = Tensor::empty(t.dtype(), sizes);
+    double value = attrFloat(op, "value");
+    if (value != 0.0) { // empty() is zero-filled
+      Tensor fill = Tensor::empty(t.dtype(), {1});
+      fill.setDouble(0, value);
+      out.copyFrom(fill.view(sizes, std::vector<int64_t>(sizes.size(), 0), 0));
+    }
+    int64_t offset = 0;
+    for (size_t d = 0; d < sizes.size(); ++d)
+      offset += amounts[d].first * out.strides()[d];
+    if (t.numel() > 0) out.view(t.sizes(), out.strides(), offset).copyFrom(t);
+    return one(out);
+  }
   return one(remap(
       t, sizes,
       [&](const std::vector<int64_t> &idx, std::vector<int64_t> &src) {

@@ -95,6 +95,9 @@ CASES: list[OpCase] = [
          dtypes=MOVE_NUM),
     case("pad", lambda x: F.pad(x, [1, 1, 2, 0]), [Arg((2, 3, 5))], {"pad": [1, 1, 2, 0]}, name="2d"),
     case("pad", lambda x: F.pad(x, [-1, 2]), [Arg((3, 7))], {"pad": [-1, 2]}, name="crop"),
+    # EfficientNet's ZeroPad2d before a strided conv: asymmetric, every dim of an NCHW tensor.
+    case("pad", lambda x: F.pad(x, [0, 1, 0, 1, 1, 0, 0, 2], value=-0.5), [Arg((1, 3, 4, 5))],
+         {"pad": [0, 1, 0, 1, 1, 0, 0, 2], "value": -0.5}, name="4d", dtypes=MOVE_NUM),
     case("pad", lambda x: F.pad(x, [2, 3], mode="reflect"), [Arg((2, 3, 7))], {"pad": [2, 3], "mode": "reflect"},
          name="reflect", dtypes=MOVE_NUM),
     case("pad", lambda x: F.pad(x, [1, 2, 2, 1], mode="replicate"), [Arg((2, 3, 5))],
