@@ -81,11 +81,13 @@ struct TensorVar : Var {
   uint64_t baseVersion = 0;        // base->version when this view was made (or last re-read)
   std::vector<ViewStep> viewSteps; // the view ops from base to this view (replayed on the base)
   std::string viewOpaque; // non-empty: why viewSteps do not reproduce the view (PyTorch may copy)
-  bool viewOverlaps = false;         // an expand on the way: several elements share memory
-  bool viewContiguous = false;       // contiguous in eager (a reshape/contiguous of it is a view)
-  std::vector<int64_t> inputStrides; // an input's strides at capture time
-  uintptr_t inputStorage = 0;        // an input's storage address at capture time (0: unknown)
-  bool stridesRead = false;          // the capture depends on the input's strides (guard them)
+  bool viewOverlaps = false;   // an expand on the way: several elements share memory
+  bool viewContiguous = false; // contiguous in eager (a reshape/contiguous of it is a view)
+  bool viewAssumesContiguousBase = false; // viewSteps hold only while the input base is
+                                          // contiguous (its strides are guarded once relied on)
+  std::vector<int64_t> inputStrides;      // an input's strides at capture time
+  uintptr_t inputStorage = 0;             // an input's storage address at capture time (0: unknown)
+  bool stridesRead = false;               // the capture depends on the input's strides (guard them)
   const Type &type() const { return value->type(); }
 };
 

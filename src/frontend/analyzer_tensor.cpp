@@ -261,6 +261,7 @@ void Analyzer::touchView(const VarPtr &v) {
   if (!t || !t->base || t->base->version == t->baseVersion) return;
   if (!t->viewOpaque.empty())
     fail("a view is used after its base tensor was written in place (" + t->viewOpaque + ")");
+  if (t->viewAssumesContiguousBase) t->base->stridesRead = true;
   t->baseVersion = t->base->version;
   t->value = as<TensorVar>(replayView(*t, t->base))->value;
 }
@@ -278,8 +279,9 @@ VarPtr Analyzer::replayView(const TensorVar &view, VarPtr from) {
 namespace {
 
 /// Whether `root` (a tensor that is no view) is contiguous in eager: only an input's strides
-/// are known (read, so guarded); a computed tensor may carry its operands' layout.
-bool rootContiguous(TensorVar &root) {
+/// are known (guarded where a write or a re-read relies on it); a computed tensor may carry its
+/// operands' layout.
+bool rootContiguous(const TensorVar &root) {
   if (!root.isInput || !isStaticShape(root.type().shape())) return false;
   std::vector<int64_t> sizes;
   for (const DimExpr &d : root.type().shape())
@@ -287,7 +289,6 @@ bool rootContiguous(TensorVar &root) {
   std::vector<int64_t> expect = contiguousStrides(sizes);
   for (size_t i = 0; i < sizes.size(); ++i)
     if (sizes[i] != 1 && root.inputStrides[i] != expect[i]) return false;
-  root.stridesRead = true;
   return true;
 }
 
@@ -308,6 +309,7 @@ void recordViewStep(TensorVar &r, TensorVar &src, const Op &op, size_t index,
     r.viewSteps = src.viewSteps;
     r.viewOpaque = src.viewOpaque;
     r.viewOverlaps = src.viewOverlaps;
+    r.viewAssumesContiguousBase = src.viewAssumesContiguousBase;
   }
   std::string name(op.name());
   r.viewSteps.push_back(ViewStep{name, op.attrs(), {operands.begin() + 1, operands.end()}, index});
@@ -318,6 +320,7 @@ void recordViewStep(TensorVar &r, TensorVar &src, const Op &op, size_t index,
     if (mayCopy.count(name)) {
       contiguous = fromBase ? rootContiguous(src) : src.viewContiguous;
       if (!contiguous) r.viewOpaque = name + " of a tensor whose strides are unknown at capture";
+      if (contiguous && fromBase) r.viewAssumesContiguousBase = true;
     } else if (alwaysView.count(name)) {
       contiguous = !fromBase && src.viewContiguous;
     } else {
@@ -1075,6 +1078,7 @@ void Analyzer::assignThroughView(const VarPtr &target, const VarPtr &newValue) {
   if (!t->viewOpaque.empty()) fail("in-place write through a view (" + t->viewOpaque + ")");
   if (t->viewOverlaps) fail("in-place write to an expanded view (its elements share memory)");
   const std::shared_ptr<TensorVar> root = t->base;
+  if (t->viewAssumesContiguousBase) root->stridesRead = true;
   if (root->isInput && root->requiresGrad && gradEnabled_)
     fail("in-place write to a view of a leaf tensor that requires grad");
   if (n->type().shape() != t->type().shape())
