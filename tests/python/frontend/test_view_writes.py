@@ -217,3 +217,27 @@ def test_write_through_view_with_a_symbolic_dim() -> None:
         torch.testing.assert_close(x_c, x_e)
     report = xjit.explain(f, backend="interp", dynamic=True)(torch.randn(6, 3))
     assert report.graph_break_count == 0, str(report)
+
+
+def test_parameter_rows_written_under_no_grad() -> None:
+    def init(m, x):
+        with torch.no_grad():
+            m.weight[0].fill_(0.5)
+            m.bias[:2].mul_(2)
+        return m(x)
+
+    torch.manual_seed(0)
+    m_e = torch.nn.Linear(4, 4)
+    m_c = torch.nn.Linear(4, 4)
+    m_c.load_state_dict(m_e.state_dict())
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(xjit.jit(init, backend="interp")(m_c, x), init(m_e, x))
+    torch.testing.assert_close(m_c.state_dict(), m_e.state_dict())
+    assert xjit.explain(init, backend="interp")(m_c, x).graph_break_count == 0
+
+
+def test_native_backend_writes_through_views() -> None:
+    for fn in (f_other_views_see_write, local(f_view_of_view)):
+        x_e, x_c = sample(), sample()
+        torch.testing.assert_close(xjit.jit(fn, backend="xjit")(x_c), fn(x_e))
+        torch.testing.assert_close(x_c, x_e)
