@@ -368,11 +368,32 @@ Results rollKernel(const Op &op, In in) {
       copyElement(out, i, t, wrap(i - s, numel));
     return one(out);
   }
-  return one(remap(t, t.sizes(), [&](const std::vector<int64_t> &idx, std::vector<int64_t> &src) {
-    for (size_t d = 0; d < idx.size(); ++d)
-      src[d] = wrap(idx[d] - shifts[d], t.sizes()[d]);
-    return true;
-  }));
+  // Per dim, the input's [0, n-s) lands at [s, n) and [n-s, n) at [0, s): 2^k block copies for
+  // k rolled dims, each one strided copyFrom (element by element through remap, Swin's cyclic
+  // shift of a [1,32,32,48] tensor took 1.6 ms, 40% of its run time).
+  Tensor out = Tensor::empty(t.dtype(), t.sizes());
+  if (numel == 0) return one(out);
+  size_t rank = static_cast<size_t>(t.rank());
+  std::vector<size_t> rolled;
+  std::vector<int64_t> s(rank, 0);
+  for (size_t d = 0; d < rank; ++d) {
+    s[d] = wrap(shifts[d], t.sizes()[d]);
+    if (s[d] != 0) rolled.push_back(d);
+  }
+  for (uint64_t piece = 0; piece < (uint64_t{1} << rolled.size()); ++piece) {
+    std::vector<int64_t> sizes = t.sizes();
+    int64_t from = t.offset(), to = out.offset();
+    for (size_t k = 0; k < rolled.size(); ++k) {
+      size_t d = rolled[k];
+      int64_t n = t.sizes()[d];
+      bool wrapped = (piece >> k) & 1; // the tail [n-s, n) that moves to the front
+      sizes[d] = wrapped ? s[d] : n - s[d];
+      from += (wrapped ? n - s[d] : 0) * t.strides()[d];
+      to += (wrapped ? 0 : s[d]) * out.strides()[d];
+    }
+    out.view(sizes, out.strides(), to).copyFrom(t.view(sizes, t.strides(), from));
+  }
+  return one(out);
 }
 
 // ---- triu / tril ----

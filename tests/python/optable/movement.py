@@ -113,6 +113,11 @@ CASES: list[OpCase] = [
     case("roll", lambda x: torch.roll(x, 2), [Arg((4, 5))], {"shifts": [2]}),
     case("roll", lambda x: torch.roll(x, (1, -2), (0, 1)), [Arg((4, 5))], {"shifts": [1, -2], "dims": [0, 1]},
          name="dims"),
+    # Swin's cyclic shift (NHWC, two spatial dims); a shift past the size, a dim named twice, zero.
+    case("roll", lambda x: torch.roll(x, (-2, -2), (1, 2)), [Arg((1, 5, 6, 3))],
+         {"shifts": [-2, -2], "dims": [1, 2]}, name="swin", dtypes=MOVE_NUM),
+    case("roll", lambda x: torch.roll(x, (7, 1, 0, 2), (0, 0, 1, -1)), [Arg((3, 4, 5))],
+         {"shifts": [7, 1, 0, 2], "dims": [0, 0, 1, -1]}, name="wrap"),
     case("triu", lambda x: torch.triu(x, 1), [Arg((5, 7))], {"diagonal": 1}),
     case("triu", torch.triu, [Arg((0, 3))], name="empty"),
     case("tril", lambda x: torch.tril(x, -1), [Arg((3, 4, 5))], {"diagonal": -1}),
