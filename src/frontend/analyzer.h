@@ -238,6 +238,9 @@ public:
   void tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &value);
   /// Makes `target` hold `newValue` (an in-place write): every alias sees it.
   void assignInPlace(const VarPtr &target, const VarPtr &newValue);
+  /// A graph break where an in-place op on a view reads another view of the same base (eager
+  /// rejects overlapping memory, or its result depends on the copy order).
+  void checkViewWriteOperands(const VarPtr &target, const std::vector<VarPtr> &operands);
   /// assignInPlace of a view: the new value is written into its base.
   void assignThroughView(const VarPtr &target, const VarPtr &newValue);
   /// Reads an input tensor from `src` (deduplicated by source).

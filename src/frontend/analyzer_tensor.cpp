@@ -276,6 +276,18 @@ VarPtr Analyzer::replayView(const TensorVar &view, VarPtr from) {
   return from;
 }
 
+void Analyzer::checkViewWriteOperands(const VarPtr &target, const std::vector<VarPtr> &operands) {
+  auto *t = as<TensorVar>(target);
+  if (!t || !t->base) return;
+  for (const VarPtr &o : operands) {
+    auto *a = as<TensorVar>(o);
+    if (!a || a == t) continue;
+    if (a->base == t->base || a == t->base.get())
+      fail("in-place write to a view from another view of the same tensor (PyTorch rejects "
+           "overlapping memory or copies in order)");
+  }
+}
+
 namespace {
 
 /// Whether `root` (a tensor that is no view) is contiguous in eager: only an input's strides
@@ -516,6 +528,9 @@ VarPtr Analyzer::tensorMethod(const VarPtr &t, const std::string &name, const Ar
   // In-place methods: the functional form, then an in-place write of the result.
   if (name.size() > 1 && name.back() == '_' && name.compare(0, 2, "__") != 0) {
     std::string base = name.substr(0, name.size() - 1);
+    checkViewWriteOperands(t, args.pos);
+    for (const auto &kv : args.kw)
+      checkViewWriteOperands(t, {kv.second});
     VarPtr result;
     if (base == "zero") {
       result = emit1("zeros_like", {t});
@@ -581,6 +596,7 @@ VarPtr Analyzer::tensorBinary(int nb, const VarPtr &a, const VarPtr &b, bool ref
     if (!number)
       fail(std::string("operator ") + binaryOpName(nb) + " between a tensor and a " + typeName(v));
   }
+  if (inplace) checkViewWriteOperands(a, {b});
   VarPtr r;
   if (kind == 1) {
     if (base == NB_MATRIX_MULTIPLY && (a->kind != VarKind::Tensor || b->kind != VarKind::Tensor))
@@ -872,6 +888,8 @@ VarPtr Analyzer::tensorGetItem(const VarPtr &t, const VarPtr &key) {
 }
 
 void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &value) {
+  // `v[k] += y` stores back the view it just wrote in place (same memory: no check).
+  if (auto *vt = as<TensorVar>(value); vt && vt->version == 0) checkViewWriteOperands(t, {value});
   auto *tv = as<TensorVar>(t);
   const Type &ty = tv->type();
   bool advanced = false;

@@ -69,7 +69,15 @@ def f_base_written_then_view_read(x):
     return v + 1
 
 
+def f_augmented_on_view_of_view(x):
+    y = x[1:]
+    y[:, -1] += 1  # stores back the view it just wrote: not an overlap
+    y[0] *= 2
+    return x + 0
+
+
 FORMS: list[Callable[..., Any]] = [
+    f_augmented_on_view_of_view,
     f_index_iadd,
     f_slice_mul,
     f_select_add,
@@ -143,6 +151,11 @@ def u_reshape_of_transpose(x):
     return x + 0
 
 
+def u_copy_between_views(x):
+    x[1:3][:, 1:3].copy_(x[0:2, 0:2])  # overlapping: eager copies in order
+    return x + 0
+
+
 def u_expand(x):
     x.expand(2, 4, 4)[0].add_(1)
     return x + 0
@@ -155,6 +168,7 @@ def u_expand(x):
         (u_unfold, "a view made by PyTorch fallback Tensor.unfold"),
         (u_reshape_of_transpose, "reshape of a tensor whose strides are unknown at capture"),
         (u_expand, "in-place write to an expanded view"),
+        (u_copy_between_views, "from another view of the same tensor"),
     ],
     ids=lambda v: getattr(v, "__name__", ""),
 )
