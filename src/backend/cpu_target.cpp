@@ -82,7 +82,14 @@ public:
     if (std::string why = whyNotSupported(op); !why.empty())
       throw Error(ErrorKind::Internal, "cpu target cannot compile " + op.describe() + ": " + why);
     if (dnnl_kernels::isLibraryCall(op)) return dnnl_kernels::compile(op, opts);
-    LoweredKernel lk = op.name() == "fusion" ? lowerFusion(op) : lowerElementwiseOp(op);
+    // Release builds verify a kernel only when LLVM compiles it (a hit skips it, lower.h).
+#ifdef NDEBUG
+    const LowerOptions lower{.verify = false};
+#else
+    const LowerOptions lower{};
+#endif
+    LoweredKernel lk =
+        op.name() == "fusion" ? lowerFusion(op, lower) : lowerElementwiseOp(op, lower);
     auto ck = Jit::instance().compile(
         lk.kernel,
         {.pipeline = opts.optimize ? Pipeline::Kernel : Pipeline::None, .keepText = opts.keepText});

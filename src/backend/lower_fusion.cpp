@@ -196,7 +196,7 @@ public:
     for (Stmt &s : body)
       all.push_back(std::move(s));
     lk_.kernel.body = std::move(all);
-    verifyKernelOrThrow(lk_.kernel);
+    if (opts_.verify) verifyKernelOrThrow(lk_.kernel);
     return std::move(lk_);
   }
 

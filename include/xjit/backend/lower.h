@@ -48,6 +48,11 @@ struct LowerOptions {
   /// compiled on the first call that needs it) instead of an if/else in this one, which halves
   /// the code LLVM compiles up front. False: one kernel holding every version.
   bool lazyGeneral = true;
+  /// Check the kernel (verifyKernel) before returning it. The CPU target turns this off in
+  /// release builds: Jit::compile verifies every kernel it compiles (emitKernelModule, the
+  /// cold path), and a kernel whose key hits (the compile cache, or a live identical kernel)
+  /// has the very text of one verified when it was first compiled.
+  bool verify = true;
 };
 
 /// "" when `op` may be part of an elementwise kernel, else the reason it may not.
