@@ -86,7 +86,8 @@ struct TensorVar : Var {
   bool viewAssumesContiguousBase = false; // viewSteps hold only while the input base is
                                           // contiguous (its strides are guarded once relied on)
   std::vector<int64_t> inputStrides;      // an input's strides at capture time
-  uintptr_t inputStorage = 0;             // an input's storage address at capture time (0: unknown)
+  uintptr_t inputLo = 0, inputHi = 0;     // the bytes an input's elements span at capture
+  bool usedInGraph = false;               // an input whose value an op reads
   bool stridesRead = false;               // the capture depends on the input's strides (guard them)
   const Type &type() const { return value->type(); }
 };

@@ -242,6 +242,9 @@ public:
   /// rejects overlapping memory, or its result depends on the copy order).
   void checkViewWriteOperands(const VarPtr &target, const std::vector<VarPtr> &operands);
   /// assignInPlace of a view: the new value is written into its base.
+  /// Another input whose memory overlaps input `t` and that the graph writes (or reads, with
+  /// `usedToo`), or nullptr.
+  const TensorVar *inputOverlap(const TensorVar &t, bool usedToo) const;
   void assignThroughView(const VarPtr &target, const VarPtr &newValue);
   /// Reads an input tensor from `src` (deduplicated by source).
   VarPtr tensorInput(PyObject *t, const Source &src);

@@ -543,6 +543,21 @@ Capture Analyzer::finishWith(
 
   for (const auto &t : inputTensors_)
     c.inputs.push_back(*t->source);
+  // A tensor the graph writes must not share memory with another input the graph reads or
+  // writes (it would read that one stale): checked at capture (a graph break), guarded here
+  // for later calls.
+  for (const auto &t : inputTensors_) {
+    if (!t->mutated || inputTensors_.size() < 2) continue;
+    Guard g;
+    g.kind = Guard::NoOverlap;
+    g.source = *t->source;
+    for (const auto &u : inputTensors_)
+      if (u != t && (u->usedInGraph || u->mutated)) g.others.push_back(*u->source);
+    if (g.others.empty()) continue;
+    g.description = sourceKey(g.source) + " shares no memory with the other " +
+                    std::to_string(g.others.size()) + " tensor input(s)";
+    guards_.push_back(std::move(g));
+  }
   for (Guard &g : guards_) {
     if (g.kind != Guard::TensorMatch) continue;
     for (const auto &t : inputTensors_)

@@ -191,17 +191,22 @@ VarPtr Analyzer::tensorInput(PyObject *t, const Source &src) {
   tv->requiresGrad = m->requiresGrad;
   tv->source = src;
   tv->inputStrides = m->strides;
-  // Inputs sharing memory (a view of another input, as a resume function's stack can hold):
-  // a write to one must not be read stale through the other, so such a write is a break.
-  if (PyRef st = PyRef::steal(PyObject_CallMethod(t, "untyped_storage", nullptr))) {
-    PyRef p = PyRef::steal(PyObject_CallMethod(st.get(), "data_ptr", nullptr));
-    if (p && PyLong_Check(p.get())) tv->inputStorage = PyLong_AsSize_t(p.get());
+  // The bytes it spans: an input written in place must not share memory with one the graph
+  // reads (or writes) (inputOverlap).
+  if (PyRef p = PyRef::steal(PyObject_CallMethod(t, "data_ptr", nullptr));
+      p && PyLong_Check(p.get())) {
+    int64_t last = 0;
+    bool empty = false;
+    for (size_t d = 0; d < m->sizes.size(); ++d) {
+      empty |= m->sizes[d] == 0;
+      last += (m->sizes[d] - 1) * std::abs(m->strides[d]);
+    }
+    if (!empty) {
+      tv->inputLo = PyLong_AsSize_t(p.get());
+      tv->inputHi = tv->inputLo + static_cast<uintptr_t>((last + 1) * dtypeSize(m->dtype));
+    }
   }
   if (PyErr_Occurred()) PyErr_Clear();
-  for (const auto &u : inputTensors_)
-    if (u->mutated && tv->inputStorage && u->inputStorage == tv->inputStorage)
-      fail(sourceKey(src) + " shares memory with " + sourceKey(*u->source) +
-           ", written in place before");
   inputTensors_.push_back(tv);
   // The TensorMatch guard is completed in finish() (strides only if the capture read them).
   Guard g;
@@ -229,9 +234,25 @@ VarPtr Analyzer::constantTensor(PyObject *t) {
 // ---------------------------------------------------------------------------------------------
 // Emitting ops
 
+const TensorVar *Analyzer::inputOverlap(const TensorVar &t, bool usedToo) const {
+  if (t.inputLo == t.inputHi) return nullptr;
+  for (const auto &u : inputTensors_)
+    if (u.get() != &t && (u->mutated || (usedToo && u->usedInGraph)) && u->inputLo < t.inputHi &&
+        t.inputLo < u->inputHi)
+      return u.get();
+  return nullptr;
+}
+
 Value *Analyzer::irValue(const VarPtr &v) {
   if (auto *t = as<TensorVar>(v)) {
     touchView(v);
+    if (t->isInput && !t->usedInGraph) {
+      // Its value at entry is what the graph reads: stale if an input it overlaps was written.
+      if (const TensorVar *u = inputOverlap(*t, false))
+        fail("reads " + sourceKey(*t->source) + ", which shares memory with " +
+             sourceKey(*u->source) + ", written in place before");
+      t->usedInGraph = true;
+    }
     return t->value;
   }
   if (auto *s = as<SymIntVar>(v)) return s->value;
@@ -1072,11 +1093,10 @@ void Analyzer::assignInPlace(const VarPtr &target, const VarPtr &newValue) {
   if (t->base) return assignThroughView(target, newValue);
   if (t->isInput && t->requiresGrad && gradEnabled_)
     fail("in-place write to a leaf tensor that requires grad");
-  if (t->isInput && t->inputStorage)
-    for (const auto &u : inputTensors_)
-      if (u.get() != t && u->inputStorage == t->inputStorage)
-        fail("in-place write to " + sourceKey(*t->source) + ", which shares memory with " +
-             sourceKey(*u->source));
+  if (t->isInput)
+    if (const TensorVar *u = inputOverlap(*t, true))
+      fail("in-place write to " + sourceKey(*t->source) + ", which shares memory with " +
+           sourceKey(*u->source) + " (read or written by the graph)");
   if (n->type().shape() != t->type().shape())
     fail("in-place result of shape " + shapeStr(n->type().shape()) +
          " doesn't match the tensor's shape " + shapeStr(t->type().shape()));

@@ -30,6 +30,19 @@ std::string shortRepr(PyObject *o) {
 
 const char *boolStr(bool b) { return b ? "True" : "False"; }
 
+/// The bytes [first, second) a tensor's elements span (empty for no elements).
+std::pair<uintptr_t, uintptr_t> byteRange(const dlpack::DLTensor &t) {
+  auto lo = reinterpret_cast<uintptr_t>(t.data) + t.byte_offset;
+  int64_t last = 0, stride = 1;
+  for (int32_t d = t.ndim - 1; d >= 0; --d) {
+    if (t.shape[d] == 0) return {lo, lo};
+    int64_t s = t.strides ? t.strides[d] : stride;
+    last += (t.shape[d] - 1) * (s < 0 ? -s : s);
+    stride *= t.shape[d];
+  }
+  return {lo, lo + static_cast<uintptr_t>((last + 1) * ((t.dtype.bits * t.dtype.lanes + 7) / 8))};
+}
+
 std::string relationStr(const Guard &g) { return g.lhs + " <= " + g.rhs; }
 
 } // namespace
@@ -46,6 +59,8 @@ GuardSet::GuardSet(const std::vector<Guard> &guards, SourceTable &table) {
     sourceText_.push_back(c.slot >= 0 ? table.str(c.slot) : "");
     c.length = g.length;
     c.object = g.object;
+    for (const Source &o : g.others)
+      c.others.push_back(table.add(o));
     if (g.kind == Guard::IdIs && g.object) {
       // A weak reference where possible: a cache entry must not keep modules alive.
       if (PyType_SUPPORTS_WEAKREFS(Py_TYPE(g.object.get()))) {
@@ -173,6 +188,7 @@ std::vector<std::string> GuardSet::descriptions() const {
       out.push_back(std::string("torch.is_grad_enabled() == ") + boolStr(g.length != 0));
       break;
     case Guard::SizeAtMost: out.push_back(g.lhs.str() + " <= " + g.rhs.str()); break;
+    case Guard::NoOverlap: out.push_back(g.description); break;
     }
   }
   return out;
@@ -266,6 +282,20 @@ bool GuardSet::checkOne(const Compiled &g, SourceValues &values, std::vector<int
     Py_XDECREF(keys);
     return eq == 1 ||
            fail([&] { return "list(" + *src + ".keys()) == " + shortRepr(g.object.get()); });
+  }
+  case Guard::NoOverlap: {
+    const dlpack::DLTensor *t = values.tensor(g.slot);
+    if (!t) return fail([&] { return "isinstance(" + *src + ", torch.Tensor)"; });
+    std::pair<uintptr_t, uintptr_t> range = byteRange(*t);
+    for (int o : g.others) {
+      const dlpack::DLTensor *u = values.tensor(o);
+      if (!u) continue; // its own guard fails
+      std::pair<uintptr_t, uintptr_t> r = byteRange(*u);
+      if (range.first < range.second && r.first < r.second && range.first < r.second &&
+          r.first < range.second)
+        return fail([&] { return *src + " shares no memory with the other inputs"; });
+    }
+    return true;
   }
   case Guard::GlobalStateIs:
   case Guard::SizeAtMost: break;

@@ -51,6 +51,7 @@ private:
     std::vector<int> symbols; // per dim: -1 static, else the symbol's index
     // SizeAtMost: lhs <= rhs, evaluated after every tensor guard has bound its symbols
     DimExpr lhs, rhs;
+    std::vector<int> others; // NoOverlap: the other tensors' slots
     std::string description;
   };
   bool checkOne(const Compiled &g, SourceValues &values, std::vector<int64_t> &bound,

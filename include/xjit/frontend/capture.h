@@ -86,6 +86,8 @@ struct Guard {
     SizeAtMost,    // lhs <= rhs, dim expressions over the shape symbols the entry's tensor
                    // guards bind (a slice bound within its dim, split sizes that sum to it)
                    // -- `source` empty
+    NoOverlap,     // the tensor at `source` (written in place by the graph) shares no memory
+                   // with the tensors at `others` (the graph's other tensor inputs)
   };
   Kind kind;
   Source source;
@@ -99,6 +101,7 @@ struct Guard {
   std::vector<std::string> symbols; // per dim: "" static, else the symbol name (e.g. "s0")
   // SizeAtMost: the two sides as dim expression text ("s1", "s0+2"), as ir/dim.h parses it.
   std::string lhs, rhs;
+  std::vector<Source> others; // NoOverlap
   /// Human-readable form, e.g. "L['x']: tensor f32[s0,128] cpu requires_grad=False".
   std::string description;
 };

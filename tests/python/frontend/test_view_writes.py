@@ -206,6 +206,21 @@ def test_inputs_sharing_memory_are_not_read_stale() -> None:
     assert "shares memory with" in report.graph_breaks[0].reason, str(report)
 
 
+def test_inputs_sharing_memory_in_a_later_call_recompile() -> None:
+    # Captured with unrelated inputs: a guard sees the later call's aliasing.
+    def f(a, b):
+        a.add_(1)
+        return b * 1
+
+    fn = xjit.jit(f, backend="interp")
+    for other in (lambda a: torch.ones(3), lambda a: a[0], lambda a: a[1], lambda a: a[0, :2]):
+        a_e, a_c = torch.zeros(3, 3), torch.zeros(3, 3)
+        torch.testing.assert_close(fn(a_c, other(a_c)), f(a_e, other(a_e)))
+        torch.testing.assert_close(a_c, a_e)
+    report = xjit.explain(f, backend="interp")(torch.zeros(3, 3), torch.ones(3))
+    assert "L['a'] shares no memory with the other 1 tensor input(s)" in str(report), str(report)
+
+
 def test_view_dtype_then_write_after_the_break() -> None:
     # The resume function gets x and its int32 view as two inputs sharing memory.
     def f(x):
