@@ -166,7 +166,7 @@ std::vector<VarPtr> argsOrIterable(Analyzer &a, const Args &args) {
 // inlined), or the items themselves.
 std::vector<VarPtr> sortKeys(Analyzer &a, const Args &args, const std::vector<VarPtr> &items) {
   const VarPtr *key = args.find("key");
-  if (!key || (*key)->kind == VarKind::Object && as<ObjectVar>(*key)->obj.get() == Py_None)
+  if (!key || ((*key)->kind == VarKind::Object && as<ObjectVar>(*key)->obj.get() == Py_None))
     return items;
   std::vector<VarPtr> keys;
   keys.reserve(items.size());
