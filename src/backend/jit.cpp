@@ -47,6 +47,7 @@
 #include <fstream>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace xjit::backend {
 namespace {
@@ -459,17 +460,16 @@ void Jit::Impl::linkBatch(std::vector<LinkBatch::Pending> &pending) {
   };
   // Together: all but a kernel whose symbol an earlier one took (a 64-bit key prefix collision).
   std::vector<const LinkBatch::Pending *> together;
-  std::vector<size_t> alone;
-  std::unordered_map<std::string, size_t> symbols;
+  std::vector<size_t> indices, alone; // indices[j]: the pending entry of together[j]
+  std::unordered_set<std::string> symbols;
   for (size_t i = 0; i < pending.size(); ++i) {
-    if (symbols.emplace(pending[i].symbol, i).second)
+    if (symbols.insert(pending[i].symbol).second) {
       together.push_back(&pending[i]);
-    else
+      indices.push_back(i);
+    } else {
       alone.push_back(i);
+    }
   }
-  std::vector<size_t> indices;
-  for (size_t i = 0; i < pending.size(); ++i)
-    if (symbols.at(pending[i].symbol) == i) indices.push_back(i);
   auto linked = linkTogether(together);
   if (linked) {
     for (size_t j = 0; j < indices.size(); ++j)

@@ -340,6 +340,15 @@ public:
   /// torch.compile's range guards; nothing when the expressions alone decide it. The caller has
   /// checked that it holds at this call (else it specializes, so Python's semantics apply).
   void assumeAtMost(const DimExpr &lo, const DimExpr &hi, const std::string &what);
+  /// assumeAtMost both ways: `a == b` on every call.
+  void assumeEqual(const DimExpr &a, const DimExpr &b, const std::string &what) {
+    assumeAtMost(a, b, what);
+    assumeAtMost(b, a, what);
+  }
+  /// The offset of int index `index` (negative: from the end) into a symbolic dim of `size`,
+  /// assumed within it on every call; out of range at this call, the size is specialized, so
+  /// eager's IndexError is raised at capture.
+  DimExpr indexWithin(int64_t index, const DimExpr &size);
   VarPtr castTo(const VarPtr &t, DType dtype);
 };
 

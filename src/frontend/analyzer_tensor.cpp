@@ -287,6 +287,14 @@ void Analyzer::touchView(const VarPtr &v) {
   t->value = as<TensorVar>(replayView(*t, t->base))->value;
 }
 
+DimExpr Analyzer::indexWithin(int64_t index, const DimExpr &size) {
+  if (index >= hintOf(size) || index < -hintOf(size)) specialize(size);
+  const DimExpr at = index < 0 ? size + DimExpr(index) : DimExpr(index);
+  assumeAtMost(DimExpr(0), at, "index");
+  assumeAtMost(at + DimExpr(1), size, "index");
+  return at;
+}
+
 VarPtr Analyzer::replayView(const TensorVar &view, VarPtr from) {
   const std::vector<ViewStep> steps = view.viewSteps;
   for (const ViewStep &s : steps) {
@@ -851,13 +859,8 @@ VarPtr Analyzer::tensorGetItem(const VarPtr &t, const VarPtr &key) {
         fail("index " + std::to_string(i.index) + " is out of bounds for dimension " +
              std::to_string(dim) + " with size " + std::to_string(size.value()));
       if (!size.isStatic()) {
-        // Within the symbolic dim at every call (eager raises IndexError otherwise: at this
-        // call, the size is specialized so the check above raises it at capture).
-        if (i.index >= hintOf(size) || i.index < -hintOf(size)) specialize(size);
         if (i.index < 0 && advanced) specialize(size);
-        const DimExpr at = i.index < 0 ? size + DimExpr(i.index) : DimExpr(i.index);
-        assumeAtMost(DimExpr(0), at, "index");
-        assumeAtMost(at + DimExpr(1), size, "index");
+        const DimExpr at = indexWithin(i.index, size);
         if (i.index < 0) { // from the end: a symbolic offset, as narrow's start
           r = emit1(
               "narrow", {r},
@@ -988,8 +991,7 @@ void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &v
       const DimExpr &dv = vs[k], &dt = ty.shape()[ty.shape().size() - vs.size() + k];
       if (dv.isStatic() || dv == dt) continue;
       if (hintOf(dv) != hintOf(dt)) fail("x[:] = value: shape mismatch");
-      assumeAtMost(dv, dt, "assigned value's size");
-      assumeAtMost(dt, dv, "assigned value's size");
+      assumeEqual(dv, dt, "assigned value's size");
     }
     assignInPlace(t, emit1("clone", {emit1("expand_as", {v, t})}));
     return;
@@ -1040,12 +1042,7 @@ void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &v
       continue;
     }
     if (!size.isStatic()) { // an int index into a symbolic dim: as a 0-d arange element
-      if (!(-hintOf(size) <= i.index && i.index < hintOf(size))) {
-        specialize(size); // out of range: eager's IndexError, raised at capture
-      }
-      const DimExpr at = i.index < 0 ? size + DimExpr(i.index) : DimExpr(i.index);
-      assumeAtMost(DimExpr(0), at, "index");
-      assumeAtMost(at + DimExpr(1), size, "index");
+      const DimExpr at = indexWithin(i.index, size);
       VarPtr ar = emit1("arange", {},
                         {{"start", makeSizeAttr(at)},
                          {"end", makeSizeAttr(at + DimExpr(1))},

@@ -499,8 +499,7 @@ Shape exactParts(Analyzer &a, Shape parts, const DimExpr &total, const char *op)
   };
   if (minusOne < 0) {
     if (hk != ht) invalid();
-    a.assumeAtMost(known, total, std::string(op) + " sizes");
-    a.assumeAtMost(total, known, std::string(op) + " sizes");
+    a.assumeEqual(known, total, std::string(op) + " sizes");
     return parts;
   }
   if (hk <= 0 || ht % hk != 0) invalid();
@@ -827,8 +826,7 @@ LOWER(lowerSplit) {
       }
       for (const DimExpr &p : sizes)
         a.assumeAtMost(DimExpr(0), p, "split size");
-      a.assumeAtMost(sum, size, "split sizes sum to the dim");
-      a.assumeAtMost(size, sum, "split sizes sum to the dim");
+      a.assumeEqual(sum, size, "split sizes sum to the dim");
       rs = a.emit("split_with_sizes", {self},
                   {{"split_sizes", makeSizeAttr(sizes)}, {"dim", Attr(dim)}});
     }
@@ -872,10 +870,11 @@ LOWER(lowerNarrow) {
   a.assumeAtMost(DimExpr(0), from, "narrow start");
   a.assumeAtMost(DimExpr(0), length, "narrow length");
   a.assumeAtMost(from + length, size, "narrow within the dim");
-  AttrMap attrs{
-      {"dim", Attr(dim)}, {"start", makeSizeAttr(start)}, {"length", makeSizeAttr(length)}};
-  if (!start.isStatic() || !length.isStatic()) attrs["start"] = makeSizeAttr(from);
-  return a.emit1("narrow", {self}, std::move(attrs));
+  // The IR wraps a static negative start itself; a symbolic narrow takes the wrapped offset.
+  const DimExpr &startAttr = start.isStatic() && length.isStatic() ? start : from;
+  return a.emit1(
+      "narrow", {self},
+      {{"dim", Attr(dim)}, {"start", makeSizeAttr(startAttr)}, {"length", makeSizeAttr(length)}});
 }
 
 LOWER(lowerRepeat) {
