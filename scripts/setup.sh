@@ -30,6 +30,9 @@ need_py=()
 "$PY" -c "import lit" 2>/dev/null || need_py+=("lit")
 "$PY" -c "import nanobind" 2>/dev/null || need_py+=("nanobind")
 "$PY" -c "import scikit_build_core" 2>/dev/null || need_py+=("scikit-build-core")
+# The model tests (BERT, GPT-2, the zoo models) build Hugging Face models from configs; without
+# transformers they would skip. Pinned as in bench/requirements.txt (it does not pull torch).
+"$PY" -c "import transformers, sys; sys.exit(transformers.__version__ != '5.23.0')" 2>/dev/null || need_py+=("transformers==5.23.0")
 "$PY" -c "import ninja" 2>/dev/null || command -v ninja >/dev/null || need_py+=("ninja")
 if ((${#need_py[@]})); then
   echo "setup: installing Python packages: ${need_py[*]}"
