@@ -24,243 +24,291 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SEQ = 64
-VOCAB = 1000
-
-# Small transformer dims shared by the text models: 4 layers, hidden 256, 4 heads.
-_TEXT = {"hidden": 256, "layers": 4, "heads": 4, "ffn": 1024}
 
 
-def _tokens(vocab: int = VOCAB, seq: int = SEQ) -> Any:
+@dataclass(frozen=True)
+class Size:
+    """What every builder scales: the benchmark's models (BENCH) and the regression tests' tiny
+    ones (TINY, tests/python/frontend/test_zoo_models.py) come from the same code."""
+
+    hidden: int  # text models' width; the vision transformers' is 3/4 of it
+    layers: int  # encoder-decoder models get half in each
+    heads: int
+    ffn: int  # LLaMA-style gated MLPs get 11/16 of it
+    vocab: int
+    seq: int  # tokens; sliding/local attention windows are half of it
+    image: int  # square images
+    mel_bins: int  # Whisper's input features
+
+
+BENCH = Size(hidden=256, layers=4, heads=4, ffn=1024, vocab=1000, seq=64, image=128, mel_bins=80)
+TINY = Size(hidden=32, layers=1, heads=4, ffn=64, vocab=100, seq=12, image=32, mel_bins=16)
+SEQ = BENCH.seq
+
+
+def _tokens(s: Size, seq: int | None = None) -> Any:
     import torch
 
-    return torch.randint(0, vocab, (1, seq))
+    return torch.randint(0, s.vocab, (1, seq or s.seq))
+
+
+def _pixels(s: Size) -> Any:
+    import torch
+
+    return torch.randn(1, 3, s.image, s.image)
+
+
+def _gated_ffn(s: Size) -> int:
+    return s.ffn * 11 // 16  # LLaMA-style SwiGLU width for the same parameter count
 
 
 # Each builder returns (model, kwargs to call it with).
 Built = tuple[Any, dict[str, Any]]
 
 
-def _distilbert() -> Built:
+def _distilbert(s: Size) -> Built:
     from transformers import DistilBertConfig, DistilBertModel
 
-    c = DistilBertConfig(vocab_size=VOCAB, dim=256, n_layers=4, n_heads=4, hidden_dim=1024)
-    return DistilBertModel(c), {"input_ids": _tokens()}
+    c = DistilBertConfig(vocab_size=s.vocab, dim=s.hidden, n_layers=s.layers, n_heads=s.heads, hidden_dim=s.ffn)
+    return DistilBertModel(c), {"input_ids": _tokens(s)}
 
 
-def _roberta() -> Built:
+def _roberta(s: Size) -> Built:
     from transformers import RobertaConfig, RobertaModel
 
     c = RobertaConfig(
-        vocab_size=VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024
+        vocab_size=s.vocab,
+        hidden_size=s.hidden,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        intermediate_size=s.ffn,
     )
-    return RobertaModel(c), {"input_ids": _tokens()}
+    return RobertaModel(c), {"input_ids": _tokens(s)}
 
 
-def _albert() -> Built:
+def _albert(s: Size) -> Built:
     from transformers import AlbertConfig, AlbertModel
 
     c = AlbertConfig(
-        vocab_size=VOCAB,
-        embedding_size=128,
-        hidden_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        intermediate_size=1024,
+        vocab_size=s.vocab,
+        embedding_size=s.hidden // 2,
+        hidden_size=s.hidden,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        intermediate_size=s.ffn,
     )
-    return AlbertModel(c), {"input_ids": _tokens()}
+    return AlbertModel(c), {"input_ids": _tokens(s)}
 
 
-def _electra() -> Built:
+def _electra(s: Size) -> Built:
     from transformers import ElectraConfig, ElectraModel
 
     c = ElectraConfig(
-        vocab_size=VOCAB,
-        embedding_size=128,
-        hidden_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        intermediate_size=1024,
+        vocab_size=s.vocab,
+        embedding_size=s.hidden // 2,
+        hidden_size=s.hidden,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        intermediate_size=s.ffn,
     )
-    return ElectraModel(c), {"input_ids": _tokens()}
+    return ElectraModel(c), {"input_ids": _tokens(s)}
 
 
-def _t5_config() -> Any:
+def _t5_config(s: Size) -> Any:
     from transformers import T5Config
 
+    half = max(1, s.layers // 2)
     return T5Config(
-        vocab_size=VOCAB, d_model=256, d_kv=64, d_ff=1024, num_layers=2, num_decoder_layers=2, num_heads=4
+        vocab_size=s.vocab,
+        d_model=s.hidden,
+        d_kv=s.hidden // s.heads,
+        d_ff=s.ffn,
+        num_layers=half,
+        num_decoder_layers=half,
+        num_heads=s.heads,
     )
 
 
-def _t5_encoder() -> Built:
+def _t5_encoder(s: Size) -> Built:
     from transformers import T5EncoderModel
 
-    return T5EncoderModel(_t5_config()), {"input_ids": _tokens()}
+    return T5EncoderModel(_t5_config(s)), {"input_ids": _tokens(s)}
 
 
-def _t5() -> Built:
+def _t5(s: Size) -> Built:
     from transformers import T5Model
 
-    c = _t5_config()
+    c = _t5_config(s)
     c.use_cache = False
-    return T5Model(c), {"input_ids": _tokens(), "decoder_input_ids": _tokens(seq=16)}
+    return T5Model(c), {"input_ids": _tokens(s), "decoder_input_ids": _tokens(s, seq=s.seq // 4)}
 
 
-def _bart() -> Built:
+def _bart(s: Size) -> Built:
     from transformers import BartConfig, BartModel
 
+    half = max(1, s.layers // 2)
     c = BartConfig(
-        vocab_size=VOCAB,
-        d_model=256,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=1024,
-        decoder_ffn_dim=1024,
-        max_position_embeddings=128,
+        vocab_size=s.vocab,
+        d_model=s.hidden,
+        encoder_layers=half,
+        decoder_layers=half,
+        encoder_attention_heads=s.heads,
+        decoder_attention_heads=s.heads,
+        encoder_ffn_dim=s.ffn,
+        decoder_ffn_dim=s.ffn,
+        max_position_embeddings=2 * s.seq,
         use_cache=False,
     )
-    return BartModel(c), {"input_ids": _tokens()}
+    return BartModel(c), {"input_ids": _tokens(s)}
 
 
-def _opt() -> Built:
+def _opt(s: Size) -> Built:
     from transformers import OPTConfig, OPTForCausalLM
 
     c = OPTConfig(
-        vocab_size=VOCAB,
-        hidden_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        ffn_dim=1024,
-        word_embed_proj_dim=256,
-        max_position_embeddings=128,
+        vocab_size=s.vocab,
+        hidden_size=s.hidden,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        ffn_dim=s.ffn,
+        word_embed_proj_dim=s.hidden,
+        max_position_embeddings=2 * s.seq,
         use_cache=False,
     )
-    return OPTForCausalLM(c), {"input_ids": _tokens()}
+    return OPTForCausalLM(c), {"input_ids": _tokens(s)}
 
 
-def _gpt_neo() -> Built:
+def _gpt_neo(s: Size) -> Built:
     from transformers import GPTNeoConfig, GPTNeoForCausalLM
 
+    pairs = max(1, s.layers // 2)  # a global and a local layer each
     c = GPTNeoConfig(
-        vocab_size=VOCAB,
-        hidden_size=256,
-        num_layers=4,
-        num_heads=4,
-        attention_types=[[["global", "local"], 2]],
-        window_size=32,
-        max_position_embeddings=128,
+        vocab_size=s.vocab,
+        hidden_size=s.hidden,
+        num_layers=2 * pairs,
+        num_heads=s.heads,
+        attention_types=[[["global", "local"], pairs]],
+        window_size=s.seq // 2,  # shorter than the sequence: the local layer's mask matters
+        max_position_embeddings=2 * s.seq,
         bos_token_id=0,
         eos_token_id=0,
         use_cache=False,
     )
-    return GPTNeoForCausalLM(c), {"input_ids": _tokens()}
+    return GPTNeoForCausalLM(c), {"input_ids": _tokens(s)}
 
 
-def _mistral() -> Built:
+def _mistral(s: Size) -> Built:
     from transformers import MistralConfig, MistralForCausalLM
 
     c = MistralConfig(
-        vocab_size=VOCAB,
-        hidden_size=256,
-        intermediate_size=704,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        sliding_window=32,
-        max_position_embeddings=128,
+        vocab_size=s.vocab,
+        hidden_size=s.hidden,
+        intermediate_size=_gated_ffn(s),
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        num_key_value_heads=s.heads // 2,
+        sliding_window=s.seq // 2,
+        max_position_embeddings=2 * s.seq,
         use_cache=False,
     )
-    return MistralForCausalLM(c), {"input_ids": _tokens()}
+    return MistralForCausalLM(c), {"input_ids": _tokens(s)}
 
 
-def _qwen2() -> Built:
+def _qwen2(s: Size) -> Built:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     c = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=256,
-        intermediate_size=704,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
+        vocab_size=s.vocab,
+        hidden_size=s.hidden,
+        intermediate_size=_gated_ffn(s),
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        num_key_value_heads=s.heads // 2,
+        max_position_embeddings=2 * s.seq,
         use_cache=False,
     )
-    return Qwen2ForCausalLM(c), {"input_ids": _tokens()}
+    return Qwen2ForCausalLM(c), {"input_ids": _tokens(s)}
 
 
-def _phi() -> Built:
+def _phi(s: Size) -> Built:
     from transformers import PhiConfig, PhiForCausalLM
 
     c = PhiConfig(
-        vocab_size=VOCAB,
-        hidden_size=256,
-        intermediate_size=1024,
-        num_hidden_layers=4,
-        num_attention_heads=4,
+        vocab_size=s.vocab,
+        hidden_size=s.hidden,
+        intermediate_size=s.ffn,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
         partial_rotary_factor=0.5,
-        max_position_embeddings=128,
+        max_position_embeddings=2 * s.seq,
         use_cache=False,
     )
-    return PhiForCausalLM(c), {"input_ids": _tokens()}
+    return PhiForCausalLM(c), {"input_ids": _tokens(s)}
 
 
-def _whisper_encoder() -> Built:
+def _whisper_encoder(s: Size) -> Built:
     import torch
     from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
+    half = max(1, s.layers // 2)
     c = WhisperConfig(
-        vocab_size=VOCAB,
-        d_model=256,
-        encoder_layers=2,
-        encoder_attention_heads=4,
-        encoder_ffn_dim=1024,
-        num_mel_bins=80,
-        max_source_positions=64,
+        vocab_size=s.vocab,
+        d_model=s.hidden,
+        encoder_layers=half,
+        encoder_attention_heads=s.heads,
+        encoder_ffn_dim=s.ffn,
+        num_mel_bins=s.mel_bins,
+        max_source_positions=s.seq,
         pad_token_id=0,
         bos_token_id=0,
         eos_token_id=0,
         decoder_start_token_id=0,
     )
-    # The encoder's two convs halve the frames: 128 mel frames -> 64 positions.
-    return WhisperEncoder(c), {"input_features": torch.randn(1, 80, 128)}
+    # The encoder's two convs halve the frames: 2 * seq mel frames -> seq positions.
+    return WhisperEncoder(c), {"input_features": torch.randn(1, s.mel_bins, 2 * s.seq)}
 
 
-def _deit() -> Built:
-    import torch
+def _vit_width(s: Size) -> int:
+    return s.hidden * 3 // 4  # 3 heads of 64 at the bench's size, as DeiT-tiny
+
+
+def _deit(s: Size) -> Built:
     from transformers import DeiTConfig, DeiTModel
 
     c = DeiTConfig(
-        hidden_size=192, num_hidden_layers=4, num_attention_heads=3, intermediate_size=768, image_size=128
+        hidden_size=_vit_width(s),
+        num_hidden_layers=s.layers,
+        num_attention_heads=3,
+        intermediate_size=4 * _vit_width(s),
+        image_size=s.image,
     )
-    return DeiTModel(c, add_pooling_layer=False), {"pixel_values": torch.randn(1, 3, 128, 128)}
+    return DeiTModel(c, add_pooling_layer=False), {"pixel_values": _pixels(s)}
 
 
-def _swin() -> Built:
-    import torch
+def _swin(s: Size) -> Built:
     from transformers import SwinConfig, SwinModel
 
-    c = SwinConfig(image_size=128, embed_dim=48, depths=[2, 2], num_heads=[3, 6], window_size=4)
-    return SwinModel(c), {"pixel_values": torch.randn(1, 3, 128, 128)}
+    # Patches of 4 and a window of 4: two stages need an image of at least 32.
+    c = SwinConfig(
+        image_size=s.image, embed_dim=_vit_width(s) // 4, depths=[2, 2], num_heads=[3, 6], window_size=4
+    )
+    return SwinModel(c), {"pixel_values": _pixels(s)}
 
 
-def _convnext_hf() -> Built:
-    import torch
+def _convnext_hf(s: Size) -> Built:
     from transformers import ConvNextConfig, ConvNextModel
 
-    c = ConvNextConfig(hidden_sizes=[48, 96, 192, 384], depths=[1, 1, 2, 1], image_size=128)
-    return ConvNextModel(c), {"pixel_values": torch.randn(1, 3, 128, 128)}
+    c = ConvNextConfig(hidden_sizes=[48, 96, 192, 384], depths=[1, 1, 2, 1], image_size=s.image)
+    return ConvNextModel(c), {"pixel_values": _pixels(s)}
 
 
-def _mobilenet() -> Built:
+def _mobilenet(s: Size) -> Built:
     """MobileNetV2-style CNN written here: inverted residuals with depthwise 3x3 convs, ReLU6."""
     import torch
     from torch import nn
@@ -304,10 +352,10 @@ def _mobilenet() -> Built:
             x = self.blocks(self.stem(x))
             return self.head(x.mean(dim=(2, 3)))
 
-    return MobileNet(), {"x": torch.randn(1, 3, 128, 128)}
+    return MobileNet(), {"x": _pixels(s)}
 
 
-def _convnext_code() -> Built:
+def _convnext_code(s: Size) -> Built:
     """ConvNeXt-style CNN written here: depthwise 7x7 conv, channels-last LayerNorm via permute,
     GELU MLP, layer scale."""
     import torch
@@ -343,119 +391,136 @@ def _convnext_code() -> Built:
             x = self.stages(self.stem(x))
             return self.head(x.mean(dim=(-2, -1)))
 
-    return ConvNeXt(), {"x": torch.randn(1, 3, 128, 128)}
+    return ConvNeXt(), {"x": _pixels(s)}
 
 
-def _deberta_v2() -> Built:
+def _deberta_v2(s: Size) -> Built:
     from transformers import DebertaV2Config, DebertaV2Model
 
     c = DebertaV2Config(
-        vocab_size=VOCAB,
-        hidden_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        intermediate_size=1024,
-        max_position_embeddings=128,
+        vocab_size=s.vocab,
+        hidden_size=s.hidden,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        intermediate_size=s.ffn,
+        max_position_embeddings=2 * s.seq,
         relative_attention=True,
-        position_buckets=32,
+        position_buckets=s.seq // 2,
         pos_att_type=["p2c", "c2p"],
     )
-    return DebertaV2Model(c), {"input_ids": _tokens()}
+    return DebertaV2Model(c), {"input_ids": _tokens(s)}
 
 
-def _mobilebert() -> Built:
+def _mobilebert(s: Size) -> Built:
     from transformers import MobileBertConfig, MobileBertModel
 
-    c = MobileBertConfig(vocab_size=VOCAB, num_hidden_layers=4)
-    return MobileBertModel(c), {"input_ids": _tokens()}
+    c = MobileBertConfig(vocab_size=s.vocab, num_hidden_layers=s.layers)
+    return MobileBertModel(c), {"input_ids": _tokens(s)}
 
 
-def _bloom() -> Built:
+def _bloom(s: Size) -> Built:
     from transformers import BloomConfig, BloomForCausalLM
 
-    c = BloomConfig(vocab_size=VOCAB, hidden_size=256, n_layer=4, n_head=4, use_cache=False)
-    return BloomForCausalLM(c), {"input_ids": _tokens()}
+    c = BloomConfig(vocab_size=s.vocab, hidden_size=s.hidden, n_layer=s.layers, n_head=s.heads, use_cache=False)
+    return BloomForCausalLM(c), {"input_ids": _tokens(s)}
 
 
-def _falcon() -> Built:
+def _falcon(s: Size) -> Built:
     from transformers import FalconConfig, FalconForCausalLM
 
+    # Falcon's default is multi-query attention: one key/value head (the repeat_kv reshape that
+    # plan-memory once took for a copy).
     c = FalconConfig(
-        vocab_size=VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, use_cache=False
+        vocab_size=s.vocab,
+        hidden_size=s.hidden,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        use_cache=False,
     )
-    return FalconForCausalLM(c), {"input_ids": _tokens()}
+    return FalconForCausalLM(c), {"input_ids": _tokens(s)}
 
 
-def _gptj() -> Built:
+def _gptj(s: Size) -> Built:
     from transformers import GPTJConfig, GPTJForCausalLM
 
-    c = GPTJConfig(vocab_size=VOCAB, n_embd=256, n_layer=4, n_head=4, rotary_dim=32, n_positions=128, use_cache=False)
+    c = GPTJConfig(
+        vocab_size=s.vocab,
+        n_embd=s.hidden,
+        n_layer=s.layers,
+        n_head=s.heads,
+        rotary_dim=s.hidden // s.heads // 2,
+        n_positions=2 * s.seq,
+        use_cache=False,
+    )
     c.bos_token_id = c.eos_token_id = 0
-    return GPTJForCausalLM(c), {"input_ids": _tokens()}
+    return GPTJForCausalLM(c), {"input_ids": _tokens(s)}
 
 
-def _gemma() -> Built:
+def _gemma(s: Size) -> Built:
     from transformers import GemmaConfig, GemmaForCausalLM
 
     c = GemmaConfig(
-        vocab_size=VOCAB,
-        hidden_size=256,
-        intermediate_size=704,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=1,
-        head_dim=64,
-        max_position_embeddings=128,
+        vocab_size=s.vocab,
+        hidden_size=s.hidden,
+        intermediate_size=_gated_ffn(s),
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        num_key_value_heads=1,  # one key/value head: the repeat_kv reshape behind a wrong result
+        head_dim=s.hidden // s.heads,
+        max_position_embeddings=2 * s.seq,
         use_cache=False,
     )
-    return GemmaForCausalLM(c), {"input_ids": _tokens()}
+    return GemmaForCausalLM(c), {"input_ids": _tokens(s)}
 
 
-def _clip_vision() -> Built:
-    import torch
+def _clip_vision(s: Size) -> Built:
     from transformers import CLIPVisionConfig, CLIPVisionModel
 
     c = CLIPVisionConfig(
-        hidden_size=192, intermediate_size=768, num_hidden_layers=4, num_attention_heads=3, image_size=128
+        hidden_size=_vit_width(s),
+        intermediate_size=4 * _vit_width(s),
+        num_hidden_layers=s.layers,
+        num_attention_heads=3,
+        image_size=s.image,
     )
-    return CLIPVisionModel(c), {"pixel_values": torch.randn(1, 3, 128, 128)}
+    return CLIPVisionModel(c), {"pixel_values": _pixels(s)}
 
 
-def _wav2vec2() -> Built:
+def _wav2vec2(s: Size) -> Built:
     import torch
     from transformers import Wav2Vec2Config, Wav2Vec2Model
 
+    half = max(1, s.layers // 2)
     c = Wav2Vec2Config(
-        hidden_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=1024,
-        conv_dim=(128, 128, 128),
+        hidden_size=s.hidden,
+        num_hidden_layers=half,
+        num_attention_heads=s.heads,
+        intermediate_size=s.ffn,
+        conv_dim=(s.hidden // 2,) * 3,
         conv_stride=(5, 4, 4),
         conv_kernel=(10, 4, 4),
         num_conv_pos_embeddings=16,
         num_conv_pos_embedding_groups=4,
     )
-    return Wav2Vec2Model(c), {"input_values": torch.randn(1, 5120)}
+    # The three convs take 80 samples to a frame: 80 * seq samples -> seq - 1 frames.
+    return Wav2Vec2Model(c), {"input_values": torch.randn(1, 80 * s.seq)}
 
 
-def _efficientnet() -> Built:
-    import torch
+def _efficientnet(s: Size) -> Built:
     from transformers import EfficientNetConfig, EfficientNetModel
 
-    c = EfficientNetConfig(image_size=128, width_coefficient=0.5, depth_coefficient=0.5, hidden_dim=640)
-    return EfficientNetModel(c), {"pixel_values": torch.randn(1, 3, 128, 128)}
+    c = EfficientNetConfig(image_size=s.image, width_coefficient=0.5, depth_coefficient=0.5, hidden_dim=640)
+    return EfficientNetModel(c), {"pixel_values": _pixels(s)}
 
 
-def _resnet_hf() -> Built:
-    import torch
+def _resnet_hf(s: Size) -> Built:
     from transformers import ResNetConfig, ResNetModel
 
     c = ResNetConfig(embedding_size=32, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1], layer_type="bottleneck")
-    return ResNetModel(c), {"pixel_values": torch.randn(1, 3, 128, 128)}
+    return ResNetModel(c), {"pixel_values": _pixels(s)}
 
 
-MODELS: dict[str, Callable[[], Built]] = {
+MODELS: dict[str, Callable[[Size], Built]] = {
     "distilbert": _distilbert,
     "roberta": _roberta,
     "albert": _albert,
@@ -501,11 +566,11 @@ def _randomize_norm_stats(model: Any) -> None:
                 m.running_var.uniform_(0.5, 1.5)
 
 
-def build(name: str) -> Built:
+def build(name: str, size: Size = BENCH) -> Built:
     import torch
 
     torch.manual_seed(0)
-    model, kwargs = MODELS[name]()
+    model, kwargs = MODELS[name](size)
     _randomize_norm_stats(model)
     return model.eval(), kwargs
 

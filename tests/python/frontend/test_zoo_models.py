@@ -1,4 +1,4 @@
-"""Models beyond the bench suite (bench/zoo.py), as regression tests: tiny configs of Hugging Face
+"""Models beyond the bench suite, as regression tests: bench/zoo.py's builders at its TINY size, Hugging Face
 GPT-Neo, T5 (encoder and decoder), Swin, Mistral, Gemma and Falcon (one key/value head: the
 repeat_kv reshape that plan-memory took for a copy), GPT-J (repeat_interleave), wav2vec2
 (weight-norm parametrization, an lru_cached probe), Phi, BART and the Whisper encoder, and a
@@ -12,8 +12,9 @@ native view failed at run time: GPT-Neo and Swin ran in Python with a warning)."
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,24 +25,30 @@ import xjit  # noqa: E402
 from frontend_fixtures import clean  # noqa: E402, F401 (autouse fixture)
 
 nn = torch.nn
-VOCAB = 100
-SEQ = 12
 
-Built = tuple[Any, dict[str, Any]]
+# The models are bench/zoo.py's own builders at its TINY size: one definition for both.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from bench import zoo  # noqa: E402
 
-
-def _leaves(out: Any) -> list[Any]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, dict):  # transformers' ModelOutput is a dict
-        return [t for v in out.values() for t in _leaves(v)]
-    if isinstance(out, (list, tuple)):
-        return [t for v in out for t in _leaves(v)]
-    return []
+TESTED = [
+    "gpt-neo",
+    "t5",
+    "swin",
+    "mistral",
+    "gemma",
+    "falcon",
+    "gpt-j",
+    "phi",
+    "bart",
+    "whisper-encoder",
+    "wav2vec2",
+    "mobilenet",
+]
+CODE_MODELS = {"mobilenet"}  # written in bench/zoo.py, not transformers
 
 
 def _assert_close(out: Any, ref: Any) -> None:
-    got, want = _leaves(out), _leaves(ref)
+    got, want = zoo._leaves(out), zoo._leaves(ref)
     assert len(got) == len(want) and got
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape
@@ -69,234 +76,11 @@ def _compile_and_check(model: Any, kwargs: dict[str, Any]) -> None:
         _assert_close(out, ref)
 
 
-def _tokens(seq: int = SEQ) -> Any:
-    return torch.randint(0, VOCAB, (1, seq))
-
-
-def gpt_neo() -> Built:
-    t = pytest.importorskip("transformers")
-    c = t.GPTNeoConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=4,
-        attention_types=[[["global", "local"], 1]],
-        window_size=4,  # shorter than SEQ: the local layer's mask matters
-        max_position_embeddings=32,
-        bos_token_id=0,
-        eos_token_id=0,
-        use_cache=False,
-    )
-    return t.GPTNeoForCausalLM(c), {"input_ids": _tokens()}
-
-
-def t5() -> Built:
-    t = pytest.importorskip("transformers")
-    c = t.T5Config(
-        vocab_size=VOCAB,
-        d_model=32,
-        d_kv=8,
-        d_ff=64,
-        num_layers=1,
-        num_decoder_layers=1,
-        num_heads=4,
-    )
-    c.use_cache = False
-    return t.T5Model(c), {"input_ids": _tokens(), "decoder_input_ids": _tokens(5)}
-
-
-def swin() -> Built:
-    t = pytest.importorskip("transformers")
-    c = t.SwinConfig(
-        image_size=32, patch_size=4, embed_dim=16, depths=[2], num_heads=[2], window_size=4
-    )
-    return t.SwinModel(c), {"pixel_values": torch.randn(1, 3, 32, 32)}
-
-
-def mistral() -> Built:
-    t = pytest.importorskip("transformers")
-    c = t.MistralConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        sliding_window=4,
-        max_position_embeddings=32,
-        use_cache=False,
-    )
-    return t.MistralForCausalLM(c), {"input_ids": _tokens()}
-
-
-def gemma() -> Built:
-    t = pytest.importorskip("transformers")
-    c = t.GemmaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=32,
-        use_cache=False,
-    )
-    return t.GemmaForCausalLM(c), {"input_ids": _tokens()}
-
-
-def falcon() -> Built:
-    t = pytest.importorskip("transformers")
-    c = t.FalconConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        use_cache=False,
-    )
-    return t.FalconForCausalLM(c), {"input_ids": _tokens()}
-
-
-def gptj() -> Built:
-    t = pytest.importorskip("transformers")
-    c = t.GPTJConfig(
-        vocab_size=VOCAB,
-        n_embd=32,
-        n_layer=1,
-        n_head=4,
-        rotary_dim=4,
-        n_positions=32,
-        use_cache=False,
-    )
-    c.bos_token_id = c.eos_token_id = 0
-    return t.GPTJForCausalLM(c), {"input_ids": _tokens()}
-
-
-def phi() -> Built:
-    t = pytest.importorskip("transformers")
-    c = t.PhiConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        partial_rotary_factor=0.5,
-        max_position_embeddings=32,
-        use_cache=False,
-    )
-    return t.PhiForCausalLM(c), {"input_ids": _tokens()}
-
-
-def bart() -> Built:
-    t = pytest.importorskip("transformers")
-    c = t.BartConfig(
-        vocab_size=VOCAB,
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=32,
-        use_cache=False,
-    )
-    return t.BartModel(c), {"input_ids": _tokens()}
-
-
-def whisper_encoder() -> Built:
-    t = pytest.importorskip("transformers")
-    from transformers.models.whisper.modeling_whisper import WhisperEncoder
-
-    c = t.WhisperConfig(
-        vocab_size=VOCAB,
-        d_model=32,
-        encoder_layers=1,
-        encoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        num_mel_bins=16,
-        max_source_positions=8,
-        pad_token_id=0,
-        bos_token_id=0,
-        eos_token_id=0,
-        decoder_start_token_id=0,
-    )
-    return WhisperEncoder(c), {"input_features": torch.randn(1, 16, 16)}
-
-
-def wav2vec2() -> Built:
-    t = pytest.importorskip("transformers")
-    c = t.Wav2Vec2Config(
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        intermediate_size=64,
-        conv_dim=(16, 16),
-        conv_stride=(5, 4),
-        conv_kernel=(10, 4),
-        num_conv_pos_embeddings=8,
-        num_conv_pos_embedding_groups=4,
-        num_feat_extract_layers=2,
-    )
-    return t.Wav2Vec2Model(c), {"input_values": torch.randn(1, 400)}
-
-
-def mobilenet() -> Built:
-    """Inverted residual blocks: 1x1 expand, depthwise 3x3 (stride 1 and 2), 1x1 project, ReLU6."""
-
-    def block(cin: int, cout: int, stride: int) -> nn.Module:
-        mid = cin * 4
-        return nn.Sequential(
-            nn.Conv2d(cin, mid, 1, bias=False),
-            nn.BatchNorm2d(mid),
-            nn.ReLU6(),
-            nn.Conv2d(mid, mid, 3, stride, 1, groups=mid, bias=False),
-            nn.BatchNorm2d(mid),
-            nn.ReLU6(),
-            nn.Conv2d(mid, cout, 1, bias=False),
-            nn.BatchNorm2d(cout),
-        )
-
-    model = nn.Sequential(
-        block(3, 8, 2), block(8, 8, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10)
-    )
-    for m in model.modules():  # non-trivial batch-norm statistics
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.5, 0.5)
-            m.running_var.uniform_(0.5, 2.0)
-
-    class Wrapped(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = model
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            y: torch.Tensor = self.net(x)
-            return y
-
-    return Wrapped(), {"x": torch.randn(1, 3, 16, 16)}
-
-
-MODELS: dict[str, Callable[[], Built]] = {
-    "gpt-neo": gpt_neo,
-    "t5": t5,
-    "swin": swin,
-    "mistral": mistral,
-    "gemma": gemma,
-    "falcon": falcon,
-    "gpt-j": gptj,
-    "phi": phi,
-    "bart": bart,
-    "whisper-encoder": whisper_encoder,
-    "wav2vec2": wav2vec2,
-    "mobilenet": mobilenet,
-}
-
-
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", TESTED)
 def test_zoo_model_is_one_graph_and_matches_eager(name: str) -> None:
-    torch.manual_seed(0)
-    model, kwargs = MODELS[name]()
+    if name not in CODE_MODELS:
+        pytest.importorskip("transformers")
+    model, kwargs = zoo.build(name, zoo.TINY)
     _compile_and_check(model, kwargs)
 
 
