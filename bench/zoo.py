@@ -202,52 +202,37 @@ def _gpt_neo(s: Size) -> Built:
     return GPTNeoForCausalLM(c), {"input_ids": _tokens(s)}
 
 
-def _mistral(s: Size) -> Built:
-    from transformers import MistralConfig, MistralForCausalLM
-
-    c = MistralConfig(
+def _decoder(s: Size, ffn: int) -> dict[str, Any]:
+    """The config fields that LLaMA-style decoder configs name alike."""
+    return dict(
         vocab_size=s.vocab,
         hidden_size=s.hidden,
-        intermediate_size=_gated_ffn(s),
+        intermediate_size=ffn,
         num_hidden_layers=s.layers,
         num_attention_heads=s.heads,
-        num_key_value_heads=s.heads // 2,
-        sliding_window=s.seq // 2,
         max_position_embeddings=2 * s.seq,
         use_cache=False,
     )
+
+
+def _mistral(s: Size) -> Built:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    c = MistralConfig(**_decoder(s, _gated_ffn(s)), num_key_value_heads=s.heads // 2, sliding_window=s.seq // 2)
     return MistralForCausalLM(c), {"input_ids": _tokens(s)}
 
 
 def _qwen2(s: Size) -> Built:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    c = Qwen2Config(
-        vocab_size=s.vocab,
-        hidden_size=s.hidden,
-        intermediate_size=_gated_ffn(s),
-        num_hidden_layers=s.layers,
-        num_attention_heads=s.heads,
-        num_key_value_heads=s.heads // 2,
-        max_position_embeddings=2 * s.seq,
-        use_cache=False,
-    )
+    c = Qwen2Config(**_decoder(s, _gated_ffn(s)), num_key_value_heads=s.heads // 2)
     return Qwen2ForCausalLM(c), {"input_ids": _tokens(s)}
 
 
 def _phi(s: Size) -> Built:
     from transformers import PhiConfig, PhiForCausalLM
 
-    c = PhiConfig(
-        vocab_size=s.vocab,
-        hidden_size=s.hidden,
-        intermediate_size=s.ffn,
-        num_hidden_layers=s.layers,
-        num_attention_heads=s.heads,
-        partial_rotary_factor=0.5,
-        max_position_embeddings=2 * s.seq,
-        use_cache=False,
-    )
+    c = PhiConfig(**_decoder(s, s.ffn), partial_rotary_factor=0.5)
     return PhiForCausalLM(c), {"input_ids": _tokens(s)}
 
 
@@ -459,17 +444,8 @@ def _gptj(s: Size) -> Built:
 def _gemma(s: Size) -> Built:
     from transformers import GemmaConfig, GemmaForCausalLM
 
-    c = GemmaConfig(
-        vocab_size=s.vocab,
-        hidden_size=s.hidden,
-        intermediate_size=_gated_ffn(s),
-        num_hidden_layers=s.layers,
-        num_attention_heads=s.heads,
-        num_key_value_heads=1,  # one key/value head: the repeat_kv reshape behind a wrong result
-        head_dim=s.hidden // s.heads,
-        max_position_embeddings=2 * s.seq,
-        use_cache=False,
-    )
+    # One key/value head: the repeat_kv reshape behind a wrong result (plan-memory).
+    c = GemmaConfig(**_decoder(s, _gated_ffn(s)), num_key_value_heads=1, head_dim=s.hidden // s.heads)
     return GemmaForCausalLM(c), {"input_ids": _tokens(s)}
 
 
