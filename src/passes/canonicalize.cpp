@@ -85,9 +85,18 @@ bool reachesGraphInput(const Value *v) {
   return v->ownerBlock() && !v->ownerBlock()->parentOp();
 }
 
-bool isGraphOutput(const Value *v) {
-  for (const Use &u : v->uses())
+/// True if v, or a view chain of it, is returned by the graph: the caller then holds it and may
+/// write it (or what it aliases) after the call, so it must not alias what eager keeps apart.
+/// With `throughReshape` false, reshape/flatten end the chain (they copy what they cannot view).
+bool escapes(const Value *v, bool throughReshape, int depth = 0) {
+  if (depth > 16) return true; // a long chain of views: assume it escapes
+  for (const Use &u : v->uses()) {
     if (u.user->name() == "return" && !u.user->parentOp()) return true;
+    if (!throughReshape && (u.user->name() == "reshape" || u.user->name() == "flatten")) continue;
+    if (u.index == 0 && aliasesOperand(*u.user))
+      for (size_t r = 0; r < u.user->numResults(); ++r)
+        if (escapes(u.user->result(r), throughReshape, depth + 1)) return true;
+  }
   return false;
 }
 
@@ -99,6 +108,10 @@ bool computesFresh(const Op &op) {
 }
 } // namespace
 
+bool Rewriter::escapes(const Value *v, bool throughReshape) const {
+  return ::xjit::passes::escapes(v, throughReshape);
+}
+
 bool Rewriter::replace(const std::vector<Value *> &values) {
   if (values.size() != root_.numResults()) return false;
   for (size_t i = 0; i < values.size(); ++i) {
@@ -106,7 +119,9 @@ bool Rewriter::replace(const std::vector<Value *> &values) {
     if (!v || v->type() != old->type()) return false;
     if (computesFresh(root_) && !isFresh(v)) {
       if (written(old) || written(v)) return false;
-      if (isGraphOutput(old) && reachesGraphInput(v)) return false;
+      // Not for a graph output, or a view of one, that would alias a graph input: the caller
+      // may write one after the call (clone(a).t() returned as a view of a).
+      if (escapes(old, true) && reachesGraphInput(v)) return false;
     }
   }
   for (size_t i = 0; i < values.size(); ++i)

@@ -34,10 +34,14 @@ public:
   /// Replaces the root's results by `values` (exactly equal types, else false and nothing
   /// happens). When the root computes a fresh tensor and a replacement is an existing value
   /// (or a view of one), the rewrite makes two values share storage that did not: allowed only
-  /// if neither is ever written in place, and not for a graph output that would then alias a
-  /// graph input. The root is erased (its regions with it).
+  /// if neither is ever written in place, and not for a graph output (or a view of one) that
+  /// would then alias a graph input. The root is erased (its regions with it).
   bool replace(const std::vector<Value *> &values);
   bool replace(Value *v) { return replace(std::vector<Value *>{v}); }
+
+  /// True if v, or a view chain of it, is a graph output (the caller may write it later); with
+  /// `throughReshape` false, not counting chains through reshape/flatten (which may copy).
+  bool escapes(const Value *v, bool throughReshape) const;
 
   /// True if v, or anything that may share its storage, is written in place.
   bool written(const Value *v) const { return mutation_.mayBeWritten(v); }

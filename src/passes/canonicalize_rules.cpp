@@ -389,6 +389,10 @@ bool contiguousNoop(Op &op, Rewriter &rw) {
   if (!fresh && (rw.written(x) || rw.written(op.result(0)))) return false;
   // x may be a strided view (a permute): only a fresh result is known to be contiguous.
   if (!fresh && feedsStrideSensitiveView(op.result(0))) return false;
+  // A returned contiguous(x) of a view is eager's own contiguous tensor: without the copy the
+  // caller would get x's strides and a tensor sharing memory with an input or another output.
+  // (A reshape behind it copies when x's strides need it: the copy can still go there.)
+  if (!fresh && rw.escapes(op.result(0), false)) return false;
   return rw.replace(x);
 }
 

@@ -622,6 +622,25 @@ struct CompiledGraph::Impl {
     v = RtValue(std::move(copy));
   }
 
+  /// Constants live as long as the compiled graph: an output that is one (or a view of one) is
+  /// handed out as a copy, else a write by the caller would change what later calls return.
+  void detachFromConstants(RtValue &v) const {
+    if (constants.empty()) return;
+    if (v.isTensor()) {
+      for (const RtValue &c : constants)
+        if (c.isTensor() && c.tensor().storage() == v.tensor().storage()) {
+          v = RtValue(v.tensor().contiguousCopy());
+          return;
+        }
+      return;
+    }
+    if (!v.isList()) return;
+    RtList copy = v.list();
+    for (RtValue &e : copy)
+      detachFromConstants(e);
+    v = RtValue(std::move(copy));
+  }
+
   static bool inArena(const RtValue &v, const Frame &f) {
     if (v.isTensor()) return v.tensor().storage() == f.arena;
     if (v.isList())
@@ -676,6 +695,7 @@ std::vector<RtValue> CompiledGraph::run(std::vector<RtValue> inputs) const {
       else
         results.push_back(v);
       im.detachFromArena(results.back(), *f);
+      im.detachFromConstants(results.back());
     }
   } catch (...) {
     im.release(std::move(f));
