@@ -40,6 +40,9 @@ struct EffectPlan {
   PyRef key;
   OutPlan value;
   std::string text; // for errors, e.g. "L['self'].count = ..."
+  // TensorCopy whose value is graph output `inPlaceOutput`, which the native runtime may compute
+  // in the target's own memory (runtime reinplace): the copy is skipped when it did (-1: never).
+  int64_t inPlaceOutput = -1;
 };
 
 enum class EntryAction : uint8_t {

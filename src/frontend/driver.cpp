@@ -263,11 +263,33 @@ PyRef buildOutput(const OutPlan &p, const std::vector<RtValue> &outs, std::vecto
   return PyRef::borrow(Py_None);
 }
 
+/// Whether a graph output is the target tensor's own memory, laid out as it is: the runtime
+/// wrote it in place (reinplace), so copying it into the target would copy it onto itself.
+bool alreadyInPlace(const RtValue &out, const dlpack::DLTensor *target) {
+  if (!target || !out.isTensor()) return false;
+  const Tensor &t = out.tensor();
+  if (!t.storage() || t.data() != static_cast<char *>(target->data) + target->byte_offset ||
+      t.rank() != target->ndim)
+    return false;
+  int64_t contiguous = 1;
+  for (int d = target->ndim - 1; d >= 0; --d) {
+    const int64_t stride = target->strides ? target->strides[d] : contiguous;
+    if (t.sizes()[size_t(d)] != target->shape[d] ||
+        (t.sizes()[size_t(d)] > 1 && t.strides()[size_t(d)] != stride))
+      return false;
+    contiguous *= target->shape[d];
+  }
+  return true;
+}
+
 void replayEffects(const CompiledEntry &e, const std::vector<RtValue> &outs,
                    std::vector<PyRef> &done, SourceValues &values) {
   static PyObject *appendName = internedStr("append");
   static PyObject *copyName = internedStr("copy_");
   for (const EffectPlan &fx : e.effects) {
+    if (fx.inPlaceOutput >= 0 &&
+        alreadyInPlace(outs.at(size_t(fx.inPlaceOutput)), values.tensor(fx.target)))
+      continue;
     PyRef value = buildOutput(fx.value, outs, done, values);
     PyObject *target = fx.target >= 0 ? values.get(fx.target) : nullptr;
     if (fx.kind != SideEffect::SetGlobal && !target) {

@@ -10,6 +10,7 @@
 #include "xjit/runtime/runtime.h"
 #endif
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <fstream>
@@ -30,6 +31,26 @@ std::string dumpPrefix(int id, const SourceLoc &loc) {
   return dir + "/" + prefix + "-" + fn;
 }
 
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+/// Per graph output, the graph input that a TensorCopy effect copies it into after each run
+/// (a write to an input, functionalized), else -1: the runtime may compute those outputs in the
+/// input's memory (reinplace), and the effect then finds them there.
+std::vector<int> outputWritesInput(CompiledEntry &e) {
+  std::vector<int> writes(e.graph->outputs().size(), -1);
+  for (EffectPlan &fx : e.effects) {
+    if (fx.kind != SideEffect::TensorCopy || fx.value.kind != OutputNode::GraphOutput) continue;
+    auto input = std::find(e.inputSlots.begin(), e.inputSlots.end(), fx.target);
+    const size_t out = static_cast<size_t>(fx.value.index);
+    if (input == e.inputSlots.end() || out >= writes.size()) continue;
+    const size_t in = static_cast<size_t>(input - e.inputSlots.begin());
+    if (!(e.graph->input(in)->type() == e.graph->outputs()[out]->type())) continue;
+    writes[out] = static_cast<int>(in);
+    fx.inPlaceOutput = fx.value.index;
+  }
+  return writes;
+}
+#endif
+
 } // namespace
 
 bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id) {
@@ -41,8 +62,12 @@ bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id) {
       throw std::runtime_error("injected failure (XJIT_TEST_INJECT=native)");
     runtime::CompileOptions opts;
     opts.target.keepText = !dumpTo.empty();
+    opts.outputWritesInput = outputWritesInput(e);
     e.compiled = std::make_shared<const runtime::CompiledGraph>(
         runtime::compileGraph(*e.graph, runtime::cpuTarget(), opts));
+    // A run now writes the caller's tensors while it runs: after a failure the frame cannot
+    // simply run again in Python.
+    if (e.compiled->stats().writesInputsInPlace) e.rerunnable = false;
     backend::noteCompile();
   } catch (const std::exception &ex) {
     e.compiled.reset();

@@ -1374,6 +1374,34 @@ LOWER(lowerFlip) {
   return a.emit1("flip", {b.at("input")}, {{"dims", Attr(dims)}});
 }
 
+// index_copy(input, dim, index, source): source's slices written at `index` along dim, as
+// index_put with the index at dim (an in-place index_copy_ on an input, a KV cache update, then
+// runs in the input's memory: the runtime's reinplace). Eager's argument checks come first.
+LOWER(lowerIndexCopy) {
+  VarPtr x = b.at("input"), index = b.at("index"), source = b.at("source");
+  const Type &ty = tensorOf(a, x, "input").value->type();
+  const Type &it = tensorOf(a, index, "index").value->type();
+  const Type &st = tensorOf(a, source, "source").value->type();
+  int64_t dim = toInt(a, b.at("dim"), "dim");
+  if (ty.rank() == 0 || dim < -ty.rank() || dim >= ty.rank())
+    a.fail("index_copy() with dim " + std::to_string(dim) + " of a " + ty.str());
+  if (dim < 0) dim += ty.rank();
+  if (it.dtype() != DType::I64 || it.rank() > 1 || st.dtype() != ty.dtype())
+    a.fail("index_copy() with index " + it.str() + " and source " + st.str() + " into " + ty.str() +
+           " (eager raises)");
+  Shape expected = ty.shape();
+  expected[size_t(dim)] = it.rank() == 1 ? it.shape()[0] : DimExpr(1);
+  if (st.shape() != expected)
+    a.fail("index_copy() of a source " + st.str() + " that does not match the indexed slices");
+  std::vector<VarPtr> operands{x, source};
+  for (int64_t d = 0; d < dim; ++d)
+    operands.push_back(a.none());
+  operands.push_back(it.rank() == 1
+                         ? index
+                         : a.emit1("reshape", {index}, {{"shape", Attr(std::vector<int64_t>{1})}}));
+  return a.emit1("index_put", operands);
+}
+
 LOWER(lowerTakeAlongDim) {
   AttrMap attrs;
   if (!isNoneVar(b.at("dim"))) attrs["dim"] = Attr(toInt(a, b.at("dim"), "dim"));
@@ -1618,6 +1646,8 @@ const std::vector<TorchRow> &table() {
        "input index | dim"},
       {"torch.index_select Tensor.index_select", "input, dim, index", "index_select",
        "input index | dim"},
+      {"torch.index_copy Tensor.index_copy", "input, dim, index, source", "index_put", "",
+       lowerIndexCopy},
       {"torch.take_along_dim Tensor.take_along_dim", "input, indices, dim=None", "take_along_dim",
        "", lowerTakeAlongDim},
       {"torch.masked_fill Tensor.masked_fill", "input, mask, value", "masked_fill", "",

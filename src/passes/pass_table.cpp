@@ -21,6 +21,7 @@ bool runDecomposeAttention(Graph &g, PassContext &ctx); // decompose_attention.c
 bool runDecomposeBatchNorm(Graph &g, PassContext &ctx); // decompose_batch_norm.cpp
 bool runLayout(Graph &g, PassContext &ctx);             // layout.cpp
 bool runFuse(Graph &g, PassContext &ctx);               // fuse.cpp
+bool runReinplace(Graph &g, PassContext &ctx);          // reinplace.cpp
 bool runPlanMemory(Graph &g, PassContext &ctx);         // plan_memory.cpp
 
 const std::vector<PassInfo> &passTable() {
@@ -113,6 +114,12 @@ const std::vector<PassInfo> &passTable() {
        .statistics = {"groups-elementwise", "groups-reduction", "groups-epilogue", "ops-fused",
                       "ops-duplicated"},
        .run = runFuse},
+      {.name = "reinplace",
+       .summary = "computes outputs that the caller copies back into an input (return's "
+                  "io.input_of) in that input's memory: index_put on it becomes index_put_, a "
+                  "scatter through views a copy_ into them",
+       .statistics = {"index-puts-in-place", "scatters-to-copies", "refused"},
+       .run = runReinplace},
       {.name = "plan-memory",
        .summary = "assigns static-size intermediates arena offsets (liveness, best-fit reuse, "
                   "in-place elementwise updates) as mem.* annotations",

@@ -718,6 +718,17 @@ CompiledGraph compileGraph(const Graph &g, backend::Target &target, const Compil
   im->graph = g.clone();
   im->target = &target;
   im->opts = opts;
+  Op *returnOp = im->graph->body()->terminator();
+  if (returnOp && std::any_of(opts.outputWritesInput.begin(), opts.outputWritesInput.end(),
+                              [](int j) { return j >= 0; })) {
+    if (opts.outputWritesInput.size() != returnOp->numOperands())
+      throw Error(ErrorKind::Internal, "compileGraph: outputWritesInput has " +
+                                           std::to_string(opts.outputWritesInput.size()) +
+                                           " entries for " +
+                                           std::to_string(returnOp->numOperands()) + " outputs");
+    returnOp->setAttr("io.input_of", Attr(Attr::Ints(opts.outputWritesInput.begin(),
+                                                     opts.outputWritesInput.end())));
+  }
   if (!opts.pipeline.empty()) {
     // fuse assumes values are not written after they are defined: a group reading a value
     // that an in-place op (copy_, index_put_) later overwrites would see the old contents. Such
@@ -733,6 +744,9 @@ CompiledGraph compileGraph(const Graph &g, backend::Target &target, const Compil
       pm.add(std::move(step));
     }
     pm.run(*im->graph);
+    bool writesAfter = false;
+    im->graph->walk([&](Op *op) { writesAfter |= op->def().has(kInPlace); });
+    im->stats.writesInputsInPlace = writesAfter && !writesInPlace;
   }
   const Graph &cg = *im->graph;
   if (Op *ret = cg.body()->terminator(); ret && ret->hasAttr("mem.arena"))

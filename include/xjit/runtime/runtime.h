@@ -31,8 +31,10 @@ namespace xjit::runtime {
 /// kernels read and write the activations with no reorder between convs (docs/perf.md).
 /// plan-memory plans no in-place updates: the runtime would give each its own arena slice
 /// (kernels do not write over their operands), which no other value can reuse.
+/// reinplace writes outputs the caller copies back into an input into that input's memory
+/// (CompileOptions::outputWritesInput; a no-op without it).
 inline constexpr const char *kDefaultPipeline =
-    "decompose-attention,decompose-batch-norm,layout,fuse,plan-memory{in-place=false}";
+    "decompose-attention,decompose-batch-norm,layout,fuse,reinplace,plan-memory{in-place=false}";
 /// kDefaultPipeline, or XJIT_PIPELINE when set (read once; for experiments and debugging).
 const std::string &defaultPipeline();
 
@@ -46,6 +48,12 @@ struct CompileOptions {
   bool checkInputs = true;
   /// Passed to Target::compile (keepText for --dump).
   backend::TargetOptions target;
+  /// Per graph output, the graph input the caller copies it into after each run (-1: none;
+  /// empty: none at all), as the frontend does for writes to inputs. The `reinplace` pass then
+  /// computes such an output in the input's own memory where nothing reads the input's old
+  /// contents afterwards (set as `return`'s io.input_of). The caller's copy then finds the
+  /// output already in place.
+  std::vector<int> outputWritesInput;
 };
 
 /// How the ops of a compiled graph are executed (all nesting levels counted).
@@ -59,6 +67,9 @@ struct CompileStats {
   int64_t arenaBytes = 0;   // the static memory plan's arena per concurrent call
   int plannedResults = 0;   // results written into the arena
   bool fuseSkipped = false; // the graph writes values in place: fuse was left out
+  /// reinplace wrote outputs into their inputs' memory: a run writes the caller's tensors
+  /// while it runs, not only through the caller's copy after it.
+  bool writesInputsInPlace = false;
   /// Results plan-memory lets overwrite an operand, given their own arena slice instead
   /// (generated kernels assume their buffers do not alias).
   int inPlaceSeparated = 0;

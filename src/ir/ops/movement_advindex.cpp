@@ -5,6 +5,7 @@
 // from the end. Boolean masks are not supported: their result shape depends on the data.
 #include "ops/movement_util.h"
 
+#include <cstring>
 #include <optional>
 
 namespace xjit::ops::mv {
@@ -54,8 +55,7 @@ std::vector<bool> indexedDims(const Op &op, size_t first, const Type &self, Shap
   bool any = false;
   for (size_t i = 0; i < n; ++i) {
     const Type &t = op.operand(first + i)->type();
-    if (t.kind() == TypeKind::None)
-      continue;
+    if (t.kind() == TypeKind::None) continue;
     if (!t.isTensor())
       inferFail(op.name() + ": index " + std::to_string(i) + " must be a tensor or none, got " +
                 t.str());
@@ -129,39 +129,81 @@ Plan plan(const Op &op, const Tensor &self, In in, size_t first) {
                std::to_string(self.rank()));
   bool any = false;
   for (size_t i = first; i < in.size(); ++i) {
-    if (in[i].isNone())
-      continue;
+    if (in[i].isNone()) continue;
     const Tensor &t = tensorIn(op, in, i);
     p.b = any ? broadcastSizes(p.b, t.sizes()) : t.sizes();
     any = has[i - first] = true;
   }
   for (size_t i = first; i < in.size(); ++i)
-    if (!in[i].isNone())
-      p.index[i - first] = expandTo(in[i].tensor(), p.b);
+    if (!in[i].isNone()) p.index[i - first] = expandTo(in[i].tensor(), p.b);
   p.layout = layoutOf(has);
   p.result = resultSizes(self.sizes(), p.layout, p.b);
   return p;
 }
 
+// Maps result multi-indices to self's linear index: the rest dims copied, the indexed dims read
+// from the (broadcast) index tensors, bounds-checked.
+class SelfIndex {
+public:
+  SelfIndex(const Op &op, const Tensor &self, const Plan &p)
+      : op_(op), self_(self), p_(p), src_(size_t(self.rank())), bIdx_(p.b.size()) {}
+
+  int64_t operator()(const std::vector<int64_t> &idx) {
+    const Layout &l = p_.layout;
+    const size_t nb = p_.b.size();
+    for (size_t k = 0; k < l.rest.size(); ++k)
+      src_[l.rest[k]] = idx[k < l.bpos ? k : k + nb];
+    std::copy(idx.begin() + l.bpos, idx.begin() + l.bpos + nb, bIdx_.begin());
+    int64_t bLinear = linearIndex(p_.b, bIdx_);
+    for (int64_t d : l.indexed) {
+      int64_t size = self_.sizes()[d], v = p_.index[d]->getInt(bLinear);
+      if (v < -size || v >= size)
+        kernelFail(op_.name() + ": index " + std::to_string(v) +
+                   " is out of bounds for dimension " + std::to_string(d) + " with size " +
+                   std::to_string(size));
+      src_[d] = v < 0 ? v + size : v;
+    }
+    return linearIndex(self_.sizes(), src_);
+  }
+
+private:
+  const Op &op_;
+  const Tensor &self_;
+  const Plan &p_;
+  std::vector<int64_t> src_, bIdx_;
+};
+
 // Calls f(result linear index, self linear index) for every element of the indexing result.
 template <class F> void forEachIndexed(const Op &op, const Tensor &self, const Plan &p, F f) {
+  SelfIndex selfIndex(op, self, p);
+  forEachIndex(p.result,
+               [&](const std::vector<int64_t> &idx, int64_t linear) { f(linear, selfIndex(idx)); });
+}
+
+// index_put without accumulation where the result ends with self's last dim, not indexed and of
+// stride 1 (a KV cache row, an embedding row): whole rows copied with memcpy from the contiguous
+// values, one index lookup per row. Returns false when the layout does not allow it.
+bool putRows(const Op &op, const Tensor &out, const Tensor &v, const Plan &p) {
   const Layout &l = p.layout;
-  size_t nb = p.b.size();
-  std::vector<int64_t> src(size_t(self.rank())), bIdx(nb);
-  forEachIndex(p.result, [&](const std::vector<int64_t> &idx, int64_t linear) {
-    for (size_t k = 0; k < l.rest.size(); ++k)
-      src[l.rest[k]] = idx[k < l.bpos ? k : k + nb];
-    std::copy(idx.begin() + l.bpos, idx.begin() + l.bpos + nb, bIdx.begin());
-    int64_t bLinear = linearIndex(p.b, bIdx);
-    for (int64_t d : l.indexed) {
-      int64_t size = self.sizes()[d], v = p.index[d]->getInt(bLinear);
-      if (v < -size || v >= size)
-        kernelFail(op.name() + ": index " + std::to_string(v) + " is out of bounds for dimension " +
-                   std::to_string(d) + " with size " + std::to_string(size));
-      src[d] = v < 0 ? v + size : v;
-    }
-    f(linear, linearIndex(self.sizes(), src));
+  const int64_t rank = out.rank();
+  if (rank == 0 || l.rest.size() <= l.bpos || l.rest.back() != rank - 1 ||
+      out.strides().back() != 1 || out.dtype() != v.dtype() || !v.isContiguous())
+    return false;
+  for (int64_t size : p.result)
+    if (size == 0) return true; // nothing to write (and elementOffset would divide by 0)
+  const int64_t row = out.sizes().back();
+  const size_t bytes = size_t(row) * size_t(dtypeSize(out.dtype()));
+  std::vector<int64_t> rows(p.result.begin(), p.result.end() - 1), idx;
+  SelfIndex selfIndex(op, out, p);
+  char *dst = static_cast<char *>(out.storage()->data());
+  const char *src = v.data();
+  forEachIndex(rows, [&](const std::vector<int64_t> &rowIdx, int64_t r) {
+    idx.assign(rowIdx.begin(), rowIdx.end());
+    idx.push_back(0);
+    const int64_t at = out.elementOffset(selfIndex(idx));
+    std::memcpy(dst + size_t(at) * size_t(dtypeSize(out.dtype())), src + size_t(r) * bytes, bytes);
   });
+  return true;
 }
 
 Results indexKernel(const Op &op, In in) {
@@ -193,6 +235,7 @@ Results indexPutKernel(const Op &op, In in, bool inPlace) {
   Tensor v = expandTo(values, p.result).contiguousCopy();
   Tensor out = inPlace ? self : self.contiguousCopy();
   bool acc = attrBool(op, "accumulate");
+  if (!acc && putRows(op, out, v, p)) return {RtValue(out)};
   forEachIndexed(op, out, p, [&](int64_t o, int64_t s) {
     if (acc)
       accumulate(out, s, v, o);
