@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["TABLE", "compare_op", "run_op"]
+__all__ = ["TABLE", "compare_op", "empty_meta", "layout_of", "relayout", "run_op", "run_op_meta", "to_meta"]
 
 DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
@@ -621,3 +621,80 @@ def compare_op(torch_results: list[Any], interp_results: list[Any]) -> str | Non
 
     message = compare_outputs(list(interp_results), list(torch_results))
     return message.replace("output", "result", 1) if message else None
+
+
+# ---- eager's output layouts (src/frontend/output_layout.cpp) ------------------------------
+# At capture the frontend walks the graph once more on meta tensors (sizes and strides, no
+# data) made from the real inputs: PyTorch's meta kernels apply eager's stride rules, so each
+# graph output's meta tensor has the strides eager would give it (docs/decisions.md).
+
+
+# Ops whose CPU kernels pick the result's memory format from their operands where the meta
+# kernels (which cannot tell the device) return contiguous results: convolutions (oneDNN's
+# mkldnn_conv_use_channels_last: input or weight channels_last) and group_norm (the input's
+# suggested format). Checked against eager in tests/python/frontend/test_output_strides.py.
+_CHANNELS_LAST_OPS = {f"conv{d}d" for d in (1, 2, 3)} | {f"conv_transpose{d}d" for d in (1, 2, 3)}
+_CHANNELS_LAST_OPS.add("group_norm")
+
+
+def _suggested_channels_last(t: Any) -> torch.memory_format | None:
+    if not isinstance(t, torch.Tensor) or t.dim() not in (4, 5):
+        return None
+    fmt = torch.channels_last if t.dim() == 4 else torch.channels_last_3d
+    # PyTorch's suggest_memory_format: channels_last strides, not also contiguous ones.
+    if t.is_contiguous(memory_format=fmt) and not t.is_contiguous():
+        return fmt
+    return None
+
+
+def run_op_meta(name: str, args: list[Any], attrs: Attrs, result_types: list[str]) -> Any:
+    """:func:`run_op` with factories making meta tensors (the operands are meta tensors)."""
+    if name == "view":  # as Tensor.view: it raises where eager's would (run_op's row copies)
+        return args[0].view(attrs["shape"])
+    with torch.device("meta"):
+        r = run_op(name, args, attrs, result_types)
+    if name in _CHANNELS_LAST_OPS and isinstance(r, torch.Tensor):
+        operands = args[:1] if name == "group_norm" else args[:2]
+        for fmt in map(_suggested_channels_last, operands):
+            if fmt is not None and r.dim() == args[0].dim():
+                return r.contiguous(memory_format=fmt)
+    return r
+
+
+def to_meta(value: Any) -> Any:
+    """A tensor as a meta tensor with its sizes and strides (other values unchanged)."""
+    if isinstance(value, torch.Tensor) and value.device.type != "meta":
+        return torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device="meta")
+    return value
+
+
+def empty_meta(sizes: list[int], dtype: str) -> torch.Tensor:
+    """A contiguous meta tensor (an op the meta walk could not run, with contiguous operands)."""
+    return torch.empty(sizes, dtype=DTYPES[dtype], device="meta")
+
+
+def layout_of(value: Any) -> Any:
+    """(sizes, strides, storage offset, contiguous operand) of a meta tensor, None otherwise."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    return tuple(value.shape), value.stride(), value.storage_offset(), value.is_contiguous()
+
+
+def relayout(value: torch.Tensor, strides: list[int], offset: int) -> torch.Tensor:
+    """`value`'s elements in a new tensor with these strides and storage offset (eager's
+    layout for it). Dims of stride 0 (expanded) hold one element: copied from index 0."""
+    sizes = value.shape
+    extent = offset + 1
+    for n, s in zip(sizes, strides):
+        if n == 0:
+            extent = offset
+            break
+        extent += (n - 1) * abs(s)
+    buffer = torch.empty(max(extent, 0), dtype=value.dtype, device=value.device)
+    out = buffer.as_strided(sizes, strides, offset)
+    if value.numel():
+        # Expanded dims (stride 0) would make copy_ write one location many times: write
+        # their first index only (the values agree along them: eager broadcast them).
+        one = [slice(0, 1) if s == 0 and n > 1 else slice(None) for n, s in zip(sizes, strides)]
+        out[tuple(one)].copy_(value[tuple(one)])
+    return out

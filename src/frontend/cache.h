@@ -5,6 +5,7 @@
 #pragma once
 
 #include "guards.h"
+#include "output_layout.h"
 #include "param_versions.h"
 #include "sources.h"
 
@@ -69,6 +70,10 @@ struct CompiledEntry {
   std::unique_ptr<Graph> graph;                           // what runs (after the pass pipeline)
   std::shared_ptr<const runtime::CompiledGraph> compiled; // backend="xjit": graph, compiled
   OutPlan result;
+  // The layout eager gives each graph output (output_layout.h), and the outputs that have one
+  // to keep (checked after each run, copied into it where the graph made another).
+  std::vector<OutputLayout> outputLayouts;
+  std::vector<size_t> laidOutOutputs;
   std::vector<EffectPlan> effects;
   std::vector<int> entrySlots;      // sources read by outputs/effects, evaluated before the graph
   std::vector<int64_t> externalIds; // registered external functions (unregistered on destroy)

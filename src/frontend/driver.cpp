@@ -5,6 +5,7 @@
 #include "eval_frame.h"
 #include "events.h"
 #include "native_backend.h"
+#include "output_layout.h"
 #include "tensor_bridge.h"
 
 #include "xjit/ir/diagnostics.h"
@@ -580,6 +581,85 @@ PyObject *continueAfterBreak(const CompiledEntry &e, const PyRef &args, const Fr
   return result;
 }
 
+/// The layouts eager gives the graph's outputs (output_layout.h), from the inputs of this call;
+/// the tensor inputs' layout classes are guarded, so a later call with inputs laid out otherwise
+/// (a transposed one, channels_last) recompiles. Where a tensor output's layout cannot be
+/// derived, the entry runs in Python (eager's layout is then not known).
+void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
+                   const std::vector<PyRef> &fallbacks, std::vector<Guard> &guards) {
+  std::vector<PyRef> in = pythonInputs(e, values, false);
+  bool symbolic = false;
+  for (const Type &t : e.inputTypes)
+    if (t.isTensor())
+      for (const DimExpr &d : t.shape())
+        symbolic = symbolic || !d.isStatic();
+  OutputLayouts layouts;
+  try {
+    // Before registerExternals, an external_call's `callee` indexes the capture's fallbacks.
+    ExternalCallables externals;
+    for (size_t i = 0; i < fallbacks.size(); ++i)
+      externals[int64_t(i)] = fallbacks[i];
+    layouts = deriveOutputLayouts(g, in, externals, symbolic);
+  } catch (const PyErrorSet &) {
+    if (interruptPending()) throw;
+    layouts.derived = false;
+    layouts.reason = "deriving the outputs' layouts failed: " + takePyErrorMessage();
+  } catch (const std::exception &ex) {
+    PyErr_Clear();
+    layouts.derived = false;
+    layouts.reason = std::string("deriving the outputs' layouts failed: ") + ex.what();
+  }
+  if (!layouts.derived && e.action == EntryAction::RunGraph) {
+    e.action = EntryAction::RunPython;
+    e.pythonReason = layouts.reason;
+  }
+  e.outputLayouts = std::move(layouts.outputs);
+  for (Guard &guard : guards) {
+    if (guard.kind != Guard::TensorMatch) continue;
+    const int slot = e.sources.add(guard.source);
+    if (std::find(e.inputSlots.begin(), e.inputSlots.end(), slot) == e.inputSlots.end()) continue;
+    if (const dlpack::DLTensor *t = values.tensor(slot))
+      guard.layout = layoutClass(t->shape, t->strides, t->ndim);
+  }
+}
+
+void markSeen(const OutPlan &p, std::vector<bool> &seen) {
+  if (p.kind == OutputNode::GraphOutput && p.index >= 0 && size_t(p.index) < seen.size())
+    seen[size_t(p.index)] = true;
+  if (p.definition) markSeen(*p.definition, seen);
+  for (const OutPlan &c : p.children)
+    markSeen(c, seen);
+}
+
+/// The outputs whose layout is kept: those the program can see (in the result, a break's
+/// arguments, a stored value). One only copied into an input (a write to it) needs none.
+void selectLaidOutOutputs(CompiledEntry &e) {
+  std::vector<bool> seen(e.outputLayouts.size(), false);
+  markSeen(e.result, seen);
+  for (const EffectPlan &fx : e.effects)
+    if (fx.kind != SideEffect::TensorCopy || fx.value.kind != OutputNode::GraphOutput)
+      markSeen(fx.value, seen);
+  for (size_t i = 0; i < e.outputLayouts.size(); ++i)
+    if (seen[i] && e.outputLayouts[i].kind != OutputLayout::Any) e.laidOutOutputs.push_back(i);
+}
+
+/// Puts each graph output into the layout eager gives it (CompiledEntry::outputLayouts): an
+/// output already in it is left alone (its Python object is made later, as for any output);
+/// another is copied into it. Throws PyErrorSet.
+void restoreLayouts(const CompiledEntry &e, const std::vector<RtValue> &outs,
+                    std::vector<PyRef> &done) {
+  if (e.outputLayouts.size() != outs.size()) return; // (cannot happen: outputs are fixed)
+  for (size_t i : e.laidOutOutputs) {
+    const OutputLayout &layout = e.outputLayouts[i];
+    if (!done[i]) {
+      const RtValue &v = outs[i];
+      if (!v.isTensor() || hasLayout(layout, v.tensor().sizes(), v.tensor().strides())) continue;
+      done[i] = fromRtValue(v);
+    }
+    done[i] = inLayout(layout, done[i]);
+  }
+}
+
 std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
                                           const ScopeOptions &opts) {
   if (settings().inject == "compile")
@@ -613,6 +693,7 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
                         "inference graphs; call it under torch.no_grad())";
     }
   }
+  deriveLayouts(*e, g, values, cap.fallbackCallables, guards);
   e->guards = std::make_unique<GuardSet>(guards, e->sources);
   e->guardText = e->guards->descriptions();
   e->result = planOutput(cap.result, *e, g);
@@ -629,6 +710,7 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     fx.text = (fx.target >= 0 ? e->sources.str(fx.target) : "G") + "." + s.name;
     e->effects.push_back(std::move(fx));
   }
+  selectLaidOutOutputs(*e);
   e->eager = opts.backend == Backend::Eager;
   e->gradModeAtExit = cap.gradModeAtExit;
   if (cap.breakPoint) {
@@ -911,6 +993,7 @@ PyObject *runChecked(const std::shared_ptr<CompiledEntry> &e, SourceValues &valu
         outs = runGraph(*e, std::move(in));
         done.resize(outs.size());
       }
+      restoreLayouts(*e, outs, done);
       compiled = buildOutput(e->result, outs, done, values);
     } catch (const InternalFailure &fail) {
       failure = fail.reason;
@@ -1020,6 +1103,7 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
       runInterpreter(*e, std::move(in), outs);
       done.resize(outs.size());
     }
+    restoreLayouts(*e, outs, done);
     PyRef result = buildOutput(e->result, outs, done, values);
     replayEffects(*e, outs, done, values);
     if (e->gradModeAtExit >= 0) setGradMode(e->gradModeAtExit == 1);

@@ -14,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace xjit::frontend {
 
@@ -23,6 +24,9 @@ namespace {
 struct EagerModule {
   PyObject *runOp = nullptr;
   PyObject *compareOp = nullptr;
+  PyObject *runOpMeta = nullptr;
+  PyObject *toMeta = nullptr;
+  PyObject *emptyMeta = nullptr;
 };
 
 const EagerModule &eagerModule() {
@@ -31,6 +35,9 @@ const EagerModule &eagerModule() {
     PyRef mod = checked(PyImport_ImportModule("xjit._eager"));
     r.runOp = checked(PyObject_GetAttrString(mod.get(), "run_op")).release();
     r.compareOp = checked(PyObject_GetAttrString(mod.get(), "compare_op")).release();
+    r.runOpMeta = checked(PyObject_GetAttrString(mod.get(), "run_op_meta")).release();
+    r.toMeta = checked(PyObject_GetAttrString(mod.get(), "to_meta")).release();
+    r.emptyMeta = checked(PyObject_GetAttrString(mod.get(), "empty_meta")).release();
     return r;
   }();
   return m;
@@ -113,6 +120,9 @@ std::vector<PyRef> splitResults(PyRef r, size_t n, const Op &op) {
   return out;
 }
 
+/// A KeyboardInterrupt or SystemExit (not an op's failure): it must propagate.
+bool interruptPending() { return PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception); }
+
 /// "'gelu' at model.py:12 (forward)": the op and the user's line it came from.
 std::string where(const Op &op) {
   return "'" + op.name() + "' at " + (op.loc().known() ? shortLoc(op.loc()) : "<unknown>");
@@ -121,6 +131,9 @@ std::string where(const Op &op) {
 struct Walker {
   const ExternalCallables &externals;
   bool check = false;
+  bool meta = false;                         // runMeta: meta tensors, layouts only
+  std::unordered_set<const Value *> unknown; // meta: values whose layout is not known
+  std::string eagerRaises;     // meta: the first op eager raises at (a view of the wrong strides)
   std::string firstDifference; // check: set at the first op that differs, then the walk stops
   std::unordered_map<const Value *, PyRef> values;
   // Shape symbols bound by the graph inputs, for ops with symbolic sizes (computed on first use).
@@ -207,6 +220,84 @@ struct Walker {
   }
 
   void runOp(const Op &op) {
+    if (meta) {
+      runOpMeta(op);
+      return;
+    }
+    runOpWith(op, eagerModule().runOp);
+  }
+
+  /// meta: the op on meta tensors; where it cannot run, its results are contiguous meta
+  /// tensors of its result types when that is what eager makes, else unknown.
+  void runOpMeta(const Op &op) {
+    bool operandsKnown = true;
+    for (Value *v : op.operands())
+      operandsKnown = operandsKnown && !unknown.count(v);
+    if (operandsKnown) {
+      try {
+        runOpWith(op, eagerModule().runOpMeta);
+        return;
+      } catch (const PyErrorSet &) {
+        if (interruptPending()) throw;
+        std::string message = takePyErrorMessage();
+        if (op.name() == "view" && eagerRaises.empty()) eagerRaises = where(op) + ": " + message;
+      } catch (const std::exception &) {
+        PyErr_Clear();
+      }
+    }
+    if (op.def().has(kInPlace) && !unknown.count(op.operand(0)) && op.numResults() == 1) {
+      bind(op, {get(op.operand(0))}); // writes operand 0 and returns it: its layout
+      return;
+    }
+    // (A PyTorch fallback may return a view, as_strided or unfold: no assumption for it.)
+    if (!op.def().has(kView) && op.numRegions() == 0 && op.name() != "external_call" &&
+        contiguousOperands(op)) {
+      std::vector<PyRef> results;
+      for (const auto &r : op.results()) {
+        PyRef m = emptyMetaOf(r->type());
+        if (!m) break;
+        results.push_back(std::move(m));
+      }
+      if (results.size() == op.numResults()) {
+        bind(op, results);
+        return;
+      }
+    }
+    for (const auto &r : op.results()) {
+      unknown.insert(r.get());
+      values[r.get()] = PyRef::borrow(Py_None);
+    }
+  }
+
+  /// Every tensor operand is known and contiguous (other operands are known).
+  bool contiguousOperands(const Op &op) {
+    static PyObject *isContiguousName = internedStr("is_contiguous");
+    for (Value *v : op.operands()) {
+      if (unknown.count(v)) return false;
+      if (!v->type().isTensor()) continue;
+      PyRef r = checked(PyObject_CallMethodNoArgs(get(v).get(), isContiguousName));
+      if (r.get() != Py_True) return false;
+    }
+    return true;
+  }
+
+  /// A contiguous meta tensor of type `t` (its sizes evaluated from the inputs' symbols);
+  /// null for a non-tensor or a size the inputs do not determine.
+  PyRef emptyMetaOf(const Type &t) {
+    if (!t.isTensor()) return {};
+    PyRef sizes = checked(PyList_New(0));
+    for (const DimExpr &d : t.shape()) {
+      std::optional<int64_t> n = d.evaluate(boundSymbols());
+      if (!n) return {};
+      if (PyList_Append(sizes.get(), checked(PyLong_FromLongLong(*n)).get()) != 0)
+        throw PyErrorSet();
+    }
+    PyRef dt = checked(PyUnicode_FromString(std::string(dtypeName(t.dtype())).c_str()));
+    return checked(
+        PyObject_CallFunctionObjArgs(eagerModule().emptyMeta, sizes.get(), dt.get(), nullptr));
+  }
+
+  void runOpWith(const Op &op, PyObject *runOpFn) {
     std::vector<PyRef> operands;
     for (Value *v : op.operands())
       operands.push_back(get(v));
@@ -240,7 +331,11 @@ struct Walker {
     if (hasSymbolicSizes(op)) resolved = std::make_unique<ResolvedOp>(op, boundSymbols());
     const Op &run = resolved ? resolved->op() : op;
     if (op.def().has(kConstantLike)) {
-      bind(op, interpretOp(run, operands));
+      std::vector<PyRef> r = interpretOp(run, operands);
+      if (meta)
+        for (PyRef &v : r)
+          v = checked(PyObject_CallOneArg(eagerModule().toMeta, v.get()));
+      bind(op, r);
       return;
     }
     PyRef attrs = checked(PyDict_New());
@@ -259,9 +354,8 @@ struct Walker {
         if (isPlainTensor(o.get())) o = checked(PyObject_CallMethodNoArgs(o.get(), cloneName));
     }
     PyRef nameObj = checked(PyUnicode_FromString(name.c_str()));
-    PyRef r = checked(PyObject_CallFunctionObjArgs(eagerModule().runOp, nameObj.get(),
-                                                   listOf(operands).get(), attrs.get(),
-                                                   listOf(types).get(), nullptr));
+    PyRef r = checked(PyObject_CallFunctionObjArgs(runOpFn, nameObj.get(), listOf(operands).get(),
+                                                   attrs.get(), listOf(types).get(), nullptr));
     if (r.get() == Py_NotImplemented) { // no PyTorch row: the reference interpreter
       bind(op, interpretOp(run, operands));
       return;
@@ -299,6 +393,25 @@ std::vector<PyRef> runEager(const Graph &g, const std::vector<PyRef> &inputs,
                             const ExternalCallables &externals) {
   Walker w{externals};
   return w.runBlock(*g.body(), inputs);
+}
+
+std::vector<PyRef> runMeta(const Graph &g, const std::vector<PyRef> &inputs,
+                           const ExternalCallables &externals, std::vector<bool> &unknown,
+                           std::string &eagerRaises) {
+  Walker w{externals};
+  w.meta = true;
+  w.body = g.body(); // shape symbols bind from the real inputs
+  w.inputs = inputs;
+  std::vector<PyRef> metaInputs;
+  for (const PyRef &in : inputs)
+    metaInputs.push_back(checked(PyObject_CallOneArg(eagerModule().toMeta, in.get())));
+  std::vector<PyRef> out = w.runBlock(*g.body(), metaInputs);
+  unknown.assign(out.size(), false);
+  const Op *ret = g.body()->terminator();
+  for (size_t i = 0; ret && i < out.size() && i < ret->numOperands(); ++i)
+    unknown[i] = w.unknown.count(ret->operand(i)) > 0;
+  eagerRaises = w.eagerRaises;
+  return out;
 }
 
 std::string firstDifferingOp(const Graph &g, const std::vector<PyRef> &inputs,

@@ -20,6 +20,21 @@ using ExternalCallables = std::map<int64_t, PyRef>;
 std::vector<PyRef> runEager(const Graph &g, const std::vector<PyRef> &inputs,
                             const ExternalCallables &externals);
 
+/// The layouts eager would give the graph's outputs: `g` walked as runEager does, on meta tensors
+/// made from `inputs` (their sizes and strides; PyTorch's meta kernels follow eager's stride
+/// rules). Returns each output's meta tensor (or Python value); `unknown[i]` is set where the
+/// walk could not follow an op that output depends on (an op without a meta kernel whose
+/// operands are not all contiguous, a view op, a branch on a tensor's value). An op that fails
+/// on meta tensors with contiguous operands is taken to make a contiguous result (TensorIterator
+/// and library kernels do). External calls (PyTorch fallbacks, which the analyzer already ran
+/// on meta tensors at capture) run on the meta tensors too; one that fails makes its results
+/// unknown (it may return a view). `eagerRaises` is set (to the op and PyTorch's message) where
+/// eager itself would raise: a `view` its operand's strides do not allow (the graph's view
+/// copies). Throws PyErrorSet only for an interrupt.
+std::vector<PyRef> runMeta(const Graph &g, const std::vector<PyRef> &inputs,
+                           const ExternalCallables &externals, std::vector<bool> &unknown,
+                           std::string &eagerRaises);
+
 /// --check: walks `g` as runEager does and, for every op, also runs it in the reference
 /// interpreter on the same operands. Returns "" when every op agrees, else a description of the
 /// first op whose results differ, with its source location, e.g.

@@ -1,5 +1,7 @@
 #include "guards.h"
 
+#include "output_layout.h"
+
 #include "tensor_bridge.h"
 
 #include "xjit/ir/diagnostics.h"
@@ -85,6 +87,7 @@ GuardSet::GuardSet(const std::vector<Guard> &guards, SourceTable &table) {
       c.requiresGrad = g.requiresGrad;
       c.sizes = g.sizes;
       c.strides = g.strides;
+      c.layout = g.layout;
       if (!c.strides.empty() && c.strides.size() != c.sizes.size())
         throw Error(ErrorKind::Internal, "tensor guard with " + std::to_string(c.sizes.size()) +
                                              " sizes but " + std::to_string(c.strides.size()) +
@@ -355,6 +358,8 @@ bool GuardSet::checkTensor(const Compiled &g, SourceValues &values, std::vector<
         return fail(src + " stride(" + std::to_string(d) + ") == " + std::to_string(g.strides[d]));
     }
   }
+  if (!g.layout.empty() && layoutClass(t->shape, t->strides, t->ndim) != g.layout)
+    return fail(src + " has the memory layout (dim order) it had at capture");
   int rg = requiresGrad(values.get(g.slot));
   bool ok = rg >= 0 && (rg == 1) == g.requiresGrad;
   return ok || fail(src + ".requires_grad == " + boolStr(g.requiresGrad));

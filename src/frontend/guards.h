@@ -49,6 +49,7 @@ private:
     bool requiresGrad = false;
     std::vector<int64_t> sizes, strides;
     std::vector<int> symbols; // per dim: -1 static, else the symbol's index
+    std::vector<int8_t> layout; // the layout class (output_layout.h); empty: not checked
     // SizeAtMost: lhs <= rhs, evaluated after every tensor guard has bound its symbols
     DimExpr lhs, rhs;
     std::vector<int> others; // NoOverlap: the other tensors' slots

@@ -99,6 +99,9 @@ struct Guard {
   bool requiresGrad = false;
   std::vector<int64_t> sizes, strides;
   std::vector<std::string> symbols; // per dim: "" static, else the symbol name (e.g. "s0")
+  // TensorMatch: the input's layout class (output_layout.h layoutClass), when the layouts of
+  // the graph's outputs were derived from it (empty: not checked).
+  std::vector<int8_t> layout;
   // SizeAtMost: the two sides as dim expression text ("s1", "s0+2"), as ir/dim.h parses it.
   std::string lhs, rhs;
   std::vector<Source> others; // NoOverlap

@@ -1,0 +1,58 @@
+// The layouts (strides) eager PyTorch gives a graph's outputs, derived at capture and restored
+// after each run: programs can observe strides (`.stride()`, `.is_contiguous()`, `.view()`
+// raising, whether `reshape` copies), so a compiled graph must hand back what eager would.
+#pragma once
+
+#include "eager.h"
+
+#include "xjit/frontend/capture.h"
+#include "xjit/ir/interpreter.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace xjit::frontend {
+
+/// The layout eager gives one graph output.
+struct OutputLayout {
+  enum Kind : uint8_t {
+    Any,   // not a tensor, or returned as the graph makes it
+    Dense, // non-overlapping and dense, dims ordered `order` (outermost first): the strides
+           // follow from the sizes (valid for symbolic sizes). Contiguous is order 0..n-1.
+    Exact, // `strides` and `offset` as recorded (expanded or strided views; static sizes)
+  };
+  Kind kind = Any;
+  std::vector<int> order;
+  std::vector<int64_t> strides;
+  int64_t offset = 0;
+};
+
+/// What the capture found: one layout per graph output, or `derived` false where the meta walk
+/// could not tell an output's layout (the entry then runs in Python, with `reason`).
+struct OutputLayouts {
+  std::vector<OutputLayout> outputs;
+  bool derived = true;
+  std::string reason;
+};
+
+/// Walks the captured graph `g` on meta tensors made from `inputs` (runMeta) and records each
+/// output's layout. `symbolic`: the graph has symbolic sizes (an exact layout then cannot be
+/// recorded). Throws PyErrorSet for an interrupt.
+OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inputs,
+                                  const ExternalCallables &externals, bool symbolic);
+
+/// Whether `sizes`/`strides` (a run's output) already are `layout`.
+bool hasLayout(const OutputLayout &layout, const std::vector<int64_t> &sizes,
+               const std::vector<int64_t> &strides);
+
+/// `value` (a torch tensor) in `layout`: itself when it already is, else a copy in it.
+/// Throws PyErrorSet.
+PyRef inLayout(const OutputLayout &layout, PyRef value);
+
+/// The layout class of a tensor input (guards): per dim, -1 for a size-1 dim, else the rank of
+/// its stride among the other dims' (0 largest; equal strides share a rank; -2 for stride 0),
+/// then 1 if the tensor is non-overlapping and dense. Eager's stride rules (TensorIterator's dim
+/// order, conv's memory format) depend on the inputs' layouts only through this class.
+std::vector<int8_t> layoutClass(const int64_t *sizes, const int64_t *strides, int ndim);
+
+} // namespace xjit::frontend
