@@ -335,6 +335,10 @@ public:
   /// Restarts the analysis with the (first) symbol of `e` made static.
   [[noreturn]] void specialize(const DimExpr &e) const;
   int64_t hintOf(const DimExpr &e) const;
+  /// Before an elementwise op broadcasts its operands: two different sizes at a dim, one of
+  /// them symbolic, are assumed equal by the IR's type inference. Guards that they are (or
+  /// specializes where this call broadcasts a size of 1, or where they differ).
+  void checkSymbolicBroadcast(const std::vector<VarPtr> &operands);
   /// Records that the capture assumes `lo <= hi` on every call (a symbolic slice bound within
   /// its dim, split sizes that fit...), as a SizeAtMost guard over the shape symbols, like
   /// torch.compile's range guards; nothing when the expressions alone decide it. The caller has

@@ -384,8 +384,40 @@ VarPtr Analyzer::wrapIr(Value *v, bool requiresGrad) {
   fail("an op result of type " + t.str() + " used as a Python value");
 }
 
+void Analyzer::checkSymbolicBroadcast(const std::vector<VarPtr> &operands) {
+  std::vector<const Shape *> shapes;
+  size_t rank = 0;
+  for (const VarPtr &v : operands)
+    if (auto *tv = as<TensorVar>(v)) {
+      shapes.push_back(&tv->type().shape());
+      rank = std::max(rank, shapes.back()->size());
+    }
+  for (size_t i = 0; i < rank; ++i) {
+    const DimExpr *first = nullptr; // the first size other than 1 at this dim (from the right)
+    for (const Shape *s : shapes) {
+      if (i >= s->size()) continue;
+      const DimExpr &d = (*s)[s->size() - 1 - i];
+      if (d.isStatic() && d.value() == 1) continue;
+      if (!first) {
+        first = &d;
+        continue;
+      }
+      if (d == *first || (d.isStatic() && first->isStatic())) continue; // inference checks
+      // Two different sizes of which one at least is symbolic: the IR assumes them equal.
+      // Where one is 1 at this call eager broadcasts it: specialize it (s0-1 with s0 = 2).
+      // Where they differ otherwise eager raises: specialize, so capture raises the same.
+      int64_t ha = hintOf(*first), hb = hintOf(d);
+      if (ha == 1 || hb == 1 || ha != hb) specialize(hb == 1 || first->isStatic() ? d : *first);
+      assumeEqual(*first, d, "broadcast of symbolic sizes");
+    }
+  }
+}
+
 std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<VarPtr> &operands,
                                    AttrMap attrs, bool view) {
+  if (operands.size() >= 2)
+    if (const OpDef *def = OpRegistry::instance().lookup(opName); def && def->has(kElementwise))
+      checkSymbolicBroadcast(operands);
   std::vector<Value *> vals;
   vals.reserve(operands.size());
   for (const VarPtr &v : operands)

@@ -68,3 +68,24 @@ def test_written_constant_output_does_not_change_the_next_call():
         t.add_(100)
     for got, want in zip(compiled(a), fn(a)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_symbolic_broadcast_of_a_size_that_is_one_at_this_call():
+    # seed 197: under dynamic=True, x[1:] ([s0-1, 4]) divided by x[:, :1] ([s0, 1]) was captured
+    # at s0 = 2 assuming s0-1 == s0 (the IR's broadcast of two symbolic sizes); the kernel then
+    # failed at run time (an internal error and a fallback). Now it specializes s0, and a call
+    # whose sizes do not broadcast raises eager's error.
+    def fn(a):
+        v = a * a
+        return v[1:] / (v[..., :1].abs() + 1)
+
+    compiled = xjit.jit(fn, dynamic=True)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", xjit.XjitWarning)
+        for b in (2, 1, 2):
+            a = torch.randn(b, 4)
+            torch.testing.assert_close(compiled(a), fn(a))
+        with pytest.raises(RuntimeError, match="must match the size"):
+            compiled(torch.randn(3, 4))
