@@ -1,7 +1,8 @@
 """Models beyond the bench suite, as regression tests: bench/zoo.py's builders at its TINY size, Hugging Face
 GPT-Neo, T5 (encoder and decoder), Swin, Mistral, Gemma and Falcon (one key/value head: the
 repeat_kv reshape that plan-memory took for a copy), GPT-J (repeat_interleave), wav2vec2
-(weight-norm parametrization, an lru_cached probe), Phi, BART and the Whisper encoder, and a
+(weight-norm parametrization, an lru_cached probe), Phi, BART, the Whisper encoder, BLOOM (an
+autograd.Function GELU) and a
 MobileNet-style CNN with depthwise convs, with random weights, through xjit.jit (native backend)
 under torch.no_grad() in eval mode: one graph, no graph breaks, no PyTorch fallback nodes, no
 warnings, and the output of three calls equal to eager's. Plus the two small patterns behind
@@ -42,6 +43,7 @@ TESTED = [
     "bart",
     "whisper-encoder",
     "wav2vec2",
+    "bloom",  # its GELU is an autograd.Function: inlined under no_grad
     "mobilenet",
 ]
 CODE_MODELS = {"mobilenet"}  # written in bench/zoo.py, not transformers
