@@ -166,11 +166,53 @@ Im2colMode im2colMode() {
   return mode;
 }
 
+/// A Winograd convolution and the direct one for the same call. Winograd's transforms add and
+/// subtract neighbouring pixels, so one NaN or Inf spoils a whole output tile (a 4x4 block
+/// gets NaN where the direct convolution, and PyTorch, give finite values or Inf): calls whose
+/// input or run-time weights hold a non-finite value run the direct convolution instead. The
+/// scan reads the input once (a 64-channel 56x56 batch-8 activation: 6.4 MB, ~0.3 ms on one
+/// thread against the ~8 ms Winograd saves there).
+class WinogradConvPlan : public Plan {
+public:
+  std::unique_ptr<Plan> winograd, direct;
+  const ConvSpec *spec = nullptr;
+  bool scanWeights = false; // run-time weights (constant ones were checked at compile time)
+
+  void run(std::span<const RtValue> in, const Tensor &out) const override {
+    bool finite = !hasNonFinite(tensorOf(spec->x, in), false) &&
+                  !(scanWeights && hasNonFinite(tensorOf(spec->w, in), false));
+    (finite ? winograd : direct)->run(in, out);
+  }
+  std::string info() const override {
+    return winograd->info() + " (" + direct->info() + " for inputs with NaN or Inf)";
+  }
+};
+
+/// XJIT_CONV_WINOGRAD: "auto" (default) tries oneDNN's Winograd convolution for 3x3 stride-1
+/// convolutions where it pays (kWinogradMinPixels), "0" never, "1" wherever it applies (tests).
+enum class WinogradMode { Auto, Never, Always };
+/// Read whenever a plan is made (once per kernel and shape), so that tests can switch it.
+WinogradMode winogradMode() {
+  const char *v = std::getenv("XJIT_CONV_WINOGRAD");
+  if (!v || !*v || std::string(v) == "auto") return WinogradMode::Auto;
+  return std::string(v) == "0" ? WinogradMode::Never : WinogradMode::Always;
+}
+
+/// Output pixels (batch x height x width) from which a Winograd convolution pays for
+/// transforming run-time weights on every call. oneDNN 2.6's weight transform is slow (one
+/// thread: 0.6-1.6 ms for 64x64x3x3, 6.4-10 ms for 128x128x3x3) against a convolution 1.3-2.5x
+/// faster than brgconv (docs/perf.md "Session 7"). In ResNet-18 at batch 8 the 56x56 stage
+/// (25K pixels) gains, the 28x28 one (6K pixels) loses: the transform outweighs the saving.
+/// Weights transformed once (constant, or tagged by the weight cache) take it at any size.
+constexpr int64_t kWinogradMinPixels = 16384;
+
 class ConvKernel : public LibraryKernel {
 public:
   explicit ConvKernel(ConvSpec s) : s_(std::move(s)) {
-    if (s_.w.constant && s_.w.constant->isTensor())
+    if (s_.w.constant && s_.w.constant->isTensor()) {
       packed_ = std::make_unique<PackedWeights>(s_.w.constant->tensor());
+      constantWeightsFinite_ = !hasNonFinite(s_.w.constant->tensor(), false);
+    }
   }
 
   std::string describe() const override {
@@ -182,6 +224,25 @@ public:
   }
 
   std::unique_ptr<Plan> makePlan(std::span<const RtValue> in) const override {
+    bool winograd = false;
+    std::unique_ptr<Plan> plan = buildPlan(in, true, winograd);
+    if (!winograd) return plan;
+    auto both = std::make_unique<WinogradConvPlan>();
+    both->dtype = plan->dtype;
+    both->resultSizes = plan->resultSizes;
+    both->spec = &s_;
+    both->scanWeights = !packed_;
+    both->winograd = std::move(plan);
+    both->direct = buildPlan(in, false, winograd);
+    return both;
+  }
+
+private:
+  /// The plan for this call's shapes; with `allowWinograd`, a Winograd convolution where
+  /// winogradPays (then `usedWinograd` is set).
+  std::unique_ptr<Plan> buildPlan(std::span<const RtValue> in, bool allowWinograd,
+                                  bool &usedWinograd) const {
+    usedWinograd = false;
     Tensor X = tensorOf(s_.x, in), W = tensorOf(s_.w, in), B = tensorOf(s_.bias, in);
     size_t nd = s_.nd;
     if (X.numel() == 0) throw KernelError("conv: empty input");
@@ -264,9 +325,12 @@ public:
     // layout (nChw16c: what PyTorch's ideep uses; the reorders from and to NCHW are cheap),
     // then whatever oneDNN prefers (`any`), then the op's own plain layout (which also
     // materializes binary post-op operands). A dense channels-last input starts at plain.
-    enum Layout { Blocked16, Any, Plain };
+    enum Layout { Winograd, Blocked16, Any, Plain };
     std::vector<Layout> attempts = {Blocked16, Any, Plain};
     if (s_.channelsLast && isDense(X)) attempts = {Plain};
+    // Winograd (its own blocked layouts, reordered in and out) comes first where it pays.
+    if (allowWinograd && winogradPays(X, W, xs, out, strides, dilates))
+      attempts.insert(attempts.begin(), Winograd);
     auto blocked16 = [&](const Dims &d) {
       using T = memory::format_tag;
       T tag = nd == 1 ? T::nCw16c : nd == 2 ? T::nChw16c : T::nCdhw16c;
@@ -283,11 +347,14 @@ public:
       // Few input channels (a first layer on RGB): read NCHW directly, as ideep does,
       // rather than padding the channels to 16.
       memory::desc plainSrc = isDense(X) ? srcUser : denseInLayout(xs, dt);
-      memory::desc srcWant = plain                 ? plainSrc
-                             : attempts[ai] == Any ? anyOf(xs)
-                             : xs[1] % 16 == 0     ? blocked16(xs)
-                                                   : plainSrc;
-      memory::desc dstWant = plain ? dstUser : attempts[ai] == Any ? anyOf(ds) : blocked16(ds);
+      bool winograd = attempts[ai] == Winograd;
+      memory::desc srcWant = plain                             ? plainSrc
+                             : attempts[ai] == Any || winograd ? anyOf(xs)
+                             : xs[1] % 16 == 0                 ? blocked16(xs)
+                                                               : plainSrc;
+      memory::desc dstWant = plain                             ? dstUser
+                             : attempts[ai] == Any || winograd ? anyOf(ds)
+                                                               : blocked16(ds);
       dnnl::post_ops po;
       plan->post = std::make_unique<BoundPostOps>(s_.post, in, result, map, plain, po,
                                                   attempts[ai] == Blocked16 ? &dstWant : nullptr);
@@ -310,7 +377,8 @@ public:
                       attr, cpuEngine());
         else
           cpd.emplace(describe(std::type_identity<dnnl::convolution_forward::desc>{},
-                               dnnl::algorithm::convolution_direct),
+                               winograd ? dnnl::algorithm::convolution_winograd
+                                        : dnnl::algorithm::convolution_direct),
                       attr, cpuEngine());
         const dnnl::primitive_desc &pd = cpd ? static_cast<const dnnl::primitive_desc &>(*cpd)
                                              : static_cast<const dnnl::primitive_desc &>(*dpd);
@@ -337,12 +405,36 @@ public:
         if (attempt == 1) throw;
         continue;
       }
+      usedWinograd = winograd;
       return plan;
     }
     throw KernelError("conv: no oneDNN implementation");
   }
 
-private:
+  /// Whether to try oneDNN's Winograd convolution first: a plain 2-D f32 3x3 convolution,
+  /// stride 1, undilated, ungrouped, with eltwise post-ops only (a full-shape binary operand
+  /// would need Winograd's own dst layout), and either weights transformed once (constant or
+  /// tagged) or enough output pixels to repay the per-call weight transform. Winograd rounds
+  /// differently from the direct convolution (about 1e-6 relative per layer, within the
+  /// 1e-5 the suite checks: tests/python/test_conv_winograd.py).
+  bool winogradPays(const Tensor &X, const Tensor &W, const Dims &xs, const Dims &out,
+                    const memory::dims &strides, const memory::dims &dilates) const {
+    WinogradMode mode = winogradMode();
+    if (mode == WinogradMode::Never || s_.transposed || s_.groups != 1 || s_.nd != 2 ||
+        s_.dtype != DType::F32 || X.dtype() != DType::F32 || W.dtype() != DType::F32 ||
+        W.size(2) != 3 || W.size(3) != 3)
+      return false;
+    for (int64_t d : strides)
+      if (d != 1) return false;
+    for (int64_t d : dilates)
+      if (d != 0) return false;
+    for (const PostOp &p : s_.post)
+      if (p.binary) return false;
+    if (packed_ && !constantWeightsFinite_) return false;
+    if (mode == WinogradMode::Always || packed_ || currentContentTag(W.data()) != 0) return true;
+    return xs[0] * out[2] * out[3] >= kWinogradMinPixels;
+  }
+
   /// Im2colConvPlan when it applies and pays: a plain 2-D f32 convolution with
   /// dense OIHW run-time weights (constant ones are prepacked once, and tagged ones are
   /// cached by runtimeWeights: both are better served blocked), eltwise post-ops only, and
@@ -437,6 +529,7 @@ private:
 
   ConvSpec s_;
   std::unique_ptr<PackedWeights> packed_;
+  bool constantWeightsFinite_ = true; // constant weights without NaN/Inf may take Winograd
 };
 
 } // namespace
