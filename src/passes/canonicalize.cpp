@@ -100,6 +100,15 @@ bool escapes(const Value *v, bool throughReshape, int depth = 0) {
   return false;
 }
 
+/// The tensor a view chain starts from.
+const Value *viewRoot(const Value *v) {
+  while (const Op *def = v->definingOp()) {
+    if (!aliasesOperand(*def) || def->numOperands() == 0) break;
+    v = def->operand(0);
+  }
+  return v;
+}
+
 /// Ops whose results are fresh tensors (not views of an operand, not forwarded values).
 bool computesFresh(const Op &op) {
   const std::string &n = op.name();
@@ -119,9 +128,15 @@ bool Rewriter::replace(const std::vector<Value *> &values) {
     if (!v || v->type() != old->type()) return false;
     if (computesFresh(root_) && !isFresh(v)) {
       if (written(old) || written(v)) return false;
-      // Not for a graph output, or a view of one, that would alias a graph input: the caller
-      // may write one after the call (clone(a).t() returned as a view of a).
-      if (escapes(old, true) && reachesGraphInput(v)) return false;
+      // Not for a graph output, or a view of one, that would alias a graph input or another
+      // output: the caller (or the code after a graph break) may write one of them after the
+      // call (clone(a).t() returned as a view of a; (t, t.clone()) as one tensor twice).
+      // (Eval-mode dropout and a cast to the own dtype return their operand itself in eager.)
+      bool eagerReturnsOperand =
+          (root_.name() == "dropout" || root_.name() == "cast") && v == root_.operand(0);
+      if (escapes(old, true) &&
+          (reachesGraphInput(v) || (!eagerReturnsOperand && escapes(viewRoot(v), true))))
+        return false;
     }
   }
   for (size_t i = 0; i < values.size(); ++i)

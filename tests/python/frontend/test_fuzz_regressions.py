@@ -89,3 +89,20 @@ def test_symbolic_broadcast_of_a_size_that_is_one_at_this_call():
             torch.testing.assert_close(compiled(a), fn(a))
         with pytest.raises(RuntimeError, match="must match the size"):
             compiled(torch.randn(3, 4))
+
+
+def test_clone_written_after_a_graph_break_is_not_its_source():
+    # seed 1719: v = t.clone(), then a write to v after a graph break (index_put_ with a tensor
+    # value breaks under dynamic=True). The graph returned (t, clone(t)) as one tensor twice,
+    # so the write also changed t.
+    def fn(a):
+        t = torch.cos(a)
+        v = t.clone()
+        v.index_put_((torch.tensor([0]),), torch.tensor(4.0))
+        return t, v
+
+    compiled = xjit.jit(fn, dynamic=True)
+    for b in (3, 4):
+        a = torch.randn(b, 1)
+        for got, want in zip(compiled(a), fn(a)):
+            torch.testing.assert_close(got, want)
