@@ -16,7 +16,7 @@ from .programs import Program, load
 # of a dozen ops get a little slack. Integer and bool results compare exactly.
 TOLERANCES = {
     torch.float32: (1e-4, 1e-5),
-    torch.float64: (1e-7, 1e-9),
+    torch.float64: (1e-5, 1e-7),  # f64 results are often casts of f32 ones
     torch.float16: (1e-2, 1e-3),
     torch.bfloat16: (2e-2, 1e-2),
 }

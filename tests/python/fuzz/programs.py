@@ -308,7 +308,7 @@ def op_matmul(g: "Generator") -> str | None:
     dt = "" if t.dtype == torch.float32 else ", dtype=torch.float64"
     n_out = r.choice([1, 3, 4, 7])
     w = f"torch.linspace(-1, 1, {n_out * k}{dt}).reshape({n_out}, {k})"
-    forms = [f"F.linear({x}, {w})", f"F.linear({x}, {w}, torch.arange({n_out}{dt}))",
+    forms = [f"F.linear({x}, {w})", f"F.linear({x}, {w}, torch.arange({n_out}, dtype={x}.dtype))",
              f"{x} @ {w}.t()"]
     if t.dim() >= 2:
         forms += [f"{x} @ {x}.transpose(-1, -2)", f"torch.matmul({x}.transpose(-1, -2), {x})"]
