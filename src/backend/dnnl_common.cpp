@@ -112,7 +112,18 @@ void execute(const dnnl::primitive &prim, std::unordered_map<int, memory> &args)
 
 Densify::Densify(const memory::desc &from, const memory::desc &to)
     : active_(true), from_(from), to_(to),
-      prim_(dnnl::reorder::primitive_desc(cpuEngine(), from, cpuEngine(), to, userScratchpad())) {}
+      prim_(dnnl::reorder::primitive_desc(cpuEngine(), from, cpuEngine(), to, userScratchpad())),
+      winograd_(planWinogradWeights(from, to)) {}
+
+void Densify::reorder(const Tensor &t, const memory &to) const {
+  if (winograd_) {
+    transformWinogradWeights(*winograd_, reinterpret_cast<const float *>(t.data()),
+                             static_cast<float *>(to.get_data_handle()));
+    return;
+  }
+  std::unordered_map<int, memory> args = {{DNNL_ARG_FROM, wrap(from_, t)}, {DNNL_ARG_TO, to}};
+  execute(prim_, args);
+}
 
 void *threadScratch(ScratchSlot slot, size_t bytes) {
   struct Buffer {
@@ -132,23 +143,19 @@ void *threadScratch(ScratchSlot slot, size_t bytes) {
 
 memory Densify::intoScratch(const Tensor &t, ScratchSlot slot) const {
   memory to(to_, cpuEngine(), threadScratch(slot, to_.get_size()));
-  std::unordered_map<int, memory> args = {{DNNL_ARG_FROM, wrap(from_, t)}, {DNNL_ARG_TO, to}};
-  execute(prim_, args);
+  reorder(t, to);
   return to;
 }
 
 memory Densify::intoNew(const Tensor &t) const {
   memory to(to_, cpuEngine());
-  std::unordered_map<int, memory> args = {{DNNL_ARG_FROM, wrap(from_, t)}, {DNNL_ARG_TO, to}};
-  execute(prim_, args);
+  reorder(t, to);
   return to;
 }
 
 Tensor Densify::operator()(const Tensor &t, DType dt) const {
   Tensor out = allocateOutput(dt, {static_cast<int64_t>(to_.get_size()) / dtypeSize(dt)});
-  std::unordered_map<int, memory> args = {{DNNL_ARG_FROM, wrap(from_, t)},
-                                          {DNNL_ARG_TO, wrap(to_, out)}};
-  execute(prim_, args);
+  reorder(t, wrap(to_, out));
   return out;
 }
 

@@ -9,6 +9,7 @@
 // primitive prefers); plans are cached by the executable (dnnl_kernels.cpp).
 #pragma once
 
+#include "winograd_weights.h"
 #include "xjit/backend/target.h"
 #include "xjit/ir/value.h"
 
@@ -149,12 +150,17 @@ public:
   /// `t` in the layout `to`, in a new buffer the returned memory owns.
   memory intoNew(const Tensor &t) const;
   const memory::desc &from() const { return from_; }
+  /// True when this is a Winograd weight transform done by xjit's fast code (winograd_weights.h).
+  bool fastWinograd() const { return winograd_.has_value(); }
   const memory::desc &to() const { return to_; }
 
 private:
   bool active_ = false;
   memory::desc from_, to_;
   dnnl::reorder prim_;
+  // Into a Winograd layout: xjit's transform instead of oneDNN's slower reorder.
+  std::optional<WinogradWeightLayout> winograd_;
+  void reorder(const Tensor &t, const memory &to) const;
 };
 
 /// The dense row-major descriptor of `dims`.

@@ -199,12 +199,16 @@ WinogradMode winogradMode() {
 }
 
 /// Output pixels (batch x height x width) from which a Winograd convolution pays for
-/// transforming run-time weights on every call. oneDNN 2.6's weight transform is slow (one
-/// thread: 0.6-1.6 ms for 64x64x3x3, 6.4-10 ms for 128x128x3x3) against a convolution 1.3-2.5x
-/// faster than brgconv (docs/perf.md "Session 7"). In ResNet-18 at batch 8 the 56x56 stage
-/// (25K pixels) gains, the 28x28 one (6K pixels) loses: the transform outweighs the saving.
-/// Weights transformed once (constant, or tagged by the weight cache) take it at any size.
-constexpr int64_t kWinogradMinPixels = 16384;
+/// transforming run-time weights on every call, against a convolution 1.3-2.5x faster than
+/// brgconv (docs/perf.md "Session 7"). With xjit's transform (winograd_weights.h: one thread,
+/// 0.08 ms for 64x64x3x3, 1.1 ms for 128x128x3x3, 1.5 ms for 256x256x3x3) from 1K pixels:
+/// ResNet-18's 56x56 stage at batch 1 (3K pixels) gains, its 28x28 stage at batch 1 (784
+/// pixels, F(4x4) chosen) would break even, 14x14 and 7x7 lose. Where only oneDNN's transform
+/// applies (5-8x slower) from 16K pixels: its 128x128 transform outweighed the saving on
+/// ResNet-18's 28x28 stage at batch 8. Weights transformed once (constant, or tagged by the
+/// weight cache) take Winograd at any size.
+constexpr int64_t kWinogradMinPixels = 1024;
+constexpr int64_t kWinogradMinPixelsSlowTransform = 16384;
 
 class ConvKernel : public LibraryKernel {
 public:
@@ -383,6 +387,11 @@ private:
         const dnnl::primitive_desc &pd = cpd ? static_cast<const dnnl::primitive_desc &>(*cpd)
                                              : static_cast<const dnnl::primitive_desc &>(*dpd);
         if (attempt == 0 && isReferenceImpl(pd)) continue;
+        // Run-time weights transformed per call by oneDNN's slow reorder: only for large calls.
+        if (winograd && !packed_ && currentContentTag(W.data()) == 0 &&
+            xs[0] * out[2] * out[3] < kWinogradMinPixelsSlowTransform &&
+            !planWinogradWeights(wUser, pd.weights_desc()))
+          continue;
         plan->impl = pd.impl_info_str();
         plan->prim = cpd ? dnnl::primitive(dnnl::convolution_forward(*cpd))
                          : dnnl::primitive(dnnl::deconvolution_forward(*dpd));

@@ -70,16 +70,18 @@ def test_forced_winograd_matches_eager(monkeypatch: pytest.MonkeyPatch, n, c, o,
 def test_winograd_off_and_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(3)
     k, b = torch.randn(8, 8, 3, 3) * 0.2, torch.randn(8)
-    big, small = torch.randn(1, 8, 130, 130), torch.randn(1, 8, 40, 40)
+    big, small = torch.randn(1, 8, 40, 40), torch.randn(1, 8, 24, 24)
     monkeypatch.setenv("XJIT_CONV_WINOGRAD", "0")
-    got, impl = _conv_impl(_NCHW.format(n=1, c=8, o=8, h=131, w=129), torch.randn(1, 8, 131, 129), k, b)
+    got, impl = _conv_impl(
+        _NCHW.format(n=1, c=8, o=8, h=131, w=129), torch.randn(1, 8, 131, 129), k, b
+    )
     assert "wino" not in impl, impl
     monkeypatch.delenv("XJIT_CONV_WINOGRAD")
-    # Run-time weights: Winograd's per-call weight transform pays from 16K output pixels.
-    got, impl = _conv_impl(_NCHW.format(n=1, c=8, o=8, h=130, w=130), big, k, b)
+    # Run-time weights: the per-call weight transform pays from 1K output pixels.
+    got, impl = _conv_impl(_NCHW.format(n=1, c=8, o=8, h=40, w=40), big, k, b)
     _close(got, torch.relu(F.conv2d(big, k, b, padding=1)))
     assert ("wino" in impl) == _winograd_available(), impl
-    got, impl = _conv_impl(_NCHW.format(n=1, c=8, o=8, h=40, w=40), small, k, b)
+    got, impl = _conv_impl(_NCHW.format(n=1, c=8, o=8, h=24, w=24), small, k, b)
     _close(got, torch.relu(F.conv2d(small, k, b, padding=1)))
     assert "wino" not in impl, impl
 
@@ -104,6 +106,7 @@ class Block(nn.Module):
 @pytest.mark.parametrize("weight_cache", [False, True], ids=["per-call-weights", "weight-cache"])
 def test_resnet_block_matches_eager(weight_cache: bool) -> None:
     # 2 x 96 x 96 = 18K output pixels: Winograd by default, channels-last chain (layout pass).
+    # Per-call weights go through xjit's transform (winograd_weights.cpp), tagged ones once.
     torch.manual_seed(4)
     block = Block().eval()
     x = torch.randn(2, 64, 96, 96)
