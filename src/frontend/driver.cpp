@@ -21,6 +21,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 
@@ -581,12 +582,31 @@ PyObject *continueAfterBreak(const CompiledEntry &e, const PyRef &args, const Fr
   return result;
 }
 
+/// A Python sequence of ints (tensor.size(), tensor.stride()).
+std::vector<int64_t> intsOf(const PyRef &seq) {
+  std::vector<int64_t> out;
+  PyRef fast = checked(PySequence_Fast(seq.get(), "a tuple of ints"));
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.get()); ++i) {
+    const long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast.get(), i));
+    if (v == -1 && PyErr_Occurred()) throw PyErrorSet();
+    out.push_back(v);
+  }
+  return out;
+}
+
 /// The layouts eager gives the graph's outputs (output_layout.h), from the inputs of this call;
 /// the tensor inputs' layout classes are guarded, so a later call with inputs laid out otherwise
 /// (a transposed one, channels_last) recompiles. Where a tensor output's layout cannot be
 /// derived, the entry runs in Python (eager's layout is then not known).
 void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
                    const std::vector<PyRef> &fallbacks, std::vector<Guard> &guards) {
+  // XJIT_NO_OUTPUT_LAYOUTS=1: outputs as the graph makes them, as before layouts were kept
+  // (for A/B benchmarks of their cost only: strides may then differ from eager's).
+  static const bool off = [] {
+    const char *v = std::getenv("XJIT_NO_OUTPUT_LAYOUTS");
+    return v && *v && std::string(v) != "0";
+  }();
+  if (off) return;
   std::vector<PyRef> in = pythonInputs(e, values, false);
   bool symbolic = false;
   for (const Type &t : e.inputTypes)
@@ -599,7 +619,27 @@ void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
     ExternalCallables externals;
     for (size_t i = 0; i < fallbacks.size(); ++i)
       externals[int64_t(i)] = fallbacks[i];
-    layouts = deriveOutputLayouts(g, in, externals, symbolic);
+    // Where simple rules settle the layouts, PyTorch's meta kernels are not needed.
+    std::vector<std::vector<int>> inputOrders(e.inputSlots.size());
+    bool dense = true;
+    // (Strides as PyTorch reports them: DLPack views normalize those of size-1 dims.)
+    static PyObject *sizeName = internedStr("size");
+    static PyObject *strideName = internedStr("stride");
+    for (size_t i = 0; i < e.inputSlots.size() && dense; ++i) {
+      if (!e.inputTypes[i].isTensor()) continue;
+      if (!isPlainTensor(in[i].get())) {
+        dense = false;
+        break;
+      }
+      std::vector<int64_t> sizes =
+          intsOf(checked(PyObject_CallMethodNoArgs(in[i].get(), sizeName)));
+      std::vector<int64_t> strides =
+          intsOf(checked(PyObject_CallMethodNoArgs(in[i].get(), strideName)));
+      inputOrders[i] = denseOrder(sizes, strides);
+      dense = !inputOrders[i].empty() || sizes.empty();
+    }
+    if (!dense || !staticOutputLayouts(g, inputOrders, layouts.outputs))
+      layouts = deriveOutputLayouts(g, in, externals, symbolic);
   } catch (const PyErrorSet &) {
     if (interruptPending()) throw;
     layouts.derived = false;

@@ -358,7 +358,7 @@ bool GuardSet::checkTensor(const Compiled &g, SourceValues &values, std::vector<
         return fail(src + " stride(" + std::to_string(d) + ") == " + std::to_string(g.strides[d]));
     }
   }
-  if (!g.layout.empty() && layoutClass(t->shape, t->strides, t->ndim) != g.layout)
+  if (!g.layout.empty() && !hasLayoutClass(g.layout, t->shape, t->strides, t->ndim))
     return fail(src + " has the memory layout (dim order) it had at capture");
   int rg = requiresGrad(values.get(g.slot));
   bool ok = rg >= 0 && (rg == 1) == g.requiresGrad;

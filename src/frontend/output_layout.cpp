@@ -2,9 +2,14 @@
 
 #include "py_util.h"
 #include "tensor_bridge.h"
+#include "xjit/ir/op_registry.h"
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace xjit::frontend {
 
@@ -57,8 +62,10 @@ std::vector<int64_t> denseStrides(const std::vector<int64_t> &sizes,
   return strides;
 }
 
-/// The dim order whose dense strides are exactly `strides`; empty when there is none. Dims of
-/// equal stride (size-1 dims) are tried in both tie orders, as PyTorch places them either way.
+} // namespace
+
+// Dims of equal stride (size-1 dims) are tried in both tie orders, as PyTorch places them
+// either way.
 std::vector<int> denseOrder(const std::vector<int64_t> &sizes,
                             const std::vector<int64_t> &strides) {
   for (bool lowerFirst : {true, false}) {
@@ -73,7 +80,161 @@ std::vector<int> denseOrder(const std::vector<int64_t> &sizes,
   return {};
 }
 
+namespace {
+
+/// The dim order of a permute-like op's result from its operand's (result dim i is operand dim
+/// perm[i]); empty for an op that is not one or whose attributes are not plain ints.
+std::vector<int> permutedOrder(const Op &op, const std::vector<int> &in) {
+  const int rank = static_cast<int>(in.size());
+  auto norm = [&](int64_t d) { return static_cast<int>(d < 0 ? d + rank : d); };
+  std::vector<int> perm(static_cast<size_t>(rank));
+  std::iota(perm.begin(), perm.end(), 0);
+  const std::string &name = op.name();
+  if (name == "permute") {
+    const Attr *dims = op.attrOrNull("dims");
+    if (!dims || dims->kind() != AttrKind::Ints || dims->asInts().size() != size_t(rank)) return {};
+    for (int i = 0; i < rank; ++i)
+      perm[size_t(i)] = norm(dims->asInts()[size_t(i)]);
+  } else if (name == "transpose") {
+    const Attr *a = op.attrOrNull("dim0"), *b = op.attrOrNull("dim1");
+    if (!a || !b || a->kind() != AttrKind::Int || b->kind() != AttrKind::Int) return {};
+    std::swap(perm[size_t(norm(a->asInt()))], perm[size_t(norm(b->asInt()))]);
+  } else if (name == "t") {
+    if (rank == 2) std::swap(perm[0], perm[1]);
+  } else {
+    return {};
+  }
+  std::vector<int> inverse(static_cast<size_t>(rank));
+  for (int i = 0; i < rank; ++i)
+    inverse[size_t(perm[size_t(i)])] = i;
+  std::vector<int> out;
+  for (int d : in)
+    out.push_back(inverse[size_t(d)]);
+  return out;
+}
+
+bool isIdentity(const std::vector<int> &order) {
+  for (size_t k = 0; k < order.size(); ++k)
+    if (order[k] != int(k)) return false;
+  return true;
+}
+
+std::vector<int> identity(int64_t rank) {
+  std::vector<int> order(static_cast<size_t>(std::max<int64_t>(rank, 0)));
+  std::iota(order.begin(), order.end(), 0);
+  return order;
+}
+
 } // namespace
+
+bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
+                         std::vector<OutputLayout> &out) {
+  // Ops whose CPU kernels always allocate a fresh contiguous result, whatever their operands'
+  // layouts (the matmul family).
+  static const std::set<std::string, std::less<>> freshContiguous = {
+      "matmul", "mm", "bmm", "linear", "addmm", "baddbmm", "contiguous"};
+  // Views that keep a contiguous operand contiguous.
+  static const std::set<std::string, std::less<>> contiguousViews = {
+      "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "alias"};
+  std::unordered_map<const Value *, std::vector<int>> order;
+  // Values that are strided views (slice, select, narrow): their strides' order is known, their
+  // strides not. Ops reading them follow the order (TensorIterator does); returning one needs
+  // its exact strides (the meta walk).
+  std::unordered_set<const Value *> strided;
+  const Block &body = *g.body();
+  for (size_t i = 0; i < body.numArguments(); ++i) {
+    if (!body.argument(i)->type().isTensor()) continue;
+    if (i >= inputOrders.size() || inputOrders[i].size() != size_t(body.argument(i)->type().rank()))
+      return false;
+    order[body.argument(i)] = inputOrders[i];
+  }
+  for (Op *op : body) {
+    if (op->def().has(kTerminator)) {
+      out.clear();
+      for (Value *v : op->operands()) {
+        OutputLayout l;
+        if (v->type().isTensor()) {
+          if (strided.count(v)) return false;
+          l.kind = OutputLayout::Dense;
+          l.order = order.at(v);
+        }
+        out.push_back(std::move(l));
+      }
+      return true;
+    }
+    if (op->numRegions() > 0 || op->name() == "external_call") return false;
+    bool allIdentity = true, anyStrided = false;
+    std::vector<const std::vector<int> *> operands;
+    for (Value *v : op->operands()) {
+      const Type &t = v->type();
+      if (t.isTensor()) {
+        auto it = order.find(v);
+        if (it == order.end()) return false;
+        operands.push_back(&it->second);
+        allIdentity = allIdentity && isIdentity(it->second);
+        anyStrided = anyStrided || strided.count(v) > 0;
+      } else if (!t.isScalar() && t.kind() != TypeKind::None) {
+        return false; // a tuple or object may hold tensors of any layout
+      }
+    }
+    const std::string &name = op->name();
+    std::optional<std::vector<int>> result; // the order of every tensor result
+    bool resultStrided = false;
+    const Attr *dimAttr = op->attrOrNull("dim");
+    const int64_t rank0 = operands.empty() ? 0 : int64_t(operands[0]->size());
+    const int64_t dim = dimAttr && dimAttr->kind() == AttrKind::Int
+                            ? (dimAttr->asInt() < 0 ? dimAttr->asInt() + rank0 : dimAttr->asInt())
+                            : -1;
+    if ((name == "slice" || name == "narrow" || name == "select") && operands.size() == 1 &&
+        dim >= 0 && dim < rank0) {
+      // A strided view: the order of its dims' strides is its operand's (less the selected dim).
+      std::vector<int> r;
+      for (int d : *operands[0])
+        if (name != "select" || d != dim) r.push_back(d - (name == "select" && d > dim ? 1 : 0));
+      result = std::move(r);
+      resultStrided = true;
+    } else if (anyStrided && (op->def().has(kView) || op->def().has(kInPlace) || name == "clone")) {
+      return false;
+    } else if (op->def().has(kConstantLike) || freshContiguous.count(name)) {
+      result.emplace(); // identity, per result rank below
+    } else if (op->def().has(kInPlace) && !operands.empty()) {
+      result = *operands[0];
+    } else if (!operands.empty() && (name == "permute" || name == "transpose" || name == "t")) {
+      std::vector<int> r = permutedOrder(*op, *operands[0]);
+      if (r.size() != operands[0]->size()) return false;
+      result = std::move(r);
+    } else if (name == "clone" && !operands.empty()) {
+      result = *operands[0]; // preserve_format: a dense operand's order
+    } else if (!allIdentity && op->def().has(kElementwise) && !anyStrided &&
+               op->numResults() == 1 && op->result(0)->type().isTensor()) {
+      // Operands of the result's shape, all dense in one order (so with the same strides; 0-d
+      // ones aside): TensorIterator's fast setup gives the result those strides, size-1 dims
+      // included (where the meta kernels differ). Broadcasting and mixed orders: the meta walk.
+      const Type &rt = op->result(0)->type();
+      for (Value *v : op->operands()) {
+        const Type &t = v->type();
+        if (!t.isTensor() || t.rank() == 0) continue;
+        if (!(t.shape() == rt.shape())) return false;
+        if (result && *result != order.at(v)) return false;
+        result = order.at(v);
+      }
+      if (!result) return false;
+    } else if (allIdentity && (!op->def().has(kView) || contiguousViews.count(name))) {
+      result.emplace(); // contiguous operands, a kernel that allocates its result
+    } else {
+      return false; // the meta walk decides
+    }
+    for (size_t i = 0; i < op->numResults(); ++i) {
+      const Type &t = op->result(i)->type();
+      if (!t.isTensor()) continue;
+      std::vector<int> r = result->empty() ? identity(t.rank()) : *result;
+      if (r.size() != size_t(t.rank())) return false;
+      order[op->result(i)] = std::move(r);
+      if (resultStrided) strided.insert(op->result(i));
+    }
+  }
+  return false;
+}
 
 OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inputs,
                                   const ExternalCallables &externals, bool symbolic) {
@@ -165,9 +326,14 @@ PyRef inLayout(const OutputLayout &layout, PyRef value) {
     PyRef physical =
         checked(PyObject_CallMethodOneArg(value.get(), permuteName, intList(order).get()));
     PyRef copy = checked(PyObject_CallMethodNoArgs(physical.get(), contiguousName));
-    return checked(PyObject_CallMethodOneArg(copy.get(), permuteName, intList(inverse).get()));
+    PyRef r = checked(PyObject_CallMethodOneArg(copy.get(), permuteName, intList(inverse).get()));
+    // contiguous() leaves the strides of size-1 dims as they were: then a copy of our own.
+    if (hasLayout(layout, sizes,
+                  intsOf(checked(PyObject_CallMethodNoArgs(r.get(), strideName)).get())))
+      return r;
   }
-  std::vector<int64_t> want = layout.strides;
+  std::vector<int64_t> want =
+      layout.kind == OutputLayout::Dense ? denseStrides(sizes, layout.order) : layout.strides;
   PyRef offset = checked(PyLong_FromLongLong(layout.offset));
   return checked(PyObject_CallFunctionObjArgs(layoutModule().relayout, value.get(),
                                               intList(want).get(), offset.get(), nullptr));
@@ -207,6 +373,30 @@ std::vector<int8_t> layoutClass(const int64_t *sizes, const int64_t *strides, in
     dense = dense && c[size_t(d)] != -2; // an expanded dim overlaps
   c[size_t(ndim)] = dense ? 1 : 0;
   return c;
+}
+
+} // namespace xjit::frontend
+
+namespace xjit::frontend {
+
+bool hasLayoutClass(const std::vector<int8_t> &layout, const int64_t *sizes, const int64_t *strides,
+                    int ndim) {
+  if (layout.size() != size_t(ndim) + 1) return false;
+  // Fast path, without allocating: a row-major contiguous tensor (the common input), whose
+  // class is its dims of size > 1 ranked in order, dense.
+  bool compact = true;
+  int64_t next = 1;
+  for (int d = ndim; d-- > 0 && compact;) {
+    if (sizes[d] != 1) compact = !strides || strides[d] == next;
+    next *= sizes[d];
+  }
+  if (compact && next > 0) {
+    int8_t rank = 0;
+    for (int d = 0; d < ndim; ++d)
+      if (layout[size_t(d)] != (sizes[d] == 1 ? -1 : rank++)) return false;
+    return layout[size_t(ndim)] == 1;
+  }
+  return layoutClass(sizes, strides, ndim) == layout;
 }
 
 } // namespace xjit::frontend

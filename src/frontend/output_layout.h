@@ -41,6 +41,19 @@ struct OutputLayouts {
 OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inputs,
                                   const ExternalCallables &externals, bool symbolic);
 
+/// Eager's output layouts decided without PyTorch, where a few rules settle them: inputs dense
+/// in `inputOrders` (per graph input, its dim order; empty for non-tensors), and every op either
+/// makes a fresh contiguous result (matmul family, contiguous operands of a non-view op,
+/// constants), permutes its operand (permute/transpose/t), or keeps its layout (clone, in-place
+/// ops, reshape-like views of a contiguous tensor). Returns false where an op falls outside
+/// (the meta walk then decides): the walk's first meta op imports torch._dynamo (1.5-2.5 s once
+/// per process on the test machine), which most graphs thus never pay.
+bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
+                         std::vector<OutputLayout> &out);
+
+/// The dim order whose dense strides are exactly `strides`; empty when there is none.
+std::vector<int> denseOrder(const std::vector<int64_t> &sizes, const std::vector<int64_t> &strides);
+
 /// Whether `sizes`/`strides` (a run's output) already are `layout`.
 bool hasLayout(const OutputLayout &layout, const std::vector<int64_t> &sizes,
                const std::vector<int64_t> &strides);
@@ -54,5 +67,10 @@ PyRef inLayout(const OutputLayout &layout, PyRef value);
 /// then 1 if the tensor is non-overlapping and dense. Eager's stride rules (TensorIterator's dim
 /// order, conv's memory format) depend on the inputs' layouts only through this class.
 std::vector<int8_t> layoutClass(const int64_t *sizes, const int64_t *strides, int ndim);
+
+/// layoutClass(sizes, strides, ndim) == layout, without allocating for contiguous tensors (a
+/// guard checks it on every call for every tensor input).
+bool hasLayoutClass(const std::vector<int8_t> &layout, const int64_t *sizes, const int64_t *strides,
+                    int ndim);
 
 } // namespace xjit::frontend

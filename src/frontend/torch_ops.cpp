@@ -951,6 +951,20 @@ LOWER(lowerWhere) {
 }
 
 // Creation: zeros(*size, dtype=None, device=None, requires_grad=False, ...).
+/// A `memory_format=` argument other than `keeps` (what the capture reproduces: "preserve_format"
+/// for clone, *_like and casts, "contiguous_format" for contiguous and factories) is a graph
+/// break: the captured op would give its result another layout than eager (docs/frontend.md,
+/// Output layouts).
+void checkMemoryFormat(Analyzer &a, BoundArgs &b, const std::string &keeps) {
+  auto f = b.values.find("memory_format");
+  if (f == b.values.end() || isNoneVar(f->second)) return;
+  PyRef v = a.asPython(f->second);
+  PyRef s = v ? PyRef::steal(PyObject_Str(v.get())) : PyRef();
+  if (!s) PyErr_Clear();
+  const std::string text = s ? utf8(s.get()) : "";
+  if (text != "torch." + keeps) a.fail("memory_format=" + (text.empty() ? std::string("?") : text));
+}
+
 void checkCreationKw(Analyzer &a, BoundArgs &b) {
   auto dev = b.values.find("device");
   if (dev != b.values.end() && !isNoneVar(dev->second)) {
@@ -973,6 +987,7 @@ Attr creationShape(Analyzer &a, BoundArgs &b) {
 
 LOWER(lowerCreate) { // zeros / ones / empty
   checkCreationKw(a, b);
+  checkMemoryFormat(a, b, "contiguous_format");
   AttrMap attrs{{"shape", creationShape(a, b)}};
   attrs["dtype"] = Attr(toDType(a, b.at("dtype")).value_or(defaultFloat()));
   return a.emit1(row.op, {}, std::move(attrs));
@@ -996,6 +1011,7 @@ LOWER(lowerFull) {
 
 LOWER(lowerLike) { // zeros_like / ones_like / empty_like / full_like
   checkCreationKw(a, b);
+  checkMemoryFormat(a, b, "preserve_format");
   AttrMap attrs;
   if (auto d = toDType(a, b.at("dtype"))) attrs["dtype"] = Attr(*d);
   auto f = b.values.find("fill_value");
@@ -1103,10 +1119,12 @@ LOWER(lowerTensorCtor) { // torch.tensor / as_tensor of constants: a constant of
 }
 
 LOWER(lowerCast) { // x.float() / x.long() ...: the row's op field names the dtype
+  checkMemoryFormat(a, b, "preserve_format");
   return a.castTo(b.at("input"), *parseDType(row.op));
 }
 
 LOWER(lowerTo) { // to(dtype) | to(device, dtype=None) | to(other) | to(dtype=..., device=...)
+  checkMemoryFormat(a, b, "preserve_format");
   VarPtr x = b.at("input");
   std::optional<DType> dtype;
   auto consider = [&](const VarPtr &v) {
@@ -1149,7 +1167,8 @@ LOWER(lowerDetach) {
   return r;
 }
 
-LOWER(lowerIdentityOp) { // contiguous / clone with an ignored memory_format
+LOWER(lowerIdentityOp) { // contiguous / clone in their default memory_format
+  checkMemoryFormat(a, b, row.op == std::string("clone") ? "preserve_format" : "contiguous_format");
   return a.emit1(row.op, {b.at("input")});
 }
 

@@ -90,6 +90,11 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = 
     "expanded_output": (lambda x: (x[0] * 2).expand(5, 4), lambda: [torch.randn(3, 4)]),
     "transposed_back": (lambda x: (x.t() * 2).t(), lambda: [torch.randn(3, 4)]),
     "strided_slice_of_computed": (lambda x: (x.t() * 2)[1:, ::2], lambda: [torch.randn(6, 4)]),
+    "size1_transposed": (lambda x, y: (x.t() * 2, y.t() + 1), lambda: [torch.randn(3, 1), torch.randn(1, 4)]),
+    "slice_then_mul": (lambda x: x[:, 1:] * 2, lambda: [torch.randn(4, 6)]),
+    "select_of_permuted": (lambda x: x.permute(2, 0, 1)[1] + 1, lambda: [torch.randn(2, 3, 4)]),
+    "matmul_then_transpose": (lambda a, b: (a @ b).transpose(0, 1) * 3, lambda: [torch.randn(3, 4), torch.randn(4, 5)]),
+    "reshape_of_transposed": (lambda x: (x.t() * 2).reshape(-1, 2), lambda: [torch.randn(4, 6)]),
 }
 
 
@@ -102,7 +107,7 @@ def test_output_strides_match_eager(name: str, backend: str) -> None:
 
 
 def test_contiguous_outputs_stay_contiguous() -> None:
-    # The common case: contiguous inputs, contiguous outputs, the graph's own buffers.
+#The common case : contiguous inputs, contiguous outputs, the graph's own buffers.
     got = run_both(lambda x: torch.tanh(x) @ x.t() + 1, torch.randn(4, 4))
     assert got.is_contiguous()
 
@@ -199,3 +204,48 @@ def test_later_call_with_other_input_layout_recompiles() -> None:
     check_layouts(compiled(b), f(b))
     check_layouts(compiled(a), f(a))
     assert counters()["compiles"] == 2
+
+
+
+def permuted_4d(x: torch.Tensor) -> torch.Tensor:
+    return x.permute(0, 2, 3, 1)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: permuted_4d(x).clone(memory_format=torch.contiguous_format) + 0,
+        lambda x: (x * 1).contiguous(memory_format=torch.channels_last) + 0,
+        lambda x: torch.empty_like(permuted_4d(x), memory_format=torch.contiguous_format).fill_(2),
+        lambda x: permuted_4d(x).to(torch.float64, memory_format=torch.contiguous_format) + 0,
+        lambda x: torch.empty(2, 3, 4, 5, memory_format=torch.channels_last).fill_(1) + x,
+    ],
+    ids=["clone", "contiguous", "empty_like", "to", "empty"],
+)
+def test_explicit_memory_format_as_in_eager(fn: Callable[..., Any]) -> None:
+#The capture does not reproduce memory_format = arguments : such a call is a graph break
+#and runs in Python, so the layout is eager's own.
+    x = torch.randn(2, 3, 4, 5)
+    check_layouts(xjit.jit(fn)(x), fn(x))
+
+
+def test_common_graphs_do_not_need_meta_kernels() -> None:
+#Layouts settled by the static rules(contiguous inputs, permutes, slices read by other ops,
+#matmuls) do not run PyTorch's meta kernels, whose first use imports torch._dynamo (seconds).
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch, xjit\n"
+        "def f(x, w):\n"
+        "    q = (x @ w).view(2, 4, 2, 3).transpose(1, 2)\n"
+        "    s = torch.softmax(q @ q.transpose(-1, -2), -1) @ q\n"
+        "    return s.transpose(1, 2).contiguous().reshape(2, 4, 6)[:, 0] * 2, q * 1\n"
+        "x, w = torch.randn(2, 4, 5), torch.randn(5, 6)\n"
+        "got, want = xjit.jit(f)(x, w), f(x, w)\n"
+        "assert [t.stride() for t in got] == [t.stride() for t in want], (got, want)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "False"
