@@ -83,6 +83,94 @@ PyObject *partialConstructor() {
   return make;
 }
 
+/// _xjit_input_view(base, like, steps): the view of input `base` that the captured code made
+/// (`steps`: (IR op, attributes, result index) from the input, see ViewStep), so that a write
+/// through it after the graph reaches the input, as in eager. `like` is the graph's value of
+/// the view: returned instead when a step has no row here or the replay does not match it.
+PyObject *inputViewConstructor() {
+  static PyObject *make = pythonHelper(
+      "def _dim(x, d):\n"
+      "    return d % x.dim() if x.dim() else d\n"
+      "def _slice(x, a):\n"
+      "    d = _dim(x, a.get('dim', 0))\n"
+      "    end = a.get('end', None)\n"
+      "    end = None if end is not None and end >= 2**62 else end\n"
+      "    key = (slice(None),) * d + (slice(a.get('start', 0), end, a.get('step', 1)),)\n"
+      "    return x[key]\n"
+      "_STEPS = {\n"
+      "    'squeeze': lambda x, a, r: x.squeeze(tuple(a['dim'])) if 'dim' in a else x.squeeze(),\n"
+      "    'unsqueeze': lambda x, a, r: x.unsqueeze(a['dim']),\n"
+      "    'slice': lambda x, a, r: _slice(x, a),\n"
+      "    'select': lambda x, a, r: x.select(a['dim'], a['index']),\n"
+      "    'narrow': lambda x, a, r: x.narrow(a['dim'], a['start'], a['length']),\n"
+      "    'transpose': lambda x, a, r: x.transpose(a['dim0'], a['dim1']),\n"
+      "    'permute': lambda x, a, r: x.permute(a['dims']),\n"
+      "    't': lambda x, a, r: x.t(),\n"
+      "    'movedim': lambda x, a, r: x.movedim(a['source'], a['destination']),\n"
+      "    'reshape': lambda x, a, r: x.view(a['shape']),\n"
+      "    'view': lambda x, a, r: x.view(a['shape']),\n"
+      "    'flatten': lambda x, a, r: x.view(x.flatten(a.get('start_dim', 0),\n"
+      "                                                 a.get('end_dim', -1)).shape),\n"
+      "    'unflatten': lambda x, a, r: x.unflatten(a['dim'], a['sizes']),\n"
+      "    'expand': lambda x, a, r: x.expand(a['shape']),\n"
+      "    'alias': lambda x, a, r: x.view(x.shape),\n"
+      "    'diagonal': lambda x, a, r: x.diagonal(a.get('offset', 0), a.get('dim1', 0),\n"
+      "                                           a.get('dim2', 1)),\n"
+      "    'split': lambda x, a, r: x.split(a['split_size'], a.get('dim', 0))[r],\n"
+      "    'chunk': lambda x, a, r: x.chunk(a['chunks'], a.get('dim', 0))[r],\n"
+      "    'unbind': lambda x, a, r: x.unbind(a.get('dim', 0))[r],\n"
+      "}\n"
+      "def _xjit_input_view(base, like, steps):\n"
+      "    x = base\n"
+      "    try:\n"
+      "        for name, attrs, result in steps:\n"
+      "            if attrs.get('shape', 0) is None:  # symbolic: the last step, like's shape\n"
+      "                attrs = dict(attrs, shape=list(like.shape))\n"
+      "            x = _STEPS[name](x, attrs, result)\n"
+      "    except Exception:\n"
+      "        return like\n"
+      "    if x.shape != like.shape or x.dtype != like.dtype:\n"
+      "        return like\n"
+      "    return x\n",
+      "_xjit_input_view");
+  return make;
+}
+
+/// The view steps of `t` as a Python list for _xjit_input_view; null when a step takes tensor
+/// operands or a symbolic size (the replay would need values only the graph has), except the
+/// shape of a last reshape/view/expand: None, the graph's value has it.
+PyRef viewStepsToPython(const TensorVar &t) {
+  PyRef steps = check(PyList_New(0), "list");
+  for (const ViewStep &s : t.viewSteps) {
+    bool last = &s == &t.viewSteps.back();
+    bool shapeOp = s.op == "reshape" || s.op == "view" || s.op == "expand";
+    if (!s.extra.empty()) return PyRef();
+    PyRef attrs = check(PyDict_New(), "dict");
+    for (const auto &[name, a] : s.attrs) {
+      PyRef value;
+      if (a.kind() == AttrKind::Int) {
+        value = check(PyLong_FromLongLong(a.asInt()), "int");
+      } else if (a.kind() == AttrKind::Bool) {
+        value = PyRef::borrow(a.asBool() ? Py_True : Py_False);
+      } else if (a.kind() == AttrKind::Ints) {
+        value = check(PyList_New(0), "list");
+        for (int64_t i : a.asInts())
+          PyList_Append(value.get(), check(PyLong_FromLongLong(i), "int").get());
+      } else if (a.kind() == AttrKind::Str && last && shapeOp && name == "shape") {
+        value = PyRef::borrow(Py_None);
+      } else {
+        return PyRef(); // a symbolic size (a string) or another kind: no replay
+      }
+      PyDict_SetItemString(attrs.get(), name.c_str(), value.get());
+    }
+    PyRef item =
+        check(Py_BuildValue("(sOn)", s.op.c_str(), attrs.get(), static_cast<Py_ssize_t>(s.result)),
+              "tuple");
+    PyList_Append(steps.get(), item.get());
+  }
+  return steps;
+}
+
 PyObject *cellConstructor() {
   static PyObject *make = pythonHelper("import types\n"
                                        "def _xjit_cell(*contents):\n"
@@ -166,6 +254,22 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     touchView(v);
     // An input keeps its identity (in-place writes reach it through TensorCopy effects first).
     if (t->isInput && t->source) return fromSource(*t->source);
+    // A view of an input the graph wrote: the graph's value is a view of the written copy, not
+    // of the caller's input, so rebuild it on the input (a later write through it, by the
+    // caller or the code after a graph break, must reach the input as in eager).
+    if (t->base && t->base->isInput && t->base->source && t->base->mutated &&
+        t->viewOpaque.empty() && !t->viewSteps.empty())
+      if (PyRef steps = viewStepsToPython(*t))
+        return shared([&](OutputNode &n) {
+          n.kind = OutputNode::NamedTuple;
+          n.object = PyRef::borrow(inputViewConstructor());
+          n.children.push_back(fromSource(*t->base->source));
+          n.children.push_back(graphOutput(t->value));
+          OutputNode c;
+          c.kind = OutputNode::Constant;
+          c.object = steps;
+          n.children.push_back(std::move(c));
+        });
     return graphOutput(t->value);
   }
   case VarKind::SymInt: return graphOutput(as<SymIntVar>(v)->value);
