@@ -131,7 +131,8 @@ public:
 /// size asked for and reused by every later call, instead of a fresh allocation per call
 /// (ResNet-18: 20 convolutions' weights, 45 MB, per call, whose freed blocks glibc's malloc
 /// kept: 43 MB held free after the steady calls).
-enum class ScratchSlot { Weights, Im2col, Count };
+/// WinogradSrc/WinogradDst: a Winograd convolution's activations in its blocked layout.
+enum class ScratchSlot { Weights, Im2col, WinogradSrc, WinogradDst, Count };
 /// At least `bytes` bytes, 64-byte aligned, owned by the calling thread.
 void *threadScratch(ScratchSlot slot, size_t bytes);
 

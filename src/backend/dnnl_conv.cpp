@@ -45,15 +45,22 @@ public:
   Densify toSrc, toWeights, fromDst;
   memory packedW; // constant weights, already in weightsDesc
   bool hasBias = false, dstScratch = false;
+  // Winograd: the blocked copies of input and result live in this thread's scratch buffers
+  // (fresh 6.4 MB buffers per call at ResNet-18 b8 stayed in glibc's heap: +38 MB steady RSS).
+  bool activationsInScratch = false;
   std::unique_ptr<BoundPostOps> post;
 
   void run(std::span<const RtValue> in, const Tensor &out) const override {
     std::unordered_map<int, memory> args;
     std::vector<Tensor> keep;
     Tensor x = tensorOf(spec->x, in);
-    if (toSrc) x = toSrc(x, spec->dtype);
-    keep.push_back(x);
-    args[DNNL_ARG_SRC] = wrap(srcDesc, x);
+    if (toSrc && activationsInScratch) {
+      args[DNNL_ARG_SRC] = toSrc.intoScratch(x, ScratchSlot::WinogradSrc);
+    } else {
+      if (toSrc) x = toSrc(x, spec->dtype);
+      keep.push_back(x);
+      args[DNNL_ARG_SRC] = wrap(srcDesc, x);
+    }
     if (packedW) {
       args[DNNL_ARG_WEIGHTS] = packedW;
     } else {
@@ -73,13 +80,20 @@ public:
     }
     post->bind(in, args, keep);
     Tensor dst = out;
-    if (dstScratch)
-      dst = allocateOutput(spec->dtype,
-                           {static_cast<int64_t>(dstDesc.get_size()) / dtypeSize(spec->dtype)});
-    args[DNNL_ARG_DST] = wrap(dstDesc, dst);
+    memory dstMem;
+    if (dstScratch && activationsInScratch) {
+      dstMem =
+          memory(dstDesc, cpuEngine(), threadScratch(ScratchSlot::WinogradDst, dstDesc.get_size()));
+    } else {
+      if (dstScratch)
+        dst = allocateOutput(spec->dtype,
+                             {static_cast<int64_t>(dstDesc.get_size()) / dtypeSize(spec->dtype)});
+      dstMem = wrap(dstDesc, dst);
+    }
+    args[DNNL_ARG_DST] = dstMem;
     execute(prim, args);
     if (dstScratch) {
-      std::unordered_map<int, memory> r = {{DNNL_ARG_FROM, wrap(dstDesc, dst)},
+      std::unordered_map<int, memory> r = {{DNNL_ARG_FROM, dstMem},
                                            {DNNL_ARG_TO, wrap(dstUser, out)}};
       execute(fromDstPrim, r);
     }
@@ -209,6 +223,12 @@ WinogradMode winogradMode() {
 /// weight cache) take Winograd at any size.
 constexpr int64_t kWinogradMinPixels = 1024;
 constexpr int64_t kWinogradMinPixelsSlowTransform = 16384;
+/// Largest oneDNN scratchpad a Winograd convolution on run-time weights may ask for. The
+/// per-thread scratchpad grows to the largest any primitive asks for and stays (brgconv asks
+/// for none): at batch 8, ResNet-18's 56x56 stage needs 7.5 MB but its 28x28 and 14x14 stages
+/// 22-24 MB, which took its steady peak RSS 43 MB higher (above eager's). The weight cache
+/// (opt-in, a copy of every weight already) is not held to it.
+constexpr size_t kWinogradMaxScratchpad = size_t(8) << 20;
 
 class ConvKernel : public LibraryKernel {
 public:
@@ -387,10 +407,13 @@ private:
         const dnnl::primitive_desc &pd = cpd ? static_cast<const dnnl::primitive_desc &>(*cpd)
                                              : static_cast<const dnnl::primitive_desc &>(*dpd);
         if (attempt == 0 && isReferenceImpl(pd)) continue;
-        // Run-time weights transformed per call by oneDNN's slow reorder: only for large calls.
-        if (winograd && !packed_ && currentContentTag(W.data()) == 0 &&
-            xs[0] * out[2] * out[3] < kWinogradMinPixelsSlowTransform &&
-            !planWinogradWeights(wUser, pd.weights_desc()))
+        // Run-time weights, transformed per call: not through oneDNN's slow reorder unless the
+        // call is large, and not with a large scratchpad.
+        if (winograd && winogradMode() == WinogradMode::Auto && !packed_ &&
+            currentContentTag(W.data()) == 0 &&
+            ((xs[0] * out[2] * out[3] < kWinogradMinPixelsSlowTransform &&
+              !planWinogradWeights(wUser, pd.weights_desc())) ||
+             pd.scratchpad_desc().get_size() > kWinogradMaxScratchpad))
           continue;
         plan->impl = pd.impl_info_str();
         plan->prim = cpd ? dnnl::primitive(dnnl::convolution_forward(*cpd))
@@ -415,6 +438,7 @@ private:
         continue;
       }
       usedWinograd = winograd;
+      plan->activationsInScratch = winograd;
       return plan;
     }
     throw KernelError("conv: no oneDNN implementation");
