@@ -208,17 +208,30 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
     } else if (!allIdentity && op->def().has(kElementwise) && !anyStrided &&
                op->numResults() == 1 && op->result(0)->type().isTensor()) {
       // Operands of the result's shape, all dense in one order (so with the same strides; 0-d
-      // ones aside): TensorIterator's fast setup gives the result those strides, size-1 dims
-      // included (where the meta kernels differ). Broadcasting and mixed orders: the meta walk.
+      // ones aside): the result gets their strides, size-1 dims included (where the meta
+      // kernels differ). Except that when every operand is a tensor of the result's shape and
+      // is_contiguous() (which ignores size-1 dims), TensorIterator's fast setup makes a
+      // contiguous result. Broadcasting and mixed orders: the meta walk.
       const Type &rt = op->result(0)->type();
+      bool fastContiguous = name != "cast"; // (a cast is empty_like(preserve_format) + copy)
       for (Value *v : op->operands()) {
         const Type &t = v->type();
+        fastContiguous = fastContiguous && t.isTensor() && t.shape() == rt.shape();
         if (!t.isTensor() || t.rank() == 0) continue;
         if (!(t.shape() == rt.shape())) return false;
         if (result && *result != order.at(v)) return false;
         result = order.at(v);
       }
       if (!result) return false;
+      // is_contiguous() ignoring size-1 dims: the other dims in increasing order.
+      int last = -1;
+      for (int d : *result) {
+        const DimExpr &n = rt.shape()[size_t(d)];
+        if (n.isStatic() && n.value() == 1) continue;
+        fastContiguous = fastContiguous && d > last;
+        last = d;
+      }
+      if (fastContiguous) result.emplace();
     } else if (allIdentity && (!op->def().has(kView) || contiguousViews.count(name))) {
       result.emplace(); // contiguous operands, a kernel that allocates its result
     } else {

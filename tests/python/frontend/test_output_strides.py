@@ -94,6 +94,14 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = 
     "slice_then_mul": (lambda x: x[:, 1:] * 2, lambda: [torch.randn(4, 6)]),
     "select_of_permuted": (lambda x: x.permute(2, 0, 1)[1] + 1, lambda: [torch.randn(2, 3, 4)]),
     "matmul_then_transpose": (lambda a, b: (a @ b).transpose(0, 1) * 3, lambda: [torch.randn(3, 4), torch.randn(4, 5)]),
+    "fast_setup_size1": (
+        lambda x, y: (x.transpose(1, 2) + y.transpose(1, 2)).transpose(0, 1),
+        lambda: [torch.randn(3, 1, 5), torch.randn(3, 1, 5)],
+    ),
+    "cast_transposed": (
+        lambda x: (x.transpose(0, 1) * 2).to(torch.float64),
+        lambda: [torch.randn(3, 1, 5)],
+    ),
     "reshape_of_transposed": (lambda x: (x.t() * 2).reshape(-1, 2), lambda: [torch.randn(4, 6)]),
 }
 
