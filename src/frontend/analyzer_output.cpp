@@ -114,6 +114,7 @@ PyObject *inputViewConstructor() {
       "    'unflatten': lambda x, a, r: x.unflatten(a['dim'], a['sizes']),\n"
       "    'expand': lambda x, a, r: x.expand(a['shape']),\n"
       "    'alias': lambda x, a, r: x.view(x.shape),\n"
+      "    'contiguous': lambda x, a, r: x.contiguous(),\n"
       "    'diagonal': lambda x, a, r: x.diagonal(a.get('offset', 0), a.get('dim1', 0),\n"
       "                                           a.get('dim2', 1)),\n"
       "    'split': lambda x, a, r: x.split(a['split_size'], a.get('dim', 0))[r],\n"

@@ -1169,6 +1169,14 @@ LOWER(lowerDetach) {
 
 LOWER(lowerIdentityOp) { // contiguous / clone in their default memory_format
   checkMemoryFormat(a, b, row.op == std::string("clone") ? "preserve_format" : "contiguous_format");
+  // contiguous() of a view known to be contiguous is that view itself in eager (a write through
+  // the result writes the base).
+  if (row.op == std::string("contiguous"))
+    if (auto *tv = as<TensorVar>(b.at("input"));
+        tv && tv->base && tv->viewContiguous && tv->viewOpaque.empty()) {
+      if (tv->viewAssumesContiguousBase) tv->base->stridesRead = true;
+      return b.at("input");
+    }
   return a.emit1(row.op, {b.at("input")});
 }
 

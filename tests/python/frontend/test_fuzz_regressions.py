@@ -123,8 +123,21 @@ def _view_filled_then_index_put(a):
     return v
 
 
+def _contiguous_view_written_after_break(a):
+    # seed 4952: contiguous() of a contiguous view is that view in eager
+    v = a.reshape(-1, 1)
+    v.mul_(2)
+    c = v.contiguous()
+    scale = c.abs().max().item()  # a graph break
+    c[0] = 7
+    return c * scale
+
+
 @pytest.mark.parametrize("dynamic", [False, True])
-@pytest.mark.parametrize("fn", [_reshape_write_break_write, _view_filled_then_index_put])
+@pytest.mark.parametrize(
+    "fn",
+    [_reshape_write_break_write, _view_filled_then_index_put, _contiguous_view_written_after_break],
+)
 def test_view_of_a_written_input_stays_a_view_after_the_graph(fn, dynamic):
     # seeds 2298, 3094: a view of an input the graph wrote was handed to the code after the
     # graph (a break) as a view of the graph's written copy, so a write through it after the
