@@ -496,7 +496,7 @@ class Generator:
             self.env = env
         names = sorted(self.env, key=lambda s: (s[0], int(s[1:])))
         vs = [x for x in names if x[0] == "v"]
-        returns = vs[-1:] + r.sample(vs[:-1], k=min(len(vs) - 1, r.randint(0, 2)))
+        returns = vs[-1:] + r.sample(vs[:-1], k=min(max(len(vs) - 1, 0), r.randint(0, 2)))
         extra = [b for b in (1, 2, 3, 5, 6) if b != batch]
         r.shuffle(extra)
         return Program(self.seed, batch, inputs_src, n, body, returns, extra[:2])

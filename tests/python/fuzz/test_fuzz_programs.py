@@ -18,7 +18,7 @@ from .programs import generate  # noqa: E402
 # when its bug is fixed (the test then checks the seed like any other).
 KNOWN: dict[int, str] = {}
 
-N_SEEDS = int(os.environ.get("XJIT_FUZZ_SEEDS", "40"))
+N_SEEDS = int(os.environ.get("XJIT_FUZZ_SEEDS", "80"))
 
 
 @pytest.mark.parametrize("chunk", range(4))
