@@ -307,13 +307,18 @@ VarPtr Analyzer::replayView(const TensorVar &view, VarPtr from) {
 
 void Analyzer::checkViewWriteOperands(const VarPtr &target, const std::vector<VarPtr> &operands) {
   auto *t = as<TensorVar>(target);
-  if (!t || !t->base) return;
+  if (!t) return;
   for (const VarPtr &o : operands) {
     auto *a = as<TensorVar>(o);
     if (!a || a == t) continue;
-    if (a->base == t->base || a == t->base.get())
+    if (t->base && (a->base == t->base || a == t->base.get()))
       fail("in-place write to a view from another view of the same tensor (PyTorch rejects "
            "overlapping memory or copies in order)");
+    // x.mul_(x[0]): eager writes row 0 before the later rows read it (the graph would read a
+    // snapshot).
+    if (!t->base && a->base.get() == t)
+      fail("in-place write to a tensor from a view of itself (PyTorch rejects overlapping "
+           "memory or computes in order)");
   }
 }
 
