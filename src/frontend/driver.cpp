@@ -638,8 +638,16 @@ void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
       inputOrders[i] = denseOrder(sizes, strides);
       dense = !inputOrders[i].empty() || sizes.empty();
     }
-    if (!dense || !staticOutputLayouts(g, inputOrders, layouts.outputs))
+    const Op *stoppedAt = nullptr;
+    if (!dense || !staticOutputLayouts(g, inputOrders, layouts.outputs, &stoppedAt)) {
+      if (settings().log & kLogGraphs)
+        logLine("output layouts of " + g.name() + ": PyTorch's meta kernels decide (" +
+                (!dense ? std::string("an input is not dense")
+                        : stoppedAt ? "the rules stop at " + stoppedAt->describe()
+                                    : std::string("the rules stop")) +
+                ")");
       layouts = deriveOutputLayouts(g, in, externals, symbolic);
+    }
   } catch (const PyErrorSet &) {
     if (interruptPending()) throw;
     layouts.derived = false;

@@ -128,7 +128,12 @@ std::vector<int> identity(int64_t rank) {
 } // namespace
 
 bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
-                         std::vector<OutputLayout> &out) {
+                         std::vector<OutputLayout> &out, const Op **stoppedAt) {
+  const Op *current = nullptr;
+  auto stop = [&] {
+    if (stoppedAt) *stoppedAt = current;
+    return false;
+  };
   // Ops whose CPU kernels always allocate a fresh contiguous result, whatever their operands'
   // layouts (the matmul family).
   static const std::set<std::string, std::less<>> freshContiguous = {
@@ -141,20 +146,25 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
   // strides not. Ops reading them follow the order (TensorIterator does); returning one needs
   // its exact strides (the meta walk).
   std::unordered_set<const Value *> strided;
+  // Values whose layout depends on which kernel eager picks (attention: CPU flash attention
+  // returns a transposed buffer, the math path a contiguous one). Ops that allocate a fresh
+  // contiguous result make them known again; returning one needs the meta walk.
+  std::unordered_set<const Value *> unknown;
   const Block &body = *g.body();
   for (size_t i = 0; i < body.numArguments(); ++i) {
     if (!body.argument(i)->type().isTensor()) continue;
     if (i >= inputOrders.size() || inputOrders[i].size() != size_t(body.argument(i)->type().rank()))
-      return false;
+      return stop();
     order[body.argument(i)] = inputOrders[i];
   }
   for (Op *op : body) {
+    current = op;
     if (op->def().has(kTerminator)) {
       out.clear();
       for (Value *v : op->operands()) {
         OutputLayout l;
         if (v->type().isTensor()) {
-          if (strided.count(v)) return false;
+          if (strided.count(v) || unknown.count(v)) return stop();
           l.kind = OutputLayout::Dense;
           l.order = order.at(v);
         }
@@ -162,19 +172,23 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
       }
       return true;
     }
-    if (op->numRegions() > 0 || op->name() == "external_call") return false;
-    bool allIdentity = true, anyStrided = false;
+    if (op->numRegions() > 0 || op->name() == "external_call") return stop();
+    bool allIdentity = true, anyStrided = false, anyUnknown = false;
     std::vector<const std::vector<int> *> operands;
     for (Value *v : op->operands()) {
       const Type &t = v->type();
       if (t.isTensor()) {
+        if (unknown.count(v)) {
+          anyUnknown = true;
+          continue;
+        }
         auto it = order.find(v);
-        if (it == order.end()) return false;
+        if (it == order.end()) return stop();
         operands.push_back(&it->second);
         allIdentity = allIdentity && isIdentity(it->second);
         anyStrided = anyStrided || strided.count(v) > 0;
       } else if (!t.isScalar() && t.kind() != TypeKind::None) {
-        return false; // a tuple or object may hold tensors of any layout
+        return stop(); // a tuple or object may hold tensors of any layout
       }
     }
     const std::string &name = op->name();
@@ -185,23 +199,75 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
     const int64_t dim = dimAttr && dimAttr->kind() == AttrKind::Int
                             ? (dimAttr->asInt() < 0 ? dimAttr->asInt() + rank0 : dimAttr->asInt())
                             : -1;
-    if ((name == "slice" || name == "narrow" || name == "select") && operands.size() == 1 &&
-        dim >= 0 && dim < rank0) {
-      // A strided view: the order of its dims' strides is its operand's (less the selected dim).
+    // Strided views along `dim` (several results for the split family): the order of their
+    // dims' strides is their operand's, less the dim a select-like view drops.
+    static const std::set<std::string, std::less<>> sliceViews = {
+        "slice", "narrow", "chunk", "split", "split_with_sizes", "select", "unbind"};
+    if (anyUnknown || name == "scaled_dot_product_attention") {
+      if (op->def().has(kConstantLike) || freshContiguous.count(name)) {
+        result.emplace();
+      } else {
+        for (const auto &r : op->results())
+          unknown.insert(r.get());
+        continue;
+      }
+    } else if (sliceViews.count(name) && operands.size() == 1 && dim >= 0 && dim < rank0) {
+      const bool drops = name == "select" || name == "unbind";
       std::vector<int> r;
       for (int d : *operands[0])
-        if (name != "select" || d != dim) r.push_back(d - (name == "select" && d > dim ? 1 : 0));
+        if (!drops || d != dim) r.push_back(d - (drops && d > dim ? 1 : 0));
       result = std::move(r);
       resultStrided = true;
+    } else if ((name == "expand" || name == "expand_as") && !operands.empty() &&
+               op->result(0)->type().rank() >= rank0) {
+      // A broadcast view: the operand's order with the new leading dims outermost, stride 0
+      // where a dim is expanded (TensorIterator orders by the other operands' strides there).
+      const int n = int(op->result(0)->type().rank() - rank0);
+      std::vector<int> r(static_cast<size_t>(n));
+      std::iota(r.begin(), r.end(), 0);
+      for (int d : *operands[0])
+        r.push_back(d + n);
+      result = std::move(r);
+      resultStrided = true;
+    } else if (anyStrided && operands.size() == 1 &&
+               (name == "permute" || name == "transpose" || name == "t")) {
+      std::vector<int> r = permutedOrder(*op, *operands[0]);
+      if (r.size() != operands[0]->size()) return stop();
+      result = std::move(r);
+      resultStrided = true;
+    } else if (anyStrided && allIdentity && operands.size() == 1 && contiguousViews.count(name)) {
+      // Splitting or merging dims of decreasing strides keeps them decreasing (a reshape that
+      // cannot view copies into a contiguous tensor: the same order).
+      result.emplace();
+      resultStrided = true;
     } else if (anyStrided && (op->def().has(kView) || op->def().has(kInPlace) || name == "clone")) {
-      return false;
+      return stop();
+    } else if (name == "cat" && !operands.empty()) {
+      // The output memory format of ATen's cat: channels-last only when every input suggests
+      // it (4-d/5-d inputs in that exact order), else contiguous.
+      const int64_t rank = op->result(0)->type().rank();
+      std::vector<int> channelsLast;
+      if (rank == 4) channelsLast = {0, 2, 3, 1};
+      if (rank == 5) channelsLast = {0, 2, 3, 4, 1};
+      bool allChannelsLast = !channelsLast.empty();
+      for (const std::vector<int> *o : operands) {
+        if (channelsLast.empty() || isIdentity(*o)) {
+          allChannelsLast = false;
+          break;
+        }
+        if (*o != channelsLast || anyStrided) return stop();
+      }
+      if (allChannelsLast)
+        result = channelsLast;
+      else
+        result.emplace();
     } else if (op->def().has(kConstantLike) || freshContiguous.count(name)) {
       result.emplace(); // identity, per result rank below
     } else if (op->def().has(kInPlace) && !operands.empty()) {
       result = *operands[0];
     } else if (!operands.empty() && (name == "permute" || name == "transpose" || name == "t")) {
       std::vector<int> r = permutedOrder(*op, *operands[0]);
-      if (r.size() != operands[0]->size()) return false;
+      if (r.size() != operands[0]->size()) return stop();
       result = std::move(r);
     } else if (name == "clone" && !operands.empty()) {
       result = *operands[0]; // preserve_format: a dense operand's order
@@ -218,11 +284,11 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
         const Type &t = v->type();
         fastContiguous = fastContiguous && t.isTensor() && t.shape() == rt.shape();
         if (!t.isTensor() || t.rank() == 0) continue;
-        if (!(t.shape() == rt.shape())) return false;
-        if (result && *result != order.at(v)) return false;
+        if (!(t.shape() == rt.shape())) return stop();
+        if (result && *result != order.at(v)) return stop();
         result = order.at(v);
       }
-      if (!result) return false;
+      if (!result) return stop();
       // is_contiguous() ignoring size-1 dims: the other dims in increasing order.
       int last = -1;
       for (int d : *result) {
@@ -235,18 +301,18 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
     } else if (allIdentity && (!op->def().has(kView) || contiguousViews.count(name))) {
       result.emplace(); // contiguous operands, a kernel that allocates its result
     } else {
-      return false; // the meta walk decides
+      return stop(); // the meta walk decides
     }
     for (size_t i = 0; i < op->numResults(); ++i) {
       const Type &t = op->result(i)->type();
       if (!t.isTensor()) continue;
       std::vector<int> r = result->empty() ? identity(t.rank()) : *result;
-      if (r.size() != size_t(t.rank())) return false;
+      if (r.size() != size_t(t.rank())) return stop();
       order[op->result(i)] = std::move(r);
       if (resultStrided) strided.insert(op->result(i));
     }
   }
-  return false;
+  return stop();
 }
 
 OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inputs,

@@ -48,8 +48,9 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
 /// ops, reshape-like views of a contiguous tensor). Returns false where an op falls outside
 /// (the meta walk then decides): the walk's first meta op imports torch._dynamo (1.5-2.5 s once
 /// per process on the test machine), which most graphs thus never pay.
+/// `stoppedAt` (optional) gets the op where the rules stopped, for XJIT_LOG=graphs.
 bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
-                         std::vector<OutputLayout> &out);
+                         std::vector<OutputLayout> &out, const Op **stoppedAt = nullptr);
 
 /// The dim order whose dense strides are exactly `strides`; empty when there is none.
 std::vector<int> denseOrder(const std::vector<int64_t> &sizes, const std::vector<int64_t> &strides);
