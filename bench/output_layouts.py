@@ -13,30 +13,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
 import xjit
 
-# The timing loop is compiled from a "<...>" file name so that the hook skips its frame (see
-# bench/frontend_overhead.py).
-_LOOP_NS: dict[str, Any] = {}
-exec(
-    compile(
-        "def timed(fn, args, calls, clock):\n"
-        "    t0 = clock()\n"
-        "    for _ in range(calls):\n"
-        "        fn(*args)\n"
-        "    return clock() - t0\n",
-        "<output_layouts loop>",
-        "exec",
-    ),
-    _LOOP_NS,
-)
-timed: Callable[..., int] = _LOOP_NS["timed"]
+# The timing loop the hook skips (compiled from a "<...>" file name; see bench/frontend_overhead.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.frontend_overhead import timed  # noqa: E402 - after sys.path
 
 
 def scale(x: torch.Tensor) -> torch.Tensor:
