@@ -702,6 +702,15 @@ void restoreLayouts(const CompiledEntry &e, const std::vector<RtValue> &outs,
     if (!done[i]) {
       const RtValue &v = outs[i];
       if (!v.isTensor() || hasLayout(layout, v.tensor().sizes(), v.tensor().strides())) continue;
+      // A copy would cut it off from another output sharing its memory (a view of it, or the
+      // same tensor returned twice), which eager keeps connected: the frame runs in Python.
+      for (size_t j = 0; j < outs.size(); ++j)
+        if (j != i && outs[j].isTensor() && v.tensor().storage() &&
+            outs[j].tensor().storage() == v.tensor().storage())
+          throw InternalFailure{errors::kRun,
+                                "graph outputs " + std::to_string(i) + " and " +
+                                    std::to_string(j) +
+                                    " share memory and the first is not in eager's layout"};
       done[i] = fromRtValue(v);
     }
     done[i] = inLayout(layout, done[i]);
