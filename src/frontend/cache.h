@@ -84,7 +84,7 @@ struct CompiledEntry {
   // Content tags of the nn.Parameter inputs (param_versions.h): set for native graphs that
   // write none of their inputs, so library kernels reorder a weight again only when it changed.
   std::unique_ptr<ParameterVersions> paramVersions;
-  int graphId = -1;       // index of this graph in the event log
+  int graphId = -1; // index of this graph in the event log
   // A capture that stops at a graph break (Capture::breakPoint): `result` builds the arguments
   // of breakCode, which runs the breaking instruction and the rest of the frame.
   PyRef breakCode;

@@ -642,9 +642,9 @@ void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
     if (!dense || !staticOutputLayouts(g, inputOrders, layouts.outputs, &stoppedAt)) {
       if (settings().log & kLogGraphs)
         logLine("output layouts of " + g.name() + ": PyTorch's meta kernels decide (" +
-                (!dense ? std::string("an input is not dense")
-                        : stoppedAt ? "the rules stop at " + stoppedAt->describe()
-                                    : std::string("the rules stop")) +
+                (!dense      ? std::string("an input is not dense")
+                 : stoppedAt ? "the rules stop at " + stoppedAt->describe()
+                             : std::string("the rules stop")) +
                 ")");
       layouts = deriveOutputLayouts(g, in, externals, symbolic);
     }
@@ -708,8 +708,7 @@ void restoreLayouts(const CompiledEntry &e, const std::vector<RtValue> &outs,
         if (j != i && outs[j].isTensor() && v.tensor().storage() &&
             outs[j].tensor().storage() == v.tensor().storage())
           throw InternalFailure{errors::kRun,
-                                "graph outputs " + std::to_string(i) + " and " +
-                                    std::to_string(j) +
+                                "graph outputs " + std::to_string(i) + " and " + std::to_string(j) +
                                     " share memory and the first is not in eager's layout"};
       done[i] = fromRtValue(v);
     }

@@ -48,7 +48,7 @@ private:
     int32_t deviceType = 0, deviceId = 0;
     bool requiresGrad = false;
     std::vector<int64_t> sizes, strides;
-    std::vector<int> symbols; // per dim: -1 static, else the symbol's index
+    std::vector<int> symbols;   // per dim: -1 static, else the symbol's index
     std::vector<int8_t> layout; // the layout class (output_layout.h); empty: not checked
     // SizeAtMost: lhs <= rhs, evaluated after every tensor guard has bound its symbols
     DimExpr lhs, rhs;
