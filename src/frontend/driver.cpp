@@ -703,8 +703,10 @@ void restoreLayouts(const CompiledEntry &e, const std::vector<RtValue> &outs,
       const RtValue &v = outs[i];
       if (!v.isTensor() || hasLayout(layout, v.tensor().sizes(), v.tensor().strides())) continue;
       // A copy would cut it off from another output sharing its memory (a view of it, or the
-      // same tensor returned twice), which eager keeps connected: the frame runs in Python.
-      for (size_t j = 0; j < outs.size(); ++j)
+      // same tensor returned twice), which eager keeps connected: the frame runs in Python,
+      // where it can (a graph that wrote the caller's tensors cannot be rerun: the copy stands,
+      // values right, the outputs no longer views of each other).
+      for (size_t j = 0; e.rerunnable && j < outs.size(); ++j)
         if (j != i && outs[j].isTensor() && v.tensor().storage() &&
             outs[j].tensor().storage() == v.tensor().storage())
           throw InternalFailure{errors::kRun,
