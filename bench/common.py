@@ -194,6 +194,8 @@ def max_errors(out: Any, ref: Any) -> dict[str, float]:
         raise ValueError(f"{len(got)} output tensors, eager has {len(want)}")
     abs_err = rel_err = 0.0
     for g, w in zip(got, want, strict=True):
+        if g.shape != w.shape:  # (would broadcast in the subtraction)
+            raise ValueError(f"output shape {tuple(g.shape)}, eager {tuple(w.shape)}")
         diff = (g.float() - w.float()).abs().max().item() if w.numel() else 0.0
         scale = w.float().abs().max().item() if w.numel() else 0.0
         abs_err = max(abs_err, diff)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # bench.common, when run as a script
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,17 @@ def _gated_ffn(s: Size) -> int:
 Built = tuple[Any, dict[str, Any]]
 
 
+def _encoder(s: Size) -> dict[str, Any]:
+    """The config fields that BERT-style encoder configs name alike."""
+    return dict(
+        vocab_size=s.vocab,
+        hidden_size=s.hidden,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        intermediate_size=s.ffn,
+    )
+
+
 def _distilbert(s: Size) -> Built:
     from transformers import DistilBertConfig, DistilBertModel
 
@@ -81,41 +93,21 @@ def _distilbert(s: Size) -> Built:
 def _roberta(s: Size) -> Built:
     from transformers import RobertaConfig, RobertaModel
 
-    c = RobertaConfig(
-        vocab_size=s.vocab,
-        hidden_size=s.hidden,
-        num_hidden_layers=s.layers,
-        num_attention_heads=s.heads,
-        intermediate_size=s.ffn,
-    )
+    c = RobertaConfig(**_encoder(s))
     return RobertaModel(c), {"input_ids": _tokens(s)}
 
 
 def _albert(s: Size) -> Built:
     from transformers import AlbertConfig, AlbertModel
 
-    c = AlbertConfig(
-        vocab_size=s.vocab,
-        embedding_size=s.hidden // 2,
-        hidden_size=s.hidden,
-        num_hidden_layers=s.layers,
-        num_attention_heads=s.heads,
-        intermediate_size=s.ffn,
-    )
+    c = AlbertConfig(**_encoder(s), embedding_size=s.hidden // 2)
     return AlbertModel(c), {"input_ids": _tokens(s)}
 
 
 def _electra(s: Size) -> Built:
     from transformers import ElectraConfig, ElectraModel
 
-    c = ElectraConfig(
-        vocab_size=s.vocab,
-        embedding_size=s.hidden // 2,
-        hidden_size=s.hidden,
-        num_hidden_layers=s.layers,
-        num_attention_heads=s.heads,
-        intermediate_size=s.ffn,
-    )
+    c = ElectraConfig(**_encoder(s), embedding_size=s.hidden // 2)
     return ElectraModel(c), {"input_ids": _tokens(s)}
 
 
@@ -204,15 +196,7 @@ def _gpt_neo(s: Size) -> Built:
 
 def _decoder(s: Size, ffn: int) -> dict[str, Any]:
     """The config fields that LLaMA-style decoder configs name alike."""
-    return dict(
-        vocab_size=s.vocab,
-        hidden_size=s.hidden,
-        intermediate_size=ffn,
-        num_hidden_layers=s.layers,
-        num_attention_heads=s.heads,
-        max_position_embeddings=2 * s.seq,
-        use_cache=False,
-    )
+    return {**_encoder(s), "intermediate_size": ffn, "max_position_embeddings": 2 * s.seq, "use_cache": False}
 
 
 def _mistral(s: Size) -> Built:
@@ -383,11 +367,7 @@ def _deberta_v2(s: Size) -> Built:
     from transformers import DebertaV2Config, DebertaV2Model
 
     c = DebertaV2Config(
-        vocab_size=s.vocab,
-        hidden_size=s.hidden,
-        num_hidden_layers=s.layers,
-        num_attention_heads=s.heads,
-        intermediate_size=s.ffn,
+        **_encoder(s),
         max_position_embeddings=2 * s.seq,
         relative_attention=True,
         position_buckets=s.seq // 2,
@@ -551,41 +531,13 @@ def build(name: str, size: Size = BENCH) -> Built:
     return model.eval(), kwargs
 
 
-def _leaves(out: Any) -> list[Any]:
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, dict):  # ModelOutput is a dict
-        return [t for v in out.values() for t in _leaves(v)]
-    if isinstance(out, (list, tuple)):
-        return [t for v in out for t in _leaves(v)]
-    return []
-
-
-def errors_vs(out: Any, ref: Any) -> tuple[float, float]:
-    """Max abs error, and the largest of (max abs error / max |ref|) over the output tensors."""
-    got, want = _leaves(out), _leaves(ref)
-    if len(got) != len(want):
-        raise ValueError(f"{len(got)} output tensors, eager has {len(want)}")
-    abs_err = rel_err = 0.0
-    for g, w in zip(got, want, strict=True):
-        if g.shape != w.shape:
-            raise ValueError(f"output shape {tuple(g.shape)}, eager {tuple(w.shape)}")
-        if not w.numel():
-            continue
-        diff = (g.double() - w.double()).abs().max().item()
-        scale = w.double().abs().max().item()
-        abs_err = max(abs_err, diff)
-        rel_err = max(rel_err, diff / scale if scale else diff)
-    return abs_err, rel_err
-
-
 def run_one(name: str, rounds: int) -> dict[str, Any]:
     """Measure one model in this process; the result as a JSON-able dict."""
     import torch
 
     import xjit  # from PYTHONPATH (a build dir's python/) or the installed package
+
+    from bench.common import leaves, max_errors
 
     result: dict[str, Any] = {"model": name}
     model, kwargs = build(name)
@@ -600,10 +552,10 @@ def run_one(name: str, rounds: int) -> dict[str, Any]:
             result["first_call_s"] = time.perf_counter() - t0
             outs = [report.output] + [compiled(**kwargs) for _ in range(2)]
         result["warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:300]}" for w in caught})
-        errs = [errors_vs(o, ref) for o in outs]
-        result["zero_output"] = all(not t.any() for t in _leaves(ref))  # compares equal to anything
-        result["max_abs_err"] = max(e[0] for e in errs)
-        result["max_rel_err"] = max(e[1] for e in errs)
+        errs = [max_errors(o, ref) for o in outs]
+        result["zero_output"] = all(not t.any() for t in leaves(ref))  # compares equal to anything
+        result["max_abs_err"] = max(e["max_abs_err"] for e in errs)
+        result["max_rel_err"] = max(e["max_rel_err"] for e in errs)
         result["graphs"] = report.graph_count
         result["breaks"] = [f"{b.where}: {b.reason}" for b in report.graph_breaks]
         result["ops"] = report.op_count

@@ -18,30 +18,26 @@
 
 namespace xjit::frontend {
 
-namespace {
-
-/// xjit._eager's entry points (imported once; kept for the life of the process).
-struct EagerModule {
-  PyObject *runOp = nullptr;
-  PyObject *compareOp = nullptr;
-  PyObject *runOpMeta = nullptr;
-  PyObject *toMeta = nullptr;
-  PyObject *emptyMeta = nullptr;
-};
-
 const EagerModule &eagerModule() {
   static EagerModule m = [] {
     EagerModule r;
     PyRef mod = checked(PyImport_ImportModule("xjit._eager"));
-    r.runOp = checked(PyObject_GetAttrString(mod.get(), "run_op")).release();
-    r.compareOp = checked(PyObject_GetAttrString(mod.get(), "compare_op")).release();
-    r.runOpMeta = checked(PyObject_GetAttrString(mod.get(), "run_op_meta")).release();
-    r.toMeta = checked(PyObject_GetAttrString(mod.get(), "to_meta")).release();
-    r.emptyMeta = checked(PyObject_GetAttrString(mod.get(), "empty_meta")).release();
+    auto get = [&](const char *name) {
+      return checked(PyObject_GetAttrString(mod.get(), name)).release();
+    };
+    r.runOp = get("run_op");
+    r.compareOp = get("compare_op");
+    r.runOpMeta = get("run_op_meta");
+    r.toMeta = get("to_meta");
+    r.emptyMeta = get("empty_meta");
+    r.layoutOf = get("layout_of");
+    r.relayout = get("relayout");
     return r;
   }();
   return m;
 }
+
+namespace {
 
 PyRef attrToPython(const Attr &a) {
   switch (a.kind()) {

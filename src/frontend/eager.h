@@ -11,6 +11,19 @@
 
 namespace xjit::frontend {
 
+/// python/xjit/_eager.py's entry points (imported once; kept for the life of the process).
+struct EagerModule {
+  PyObject *runOp = nullptr;
+  PyObject *compareOp = nullptr;
+  PyObject *runOpMeta = nullptr;
+  PyObject *toMeta = nullptr;
+  PyObject *emptyMeta = nullptr;
+  PyObject *layoutOf = nullptr; // output layouts (output_layout.cpp)
+  PyObject *relayout = nullptr;
+};
+/// Throws PyErrorSet when xjit._eager cannot be imported.
+const EagerModule &eagerModule();
+
 /// The PyTorch callables of a graph's external_call ops, by their `callee` attribute.
 using ExternalCallables = std::map<int64_t, PyRef>;
 

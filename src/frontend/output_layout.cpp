@@ -15,23 +15,6 @@ namespace xjit::frontend {
 
 namespace {
 
-/// xjit._eager's layout helpers (imported once; kept for the life of the process).
-struct LayoutModule {
-  PyObject *layoutOf = nullptr;
-  PyObject *relayout = nullptr;
-};
-
-const LayoutModule &layoutModule() {
-  static LayoutModule m = [] {
-    LayoutModule r;
-    PyRef mod = checked(PyImport_ImportModule("xjit._eager"));
-    r.layoutOf = checked(PyObject_GetAttrString(mod.get(), "layout_of")).release();
-    r.relayout = checked(PyObject_GetAttrString(mod.get(), "relayout")).release();
-    return r;
-  }();
-  return m;
-}
-
 std::vector<int64_t> intsOf(PyObject *seq) {
   std::vector<int64_t> out;
   PyRef fast = checked(PySequence_Fast(seq, "a tuple of ints"));
@@ -337,7 +320,7 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
       r.outputs.push_back(l);
       continue;
     }
-    PyRef info = checked(PyObject_CallOneArg(layoutModule().layoutOf, outs[i].get()));
+    PyRef info = checked(PyObject_CallOneArg(eagerModule().layoutOf, outs[i].get()));
     if (info.get() == Py_None) {
       r.outputs.push_back(l);
       continue;
@@ -414,7 +397,7 @@ PyRef inLayout(const OutputLayout &layout, PyRef value) {
   std::vector<int64_t> want =
       layout.kind == OutputLayout::Dense ? denseStrides(sizes, layout.order) : layout.strides;
   PyRef offset = checked(PyLong_FromLongLong(layout.offset));
-  return checked(PyObject_CallFunctionObjArgs(layoutModule().relayout, value.get(),
+  return checked(PyObject_CallFunctionObjArgs(eagerModule().relayout, value.get(),
                                               intList(want).get(), offset.get(), nullptr));
 }
 

@@ -30,6 +30,7 @@ nn = torch.nn
 # The models are bench/zoo.py's own builders at its TINY size: one definition for both.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from bench import zoo  # noqa: E402
+from bench.common import leaves  # noqa: E402
 
 TESTED = [
     "gpt-neo",
@@ -50,7 +51,7 @@ CODE_MODELS = {"mobilenet"}  # written in bench/zoo.py, not transformers
 
 
 def _assert_close(out: Any, ref: Any) -> None:
-    got, want = zoo._leaves(out), zoo._leaves(ref)
+    got, want = leaves(out), leaves(ref)
     assert len(got) == len(want) and got
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape
