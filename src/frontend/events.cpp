@@ -23,9 +23,13 @@ EventLog &events() {
 
 unsigned parseLogFlags(const std::string &text) {
   static const std::map<std::string, unsigned> kNames = {
-      {"graph_breaks", kLogGraphBreaks}, {"guards", kLogGuards},
-      {"recompiles", kLogRecompiles},    {"graphs", kLogGraphs},
-      {"bytecode", kLogBytecode},        {"dynamic", kLogDynamic},
+      {"graph_breaks", kLogGraphBreaks},
+      {"guards", kLogGuards},
+      {"recompiles", kLogRecompiles},
+      {"graphs", kLogGraphs},
+      {"bytecode", kLogBytecode},
+      {"dynamic", kLogDynamic},
+      {"passes", kLogPasses},
   };
   unsigned flags = 0;
   std::stringstream ss(text);
@@ -35,15 +39,15 @@ unsigned parseLogFlags(const std::string &text) {
     if (b == std::string::npos) continue;
     item = item.substr(b, e - b + 1);
     if (item == "all") {
-      flags |=
-          kLogGraphBreaks | kLogGuards | kLogRecompiles | kLogGraphs | kLogBytecode | kLogDynamic;
+      flags |= kLogGraphBreaks | kLogGuards | kLogRecompiles | kLogGraphs | kLogBytecode |
+               kLogDynamic | kLogPasses;
       continue;
     }
     auto it = kNames.find(item);
     if (it == kNames.end())
       throw std::invalid_argument("XJIT_LOG: unknown category '" + item +
                                   "' (expected graph_breaks, guards, recompiles, graphs, "
-                                  "bytecode, dynamic or all)");
+                                  "bytecode, dynamic, passes or all)");
     flags |= it->second;
   }
   return flags;

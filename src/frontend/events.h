@@ -21,6 +21,7 @@ enum LogFlag : unsigned {
   kLogGraphs = 1u << 3,
   kLogBytecode = 1u << 4,
   kLogDynamic = 1u << 5, // shape specializations: which symbolic size became static, and where
+  kLogPasses = 1u << 6,  // per-pass time and statistics of each graph's compile (runtime)
 };
 /// "graph_breaks,guards" -> flags; unknown names throw std::invalid_argument.
 unsigned parseLogFlags(const std::string &text);

@@ -62,6 +62,7 @@ bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id) {
       throw std::runtime_error("injected failure (XJIT_TEST_INJECT=native)");
     runtime::CompileOptions opts;
     opts.target.keepText = !dumpTo.empty();
+    opts.logPasses = settings().log & kLogPasses;
     opts.outputWritesInput = outputWritesInput(e);
     e.compiled = std::make_shared<const runtime::CompiledGraph>(
         runtime::compileGraph(*e.graph, runtime::cpuTarget(), opts));

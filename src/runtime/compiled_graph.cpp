@@ -4,6 +4,7 @@
 
 #include "profile.h"
 
+#include "xjit/backend/jit.h"
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/op_registry.h"
 #include "xjit/ir/sym_attr.h"
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -735,7 +737,9 @@ CompiledGraph compileGraph(const Graph &g, backend::Target &target, const Compil
     // graphs (the frontend functionalizes most of them away) run unfused.
     bool writesInPlace = false;
     im->graph->walk([&](Op *op) { writesInPlace |= op->def().has(kInPlace); });
-    passes::PassManager pm;
+    passes::PassManagerOptions pmOpts;
+    pmOpts.log = opts.logPasses;
+    passes::PassManager pm(pmOpts);
     for (passes::PassStep &step : passes::parsePipeline(opts.pipeline)) {
       if (writesInPlace && step.pass->name == "fuse") {
         im->stats.fuseSkipped = true;
@@ -776,9 +780,25 @@ CompiledGraph compileGraph(const Graph &g, backend::Target &target, const Compil
   {
     // The target may finish its executables together (the CPU links a graph's kernels in one
     // go); none runs before finish().
+    auto start = std::chrono::steady_clock::now();
+    backend::JitTotals before = backend::jitTotals();
     std::unique_ptr<backend::CompileBatch> batch = target.beginCompileBatch();
     im->compileBlock(*cg.body());
     batch->finish();
+    if (opts.logPasses) {
+      backend::JitTotals after = backend::jitTotals();
+      std::fprintf(
+          stderr,
+          "[xjit passes] %-20s %8.3f ms  kernels compiled %llu (%.1f ms), from the "
+          "cache %llu (%.1f ms)\n",
+          "codegen",
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count(),
+          static_cast<unsigned long long>(after.llvmCompilations - before.llvmCompilations),
+          after.llvmMs - before.llvmMs,
+          static_cast<unsigned long long>(after.cacheLinks - before.cacheLinks),
+          after.cacheLinkMs - before.cacheLinkMs);
+    }
   }
   im->slotOf.clear();
   im->keepSlot.assign(im->numSlots, 0);

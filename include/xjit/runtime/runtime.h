@@ -54,6 +54,9 @@ struct CompileOptions {
   /// contents afterwards (set as `return`'s io.input_of). The caller's copy then finds the
   /// output already in place.
   std::vector<int> outputWritesInput;
+  /// Per-pass time, op counts and statistics to stderr, then the code generation time
+  /// (XJIT_LOG=passes).
+  bool logPasses = false;
 };
 
 /// How the ops of a compiled graph are executed (all nesting levels counted).

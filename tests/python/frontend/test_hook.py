@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import warnings
 from collections.abc import Iterator
@@ -419,6 +420,21 @@ def test_log_categories(capsys: Any) -> None:
     assert "[xjit] recompiling " in err and "L['x'].dtype == torch.f32" in err
     with pytest.raises(ValueError, match="unknown category"):
         config.log = "nope"
+
+
+def test_log_passes_times_each_pass_and_code_generation(capfd: Any) -> None:
+    config.log = "passes"
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x * 3.0 + 1.0).sum(0)
+
+    x = torch.randn(4, 5)
+    assert torch.allclose(xjit.jit(f)(x), f(x))
+    err = capfd.readouterr().err
+    # One line per pass of the default pipeline, then the code generation of the same graph.
+    assert re.search(r"\[xjit passes\] fuse +[0-9.]+ ms  ops \d+ -> \d+", err), err
+    assert re.search(r"\[xjit passes\] codegen +[0-9.]+ ms  kernels compiled \d+", err), err
+    assert err.index("[xjit passes] fuse") < err.index("[xjit passes] codegen")
 
 
 # ---- library model forwards called from Python --------------------------------------------------
