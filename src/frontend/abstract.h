@@ -89,6 +89,7 @@ struct TensorVar : Var {
   uintptr_t inputLo = 0, inputHi = 0;     // the bytes an input's elements span at capture
   bool usedInGraph = false;               // an input whose value an op reads
   bool stridesRead = false;               // the capture depends on the input's strides (guard them)
+  bool intCarrier = false; // the u8[sym] input carrying a symbolic Python int (Capture::intInputs)
   const Type &type() const { return value->type(); }
 };
 

@@ -199,6 +199,10 @@ public:
   // ---- operators (analyzer_ops.cpp) ----
   VarPtr binaryOp(int nb, const VarPtr &a, const VarPtr &b);
   VarPtr compareOp(int cmp, const VarPtr &a, const VarPtr &b);
+  /// A comparison of symbolic sizes or ints (`if n > 4:`) decided by this call's values, the
+  /// outcome kept as size guards (like torch.compile's guards on a relation) where one or two
+  /// inequalities express it; nullopt where they cannot (`n == 5` False: specialize).
+  std::optional<bool> guardedComparison(int cmp, const VarPtr &a, const VarPtr &b);
   bool dataclassEquals(const VarPtr &a, const VarPtr &b);
   VarPtr unaryOp(int opcode, const VarPtr &a);
   bool isSame(const VarPtr &a, const VarPtr &b);
@@ -308,6 +312,7 @@ private:
   std::vector<PyRef> keepAlive_;
   SymbolBindings symbolHints_;                   // symbol -> its value in this frame
   std::map<int64_t, std::string> symbolForSize_; // duck sizing: equal sizes share a symbol
+  int intSymbols_ = 0;                           // symbols of symbolic ints made (i0, i1...)
   std::map<int, int> visits_; // captured frame: instruction offset -> times reached
   // Objects made in the frame that are rebuilt after the graph, one Shared output each (null
   // while its definition is being built: reached again from inside itself is a cycle).
@@ -332,6 +337,13 @@ public:
   /// gets each dim's symbol name ("" for static dims).
   Shape inputShape(const std::vector<int64_t> &sizes, const Source &src,
                    std::vector<std::string> &symbols);
+  /// Whether `src` reaches module state (through a module's attributes) or a global: such
+  /// inputs stay static unless automatic dynamic saw them change.
+  bool isModuleState(const Source &src) const;
+  /// A Python int at `src` as a symbolic int (SymIntVar over a new symbol, bound by an
+  /// IntSymbol guard and a carrier input, Capture::intInputs) when the options make it dynamic;
+  /// nullptr: it stays a constant guarded by value.
+  VarPtr symbolicInt(PyObject *o, const Source &src);
   /// Restarts the analysis with the (first) symbol of `e` made static.
   [[noreturn]] void specialize(const DimExpr &e) const;
   int64_t hintOf(const DimExpr &e) const;

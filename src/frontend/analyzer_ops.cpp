@@ -306,6 +306,45 @@ static std::optional<bool> compareWithSmallInt(int cmp, const VarPtr &a, const V
   }
 }
 
+std::optional<bool> Analyzer::guardedComparison(int cmp, const VarPtr &a, const VarPtr &b) {
+  auto dimOf = [](const VarPtr &v) -> std::optional<DimExpr> {
+    if (auto *s = as<SymIntVar>(v)) return s->expr;
+    if (auto *o = as<ObjectVar>(v); o && PyLong_CheckExact(o->obj.get())) {
+      int overflow = 0;
+      long long x = PyLong_AsLongLongAndOverflow(o->obj.get(), &overflow);
+      if (overflow) {
+        PyErr_Clear();
+        return std::nullopt;
+      }
+      return DimExpr(x);
+    }
+    return std::nullopt;
+  };
+  std::optional<DimExpr> x = dimOf(a), y = dimOf(b);
+  if (!x || !y || cmp < 0 || cmp > 5) return std::nullopt;
+  const int64_t hx = hintOf(*x), hy = hintOf(*y);
+  const bool r = cmp == 0   ? hx < hy
+                 : cmp == 1 ? hx <= hy
+                 : cmp == 2 ? hx == hy
+                 : cmp == 3 ? hx != hy
+                 : cmp == 4 ? hx > hy
+                            : hx >= hy;
+  const std::string what = "Python comparison";
+  const DimExpr one(1);
+  switch (cmp) {
+  case 0: r ? assumeAtMost(*x + one, *y, what) : assumeAtMost(*y, *x, what); break; // x < y
+  case 1: r ? assumeAtMost(*x, *y, what) : assumeAtMost(*y + one, *x, what); break; // x <= y
+  case 4: r ? assumeAtMost(*y + one, *x, what) : assumeAtMost(*x, *y, what); break; // x > y
+  case 5: r ? assumeAtMost(*y, *x, what) : assumeAtMost(*x + one, *y, what); break; // x >= y
+  default:
+    // x == y that holds, or x != y that does not: two inequalities. The other outcomes (not
+    // equal) are no single relation: the symbol is specialized.
+    if (r != (cmp == 2)) return std::nullopt;
+    assumeEqual(*x, *y, what);
+  }
+  return r;
+}
+
 VarPtr Analyzer::compareOp(int cmp, const VarPtr &a, const VarPtr &b) {
   if (a->kind == VarKind::Tensor || b->kind == VarKind::Tensor) return tensorCompare(cmp, a, b);
   if (a->kind == VarKind::SymInt || b->kind == VarKind::SymInt) {
@@ -321,6 +360,7 @@ VarPtr Analyzer::compareOp(int cmp, const VarPtr &a, const VarPtr &b) {
       }
     }
     if (std::optional<bool> known = compareWithSmallInt(cmp, a, b)) return boolean(*known);
+    if (std::optional<bool> guarded = guardedComparison(cmp, a, b)) return boolean(*guarded);
     if (sa && !sa->expr.isStatic()) specialize(sa->expr);
     if (sb && !sb->expr.isStatic()) specialize(sb->expr);
   }

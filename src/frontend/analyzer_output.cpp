@@ -646,8 +646,10 @@ Capture Analyzer::finishWith(
   builder_.setLoc(currentLoc());
   builder_.createWithTypes("return", outputs, {});
 
-  for (const auto &t : inputTensors_)
+  for (const auto &t : inputTensors_) {
+    if (t->intCarrier) c.intInputs.push_back(c.inputs.size());
     c.inputs.push_back(*t->source);
+  }
   // A tensor the graph writes must not share memory with another input the graph reads or
   // writes (it would read that one stale): checked at capture (a graph break), guarded here
   // for later calls.

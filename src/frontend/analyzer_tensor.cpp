@@ -82,23 +82,10 @@ Shape Analyzer::inputShape(const std::vector<int64_t> &sizes, const Source &src,
   };
   std::string key = dynamic && !listed.empty() ? sourceKey(src) : std::string();
   if (dynamic) {
-    // Module state (parameters and buffers, reached through a module's attributes) and globals
-    // stay static, unless automatic dynamic saw one of their dims change. Attributes of other
-    // objects are inputs like the frame's arguments: a KV cache's keys
-    // (past_key_values.layers[0].keys) grow by one per decoding step.
-    auto moduleState = [&] {
-      for (size_t i = 0; i < src.size(); ++i) {
-        if (src[i].kind == SourceStep::Global) return true;
-        if (src[i].kind != SourceStep::Attr) continue;
-        auto parent = sourceCache_.find(sourceKey(Source(src.begin(), src.begin() + i)));
-        if (parent == sourceCache_.end() || parent->second->kind == VarKind::Module) return true;
-      }
-      return false;
-    };
     bool changed = !key.empty() && isListed(key);
     for (size_t i = 0; !key.empty() && !changed && i < sizes.size(); ++i)
       changed = isListed(dynamicDimKey(key, i));
-    if (!changed && moduleState()) dynamic = false;
+    if (!changed && isModuleState(src)) dynamic = false;
   }
   bool wholeSource = listed.empty() || isListed(key);
   Shape shape;
@@ -120,6 +107,64 @@ Shape Analyzer::inputShape(const std::vector<int64_t> &sizes, const Source &src,
     shape.push_back(DimExpr::symbol(it->second));
   }
   return shape;
+}
+
+bool Analyzer::isModuleState(const Source &src) const {
+  // Module state (parameters and buffers, reached through a module's attributes) and globals
+  // stay static, unless automatic dynamic saw them change. Attributes of other objects are
+  // inputs like the frame's arguments: a KV cache's keys (past_key_values.layers[0].keys) grow
+  // by one per decoding step.
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (src[i].kind == SourceStep::Global) return true;
+    if (src[i].kind != SourceStep::Attr) continue;
+    auto parent = sourceCache_.find(sourceKey(Source(src.begin(), src.begin() + i)));
+    if (parent == sourceCache_.end() || parent->second->kind == VarKind::Module) return true;
+  }
+  return false;
+}
+
+VarPtr Analyzer::symbolicInt(PyObject *o, const Source &src) {
+  if (!opts_.dynamicShapes || !PyLong_CheckExact(o)) return nullptr;
+  int overflow = 0;
+  const long long n = PyLong_AsLongLongAndOverflow(o, &overflow);
+  if (overflow || n == -1) PyErr_Clear();
+  // 0, 1 and negative ints stay static (a symbol is at least 2, as for dims), as does a value
+  // a restart of the analysis specialized (Python control flow needed it: range(n)).
+  if (overflow || n < 2 || specialized_.count(std::to_string(n))) return nullptr;
+  const std::string key = sourceKey(src);
+  const std::vector<std::string> &listed = opts_.dynamicSources;
+  if (!listed.empty()) {
+    // Automatic dynamic: only ints whose value changed between calls.
+    if (std::find(listed.begin(), listed.end(), key) == listed.end()) return nullptr;
+  } else {
+    // dynamic=True: the frame's own inputs, as torch.compile does (ints of modules, globals
+    // and defaults are configuration, specialized).
+    if (isModuleState(src)) return nullptr;
+    for (const SourceStep &s : src)
+      if (s.kind == SourceStep::Attr && (s.name == "__defaults__" || s.name == "__kwdefaults__"))
+        return nullptr;
+  }
+  // Its own symbol (no duck sizing with dims of the same size: an int that changes at every
+  // call would otherwise be tied to a dim at the first symbolic capture).
+  const std::string name = "i" + std::to_string(intSymbols_++);
+  symbolHints_[name] = n;
+  // The carrier: a u8[name] input the driver builds from the int (a zero-stride view of one
+  // byte), so the runtime binds the symbol from its size like any dim; `size` reads it.
+  Value *in =
+      graph_->addInput(Type::tensor(DType::U8, {DimExpr::symbol(name)}), inputName(src) + "_int");
+  auto carrier = std::make_shared<TensorVar>(in);
+  carrier->isInput = true;
+  carrier->intCarrier = true;
+  carrier->source = src;
+  inputTensors_.push_back(carrier);
+  Guard g;
+  g.kind = Guard::IntSymbol;
+  g.source = src;
+  g.symbols = {name};
+  g.description = key + ": int " + name + " >= 2 (symbolic)";
+  addGuard(std::move(g));
+  Value *v = builder_.op("size", {in}, {{"dim", Attr(int64_t{0})}});
+  return std::make_shared<SymIntVar>(DimExpr::symbol(name), n, v);
 }
 
 void Analyzer::specialize(const DimExpr &e) const {

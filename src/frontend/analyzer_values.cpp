@@ -176,7 +176,9 @@ VarPtr Analyzer::wrapSourced(PyObject *o, const Source &src) {
   std::string key = sourceKey(src);
   if (auto it = sourceCache_.find(key); it != sourceCache_.end()) return it->second;
   VarPtr v;
-  if (isScalarConstant(o) || isConstantTuple(o)) {
+  if (VarPtr sym = symbolicInt(o, src)) {
+    v = sym;
+  } else if (isScalarConstant(o) || isConstantTuple(o)) {
     guardEquals(src, o);
     v = constant(o);
   } else if (isTensor(o)) {

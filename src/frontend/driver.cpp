@@ -321,6 +321,46 @@ void replayEffects(const CompiledEntry &e, const std::vector<RtValue> &outs,
   }
 }
 
+/// The value of the Python int carried by input `i` (Capture::intInputs; its IntSymbol guard
+/// checked that it is an int of at least 2).
+int64_t carriedInt(const CompiledEntry &e, size_t i, PyObject *o) {
+  long long n = o && PyLong_CheckExact(o) ? PyLong_AsLongLong(o) : -1;
+  if (n < 0) {
+    PyErr_Clear();
+    throw InternalFailure{errors::kRun, "graph input " + std::to_string(i) + " (" +
+                                            e.sources.str(e.inputSlots[i]) +
+                                            ") is not the int its guard checked"};
+  }
+  return n;
+}
+
+/// The run-time carrier of a symbolic int: a u8 tensor of `n` elements that all alias one
+/// byte (stride 0; the graph reads only its size).
+Tensor intCarrier(int64_t n) {
+  static const Tensor byte = Tensor::empty(DType::U8, {1});
+  return byte.view({n}, {0}, 0);
+}
+
+/// The same as a torch tensor (backend="eager", --check, the meta walk of output layouts).
+PyRef torchIntCarrier(int64_t n) {
+  static PyObject *byte = [] {
+    PyObject *torch = PyImport_ImportModule("torch");
+    PyObject *uint8 = torch ? PyObject_GetAttrString(torch, "uint8") : nullptr;
+    PyObject *kw = uint8 ? Py_BuildValue("{s:O}", "dtype", uint8) : nullptr;
+    PyObject *empty = torch ? PyObject_GetAttrString(torch, "zeros") : nullptr;
+    PyObject *args = Py_BuildValue("(())"); // torch.zeros((), dtype=torch.uint8)
+    PyObject *t = empty && kw && args ? PyObject_Call(empty, args, kw) : nullptr;
+    Py_XDECREF(torch);
+    Py_XDECREF(uint8);
+    Py_XDECREF(kw);
+    Py_XDECREF(empty);
+    Py_XDECREF(args);
+    return t; // a 0-d uint8 tensor, kept for the process
+  }();
+  if (!byte) throw PyErrorSet();
+  return checked(PyObject_CallMethod(byte, "expand", "L", static_cast<long long>(n)));
+}
+
 /// The graph's inputs; with `tags`, also the content tags of its nn.Parameter inputs.
 std::vector<RtValue> fetchInputs(const CompiledEntry &e, SourceValues &values,
                                  backend::ContentTags *tags = nullptr) {
@@ -332,6 +372,10 @@ std::vector<RtValue> fetchInputs(const CompiledEntry &e, SourceValues &values,
     if (!o)
       throw InternalFailure{errors::kRun, "graph input " + std::to_string(i) + " (" +
                                               e.sources.str(slot) + ") cannot be read"};
+    if (e.intInputs[i]) {
+      in.emplace_back(intCarrier(carriedInt(e, i, o)));
+      continue;
+    }
     if (e.inputTypes[i].isTensor()) {
       if (const dlpack::DLTensor *dl = values.tensor(slot)) {
         in.emplace_back(importTensor(o, *dl));
@@ -355,6 +399,10 @@ std::vector<PyRef> pythonInputs(const CompiledEntry &e, SourceValues &values, bo
     if (!o)
       throw InternalFailure{errors::kRun, "graph input " + std::to_string(i) + " (" +
                                               e.sources.str(e.inputSlots[i]) + ") cannot be read"};
+    if (e.intInputs[i]) {
+      in.push_back(torchIntCarrier(carriedInt(e, i, o)));
+      continue;
+    }
     in.push_back(copyTensors && isPlainTensor(o) ? checked(PyObject_CallMethodNoArgs(o, cloneName))
                                                  : PyRef::borrow(o));
   }
@@ -626,7 +674,7 @@ void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
     static PyObject *sizeName = internedStr("size");
     static PyObject *strideName = internedStr("stride");
     for (size_t i = 0; i < e.inputSlots.size() && dense; ++i) {
-      if (!e.inputTypes[i].isTensor()) continue;
+      if (!e.inputTypes[i].isTensor() || e.intInputs[i]) continue; // (read by `size` only)
       if (!isPlainTensor(in[i].get())) {
         dense = false;
         break;
@@ -734,6 +782,9 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     e->inputSlots.push_back(e->sources.add(cap.inputs[i]));
     e->inputTypes.push_back(g.input(i)->type());
   }
+  e->intInputs.assign(cap.inputs.size(), false);
+  for (size_t i : cap.intInputs)
+    if (i < e->intInputs.size()) e->intInputs[i] = true;
   SourceValues values(e->sources, f);
   // Graphs compute without autograd: where an input requires grad, the entry is only valid
   // for the grad mode seen now, and with grad enabled the frame runs in Python.
@@ -1041,7 +1092,9 @@ PyObject *runChecked(const std::shared_ptr<CompiledEntry> &e, SourceValues &valu
         std::vector<RtValue> in;
         for (size_t i = 0; i < e->inputSlots.size(); ++i) {
           PyObject *o = values.get(e->inputSlots[i]);
-          if (o && isPlainTensor(o)) {
+          if (e->intInputs[i]) {
+            in.emplace_back(intCarrier(carriedInt(*e, i, o)));
+          } else if (o && isPlainTensor(o)) {
             PyRef copy = checked(PyObject_CallMethodNoArgs(o, cloneName));
             in.emplace_back(importTensor(copy.get()));
           } else {

@@ -356,6 +356,25 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
             c->dynamicSources.end())
           c->dynamicSources.push_back(s);
     }
+    if (opts->dynamic == -1) {
+      // Automatic dynamic for Python ints (a decoding loop's `start_pos`): every int guarded by
+      // value in the latest entry that now holds another int becomes symbolic.
+      std::vector<std::string> changed;
+      {
+        BusyScope busy;
+        const CompiledEntry &last = *c->entries.back();
+        SourceValues now(last.sources, f);
+        changed = last.guards->intMismatches(now);
+      }
+      for (const std::string &s : changed)
+        if (std::find(c->dynamicSources.begin(), c->dynamicSources.end(), s) ==
+            c->dynamicSources.end()) {
+          c->dynamicSources.push_back(s);
+          c->dynamic = true;
+          if (settings().log & kLogDynamic)
+            logLine("int " + s + " of " + shortLoc(loc) + " changed: symbolic from now on");
+        }
+    }
   }
   return compileAndRun(f, *c, *opts, evalDefault);
 }

@@ -74,6 +74,13 @@ GuardSet::GuardSet(const std::vector<Guard> &guards, SourceTable &table) {
         }
       }
     }
+    if (g.kind == Guard::IntSymbol) {
+      if (g.symbols.size() != 1 || g.symbols[0].empty())
+        throw Error(ErrorKind::Internal, "int symbol guard without its symbol: " + g.description);
+      auto it = std::find(symbolNames_.begin(), symbolNames_.end(), g.symbols[0]);
+      c.symbols = {static_cast<int>(it - symbolNames_.begin())};
+      if (it == symbolNames_.end()) symbolNames_.push_back(g.symbols[0]);
+    }
     if (g.kind == Guard::TensorMatch) {
       std::optional<DType> dt = parseDType(g.dtype);
       if (!dt)
@@ -129,6 +136,19 @@ std::vector<std::string> GuardSet::sizeMismatches(SourceValues &values) const {
     for (size_t d = 0; d < g.sizes.size(); ++d)
       if (g.symbols[d] < 0 && g.sizes[d] >= 0 && g.sizes[d] != t->shape[d])
         out.push_back(dynamicDimKey(sourceText_[i], d));
+  }
+  PyErr_Clear();
+  return out;
+}
+
+std::vector<std::string> GuardSet::intMismatches(SourceValues &values) const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < guards_.size(); ++i) {
+    const Compiled &g = guards_[i];
+    if (g.kind != Guard::Equals || !g.object || !PyLong_CheckExact(g.object.get())) continue;
+    PyObject *v = values.get(g.slot);
+    if (v && PyLong_CheckExact(v) && PyObject_RichCompareBool(v, g.object.get(), Py_EQ) == 0)
+      out.push_back(sourceText_[i]);
   }
   PyErr_Clear();
   return out;
@@ -191,6 +211,9 @@ std::vector<std::string> GuardSet::descriptions() const {
       out.push_back(std::string("torch.is_grad_enabled() == ") + boolStr(g.length != 0));
       break;
     case Guard::SizeAtMost: out.push_back(g.lhs.str() + " <= " + g.rhs.str()); break;
+    case Guard::IntSymbol:
+      out.push_back(src + ": int " + symbolNames_[size_t(g.symbols[0])] + " >= 2");
+      break;
     case Guard::NoOverlap: out.push_back(g.description); break;
     }
   }
@@ -260,6 +283,7 @@ bool GuardSet::checkOne(const Compiled &g, SourceValues &values, std::vector<int
   if (!v) return fail([&] { return *src + " exists"; });
   switch (g.kind) {
   case Guard::TensorMatch: return checkTensor(g, values, bound, why);
+  case Guard::IntSymbol: return checkIntSymbol(g, v, bound, why);
   case Guard::TypeIs:
     return reinterpret_cast<PyObject *>(Py_TYPE(v)) == g.object.get() || fail([&] {
              return "type(" + *src + ") is " +
@@ -303,6 +327,37 @@ bool GuardSet::checkOne(const Compiled &g, SourceValues &values, std::vector<int
   case Guard::GlobalStateIs:
   case Guard::SizeAtMost: break;
   }
+  return true;
+}
+
+bool GuardSet::checkIntSymbol(const Compiled &g, PyObject *v, std::vector<int64_t> &bound,
+                              GuardFailure *why) const {
+  const std::string &src = sourceText_[size_t(&g - guards_.data())];
+  const int s = g.symbols[0];
+  const std::string &name = symbolNames_[size_t(s)];
+  auto fail = [&](std::string detail) {
+    if (why) {
+      why->detail = std::move(detail);
+      why->source = src;
+      why->size = false;
+    }
+    return false;
+  };
+  // Exactly int: a bool (an int subclass) or an IntEnum is specialized by value elsewhere.
+  if (!PyLong_CheckExact(v)) return fail("type(" + src + ") is int");
+  int overflow = 0;
+  const long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+  if (overflow || (n == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return fail(src + " fits in int64");
+  }
+  // At least 2, like a symbolic dim: the capture may have decided `n > 0` or `n == 1` on that,
+  // and 0, 1 and negative ints recompile with the value static.
+  if (n < 2) return fail(src + " >= 2 (" + name + ")");
+  if (bound[size_t(s)] < 0)
+    bound[size_t(s)] = n;
+  else if (bound[size_t(s)] != n)
+    return fail(src + " == " + name + " (bound to " + std::to_string(bound[size_t(s)]) + ")");
   return true;
 }
 

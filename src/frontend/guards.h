@@ -33,6 +33,9 @@ public:
   /// The dims of tensor guards whose static sizes differ from `values` (rank matching), as
   /// dynamicDimKey()s: what automatic dynamic shapes makes symbolic after a size miss.
   std::vector<std::string> sizeMismatches(SourceValues &values) const;
+  /// The sources of Equals guards on a Python int whose value is now another int: what
+  /// automatic dynamic makes a symbolic int after a miss (bools and floats stay specialized).
+  std::vector<std::string> intMismatches(SourceValues &values) const;
   /// Human-readable form of each guard.
   std::vector<std::string> descriptions() const;
 
@@ -48,7 +51,7 @@ private:
     int32_t deviceType = 0, deviceId = 0;
     bool requiresGrad = false;
     std::vector<int64_t> sizes, strides;
-    std::vector<int> symbols;   // per dim: -1 static, else the symbol's index
+    std::vector<int> symbols;   // per dim: -1 static, else the symbol's index (IntSymbol: one)
     std::vector<int8_t> layout; // the layout class (output_layout.h); empty: not checked
     // SizeAtMost: lhs <= rhs, evaluated after every tensor guard has bound its symbols
     DimExpr lhs, rhs;
@@ -59,6 +62,8 @@ private:
                 GuardFailure *why) const;
   bool checkTensor(const Compiled &g, SourceValues &values, std::vector<int64_t> &bound,
                    GuardFailure *why) const;
+  bool checkIntSymbol(const Compiled &g, PyObject *v, std::vector<int64_t> &bound,
+                      GuardFailure *why) const;
   /// `symbols`: what the tensor guards bound (an unbound symbol fails the guard).
   bool checkSizeAtMost(const Compiled &g, const SymbolBindings &symbols, GuardFailure *why) const;
   std::vector<Compiled> guards_;

@@ -88,6 +88,9 @@ struct Guard {
                    // -- `source` empty
     NoOverlap,     // the tensor at `source` (written in place by the graph) shares no memory
                    // with the tensors at `others` (the graph's other tensor inputs)
+    IntSymbol,     // a Python int (exactly int, not bool) of at least 2 that binds the shape
+                   // symbol `symbols[0]` (a symbolic int argument, Capture::intInputs), like
+                   // a symbolic tensor dim
   };
   Kind kind;
   Source source;
@@ -98,7 +101,8 @@ struct Guard {
   std::string dtype, device;
   bool requiresGrad = false;
   std::vector<int64_t> sizes, strides;
-  std::vector<std::string> symbols; // per dim: "" static, else the symbol name (e.g. "s0")
+  std::vector<std::string> symbols; // per dim: "" static, else the symbol name (e.g. "s0");
+                                    // IntSymbol: the one symbol the int binds
   // TensorMatch: the input's layout class (output_layout.h layoutClass), when the layouts of
   // the graph's outputs were derived from it (empty: not checked).
   std::vector<int8_t> layout;
@@ -168,6 +172,11 @@ struct BreakPoint {
 struct Capture {
   std::unique_ptr<Graph> graph;
   std::vector<Source> inputs; // graph input i is fetched from inputs[i] at call time
+  /// Graph inputs whose source holds a Python int rather than a tensor (a symbolic int
+  /// argument, docs/frontend.md "Symbolic int arguments"): the input's type is `u8[sym]` and
+  /// the driver passes a zero-stride view of one byte with `sym` = the int elements, so the
+  /// runtime binds the int's symbol like any tensor dim; the graph reads it with `size`.
+  std::vector<size_t> intInputs;
   std::vector<Guard> guards;
   OutputNode result;
   std::vector<SideEffect> sideEffects;
@@ -227,7 +236,8 @@ struct AnalyzeOptions {
   int inlineDepth = 16;       // recursion limit for inlining user functions
   bool dynamicShapes = false; // mark input dims symbolic (after a recompile on a shape change)
   /// When not empty, only these get symbolic dims: a source (every dim of it) or one dim of a
-  /// source (dynamicDimKey), as automatic dynamic shapes records what changed.
+  /// source (dynamicDimKey), as automatic dynamic shapes records what changed; the source of a
+  /// Python int makes that int symbolic (an IntSymbol guard and a Capture::intInputs input).
   std::vector<std::string> dynamicSources;
   bool resumeAfterBreaks = true; // capture up to a graph break and resume after it (false: a
                                  // break makes the whole frame run in Python)

@@ -63,7 +63,7 @@ def dyn_linear(x, w):
 
 
 def dyn_branch(x):
-    if x.shape[0] > 2:  # specializes the size: other sizes recompile
+    if x.shape[0] > 2:  # guarded (3 <= s0): sizes on the same side reuse the graph
         return x + 1
     return x - 1
 
@@ -112,7 +112,9 @@ CASES = [
          second=lambda: (torch.randn(6, 3), torch.randn(6, 2)), recompile=False),
     Case("dyn_linear", dyn_linear, lambda: (torch.randn(5, 3), torch.randn(4, 3)), dynamic=True,
          second=lambda: (torch.randn(9, 3), torch.randn(4, 3)), recompile=False),
-    Case("dyn_branch_specializes", dyn_branch, x_rows(4), dynamic=True, second=x_rows(6)),
+    Case("dyn_branch_guarded", dyn_branch, x_rows(4), dynamic=True, second=x_rows(6),
+         recompile=False),
+    Case("dyn_branch_flips", dyn_branch, x_rows(4), dynamic=True, second=x_rows(2)),
     Case("dyn_reshape_keep", dyn_reshape_keep, lambda: (torch.randn(2, 3, 4, 5),), dynamic=True,
          second=lambda: (torch.randn(3, 3, 6, 5),), recompile=False),
     Case("dyn_zeros_like", dyn_zeros_like, x_rows(4), dynamic=True, second=x_rows(5),
