@@ -159,6 +159,13 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--dynamic",
+        choices=("auto", "false"),
+        default="auto",
+        help="false: xjit.jit(dynamic=False), ints specialized as before symbolic ints (each step "
+        "recompiles until the recompile limit, then the frame runs in Python)",
+    )
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import xjit
@@ -167,7 +174,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     eager = Transformer(dim=args.dim, n_layers=args.layers, max_seq=args.max_seq).eval()
-    compiled = xjit.jit(copy.deepcopy(eager))
+    compiled = xjit.jit(copy.deepcopy(eager), dynamic=None if args.dynamic == "auto" else False)
     prompt = torch.randint(0, 1000, (1, args.prompt))
     times: dict[str, list[float]] = {"eager": [], "xjit": []}
     worst = 0.0
@@ -190,7 +197,8 @@ def main() -> None:
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     print(
         f"meta-style decode dim={args.dim} layers={args.layers} max_seq={args.max_seq} "
-        f"threads={args.threads}, {args.steps} steps after {args.warmup} warm-up, "
+        f"threads={args.threads} dynamic={args.dynamic}, {args.steps} steps after {args.warmup} "
+        "warm-up, "
         f"positions {args.prompt}..{args.prompt + args.warmup + args.steps - 1}"
     )
     print(f"  eager {med['eager']:.3f} ms/step, xjit {med['xjit']:.3f} ms/step: "
