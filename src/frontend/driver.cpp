@@ -761,6 +761,7 @@ void restoreLayouts(const CompiledEntry &e, const std::vector<RtValue> &outs,
                                 "graph outputs " + std::to_string(i) + " and " + std::to_string(j) +
                                     " share memory and the first is not in eager's layout"};
       done[i] = fromRtValue(v);
+      ++events().counters.layoutCopies;
     }
     done[i] = inLayout(layout, done[i]);
   }
@@ -820,6 +821,10 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     e->effects.push_back(std::move(fx));
   }
   selectLaidOutOutputs(*e);
+  // Outputs eager lays out as a permutation (transposed, channels_last) are computed in that
+  // order by the native code, so no copy after the run (restoreLayouts) is needed for them.
+  if (opts.backend == Backend::Xjit && e->action == EntryAction::RunGraph)
+    computeOutputsInLayouts(g, e->outputLayouts, e->laidOutOutputs);
   e->eager = opts.backend == Backend::Eager;
   e->gradModeAtExit = cap.gradModeAtExit;
   if (cap.breakPoint) {

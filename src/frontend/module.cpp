@@ -83,6 +83,7 @@ nb::dict eventsDict() {
   counters["compiles"] = log.counters.compiles;
   counters["frames_in_python"] = log.counters.framesInPython;
   counters["skipped_no_ops"] = log.counters.skippedNoOps;
+  counters["layout_copies"] = log.counters.layoutCopies;
   counters["profiled_frames"] = log.counters.profiledFrames;
   counters["hook_ns"] = log.counters.hookNs;
   counters["graph_ns"] = log.counters.graphNs;

@@ -2,6 +2,7 @@
 
 #include "py_util.h"
 #include "tensor_bridge.h"
+#include "xjit/ir/builder.h"
 #include "xjit/ir/op_registry.h"
 
 #include <algorithm>
@@ -296,6 +297,79 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
     }
   }
   return stop();
+}
+
+namespace {
+
+/// Whether nothing writes v or a view of it (then a view of a permuted copy can stand for it).
+bool onlyRead(const Value *v, int depth = 0) {
+  if (depth > 16) return false;
+  for (const Use &u : v->uses()) {
+    const OpDef &def = u.user->def();
+    if (def.has(kTerminator)) continue;
+    if (def.has(kInPlace) || !def.isPure() || u.user->numRegions() > 0) return false;
+    if (def.has(kView))
+      for (const auto &r : u.user->results())
+        if (!onlyRead(r.get(), depth + 1)) return false;
+  }
+  return true;
+}
+
+} // namespace
+
+int computeOutputsInLayouts(Graph &g, const std::vector<OutputLayout> &layouts,
+                            const std::vector<size_t> &which) {
+  Op *ret = g.body()->terminator();
+  if (!ret || ret->numOperands() != layouts.size()) return 0;
+  std::unordered_set<const Value *> done;
+  int rewritten = 0;
+  for (size_t i : which) {
+    const OutputLayout &layout = layouts.at(i);
+    Value *y = ret->operand(i);
+    const Type &t = y->type();
+    if (layout.kind != OutputLayout::Dense || !t.isTensor() || t.rank() < 2 ||
+        layout.order.size() != size_t(t.rank()) || done.count(y))
+      continue;
+    // The order the graph gives y: follow permutes down to the fresh result they view (which
+    // the runtime's kernels make contiguous), then permute its order back up.
+    std::vector<const Op *> views;
+    const Value *base = y;
+    while (const Op *def = base->definingOp()) {
+      if (def->numOperands() != 1 || !def->operand(0)->type().isTensor() ||
+          permutedOrder(*def, identity(def->operand(0)->type().rank())).empty())
+        break;
+      views.push_back(def);
+      base = def->operand(0);
+    }
+    std::vector<int> graphOrder = identity(base->type().rank());
+    for (auto it = views.rbegin(); it != views.rend(); ++it)
+      graphOrder = permutedOrder(**it, graphOrder);
+    const Op *producer = base->definingOp();
+    if (!producer || producer->parentOp() || !producer->def().isPure() || !producer->def().kernel ||
+        producer->def().has(kView) || producer->def().has(kInPlace) || producer->numRegions() > 0 ||
+        producer->name() == "tuple_get" || !onlyRead(base))
+      continue;
+    if (graphOrder == layout.order) continue; // the graph already gives eager's layout
+    Op *def = y->definingOp();
+    if (!def || def->parentOp()) continue;
+    std::vector<int64_t> order(layout.order.begin(), layout.order.end());
+    std::vector<int64_t> inverse(order.size());
+    for (size_t k = 0; k < order.size(); ++k)
+      inverse[size_t(order[k])] = int64_t(k);
+    const bool permutes = !isIdentity(layout.order);
+    Builder b(g.body(), def->next());
+    b.setLoc(def->loc());
+    Op *first = permutes ? b.create("permute", {y}, {{"dims", Attr(order)}}) : nullptr;
+    Op *copy = b.create("contiguous", {first ? first->result(0) : y});
+    Value *back =
+        permutes ? b.op("permute", {copy->result(0)}, {{"dims", Attr(inverse)}}) : copy->result(0);
+    y->replaceAllUsesWith(back);
+    (first ? first : copy)->setOperand(0, y);
+    done.insert(y);
+    done.insert(back);
+    ++rewritten;
+  }
+  return rewritten;
 }
 
 OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inputs,

@@ -52,6 +52,17 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
 bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
                          std::vector<OutputLayout> &out, const Op **stoppedAt = nullptr);
 
+/// Rewrites `g` (a captured graph about to be optimized for the native backend) so that it
+/// computes the outputs `which` whose layout is a dense dim order other than the one the graph
+/// would give them (a fresh result is contiguous, a permute of one permuted) in that order: the
+/// output y, and every other use of it, becomes permute(contiguous(permute(y, order)), inverse),
+/// a view with eager's strides of a buffer the `sink-permutes` pass then computes in memory
+/// order. Outputs sharing y's memory (views of it) stay views of it, as in eager. Outputs that
+/// are written in place, views of inputs or of ops the graph cannot predict are left to the copy
+/// after the run (inLayout). Returns the number of outputs rewritten.
+int computeOutputsInLayouts(Graph &g, const std::vector<OutputLayout> &layouts,
+                            const std::vector<size_t> &which);
+
 /// The dim order whose dense strides are exactly `strides`; empty when there is none.
 std::vector<int> denseOrder(const std::vector<int64_t> &sizes, const std::vector<int64_t> &strides);
 

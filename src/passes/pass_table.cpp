@@ -20,6 +20,7 @@ bool runMixedPrecision(Graph &g, PassContext &ctx); // mixed_precision.cpp
 bool runDecomposeAttention(Graph &g, PassContext &ctx); // decompose_attention.cpp
 bool runDecomposeBatchNorm(Graph &g, PassContext &ctx); // decompose_batch_norm.cpp
 bool runLayout(Graph &g, PassContext &ctx);             // layout.cpp
+bool runSinkPermutes(Graph &g, PassContext &ctx);       // sink_permutes.cpp
 bool runFuse(Graph &g, PassContext &ctx);               // fuse.cpp
 bool runReinplace(Graph &g, PassContext &ctx);          // reinplace.cpp
 bool runPlanMemory(Graph &g, PassContext &ctx);         // plan_memory.cpp
@@ -103,6 +104,12 @@ const std::vector<PassInfo> &passTable() {
                    {"min-convs", "2", "fewest convolutions/poolings in a chain worth converting"}},
        .statistics = {"chains", "ops-converted", "conversions", "operands-adapted"},
        .run = runLayout},
+      {.name = "sink-permutes",
+       .summary = "computes contiguous(permute(y)) in the permuted order: the permute moves into "
+                  "the elementwise ops, reductions and convolutions computing y (folding with "
+                  "permutes it meets) and the copy goes",
+       .statistics = {"copies-removed", "ops-reordered"},
+       .run = runSinkPermutes},
       {.name = "fuse",
        .summary = "groups elementwise chains, reductions with their elementwise producers and "
                   "consumers, and matmul/conv epilogues into fusion ops",
