@@ -365,6 +365,9 @@ public:
   /// assumed within it on every call; out of range at this call, the size is specialized, so
   /// eager's IndexError is raised at capture.
   DimExpr indexWithin(int64_t index, const DimExpr &size);
+  /// A symbolic int index (x[:, start_pos]) at or after 0, assumed within `size` on every call;
+  /// out of range at this call, it is specialized (eager's IndexError at capture).
+  DimExpr symbolicIndexWithin(const DimExpr &index, const DimExpr &size);
   VarPtr castTo(const VarPtr &t, DType dtype);
 };
 

@@ -332,6 +332,13 @@ void Analyzer::touchView(const VarPtr &v) {
   t->value = as<TensorVar>(replayView(*t, t->base))->value;
 }
 
+DimExpr Analyzer::symbolicIndexWithin(const DimExpr &index, const DimExpr &size) {
+  if (hintOf(index) < 0 || hintOf(index) >= hintOf(size)) specialize(index);
+  assumeAtMost(DimExpr(0), index, "index");
+  assumeAtMost(index + DimExpr(1), size, "index");
+  return index;
+}
+
 DimExpr Analyzer::indexWithin(int64_t index, const DimExpr &size) {
   if (index >= hintOf(size) || index < -hintOf(size)) specialize(size);
   const DimExpr at = index < 0 ? size + DimExpr(index) : DimExpr(index);
@@ -755,6 +762,7 @@ namespace {
 struct IndexItem {
   enum Kind { Int, Slice, NewAxis, Ellipsis, Tensor } kind;
   int64_t index = 0;
+  std::optional<DimExpr> symIndex; // Int: a symbolic index (x[:, start_pos]); `index` its hint
   VarPtr tensor;
   std::optional<DimExpr> start, stop; // a bound may be a symbolic size (x[:, 0:x.shape[1]])
   int64_t step = 1;
@@ -833,9 +841,16 @@ static std::vector<IndexItem> parseIndex(Analyzer &a, const VarPtr &key, bool *h
       auto step = bound(s->step);
       if (step && !step->isStatic()) a.specialize(*step);
       it.step = step ? step->value() : 1;
-    } else if (k->kind == VarKind::SymInt) {
+    } else if (auto *sym = as<SymIntVar>(k)) {
       it.kind = IndexItem::Int;
-      it.index = *a.asInt(k);
+      // A symbolic index at or after 0 stays symbolic (bounds guarded where it is used); one
+      // below 0 at this call would wrap, which no dim expression says: specialized.
+      if (!sym->expr.isStatic() && sym->hint >= 0) {
+        it.symIndex = sym->expr;
+        it.index = sym->hint;
+      } else {
+        it.index = *a.asInt(k);
+      }
     } else if (auto *t = as<TensorVar>(k)) {
       DType d = t->type().dtype();
       if (d == DType::Bool || d == DType::U8)
@@ -937,6 +952,14 @@ VarPtr Analyzer::tensorGetItem(const VarPtr &t, const VarPtr &key) {
     case IndexItem::Ellipsis: dim += rank - consumed; break;
     case IndexItem::Int: {
       const DimExpr &size = as<TensorVar>(r)->type().shape()[static_cast<size_t>(dim)];
+      if (i.symIndex) { // x[:, n]: narrow at a symbolic offset, within the dim on every call
+        if (advanced) specialize(*i.symIndex);
+        const DimExpr at = symbolicIndexWithin(*i.symIndex, size);
+        r = emit1("narrow", {r},
+                  {{"dim", Attr(dim)}, {"start", makeSizeAttr(at)}, {"length", Attr(int64_t{1})}});
+        r = emit1("squeeze", {r}, {{"dim", Attr(std::vector<int64_t>{dim})}});
+        break;
+      }
       if (size.isStatic() && (i.index >= size.value() || i.index < -size.value()))
         fail("index " + std::to_string(i.index) + " is out of bounds for dimension " +
              std::to_string(dim) + " with size " + std::to_string(size.value()));
@@ -1123,8 +1146,10 @@ void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &v
       operands.push_back(ar);
       continue;
     }
-    if (!size.isStatic()) { // an int index into a symbolic dim: as a 0-d arange element
-      const DimExpr at = indexWithin(i.index, size);
+    if (!size.isStatic() || i.symIndex) { // a symbolic int index, or one into a symbolic dim:
+                                          // as a 0-d arange element
+      const DimExpr at =
+          i.symIndex ? symbolicIndexWithin(*i.symIndex, size) : indexWithin(i.index, size);
       VarPtr ar = emit1("arange", {},
                         {{"start", makeSizeAttr(at)},
                          {"end", makeSizeAttr(at + DimExpr(1))},

@@ -830,7 +830,8 @@ bool Analyzer::truthy(const VarPtr &v) {
   case VarKind::SymInt: {
     auto *s = as<SymIntVar>(v);
     if (s->expr.isStatic()) return s->expr.value() != 0;
-    specialize(s->expr);
+    // `if n:` is `n != 0`: decided for a symbol (at least 2), else specialized (compareOp).
+    return truthy(compareOp(3, v, integer(0)));
   }
   case VarKind::Tuple: return !as<TupleVar>(v)->items.empty();
   case VarKind::List: return !as<ListVar>(v)->items.empty();

@@ -106,6 +106,34 @@ def test_arithmetic_slices_and_sizes() -> None:
     assert counters()["compiles"] == 2  # 2 static, then symbolic
 
 
+def test_int_index_reads_and_writes_stay_symbolic() -> None:
+    # x[:, n] (narrow at a symbolic offset) and x[:, n] = v (index_put at arange(n, n+1)),
+    # guarded 0 <= n < 12; n = 12 and 20 raise IndexError in eager: the guard fails and the
+    # recompile raises it too.
+    def f(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        col = x[:, n] * 2
+        x[:, n] = x[:, 0] + n
+        return col, x
+
+    run_values(f, [3, 5, 6, 11, 9, 4], x12)
+    assert counters()["compiles"] == 2
+    compiled = xjit.jit(f)
+    for n in (12, 20):
+        with pytest.raises(IndexError):
+            f(x12(), n)
+        with pytest.raises(IndexError):
+            compiled(x12(), n)
+
+
+def test_truth_value_of_a_symbolic_int() -> None:
+    def f(x: torch.Tensor, n: int) -> torch.Tensor:
+        y = x * 2 if n else x + 1  # decided: a symbolic int is at least 2
+        return y - n
+
+    run_values(f, [2, 3, 7, 0, 8, 1], x12)
+    assert counters()["compiles"] == 4  # 2 static, symbolic, then 0 and 1 static
+
+
 def test_int_returned_and_computed() -> None:
     def f(x: torch.Tensor, n: int) -> tuple[torch.Tensor, int, int]:
         m = n * 3 + 1
