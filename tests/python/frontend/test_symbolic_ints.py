@@ -245,3 +245,37 @@ def test_module_int_attribute_stays_static_with_dynamic_true() -> None:
     assert counters()["compiles"] == 1
     guards = fe.events()["graphs"][0]["guards"]
     assert any("L['self'].k == 3" in g for g in guards), guards
+
+
+def test_counter_attribute_the_frame_increments() -> None:
+    # self.step += 1 at every call: the int changes, so after one recompile it is symbolic and
+    # the new value is stored back as a Python int (a graph output), as eager does.
+    class Counter(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.step = 2
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.step += 1
+            return x[: self.step] * self.step
+
+    m, ref = Counter(), Counter()
+    compiled = xjit.jit(m)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", xjit.XjitWarning)
+        for _ in range(6):
+            torch.testing.assert_close(compiled(torch.ones(12)), ref(torch.ones(12)))
+            assert type(m.step) is int and m.step == ref.step
+    assert counters()["compiles"] == 2
+
+
+def test_int_attribute_of_a_plain_object() -> None:
+    class Cfg:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+    def f(x: torch.Tensor, cfg: Cfg) -> torch.Tensor:
+        return x[:, : cfg.n] * cfg.n
+
+    run_values(f, [Cfg(3), Cfg(4), Cfg(7), Cfg(5)], x12)
+    assert counters()["compiles"] == 2
