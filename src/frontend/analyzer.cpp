@@ -580,6 +580,26 @@ VarPtr Analyzer::runFrame(Frame &f) {
         push(std::make_shared<ListVar>(std::move(items)));
       break;
     }
+    case BUILD_SET: {
+      size_t n = static_cast<size_t>(arg);
+      if (st.size() < n) throw BreakError("internal: stack underflow", currentLoc(), true);
+      std::vector<VarPtr> items(st.end() - static_cast<long>(n), st.end());
+      st.resize(st.size() - n);
+      push(makeFrameSet(items));
+      break;
+    }
+    case SET_ADD: {
+      VarPtr v = pop();
+      addToFrameSet(peek(static_cast<size_t>(arg)), v);
+      break;
+    }
+    case SET_UPDATE: {
+      VarPtr seq = pop();
+      VarPtr set = peek(static_cast<size_t>(arg));
+      for (VarPtr &v : iterate(seq))
+        addToFrameSet(set, v);
+      break;
+    }
     case LIST_TO_TUPLE: {
       VarPtr l = pop();
       push(std::make_shared<TupleVar>(sequenceItems(l, "list")));

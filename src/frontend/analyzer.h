@@ -125,6 +125,18 @@ public:
   VarPtr none();
   VarPtr boolean(bool b);
   VarPtr integer(int64_t v);
+  /// A `set` the frame makes ({a, b}, set(...), comprehensions, set methods' results) of
+  /// hashable constants: a real set private to the analysis, so its methods run for real
+  /// (add, issubset, ...), and rebuilt per call where it escapes (outputOf).
+  VarPtr frameSet(PyRef set);
+  bool isFrameSet(PyObject *o) const { return frameSets_.count(o) != 0; }
+  /// Whether the analysis may read the items of set or frozenset `o`: one the frame made, or
+  /// the caller's, guarded by value.
+  bool setItemsKnown(PyObject *o) const { return isFrameSet(o) || setsByValue_.count(o) != 0; }
+  /// A new frame set of `items` (each a hashable constant; otherwise a graph break).
+  VarPtr makeFrameSet(const std::vector<VarPtr> &items);
+  /// Adds constant `item` to frame set `set`.
+  void addToFrameSet(const VarPtr &set, const VarPtr &item);
   /// The abstract value for an object the caller can reach at `src`, with its guards: tensors
   /// become graph inputs, modules and functions are guarded by identity, Python scalars by
   /// value, containers by type and length with their items wrapped in turn.
@@ -329,6 +341,8 @@ private:
     PyRef args, keywords;
   };
   std::map<const Var *, MadePartial> madePartials_;
+  std::map<const PyObject *, VarPtr> frameSets_; // frameSet(): each set's one abstract value
+  std::set<const PyObject *> setsByValue_;       // the caller's sets guarded by their items
   friend class AnalyzerAccess;
 
 public:

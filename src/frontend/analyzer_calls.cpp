@@ -386,6 +386,12 @@ const std::unordered_map<std::string, Builtin> &builtinTable() {
          if (args.pos.empty()) return std::make_shared<TupleVar>(std::vector<VarPtr>{});
          return std::make_shared<TupleVar>(a.iterate(args.pos[0]));
        }},
+      {"set",
+       [](Analyzer &a, const Args &args) -> VarPtr {
+         noKw(a, args, "set");
+         if (args.pos.size() > 1) a.fail("set() takes at most one argument");
+         return a.makeFrameSet(args.pos.empty() ? std::vector<VarPtr>{} : a.iterate(args.pos[0]));
+       }},
       {"list",
        [](Analyzer &a, const Args &args) -> VarPtr {
          if (args.pos.empty()) return std::make_shared<ListVar>(std::vector<VarPtr>{});
@@ -790,9 +796,9 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
   }
   if (PyType_Check(fn)) {
     auto &table = builtinTable();
-    static const char *const typeBuiltins[] = {"range", "enumerate", "zip",    "reversed", "tuple",
-                                               "list",  "dict",      "int",    "float",    "bool",
-                                               "slice", "map",       "filter", "super",    "type"};
+    static const char *const typeBuiltins[] = {
+        "range", "enumerate", "zip",  "reversed", "tuple", "list",   "dict",  "set",
+        "int",   "float",     "bool", "slice",    "map",   "filter", "super", "type"};
     if (reinterpret_cast<PyTypeObject *>(fn)->tp_flags & Py_TPFLAGS_IMMUTABLETYPE ||
         PyType_HasFeature(reinterpret_cast<PyTypeObject *>(fn), Py_TPFLAGS_BASETYPE)) {
       for (const char *b : typeBuiltins)
@@ -1010,6 +1016,13 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
                  PyTuple_Check(self) || PyBytes_Check(self) || PyRange_Check(self) ||
                  PyFrozenSet_Check(self) || dtypeFromTorch(self)))
       return callReal(*this, fn, args, qn);
+    // A set the frame made is private to the analysis: its methods, mutating ones included,
+    // run on it; a new set they return (union, copy...) is one the frame made too.
+    if (self && isFrameSet(self)) {
+      VarPtr r = callReal(*this, fn, args, qn);
+      if (auto *o = as<ObjectVar>(r); o && PySet_CheckExact(o->obj.get())) return frameSet(o->obj);
+      return r;
+    }
   }
 
   // 5b. Methods of builtin containers called through their type (dict.get(d, k), and

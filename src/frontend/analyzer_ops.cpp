@@ -206,7 +206,8 @@ VarPtr Analyzer::binaryOp(int nb, const VarPtr &a, const VarPtr &b) {
 
   // Known Python values.
   PyRef pa = asPython(a), pb = asPython(b);
-  if (pa && pb && foldable(pa.get()) && foldable(pb.get())) {
+  auto known = [&](PyObject *o) { return foldable(o) || isFrameSet(o); };
+  if (pa && pb && known(pa.get()) && known(pb.get())) {
     PyObject *r;
     if (base == NB_POWER)
       r = inplace ? PyNumber_InPlacePower(pa.get(), pb.get(), Py_None)
@@ -222,6 +223,7 @@ VarPtr Analyzer::binaryOp(int nb, const VarPtr &a, const VarPtr &b) {
       Py_XDECREF(tb);
       fail(std::string("'") + binaryOpName(nb) + "' raises " + msg);
     }
+    if (PySet_CheckExact(r)) return frameSet(PyRef::steal(r)); // s | t, or s itself for s |= t
     return constantSteal(r);
   }
   fail(std::string("operator ") + binaryOpName(nb) + " on " + typeName(a) + " and " + typeName(b));
@@ -528,8 +530,12 @@ bool Analyzer::contains(const VarPtr &container, const VarPtr &item) {
                                                      : as<ObjectVar>(container)->obj.get();
     PyRef k = asPython(item);
     if (!k) fail("'in' with a value known only at run time");
-    bool pure = container->kind == VarKind::Module || foldable(c) || PyDictKeys_Check(c) ||
-                PyFrozenSet_Check(c) || PyAnySet_CheckExact(c) || PyRange_Check(c);
+    // A set's items are read only where known: made by the frame, guarded by value, or an
+    // immutable frozenset constant.
+    bool knownSet =
+        PyAnySet_Check(c) && (setItemsKnown(c) || (PyFrozenSet_Check(c) && !container->source));
+    bool pure = container->kind == VarKind::Module || (foldable(c) && !PyAnySet_Check(c)) ||
+                PyDictKeys_Check(c) || knownSet || PyRange_Check(c);
     if (!pure) fail(std::string("'in' on a ") + Py_TYPE(c)->tp_name);
     int r = PySequence_Contains(c, k.get());
     if (r < 0) {

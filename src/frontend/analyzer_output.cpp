@@ -288,6 +288,15 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
           n.children.push_back(std::move(c));
         }
       });
+    if (isFrameSet(p))
+      return shared([&](OutputNode &n) { // set((items...)), once per call: a new set each time
+        n.kind = OutputNode::NamedTuple;
+        n.object = PyRef::borrow(reinterpret_cast<PyObject *>(&PySet_Type));
+        OutputNode items;
+        items.kind = OutputNode::Constant;
+        items.object = check(PySequence_Tuple(p), "tuple(set)");
+        n.children.push_back(std::move(items));
+      });
     bool immutable = p == Py_None || PyBool_Check(p) || PyLong_CheckExact(p) ||
                      PyFloat_CheckExact(p) || PyUnicode_CheckExact(p) || PyBytes_CheckExact(p) ||
                      PyTuple_CheckExact(p) || PyComplex_CheckExact(p) || PyType_Check(p) ||

@@ -97,6 +97,31 @@ VarPtr Analyzer::constantSteal(PyObject *o) {
   return std::make_shared<ObjectVar>(PyRef::steal(o));
 }
 
+VarPtr Analyzer::frameSet(PyRef set) {
+  VarPtr &v = frameSets_[set.get()];
+  if (!v) v = std::make_shared<ObjectVar>(std::move(set)); // (it keeps the set alive)
+  return v;
+}
+
+VarPtr Analyzer::makeFrameSet(const std::vector<VarPtr> &items) {
+  VarPtr set = frameSet(check(PySet_New(nullptr), "set()"));
+  for (const VarPtr &item : items)
+    addToFrameSet(set, item);
+  return set;
+}
+
+void Analyzer::addToFrameSet(const VarPtr &set, const VarPtr &item) {
+  auto *o = as<ObjectVar>(set);
+  if (!o || !isFrameSet(o->obj.get())) fail("internal: adding to a set not made in the frame");
+  PyRef k = asPython(item);
+  // A tensor hashes by identity: the set's contents would depend on run-time objects.
+  if (!k || isTensor(k.get())) fail("a set of values known only at run time");
+  if (PySet_Add(o->obj.get(), k.get()) < 0) {
+    PyErr_Clear();
+    fail(std::string("a set of unhashable ") + Py_TYPE(k.get())->tp_name + " values");
+  }
+}
+
 VarPtr Analyzer::none() { return constant(Py_None); }
 VarPtr Analyzer::boolean(bool b) { return constant(b ? Py_True : Py_False); }
 VarPtr Analyzer::integer(int64_t v) { return constantSteal(PyLong_FromLongLong(v)); }
@@ -209,6 +234,30 @@ VarPtr Analyzer::wrapSourced(PyObject *o, const Source &src) {
           PyTuple_CheckExact(o) ? PyRef() : PyRef::borrow(reinterpret_cast<PyObject *>(Py_TYPE(o)));
       v = std::make_shared<TupleVar>(std::move(items), type);
     }
+  } else if (PyAnySet_CheckExact(o)) {
+    // Membership and iteration read its items: they are guarded by value, against a snapshot
+    // (the caller may mutate this very set between calls). Items other than constants
+    // (tensors, objects) are not compared: only the length is guarded, and membership tests
+    // and iteration are graph breaks.
+    bool constantItems = true;
+    PyRef it = check(PyObject_GetIter(o), "iter(set)");
+    while (PyRef item = PyRef::steal(PyIter_Next(it.get())))
+      constantItems =
+          constantItems && (isScalarConstant(item.get()) || isConstantTuple(item.get()));
+    if (PyErr_Occurred()) throwPyError("iterating a set");
+    guardType(src, reinterpret_cast<PyObject *>(Py_TYPE(o)));
+    if (constantItems) {
+      Guard g;
+      g.kind = Guard::Equals;
+      g.source = src;
+      g.object = PySet_CheckExact(o) ? check(PySet_New(o), "set()") : PyRef::borrow(o);
+      g.description = key + " == " + reprOf(o);
+      addGuard(std::move(g));
+      setsByValue_.insert(o);
+    } else {
+      guardLen(src, PySet_GET_SIZE(o));
+    }
+    v = constant(o);
   } else if (PyDict_CheckExact(o)) {
     guardType(src, reinterpret_cast<PyObject *>(&PyDict_Type));
     auto d = std::make_shared<DictVar>();
@@ -345,7 +394,7 @@ VarPtr Analyzer::loadGlobal(Frame &f, const std::string &name) {
             ? plus(*f.globalsSource, SourceStep{SourceStep::DictKey, 0, "",
                                                 check(PyUnicode_FromString(name.c_str()), "str")})
             : Source{SourceStep{SourceStep::Global, 0, name, {}}};
-    if (f.trustedGlobals && !isTensor(o) && !PyList_Check(o) && !PyDict_Check(o))
+    if (f.trustedGlobals && !isTensor(o) && !PyList_Check(o) && !PyDict_Check(o) && !PySet_Check(o))
       return constant(o);
     // Without a source for the globals, src would name the captured frame's own globals.
     if (!f.globalsSource && f.globals.get() != rootGlobals())
@@ -811,7 +860,8 @@ bool Analyzer::truthy(const VarPtr &v) {
     PyTypeObject *t = Py_TYPE(o);
     bool known = isScalarConstant(o) || PyTuple_Check(o) || PyType_Check(o) || PyModule_Check(o) ||
                  PyFunction_Check(o) || PyCFunction_Check(o) || PyMethod_Check(o) ||
-                 dtypeFromTorch(o) || PyFrozenSet_Check(o) ||
+                 dtypeFromTorch(o) || PyFrozenSet_Check(o) || isFrameSet(o) ||
+                 (PyAnySet_Check(o) && v->source) || // (its length is guarded)
                  ((!t->tp_as_number || !t->tp_as_number->nb_bool) &&
                   (!t->tp_as_mapping || !t->tp_as_mapping->mp_length) &&
                   (!t->tp_as_sequence || !t->tp_as_sequence->sq_length));
@@ -981,8 +1031,8 @@ std::vector<VarPtr> Analyzer::sequenceItems(const VarPtr &v, const char *what) {
   case VarKind::Object: {
     auto *ov = as<ObjectVar>(v);
     PyObject *o = ov->obj.get();
-    bool pure = isConstantTuple(o) || PyUnicode_Check(o) || PyRange_Check(o) ||
-                PyFrozenSet_Check(o) || PyBytes_Check(o) || PyDictKeys_Check(o) ||
+    bool pure = isConstantTuple(o) || PyUnicode_Check(o) || PyRange_Check(o) || setItemsKnown(o) ||
+                (PyFrozenSet_Check(o) && !ov->source) || PyBytes_Check(o) || PyDictKeys_Check(o) ||
                 PyDictValues_Check(o) || PyDictItems_Check(o);
     if (!pure) fail(std::string("iterating a ") + Py_TYPE(o)->tp_name + " (" + what + ")");
     PyRef it = check(PyObject_GetIter(o), "iter()");

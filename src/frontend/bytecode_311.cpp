@@ -188,6 +188,7 @@ int pushedBy(const Instr &i, bool jump) {
   case BUILD_STRING:
   case BUILD_TUPLE:
   case BUILD_LIST:
+  case BUILD_SET:
   case BUILD_MAP:
   case BUILD_CONST_KEY_MAP:
   case BUILD_SLICE:
@@ -226,6 +227,8 @@ int pushedBy(const Instr &i, bool jump) {
   case POP_TOP:
   case LIST_APPEND:
   case LIST_EXTEND:
+  case SET_ADD:
+  case SET_UPDATE:
   case MAP_ADD:
   case DICT_UPDATE:
   case DICT_MERGE:

@@ -51,6 +51,8 @@ def assert_same(got, want, case: Case, path: str = "result") -> None:
             f"{path}: not the same partial")
         assert_same(got.args, want.args, case, f"{path}.args")
         assert_same(got.keywords, want.keywords, case, f"{path}.keywords")
+    elif isinstance(want, (set, frozenset)):
+        assert type(got) is type(want) and got == want, f"{path}: {got!r} != {want!r}"
     elif isinstance(want, dict):
         assert isinstance(got, dict) and got.keys() == want.keys(), f"{path}: dict keys differ"
         for k in want:

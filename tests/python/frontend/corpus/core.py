@@ -152,6 +152,36 @@ def dict_comprehension(x):
     return d["k0"] + d["k2"]
 
 
+def set_comprehension(x):
+    sizes = {n % 3 for n in range(10)}
+    return x * len(sizes) + max(sizes)
+
+
+def set_methods_and_operators(x):
+    s = {1, 2}
+    s.add(3)
+    s |= {4}
+    t = s | {5}
+    s.discard(1)
+    if s and {2, 3} <= s and 1 not in s and t.issuperset(s):
+        x = x + len(t - s)
+    for k in sorted(t & {2, 4, 6}):
+        x = x * 1.5 + k
+    return x, s, t, set(CONFIG) - {"depth"}, frozenset(s)
+
+
+def set_of_names_filters_a_list(x):
+    # As transformers' config code does: field names into a set, then membership tests.
+    known = set(CONFIG.keys())
+    missing = [k for k in ("act", "depth", "width") if k not in known]
+    return x * len(missing), missing
+
+
+def set_of_a_tensor(x):
+    seen = {x}  # a tensor hashes by identity: a graph break
+    return x + len(seen)
+
+
 def generator_expression(x):
     return sum(x * i for i in range(4))
 
@@ -358,6 +388,11 @@ CASES = [
     Case("call_defaults", call_defaults, x4),
     Case("list_comprehension", list_comprehension, x4, ops=("stack",)),
     Case("dict_comprehension", dict_comprehension, x4),
+    Case("set_comprehension", set_comprehension, x4),
+    Case("set_methods_and_operators", set_methods_and_operators, x4),
+    Case("set_of_names_filters_a_list", set_of_names_filters_a_list, x4),
+    Case("set_of_a_tensor", set_of_a_tensor, x4, graphs=1, breaks=1,
+         reason="a set of values known only at run time"),
     Case("generator_expression", generator_expression, x4),
     Case("closure_counter", closure_counter, x4),
     Case("nonlocal_update", nonlocal_update, x4),

@@ -281,11 +281,6 @@ def comprehension_with_filter_and_zip(x):
     return sum(parts)
 
 
-def set_comprehension(x):
-    sizes = {n % 3 for n in range(10)}
-    return x * len(sizes) + max(sizes)
-
-
 def generator_into_builtins(x):
     ws = WEIGHTS
     total = sum(w * w for w in ws)
