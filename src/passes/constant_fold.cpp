@@ -75,6 +75,12 @@ private:
     if (op.numOperands() == 0) return std::nullopt; // constant-like ops already are constants
     for (const auto &r : op.results())
       if (!representable(r->type()) || mutation_.mayBeWritten(r.get())) return std::nullopt;
+    // A returned view of a base that is returned too (or viewed by another output) stays a
+    // view: a new constant would cut it off, and a write by the caller or after a graph break
+    // would miss the base (fuzzer seed 10156).
+    if (aliasesOperand(op) && escapesGraph(viewRootOf(op.operand(0)), &op))
+      for (const auto &r : op.results())
+        if (escapesGraph(r.get())) return std::nullopt;
     std::vector<RtValue> inputs;
     for (Value *v : op.operands()) {
       if (!isConstantSource(v->definingOp()) || mutation_.mayBeWritten(v)) return std::nullopt;

@@ -1,5 +1,6 @@
 // Common subexpression elimination: merges pure ops with equal names, operands, attributes
-// and result types, reusing a dominating op of an enclosing block inside nested blocks.
+// and result types, reusing a dominating op of an enclosing block inside nested blocks; not
+// two fresh results that both leave the graph (eager returns two tensors).
 #include "passes.h"
 
 #include "mutation_info.h"
@@ -115,7 +116,7 @@ public:
         auto [it, inserted] = table_.try_emplace(OpKey{op}, op);
         if (inserted) {
           scope_.push_back(op);
-        } else {
+        } else if (!bothEscape(*it->second, *op)) {
           const Op *keep = it->second;
           for (size_t i = 0; i < op->numResults(); ++i)
             op->result(i)->replaceAllUsesWith(keep->result(i));
@@ -147,6 +148,15 @@ private:
     for (const auto &r : op.results())
       if (mutation_.mayBeWritten(r.get())) return false;
     return true;
+  }
+
+  /// Two fresh results that both leave the graph are two tensors in eager: merged, a write by
+  /// the caller (or after a graph break) to one would change the other (`zeros(2), zeros(2)`).
+  static bool bothEscape(const Op &keep, const Op &op) {
+    if (aliasesOperand(op)) return false; // views of one storage: writes are shared anyway
+    for (size_t i = 0; i < op.numResults(); ++i)
+      if (escapesGraph(op.result(i)) && escapesGraph(keep.result(i))) return true;
+    return false;
   }
 
   MutationInfo mutation_;

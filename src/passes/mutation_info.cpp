@@ -9,6 +9,32 @@ bool aliasesOperand(const Op &op) {
   return (op.def().has(kView) || op.def().has(kInPlace)) && op.numOperands() > 0;
 }
 
+namespace {
+bool escapesGraph(const Value *v, const Op *except, int depth) {
+  if (depth > 16) return true; // a long chain of views: assume it escapes
+  for (const Use &u : v->uses()) {
+    const Op &user = *u.user;
+    if (&user == except) continue;
+    if (user.name() == "return" || user.name() == "yield") return true;
+    bool forwards = (u.index == 0 && aliasesOperand(user)) || user.name() == "tuple_construct";
+    if (forwards)
+      for (size_t r = 0; r < user.numResults(); ++r)
+        if (escapesGraph(user.result(r), except, depth + 1)) return true;
+  }
+  return false;
+}
+} // namespace
+
+bool escapesGraph(const Value *v, const Op *except) { return escapesGraph(v, except, 0); }
+
+const Value *viewRootOf(const Value *v) {
+  while (const Op *def = v->definingOp()) {
+    if (!aliasesOperand(*def)) break;
+    v = def->operand(0);
+  }
+  return v;
+}
+
 MutationInfo::MutationInfo(const Graph &g) {
   // Most inference graphs write nothing: then no value is ever written and there is nothing
   // to partition.

@@ -51,6 +51,17 @@ private:
 /// True for ops whose results alias operand 0 (views and in-place ops).
 bool aliasesOperand(const Op &op);
 
+/// True if v, or a chain of views of it, leaves the graph: returned (also inside a tuple), or
+/// yielded by a nested block (conservatively: the if/loop result may be returned); uses by
+/// `except` are not followed. The caller may write what it gets after the call, so two such
+/// values must share storage exactly where eager's do: a pass must not merge two fresh ones,
+/// nor cut a returned view off a base that leaves too (fuzzer seed 10156: a folded view;
+/// `zeros(2), zeros(2)` merged into one tensor).
+bool escapesGraph(const Value *v, const Op *except = nullptr);
+
+/// The value a chain of views (and in-place results) starts from.
+const Value *viewRootOf(const Value *v);
+
 /// Calls visit(a, b) for each pair of values that an `if` or `loop` makes share storage: a
 /// result and what the regions yield for it; for a loop also its initial value and the body's
 /// carried argument. Returns false, visiting nothing, for any other op.

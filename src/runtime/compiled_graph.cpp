@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -626,21 +627,58 @@ struct CompiledGraph::Impl {
 
   /// Constants live as long as the compiled graph: an output that is one (or a view of one) is
   /// handed out as a copy, else a write by the caller would change what later calls return.
-  void detachFromConstants(RtValue &v) const {
+  /// Outputs that view one constant (a folded tensor returned with a view of it) get views of
+  /// one copy of it, sharing memory as eager's do (fuzzer seed 10156).
+  void detachFromConstants(std::vector<RtValue> &results) const {
     if (constants.empty()) return;
-    if (v.isTensor()) {
+    auto constantStorage = [&](const Tensor &t) -> const Storage * {
       for (const RtValue &c : constants)
-        if (c.isTensor() && c.tensor().storage() == v.tensor().storage()) {
-          v = RtValue(v.tensor().contiguousCopy());
+        if (c.isTensor() && c.tensor().storage() == t.storage()) return t.storage().get();
+      return nullptr;
+    };
+    std::vector<std::pair<const Storage *, std::shared_ptr<Storage>>> shared; // original, copy
+    auto countUses = [&](auto &self, const RtValue &v) -> void {
+      if (v.isList()) {
+        for (const RtValue &e : v.list())
+          self(self, e);
+        return;
+      }
+      if (!v.isTensor()) return;
+      const Storage *s = constantStorage(v.tensor());
+      if (!s) return;
+      auto it =
+          std::find_if(shared.begin(), shared.end(), [&](const auto &p) { return p.first == s; });
+      if (it == shared.end())
+        shared.emplace_back(s, nullptr); // seen once
+      else if (!it->second)
+        it->second = std::make_shared<Storage>(s->nbytes()); // seen twice: one copy for all
+    };
+    for (const RtValue &v : results)
+      countUses(countUses, v);
+    if (shared.empty()) return;
+    for (auto &[original, copy] : shared)
+      if (copy) std::memcpy(copy->data(), original->data(), size_t(original->nbytes()));
+    auto detach = [&](auto &self, RtValue &v) -> void {
+      if (v.isList()) {
+        RtList list = v.list();
+        for (RtValue &e : list)
+          self(self, e);
+        v = RtValue(std::move(list));
+        return;
+      }
+      if (!v.isTensor()) return;
+      const Tensor &t = v.tensor();
+      const Storage *s = constantStorage(t);
+      if (!s) return;
+      for (const auto &[original, copy] : shared)
+        if (original == s) {
+          v = copy ? RtValue(Tensor(copy, t.dtype(), t.sizes(), t.strides(), t.offset()))
+                   : RtValue(t.contiguousCopy());
           return;
         }
-      return;
-    }
-    if (!v.isList()) return;
-    RtList copy = v.list();
-    for (RtValue &e : copy)
-      detachFromConstants(e);
-    v = RtValue(std::move(copy));
+    };
+    for (RtValue &v : results)
+      detach(detach, v);
   }
 
   static bool inArena(const RtValue &v, const Frame &f) {
@@ -697,8 +735,8 @@ std::vector<RtValue> CompiledGraph::run(std::vector<RtValue> inputs) const {
       else
         results.push_back(v);
       im.detachFromArena(results.back(), *f);
-      im.detachFromConstants(results.back());
     }
+    im.detachFromConstants(results);
   } catch (...) {
     im.release(std::move(f));
     throw;
