@@ -236,6 +236,12 @@ VarPtr Analyzer::tensorInput(PyObject *t, const Source &src) {
   tv->requiresGrad = m->requiresGrad;
   tv->source = src;
   tv->inputStrides = m->strides;
+  // An input with a stride-0 dim (an expanded tensor) has elements that share memory: the
+  // graph cannot write it (or a view of it) back, so such writes are graph breaks as writes
+  // to an expanded view are; eager writes a view that does not overlap (fuzzer seed 10722).
+  // The layout-class guard tells stride-0 dims apart.
+  for (size_t d = 0; d < m->sizes.size(); ++d)
+    tv->viewOverlaps |= m->sizes[d] > 1 && m->strides[d] == 0;
   // The bytes it spans: an input written in place must not share memory with one the graph
   // reads (or writes) (inputOverlap).
   if (PyRef p = PyRef::steal(PyObject_CallMethod(t, "data_ptr", nullptr));
@@ -403,10 +409,10 @@ void recordViewStep(TensorVar &r, TensorVar &src, const Op &op, size_t index,
   static const std::set<std::string, std::less<>> keepsContiguous = {
       "alias", "view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "contiguous"};
   const bool fromBase = src.base == nullptr;
+  r.viewOverlaps = src.viewOverlaps; // of a base: an input with a stride-0 dim
   if (!fromBase) {
     r.viewSteps = src.viewSteps;
     r.viewOpaque = src.viewOpaque;
-    r.viewOverlaps = src.viewOverlaps;
     r.viewAssumesContiguousBase = src.viewAssumesContiguousBase;
   }
   std::string name(op.name());
@@ -1195,6 +1201,7 @@ void Analyzer::assignInPlace(const VarPtr &target, const VarPtr &newValue) {
   auto *n = as<TensorVar>(newValue);
   if (!t || !n) throw BreakError("internal: in-place write of a non-tensor", currentLoc(), true);
   if (t->base) return assignThroughView(target, newValue);
+  if (t->viewOverlaps) fail("in-place write to an expanded input (its elements share memory)");
   if (t->isInput && t->requiresGrad && gradEnabled_)
     fail("in-place write to a leaf tensor that requires grad");
   if (t->isInput)

@@ -126,7 +126,10 @@ void registerExternals(Graph &g, const std::vector<PyRef> &callables, CompiledEn
       try {
         PyRef args = checked(PyTuple_New(static_cast<Py_ssize_t>(in.size())));
         for (size_t i = 0; i < in.size(); ++i)
-          PyTuple_SET_ITEM(args.get(), static_cast<Py_ssize_t>(i), fromRtValue(in[i]).release());
+          PyTuple_SET_ITEM(
+              args.get(), static_cast<Py_ssize_t>(i),
+              (in[i].isTensor() ? exportTensorOnTorchStorage(in[i].tensor()) : fromRtValue(in[i]))
+                  .release());
         PyRef r = checked(PyObject_Call(fn.get(), args.get(), nullptr));
         std::vector<RtValue> out;
         if (nres == 1) {
@@ -224,7 +227,10 @@ PyRef buildOutput(const OutPlan &p, const std::vector<RtValue> &outs, std::vecto
   }
   case OutputNode::GraphOutput: {
     PyRef &slot = done.at(static_cast<size_t>(p.index));
-    if (!slot) slot = fromRtValue(outs.at(static_cast<size_t>(p.index)));
+    // A view of an input is made a view of the caller's tensor, on its whole storage as in
+    // eager (as_strided of it after a graph break reaches past the view, fuzzer seed 5224).
+    const RtValue &v = outs.at(static_cast<size_t>(p.index));
+    if (!slot) slot = v.isTensor() ? exportTensorOnTorchStorage(v.tensor()) : fromRtValue(v);
     return slot;
   }
   case OutputNode::Constant: return p.object;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <unordered_map>
 #include <utility>
 
 namespace xjit::frontend {
@@ -27,6 +28,18 @@ dlpack::DataType toDLPack(DType t) {
 }
 
 TorchHandles *gTorch = nullptr;
+
+/// Storages that wrap a torch tensor's memory (importTensor), with that tensor (borrowed: the
+/// storage holds a reference) and the dtype it was imported as. An entry is dropped, with the
+/// GIL, when its storage is freed.
+struct ImportedFrom {
+  PyObject *tensor;
+  DType dtype;
+};
+std::unordered_map<const Storage *, ImportedFrom> &importedStorages() {
+  static auto *storages = new std::unordered_map<const Storage *, ImportedFrom>();
+  return *storages;
+}
 
 TorchHandles *loadTorch() {
   auto h = std::make_unique<TorchHandles>();
@@ -212,14 +225,18 @@ Tensor importTensor(PyObject *tensor, const dlpack::DLTensor &v) {
   const int64_t item = dtypeSize(*dtype);
   char *base = static_cast<char *>(v.data) + v.byte_offset;
   Py_INCREF(tensor);
-  auto storage = std::make_shared<Storage>(base, numel > 0 ? (last + 1) * item : 0, [tensor] {
-    // The last user of the memory may be a thread without the GIL (or the interpreter may be
-    // shutting down, when the reference no longer matters).
+  auto key = std::make_shared<const Storage *>(nullptr);
+  auto storage = std::make_shared<Storage>(base, numel > 0 ? (last + 1) * item : 0, [tensor, key] {
+    // The last user of the memory may be a thread without the GIL (or the interpreter may
+    // be shutting down, when the reference no longer matters).
     if (!Py_IsInitialized()) return;
     PyGILState_STATE g = PyGILState_Ensure();
+    importedStorages().erase(*key);
     Py_DECREF(tensor);
     PyGILState_Release(g);
   });
+  *key = storage.get();
+  importedStorages()[storage.get()] = {tensor, *dtype};
   return Tensor(std::move(storage), *dtype, std::move(sizes), std::move(strides), 0);
 }
 
@@ -257,6 +274,33 @@ PyRef exportTensor(const Tensor &t) {
   // Ownership of `m` passes to torch, on failure too.
   if (torchHandles().api->managed_tensor_to_py_object_no_sync(&m, &out) != 0) throw PyErrorSet();
   return PyRef::steal(static_cast<PyObject *>(out));
+}
+
+PyRef exportTensorOnTorchStorage(const Tensor &t) {
+  auto it = importedStorages().find(t.storage().get());
+  if (it == importedStorages().end() || it->second.dtype != t.dtype() || t.offset() < 0 ||
+      std::any_of(t.strides().begin(), t.strides().end(), [](int64_t s) { return s < 0; }))
+    return exportTensor(t);
+  PyObject *src = it->second.tensor;
+  int grad = requiresGrad(src);
+  if (grad != 0) { // keep autograd out of it (a view of a leaf that requires grad)
+    if (grad < 0) throw PyErrorSet();
+    return exportTensor(t);
+  }
+  auto tupleOf = [](const std::vector<int64_t> &xs) {
+    PyRef tuple = checked(PyTuple_New(static_cast<Py_ssize_t>(xs.size())));
+    for (size_t i = 0; i < xs.size(); ++i)
+      PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i),
+                       checked(PyLong_FromLongLong(xs[i])).release());
+    return tuple;
+  };
+  PyRef srcOffset = checked(PyObject_CallMethod(src, "storage_offset", nullptr));
+  long long offset = PyLong_AsLongLong(srcOffset.get());
+  if (offset == -1 && PyErr_Occurred()) throw PyErrorSet();
+  PyRef sizes = tupleOf(t.sizes()), strides = tupleOf(t.strides());
+  PyRef storageOffset = checked(PyLong_FromLongLong(offset + t.offset()));
+  return checked(PyObject_CallMethod(src, "as_strided", "OOO", sizes.get(), strides.get(),
+                                     storageOffset.get()));
 }
 
 RtValue toRtValue(PyObject *o, const Type *expected) {

@@ -52,6 +52,11 @@ Tensor importTensor(PyObject *tensor, const dlpack::DLTensor &view);
 Tensor importTensor(PyObject *tensor);
 /// A torch tensor sharing `t`'s memory (a new reference). Throws PyErrorSet.
 PyRef exportTensor(const Tensor &t);
+/// Like exportTensor, but where t views a graph input (memory importTensor wrapped), a view
+/// of that torch tensor: its storage is the input's, not just the bytes t spans, as eager's
+/// view's would be. For PyTorch fallbacks that reach past the view (as_strided of a view of an
+/// input, fuzzer seed 5224). Costs a Python call.
+PyRef exportTensorOnTorchStorage(const Tensor &t);
 
 /// Python value -> run-time value, guided by the graph input type when given (a Python int
 /// fed to a float input becomes a float). Tensors are zero-copy; containers recurse; other

@@ -615,8 +615,26 @@ LOWER(lowerExpand) {
 }
 
 LOWER(lowerSqueeze) {
+  // The IR never squeezes a symbolic dim (symbols are sizes of at least 2), but a size derived
+  // from one (s0 // 2 of unflatten(-1, (2, -1))) can be 1: where it is 1 at this call the size
+  // is specialized, else guarded to stay above 1 (fuzzer seed 10940).
+  const Shape &shape = tensorOf(a, b.at("input"), "input").type().shape();
+  const auto rank = static_cast<int64_t>(shape.size());
+  std::vector<int64_t> dims;
+  if (isNoneVar(b.at("dim"))) {
+    for (int64_t d = 0; d < rank; ++d)
+      dims.push_back(d);
+  } else {
+    dims = toInts(a, b.at("dim"), "dim");
+  }
+  for (int64_t d : dims) {
+    if (d < 0) d += rank;
+    if (d < 0 || d >= rank || shape[size_t(d)].isStatic()) continue;
+    if (a.hintOf(shape[size_t(d)]) == 1) a.specialize(shape[size_t(d)]);
+    a.assumeAtMost(DimExpr(2), shape[size_t(d)], "a dim squeeze() keeps is not 1");
+  }
   if (isNoneVar(b.at("dim"))) return a.emit1("squeeze", {b.at("input")});
-  return a.emit1("squeeze", {b.at("input")}, {{"dim", Attr(toInts(a, b.at("dim"), "dim"))}});
+  return a.emit1("squeeze", {b.at("input")}, {{"dim", Attr(dims)}});
 }
 
 LOWER(lowerReduce) { // sum/mean/amax/amin/all/any/logsumexp/count_nonzero: dim None|int|tuple

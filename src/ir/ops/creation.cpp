@@ -177,6 +177,14 @@ Results linspaceKernel(const Op &op, In) {
   for (int64_t i = 0; i < steps; ++i) {
     double v = i < half ? rt(start + rt(step * rt(double(i))))
                         : rt(end - rt(step * rt(double(steps - i - 1))));
+    // ATen's build contracts start + step * i into one fused multiply-add for f32 and f64 (one
+    // rounding): linspace(-1, 1, 7)[3] is -2.98e-8 there, 0 with two roundings (fuzzer seed
+    // 10410: the sign of a product of it decided a where()).
+    double k = i < half ? double(i) : -double(steps - i - 1), from = i < half ? start : end;
+    if (dt == DType::F32)
+      v = std::fmaf(float(step), float(k), float(from));
+    else if (dt == DType::F64)
+      v = std::fma(step, k, from);
     out.setDouble(i, v);
   }
   return one(out);

@@ -194,3 +194,121 @@ def test_output_restored_to_eagers_layout_keeps_its_views():
         want = fn(x)
         torch.testing.assert_close(got, want, rtol=0, atol=0)
         assert got.stride() == want.stride()
+
+
+# ---- session 8 ----
+
+
+def test_folded_tensor_and_its_returned_view_stay_one_tensor():
+    # seed 10156: v1 is all constants, so constant-fold folded v2 and its view v3 = flatten(v2)
+    # into two constants; the write through v3 after the graph break (index_put_ with a tensor)
+    # then missed v2.
+    def fn(a0):
+        v1 = a0 @ a0.transpose(-1, -2)
+        v1[...] = 7
+        v2 = v1 + v1[..., :1]
+        v3 = v2.flatten(1)
+        v3[torch.tensor([0])] = 2
+        return torch.zeros_like(v2) + v2
+
+    make = lambda: [torch.randn(1, 4, 2, generator=torch.Generator().manual_seed(0)).permute(1, 2, 0)]  # noqa: E731
+    _, want, _, got = _eager_and_compiled(fn, make)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", ["zeros_t", "folded_row", "two_zeros", "two_products"])
+def test_outputs_share_memory_exactly_where_eagers_do(case):
+    # A caller's write to output 0 must reach output 1 where eager's does (a constant and a view
+    # of it were handed out as two copies) and must not where eager's does not (CSE merged two
+    # equal fresh tensors that both were returned: alias-outputs).
+    fns = {
+        "zeros_t": lambda x: (lambda a: (a, a.t(), x + 1))(torch.zeros(2, 2)),
+        "folded_row": lambda x: (lambda a: (a, a[0], x + 1))(torch.arange(4.0).reshape(2, 2) * 2),
+        "two_zeros": lambda x: (torch.zeros(2, 2), torch.zeros(2, 2), x + 1),
+        "two_products": lambda x: (x * 2, x * 2),
+    }
+    fn = fns[case]
+    make = lambda: [torch.ones(4)]  # noqa: E731
+    _, want, _, got = _eager_and_compiled(fn, make)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+    want[0].add_(10)
+    got[0].add_(10)
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+
+
+def test_linspace_rounds_like_aten():
+    # seed 10410: ATen computes linspace's elements with a fused multiply-add (one rounding):
+    # linspace(-1, 1, 7)[3] is -2.98e-8, not 0, and a where() on the sign of a product of it
+    # took the other branch.
+    def fn(a0):
+        v5 = a0 @ torch.linspace(-1, 1, 7).reshape(7, 1).t()
+        v6 = torch.matmul(v5.transpose(-1, -2), v5)
+        return torch.where(v6 > 0, v6, v6 - 1), torch.linspace(-2.5, 3.25, 13, dtype=torch.float64)
+
+    make = lambda: [torch.randn(4, 1, generator=torch.Generator().manual_seed(10410))]  # noqa: E731
+    _, want, _, got = _eager_and_compiled(fn, make)
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_write_through_a_view_of_an_expanded_input(dynamic):
+    # seed 10722: an input with a stride-0 dim (here a value expanded before a graph break) was
+    # written back whole by the graph, which PyTorch rejects; eager writes only the view, whose
+    # elements do not overlap. Such writes are graph breaks now.
+    def fn(a2):
+        v2 = a2.pow(2)
+        v3 = v2.unsqueeze(0).expand(3, *v2.shape)
+        v2[::2].index_put_((torch.tensor([0]),), torch.tensor(4, dtype=torch.float32))
+        v6 = v3.transpose(-1, -2).unbind(1)[-1]
+        v6.zero_()
+        return v2 + 1
+
+    def on_expanded(x):
+        x.t().unbind(1)[-1].fill_(3)
+        return x * 2
+
+    compiled = xjit.jit(fn, dynamic=dynamic)
+    compiled_expanded = xjit.jit(on_expanded, dynamic=dynamic)
+    for b in (4, 3, 6):
+        x = torch.randn(2 * b, generator=torch.Generator().manual_seed(b))[::2]
+        torch.testing.assert_close(compiled(x.clone()), fn(x.clone()), rtol=0, atol=0)
+        base_want, base_got = x.clone(), x.clone()
+        want = on_expanded(base_want.expand(3, b))
+        got = compiled_expanded(base_got.expand(3, b))
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        torch.testing.assert_close(base_got, base_want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_as_strided_of_a_view_of_an_input_reaches_the_inputs_storage(dynamic):
+    # seed 5224: a1[:, 0] is a view of the first column of a transposed input; as_strided of it
+    # reads elements past the view, in the input's storage. The PyTorch fallback (and, under
+    # dynamic=True, the code after the graph break) got a tensor whose storage was only the
+    # view's: "setStorage ... out of bounds".
+    def fn(a0, a1):
+        v2 = a1[:, 0]
+        return v2.as_strided((2,), (2,)) * a0[0, 0]
+
+    compiled = xjit.jit(fn, dynamic=dynamic)
+    for b in (3, 2, 1):
+        x = torch.randn(4, b, generator=torch.Generator().manual_seed(b)).t()
+        torch.testing.assert_close(compiled(x, x), fn(x, x), rtol=0, atol=0)
+
+
+def test_squeeze_of_a_symbolic_size_that_is_one_at_this_call():
+    # seed 10940: unflatten(-1, (2, -1)) of a dim of size s0 makes a dim s0 // 2, which is 1 at
+    # s0 = 2 or 3; squeeze() kept it (the IR never squeezes a symbolic dim).
+    def fn(a0, a1):
+        v3 = (a1.transpose(-1, -2) - a0).unflatten(-1, (2, -1))
+        return v3.squeeze()
+
+    compiled = xjit.jit(fn, dynamic=True)
+    for b in (2, 4, 6, 2, 4):
+        g = torch.Generator().manual_seed(b)
+        a0, a1 = torch.randn((), generator=g), torch.randn(4, b, generator=g).t()
+        want = fn(a0, a1)
+        got = compiled(a0, a1)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
