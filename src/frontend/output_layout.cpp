@@ -6,6 +6,7 @@
 #include "xjit/ir/op_registry.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -119,9 +120,10 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
     return false;
   };
   // Ops whose CPU kernels always allocate a fresh contiguous result, whatever their operands'
-  // layouts (the matmul family).
+  // layouts (the matmul family; ATen's out-of-place masked_fill, elementwise here, starts from
+  // self.clone(contiguous_format)).
   static const std::set<std::string, std::less<>> freshContiguous = {
-      "matmul", "mm", "bmm", "linear", "addmm", "baddbmm", "contiguous"};
+      "matmul", "mm", "bmm", "linear", "addmm", "baddbmm", "contiguous", "masked_fill"};
   // Views that keep a contiguous operand contiguous.
   static const std::set<std::string, std::less<>> contiguousViews = {
       "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "alias"};
@@ -319,8 +321,13 @@ bool onlyRead(const Value *v, int depth = 0) {
 
 int computeOutputsInLayouts(Graph &g, const std::vector<OutputLayout> &layouts,
                             const std::vector<size_t> &which) {
+  // XJIT_OUTPUT_LAYOUT_COPY=1: the copy after the run instead, as before (A/B benchmarks).
+  static const bool copyAfterRun = [] {
+    const char *v = std::getenv("XJIT_OUTPUT_LAYOUT_COPY");
+    return v && *v && std::string(v) != "0";
+  }();
   Op *ret = g.body()->terminator();
-  if (!ret || ret->numOperands() != layouts.size()) return 0;
+  if (copyAfterRun || !ret || ret->numOperands() != layouts.size()) return 0;
   std::unordered_set<const Value *> done;
   int rewritten = 0;
   for (size_t i : which) {

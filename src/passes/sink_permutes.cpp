@@ -98,7 +98,7 @@ public:
     std::optional<Perm> p = permutationOf(*view);
     if (!p) return false;
     block_ = copy->parentBlock();
-    Value *r = permuted(view->operand(0), *p, copy);
+    Value *r = permuted(view->operand(0), *p, copy, view->result(0)->uses().size() == 1);
     if (!fresh(r)) {
       // Nothing computes in the permuted order (y is read elsewhere, or made by an op that
       // cannot reorder): the copy stays as it was.
@@ -154,8 +154,10 @@ private:
   }
 
   /// permute(y, p), computed by ops that produce it in that order where y's producers allow;
-  /// new ops are inserted before `before`.
-  Value *permuted(Value *y, const Perm &p, Op *before) {
+  /// new ops are inserted before `before`. `sole`: the views between y and the op asking for
+  /// it are read by nothing else (else y stays needed as it is: rebuilding it would compute it
+  /// twice).
+  Value *permuted(Value *y, const Perm &p, Op *before, bool sole = true) {
     if (isIdentity(p)) return y;
     Op *d = y->definingOp();
     if (!d || d->parentBlock() != block_) return view(y, p, before);
@@ -164,9 +166,9 @@ private:
       Perm r(p.size());
       for (size_t i = 0; i < p.size(); ++i)
         r[i] = (*q)[size_t(p[i])];
-      return permuted(d->operand(0), r, before);
+      return permuted(d->operand(0), r, before, sole && d->result(0)->uses().size() == 1);
     }
-    if (!rebuildable(y) || !d->result(0)->type().isTensor()) return view(y, p, before);
+    if (!sole || !rebuildable(y) || !d->result(0)->type().isTensor()) return view(y, p, before);
     // Only new ops are made (the old ones stay as they are until the copy is replaced), so a
     // rebuild that fails part way is undone by erasing what it made.
     const size_t createdBefore = created_.size(), replacedBefore = replaced_.size();
