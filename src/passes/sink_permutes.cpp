@@ -3,9 +3,11 @@
 // they can compute in any dim order and nothing else reads their result: elementwise ops (their
 // operands are permuted instead; smaller broadcast operands are padded with size-1 dims first),
 // reductions (the kept dims permuted, the reduced ones left in place) and channels-first
-// convolutions permuted to channels-last (they become `layout = "nhwc"`). Permutes it meets fold
-// with it (a transposed input read in memory order), so the loops then walk the memory of the
-// permuted operands in order and the copy is gone: the contiguous of a fresh result is dropped.
+// convolutions permuted to channels-last (they become `layout = "nhwc"`, their input made
+// dense NHWC by a `contiguous`, which copies only an input not already laid out so). Permutes it
+// meets fold with it (a transposed input read in memory order), so the loops then walk the memory
+// of the permuted operands in order and the copy is gone: the contiguous of a fresh result is
+// dropped.
 //
 // The frontend asks for such copies where eager lays a graph output out as a permutation of
 // contiguous (`x.t() * 2` keeps x's transposed strides; a conv on a channels_last input gives a
@@ -266,7 +268,11 @@ private:
     const int64_t nd = d->name()[4] - '0';
     if (rank != nd + 2 || p != channelsLast(rank)) return nullptr; // batched inputs only
     std::vector<Value *> operands = d->operands();
+    // oneDNN's NHWC kernels want a dense NHWC input: a strided view (a channels-first input
+    // permuted) took one 1x4x6x6 conv from 0.4 ms to 12 ms. `contiguous` copies only where the
+    // input is not already laid out channels-last (a channels_last graph input is not).
     operands[0] = permuted(operands[0], p, d);
+    if (!fresh(operands[0])) operands[0] = create(d, "contiguous", {operands[0]});
     AttrMap attrs = d->attrs();
     attrs["layout"] = Attr("nhwc");
     return create(d, d->name(), std::move(operands), std::move(attrs));

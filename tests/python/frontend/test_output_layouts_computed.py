@@ -57,6 +57,8 @@ def channels_last(*sizes: int) -> torch.Tensor:
 torch.manual_seed(0)
 CONV1 = torch.nn.Conv2d(3, 8, 3).eval()
 CONV2 = torch.nn.Conv2d(8, 8, 3, padding=1).eval()
+# channels_last weights make eager's conv channels_last for a contiguous input too
+CONV_CL = torch.nn.Conv2d(3, 8, 3).eval().to(memory_format=torch.channels_last)
 
 CASES: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = {
     # transposed 2-d: eager keeps the input's dim order in elementwise results
@@ -70,6 +72,7 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = 
     "nchw_to_nhwc": (lambda x: x.permute(0, 2, 3, 1) * 2 + 1, lambda: [torch.randn(2, 3, 5, 6)]),
     "channels_last_elementwise": (lambda x: torch.relu(x) + 1, lambda: [channels_last(2, 3, 5, 6)]),
     "channels_last_conv_relu": (lambda x: F.relu(CONV1(x)), lambda: [channels_last(2, 3, 10, 10)]),
+    "channels_last_weights": (lambda x: F.relu(CONV_CL(x)), lambda: [torch.randn(2, 3, 10, 10)]),
     "channels_last_two_convs": (
         lambda x: F.relu(CONV2(F.relu(CONV1(x)))),
         lambda: [channels_last(2, 3, 10, 10)],
