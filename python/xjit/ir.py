@@ -237,7 +237,9 @@ def backend_stats() -> dict[str, float]:
     held), ``kernels_shared`` (kernels found in the cache
     whose identical code was already linked in this process and still in use: that code is
     shared, not linked again), ``library_kernels_shared`` (oneDNN calls identical to one already
-    compiled and still in use, which share its executable and plans), the cache's
+    compiled and still in use, which share its executable and plans), ``library_plans``
+    (oneDNN primitives made for one call shape) and ``library_generic_plans`` (matmul primitives
+    with run-time sizes, made once a call's sizes vary and used for every later shape), the cache's
     ``cache_hits``, ``cache_misses``, ``cache_writes``, ``cache_invalid`` (damaged entries) and
     ``cache_evictions`` (entries deleted to keep ``XJIT_CACHE_MAX_MB``); for oneDNN conv/matmul
     weights that need a reorder into the primitive's layout, ``weight_packs`` (a module

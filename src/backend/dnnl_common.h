@@ -119,6 +119,12 @@ public:
   virtual ~Plan() = default;
   DType dtype = DType::F32;
   Dims resultSizes; // the IR result's run-time sizes
+  /// The result's sizes for these inputs: `resultSizes`, except for a plan that takes every
+  /// shape (LibraryKernel::makeGenericPlan).
+  virtual Dims resultSizesFor(std::span<const RtValue>) const { return resultSizes; }
+  /// Whether the plan runs these inputs: a per-shape plan is looked up by their shape; a
+  /// shape-generic one checks.
+  virtual bool takes(std::span<const RtValue>) const { return true; }
   /// Runs on `in`, writing the result into `out`: contiguous, of dtype `dtype` and sizes
   /// `resultSizes`, not aliasing any input.
   virtual void run(std::span<const RtValue> in, const Tensor &out) const = 0;
@@ -182,6 +188,9 @@ public:
   /// Builds the plan for these inputs; throws (dnnl::error, KernelError) when oneDNN cannot
   /// run them, and the executable then runs the reference kernel for this shape.
   virtual std::unique_ptr<Plan> makePlan(std::span<const RtValue> in) const = 0;
+  /// A plan for every shape of these inputs' ranks (oneDNN run-time dims), used once the
+  /// shapes vary from call to call; nullptr where the kernel has none for these inputs.
+  virtual std::unique_ptr<Plan> makeGenericPlan(std::span<const RtValue>) const { return nullptr; }
   /// One line for --dump: the op, its post-ops and the prepacking.
   virtual std::string describe() const = 0;
 };

@@ -20,6 +20,9 @@
 #include <unordered_map>
 
 namespace xjit::backend::dnnl_kernels {
+
+/// oneDNN primitives made per shape, and shape-generic ones (backendCounters).
+extern std::atomic<uint64_t> gPlansMade, gGenericPlansMade;
 namespace {
 
 /// Where value `outer` (an operand of the compiled op) comes from: input `index`, and its
@@ -253,7 +256,7 @@ public:
   std::vector<RtValue> run(std::span<const RtValue> inputs) const override {
     const Entry &entry = entryFor(inputs);
     if (entry.plan && !guard_.trips(inputs)) {
-      Tensor out = allocateOutput(entry.plan->dtype, entry.plan->resultSizes);
+      Tensor out = allocateOutput(entry.plan->dtype, entry.plan->resultSizesFor(inputs));
       if (tryRun(*entry.plan, inputs, out)) {
         tail_.apply(out);
         return {out};
@@ -268,7 +271,7 @@ public:
     if (outputs.size() != 1) throw KernelError(name_ + ": expected one output buffer");
     const Tensor &out = outputs[0];
     if (entry.plan && !guard_.trips(inputs)) {
-      if (out.sizes() != entry.plan->resultSizes || out.dtype() != entry.plan->dtype ||
+      if (out.sizes() != entry.plan->resultSizesFor(inputs) || out.dtype() != entry.plan->dtype ||
           !out.isContiguous())
         throw KernelError(name_ + ": the output buffer does not fit the result");
       if (tryRun(*entry.plan, inputs, out)) {
@@ -303,8 +306,33 @@ private:
       throw KernelError(name_ + ": expected " + std::to_string(reference_->numInputs()) +
                         " inputs, got " + std::to_string(inputs.size()));
     Dims key = shapeKey(inputs);
-    const Entry *entry = find(key);
-    return entry ? *entry : *insert(std::move(key), build(inputs));
+    if (const Entry *entry = find(key)) return *entry;
+    if (const Entry *generic = genericFor(inputs)) return *generic;
+    return *insert(std::move(key), build(inputs));
+  }
+  /// From the third shape on, the kernel's shape-generic plan when it has one (made once) and it
+  /// takes these inputs: shapes that change every call would otherwise each pay a new
+  /// primitive, and keep it. The first two shapes get their own plans (oneDNN's best kernel
+  /// for a fixed shape), so a prefill followed by fixed-shape decoding steps never uses it.
+  const Entry *genericFor(std::span<const RtValue> inputs) const {
+    {
+      std::shared_lock lock(mu_);
+      if (plans_.size() < 2) return nullptr;
+      if (genericTried_) return generic_.plan && generic_.plan->takes(inputs) ? &generic_ : nullptr;
+    }
+    Entry e;
+    try {
+      e.plan = kernel_->makeGenericPlan(inputs);
+    } catch (const dnnl::error &) {
+    } catch (const KernelError &) {
+    }
+    if (e.plan) gGenericPlansMade.fetch_add(1, std::memory_order_relaxed);
+    std::unique_lock lock(mu_);
+    if (!genericTried_) {
+      genericTried_ = true;
+      generic_ = std::move(e);
+    }
+    return generic_.plan && generic_.plan->takes(inputs) ? &generic_ : nullptr;
   }
   /// False when oneDNN refused to execute what it agreed to create (seen with unusual
   /// strides): the caller then runs the reference kernel.
@@ -327,7 +355,9 @@ private:
 
   Entry build(std::span<const RtValue> inputs) const {
     try {
-      return {kernel_->makePlan(inputs), ""};
+      Entry e{kernel_->makePlan(inputs), ""};
+      gPlansMade.fetch_add(1, std::memory_order_relaxed);
+      return e;
     } catch (const dnnl::error &e) {
       return {nullptr, e.what()};
     } catch (const KernelError &e) {
@@ -353,6 +383,8 @@ private:
   TailClamp tail_;
   mutable std::shared_mutex mu_;
   mutable std::map<Dims, Entry> plans_;
+  mutable bool genericTried_ = false; // genericFor asked the kernel (under mu_)
+  mutable Entry generic_;             // its answer: a plan for many shapes, or none
 };
 
 } // namespace
@@ -434,6 +466,8 @@ std::atomic<uint64_t> gExecutablesShared{0};
 
 } // namespace
 
+std::atomic<uint64_t> gPlansMade{0}, gGenericPlansMade{0};
+
 std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &) {
   if (std::string why = whyNotSupported(op); !why.empty())
     throw Error(ErrorKind::Internal, "oneDNN cannot compile " + op.describe() + ": " + why);
@@ -473,4 +507,6 @@ std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &) {
 
 namespace xjit::backend {
 uint64_t libraryKernelsShared() { return dnnl_kernels::gExecutablesShared.load(); }
+uint64_t libraryPlansMade() { return dnnl_kernels::gPlansMade.load(); }
+uint64_t libraryGenericPlansMade() { return dnnl_kernels::gGenericPlansMade.load(); }
 } // namespace xjit::backend

@@ -15,6 +15,7 @@
 #include "xjit/ir/op_registry.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 namespace xjit::backend::dnnl_kernels {
@@ -42,6 +43,82 @@ Dims broadcastBatch(const Dims &a, const Dims &b) {
     out[i] = x == 1 ? y : x;
   }
   return out;
+}
+
+/// The operands and result of one call as oneDNN sees them: vectors as [1,K]/[K,1], the batch
+/// broadcast and padded to one rank (or, when a 2-D rhs meets a batched lhs, folded into the
+/// lhs rows: `fold`).
+struct MatmulGeometry {
+  Dims as, ast, bs, bst; // lhs and rhs sizes/strides
+  int64_t k = 0, m = 0;  // inner dim, rhs columns
+  bool aVec = false, bVec = false, fold = false;
+  bool aMerges = true;   // fold: the lhs's leading dims merge into rows through its strides
+  Dims aSizes, aStrides; // fold: the merged lhs
+  Dims result;           // the IR result's sizes
+  DimMap resMap;         // result -> oneDNN dst dims
+  Dims dstSizes, dstStrides;
+};
+
+MatmulGeometry matmulGeometry(const Tensor &A, Tensor B, bool transposeRhs) {
+  if (A.numel() == 0 || B.numel() == 0) throw KernelError("matmul: empty operand");
+  if (transposeRhs && B.rank() == 2)
+    B = B.view({B.size(1), B.size(0)}, {B.strides()[1], B.strides()[0]}, B.offset());
+  MatmulGeometry g;
+  Dims &as = g.as, &ast = g.ast, &bs = g.bs, &bst = g.bst;
+  as = A.sizes(), ast = A.strides(), bs = B.sizes(), bst = B.strides();
+  g.aVec = as.size() == 1, g.bVec = bs.size() == 1;
+  if (g.aVec) {
+    as.insert(as.begin(), 1);
+    ast.insert(ast.begin(), 0);
+  }
+  if (g.bVec) {
+    bs.push_back(1);
+    bst.push_back(0);
+  }
+  size_t ra = as.size(), rb = bs.size();
+  int64_t n = as[ra - 2];
+  g.k = as[ra - 1], g.m = bs[rb - 1];
+  if (bs[rb - 2] != g.k) throw KernelError("matmul: inner dims differ");
+  Dims batch = broadcastBatch(Dims(as.begin(), as.end() - 2), Dims(bs.begin(), bs.end() - 2));
+  size_t batchRank = batch.size();
+  g.result = batch;
+  if (!g.aVec) g.result.push_back(n);
+  if (!g.bVec) g.result.push_back(g.m);
+
+  g.fold = rb == 2 && ra > 2;
+  if (g.aVec) g.resMap.insertUnit.push_back(static_cast<int>(batchRank));
+  if (g.bVec) g.resMap.insertUnit.push_back(static_cast<int>(batchRank + 1));
+  if (g.fold) g.resMap.mergeLeading = static_cast<int>(batchRank + 1);
+  if (!g.fold) { // the same rank for src, weights and dst: pad the batch with unit dims
+    while (as.size() < batchRank + 2) {
+      as.insert(as.begin(), 1);
+      ast.insert(ast.begin(), 0);
+    }
+    while (bs.size() < batchRank + 2) {
+      bs.insert(bs.begin(), 1);
+      bst.insert(bst.begin(), 0);
+    }
+  }
+  g.dstSizes = g.result, g.dstStrides = contiguousStrides(g.result);
+  g.resMap.apply(g.dstSizes, g.dstStrides);
+  g.aSizes = as, g.aStrides = ast;
+  if (g.fold)
+    g.aMerges = DimMap{.mergeLeading = static_cast<int>(ra - 1)}.apply(g.aSizes, g.aStrides);
+  return g;
+}
+
+/// `md` (plain strides) with its last two dims' sizes and all strides but the unit ones left to
+/// execution time (DNNL_RUNTIME_DIM_VAL): oneDNN's gemm-based matmul takes run-time sizes and
+/// strides where it knows which dims are contiguous (with every stride at run time it only has
+/// its reference implementation). The batch dims stay fixed.
+memory::desc withRuntimeDims(const memory::desc &md) {
+  memory::dims dims = md.dims(), strides(dims.size());
+  const dnnl_memory_desc_t &c = md.data;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    strides[i] = c.format_desc.blocking.strides[i] == 1 ? 1 : DNNL_RUNTIME_DIM_VAL;
+    if (i + 2 >= dims.size()) dims[i] = DNNL_RUNTIME_DIM_VAL;
+  }
+  return memory::desc(dims, md.data_type(), strides);
 }
 
 class MatmulPlan : public Plan {
@@ -84,6 +161,75 @@ public:
   std::string info() const override { return impl; }
 };
 
+/// Whether every binary post-op of `s` takes a scalar here (a Python number or a one-element
+/// tensor, whose descriptor does not depend on the result's shape).
+bool scalarBinaryOperands(const MatmulSpec &s, std::span<const RtValue> in) {
+  for (const std::vector<PostOp> *ops : {&s.prologue, &s.post})
+    for (const PostOp &op : *ops) {
+      if (!op.binary) continue;
+      const RtValue &v = op.other.get(in);
+      if (v.isTensor() && v.tensor().numel() != 1) return false;
+    }
+  return true;
+}
+
+/// One primitive for every shape of a matmul whose sizes change from call to call (attention
+/// over a KV cache that grows by a token per decoding step): the rows, columns and inner dim
+/// and the non-unit strides are oneDNN run-time values, bound per call. A primitive per shape
+/// costs 0.1-0.5 ms to create, more than the product of a decoding step, and the plans of past
+/// shapes would pile up.
+class GenericMatmulPlan : public Plan {
+public:
+  dnnl::matmul prim;
+  std::string impl;
+  memory::data_type dt;
+  bool fold = false;
+  memory::desc aAny, bAny, dstAny;    // the run-time descriptors the primitive was made for
+  std::unique_ptr<BoundPostOps> post; // eltwise ones, and binary ones with a scalar
+  const MatmulSpec *spec;
+
+  struct Call {
+    MatmulGeometry g;
+    memory::desc a, b, dst;
+  };
+  /// The call's operands, or nothing when they do not fit this primitive (other ranks, batch
+  /// sizes or contiguous dims, a vector operand, a lhs whose rows do not merge).
+  std::optional<Call> fits(std::span<const RtValue> in) const {
+    Tensor A = tensorOf(spec->lhs, in), B = tensorOf(spec->rhs, in);
+    if (!A.defined() || !B.defined() || A.numel() == 0 || B.numel() == 0) return std::nullopt;
+    Call c{matmulGeometry(A, B, spec->transposeRhs), {}, {}, {}};
+    const MatmulGeometry &g = c.g;
+    if (g.aVec || g.bVec || g.fold != fold || (fold && !g.aMerges) ||
+        !scalarBinaryOperands(*spec, in))
+      return std::nullopt;
+    c.a = fold ? stridedDesc(g.aSizes, g.aStrides, dt) : stridedDesc(g.as, g.ast, dt);
+    c.b = stridedDesc(g.bs, g.bst, dt);
+    c.dst = stridedDesc(g.dstSizes, g.dstStrides, dt);
+    if (withRuntimeDims(c.a) != aAny || withRuntimeDims(c.b) != bAny ||
+        withRuntimeDims(c.dst) != dstAny)
+      return std::nullopt;
+    return c;
+  }
+  bool takes(std::span<const RtValue> in) const override { return fits(in).has_value(); }
+  Dims resultSizesFor(std::span<const RtValue> in) const override {
+    std::optional<Call> c = fits(in);
+    if (!c) throw KernelError("matmul: the shape-generic primitive does not take this call");
+    return c->g.result;
+  }
+  void run(std::span<const RtValue> in, const Tensor &out) const override {
+    std::optional<Call> c = fits(in);
+    if (!c) throw KernelError("matmul: the shape-generic primitive does not take this call");
+    std::unordered_map<int, memory> args;
+    std::vector<Tensor> keep;
+    args[DNNL_ARG_SRC] = wrap(c->a, tensorOf(spec->lhs, in));
+    args[DNNL_ARG_WEIGHTS] = wrap(c->b, tensorOf(spec->rhs, in));
+    post->bind(in, args, keep);
+    args[DNNL_ARG_DST] = wrap(c->dst, out);
+    execute(prim, args);
+  }
+  std::string info() const override { return impl + " (run-time sizes)"; }
+};
+
 class MatmulKernel : public LibraryKernel {
 public:
   explicit MatmulKernel(MatmulSpec s) : s_(std::move(s)) {
@@ -105,51 +251,15 @@ public:
     // A run-time rhs the caller tagged as unchanged between calls (a module's weight) is
     // worth packing into the primitive's preferred layout, once per tag, like a constant one.
     const bool packTagged = !packed_ && currentContentTag(B.data()) != 0;
-    if (A.numel() == 0 || B.numel() == 0) throw KernelError("matmul: empty operand");
-    if (s_.transposeRhs && B.rank() == 2)
-      B = B.view({B.size(1), B.size(0)}, {B.strides()[1], B.strides()[0]}, B.offset());
-    Dims as = A.sizes(), ast = A.strides(), bs = B.sizes(), bst = B.strides();
-    bool aVec = as.size() == 1, bVec = bs.size() == 1;
-    if (aVec) {
-      as.insert(as.begin(), 1);
-      ast.insert(ast.begin(), 0);
-    }
-    if (bVec) {
-      bs.push_back(1);
-      bst.push_back(0);
-    }
-    size_t ra = as.size(), rb = bs.size();
-    int64_t n = as[ra - 2], k = as[ra - 1], m = bs[rb - 1];
-    if (bs[rb - 2] != k) throw KernelError("matmul: inner dims differ");
-    Dims batch = broadcastBatch(Dims(as.begin(), as.end() - 2), Dims(bs.begin(), bs.end() - 2));
-    size_t batchRank = batch.size();
-    Dims result = batch;
-    if (!aVec) result.push_back(n);
-    if (!bVec) result.push_back(m);
-
-    bool fold = rb == 2 && ra > 2;
-    DimMap resMap;
-    if (aVec) resMap.insertUnit.push_back(static_cast<int>(batchRank));
-    if (bVec) resMap.insertUnit.push_back(static_cast<int>(batchRank + 1));
-    if (fold) resMap.mergeLeading = static_cast<int>(batchRank + 1);
-    if (!fold) { // the same rank for src, weights and dst: pad the batch with unit dims
-      while (as.size() < batchRank + 2) {
-        as.insert(as.begin(), 1);
-        ast.insert(ast.begin(), 0);
-      }
-      while (bs.size() < batchRank + 2) {
-        bs.insert(bs.begin(), 1);
-        bst.insert(bst.begin(), 0);
-      }
-    }
-    Dims dstSizes = result, dstStrides = contiguousStrides(result);
-    resMap.apply(dstSizes, dstStrides);
-
+    MatmulGeometry g = matmulGeometry(A, B, s_.transposeRhs);
+    const Dims &as = g.as, &ast = g.ast, &bs = g.bs, &bst = g.bst, &result = g.result;
+    const Dims &dstSizes = g.dstSizes, &dstStrides = g.dstStrides;
+    const Dims &aSizes = g.aSizes, &aStrides = g.aStrides;
+    const DimMap &resMap = g.resMap;
+    const int64_t k = g.k, m = g.m;
+    const bool fold = g.fold, aMerges = g.aMerges, bVec = g.bVec;
     memory::data_type dt = *dnnlType(s_.dtype);
     memory::desc aUser = stridedDesc(as, ast, dt), bUser = stridedDesc(bs, bst, dt);
-    Dims aSizes = as, aStrides = ast;
-    bool aMerges = true;
-    if (fold) aMerges = DimMap{.mergeLeading = static_cast<int>(ra - 1)}.apply(aSizes, aStrides);
 
     // A native bias: linear's 1-D [N] bias; other biases are a binary add post-op.
     Tensor bias = tensorOf(s_.bias, in);
@@ -235,6 +345,40 @@ public:
       return plan;
     }
     throw KernelError("matmul: no oneDNN implementation");
+  }
+
+  std::unique_ptr<Plan> makeGenericPlan(std::span<const RtValue> in) const override {
+    // Operands read through their strides as they come (a tagged rhs too: a slice of a module's
+    // KV cache buffer is not worth packing per shape); no prepacked constant weights, bias or
+    // binary post-op but with a scalar (other operands' descriptors depend on the shape).
+    Tensor A = tensorOf(s_.lhs, in), B = tensorOf(s_.rhs, in);
+    if (!A.defined() || !B.defined() || packed_ || s_.bias.present() || s_.dtype != DType::F32 ||
+        !scalarBinaryOperands(s_, in))
+      return nullptr;
+    MatmulGeometry g = matmulGeometry(A, B, s_.transposeRhs);
+    if (g.aVec || g.bVec || (g.fold && !g.aMerges)) return nullptr;
+    auto plan = std::make_unique<GenericMatmulPlan>();
+    plan->spec = &s_;
+    plan->dtype = s_.dtype;
+    plan->dt = *dnnlType(s_.dtype);
+    plan->fold = g.fold;
+    // This call's descriptors with their varying parts left to run time.
+    plan->aAny = withRuntimeDims(g.fold ? stridedDesc(g.aSizes, g.aStrides, plan->dt)
+                                        : stridedDesc(g.as, g.ast, plan->dt));
+    plan->bAny = withRuntimeDims(stridedDesc(g.bs, g.bst, plan->dt));
+    plan->dstAny = withRuntimeDims(stridedDesc(g.dstSizes, g.dstStrides, plan->dt));
+    std::vector<PostOp> ops = s_.prologue;
+    ops.insert(ops.end(), s_.post.begin(), s_.post.end());
+    dnnl::post_ops po;
+    plan->post = std::make_unique<BoundPostOps>(ops, in, g.result, g.resMap, false, po);
+    dnnl::primitive_attr attr = userScratchpad();
+    attr.set_post_ops(po);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan->aAny, plan->bAny, plan->dstAny), attr,
+                                    cpuEngine());
+    if (isReferenceImpl(pd)) return nullptr;
+    plan->impl = pd.impl_info_str();
+    plan->prim = dnnl::matmul(pd);
+    return plan;
   }
 
 private:

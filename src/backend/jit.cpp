@@ -559,6 +559,8 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"batched_objects", double(j.batchedObjects)},
           {"kernels_shared", double(gKernelsShared.load())},
           {"library_kernels_shared", double(libraryKernelsShared())},
+          {"library_plans", double(libraryPlansMade())},
+          {"library_generic_plans", double(libraryGenericPlansMade())},
           {"cache_hits", double(c.hits)},
           {"cache_misses", double(c.misses)},
           {"cache_writes", double(c.writes)},

@@ -106,6 +106,8 @@ def test_backend_stats_in_process() -> None:
         "batched_objects",
         "kernels_shared",
         "library_kernels_shared",
+        "library_plans",
+        "library_generic_plans",
         "cache_hits",
         "cache_misses",
         "cache_writes",

@@ -162,6 +162,10 @@ JitTotals jitTotals();
 std::vector<std::pair<std::string, double>> backendCounters();
 /// Library (oneDNN) calls that reused an identical call's executable (dnnl_kernels.cpp).
 uint64_t libraryKernelsShared();
+/// oneDNN plans made for one shape each, and plans made for every shape of a call whose sizes
+/// vary (matmuls with run-time dims).
+uint64_t libraryPlansMade();
+uint64_t libraryGenericPlansMade();
 
 /// Writes <dir>/<kernel name>.loops, .ll and .s (compiled with keepText); creates dir.
 void dumpKernel(const CompiledKernel &k, const std::string &dir);
