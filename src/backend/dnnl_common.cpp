@@ -328,6 +328,21 @@ namespace {
 
 /// The IR result's index space seen by a (broadcast) operand: sizes of the result, strides of
 /// the operand (0 along broadcast dims), right-aligned as in broadcasting.
+/// Non-overlapping and without gaps: the elements fill exactly their span (size-1 dims and
+/// their strides ignored).
+bool isDenseLayout(const Dims &sizes, const Dims &strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims; // (stride, size) of the dims larger than 1
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] != 1) dims.emplace_back(strides[d], sizes[d]);
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto &[stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
 void broadcastView(const Tensor &t, const Dims &resultSizes, Dims &sizes, Dims &strides) {
   sizes = resultSizes;
   strides.assign(resultSizes.size(), 0);
@@ -373,6 +388,10 @@ BoundPostOps::BoundPostOps(const std::vector<PostOp> &ops, std::span<const RtVal
             full = full && dstSizes[d] == 1;
           }
         b.md = stridedDesc(sizes, strides, *dt);
+        // oneDNN 2.6's matmul reads a binary operand with gaps between its elements as if it
+        // were dense (x[:, :1] of a [2, 6, 8] tensor, batch stride 48 for [2, 1, 8]; fuzzer
+        // seed 13421): such an operand is materialized.
+        if (!isDenseLayout(sizes, strides)) b.materialize = true;
         if (dstLayout && full && b.md != *dstLayout) {
           b.toDstLayout = std::make_shared<const Densify>(b.md, *dstLayout);
           b.md = *dstLayout;

@@ -259,18 +259,25 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     // of the caller's input, so rebuild it on the input (a later write through it, by the
     // caller or the code after a graph break, must reach the input as in eager).
     if (t->base && t->base->isInput && t->base->source && t->base->mutated &&
-        t->viewOpaque.empty() && !t->viewSteps.empty())
-      if (PyRef steps = viewStepsToPython(*t))
-        return shared([&](OutputNode &n) {
-          n.kind = OutputNode::NamedTuple;
-          n.object = PyRef::borrow(inputViewConstructor());
-          n.children.push_back(fromSource(*t->base->source));
-          n.children.push_back(graphOutput(t->value));
-          OutputNode c;
-          c.kind = OutputNode::Constant;
-          c.object = steps;
-          n.children.push_back(std::move(c));
-        });
+        t->viewOpaque.empty() && !t->viewSteps.empty()) {
+      PyRef steps = viewStepsToPython(*t);
+      // Without a replay the graph's value would be a view of the written copy: a write
+      // through it after the call would miss the input (fuzzer seed 12708: narrow(0, 0,
+      // s0 // 2) of an input, zeroed, then index_put_ after a graph break). Not compiled.
+      if (!steps)
+        fail("a view of written input " + sourceKey(*t->base->source) +
+             " outlives the graph, and its view steps have symbolic sizes or tensor operands");
+      return shared([&](OutputNode &n) {
+        n.kind = OutputNode::NamedTuple;
+        n.object = PyRef::borrow(inputViewConstructor());
+        n.children.push_back(fromSource(*t->base->source));
+        n.children.push_back(graphOutput(t->value));
+        OutputNode c;
+        c.kind = OutputNode::Constant;
+        c.object = steps;
+        n.children.push_back(std::move(c));
+      });
+    }
     return graphOutput(t->value);
   }
   case VarKind::SymInt: return graphOutput(as<SymIntVar>(v)->value);

@@ -312,3 +312,39 @@ def test_squeeze_of_a_symbolic_size_that_is_one_at_this_call():
         got = compiled(a0, a1)
         assert got.shape == want.shape
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_view_of_a_written_input_with_a_symbolic_size_after_a_graph_break():
+    # seed 12708: v5 = narrow(0, 0, s0 // 2) of an input, zeroed in the graph, is live at the
+    # graph break (index_put_ with a tensor value); its replay on the input needs s0, so it
+    # was handed on as a view of the graph's written copy and the write after the break
+    # missed the input. Such a frame is not compiled now.
+    def fn(a0, a1):
+        v5 = a1.narrow(0, 0, a1.shape[0] // 2)
+        v5.zero_()
+        v5.index_put_((torch.tensor([0]),), torch.tensor(4, dtype=torch.float32))
+        return a0 + 1
+
+    compiled = xjit.jit(fn, dynamic=True)
+    for b in (4, 5, 6, 3):
+        want_in = [torch.ones(b), torch.arange(2.0 * b)[::2]]
+        got_in = [t.clone() for t in want_in]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", xjit.XjitWarning)
+            got = compiled(*got_in)
+        want = fn(*want_in)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        torch.testing.assert_close(got_in[1], want_in[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("operand", ["strided", "dense"])
+def test_matmul_plus_a_strided_broadcast_operand(operand):
+    # seed 13421: matmul(...) + a2 with a2 = x[:, :1] (batch stride 48 for [2, 1, 8]) became a
+    # oneDNN binary post-op, which read a2 as if it were dense.
+    def fn(a1, a2):
+        return torch.matmul(a1.transpose(-1, -2), a1) + a2
+
+    g = torch.Generator().manual_seed(13421)
+    x, y = torch.randn(2, 6, 8, generator=g), torch.randn(2, 6, 8, generator=g)
+    a2 = y[:, :1] if operand == "strided" else y[:, :1].clone()
+    torch.testing.assert_close(xjit.jit(fn)(x, a2), fn(x, a2))
