@@ -278,6 +278,26 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
         n.children.push_back(std::move(c));
       });
     }
+    // Likewise a view of a tensor made in the frame and written through a view: the graph
+    // computes the view's value and the base's new value apart, so the view is rebuilt on
+    // the base's output (v1 = a[:, [0, 0]]; v2 = v1.squeeze(); v2.add_(1); return v2, v1:
+    // a write by the caller to v2 must reach v1, fuzzer seed 12008). Where the steps cannot be
+    // replayed it stays the graph's value (values right, memory not shared).
+    if (t->base && !t->base->isInput && t->base->mutated && t->viewOpaque.empty() &&
+        !t->viewSteps.empty())
+      if (PyRef steps = viewStepsToPython(*t)) {
+        Value *base = t->base->value;
+        return shared([&](OutputNode &n) {
+          n.kind = OutputNode::NamedTuple;
+          n.object = PyRef::borrow(inputViewConstructor());
+          n.children.push_back(graphOutput(base));
+          n.children.push_back(graphOutput(t->value));
+          OutputNode c;
+          c.kind = OutputNode::Constant;
+          c.object = steps;
+          n.children.push_back(std::move(c));
+        });
+      }
     return graphOutput(t->value);
   }
   case VarKind::SymInt: return graphOutput(as<SymIntVar>(v)->value);

@@ -348,3 +348,28 @@ def test_matmul_plus_a_strided_broadcast_operand(operand):
     x, y = torch.randn(2, 6, 8, generator=g), torch.randn(2, 6, 8, generator=g)
     a2 = y[:, :1] if operand == "strided" else y[:, :1].clone()
     torch.testing.assert_close(xjit.jit(fn)(x, a2), fn(x, a2))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_view_of_a_fresh_tensor_written_through_it_stays_its_view(dynamic):
+    # seed 12008 (view-copy): v2.add_(1) writes v1 through the view v2; the graph computed v2
+    # and v1's new value apart and returned them as two tensors, so a write by the caller to
+    # v2 missed v1. v2 is now rebuilt on v1's output.
+    def fn(a2):
+        v1 = a2[:, [0, 0]]
+        v2 = v1.squeeze()
+        v2.add_(1)
+        v3 = v1.clone()
+        v3.mul_(2)
+        return v3, v2, v1
+
+    compiled = xjit.jit(fn, dynamic=dynamic)
+    for b in (3, 4):
+        a2 = torch.randint(-5, 6, (b, 3), generator=torch.Generator().manual_seed(b))
+        want, got = fn(a2.clone()), compiled(a2.clone())
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+        want[1].add_(100)
+        got[1].add_(100)
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
