@@ -704,6 +704,8 @@ private:
     case UnaryOp::Log: return f32 ? math::logF32(b_, x) : viaLibm("log", d, {x});
     case UnaryOp::Tanh: return f32 ? math::tanhF32(b_, x) : viaLibm("tanh", d, {x});
     case UnaryOp::Erf: return f32 ? math::erfF32(b_, x) : viaLibm("erf", d, {x});
+    case UnaryOp::Sin: return f32 ? math::sinF32(b_, x) : viaLibm("sin", d, {x});
+    case UnaryOp::Cos: return f32 ? math::cosF32(b_, x) : viaLibm("cos", d, {x});
     case UnaryOp::Sigmoid:
       if (f32) return math::sigmoidF32(b_, x);
       // f64: the reference's formula, with libm's exp.
@@ -772,10 +774,11 @@ private:
         }
         return b_.CreateTrunc(b_.CreateCall(f, {ext(a), ext(c)}), a->getType());
       }
-      // x ** 2 is the correctly rounded square either way; other exponents go to libm.
+      // x ** 2 is the correctly rounded square either way; f32 powers inline powF32, f64 use libm.
       if (rhs && rhs->kind == ExprKind::Const && rhs->fval == 2.0) return b_.CreateFMul(a, a);
-      return viaLibm("pow", d, {a, c});
-    case BinaryOp::Atan2: return viaLibm("atan2", d, {a, c});
+      return d == DType::F32 ? math::powF32(b_, a, c) : viaLibm("pow", d, {a, c});
+    case BinaryOp::Atan2:
+      return d == DType::F32 ? math::atan2F32(b_, a, c) : viaLibm("atan2", d, {a, c});
     case BinaryOp::Hypot: return viaLibm("hypot", d, {a, c});
     case BinaryOp::CopySign: return b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, a, c);
     case BinaryOp::And: return b_.CreateAnd(a, c);

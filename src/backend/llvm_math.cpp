@@ -1,14 +1,21 @@
-// Vectorizable f32 math: exp, log, tanh, erf and sigmoid as straight-line LLVM IR (polynomials,
-// selects and bit operations, no branches and no calls), so a vectorized loop evaluates them on
-// whole vectors. The coefficients are Cephes' (exp, log, tanh) and the rational approximation of
-// Eigen / XLA (erf). Measured against the correctly rounded double results (backend_test):
-// exp <= 1 ulp, log <= 1 ulp, tanh <= 2 ulp, erf <= 6 ulp.
+// Vectorizable f32 math: exp, log, tanh, erf, sigmoid, sin, cos, pow and atan2 as straight-line
+// LLVM IR (polynomials, selects, bit operations and constant-table loads, no branches and no
+// calls), so a vectorized loop evaluates them on whole vectors. The coefficients are Cephes' (exp,
+// log, tanh) and the rational approximation of Eigen / XLA (erf). sin, cos, pow and atan2 work in
+// f64 internally (Taylor series whose truncation error is far below an f32 ulp, rounded once at
+// the end), which halves the vector width but needs no hand-tuned minimax coefficients. Measured
+// against the double results (backend_test, backend_trig_pow_test): exp <= 1 ulp, log <= 1 ulp,
+// tanh <= 2 ulp, erf <= 6 ulp; sin, cos, pow, atan2 <= 1 ulp (0.5 ulp + the f64 error) over the
+// whole f32 range, including |x| up to 3.4e38 for sin / cos (Payne-Hanek reduction with the
+// 4/pi bit table of ARM's optimized-routines for |x| >= 2^20, two-part Cody-Waite below).
 #include "llvm_codegen.h"
 
 #include <llvm/IR/Intrinsics.h>
 
+#include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <utility>
 
 namespace xjit::backend::math {
 
@@ -39,7 +46,215 @@ Value *pow2(IRBuilder<> &b, Value *n) {
   return b.CreateBitCast(b.CreateShl(b.CreateAdd(n, i32(b, 127)), 23), b.getFloatTy());
 }
 
+Value *f64(IRBuilder<> &b, double v) { return llvm::ConstantFP::get(b.getDoubleTy(), v); }
+Value *i64(IRBuilder<> &b, int64_t v) { return b.getInt64(static_cast<uint64_t>(v)); }
+
+Value *hornerD(IRBuilder<> &b, Value *x, std::initializer_list<double> coeffs) {
+  auto it = coeffs.begin();
+  Value *p = f64(b, *it++);
+  for (; it != coeffs.end(); ++it)
+    p = madd(b, p, x, f64(b, *it));
+  return p;
+}
+
+Value *fabsV(IRBuilder<> &b, Value *x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); }
+
+Value *quietNaN(IRBuilder<> &b) { return f32(b, std::numeric_limits<float>::quiet_NaN()); }
+
+/// The bits of 4/pi as in ARM optimized-routines' __inv_pio4 (sincosf_data.c), for the large
+/// argument reduction; entry i holds bits 8i .. 8i+31.
+llvm::GlobalVariable *invPio4Table(IRBuilder<> &b) {
+  static const uint32_t kBits[24] = {0xa2,       0xa2f9,     0xa2f983,   0xa2f9836e, 0xf9836e4e,
+                                     0x836e4e44, 0x6e4e4415, 0x4e441529, 0x441529fc, 0x1529fc27,
+                                     0x29fc2757, 0xfc2757d1, 0x2757d1f5, 0x57d1f534, 0xd1f534dd,
+                                     0xf534ddc0, 0x34ddc0db, 0xddc0db62, 0xc0db6295, 0xdb629599,
+                                     0x6295993c, 0x95993c43, 0x993c4390, 0x3c439041};
+  llvm::Module &m = *b.GetInsertBlock()->getModule();
+  const char *name = "xjit_inv_pio4";
+  if (auto *g = m.getNamedGlobal(name)) return g;
+  auto *ty = llvm::ArrayType::get(b.getInt32Ty(), 24);
+  auto *init = llvm::ConstantDataArray::get(m.getContext(), llvm::ArrayRef<uint32_t>(kBits));
+  auto *g = new llvm::GlobalVariable(m, ty, true, llvm::GlobalValue::PrivateLinkage, init, name);
+  g->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
+  return g;
+}
+
+/// |x| = n * pi/2 + r for a finite f32 |x| (as f32 `ax` and f64 `xd`); returns r (f64,
+/// |r| <= pi/4 + a little) and n mod 4 (i64).
+std::pair<Value *, Value *> reduceHalfPi(IRBuilder<> &b, Value *ax, Value *xd) {
+  // Below 2^20: n = round(x * 2/pi), r = x - n * pi/2 with pi/2 in two doubles (exact products
+  // by FMA; n < 2^20 keeps n * (pi/2 - P1 - P2) around 2^-88, far below any f32 r's ulp).
+  Value *n = b.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven,
+                                    b.CreateFMul(xd, f64(b, 0.63661977236758134308)));
+  Value *rSmall = madd(b, b.CreateFNeg(n), f64(b, 1.57079632679489655800e+00), xd);
+  rSmall = madd(b, b.CreateFNeg(n), f64(b, 6.12323399573676603587e-17), rSmall);
+  Value *nSmall = b.CreateFPToSI(n, b.getInt64Ty());
+  // 2^20 and above: Payne-Hanek with 96 bits of 4/pi chosen by the exponent (optimized-routines'
+  // reduce_large): the product is |x| * 2/pi in 64-bit fixed point with 62 fraction bits.
+  llvm::Type *i32Ty = b.getInt32Ty(), *i64Ty = b.getInt64Ty();
+  Value *xi = b.CreateBitCast(ax, i32Ty);
+  Value *idx = b.CreateAnd(b.CreateLShr(xi, 26), i32(b, 15));
+  Value *shift = b.CreateAnd(b.CreateLShr(xi, 23), i32(b, 7));
+  Value *m = b.CreateShl(b.CreateOr(b.CreateAnd(xi, i32(b, 0xffffff)), i32(b, 0x800000)), shift);
+  llvm::GlobalVariable *table = invPio4Table(b);
+  auto word = [&](int offset) {
+    Value *at = b.CreateZExt(b.CreateAdd(idx, i32(b, offset)), i64Ty);
+    Value *ptr = b.CreateInBoundsGEP(table->getValueType(), table, {i64(b, 0), at});
+    return b.CreateLoad(i32Ty, ptr);
+  };
+  Value *m64 = b.CreateZExt(m, i64Ty);
+  Value *res0 = b.CreateZExt(b.CreateMul(m, word(0)), i64Ty);
+  Value *res1 = b.CreateMul(m64, b.CreateZExt(word(4), i64Ty));
+  Value *res2 = b.CreateMul(m64, b.CreateZExt(word(8), i64Ty));
+  res0 = b.CreateOr(b.CreateLShr(res2, 32), b.CreateShl(res0, 32));
+  res0 = b.CreateAdd(res0, res1);
+  Value *nLarge = b.CreateLShr(b.CreateAdd(res0, i64(b, int64_t(1) << 61)), 62);
+  res0 = b.CreateSub(res0, b.CreateShl(nLarge, 62));
+  Value *rLarge = b.CreateFMul(b.CreateSIToFP(res0, b.getDoubleTy()),
+                               f64(b, 3.40612158008655459e-19)); // pi/2 * 2^-62
+  Value *small = b.CreateFCmpOLT(ax, f32(b, 1048576.f));
+  return {b.CreateSelect(small, rSmall, rLarge), b.CreateSelect(small, nSmall, nLarge)};
+}
+
+/// sin(|x|) (quadrantShift 0) or cos(|x|) (quadrantShift 1) for finite f32 |x|, as f64.
+Value *sinCosAbs(IRBuilder<> &b, Value *ax, int quadrantShift) {
+  auto [r, n] = reduceHalfPi(b, ax, b.CreateFPExt(ax, b.getDoubleTy()));
+  Value *z = b.CreateFMul(r, r);
+  // Taylor series to r^11 / r^12: truncation below 1e-11 relative on |r| <= pi/4.
+  Value *s = hornerD(b, z,
+                     {1.0 / 6227020800.0, -1.0 / 39916800.0, 1.0 / 362880.0, -1.0 / 5040.0,
+                      1.0 / 120.0, -1.0 / 6.0});
+  s = madd(b, b.CreateFMul(s, z), r, r);
+  Value *c = hornerD(
+      b, z,
+      {1.0 / 479001600.0, -1.0 / 3628800.0, 1.0 / 40320.0, -1.0 / 720.0, 1.0 / 24.0, -0.5, 1.0});
+  // sin(n pi/2 + r) = sin r, cos r, -sin r, -cos r for n = 0, 1, 2, 3 (mod 4).
+  Value *q = b.CreateAdd(n, i64(b, quadrantShift));
+  Value *odd = b.CreateICmpNE(b.CreateAnd(q, i64(b, 1)), i64(b, 0));
+  Value *negate = b.CreateICmpNE(b.CreateAnd(q, i64(b, 2)), i64(b, 0));
+  Value *v = b.CreateSelect(odd, c, s);
+  return b.CreateSelect(negate, b.CreateFNeg(v), v);
+}
+
+Value *sinOrCosF32(IRBuilder<> &b, Value *x, bool isSin) {
+  // inf and NaN give NaN; they are replaced by 0 first so that no lane converts them to integers.
+  Value *ax = fabsV(b, x);
+  Value *finite = b.CreateFCmpOLT(ax, f32(b, std::numeric_limits<float>::infinity()));
+  Value *v = sinCosAbs(b, b.CreateSelect(finite, ax, f32(b, 0)), isSin ? 0 : 1);
+  Value *r = b.CreateFPTrunc(v, b.getFloatTy());
+  if (isSin) // sin is odd (and sin(-0) = -0)
+    r = b.CreateSelect(b.CreateICmpSLT(b.CreateBitCast(x, b.getInt32Ty()), i32(b, 0)),
+                       b.CreateFNeg(r), r);
+  return b.CreateSelect(finite, r, quietNaN(b));
+}
+
+/// log(a) in f64 for a finite f64 a > 0: a = m * 2^e with m in [sqrt(1/2), sqrt(2)),
+/// log m = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.172, series to s^15 (error < 1e-12).
+Value *logPositiveF64(IRBuilder<> &b, Value *a) {
+  llvm::Type *i64Ty = b.getInt64Ty(), *dTy = b.getDoubleTy();
+  Value *bits = b.CreateBitCast(a, i64Ty);
+  Value *e = b.CreateSub(b.CreateLShr(bits, 52), i64(b, 1023)); // a > 0: no sign bit
+  Value *m = b.CreateBitCast(
+      b.CreateOr(b.CreateAnd(bits, i64(b, 0x000fffffffffffffLL)), i64(b, 0x3ff0000000000000LL)),
+      dTy);
+  Value *big = b.CreateFCmpOGT(m, f64(b, 1.41421356237309504880));
+  m = b.CreateSelect(big, b.CreateFMul(m, f64(b, 0.5)), m);
+  e = b.CreateSelect(big, b.CreateAdd(e, i64(b, 1)), e);
+  Value *s = b.CreateFDiv(b.CreateFSub(m, f64(b, 1)), b.CreateFAdd(m, f64(b, 1)));
+  Value *z = b.CreateFMul(s, s);
+  Value *p = hornerD(b, z, {1.0 / 15, 1.0 / 13, 1.0 / 11, 1.0 / 9, 1.0 / 7, 1.0 / 5, 1.0 / 3, 1.0});
+  Value *logm = b.CreateFMul(b.CreateFMul(s, f64(b, 2)), p);
+  return madd(b, b.CreateSIToFP(e, dTy), f64(b, 0.69314718055994530942), logm);
+}
+
+/// exp(t) in f64 for t in [-200, 200] (NaN must be removed by the caller).
+Value *expBoundedF64(IRBuilder<> &b, Value *t) {
+  Value *n = b.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven,
+                                    b.CreateFMul(t, f64(b, 1.44269504088896340736)));
+  Value *r = madd(b, b.CreateFNeg(n), f64(b, 6.93147180369123816490e-01), t); // ln 2, 2 parts
+  r = madd(b, b.CreateFNeg(n), f64(b, 1.90821492927058770002e-10), r);
+  // |r| <= 0.347: Taylor to r^11 (truncation below 1e-13).
+  Value *p = hornerD(b, r,
+                     {1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040,
+                      1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0});
+  Value *ni = b.CreateFPToSI(n, b.getInt64Ty());
+  Value *scale = b.CreateBitCast(b.CreateShl(b.CreateAdd(ni, i64(b, 1023)), 52), b.getDoubleTy());
+  return b.CreateFMul(p, scale);
+}
+
 } // namespace
+
+Value *sinF32(IRBuilder<> &b, Value *x) { return sinOrCosF32(b, x, true); }
+Value *cosF32(IRBuilder<> &b, Value *x) { return sinOrCosF32(b, x, false); }
+
+Value *powF32(IRBuilder<> &b, Value *x, Value *y) {
+  // |x|^y = exp(y log|x|) in f64, then the sign and C99 / IEEE special cases by selects.
+  float inf = std::numeric_limits<float>::infinity();
+  llvm::Type *dTy = b.getDoubleTy();
+  Value *ax = fabsV(b, x), *ay = fabsV(b, y);
+  Value *axd = b.CreateFPExt(ax, dTy);
+  Value *normal = b.CreateAnd(b.CreateFCmpOGT(ax, f32(b, 0)), b.CreateFCmpOLT(ax, f32(b, inf)));
+  Value *logx = logPositiveF64(b, b.CreateSelect(normal, axd, f64(b, 1)));
+  logx = b.CreateSelect(
+      normal, logx,
+      b.CreateSelect(b.CreateFCmpOEQ(ax, f32(b, 0)), f64(b, -INFINITY), f64(b, INFINITY)));
+  Value *t = b.CreateFMul(b.CreateFPExt(y, dTy), logx); // NaN for NaNs, 0 * inf (fixed below)
+  t = b.CreateSelect(b.CreateFCmpUNO(t, t), f64(b, 0), t);
+  t = b.CreateSelect(b.CreateFCmpOLT(t, f64(b, -200)), f64(b, -200), t);
+  t = b.CreateSelect(b.CreateFCmpOGT(t, f64(b, 200)), f64(b, 200), t);
+  Value *mag = b.CreateFPTrunc(expBoundedF64(b, t), b.getFloatTy());
+  // y an integer (infinities count as even integers); odd only below 2^24 (larger f32 are even).
+  Value *yInt = b.CreateFCmpOEQ(b.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, y), y);
+  Value *ySmall = b.CreateFCmpOLT(ay, f32(b, 16777216.f));
+  Value *yi = b.CreateFPToSI(b.CreateSelect(ySmall, y, f32(b, 0)), b.getInt32Ty());
+  Value *yOdd =
+      b.CreateAnd(b.CreateAnd(yInt, ySmall), b.CreateICmpNE(b.CreateAnd(yi, i32(b, 1)), i32(b, 0)));
+  Value *xNeg = b.CreateICmpSLT(b.CreateBitCast(x, b.getInt32Ty()), i32(b, 0)); // includes -0
+  Value *r = b.CreateSelect(b.CreateAnd(xNeg, yOdd), b.CreateFNeg(mag), mag);
+  // Finite x < 0 with a finite non-integer y: NaN.
+  Value *yFinite = b.CreateFCmpOLT(ay, f32(b, inf));
+  Value *badNeg = b.CreateAnd(b.CreateAnd(b.CreateFCmpOLT(x, f32(b, 0)), normal),
+                              b.CreateAnd(yFinite, b.CreateNot(yInt)));
+  r = b.CreateSelect(badNeg, quietNaN(b), r);
+  r = b.CreateSelect(b.CreateFCmpUNO(x, y), quietNaN(b), r);
+  // 1 whatever the other operand: y == 0, x == 1, and x == -1 with y = +-inf.
+  Value *one = b.CreateOr(b.CreateFCmpOEQ(y, f32(b, 0)), b.CreateFCmpOEQ(x, f32(b, 1)));
+  one = b.CreateOr(one,
+                   b.CreateAnd(b.CreateFCmpOEQ(x, f32(b, -1)), b.CreateFCmpOEQ(ay, f32(b, inf))));
+  return b.CreateSelect(one, f32(b, 1), r);
+}
+
+Value *atan2F32(IRBuilder<> &b, Value *y, Value *x) {
+  // t = min(|x|, |y|) / max(|x|, |y|) in [0, 1] (0/0 -> 0, inf/inf -> 1, as C's atan2 wants);
+  // atan t = pi/4 + atan((t - 1) / (t + 1)) above tan(pi/8), then the octant and quadrant fixes
+  // and the sign of y. All in f64, Taylor series to u^23 on |u| <= tan(pi/8) (error < 1e-10).
+  llvm::Type *dTy = b.getDoubleTy();
+  Value *ax = fabsV(b, x), *ay = fabsV(b, y);
+  Value *yBigger = b.CreateFCmpOGT(ay, ax);
+  Value *num = b.CreateFPExt(b.CreateSelect(yBigger, ax, ay), dTy);
+  Value *den = b.CreateFPExt(b.CreateSelect(yBigger, ay, ax), dTy);
+  Value *t = b.CreateFDiv(num, den);
+  t = b.CreateSelect(b.CreateFCmpOEQ(den, f64(b, 0)), f64(b, 0), t);
+  t = b.CreateSelect(b.CreateFCmpOEQ(num, f64(b, INFINITY)), f64(b, 1), t);
+  t = b.CreateSelect(b.CreateFCmpUNO(t, t), f64(b, 0), t);
+  Value *hi = b.CreateFCmpOGT(t, f64(b, 0.41421356237309504880));
+  Value *u =
+      b.CreateSelect(hi, b.CreateFDiv(b.CreateFSub(t, f64(b, 1)), b.CreateFAdd(t, f64(b, 1))), t);
+  Value *z = b.CreateFMul(u, u);
+  Value *p = hornerD(b, z,
+                     {-1.0 / 23, 1.0 / 21, -1.0 / 19, 1.0 / 17, -1.0 / 15, 1.0 / 13, -1.0 / 11,
+                      1.0 / 9, -1.0 / 7, 1.0 / 5, -1.0 / 3});
+  Value *a = madd(b, b.CreateFMul(p, z), u, u);
+  a = b.CreateSelect(hi, b.CreateFAdd(a, f64(b, 0.78539816339744830962)), a);
+  a = b.CreateSelect(yBigger, b.CreateFSub(f64(b, 1.57079632679489661923), a), a);
+  Value *xNeg = b.CreateICmpSLT(b.CreateBitCast(x, b.getInt32Ty()), i32(b, 0)); // includes -0
+  a = b.CreateSelect(xNeg, b.CreateFSub(f64(b, 3.14159265358979323846), a), a);
+  Value *r =
+      b.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, b.CreateFPTrunc(a, b.getFloatTy()), y);
+  return b.CreateSelect(b.CreateFCmpUNO(x, y), quietNaN(b), r);
+}
+
+namespace {} // namespace
 
 Value *expF32(IRBuilder<> &b, Value *x) {
   // exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln2 / 2. x is clamped to where the result
