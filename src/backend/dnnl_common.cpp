@@ -326,8 +326,6 @@ namespace xjit::backend::dnnl_kernels {
 
 namespace {
 
-/// The IR result's index space seen by a (broadcast) operand: sizes of the result, strides of
-/// the operand (0 along broadcast dims), right-aligned as in broadcasting.
 /// Non-overlapping and without gaps: the elements fill exactly their span (size-1 dims and
 /// their strides ignored).
 bool isDenseLayout(const Dims &sizes, const Dims &strides) {
@@ -343,6 +341,8 @@ bool isDenseLayout(const Dims &sizes, const Dims &strides) {
   return true;
 }
 
+/// The IR result's index space seen by a (broadcast) operand: sizes of the result, strides of
+/// the operand (0 along broadcast dims), right-aligned as in broadcasting.
 void broadcastView(const Tensor &t, const Dims &resultSizes, Dims &sizes, Dims &strides) {
   sizes = resultSizes;
   strides.assign(resultSizes.size(), 0);
