@@ -4,6 +4,8 @@
 #include "analyzer.h"
 #include "bytecode_rewrite.h"
 
+#include "xjit/ir/op_registry.h"
+
 namespace xjit::frontend {
 
 PyObject *pythonHelper(const char *source, const char *name) {
@@ -172,6 +174,17 @@ PyRef viewStepsToPython(const TensorVar &t) {
   return steps;
 }
 
+/// True if the graph computes `v` as a chain of view ops of `base` (the runtime then returns
+/// it as a view of base's buffer, no rebuild needed).
+bool viewsInGraph(const Value *v, const Value *base) {
+  while (v != base) {
+    const Op *def = v->definingOp();
+    if (!def || !def->def().has(kView) || def->numOperands() == 0) return false;
+    v = def->operand(0);
+  }
+  return true;
+}
+
 PyObject *cellConstructor() {
   static PyObject *make = pythonHelper("import types\n"
                                        "def _xjit_cell(*contents):\n"
@@ -284,7 +297,7 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     // a write by the caller to v2 must reach v1, fuzzer seed 12008). Where the steps cannot be
     // replayed it stays the graph's value (values right, memory not shared).
     if (t->base && !t->base->isInput && t->base->mutated && t->viewOpaque.empty() &&
-        !t->viewSteps.empty())
+        !t->viewSteps.empty() && !viewsInGraph(t->value, t->base->value))
       if (PyRef steps = viewStepsToPython(*t)) {
         Value *base = t->base->value;
         return shared([&](OutputNode &n) {
