@@ -692,14 +692,20 @@ void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
       inputOrders[i] = denseOrder(sizes, strides);
       dense = !inputOrders[i].empty() || sizes.empty();
     }
+    // XJIT_LAYOUT_META_WALK=1: PyTorch's meta kernels decide every layout (A/B benchmarks).
+    static const bool metaOnly = [] {
+      const char *v = std::getenv("XJIT_LAYOUT_META_WALK");
+      return v && *v && std::string(v) != "0";
+    }();
     const Op *stoppedAt = nullptr;
-    if (!dense || !staticOutputLayouts(g, inputOrders, layouts.outputs, &stoppedAt)) {
+    if (metaOnly || !dense || !staticOutputLayouts(g, inputOrders, layouts.outputs, &stoppedAt)) {
       if (settings().log & kLogGraphs)
         logLine("output layouts of " + g.name() + ": PyTorch's meta kernels decide (" +
                 (!dense      ? std::string("an input is not dense")
                  : stoppedAt ? "the rules stop at " + stoppedAt->describe()
                              : std::string("the rules stop")) +
                 ")");
+      ++events().counters.layoutMetaWalks;
       layouts = deriveOutputLayouts(g, in, externals, symbolic);
     }
   } catch (const PyErrorSet &) {

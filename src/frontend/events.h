@@ -84,6 +84,8 @@ struct Counters {
   uint64_t cacheHits = 0, cacheMisses = 0, compiles = 0, framesInPython = 0, skippedNoOps = 0;
   // Graph outputs copied after a run into the layout eager gives them (restoreLayouts).
   uint64_t layoutCopies = 0;
+  // Captures whose output layouts PyTorch's meta kernels decided (the rules stopped).
+  uint64_t layoutMetaWalks = 0;
   // Settings::profile: frames the hook handled, time in the hook, time running graphs.
   uint64_t profiledFrames = 0, hookNs = 0, graphNs = 0;
 };

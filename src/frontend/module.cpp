@@ -84,6 +84,7 @@ nb::dict eventsDict() {
   counters["frames_in_python"] = log.counters.framesInPython;
   counters["skipped_no_ops"] = log.counters.skippedNoOps;
   counters["layout_copies"] = log.counters.layoutCopies;
+  counters["layout_meta_walks"] = log.counters.layoutMetaWalks;
   counters["profiled_frames"] = log.counters.profiledFrames;
   counters["hook_ns"] = log.counters.hookNs;
   counters["graph_ns"] = log.counters.graphNs;

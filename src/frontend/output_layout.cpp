@@ -50,15 +50,18 @@ std::vector<int64_t> denseStrides(const std::vector<int64_t> &sizes,
 } // namespace
 
 // Dims of equal stride (size-1 dims) are tried in both tie orders, as PyTorch places them
-// either way.
+// either way, then with the one dim of the tie whose size is not 1 outermost (the others, of
+// size 1, share its inner neighbour's stride: a permute of a tensor with size-1 dims).
 std::vector<int> denseOrder(const std::vector<int64_t> &sizes,
                             const std::vector<int64_t> &strides) {
-  for (bool lowerFirst : {true, false}) {
+  for (int tieBreak : {0, 1, 2}) {
     std::vector<int> order(sizes.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
       if (strides[size_t(a)] != strides[size_t(b)]) return strides[size_t(a)] > strides[size_t(b)];
-      return lowerFirst ? a < b : a > b;
+      if (tieBreak == 2 && (sizes[size_t(a)] == 1) != (sizes[size_t(b)] == 1))
+        return sizes[size_t(b)] == 1;
+      return tieBreak == 1 ? a > b : a < b;
     });
     if (denseStrides(sizes, order) == strides) return order;
   }
@@ -98,6 +101,51 @@ std::vector<int> permutedOrder(const Op &op, const std::vector<int> &in) {
   return out;
 }
 
+/// The dim order of unsqueeze's or squeeze's result from its dense operand's `in`, of `shape`;
+/// nullopt for another op or attributes that are not plain ints. ATen gives unsqueeze's new dim
+/// d the stride size(d) * stride(d) (1 when appended): the place just outside dim d.
+std::optional<std::vector<int>> squeezedOrder(const Op &op, const std::vector<int> &in,
+                                              const Shape &shape) {
+  const int rank = static_cast<int>(in.size());
+  std::vector<int> out;
+  if (op.name() == "unsqueeze") {
+    const Attr *a = op.attrOrNull("dim");
+    if (!a || a->kind() != AttrKind::Int) return std::nullopt;
+    const int d = static_cast<int>(a->asInt() < 0 ? a->asInt() + rank + 1 : a->asInt());
+    if (d < 0 || d > rank) return std::nullopt;
+    for (int od : in) {
+      if (od == d) out.push_back(d);
+      out.push_back(od >= d ? od + 1 : od);
+    }
+    if (d == rank) out.push_back(d);
+    return out;
+  }
+  if (op.name() != "squeeze") return std::nullopt;
+  std::vector<bool> drop(size_t(rank), false);
+  const Attr *a = op.attrOrNull("dim");
+  auto isOne = [&](int d) { return shape[size_t(d)].isStatic() && shape[size_t(d)].value() == 1; };
+  if (!a) {
+    for (int d = 0; d < rank; ++d)
+      drop[size_t(d)] = isOne(d);
+  } else if (a->kind() == AttrKind::Ints) {
+    for (int64_t v : a->asInts()) {
+      const int d = static_cast<int>(v < 0 ? v + rank : v);
+      if (d < 0 || d >= rank) return std::nullopt;
+      drop[size_t(d)] = isOne(d);
+    }
+  } else {
+    return std::nullopt;
+  }
+  for (int od : in) {
+    if (drop[size_t(od)]) continue;
+    int shift = 0;
+    for (int k = 0; k < od; ++k)
+      shift += drop[size_t(k)] ? 1 : 0;
+    out.push_back(od - shift);
+  }
+  return out;
+}
+
 bool isIdentity(const std::vector<int> &order) {
   for (size_t k = 0; k < order.size(); ++k)
     if (order[k] != int(k)) return false;
@@ -108,6 +156,197 @@ std::vector<int> identity(int64_t rank) {
   std::vector<int> order(static_cast<size_t>(std::max<int64_t>(rank, 0)));
   std::iota(order.begin(), order.end(), 0);
   return order;
+}
+
+/// Per dim, the rank of its stride among the value's dims (0 smallest; equal strides share a
+/// rank; -1 for stride 0), or nullopt where unknown. TensorIterator orders dims by comparing
+/// each operand's strides with one another, which these ranks settle without the strides.
+using StrideRanks = std::optional<std::vector<int>>;
+
+bool isStaticOne(const DimExpr &d) { return d.isStatic() && d.value() == 1; }
+bool isStaticZero(const DimExpr &d) { return d.isStatic() && d.value() == 0; }
+
+/// The stride ranks of a dense tensor of `shape` laid out in `order`: a dim's stride is the
+/// product of the sizes inside it, so it ranks above the next inner dim unless that one has
+/// size 1 (symbolic sizes are at least 2: 0 and 1 are specialized at capture).
+StrideRanks denseStrideRanks(const Shape &shape, const std::vector<int> &order) {
+  if (order.size() != shape.size()) return std::nullopt;
+  for (const DimExpr &d : shape)
+    if (isStaticZero(d)) return std::nullopt; // (empty tensors: strides of 0 follow)
+  std::vector<int> ranks(shape.size(), 0);
+  for (size_t k = order.size(); k-- > 1;) {
+    const size_t inner = size_t(order[k]), outer = size_t(order[k - 1]);
+    ranks[outer] = ranks[inner] + (isStaticOne(shape[inner]) ? 0 : 1);
+  }
+  return ranks;
+}
+
+/// Whether a dense tensor in `order` is_contiguous() in the dims order `format` lists (the
+/// identity: contiguous; {0, 2, 3, 1}: channels-last), which ignores size-1 dims.
+bool contiguousIgnoringOnes(const Shape &shape, const std::vector<int> &order,
+                            const std::vector<int> &format) {
+  std::vector<int> rest, expected;
+  for (int d : order)
+    if (!isStaticOne(shape[size_t(d)])) rest.push_back(d);
+  for (int d : format)
+    if (!isStaticOne(shape[size_t(d)])) expected.push_back(d);
+  return rest == expected;
+}
+
+/// The static sizes of `shape`; nullopt where one is symbolic.
+std::optional<std::vector<int64_t>> staticSizes(const Shape &shape) {
+  std::vector<int64_t> sizes;
+  for (const DimExpr &d : shape) {
+    if (!d.isStatic()) return std::nullopt;
+    sizes.push_back(d.value());
+  }
+  return sizes;
+}
+
+/// ATen's is_contiguous for the memory format whose dims, outermost first, are `format`: dims
+/// of size 1 are ignored, the others must have the compact strides.
+bool stridesContiguous(const std::vector<int64_t> &sizes, const std::vector<int64_t> &strides,
+                       const std::vector<int> &format) {
+  int64_t expected = 1;
+  for (size_t k = format.size(); k-- > 0;) {
+    const size_t d = size_t(format[k]);
+    if (sizes[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+/// ATen's is_non_overlapping_and_dense: the dims of size 2 or more, by increasing stride,
+/// have the compact strides.
+bool stridesNonOverlappingAndDense(const std::vector<int64_t> &sizes,
+                                   const std::vector<int64_t> &strides) {
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] >= 2) dims.push_back(d);
+  std::stable_sort(dims.begin(), dims.end(),
+                   [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  int64_t expected = 1;
+  for (size_t d : dims) {
+    if (strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+/// The dim order (outermost first) of the result TensorIterator allocates for an elementwise op
+/// (ATen's TensorIteratorBase::build): with every operand a tensor of the result's shape, its
+/// fast setup (all contiguous: contiguous; all channels-last: channels-last; all dense with
+/// equal strides: theirs); otherwise reorder_dimensions, an insertion sort of the dims from
+/// innermost that compares operand by operand the two dims' strides (a stride 0, from
+/// broadcasting a size-1 or missing dim or from expand, makes that operand abstain; equal
+/// strides put the larger dim outside), ties keeping their place; the result is dense in that
+/// order. `ranks[i]`/`dense[i]`: per tensor operand, its stride ranks and whether it is known
+/// to be non-overlapping and dense (a slice need not be); `exact[i]`: its strides where the
+/// sizes are static (then the fast setup is decided as ATen does, from them). nullopt where
+/// this cannot tell.
+std::optional<std::vector<int>>
+tensorIteratorOrder(const Shape &shape, const std::vector<const Type *> &types,
+                    const std::vector<std::vector<int>> &ranks,
+                    const std::vector<const std::vector<int> *> &denseOrders,
+                    const std::vector<std::optional<std::vector<int64_t>>> &exact, bool fastSetup) {
+  const size_t n = shape.size();
+  for (const DimExpr &d : shape)
+    if (isStaticZero(d)) return std::nullopt;
+  // Each operand's stride ranks over the result's dims (-1: stride 0, it abstains there).
+  std::vector<std::vector<int>> strides;
+  for (size_t i = 0; i < types.size(); ++i) {
+    const Shape &s = types[i]->shape();
+    if (s.size() > n || ranks[i].size() != s.size()) return std::nullopt;
+    std::vector<int> r(n, -1);
+    const size_t offset = n - s.size();
+    for (size_t k = 0; k < s.size(); ++k)
+      if (!(isStaticOne(s[k]) && !isStaticOne(shape[offset + k]))) r[offset + k] = ranks[i][k];
+    strides.push_back(std::move(r));
+  }
+  bool allExact = true;
+  for (const auto &e : exact)
+    allExact = allExact && e.has_value();
+  if (fastSetup && allExact) {
+    const std::vector<int64_t> sizes = *staticSizes(shape);
+    const std::vector<int> contiguous = identity(int64_t(n)), channelsLast = {0, 2, 3, 1};
+    bool isContiguous = true, isChannelsLast = n == 4, isDense = true, sameStrides = true;
+    for (const auto &e : exact) {
+      isContiguous = isContiguous && stridesContiguous(sizes, *e, contiguous);
+      isChannelsLast = isChannelsLast && stridesContiguous(sizes, *e, channelsLast);
+      isDense = isDense && stridesNonOverlappingAndDense(sizes, *e);
+      sameStrides = sameStrides && *e == *exact[0];
+    }
+    if (isContiguous) return contiguous;
+    if (isChannelsLast) return channelsLast;
+    if (isDense && sameStrides) {
+      // The result takes the operands' strides, which need not be dense in any order where a
+      // size-1 dim's stride is arbitrary (the meta walk then records them exactly).
+      std::vector<int> o = denseOrder(sizes, *exact[0]);
+      if (o.empty()) return std::nullopt;
+      return o;
+    }
+  } else if (fastSetup) {
+    bool allDense = true;
+    for (const std::vector<int> *o : denseOrders)
+      allDense = allDense && o;
+    if (allDense) {
+      std::vector<int> contiguous = identity(int64_t(n));
+      std::vector<int> channelsLast = {0, 2, 3, 1};
+      bool isContiguous = true, isChannelsLast = n == 4, sameStrides = true;
+      for (size_t i = 0; i < denseOrders.size(); ++i) {
+        isContiguous = isContiguous && contiguousIgnoringOnes(shape, *denseOrders[i], contiguous);
+        isChannelsLast =
+            isChannelsLast && contiguousIgnoringOnes(shape, *denseOrders[i], channelsLast);
+        sameStrides = sameStrides && ranks[i] == ranks[0];
+      }
+      if (isContiguous) return contiguous;
+      if (isChannelsLast) return channelsLast;
+      if (sameStrides && !denseOrders.empty()) return *denseOrders[0];
+    } else {
+      // The fast setup and the sort agree but on the strides of size-1 dims, which a strided
+      // operand's unknown density leaves open.
+      for (const DimExpr &d : shape)
+        if (isStaticOne(d)) return std::nullopt;
+    }
+  }
+  bool unknown = false;
+  // Whether dim a's size is larger than dim b's (only asked for dims of equal stride).
+  auto larger = [&](size_t a, size_t b) {
+    const DimExpr &x = shape[a], &y = shape[b];
+    if (x.isStatic() && y.isStatic()) return x.value() > y.value();
+    if (x == y || (x.isStatic() && x.value() <= 1)) return false;
+    if (y.isStatic() && y.value() <= 1) return true;
+    unknown = true;
+    return false;
+  };
+  // 1: dim a goes inside dim b; -1: outside; 0: no operand tells.
+  auto shouldSwap = [&](size_t a, size_t b) {
+    for (const std::vector<int> &r : strides) {
+      if (r[a] < 0 || r[b] < 0) continue;
+      if (r[a] < r[b]) return -1;
+      if (r[a] > r[b]) return 1;
+      if (larger(a, b)) return 1;
+    }
+    return 0;
+  };
+  std::vector<size_t> perm(n); // innermost first
+  for (size_t k = 0; k < n; ++k)
+    perm[k] = n - 1 - k;
+  for (size_t i = 1; i < n; ++i) {
+    size_t moving = i;
+    for (size_t k = i; k-- > 0;) {
+      const int c = shouldSwap(perm[k], perm[moving]);
+      if (c > 0) {
+        std::swap(perm[k], perm[moving]);
+        moving = k;
+      } else if (c < 0) {
+        break;
+      }
+    }
+  }
+  if (unknown) return std::nullopt;
+  return std::vector<int>(perm.rbegin(), perm.rend());
 }
 
 } // namespace
@@ -136,6 +375,83 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
   // returns a transposed buffer, the math path a contiguous one). Ops that allocate a fresh
   // contiguous result make them known again; returning one needs the meta walk.
   std::unordered_set<const Value *> unknown;
+  // The stride ranks of strided values where known (those of dense values follow from their
+  // order and sizes).
+  std::unordered_map<const Value *, std::vector<int>> stridedRanks;
+  auto ranksOf = [&](const Value *v) -> StrideRanks {
+    if (strided.count(v)) {
+      auto it = stridedRanks.find(v);
+      if (it == stridedRanks.end()) return std::nullopt;
+      return it->second;
+    }
+    auto it = order.find(v);
+    if (it == order.end()) return std::nullopt;
+    return denseStrideRanks(v->type().shape(), it->second);
+  };
+  // The strides of strided values of static sizes (those of dense values follow from their
+  // order).
+  std::unordered_map<const Value *, std::vector<int64_t>> stridedStrides;
+  auto exactStrides = [&](const Value *v) -> std::optional<std::vector<int64_t>> {
+    if (strided.count(v)) {
+      auto it = stridedStrides.find(v);
+      if (it == stridedStrides.end()) return std::nullopt;
+      return it->second;
+    }
+    auto sizes = staticSizes(v->type().shape());
+    auto it = order.find(v);
+    if (!sizes || it == order.end()) return std::nullopt;
+    return denseStrides(*sizes, it->second);
+  };
+  // The order TensorIterator gives an elementwise op's result (tensorIteratorOrder).
+  auto iteratorOrder = [&](const Op &op) -> std::optional<std::vector<int>> {
+    const Shape &shape = op.result(0)->type().shape();
+    std::vector<const Type *> types;
+    std::vector<std::vector<int>> ranks;
+    std::vector<const std::vector<int> *> denseOrders;
+    std::vector<std::optional<std::vector<int64_t>>> exact;
+    // The fast setup needs every operand a tensor of the result's shape: a Python scalar is a
+    // 0-d tensor operand to ATen's binary ops (pow's scalar exponent excepted: a unary op).
+    bool fastSetup = true;
+    for (size_t i = 0; i < op.numOperands(); ++i) {
+      const Value *v = op.operand(i);
+      const Type &t = v->type();
+      if (!t.isTensor()) {
+        if (t.kind() != TypeKind::None && !(op.name() == "pow" && i == 1)) fastSetup = false;
+        continue;
+      }
+      StrideRanks r = ranksOf(v);
+      if (!r) return std::nullopt;
+      fastSetup = fastSetup && t.shape() == shape;
+      types.push_back(&t);
+      ranks.push_back(std::move(*r));
+      denseOrders.push_back(strided.count(v) ? nullptr : &order.at(v));
+      exact.push_back(exactStrides(v));
+    }
+    return tensorIteratorOrder(shape, types, ranks, denseOrders, exact,
+                               fastSetup && !types.empty());
+  };
+  // The order of a copy in preserve_format (clone, and cast: ATen's _to_copy) of a strided
+  // value: its own strides where it is non-overlapping and dense, else infer_dense_strides,
+  // the sort TensorIterator does for one operand.
+  auto preserveFormatOrder = [&](const Value *v) -> std::optional<std::vector<int>> {
+    const Shape &shape = v->type().shape();
+    StrideRanks ranks = ranksOf(v);
+    if (!ranks) return std::nullopt;
+    std::optional<std::vector<int64_t>> exact = exactStrides(v);
+    if (exact) {
+      const std::vector<int64_t> sizes = *staticSizes(shape);
+      if (stridesNonOverlappingAndDense(sizes, *exact)) {
+        std::vector<int> o = denseOrder(sizes, *exact);
+        if (o.empty()) return std::nullopt;
+        return o;
+      }
+    } else {
+      // Dense or not, the sort agrees with the strides but on size-1 dims.
+      for (const DimExpr &d : shape)
+        if (isStaticOne(d)) return std::nullopt;
+    }
+    return tensorIteratorOrder(shape, {&v->type()}, {*ranks}, {nullptr}, {exact}, false);
+  };
   const Block &body = *g.body();
   for (size_t i = 0; i < body.numArguments(); ++i) {
     if (!body.argument(i)->type().isTensor()) continue;
@@ -180,6 +496,9 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
     const std::string &name = op->name();
     std::optional<std::vector<int>> result; // the order of every tensor result
     bool resultStrided = false;
+    StrideRanks resultRanks; // a strided result's stride ranks, where known
+    std::optional<std::vector<int64_t>> resultStrides; // and its strides (static sizes)
+    StrideRanks iterated; // an elementwise result's order (iteratorOrder)
     const Attr *dimAttr = op->attrOrNull("dim");
     const int64_t rank0 = operands.empty() ? 0 : int64_t(operands[0]->size());
     const int64_t dim = dimAttr && dimAttr->kind() == AttrKind::Int
@@ -204,6 +523,20 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
         if (!drops || d != dim) r.push_back(d - (drops && d > dim ? 1 : 0));
       result = std::move(r);
       resultStrided = true;
+      // A step other than 1 multiplies the dim's stride: its rank is then unknown.
+      const Attr *step = op->attrOrNull("step");
+      StrideRanks ranks = ranksOf(op->operand(0));
+      const bool unitStep = !step || (step->kind() == AttrKind::Int && step->asInt() == 1);
+      if (ranks && unitStep) {
+        if (drops) ranks->erase(ranks->begin() + dim);
+        resultRanks = std::move(ranks);
+      }
+      auto strides = exactStrides(op->operand(0));
+      if (strides && (unitStep || step->kind() == AttrKind::Int)) {
+        if (!unitStep) (*strides)[size_t(dim)] *= step->asInt();
+        if (drops) strides->erase(strides->begin() + dim);
+        resultStrides = std::move(strides);
+      }
     } else if ((name == "expand" || name == "expand_as") && !operands.empty() &&
                op->result(0)->type().rank() >= rank0) {
       // A broadcast view: the operand's order with the new leading dims outermost, stride 0
@@ -215,17 +548,53 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
         r.push_back(d + n);
       result = std::move(r);
       resultStrided = true;
+      if (StrideRanks ranks = ranksOf(op->operand(0))) {
+        const Shape &from = op->operand(0)->type().shape(), &to = op->result(0)->type().shape();
+        std::vector<int> expanded(size_t(n), -1);
+        for (size_t k = 0; k < from.size(); ++k)
+          expanded.push_back(isStaticOne(from[k]) && !isStaticOne(to[size_t(n) + k]) ? -1
+                                                                                     : (*ranks)[k]);
+        resultRanks = std::move(expanded);
+      }
+      if (auto strides = exactStrides(op->operand(0))) {
+        const Shape &from = op->operand(0)->type().shape(), &to = op->result(0)->type().shape();
+        std::vector<int64_t> expanded(size_t(n), 0);
+        for (size_t k = 0; k < from.size(); ++k)
+          expanded.push_back(
+              isStaticOne(from[k]) && !isStaticOne(to[size_t(n) + k]) ? 0 : (*strides)[k]);
+        resultStrides = std::move(expanded);
+      }
     } else if (anyStrided && operands.size() == 1 &&
                (name == "permute" || name == "transpose" || name == "t")) {
       std::vector<int> r = permutedOrder(*op, *operands[0]);
       if (r.size() != operands[0]->size()) return stop();
       result = std::move(r);
       resultStrided = true;
+      if (StrideRanks ranks = ranksOf(op->operand(0))) {
+        // Operand dim k becomes result dim where[k].
+        std::vector<int> where = permutedOrder(*op, identity(rank0));
+        std::vector<int> permuted(ranks->size());
+        for (size_t k = 0; k < where.size(); ++k)
+          permuted[size_t(where[k])] = (*ranks)[k];
+        resultRanks = std::move(permuted);
+      }
+      if (auto strides = exactStrides(op->operand(0))) {
+        std::vector<int> where = permutedOrder(*op, identity(rank0));
+        std::vector<int64_t> permuted(strides->size());
+        for (size_t k = 0; k < where.size(); ++k)
+          permuted[size_t(where[k])] = (*strides)[k];
+        resultStrides = std::move(permuted);
+      }
     } else if (anyStrided && allIdentity && operands.size() == 1 && contiguousViews.count(name)) {
       // Splitting or merging dims of decreasing strides keeps them decreasing (a reshape that
       // cannot view copies into a contiguous tensor: the same order).
       result.emplace();
       resultStrided = true;
+    } else if (anyStrided && operands.size() == 1 && op->numResults() == 1 &&
+               (name == "clone" || name == "cast")) {
+      // (A strided value's strides can be a layout no dim order gives: the meta walk.)
+      result = preserveFormatOrder(op->operand(0));
+      if (!result) return stop();
     } else if (anyStrided && (op->def().has(kView) || op->def().has(kInPlace) || name == "clone")) {
       return stop();
     } else if (name == "cat" && !operands.empty()) {
@@ -255,8 +624,18 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
       std::vector<int> r = permutedOrder(*op, *operands[0]);
       if (r.size() != operands[0]->size()) return stop();
       result = std::move(r);
+    } else if (!anyStrided && operands.size() == 1 && (name == "unsqueeze" || name == "squeeze")) {
+      std::optional<std::vector<int>> r =
+          squeezedOrder(*op, *operands[0], op->operand(0)->type().shape());
+      if (!r) return stop();
+      result = std::move(r);
     } else if (name == "clone" && !operands.empty()) {
       result = *operands[0]; // preserve_format: a dense operand's order
+    } else if (op->def().has(kElementwise) && name != "cast" && op->numResults() == 1 &&
+               op->result(0)->type().isTensor() && (iterated = iteratorOrder(*op))) {
+      result = std::move(iterated); // broadcasting, mixed orders, strided operands
+    } else if (op->def().has(kElementwise) && name != "cast" && anyStrided) {
+      return stop(); // (the strides of a strided operand's size-1 dims, say: the meta walk)
     } else if (!allIdentity && op->def().has(kElementwise) && !anyStrided &&
                op->numResults() == 1 && op->result(0)->type().isTensor()) {
       // Operands of the result's shape, all dense in one order (so with the same strides; 0-d
@@ -296,6 +675,10 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
       if (r.size() != size_t(t.rank())) return stop();
       order[op->result(i)] = std::move(r);
       if (resultStrided) strided.insert(op->result(i));
+      if (resultStrided && resultRanks && resultRanks->size() == size_t(t.rank()))
+        stridedRanks[op->result(i)] = *resultRanks;
+      if (resultStrided && resultStrides && resultStrides->size() == size_t(t.rank()))
+        stridedStrides[op->result(i)] = *resultStrides;
     }
   }
   return stop();

@@ -1,0 +1,125 @@
+"""The static layout rules (src/frontend/output_layout.cpp, docs/frontend.md *Output layouts*)
+give elementwise results the strides eager's TensorIterator gives them, broadcasting and mixed
+operand orders included, without PyTorch's meta kernels: random elementwise programs over
+permuted, transposed, sliced, selected, expanded and unsqueezed operands (size-1 dims among
+them) must return eager's strides and values, and no capture may run the meta walk
+(`layout_meta_walks`)."""
+
+from __future__ import annotations
+
+import random
+import warnings
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+fe = pytest.importorskip("xjit._frontend")
+import xjit  # noqa: E402
+from frontend_fixtures import clean, counters  # noqa: E402, F401 (autouse fixture)
+
+PROGRAMS = 120
+
+
+def dense_in_order(sizes: list[int], order: list[int]) -> torch.Tensor:
+    """A dense tensor of `sizes` whose memory is laid out in dim order `order`."""
+    base = torch.randn([sizes[d] for d in order])
+    return base.permute([order.index(d) for d in range(len(sizes))])
+
+
+def operand(rng: random.Random, name: str, shape: list[int]) -> tuple[str, torch.Tensor]:
+    """An expression over input `name` (a dense input in a random dim order) that gives a tensor
+    broadcastable to `shape`, through one kind of view, and that input."""
+    sizes = [1 if rng.random() < 0.3 else n for n in shape]
+    if rng.random() < 0.3:
+        sizes = sizes[rng.randrange(len(sizes)) :]  # fewer dims: broadcast from the left
+    rank = len(sizes)
+    kind = rng.choice(["dense", "transpose", "narrow", "select", "expand", "unsqueeze"])
+    expr = name
+    if kind == "transpose" and rank >= 2:
+        a, b = rng.sample(range(rank), 2)
+        sizes[a], sizes[b] = sizes[b], sizes[a]
+        expr = f"{name}.transpose({a}, {b})"
+        sizes_in = list(sizes)
+        sizes[a], sizes[b] = sizes[b], sizes[a]
+    elif kind == "narrow":
+        d = rng.randrange(rank)
+        start = rng.randrange(3)
+        sizes_in = list(sizes)
+        sizes_in[d] = sizes[d] + start + rng.randrange(2)
+        expr = f"{name}.narrow({d}, {start}, {sizes[d]})"
+    elif kind == "select":
+        d = rng.randrange(rank + 1)
+        sizes_in = sizes[:d] + [3] + sizes[d:]
+        expr = f"{name}.select({d}, {rng.randrange(3)})"
+    elif kind == "expand":
+        sizes_in = list(sizes)
+        full = shape[len(shape) - rank :]
+        expr = f"{name}.expand({', '.join(map(str, full))})"
+    elif kind == "unsqueeze" and 1 in sizes:
+        d = sizes.index(1)
+        sizes_in = sizes[:d] + sizes[d + 1 :]
+        expr = f"{name}.unsqueeze({d})"
+    else:
+        sizes_in = list(sizes)
+    order = list(range(len(sizes_in)))
+    rng.shuffle(order)
+    return expr, dense_in_order(sizes_in, order)
+
+
+BINARY = ["{a} * {b}", "{a} + {b}", "{a} - {b}", "torch.maximum({a}, {b})",
+          "torch.where({a} > 0, {a}, {b})"]
+UNARY = ["torch.exp({a})", "-{a}", "torch.relu({a})", "{a} * 2", "{a} ** 2", "{a}.double()"]
+
+
+def program(seed: int) -> tuple[str, list[torch.Tensor]]:
+    rng = random.Random(seed)
+    shape = [rng.choice([1, 2, 3, 4]) if rng.random() < 0.25 else rng.choice([2, 3, 4, 5])
+             for _ in range(rng.randint(2, 4))]
+    names = [f"x{i}" for i in range(rng.randint(1, 3))]
+    exprs, inputs = zip(*(operand(rng, n, shape) for n in names))
+    lines = [f"    v0 = {exprs[0]}"]
+    for i, e in enumerate(exprs[1:], 1):
+        lines.append(f"    v{i} = " + rng.choice(BINARY).format(a=f"v{i - 1}", b=e))
+    last = f"v{len(exprs) - 1}"
+    if len(exprs) == 1 or rng.random() < 0.5:  # (at least one elementwise op)
+        lines.append("    u = " + rng.choice(UNARY).format(a=last))
+        last = "u"
+    # (A view of an input as an output needs its exact strides: the meta walk, by design.)
+    outs = [last] + ([f"torch.sigmoid({exprs[0]})"] if rng.random() < 0.2 else [])
+    src = f"def f({', '.join(names)}):\n" + "\n".join(lines) + f"\n    return {', '.join(outs)}\n"
+    return src, list(inputs)
+
+
+def tensors(value: Any) -> list[torch.Tensor]:
+    return list(value) if isinstance(value, tuple) else [value]
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_random_elementwise_programs_match_eager_without_the_meta_walk(block: int) -> None:
+    for seed in range(block * PROGRAMS // 4, (block + 1) * PROGRAMS // 4):
+        src, inputs = program(seed)
+        scope: dict[str, Any] = {"torch": torch}
+        exec(compile(src, f"<layout program {seed}>", "exec"), scope)
+        f = scope["f"]
+        want = tensors(f(*inputs))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", xjit.XjitWarning)
+            got = tensors(xjit.jit(f, backend="interp")(*inputs))
+        where = f"seed {seed}:\n{src}inputs {[(t.shape, t.stride()) for t in inputs]}"
+        for g, w in zip(got, want, strict=True):
+            assert g.stride() == w.stride(), f"strides {g.stride()} != eager's {w.stride()}, {where}"
+            torch.testing.assert_close(g, w)
+        c = counters()
+        assert c["frames_in_python"] == 0, where
+        assert c["layout_meta_walks"] == 0, f"the rules stopped, {where}"
+        fe.reset()
+
+
+def test_meta_walk_counter_counts_where_the_rules_stop() -> None:
+    # An op the rules do not follow (an output that is a step-2 slice of a computed tensor
+    # needs its exact strides): the meta walk decides, and the counter says so.
+    f = xjit.jit(lambda x: (x * 2)[:, ::2], backend="interp")
+    x = torch.randn(3, 4)
+    assert f(x).stride() == (x * 2)[:, ::2].stride()
+    assert counters()["layout_meta_walks"] == 1
