@@ -13,7 +13,6 @@
 #include <llvm/IR/Intrinsics.h>
 
 #include <cmath>
-#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <utility>
@@ -63,11 +62,10 @@ Value *fabsV(IRBuilder<> &b, Value *x) { return b.CreateUnaryIntrinsic(llvm::Int
 Value *quietNaN(IRBuilder<> &b) { return f32(b, std::numeric_limits<float>::quiet_NaN()); }
 
 /// The bits of 4/pi as in ARM optimized-routines' __inv_pio4 (sincosf_data.c), for the large
-/// argument reduction; entry i holds bits 8i .. 8i+31.
-constexpr uint32_t kInvPio4Bits[24] = {
-    0xa2,       0xa2f9,     0xa2f983,   0xa2f9836e, 0xf9836e4e, 0x836e4e44, 0x6e4e4415, 0x4e441529,
-    0x441529fc, 0x1529fc27, 0x29fc2757, 0xfc2757d1, 0x2757d1f5, 0x57d1f534, 0xd1f534dd, 0xf534ddc0,
-    0x34ddc0db, 0xddc0db62, 0xc0db6295, 0xdb629599, 0x6295993c, 0x95993c43, 0x993c4390, 0x3c439041};
+/// argument reduction, as a big-endian byte string after three zero bytes: their table entry i
+/// is bytes i .. i+3 here.
+constexpr uint64_t kInvPio4Bytes[4] = {0x000000a2f9836e4eULL, 0x441529fc2757d1f5ULL,
+                                       0x34ddc0db6295993cULL, 0x4390410000000000ULL};
 
 /// |x| = n * pi/2 + r for a finite f32 |x| (as f32 `ax` and f64 `xd`); returns r (f64,
 /// |r| <= pi/4 + a little) and n mod 4 (i64).
@@ -86,19 +84,25 @@ std::pair<Value *, Value *> reduceHalfPi(IRBuilder<> &b, Value *ax, Value *xd) {
   Value *idx = b.CreateAnd(b.CreateLShr(xi, 26), i32(b, 15));
   Value *shift = b.CreateAnd(b.CreateLShr(xi, 23), i32(b, 7));
   Value *m = b.CreateShl(b.CreateOr(b.CreateAnd(xi, i32(b, 0xffffff)), i32(b, 0x800000)), shift);
-  // table[idx + offset] as a tree of selects on the bits of idx: blends of constants are much
-  // cheaper than the gathers a table load becomes in a vectorized loop (measured: sin 2.3x
-  // slower with gathers on AVX-512).
-  Value *idxBit[4];
-  for (int k = 0; k < 4; ++k)
-    idxBit[k] = b.CreateICmpNE(b.CreateAnd(idx, i32(b, 1 << k)), i32(b, 0));
-  auto word = [&](int offset) {
-    std::function<Value *(int, int)> pick = [&](int bit, int base) -> Value * {
-      if (bit < 0) return i32(b, int32_t(kInvPio4Bits[base + offset]));
-      return b.CreateSelect(idxBit[bit], pick(bit - 1, base + (1 << bit)), pick(bit - 1, base));
-    };
-    return pick(3, 0);
+  // table[idx], table[idx + 4], table[idx + 8] are bytes idx .. idx + 11 of the 4/pi string
+  // (kInvPio4Bytes): two 64-bit windows shifted out of constants, instead of table loads (which
+  // vectorize to gathers: sin 2.3x slower on AVX-512) or a tree of selects per word.
+  Value *k1 = b.CreateICmpNE(b.CreateAnd(idx, i32(b, 8)), i32(b, 0));
+  auto q = [&](int k) {
+    return b.CreateSelect(k1, i64(b, int64_t(kInvPio4Bytes[k + 1])),
+                          i64(b, int64_t(kInvPio4Bytes[k])));
   };
+  Value *s = b.CreateZExt(b.CreateShl(b.CreateAnd(idx, i32(b, 7)), 3), i64Ty);
+  Value *rs = b.CreateSub(i64(b, 63), s);
+  auto window = [&](Value *hi, Value *lo) { // bits s .. s + 63 of hi:lo (no shift by 64)
+    return b.CreateOr(b.CreateShl(hi, s), b.CreateLShr(b.CreateLShr(lo, 1), rs));
+  };
+  Value *q1 = q(1);
+  Value *hi64 = window(q(0), q1);
+  Value *next64 = window(q1, q(2));
+  Value *words[3] = {b.CreateTrunc(b.CreateLShr(hi64, 32), i32Ty), b.CreateTrunc(hi64, i32Ty),
+                     b.CreateTrunc(b.CreateLShr(next64, 32), i32Ty)};
+  auto word = [&](int offset) { return words[offset / 4]; };
   Value *m64 = b.CreateZExt(m, i64Ty);
   Value *res0 = b.CreateZExt(b.CreateMul(m, word(0)), i64Ty);
   Value *res1 = b.CreateMul(m64, b.CreateZExt(word(4), i64Ty));
