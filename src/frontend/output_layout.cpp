@@ -234,6 +234,69 @@ bool stridesNonOverlappingAndDense(const std::vector<int64_t> &sizes,
   return true;
 }
 
+/// The strides of a view of `sizes`/`strides` as `shape` (ATen's computeStride: dims merged
+/// into one must be laid out one inside the other, size-1 dims aside); nullopt where no view
+/// can have that shape (reshape then copies).
+std::optional<std::vector<int64_t>> viewStrides(const std::vector<int64_t> &sizes,
+                                                const std::vector<int64_t> &strides,
+                                                const std::vector<int64_t> &shape) {
+  if (sizes.empty() || shape.empty()) return std::nullopt; // (0-d: rare; the meta walk)
+  std::vector<int64_t> out(shape.size(), 0);
+  int64_t viewDim = int64_t(shape.size()) - 1;
+  int64_t chunkBaseStride = strides.back(), tensorNumel = 1, viewNumel = 1;
+  for (int64_t d = int64_t(sizes.size()) - 1; d >= 0; --d) {
+    tensorNumel *= sizes[size_t(d)];
+    const bool chunkEnds = d == 0 || (sizes[size_t(d - 1)] != 1 &&
+                                      strides[size_t(d - 1)] != tensorNumel * chunkBaseStride);
+    if (!chunkEnds) continue;
+    while (viewDim >= 0 && (viewNumel < tensorNumel || shape[size_t(viewDim)] == 1)) {
+      out[size_t(viewDim)] = viewNumel * chunkBaseStride;
+      viewNumel *= shape[size_t(viewDim)];
+      --viewDim;
+    }
+    if (viewNumel != tensorNumel) return std::nullopt;
+    if (d > 0) {
+      chunkBaseStride = strides[size_t(d - 1)];
+      tensorNumel = viewNumel = 1;
+    }
+  }
+  if (viewDim != -1) return std::nullopt;
+  return out;
+}
+
+/// Per dim, the rank of its stride among the distinct strides (0 smallest; -1 for stride 0).
+std::vector<int> ranksOfStrides(const std::vector<int64_t> &strides) {
+  std::vector<int64_t> distinct;
+  for (int64_t s : strides)
+    if (s != 0) distinct.push_back(s);
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  std::vector<int> ranks;
+  for (int64_t s : strides)
+    ranks.push_back(
+        s == 0 ? -1
+               : int(std::lower_bound(distinct.begin(), distinct.end(), s) - distinct.begin()));
+  return ranks;
+}
+
+/// ATen's is_strides_like_channels_last(_3d) for a 4-d (5-d) tensor, which suggest_memory_format
+/// asks: the strides do not decrease from the channel dim through the spatial dims to the
+/// batch dim (the ambiguous cases resolved to contiguous, as ATen does).
+bool stridesLikeChannelsLast(const std::vector<int64_t> &sizes,
+                             const std::vector<int64_t> &strides) {
+  std::vector<int> innerFirst;
+  if (sizes.size() == 4) innerFirst = {1, 3, 2, 0};
+  if (sizes.size() == 5) innerFirst = {1, 4, 3, 2, 0};
+  if (innerFirst.empty() || strides[1] == 0) return false;
+  int64_t min = 0;
+  for (int d : innerFirst) {
+    if (strides[size_t(d)] == 0 || strides[size_t(d)] < min) return false;
+    if (d == 0 && min == strides[1]) return false;
+    min = strides[size_t(d)] * (sizes[size_t(d)] > 1 ? sizes[size_t(d)] : 1);
+  }
+  return true;
+}
+
 /// The dim order (outermost first) of the result TensorIterator allocates for an elementwise op
 /// (ATen's TensorIteratorBase::build): with every operand a tensor of the result's shape, its
 /// fast setup (all contiguous: contiguous; all channels-last: channels-last; all dense with
@@ -585,6 +648,30 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
           permuted[size_t(where[k])] = (*strides)[k];
         resultStrides = std::move(permuted);
       }
+    } else if (!(allIdentity && !anyStrided) && operands.size() == 1 &&
+               (name == "view" || name == "reshape" || name == "flatten" || name == "unflatten") &&
+               exactStrides(op->operand(0)) && staticSizes(op->result(0)->type().shape())) {
+      // A reshape-like view of a non-contiguous tensor of static sizes: the view's strides where
+      // one can have its shape, else (reshape) a contiguous copy.
+      const std::vector<int64_t> sizes = *staticSizes(op->operand(0)->type().shape());
+      const std::vector<int64_t> shape = *staticSizes(op->result(0)->type().shape());
+      std::optional<std::vector<int64_t>> strides =
+          viewStrides(sizes, *exactStrides(op->operand(0)), shape);
+      if (!strides) {
+        if (name == "view" || name == "unflatten") return stop(); // (eager raises)
+        result.emplace();
+      } else if (std::vector<int> dense = denseOrder(shape, *strides); !dense.empty()) {
+        result = std::move(dense);
+      } else {
+        std::vector<int> byStride = identity(int64_t(shape.size()));
+        std::stable_sort(byStride.begin(), byStride.end(), [&](int a, int b) {
+          return (*strides)[size_t(a)] > (*strides)[size_t(b)];
+        });
+        result = std::move(byStride);
+        resultStrided = true;
+        resultRanks = ranksOfStrides(*strides);
+        resultStrides = std::move(strides);
+      }
     } else if (anyStrided && allIdentity && operands.size() == 1 && contiguousViews.count(name)) {
       // Splitting or merging dims of decreasing strides keeps them decreasing (a reshape that
       // cannot view copies into a contiguous tensor: the same order).
@@ -605,12 +692,20 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
       if (rank == 4) channelsLast = {0, 2, 3, 1};
       if (rank == 5) channelsLast = {0, 2, 3, 4, 1};
       bool allChannelsLast = !channelsLast.empty();
-      for (const std::vector<int> *o : operands) {
-        if (channelsLast.empty() || isIdentity(*o)) {
+      for (size_t i = 0; i < op->numOperands() && allChannelsLast; ++i) {
+        const Value *v = op->operand(i);
+        if (!v->type().isTensor()) continue;
+        // suggest_memory_format from the strides where the sizes are static (slices too).
+        if (auto strides = exactStrides(v)) {
+          allChannelsLast = stridesLikeChannelsLast(*staticSizes(v->type().shape()), *strides);
+          continue;
+        }
+        const std::vector<int> &o = order.at(v);
+        if (isIdentity(o)) {
           allChannelsLast = false;
           break;
         }
-        if (*o != channelsLast || anyStrided) return stop();
+        if (o != channelsLast || strided.count(v)) return stop();
       }
       if (allChannelsLast)
         result = channelsLast;

@@ -69,7 +69,8 @@ def operand(rng: random.Random, name: str, shape: list[int]) -> tuple[str, torch
 
 BINARY = ["{a} * {b}", "{a} + {b}", "{a} - {b}", "torch.maximum({a}, {b})",
           "torch.where({a} > 0, {a}, {b})"]
-UNARY = ["torch.exp({a})", "-{a}", "torch.relu({a})", "{a} * 2", "{a} ** 2", "{a}.double()"]
+UNARY = ["torch.exp({a})", "-{a}", "torch.relu({a})", "{a} * 2", "{a} ** 2", "{a}.double()",
+         "{a}.flatten() * 3", "torch.cat([{a}, {a}], -1) + 1"]
 
 
 def program(seed: int) -> tuple[str, list[torch.Tensor]]:
@@ -85,6 +86,9 @@ def program(seed: int) -> tuple[str, list[torch.Tensor]]:
     if len(exprs) == 1 or rng.random() < 0.5:  # (at least one elementwise op)
         lines.append("    u = " + rng.choice(UNARY).format(a=last))
         last = "u"
+    if rng.random() < 0.3:  # a reshape-like view (or copy) of a result in any order, reused
+        lines.append(f"    r = {last}.transpose(0, -1).reshape(-1, {last}.shape[0]) + 1")
+        last = "r"
     # (A view of an input as an output needs its exact strides: the meta walk, by design.)
     outs = [last] + ([f"torch.sigmoid({exprs[0]})"] if rng.random() < 0.2 else [])
     src = f"def f({', '.join(names)}):\n" + "\n".join(lines) + f"\n    return {', '.join(outs)}\n"
@@ -123,3 +127,23 @@ def test_meta_walk_counter_counts_where_the_rules_stop() -> None:
     x = torch.randn(3, 4)
     assert f(x).stride() == (x * 2)[:, ::2].stride()
     assert counters()["layout_meta_walks"] == 1
+
+
+def test_llama_layouts_without_the_meta_walk() -> None:
+    # Hugging Face LLaMA (small config): its rotary embedding multiplies a transposed q by a
+    # broadcast cos, rotate_half concatenates slices, repeat_kv reshapes an expand; the rules
+    # follow all of it, with eager's strides for every output.
+    pytest.importorskip("transformers")
+    import test_models
+
+    model, args, kwargs = test_models.build("llama")
+    with torch.no_grad():
+        want = test_models.tensors(model(*args, **kwargs))
+        got = test_models.tensors(xjit.jit(model)(*args, **kwargs))
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.stride() == w.stride()
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    c = counters()
+    assert c["frames_in_python"] == 0
+    assert c["layout_meta_walks"] == 0
