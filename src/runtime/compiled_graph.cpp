@@ -653,9 +653,14 @@ struct CompiledGraph::Impl {
       else if (!it->second)
         it->second = std::make_shared<Storage>(s->nbytes()); // seen twice: one copy for all
     };
-    for (const RtValue &v : results)
-      countUses(countUses, v);
-    if (shared.empty()) return;
+    // A value the caller copies into an input is not seen as a tensor: it gets its own copy
+    // (else it would share memory with a returned view of it, which the frontend rebuilds on
+    // the input anyway, and stop that view's layout from being restored; fuzzer seed 89).
+    auto writesInput = [&](size_t i) {
+      return i < opts.outputWritesInput.size() && opts.outputWritesInput[i] >= 0;
+    };
+    for (size_t i = 0; i < results.size(); ++i)
+      if (!writesInput(i)) countUses(countUses, results[i]);
     for (auto &[original, copy] : shared)
       if (copy) std::memcpy(copy->data(), original->data(), size_t(original->nbytes()));
     auto detach = [&](auto &self, RtValue &v) -> void {
@@ -677,8 +682,30 @@ struct CompiledGraph::Impl {
           return;
         }
     };
-    for (RtValue &v : results)
-      detach(detach, v);
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (writesInput(i)) {
+        detachAlone(results[i]);
+        continue;
+      }
+      detach(detach, results[i]);
+    }
+  }
+
+  /// detachFromConstants for one output on its own: a contiguous copy of a constant's memory.
+  void detachAlone(RtValue &v) const {
+    if (v.isList()) {
+      RtList list = v.list();
+      for (RtValue &e : list)
+        detachAlone(e);
+      v = RtValue(std::move(list));
+      return;
+    }
+    if (!v.isTensor()) return;
+    for (const RtValue &c : constants)
+      if (c.isTensor() && c.tensor().storage() == v.tensor().storage()) {
+        v = RtValue(v.tensor().contiguousCopy());
+        return;
+      }
   }
 
   static bool inArena(const RtValue &v, const Frame &f) {
