@@ -1195,6 +1195,25 @@ LOWER(lowerIdentityOp) { // contiguous / clone in their default memory_format
       if (tv->viewAssumesContiguousBase) tv->base->stridesRead = true;
       return b.at("input");
     }
+  // So is contiguous() of an input whose strides are contiguous (size-1 dims ignored, as
+  // PyTorch does: a [1, 4] input with strides (1, 1)), guarded on its strides; fuzzer seed
+  // 14204: a write through x.contiguous()[:, 0] after a graph break must reach x.
+  if (row.op == std::string("contiguous"))
+    if (auto *tv = as<TensorVar>(b.at("input"));
+        tv && tv->isInput && !tv->base && isStaticShape(tv->type().shape()) &&
+        tv->inputStrides.size() == tv->type().shape().size()) {
+      std::vector<int64_t> sizes;
+      for (const DimExpr &d : tv->type().shape())
+        sizes.push_back(d.value());
+      std::vector<int64_t> expect = contiguousStrides(sizes);
+      bool contiguous = true;
+      for (size_t i = 0; i < sizes.size(); ++i)
+        contiguous = contiguous && (sizes[i] == 1 || tv->inputStrides[i] == expect[i]);
+      if (contiguous) {
+        tv->stridesRead = true;
+        return b.at("input");
+      }
+    }
   return a.emit1(row.op, {b.at("input")});
 }
 

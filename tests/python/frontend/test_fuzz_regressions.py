@@ -373,3 +373,21 @@ def test_view_of_a_fresh_tensor_written_through_it_stays_its_view(dynamic):
         got[1].add_(100)
         for w, g in zip(want, got):
             torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+def test_contiguous_of_a_contiguous_input_is_the_input():
+    # seed 14204: a [1, 4] input with strides (1, 1) is contiguous to PyTorch, so contiguous()
+    # returns it and the write through v3[:, 0] after the graph break (item()) reaches it; the
+    # graph made a copy. (dynamic=True still copies: the strides of symbolic sizes are not
+    # guarded, docs/testing.md.)
+    def fn(a2):
+        v3 = a2.contiguous()
+        v5 = v3.abs().max().item()
+        v6 = v3[:, 0]
+        v6[torch.tensor([0])] = 2
+        return v5
+
+    make = lambda: [torch.randn(4, 1, generator=torch.Generator().manual_seed(1)).t()]  # noqa: E731
+    want_in, want, got_in, got = _eager_and_compiled(fn, make)
+    assert got == want
+    torch.testing.assert_close(got_in[0], want_in[0], rtol=0, atol=0)
