@@ -501,8 +501,9 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
     StrideRanks ranks = ranksOf(v);
     if (!ranks) return std::nullopt;
     std::optional<std::vector<int64_t>> exact = exactStrides(v);
-    if (exact) {
-      const std::vector<int64_t> sizes = *staticSizes(shape);
+    std::optional<std::vector<int64_t>> known = staticSizes(shape);
+    if (exact && known) { // (exact strides of symbolic sizes: no static sizes to check them on)
+      const std::vector<int64_t> &sizes = *known;
       if (stridesNonOverlappingAndDense(sizes, *exact)) {
         std::vector<int> o = denseOrder(sizes, *exact);
         if (o.empty()) return std::nullopt;
