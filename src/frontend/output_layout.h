@@ -41,11 +41,14 @@ struct OutputLayouts {
 OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inputs,
                                   const ExternalCallables &externals, bool symbolic);
 
-/// Eager's output layouts decided without PyTorch, where a few rules settle them: inputs dense
-/// in `inputOrders` (per graph input, its dim order; empty for non-tensors), and every op either
-/// makes a fresh contiguous result (matmul family, contiguous operands of a non-view op,
-/// constants), permutes its operand (permute/transpose/t), or keeps its layout (clone, in-place
-/// ops, reshape-like views of a contiguous tensor). Returns false where an op falls outside
+/// Eager's output layouts decided without PyTorch, where ATen's stride rules settle them:
+/// inputs dense in `inputOrders` (per graph input, its dim order; empty for non-tensors), and
+/// every op either makes a fresh contiguous result (matmul family, contiguous operands of a
+/// non-view op, constants), permutes its operand (permute/transpose/t), keeps its layout
+/// (clone, cast, in-place ops), views it (slices, expand, reshape-like views by ATen's
+/// computeStride), or lays out an elementwise result as TensorIterator does (its fast setup,
+/// else its reorder_dimensions over the operands' strides, broadcasting included); docs/
+/// frontend.md *Output layouts*. Returns false where an op falls outside
 /// (the meta walk then decides): the walk's first meta op imports torch._dynamo (1.5-2.5 s once
 /// per process on the test machine), which most graphs thus never pay.
 /// `stoppedAt` (optional) gets the op where the rules stopped, for XJIT_LOG=graphs.
