@@ -455,6 +455,9 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
   // order).
   std::unordered_map<const Value *, std::vector<int64_t>> stridedStrides;
   auto exactStrides = [&](const Value *v) -> std::optional<std::vector<int64_t>> {
+    // (Only for static sizes: a view of symbolic sizes of a static tensor, say a narrow of a
+    // symbolic length, has known strides but no sizes to check them on.)
+    if (!staticSizes(v->type().shape())) return std::nullopt;
     if (strided.count(v)) {
       auto it = stridedStrides.find(v);
       if (it == stridedStrides.end()) return std::nullopt;
