@@ -6,6 +6,7 @@ tests that import from it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -24,3 +25,14 @@ def clean() -> Iterator[None]:
 def counters() -> dict[str, int]:
     c: dict[str, int] = fe.events()["counters"]
     return c
+
+
+def tensors(value: Any) -> list[Any]:
+    """The tensors of a result (nested tuples and lists), in order."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in tensors(v)]
+    return []

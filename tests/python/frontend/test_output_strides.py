@@ -15,19 +15,11 @@ import pytest
 torch = pytest.importorskip("torch")
 fe = pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
-from frontend_fixtures import clean, counters  # noqa: E402, F401 (autouse fixture)
+from frontend_fixtures import clean, counters, tensors  # noqa: E402, F401 (autouse fixture)
 
 nn = torch.nn
 F = torch.nn.functional
 BACKENDS = ["xjit", "eager", "interp"]
-
-
-def tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in tensors(v)]
-    return []
 
 
 def check_layouts(got: Any, want: Any) -> None:
