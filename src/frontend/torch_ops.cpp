@@ -609,7 +609,13 @@ LOWER(lowerExpand) {
       }
       a.specialize(s->expr);
     }
-    v.push_back(toInt(a, items[i], "size"));
+    int64_t n = toInt(a, items[i], "size");
+    // A symbolic dim (never 1) expanded to a fixed size must equal it: specialized, so another
+    // size gets eager's error from Python instead of from the graph.
+    int64_t d = static_cast<int64_t>(i) - lead;
+    if (n != -1 && d >= 0 && !t.type().shape()[static_cast<size_t>(d)].isStatic())
+      a.specialize(t.type().shape()[static_cast<size_t>(d)]);
+    v.push_back(n);
   }
   return a.emit1("expand", {b.at("input")}, {{"shape", makeSizeAttr(v)}});
 }

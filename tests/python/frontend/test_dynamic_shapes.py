@@ -127,3 +127,18 @@ def test_head_split_view_keeps_batch_and_sequence_symbolic(backend: str) -> None
     compiled = xjit.jit(model, backend=backend, dynamic=True)
     run_sizes(compiled, model, [torch.randn(b, s, 32) for b, s in ((2, 7), (3, 12), (2, 5))])
     assert counters()["compiles"] == 1
+
+
+def test_expand_of_a_symbolic_dim_to_a_fixed_size_specializes_it() -> None:
+    # x.expand(3, 1, 5): dims 0 and 2 must be 3 (or 1) and 5, so they are static in the graph;
+    # another size reaches eager's error from Python, not an internal error from the graph.
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.expand(3, 1, 5) * 2
+
+    compiled = xjit.jit(f, dynamic=True)
+    x = torch.randn(3, 1, 5)
+    torch.testing.assert_close(compiled(x), f(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", xjit.XjitWarning)
+        with pytest.raises(RuntimeError, match="must match the existing size"):
+            compiled(torch.randn(4, 1, 5))
