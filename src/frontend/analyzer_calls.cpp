@@ -27,17 +27,6 @@ std::string qualnameOf(PyObject *fn) {
   return s;
 }
 
-std::string moduleOf(PyObject *fn) {
-  PyObject *m = PyObject_GetAttrString(fn, "__module__");
-  if (!m) {
-    PyErr_Clear();
-    return "";
-  }
-  std::string s = utf8(m);
-  Py_DECREF(m);
-  return s;
-}
-
 bool hasNonEmpty(PyObject *obj, const char *attr) {
   PyObject *d = PyObject_GetAttrString(obj, attr);
   if (!d) {
@@ -783,7 +772,7 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
   }
 
   std::string qn = qualnameOf(fn);
-  std::string mod = moduleOf(fn);
+  std::string mod = moduleNameOf(fn);
 
   // 2. Builtins.
   if (PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) &&

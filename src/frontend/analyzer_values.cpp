@@ -48,17 +48,6 @@ PyObject *typeLookup(PyObject *type, const std::string &name) {
 
 bool isDataDescriptor(PyObject *d) { return Py_TYPE(d)->tp_descr_set != nullptr; }
 
-std::string moduleNameOf(PyObject *o) {
-  PyObject *m = PyObject_GetAttrString(o, "__module__");
-  if (!m) {
-    PyErr_Clear();
-    return "";
-  }
-  std::string s = utf8(m);
-  Py_DECREF(m);
-  return s;
-}
-
 } // namespace
 
 std::string sourceKey(const Source &s) { return sourceStr(s); }

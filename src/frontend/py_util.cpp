@@ -31,6 +31,17 @@ std::string utf8(PyObject *s) {
   return c;
 }
 
+std::string moduleNameOf(PyObject *o) {
+  PyObject *m = PyObject_GetAttrString(o, "__module__");
+  if (!m) {
+    PyErr_Clear();
+    return "";
+  }
+  std::string s = utf8(m);
+  Py_DECREF(m);
+  return s;
+}
+
 PyObject *internedStr(const char *s) {
   PyObject *o = PyUnicode_InternFromString(s);
   if (!o) throw PyErrorSet();

@@ -28,6 +28,9 @@ std::string takePyErrorMessage();
 /// error is cleared).
 std::string utf8(PyObject *s);
 
+/// `o.__module__` as a string; "" when it has none (the error is cleared).
+std::string moduleNameOf(PyObject *o);
+
 /// An interned str that lives for the whole process (attribute names looked up in hot paths).
 PyObject *internedStr(const char *s);
 
