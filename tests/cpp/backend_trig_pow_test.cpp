@@ -124,6 +124,18 @@ double cosRef(double x) { return std::cos(x); }
 double powRef(double x, double y) { return std::pow(x, y); }
 double atan2Ref(double y, double x) { return std::atan2(y, x); }
 
+/// Binary op `op` on every pair of special values, each matched exactly against `ref`.
+void checkSpecialPairs(const std::string &op, double (*ref)(double, double)) {
+  std::vector<float> as, bs;
+  for (float a : kSpecials)
+    for (float b : kSpecials)
+      as.push_back(a), bs.push_back(b);
+  std::vector<float> got = runOp(op, {as, bs});
+  for (size_t i = 0; i < as.size(); ++i)
+    expectSpecialsMatch(op + "(" + std::to_string(as[i]) + ", " + std::to_string(bs[i]) + ")",
+                        got[i], ref(as[i], bs[i]));
+}
+
 TEST(BackendTrigPow, SinCosWithinOneUlp) {
   std::mt19937 rng(7);
   std::vector<float> xs;
@@ -171,14 +183,7 @@ TEST(BackendTrigPow, PowWithinOneUlp) {
     ys.push_back(randomFiniteFloat(rng));
   }
   checkBinary("pow", powRef, xs, ys, 1.0);
-  std::vector<float> sx, sy;
-  for (float x : kSpecials)
-    for (float y : kSpecials)
-      sx.push_back(x), sy.push_back(y);
-  std::vector<float> got = runOp("pow", {sx, sy});
-  for (size_t i = 0; i < sx.size(); ++i)
-    expectSpecialsMatch("pow(" + std::to_string(sx[i]) + ", " + std::to_string(sy[i]) + ")", got[i],
-                        powRef(sx[i], sy[i]));
+  checkSpecialPairs("pow", powRef);
 }
 
 TEST(BackendTrigPow, Atan2WithinOneUlp) {
@@ -199,14 +204,7 @@ TEST(BackendTrigPow, Atan2WithinOneUlp) {
       ys.push_back(sgn * t), xs.push_back(1.f), ys.push_back(1.f), xs.push_back(sgn * t);
   }
   checkBinary("atan2", atan2Ref, ys, xs, 1.0);
-  std::vector<float> sy, sx;
-  for (float y : kSpecials)
-    for (float x : kSpecials)
-      sy.push_back(y), sx.push_back(x);
-  std::vector<float> got = runOp("atan2", {sy, sx});
-  for (size_t i = 0; i < sy.size(); ++i)
-    expectSpecialsMatch("atan2(" + std::to_string(sy[i]) + ", " + std::to_string(sx[i]) + ")",
-                        got[i], atan2Ref(sy[i], sx[i]));
+  checkSpecialPairs("atan2", atan2Ref);
 }
 
 } // namespace

@@ -7,11 +7,18 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
+from pathlib import Path
 
 import torch
 
 import xjit
 import xjit.ir as ir
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from bench.vector_math import rotary  # noqa: E402 (the benchmark's expression)
 
 SPECIALS = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 2.5, -2.5,
             3.0, -3.0, 1e-40, -1e-40, 1e30, -1e30, 3.4e38, 16777216.0, 1048576.0]
@@ -77,14 +84,6 @@ def test_pow_atan2_match_eager() -> None:
     for got, want in ((p, torch.pow(a, b)), (t, torch.atan2(a, b))):
         assert_same_specials(got, want)
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-44, equal_nan=True)
-
-
-def rotary(x: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
-    pos = torch.arange(x.shape[-2], dtype=torch.float32)
-    freqs = pos[:, None] * inv_freq[None, :]
-    emb = torch.cat([freqs, freqs], dim=-1)
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * emb.cos() + torch.cat([-x2, x1], dim=-1) * emb.sin()
 
 
 def test_rotary_embedding_matches_eager() -> None:
