@@ -637,21 +637,16 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
       if (r.size() != operands[0]->size()) return stop();
       result = std::move(r);
       resultStrided = true;
-      if (StrideRanks ranks = ranksOf(op->operand(0))) {
-        // Operand dim k becomes result dim where[k].
-        std::vector<int> where = permutedOrder(*op, identity(rank0));
-        std::vector<int> permuted(ranks->size());
+      // Operand dim k becomes result dim where[k]: the stride ranks and exact strides follow.
+      const std::vector<int> where = permutedOrder(*op, identity(rank0));
+      auto permute = [&where](const auto &perDim) {
+        std::decay_t<decltype(perDim)> permuted(perDim.size());
         for (size_t k = 0; k < where.size(); ++k)
-          permuted[size_t(where[k])] = (*ranks)[k];
-        resultRanks = std::move(permuted);
-      }
-      if (auto strides = exactStrides(op->operand(0))) {
-        std::vector<int> where = permutedOrder(*op, identity(rank0));
-        std::vector<int64_t> permuted(strides->size());
-        for (size_t k = 0; k < where.size(); ++k)
-          permuted[size_t(where[k])] = (*strides)[k];
-        resultStrides = std::move(permuted);
-      }
+          permuted[size_t(where[k])] = perDim[k];
+        return permuted;
+      };
+      if (StrideRanks ranks = ranksOf(op->operand(0))) resultRanks = permute(*ranks);
+      if (auto strides = exactStrides(op->operand(0))) resultStrides = permute(*strides);
     } else if (!(allIdentity && !anyStrided) && operands.size() == 1 &&
                (name == "view" || name == "reshape" || name == "flatten" || name == "unflatten") &&
                exactStrides(op->operand(0)) && staticSizes(op->result(0)->type().shape())) {

@@ -36,3 +36,15 @@ def tensors(value: Any) -> list[Any]:
     if isinstance(value, (tuple, list)):
         return [t for v in value for t in tensors(v)]
     return []
+
+
+def check_layouts(got: Any, want: Any) -> None:
+    """The same tensors as eager's result: shapes, strides and values (f32 tolerance)."""
+    import torch
+
+    g, w = tensors(got), tensors(want)
+    assert len(g) == len(w)
+    for a, b in zip(g, w):
+        assert a.shape == b.shape
+        assert a.stride() == b.stride(), f"strides {a.stride()} != eager's {b.stride()}"
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 fe = pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
-from frontend_fixtures import clean, counters, tensors  # noqa: E402, F401 (autouse fixture)
+from frontend_fixtures import check_layouts, clean, counters  # noqa: E402, F401 (autouse fixture)
 
 F = torch.nn.functional
 
@@ -31,12 +31,7 @@ def run_compiled(fn: Callable[..., Any], *args: torch.Tensor, **jit: Any) -> Any
     with warnings.catch_warnings():
         warnings.simplefilter("error", xjit.XjitWarning)
         got = xjit.jit(fn, **jit)(*args)
-    g, w = tensors(got), tensors(want)
-    assert len(g) == len(w)
-    for a, b in zip(g, w):
-        assert a.shape == b.shape
-        assert a.stride() == b.stride(), f"strides {a.stride()} != eager's {b.stride()}"
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    check_layouts(got, want)
     assert counters()["frames_in_python"] == 0
     assert counters()["layout_copies"] == 0
     return got

@@ -15,20 +15,11 @@ import pytest
 torch = pytest.importorskip("torch")
 fe = pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
-from frontend_fixtures import clean, counters, tensors  # noqa: E402, F401 (autouse fixture)
+from frontend_fixtures import check_layouts, clean, counters  # noqa: E402, F401 (autouse fixture)
 
 nn = torch.nn
 F = torch.nn.functional
 BACKENDS = ["xjit", "eager", "interp"]
-
-
-def check_layouts(got: Any, want: Any) -> None:
-    g, w = tensors(got), tensors(want)
-    assert len(g) == len(w)
-    for a, b in zip(g, w):
-        assert a.shape == b.shape
-        assert a.stride() == b.stride(), f"strides {a.stride()} != eager's {b.stride()}"
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 def run_both(fn: Callable[..., Any], *args: torch.Tensor, backend: str = "xjit") -> Any:
