@@ -334,6 +334,8 @@ llvm::SmallVector<char, 0> Jit::Impl::buildObject(const Kernel &k, const std::st
   mod->setDataLayout(tm->createDataLayout());
   mod->setTargetTriple(tm->getTargetTriple().str());
   optimize(*mod, *tm, opts.pipeline);
+  // After vectorization: only the variants the vectorized loops call get a body.
+  math::defineMathFunctions(*mod);
   ck.times_.optimize = msSince(t1);
   if (opts.keepText) {
     ck.loopIR_ = printKernel(k);

@@ -43,10 +43,14 @@ llvm::Value *tanhF32(llvm::IRBuilder<> &b, llvm::Value *x);
 llvm::Value *erfF32(llvm::IRBuilder<> &b, llvm::Value *x);
 /// 1 / (1 + exp(-x)), computed from exp(-|x|) so that it does not overflow for x << 0.
 llvm::Value *sigmoidF32(llvm::IRBuilder<> &b, llvm::Value *x);
-/// sin, cos (any finite f32, no libm fallback), pow (C99 special cases) and atan2 (C's signed
-/// zeros and infinities), computed in f64 and rounded once.
+/// sin and cos (any finite f32, no libm fallback; llvm_trig.cpp) are calls of functions of the
+/// module with vector variants for the loop vectorizer; `defineMathFunctions` writes their bodies
+/// once the module is optimized. pow (C99 special cases) and atan2 (C's signed zeros and
+/// infinities) are inlined. All four compute in f64 and round once.
 llvm::Value *sinF32(llvm::IRBuilder<> &b, llvm::Value *x);
 llvm::Value *cosF32(llvm::IRBuilder<> &b, llvm::Value *x);
+/// Defines the math functions that the (optimized) module calls and removes unused declarations.
+void defineMathFunctions(llvm::Module &m);
 llvm::Value *powF32(llvm::IRBuilder<> &b, llvm::Value *x, llvm::Value *y);
 llvm::Value *atan2F32(llvm::IRBuilder<> &b, llvm::Value *y, llvm::Value *x);
 } // namespace math

@@ -1,14 +1,13 @@
-// Vectorizable f32 math: exp, log, tanh, erf, sigmoid, sin, cos, pow and atan2 as straight-line
-// LLVM IR (polynomials, selects, bit operations and shifts of constants, no branches and no
-// calls), so a vectorized loop evaluates them on whole vectors. The coefficients are Cephes' (exp,
-// log, tanh) and the rational approximation of Eigen / XLA (erf). sin, cos, pow and atan2 work in
-// f64 internally (Taylor series whose truncation error is far below an f32 ulp, rounded once at
-// the end), which halves the vector width but needs no hand-tuned minimax coefficients. Measured
-// against the double results (backend_test, backend_trig_pow_test): exp <= 1 ulp, log <= 1 ulp,
-// tanh <= 2 ulp, erf <= 6 ulp; sin, cos and pow 0 ulp (equal to the double result rounded to f32
-// on every tested input: dense sweeps, random bit patterns, specials), atan2 <= 0.5002 ulp, over
-// the whole f32 range, including |x| up to 3.4e38 for sin / cos (Payne-Hanek reduction with the
-// 4/pi bits of ARM's optimized-routines for |x| >= 2^20, two-part Cody-Waite below).
+// Vectorizable f32 math: exp, log, tanh, erf, sigmoid, pow and atan2 as straight-line LLVM IR
+// (polynomials, selects, bit operations and shifts of constants, no branches and no calls), so a
+// vectorized loop evaluates them on whole vectors. The coefficients are Cephes' (exp, log, tanh)
+// and the rational approximation of Eigen / XLA (erf). pow and atan2 work in f64 internally
+// (Taylor series whose truncation error is far below an f32 ulp, rounded once at the end), which
+// halves the vector width but needs no hand-tuned minimax coefficients. Measured against the
+// double results (backend_test, backend_trig_pow_test): exp <= 1 ulp, log <= 1 ulp, tanh <= 2 ulp,
+// erf <= 6 ulp, pow 0 ulp (equal to the double result rounded to f32 on every tested input: dense
+// sweeps, random bit patterns, specials), atan2 <= 0.5002 ulp. sin and cos are functions of the
+// module with vector variants instead (llvm_trig.cpp).
 #include "llvm_codegen.h"
 
 #include <llvm/IR/Intrinsics.h>
@@ -16,7 +15,6 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
-#include <utility>
 
 namespace xjit::backend::math {
 
@@ -62,94 +60,6 @@ Value *fabsV(IRBuilder<> &b, Value *x) { return b.CreateUnaryIntrinsic(llvm::Int
 
 Value *quietNaN(IRBuilder<> &b) { return f32(b, std::numeric_limits<float>::quiet_NaN()); }
 
-/// The bits of 4/pi as in ARM optimized-routines' __inv_pio4 (sincosf_data.c), for the large
-/// argument reduction, as a big-endian byte string after three zero bytes: their table entry i
-/// is bytes i .. i+3 here.
-constexpr uint64_t kInvPio4Bytes[4] = {0x000000a2f9836e4eULL, 0x441529fc2757d1f5ULL,
-                                       0x34ddc0db6295993cULL, 0x4390410000000000ULL};
-
-/// |x| = n * pi/2 + r for a finite f32 |x| (as f32 `ax` and f64 `xd`); returns r (f64,
-/// |r| <= pi/4 + a little) and n mod 4 (i64).
-std::pair<Value *, Value *> reduceHalfPi(IRBuilder<> &b, Value *ax, Value *xd) {
-  // Below 2^20: n = round(x * 2/pi), r = x - n * pi/2 with pi/2 in two doubles (exact products
-  // by FMA; n < 2^20 keeps n * (pi/2 - P1 - P2) around 2^-88, far below any f32 r's ulp).
-  Value *n = b.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven,
-                                    b.CreateFMul(xd, f64(b, 0.63661977236758134308)));
-  Value *rSmall = madd(b, b.CreateFNeg(n), f64(b, 1.57079632679489655800e+00), xd);
-  rSmall = madd(b, b.CreateFNeg(n), f64(b, 6.12323399573676603587e-17), rSmall);
-  Value *nSmall = b.CreateFPToSI(n, b.getInt64Ty());
-  // 2^20 and above: Payne-Hanek with 96 bits of 4/pi chosen by the exponent (optimized-routines'
-  // reduce_large): the product is |x| * 2/pi in 64-bit fixed point with 62 fraction bits.
-  llvm::Type *i32Ty = b.getInt32Ty(), *i64Ty = b.getInt64Ty();
-  Value *xi = b.CreateBitCast(ax, i32Ty);
-  Value *idx = b.CreateAnd(b.CreateLShr(xi, 26), i32(b, 15));
-  Value *shift = b.CreateAnd(b.CreateLShr(xi, 23), i32(b, 7));
-  Value *m = b.CreateShl(b.CreateOr(b.CreateAnd(xi, i32(b, 0xffffff)), i32(b, 0x800000)), shift);
-  // table[idx], table[idx + 4], table[idx + 8] are bytes idx .. idx + 11 of the 4/pi string
-  // (kInvPio4Bytes): two 64-bit windows shifted out of constants, instead of table loads (which
-  // vectorize to gathers: sin 2.3x slower on AVX-512) or a tree of selects per word.
-  Value *k1 = b.CreateICmpNE(b.CreateAnd(idx, i32(b, 8)), i32(b, 0));
-  auto q = [&](int k) {
-    return b.CreateSelect(k1, i64(b, int64_t(kInvPio4Bytes[k + 1])),
-                          i64(b, int64_t(kInvPio4Bytes[k])));
-  };
-  Value *s = b.CreateZExt(b.CreateShl(b.CreateAnd(idx, i32(b, 7)), 3), i64Ty);
-  Value *rs = b.CreateSub(i64(b, 63), s);
-  auto window = [&](Value *hi, Value *lo) { // bits s .. s + 63 of hi:lo (no shift by 64)
-    return b.CreateOr(b.CreateShl(hi, s), b.CreateLShr(b.CreateLShr(lo, 1), rs));
-  };
-  Value *q1 = q(1);
-  Value *hi64 = window(q(0), q1);
-  Value *next64 = window(q1, q(2));
-  Value *words[3] = {b.CreateTrunc(b.CreateLShr(hi64, 32), i32Ty), b.CreateTrunc(hi64, i32Ty),
-                     b.CreateTrunc(b.CreateLShr(next64, 32), i32Ty)};
-  auto word = [&](int offset) { return words[offset / 4]; };
-  Value *m64 = b.CreateZExt(m, i64Ty);
-  Value *res0 = b.CreateZExt(b.CreateMul(m, word(0)), i64Ty);
-  Value *res1 = b.CreateMul(m64, b.CreateZExt(word(4), i64Ty));
-  Value *res2 = b.CreateMul(m64, b.CreateZExt(word(8), i64Ty));
-  res0 = b.CreateOr(b.CreateLShr(res2, 32), b.CreateShl(res0, 32));
-  res0 = b.CreateAdd(res0, res1);
-  Value *nLarge = b.CreateLShr(b.CreateAdd(res0, i64(b, int64_t(1) << 61)), 62);
-  res0 = b.CreateSub(res0, b.CreateShl(nLarge, 62));
-  Value *rLarge = b.CreateFMul(b.CreateSIToFP(res0, b.getDoubleTy()),
-                               f64(b, 3.40612158008655459e-19)); // pi/2 * 2^-62
-  Value *small = b.CreateFCmpOLT(ax, f32(b, 1048576.f));
-  return {b.CreateSelect(small, rSmall, rLarge), b.CreateSelect(small, nSmall, nLarge)};
-}
-
-/// sin(|x|) (quadrantShift 0) or cos(|x|) (quadrantShift 1) for finite f32 |x|, as f64.
-Value *sinCosAbs(IRBuilder<> &b, Value *ax, int quadrantShift) {
-  auto [r, n] = reduceHalfPi(b, ax, b.CreateFPExt(ax, b.getDoubleTy()));
-  Value *z = b.CreateFMul(r, r);
-  // Taylor series to r^11 / r^12: truncation below 1e-11 relative on |r| <= pi/4.
-  Value *s = hornerD(b, z,
-                     {1.0 / 6227020800.0, -1.0 / 39916800.0, 1.0 / 362880.0, -1.0 / 5040.0,
-                      1.0 / 120.0, -1.0 / 6.0});
-  s = madd(b, b.CreateFMul(s, z), r, r);
-  Value *c = hornerD(
-      b, z,
-      {1.0 / 479001600.0, -1.0 / 3628800.0, 1.0 / 40320.0, -1.0 / 720.0, 1.0 / 24.0, -0.5, 1.0});
-  // sin(n pi/2 + r) = sin r, cos r, -sin r, -cos r for n = 0, 1, 2, 3 (mod 4).
-  Value *q = b.CreateAdd(n, i64(b, quadrantShift));
-  Value *odd = b.CreateICmpNE(b.CreateAnd(q, i64(b, 1)), i64(b, 0));
-  Value *negate = b.CreateICmpNE(b.CreateAnd(q, i64(b, 2)), i64(b, 0));
-  Value *v = b.CreateSelect(odd, c, s);
-  return b.CreateSelect(negate, b.CreateFNeg(v), v);
-}
-
-Value *sinOrCosF32(IRBuilder<> &b, Value *x, bool isSin) {
-  // inf and NaN give NaN; they are replaced by 0 first so that no lane converts them to integers.
-  Value *ax = fabsV(b, x);
-  Value *finite = b.CreateFCmpOLT(ax, f32(b, std::numeric_limits<float>::infinity()));
-  Value *v = sinCosAbs(b, b.CreateSelect(finite, ax, f32(b, 0)), isSin ? 0 : 1);
-  Value *r = b.CreateFPTrunc(v, b.getFloatTy());
-  if (isSin) // sin is odd (and sin(-0) = -0)
-    r = b.CreateSelect(b.CreateICmpSLT(b.CreateBitCast(x, b.getInt32Ty()), i32(b, 0)),
-                       b.CreateFNeg(r), r);
-  return b.CreateSelect(finite, r, quietNaN(b));
-}
-
 /// log(a) in f64 for a finite f64 a > 0: a = m * 2^e with m in [sqrt(1/2), sqrt(2)),
 /// log m = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.172, series to s^15 (error < 1e-12).
 Value *logPositiveF64(IRBuilder<> &b, Value *a) {
@@ -185,9 +95,6 @@ Value *expBoundedF64(IRBuilder<> &b, Value *t) {
 }
 
 } // namespace
-
-Value *sinF32(IRBuilder<> &b, Value *x) { return sinOrCosF32(b, x, true); }
-Value *cosF32(IRBuilder<> &b, Value *x) { return sinOrCosF32(b, x, false); }
 
 Value *powF32(IRBuilder<> &b, Value *x, Value *y) {
   // |x|^y = exp(y log|x|) in f64, then the sign and C99 / IEEE special cases by selects.

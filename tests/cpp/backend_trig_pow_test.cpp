@@ -1,4 +1,4 @@
-// Accuracy of the inlined f32 sin, cos, pow and atan2 (src/backend/llvm_math.cpp) against the
+// Accuracy of the f32 sin, cos (src/backend/llvm_trig.cpp), pow and atan2 (llvm_math.cpp) against the
 // double results of the C library: max ulp over dense sweeps, random bit patterns (the whole
 // finite range, so the large-argument reduction of sin / cos is covered), the neighbourhood of
 // the reduction switch at 2^20, floats nearest to multiples of pi/2, and C's special values

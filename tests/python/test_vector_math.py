@@ -1,4 +1,4 @@
-"""The inlined f32 sin, cos, pow and atan2 of the LLVM backend (src/backend/llvm_math.cpp) against
+"""The f32 sin, cos, pow and atan2 of the LLVM backend (llvm_trig.cpp, llvm_math.cpp) against
 PyTorch eager: values within f32 rounding over wide ranges (huge arguments of sin / cos too), the
 special values (NaN, infinities, signed zeros, subnormals, pow's and atan2's C99 cases) exactly,
 and a rotary-embedding expression through xjit.jit."""
@@ -65,6 +65,35 @@ def test_sin_cos_match_eager() -> None:
     for got, want in ((s, torch.sin(x)), (c, torch.cos(x))):
         assert_same_specials(got, want)
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+def test_sin_cos_strided_odd_sizes_fused_match_eager() -> None:
+    """sin / cos are calls of module functions with vector variants (llvm_trig.cpp): a transposed
+    input runs the kernel's general version (scalar calls), odd sizes leave a scalar remainder after
+    the vector loop, and specials and huge values sit among ordinary lanes, so one vector needs both
+    reductions; several uses in one fused kernel share one function."""
+    g = torch.Generator().manual_seed(3)
+    for rows, cols in ((37, 29), (5, 3), (64, 17)):
+        base = torch.randn(cols, rows, generator=g) * 6
+        flat = base.view(-1)
+        picks = torch.randint(0, flat.numel(), (len(SPECIALS),), generator=g)
+        flat[picks] = torch.tensor(SPECIALS)
+        x = base.t()  # [rows, cols], not contiguous
+        fn = xjit.jit(lambda a: torch.sin(a) * torch.cos(a * 3) + torch.sin(a + 1))
+        got = fn(x)
+        want = torch.sin(x) * torch.cos(x * 3) + torch.sin(x + 1)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, equal_nan=True)
+        for got1, want1 in ((xjit.jit(_sin)(x), torch.sin(x)), (xjit.jit(_cos)(x), torch.cos(x))):
+            assert_same_specials(got1, want1)
+            torch.testing.assert_close(got1, want1, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+def _sin(a: torch.Tensor) -> torch.Tensor:
+    return torch.sin(a)
+
+
+def _cos(a: torch.Tensor) -> torch.Tensor:
+    return torch.cos(a)
 
 
 def test_pow_atan2_match_eager() -> None:
