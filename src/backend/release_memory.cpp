@@ -17,8 +17,10 @@ namespace xjit::backend {
 namespace {
 
 /// Objects whose code the compiler runs besides the one holding this file: LLVM when it is a
-/// shared library of its own (XJIT_STATIC_LLVM=OFF), Debian's oneDNN.
-constexpr const char *kCompilerLibraries[] = {"libLLVM", "libdnnl.so"};
+/// shared library of its own (XJIT_STATIC_LLVM=OFF), Debian's oneDNN, and the Python extension
+/// modules (capture is most of `_frontend`'s code; a steady call runs only its guards and driver).
+constexpr const char *kCompilerLibraries[] = {"libLLVM", "libdnnl.so", "xjit/_frontend.",
+                                              "xjit/_xjit."};
 
 bool hasTextRelocations(const dl_phdr_info &info) {
   for (int i = 0; i < info.dlpi_phnum; ++i) {
