@@ -188,6 +188,7 @@ public:
   VarPtr makeFunction(Frame &f, int flags);
   bool gradEnabled() const { return gradEnabled_; }
   void setGradEnabled(bool e) { gradEnabled_ = e; }
+  void noteGradientCut() { cutsGradient_ = true; }
 
   // ---- dataclass instances (analyzer_dataclass.cpp) ----
   /// cls(*args, **kwargs) for a @dataclass: fields bound like its generated __init__, then
@@ -316,6 +317,7 @@ private:
   Frame *frame_ = nullptr;
   bool gradEnabled_ = true;
   bool recordedForAutograd_ = false; // an op was emitted that eager autograd would record
+  bool cutsGradient_ = false;        // Capture::cutsGradient
   int64_t budget_ = 2'000'000;       // instructions executed across all frames
   std::vector<Guard> guards_;
   std::set<std::string> guardKeys_;

@@ -664,6 +664,7 @@ Capture Analyzer::finishWith(
 
   // In-place writes to tensors the caller can see come first: attribute assignments replayed
   // after them must not redirect where they land.
+  c.cutsGradient = cutsGradient_;
   for (const auto &t : inputTensors_) {
     if (!t->mutated) continue;
     SideEffect e;

@@ -7,6 +7,7 @@
 #include "native_backend.h"
 #include "output_layout.h"
 #include "tensor_bridge.h"
+#include "training.h"
 
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/interpreter.h"
@@ -810,9 +811,15 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     mode.length = grad ? 1 : 0;
     if (!hasModeGuard) guards.push_back(std::move(mode));
     if (grad && !cap.autogradFree) {
-      e->action = EntryAction::RunPython;
-      e->pythonReason = "an input requires grad while grad mode is enabled (xjit compiles "
-                        "inference graphs; call it under torch.no_grad())";
+      // A training step: compiled forward and backward graphs under a torch.autograd.Function
+      // (training.h) where the capture allows it, else the frame runs under eager autograd.
+      std::string why = trainingRefusal(cap, opts.backend == Backend::Xjit, opts.check);
+      if (why.empty()) {
+        e->training = newTrainingStep(*e, values);
+      } else {
+        e->action = EntryAction::RunPython;
+        e->pythonReason = "an input requires grad while grad mode is enabled and " + why;
+      }
     }
   }
   deriveLayouts(*e, g, values, cap.fallbackCallables, guards);
@@ -880,6 +887,15 @@ double optimize(CompiledEntry &e, const ScopeOptions &opts, int id, const Source
 }
 
 /// Runs the analyzer on the frame (as at entry). Every failure becomes an internal graph break
+  if (e.training && e.action == EntryAction::RunGraph) {
+    if (std::string why = compileTraining(e, loc, id); !why.empty()) {
+      e.training.reset();
+      e.action = EntryAction::RunPython;
+      e.pythonReason =
+          "an input requires grad while grad mode is enabled and it cannot train: " + why;
+    }
+    return msSince(t0);
+  }
 /// in *r; returns false only for a pending interrupt, which must propagate.
 bool analyze(const FrameView &f, const CodeCache &cache, const ScopeOptions &opts,
              const SourceLoc &loc, AnalyzeResult *r, double *captureMs) {
@@ -1226,6 +1242,11 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
       std::vector<RtValue> in = fetchInputs(*e, values, e->paramVersions ? &tags : nullptr);
       graphRan = true;
 #ifdef XJIT_FRONTEND_HAVE_RUNTIME
+    } else if (e->training) {
+      // Nothing is written before it returns: a failure inside runs the frame in Python.
+      done = runTraining(*e, pythonInputs(*e, values, false));
+      graphRan = true;
+      outs.resize(done.size());
       backend::ContentTagScope tagScope(&tags);
 #endif
       runInterpreter(*e, std::move(in), outs);

@@ -4,6 +4,7 @@
 #include "eval_frame.h"
 #include "events.h"
 #include "tensor_bridge.h"
+#include "training.h"
 #include "xjit/backend/jit.h"
 
 #include <nanobind/nanobind.h>
@@ -243,6 +244,25 @@ NB_MODULE(_frontend, m) {
         events() = EventLog{events().recording};
       },
       "Forget every compiled entry and every event.");
+  m.def(
+      "training_forward",
+      [](nb::handle step, nb::handle inputs) {
+        PyObject *r = trainingForward(step.ptr(), inputs.ptr());
+        if (!r) throw nb::python_error();
+        return nb::steal(r);
+      },
+      nb::arg("step"), nb::arg("inputs"),
+      "Runs a training step's compiled forward graph: its outputs, then the saved values.");
+  m.def(
+      "training_backward",
+      [](nb::handle step, nb::handle values) {
+        PyObject *r = trainingBackward(step.ptr(), values.ptr());
+        if (!r) throw nb::python_error();
+        return nb::steal(r);
+      },
+      nb::arg("step"), nb::arg("values"),
+      "Runs a training step's compiled backward graph: (saved, saved inputs, grad outputs) ->\n"
+      "the gradients of the inputs that require grad.");
   m.def("events", &eventsDict, "Compiled graphs, graph breaks, recompiles, checks, counters.");
   m.def(
       "set_recording", [](bool on) { events().recording = on; },

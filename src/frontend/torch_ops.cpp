@@ -1187,6 +1187,7 @@ LOWER(lowerType) {
 
 LOWER(lowerDetach) {
   VarPtr r = a.emit1("alias", {b.at("input")});
+  if (as<TensorVar>(r)->requiresGrad) a.noteGradientCut(); // autodiff must not see through it
   as<TensorVar>(r)->requiresGrad = false;
   return r;
 }

@@ -24,6 +24,8 @@ bool runSinkPermutes(Graph &g, PassContext &ctx);       // sink_permutes.cpp
 bool runFuse(Graph &g, PassContext &ctx);               // fuse.cpp
 bool runReinplace(Graph &g, PassContext &ctx);          // reinplace.cpp
 bool runPlanMemory(Graph &g, PassContext &ctx);         // plan_memory.cpp
+// -- training --
+bool runAutodiff(Graph &g, PassContext &ctx); // autodiff.cpp (the frontend calls differentiate())
 
 const std::vector<PassInfo> &passTable() {
   static const std::vector<PassInfo> table = {
@@ -136,6 +138,15 @@ const std::vector<PassInfo> &passTable() {
        .statistics = {"peak-bytes", "naive-bytes", "values-planned", "in-place", "output-values",
                       "dynamic-values"},
        .run = runPlanMemory},
+      // -- training --
+      {.name = "autodiff",
+       .summary = "reverse-mode autodiff: the forward graph (outputs + saved values) and the "
+                  "backward graph (grad outputs + saved -> input grads), one derivative rule per "
+                  "op; with wrt empty it changes nothing",
+       .options = {{"wrt", "", "inputs to differentiate: indices (0,2) or all; empty: none"},
+                   {"part", "backward", "the graph it leaves: joint, forward or backward"}},
+       .statistics = {"graphs-differentiated", "saved-values"},
+       .run = runAutodiff},
   };
   return table;
 }

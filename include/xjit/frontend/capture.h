@@ -196,6 +196,9 @@ struct Capture {
   /// frame): the graph may run even when the frame starts with grad enabled and parameters
   /// that require grad.
   bool autogradFree = false;
+  /// An op read a tensor that requires grad without autograd recording it (detach(), a
+  /// torch.no_grad() region inside the frame): differentiating the graph would be wrong there.
+  bool cutsGradient = false;
 };
 
 /// Why a frame (or part of it) could not be captured.

@@ -256,14 +256,18 @@ def test_module_outputs_and_in_place_parameter_updates_are_seen() -> None:
     assert compiled.fc1 is model.fc1 and compiled.state_dict().keys() >= {"_orig_mod.fc1.weight"}
 
 
-def test_grad_mode_with_parameters_runs_in_python() -> None:
+def test_grad_mode_with_parameters_compiles_a_training_step() -> None:
     model = MLP()
     compiled = xjit.jit(model)
     x = torch.randn(2, 8)
     out = compiled(x)  # grad mode on and parameters require grad: autograd must work
     assert out.grad_fn is not None
     out.sum().backward()
-    assert model.fc1.weight.grad is not None
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()  # eager's gradients
+    for got, want in zip(grads, (p.grad for p in model.parameters()), strict=True):
+        torch.testing.assert_close(got, want)
     graph = fe.events()["graphs"][0]
     assert graph["runs_in_python"] and "requires grad" in graph["note"]
     with torch.no_grad():  # the same frame compiles for inference (a new entry)

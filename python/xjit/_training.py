@@ -1,0 +1,51 @@
+"""Compiled training steps: a captured graph's forward and backward (the autodiff pass) run as
+one torch.autograd.Function, so loss.backward() and optimizers work unchanged (docs/frontend.md
+"Autograd"). The driver (src/frontend/training.cpp) calls run() with the graph inputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _frontend
+
+# (saved_inputs, grad_outputs, wrt, num_outputs): which graph inputs the backward reads, which
+# outputs have a gradient, which inputs get one, how many of the forward's results are outputs.
+Info = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]
+
+
+class CompiledStep(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, step: object, info: Info, *inputs: Any) -> tuple[Any, ...]:
+        saved_inputs, grad_outputs, _wrt, num_outputs = info
+        results = _frontend.training_forward(step, list(inputs))
+        outputs, saved = results[:num_outputs], results[num_outputs:]
+        ctx.step, ctx.info, ctx.num_inputs = step, info, len(inputs)
+        # Inputs through save_for_backward: an in-place change before backward raises, as in
+        # eager. Intermediates stay private to this node.
+        ctx.save_for_backward(*(inputs[i] for i in saved_inputs))
+        ctx.intermediates = saved
+        with_grad = set(grad_outputs)
+        ctx.mark_non_differentiable(
+            *(o for i, o in enumerate(outputs) if i not in with_grad and isinstance(o, torch.Tensor))
+        )
+        return tuple(outputs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        _saved_inputs, grad_outputs, wrt, _n = ctx.info
+        # saved_tensors raises after the graph was freed (a second backward without
+        # retain_graph=True), as eager does.
+        values = [*ctx.intermediates, *ctx.saved_tensors, *(grads[i] for i in grad_outputs)]
+        input_grads = _frontend.training_backward(ctx.step, values)
+        result: list[torch.Tensor | None] = [None] * (2 + ctx.num_inputs)
+        for j, i in enumerate(wrt):
+            result[2 + i] = input_grads[j]
+        return tuple(result)
+
+
+def run(step: object, info: Info, inputs: list[Any]) -> tuple[Any, ...]:
+    return CompiledStep.apply(step, info, *inputs)

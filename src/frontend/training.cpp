@@ -1,0 +1,217 @@
+// Compiled training steps: the autodiff pass's forward and backward graphs, compiled natively and
+// run by a torch.autograd.Function (python/xjit/_training.py), as AOTAutograd does.
+#include "training.h"
+
+#include "native_backend.h"
+#include "py_util.h"
+#include "tensor_bridge.h"
+
+#include "xjit/ir/op_registry.h"
+
+#ifdef XJIT_FRONTEND_HAVE_PASSES
+#include "xjit/passes/autodiff.h"
+#include "xjit/passes/pass.h"
+#endif
+
+#include <map>
+#include <set>
+
+namespace xjit::frontend {
+namespace {
+
+constexpr const char *kCapsuleName = "xjit.training_graphs";
+
+/// The compiled forward and backward graphs of one training entry.
+struct TrainingGraphs {
+  CompiledEntry forward, backward;
+};
+
+TrainingGraphs &graphsOf(PyObject *capsule) {
+  auto *p =
+      static_cast<std::shared_ptr<TrainingGraphs> *>(PyCapsule_GetPointer(capsule, kCapsuleName));
+  if (!p) throw PyErrorSet();
+  return **p;
+}
+
+PyRef indexTuple(const std::vector<size_t> &v) {
+  PyRef t = checked(PyTuple_New(static_cast<Py_ssize_t>(v.size())));
+  for (size_t i = 0; i < v.size(); ++i)
+    PyTuple_SET_ITEM(t.get(), static_cast<Py_ssize_t>(i),
+                     checked(PyLong_FromSize_t(v[i])).release());
+  return t;
+}
+
+/// The IR value a view chain starts from.
+const Value *viewRoot(const Value *v) {
+  while (v->definingOp() && v->definingOp()->def().has(kView) && v->definingOp()->numOperands() > 0)
+    v = v->definingOp()->operand(0);
+  return v;
+}
+
+/// Why the forward's outputs cannot be autograd.Function outputs ("" if they can): an output
+/// that is (a view of) an input, or two outputs sharing memory, would need the view tracking
+/// autograd gives eager tensors.
+std::string outputAliasing(const Graph &fwd, size_t numOutputs) {
+  std::set<const Value *> roots;
+  const std::vector<Value *> outs = fwd.outputs();
+  for (size_t i = 0; i < numOutputs; ++i) {
+    if (!outs[i]->type().isTensor()) return "output " + std::to_string(i) + " is not a tensor";
+    const Value *root = viewRoot(outs[i]);
+    if (root->isBlockArgument())
+      return "output " + std::to_string(i) + " is a graph input or a view of one";
+    if (!roots.insert(root).second) return "outputs share memory (one is a view of another)";
+  }
+  return "";
+}
+
+std::vector<RtValue> rtValues(PyObject *seq, const std::vector<Type> &types) {
+  PyRef fast = checked(PySequence_Fast(seq, "expected a sequence"));
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast.get());
+  if (static_cast<size_t>(n) != types.size())
+    throw std::runtime_error("the compiled training graph takes " + std::to_string(types.size()) +
+                             " values, got " + std::to_string(n));
+  std::vector<RtValue> in;
+  in.reserve(types.size());
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject *o = PySequence_Fast_GET_ITEM(fast.get(), i);
+    in.push_back(isPlainTensor(o) ? RtValue(importTensor(o)) : toRtValue(o, &types[size_t(i)]));
+  }
+  return in;
+}
+
+PyRef pyList(const std::vector<RtValue> &vs, size_t from, size_t to) {
+  PyRef l = checked(PyList_New(static_cast<Py_ssize_t>(to - from)));
+  for (size_t i = from; i < to; ++i)
+    PyList_SET_ITEM(l.get(), static_cast<Py_ssize_t>(i - from), fromRtValue(vs[i]).release());
+  return l;
+}
+
+std::vector<Type> inputTypes(const Graph &g) {
+  std::vector<Type> t;
+  for (size_t i = 0; i < g.numInputs(); ++i)
+    t.push_back(g.input(i)->type());
+  return t;
+}
+
+/// A C++ failure becomes a Python RuntimeError (the driver then runs the frame in Python).
+template <class F> PyObject *pyCall(F &&f) {
+  try {
+    return f();
+  } catch (const PyErrorSet &) {
+    return nullptr;
+  } catch (const std::exception &ex) {
+    PyErr_SetString(PyExc_RuntimeError, ex.what());
+    return nullptr;
+  }
+}
+
+} // namespace
+
+std::string trainingRefusal(const Capture &cap, bool xjitBackend, bool check) {
+#ifndef XJIT_FRONTEND_HAVE_PASSES
+  (void)cap, (void)xjitBackend, (void)check;
+  return "this build has no passes (autodiff)";
+#else
+  if (!xjitBackend) return "training steps compile with backend='xjit' only";
+  if (check) return "--check runs training frames in Python";
+  if (cap.breakPoint) return "the frame has a graph break";
+  if (!cap.sideEffects.empty()) return "the frame has side effects besides its result";
+  if (cap.cutsGradient)
+    return "the frame stops a gradient (detach() or a torch.no_grad() region inside it)";
+  if (cap.gradModeAtExit >= 0) return "the frame changes grad mode";
+  return "";
+#endif
+}
+
+std::shared_ptr<TrainingStep> newTrainingStep(const CompiledEntry &e, SourceValues &values) {
+  auto step = std::make_shared<TrainingStep>();
+  step->requiresGrad.assign(e.inputSlots.size(), false);
+  for (size_t i = 0; i < e.inputSlots.size(); ++i) {
+    if (!e.inputTypes[i].isTensor() || e.intInputs[i]) continue;
+    PyObject *o = values.get(e.inputSlots[i]);
+    if (o && isPlainTensor(o)) {
+      const int rg = requiresGrad(o);
+      if (rg < 0) PyErr_Clear();
+      step->requiresGrad[i] = rg == 1;
+    }
+  }
+  return step;
+}
+
+std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id) {
+#ifndef XJIT_FRONTEND_HAVE_PASSES
+  (void)e, (void)loc, (void)id;
+  return "this build has no passes (autodiff)";
+#else
+  passes::AutodiffGraphs ad;
+  try {
+    ad = passes::differentiate(*e.graph, e.training->requiresGrad);
+  } catch (const passes::AutodiffUnsupported &ex) {
+    return std::string("autodiff: ") + ex.what();
+  }
+  if (std::string why = outputAliasing(*ad.forward, ad.numOutputs); !why.empty()) return why;
+  auto graphs = std::make_shared<TrainingGraphs>();
+  const std::pair<CompiledEntry *, std::unique_ptr<Graph> *> parts[] = {
+      {&graphs->forward, &ad.forward}, {&graphs->backward, &ad.backward}};
+  for (auto [entry, graph] : parts) {
+    passes::PassManager pm;
+    pm.addPipeline("inference");
+    pm.run(**graph);
+    entry->inputTypes = inputTypes(**graph);
+    entry->graph = std::move(*graph);
+    if (!compileNative(*entry, loc, id)) throw PyErrorSet();
+  }
+  auto *owner = new std::shared_ptr<TrainingGraphs>(std::move(graphs));
+  PyObject *capsule = PyCapsule_New(owner, kCapsuleName, [](PyObject *c) {
+    delete static_cast<std::shared_ptr<TrainingGraphs> *>(PyCapsule_GetPointer(c, kCapsuleName));
+  });
+  if (!capsule) {
+    delete owner;
+    throw PyErrorSet();
+  }
+  e.training->capsule = PyRef::steal(capsule);
+  PyRef info = checked(PyTuple_New(4));
+  PyTuple_SET_ITEM(info.get(), 0, indexTuple(ad.savedInputs).release());
+  PyTuple_SET_ITEM(info.get(), 1, indexTuple(ad.gradOutputs).release());
+  PyTuple_SET_ITEM(info.get(), 2, indexTuple(ad.wrt).release());
+  PyTuple_SET_ITEM(info.get(), 3, checked(PyLong_FromSize_t(ad.numOutputs)).release());
+  e.training->info = std::move(info);
+  return "";
+#endif
+}
+
+std::vector<PyRef> runTraining(const CompiledEntry &e, const std::vector<PyRef> &inputs) {
+  static PyObject *run = [] {
+    PyRef mod = checked(PyImport_ImportModule("xjit._training"));
+    return checked(PyObject_GetAttrString(mod.get(), "run")).release();
+  }();
+  PyRef args = checked(PyList_New(static_cast<Py_ssize_t>(inputs.size())));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    PyList_SET_ITEM(args.get(), static_cast<Py_ssize_t>(i),
+                    PyRef::borrow(inputs[i].get()).release());
+  PyRef outs = checked(PyObject_CallFunctionObjArgs(run, e.training->capsule.get(),
+                                                    e.training->info.get(), args.get(), nullptr));
+  PyRef fast = checked(PySequence_Fast(outs.get(), "xjit._training.run returns a sequence"));
+  std::vector<PyRef> done;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.get()); ++i)
+    done.push_back(PyRef::borrow(PySequence_Fast_GET_ITEM(fast.get(), i)));
+  return done;
+}
+
+PyObject *trainingForward(PyObject *capsule, PyObject *inputs) {
+  return pyCall([&]() -> PyObject * {
+    const CompiledEntry &fwd = graphsOf(capsule).forward;
+    std::vector<RtValue> outs = runGraph(fwd, rtValues(inputs, fwd.inputTypes));
+    return pyList(outs, 0, outs.size()).release();
+  });
+}
+
+PyObject *trainingBackward(PyObject *capsule, PyObject *values) {
+  return pyCall([&]() -> PyObject * {
+    const CompiledEntry &bwd = graphsOf(capsule).backward;
+    std::vector<RtValue> grads = runGraph(bwd, rtValues(values, bwd.inputTypes));
+    return pyList(grads, 0, grads.size()).release();
+  });
+}
+
+} // namespace xjit::frontend

@@ -1,0 +1,43 @@
+// Training steps: a capture whose inputs require grad, with grad mode on, runs as a
+// torch.autograd.Function (python/xjit/_training.py) whose forward and backward are the two
+// graphs the autodiff pass makes, each compiled like an inference graph.
+#pragma once
+
+#include "cache.h"
+#include "sources.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace xjit::frontend {
+
+/// What a training entry keeps: the inputs that require grad (the guards pin them), then,
+/// once compiled, the two graphs (owned by a capsule that autograd's saved context also holds).
+struct TrainingStep {
+  std::vector<bool> requiresGrad;
+  PyRef capsule; // the compiled graphs, passed to xjit._training.run
+  PyRef info;    // (saved_inputs, grad_outputs, wrt, num_outputs) for the Python side
+};
+
+/// Why the capture cannot run as a compiled training step ("" when it can): graph breaks, side
+/// effects, gradient cuts (detach, no_grad regions), a backend other than "xjit", --check.
+std::string trainingRefusal(const Capture &cap, bool xjitBackend, bool check);
+
+/// A step for the entry's inputs as they are now (which require grad).
+std::shared_ptr<TrainingStep> newTrainingStep(const CompiledEntry &e, SourceValues &values);
+
+/// Differentiates e.graph (after the cleanup pipeline) and compiles the forward and backward
+/// graphs natively. Returns "" or why the graph cannot train (no derivative rule, an output
+/// aliasing an input...); then the frame runs in Python. `id`/`loc` name --dump files.
+std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id);
+
+/// Runs a compiled training entry on the graph inputs: the outputs, recorded by autograd.
+std::vector<PyRef> runTraining(const CompiledEntry &e, const std::vector<PyRef> &inputs);
+
+/// xjit._frontend.training_forward(step, inputs) -> outputs + saved (one list) and
+/// training_backward(step, values) -> grads: run one compiled graph on torch tensors.
+PyObject *trainingForward(PyObject *capsule, PyObject *inputs);
+PyObject *trainingBackward(PyObject *capsule, PyObject *values);
+
+} // namespace xjit::frontend

@@ -1,0 +1,678 @@
+// Reverse-mode autodiff: splits a graph into a forward graph (outputs + saved values) and a
+// backward graph (grad outputs + saved values -> input grads), with one derivative rule per op.
+//
+// How: the joint graph is built first (the derivative rules append, in reverse op order, the ops
+// computing each input's gradient), then partitioned as AOTAutograd's default partitioner does:
+// the forward keeps the ops its outputs need; every other op the gradients need runs in the
+// backward, so values that rules derive from forward values (sigmoid's derivative from its
+// input, layer_norm's normalized input...) are recomputed there and only their operands are
+// saved. Anything the table does not cover throws AutodiffUnsupported: the frame then runs under
+// PyTorch's autograd, never with a wrong gradient.
+#include "passes.h"
+
+#include "xjit/ir/builder.h"
+#include "xjit/ir/diagnostics.h"
+#include "xjit/ir/op_registry.h"
+#include "xjit/passes/autodiff.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <numbers>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace xjit::passes {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+[[noreturn]] void unsupported(const Op &op, const std::string &why) {
+  throw AutodiffUnsupported(op.describe() + ": " + why);
+}
+
+bool isFloatTensor(const Value *v) { return v->type().isTensor() && isFloating(v->type().dtype()); }
+
+/// What a derivative rule is given: the op, the gradient of its (single) result, and which
+/// operands need a gradient. It returns one gradient per operand (nullptr: none).
+struct RuleArgs {
+  Builder &b;
+  const Op &op;
+  Value *g;
+  std::vector<bool> need;
+  Value *x(size_t i) const { return op.operand(i); }
+  Value *out() const { return op.result(0); }
+  Value *f(double v) const { return b.constantFloat(v); }
+  Value *un(std::string_view name, Value *a, AttrMap attrs = {}) const {
+    return b.op(name, {a}, std::move(attrs));
+  }
+  Value *bin(std::string_view name, Value *a, Value *c) const { return b.op(name, {a, c}); }
+  Value *mul(Value *a, Value *c) const { return bin("mul", a, c); }
+};
+using Rule = std::function<std::vector<Value *>(RuleArgs &)>;
+
+int64_t normDim(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
+
+Value *castTo(Builder &b, Value *v, DType d) {
+  return v->type().dtype() == d ? v : b.op("cast", {v}, {{"dtype", d}});
+}
+
+/// Sums a broadcast gradient back to the shape (and dtype) of the operand it flowed from.
+Value *sumTo(RuleArgs &a, Value *g, const Value *operand) {
+  const Type &t = operand->type();
+  const Shape &gs = g->type().shape(), &ts = t.shape();
+  if (gs.size() < ts.size()) unsupported(a.op, "gradient of lower rank than its operand");
+  const size_t lead = gs.size() - ts.size();
+  Ints keep;
+  for (size_t j = 0; j < ts.size(); ++j) {
+    if (ts[j] == gs[lead + j]) continue;
+    if (ts[j] == DimExpr(1))
+      keep.push_back(static_cast<int64_t>(lead + j));
+    else
+      unsupported(a.op, "cannot match the broadcast dims " + t.str() + " and " + g->type().str());
+  }
+  if (!keep.empty()) g = a.b.op("sum", {g}, {{"dims", keep}, {"keepdim", true}});
+  if (lead > 0) {
+    Ints leading;
+    for (size_t i = 0; i < lead; ++i)
+      leading.push_back(static_cast<int64_t>(i));
+    g = a.b.op("sum", {g}, {{"dims", leading}, {"keepdim", false}});
+  }
+  return castTo(a.b, g, t.dtype());
+}
+
+/// The gradient of a tensor operand i (nullptr when it needs none or is a Python scalar).
+Value *gradFor(RuleArgs &a, size_t i, Value *g) {
+  if (i >= a.need.size() || !a.need[i] || !a.x(i)->type().isTensor()) return nullptr;
+  return sumTo(a, g, a.x(i));
+}
+
+Ints staticShape(const RuleArgs &a, const Value *v) {
+  Ints s;
+  for (const DimExpr &d : v->type().shape()) {
+    if (!d.isStatic()) unsupported(a.op, "needs a static shape, has " + v->type().str());
+    s.push_back(d.value());
+  }
+  return s;
+}
+
+/// The reduced dims of a sum/mean-like op, normalized and sorted (all dims when empty).
+Ints reducedDims(const Op &op, const char *attr, int64_t rank) {
+  Ints dims;
+  if (const Attr *d = op.attrOrNull(attr); d && d->kind() == AttrKind::Ints) dims = d->asInts();
+  if (dims.empty())
+    for (int64_t i = 0; i < rank; ++i)
+      dims.push_back(i);
+  for (int64_t &d : dims)
+    d = normDim(d, rank);
+  std::sort(dims.begin(), dims.end());
+  return dims;
+}
+
+/// A reduction's gradient broadcast back over the reduced dims to x's shape.
+Value *expandReduced(RuleArgs &a, Value *g, const Ints &dims, bool keepdim, Value *x) {
+  if (!keepdim)
+    for (int64_t d : dims)
+      g = a.un("unsqueeze", g, {{"dim", d}});
+  // A static shape keeps x itself out of the backward's inputs (only its shape is needed).
+  Ints shape;
+  for (const DimExpr &d : x->type().shape()) {
+    if (!d.isStatic()) return a.b.op("expand_as", {g, x});
+    shape.push_back(d.value());
+  }
+  return a.un("expand", g, {{"shape", shape}});
+}
+
+bool attrBool(const Op &op, std::string_view name, bool dflt) {
+  const Attr *a = op.attrOrNull(name);
+  return a && a->kind() == AttrKind::Bool ? a->asBool() : dflt;
+}
+
+void requireNoDTypeAttr(const RuleArgs &a) {
+  if (const Attr *d = a.op.attrOrNull("dtype"); d && d->kind() == AttrKind::DType)
+    unsupported(a.op, "a dtype attribute (no rule for the conversion)");
+}
+
+/// matmul-like product gradients: dA = g·Bᵀ, dB = Aᵀ·g, each summed to its operand's shape.
+std::vector<Value *> productRule(RuleArgs &a, const char *product) {
+  Value *A = a.x(0), *B = a.x(1);
+  if (A->type().rank() < 2 || B->type().rank() < 2) unsupported(a.op, "a 1-D operand");
+  auto tr = [&](Value *v) {
+    return a.un("transpose", v, {{"dim0", int64_t(-2)}, {"dim1", int64_t(-1)}});
+  };
+  std::vector<Value *> r(a.op.numOperands(), nullptr);
+  if (a.need[0]) r[0] = sumTo(a, a.b.op(product, {a.g, tr(B)}), A);
+  if (a.need[1]) r[1] = sumTo(a, a.b.op(product, {tr(A), a.g}), B);
+  return r;
+}
+
+/// d/dx of gelu: Phi(x) + x·phi(x) (erf form) or the derivative of the tanh approximation.
+Value *geluDerivative(RuleArgs &a, Value *x) {
+  const Attr *ap = a.op.attrOrNull("approximate");
+  const std::string mode = ap && ap->kind() == AttrKind::Str ? ap->asStr() : "none";
+  if (mode == "tanh") {
+    const double k = std::sqrt(2.0 / std::numbers::pi), c = 0.044715;
+    Value *x2 = a.mul(x, x);
+    Value *inner = a.mul(a.mul(x, a.bin("add", a.mul(x2, a.f(c)), a.f(1.0))), a.f(k));
+    Value *t = a.un("tanh", inner);
+    Value *left = a.mul(a.bin("add", t, a.f(1.0)), a.f(0.5));
+    Value *dInner = a.mul(a.bin("add", a.mul(x2, a.f(3 * c)), a.f(1.0)), a.f(k));
+    Value *sech2 = a.bin("sub", a.f(1.0), a.mul(t, t));
+    return a.bin("add", left, a.mul(a.mul(a.mul(x, a.f(0.5)), sech2), dInner));
+  }
+  if (mode != "none") unsupported(a.op, "approximate = '" + mode + "'");
+  Value *cdf = a.mul(a.bin("add", a.un("erf", a.mul(x, a.f(1.0 / std::numbers::sqrt2))), a.f(1.0)),
+                     a.f(0.5));
+  Value *pdf = a.mul(a.un("exp", a.mul(a.mul(x, x), a.f(-0.5))),
+                     a.f(1.0 / std::sqrt(2.0 * std::numbers::pi)));
+  return a.bin("add", cdf, a.mul(x, pdf));
+}
+
+/// One rule per op, tinygrad / PyTorch derivatives.yaml style: the gradient of each operand
+/// given the gradient g of the result. Rules for unary ops return only operand 0's.
+const std::map<std::string, Rule> &ruleTable() {
+  static const std::map<std::string, Rule> table = [] {
+    std::map<std::string, Rule> t;
+    auto unary = [&](const char *name, std::function<Value *(RuleArgs &)> dx) {
+      t[name] = [dx](RuleArgs &a) -> std::vector<Value *> { return {a.mul(a.g, dx(a))}; };
+    };
+    // -- elementwise arithmetic (broadcasting: sumTo) --
+    t["add"] = [](RuleArgs &a) -> std::vector<Value *> {
+      const Attr *al = a.op.attrOrNull("alpha");
+      const double alpha = al ? al->asNumber() : 1.0;
+      Value *gy = alpha == 1.0 ? a.g : a.mul(a.g, a.f(alpha));
+      return {gradFor(a, 0, a.g), a.need[1] ? gradFor(a, 1, gy) : nullptr};
+    };
+    t["sub"] = [](RuleArgs &a) -> std::vector<Value *> {
+      const Attr *al = a.op.attrOrNull("alpha");
+      const double alpha = al ? al->asNumber() : 1.0;
+      return {gradFor(a, 0, a.g), a.need[1] ? gradFor(a, 1, a.mul(a.g, a.f(-alpha))) : nullptr};
+    };
+    t["mul"] = [](RuleArgs &a) -> std::vector<Value *> {
+      return {a.need[0] ? gradFor(a, 0, a.mul(a.g, a.x(1))) : nullptr,
+              a.need[1] ? gradFor(a, 1, a.mul(a.g, a.x(0))) : nullptr};
+    };
+    t["div"] = [](RuleArgs &a) -> std::vector<Value *> {
+      if (const Attr *m = a.op.attrOrNull("rounding_mode");
+          m && m->kind() == AttrKind::Str && !m->asStr().empty())
+        unsupported(a.op, "rounding division has no gradient");
+      Value *gx = a.bin("div", a.g, a.x(1));
+      return {a.need[0] ? gradFor(a, 0, gx) : nullptr,
+              a.need[1] ? gradFor(a, 1, a.un("neg", a.mul(gx, a.out()))) : nullptr};
+    };
+    t["neg"] = [](RuleArgs &a) -> std::vector<Value *> { return {a.un("neg", a.g)}; };
+    t["where"] = [](RuleArgs &a) -> std::vector<Value *> {
+      Value *zero = a.f(0.0);
+      return {nullptr, a.need[1] ? gradFor(a, 1, a.b.op("where", {a.x(0), a.g, zero})) : nullptr,
+              a.need[2] ? gradFor(a, 2, a.b.op("where", {a.x(0), zero, a.g})) : nullptr};
+    };
+    t["masked_fill"] = [](RuleArgs &a) -> std::vector<Value *> {
+      if (a.op.numOperands() > 2 && a.need[2])
+        unsupported(a.op, "a fill value that needs a gradient");
+      std::vector<Value *> r(a.op.numOperands(), nullptr);
+      r[0] = gradFor(a, 0, a.b.op("masked_fill", {a.g, a.x(1), a.f(0.0)}));
+      return r;
+    };
+    // -- unary elementwise: g * f'(x), from the result where that is cheaper --
+    unary("relu", [](RuleArgs &a) {
+      return castTo(a.b, a.bin("gt", a.out(), a.f(0.0)), a.g->type().dtype());
+    });
+    unary("gelu", [](RuleArgs &a) { return geluDerivative(a, a.x(0)); });
+    unary("tanh", [](RuleArgs &a) { return a.bin("sub", a.f(1.0), a.mul(a.out(), a.out())); });
+    unary("sigmoid", [](RuleArgs &a) { return a.mul(a.out(), a.bin("sub", a.f(1.0), a.out())); });
+    unary("silu", [](RuleArgs &a) {
+      Value *s = a.un("sigmoid", a.x(0));
+      Value *oneMinus = a.bin("sub", a.f(1.0), s);
+      return a.mul(s, a.bin("add", a.mul(a.x(0), oneMinus), a.f(1.0)));
+    });
+    unary("exp", [](RuleArgs &a) { return a.out(); });
+    unary("log", [](RuleArgs &a) { return a.un("reciprocal", a.x(0)); });
+    unary("sqrt", [](RuleArgs &a) { return a.bin("div", a.f(0.5), a.out()); });
+    unary("rsqrt",
+          [](RuleArgs &a) { return a.mul(a.mul(a.out(), a.mul(a.out(), a.out())), a.f(-0.5)); });
+    unary("reciprocal", [](RuleArgs &a) { return a.un("neg", a.mul(a.out(), a.out())); });
+    unary("square", [](RuleArgs &a) { return a.mul(a.x(0), a.f(2.0)); });
+    t["pow"] = [](RuleArgs &a) -> std::vector<Value *> {
+      if (a.x(1)->type().isTensor()) unsupported(a.op, "a tensor exponent");
+      if (a.x(1)->definingOp() == nullptr || a.x(1)->definingOp()->name() != "constant")
+        unsupported(a.op, "an exponent that is not a constant");
+      const double c = a.x(1)->definingOp()->attr("value").asNumber();
+      Value *d = a.mul(a.bin("pow", a.x(0), a.f(c - 1.0)), a.f(c));
+      return {a.mul(a.g, d), nullptr};
+    };
+    auto identity = [](RuleArgs &a) -> std::vector<Value *> { return {gradFor(a, 0, a.g)}; };
+    t["contiguous"] = t["clone"] = t["alias"] = identity;
+    t["dropout"] = [](RuleArgs &a) -> std::vector<Value *> {
+      const Attr *p = a.op.attrOrNull("p");
+      if (attrBool(a.op, "train", true) && (!p || p->asNumber() != 0.0))
+        unsupported(a.op, "dropout in training mode with p > 0 (its mask is not reproduced)");
+      return {a.g};
+    };
+    t["cast"] = t["to_copy"] = [](RuleArgs &a) -> std::vector<Value *> {
+      if (const Attr *d = a.op.attrOrNull("device"); d && d->kind() == AttrKind::Str)
+        unsupported(a.op, "a device transfer");
+      return {castTo(a.b, a.g, a.x(0)->type().dtype())};
+    };
+    // -- views: the inverse movement of the gradient --
+    auto reshapeBack = [](RuleArgs &a) -> std::vector<Value *> {
+      return {a.un("reshape", a.g, {{"shape", staticShape(a, a.x(0))}})};
+    };
+    t["reshape"] = t["view"] = t["flatten"] = t["unflatten"] = t["squeeze"] = reshapeBack;
+    t["unsqueeze"] = [](RuleArgs &a) -> std::vector<Value *> {
+      const int64_t d = normDim(a.op.attr("dim").asInt(), a.out()->type().rank());
+      return {a.un("squeeze", a.g, {{"dim", Ints{d}}})};
+    };
+    t["permute"] = [](RuleArgs &a) -> std::vector<Value *> {
+      const Ints &dims = a.op.attr("dims").asInts();
+      Ints inverse(dims.size());
+      for (size_t i = 0; i < dims.size(); ++i)
+        inverse[static_cast<size_t>(normDim(dims[i], static_cast<int64_t>(dims.size())))] =
+            static_cast<int64_t>(i);
+      return {a.un("permute", a.g, {{"dims", inverse}})};
+    };
+    t["transpose"] = [](RuleArgs &a) -> std::vector<Value *> {
+      return {a.un("transpose", a.g, {{"dim0", a.op.attr("dim0")}, {"dim1", a.op.attr("dim1")}})};
+    };
+    t["t"] = [](RuleArgs &a) -> std::vector<Value *> { return {a.un("t", a.g)}; };
+    t["expand"] = identity;
+    t["expand_as"] = [](RuleArgs &a) -> std::vector<Value *> {
+      return {gradFor(a, 0, a.g), nullptr};
+    };
+    t["slice"] = [](RuleArgs &a) -> std::vector<Value *> {
+      // Zero-pad the gradient back along the sliced dim (step 1 only).
+      const Attr *st = a.op.attrOrNull("step");
+      if (st && st->asInt() != 1) unsupported(a.op, "a slice with step != 1");
+      const int64_t rank = a.x(0)->type().rank();
+      const int64_t dim = normDim(a.op.attrOrNull("dim") ? a.op.attr("dim").asInt() : 0, rank);
+      const auto size = a.x(0)->type().shape()[static_cast<size_t>(dim)].staticValue();
+      if (!size) unsupported(a.op, "a slice of a symbolic dim");
+      auto clampIdx = [&](int64_t v) {
+        if (v < 0) v += *size;
+        return std::clamp<int64_t>(v, 0, *size);
+      };
+      const int64_t start = clampIdx(a.op.attrOrNull("start") ? a.op.attr("start").asInt() : 0);
+      const int64_t end =
+          std::max(start, clampIdx(a.op.attrOrNull("end") ? a.op.attr("end").asInt() : *size));
+      Ints pad(static_cast<size_t>(2 * (rank - dim)), 0);
+      pad[pad.size() - 2] = start;
+      pad[pad.size() - 1] = *size - end;
+      return {a.un("pad", a.g, {{"pad", pad}})};
+    };
+    t["select"] = [](RuleArgs &a) -> std::vector<Value *> {
+      const int64_t rank = a.x(0)->type().rank();
+      const int64_t dim = normDim(a.op.attr("dim").asInt(), rank);
+      const auto size = a.x(0)->type().shape()[static_cast<size_t>(dim)].staticValue();
+      if (!size) unsupported(a.op, "a select on a symbolic dim");
+      int64_t index = a.op.attr("index").asInt();
+      if (index < 0) index += *size;
+      Ints pad(static_cast<size_t>(2 * (rank - dim)), 0);
+      pad[pad.size() - 2] = index;
+      pad[pad.size() - 1] = *size - index - 1;
+      return {a.un("pad", a.un("unsqueeze", a.g, {{"dim", dim}}), {{"pad", pad}})};
+    };
+    // -- reductions --
+    t["sum"] = [](RuleArgs &a) -> std::vector<Value *> {
+      requireNoDTypeAttr(a);
+      const Ints dims = reducedDims(a.op, "dims", a.x(0)->type().rank());
+      return {expandReduced(a, a.g, dims, attrBool(a.op, "keepdim", false), a.x(0))};
+    };
+    t["mean"] = [](RuleArgs &a) -> std::vector<Value *> {
+      requireNoDTypeAttr(a);
+      const Ints dims = reducedDims(a.op, "dims", a.x(0)->type().rank());
+      int64_t n = 1;
+      for (int64_t d : dims) {
+        auto s = a.x(0)->type().shape()[static_cast<size_t>(d)].staticValue();
+        if (!s) unsupported(a.op, "a mean over a symbolic dim");
+        n *= *s;
+      }
+      Value *g = a.mul(a.g, a.f(1.0 / static_cast<double>(n)));
+      return {expandReduced(a, g, dims, attrBool(a.op, "keepdim", false), a.x(0))};
+    };
+    t["softmax"] = [](RuleArgs &a) -> std::vector<Value *> {
+      requireNoDTypeAttr(a);
+      Value *gy = a.mul(a.g, a.out());
+      Value *s = a.b.op("sum", {gy}, {{"dims", Ints{a.op.attr("dim").asInt()}}, {"keepdim", true}});
+      return {a.bin("sub", gy, a.mul(a.out(), s))};
+    };
+    t["log_softmax"] = [](RuleArgs &a) -> std::vector<Value *> {
+      requireNoDTypeAttr(a);
+      Value *s =
+          a.b.op("sum", {a.g}, {{"dims", Ints{a.op.attr("dim").asInt()}}, {"keepdim", true}});
+      return {a.bin("sub", a.g, a.mul(a.un("exp", a.out()), s))};
+    };
+    // -- linear algebra --
+    t["matmul"] = [](RuleArgs &a) { return productRule(a, "matmul"); };
+    t["mm"] = [](RuleArgs &a) { return productRule(a, "mm"); };
+    t["bmm"] = [](RuleArgs &a) { return productRule(a, "bmm"); };
+    t["linear"] = [](RuleArgs &a) -> std::vector<Value *> {
+      Value *x = a.x(0), *w = a.x(1);
+      if (w->type().rank() != 2 || x->type().rank() < 1) unsupported(a.op, "a 1-D weight");
+      std::vector<Value *> r(a.op.numOperands(), nullptr);
+      if (a.need[0]) r[0] = sumTo(a, a.b.op("matmul", {a.g, w}), x);
+      if (a.need[1]) {
+        const int64_t in = staticShape(a, w)[1], out = staticShape(a, w)[0];
+        Value *g2 = a.un("reshape", a.g, {{"shape", Ints{-1, out}}});
+        Value *x2 = a.un("reshape", x, {{"shape", Ints{-1, in}}});
+        r[1] = castTo(a.b, a.b.op("mm", {a.un("t", g2), x2}), w->type().dtype());
+      }
+      if (a.op.numOperands() > 2 && a.need[2]) r[2] = sumTo(a, a.g, a.x(2));
+      return r;
+    };
+    t["addmm"] = [](RuleArgs &a) -> std::vector<Value *> {
+      const Attr *be = a.op.attrOrNull("beta"), *al = a.op.attrOrNull("alpha");
+      const double beta = be ? be->asNumber() : 1.0, alpha = al ? al->asNumber() : 1.0;
+      Value *g = alpha == 1.0 ? a.g : a.mul(a.g, a.f(alpha));
+      std::vector<Value *> r(3, nullptr);
+      if (a.need[0])
+        r[0] = beta == 0.0 ? nullptr : sumTo(a, beta == 1.0 ? a.g : a.mul(a.g, a.f(beta)), a.x(0));
+      if (a.need[1]) r[1] = a.b.op("mm", {g, a.un("t", a.x(2))});
+      if (a.need[2]) r[2] = a.b.op("mm", {a.un("t", a.x(1)), g});
+      return r;
+    };
+    // -- normalization and embedding --
+    t["layer_norm"] = [](RuleArgs &a) -> std::vector<Value *> {
+      Value *x = a.x(0);
+      const int64_t rank = x->type().rank();
+      const int64_t k = static_cast<int64_t>(a.op.attr("normalized_shape").asInts().size());
+      const Attr *e = a.op.attrOrNull("eps");
+      const double eps = e ? e->asNumber() : 1e-5;
+      Ints norm, lead;
+      for (int64_t d = 0; d < rank; ++d)
+        (d >= rank - k ? norm : lead).push_back(d);
+      // Recomputed in the backward from x: mean, 1/std and the normalized input.
+      auto meanOver = [&](Value *v) {
+        return a.b.op("mean", {v}, {{"dims", norm}, {"keepdim", true}});
+      };
+      Value *centered = a.bin("sub", x, meanOver(x));
+      Value *rstd = a.un("rsqrt", a.bin("add", meanOver(a.mul(centered, centered)), a.f(eps)));
+      Value *xhat = a.mul(centered, rstd);
+      Value *w = a.op.numOperands() > 1 && a.x(1)->type().isTensor() ? a.x(1) : nullptr;
+      Value *b = a.op.numOperands() > 2 && a.x(2)->type().isTensor() ? a.x(2) : nullptr;
+      std::vector<Value *> r(a.op.numOperands(), nullptr);
+      auto sumLead = [&](Value *v) {
+        return lead.empty() ? v : a.b.op("sum", {v}, {{"dims", lead}, {"keepdim", false}});
+      };
+      if (w && a.need[1]) r[1] = sumLead(a.mul(a.g, xhat));
+      if (b && a.need[2]) r[2] = sumLead(a.g);
+      if (a.need[0]) {
+        Value *gh = w ? a.mul(a.g, w) : a.g;
+        Value *inner =
+            a.bin("sub", a.bin("sub", gh, meanOver(gh)), a.mul(xhat, meanOver(a.mul(gh, xhat))));
+        r[0] = a.mul(inner, rstd);
+      }
+      return r;
+    };
+    t["embedding"] = [](RuleArgs &a) -> std::vector<Value *> {
+      Value *w = a.x(0), *idx = a.x(1);
+      const Attr *pi = a.op.attrOrNull("padding_idx");
+      const int64_t pad = pi ? pi->asInt() : -1;
+      Value *g = a.g;
+      if (pad >= 0) { // rows of padding_idx get no gradient, as in torch
+        Value *isPad =
+            a.un("unsqueeze", a.bin("eq", idx, a.b.constantInt(pad)), {{"dim", int64_t(-1)}});
+        g = a.b.op("masked_fill", {g, isPad, a.f(0.0)});
+      }
+      Value *zeros = a.un("zeros_like", w);
+      return {a.b.op("index_put", {zeros, g, idx}, {{"accumulate", true}}), nullptr};
+    };
+    return t;
+  }();
+  return table;
+}
+
+/// Ops whose results never carry a gradient (integer/bool results are already excluded).
+bool stopsGradient(const Op &op) {
+  static const std::set<std::string, std::less<>> stops = {"zeros_like", "ones_like", "full_like",
+                                                           "empty_like", "size"};
+  return stops.count(op.name()) > 0;
+}
+
+void checkDifferentiable(const Graph &g) {
+  g.walk([](Op *op) {
+    if (op->numRegions() > 0) unsupported(*op, "control flow is not differentiated");
+    if (op->def().has(kInPlace)) unsupported(*op, "an in-place op");
+    if (op->def().has(kSideEffect) && !op->def().has(kTerminator))
+      unsupported(*op, "an op with side effects");
+    if (op->name() == "external_call") unsupported(*op, "a call into PyTorch (no rule)");
+  });
+}
+
+struct Joint {
+  std::unique_ptr<Graph> graph;
+  size_t numInputs = 0, numOutputs = 0;
+  std::vector<size_t> gradOutputs, wrt;
+};
+
+Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
+  Joint j;
+  j.graph = src.clone();
+  Graph &g = *j.graph;
+  checkDifferentiable(g);
+  j.numInputs = g.numInputs();
+  std::unordered_set<const Value *> needs;
+  for (size_t i = 0; i < g.numInputs(); ++i)
+    if (i < requiresGrad.size() && requiresGrad[i] && isFloatTensor(g.input(i))) {
+      needs.insert(g.input(i));
+      j.wrt.push_back(i);
+    }
+  Op *ret = g.body()->terminator();
+  std::vector<Op *> ops;
+  for (Op *op : *g.body()) {
+    if (op == ret) continue;
+    ops.push_back(op);
+    if (stopsGradient(*op)) continue;
+    bool any = std::any_of(op->operands().begin(), op->operands().end(),
+                           [&](Value *v) { return needs.count(v) > 0; });
+    if (!any) continue;
+    for (const auto &r : op->results())
+      if (isFloatTensor(r.get())) needs.insert(r.get());
+  }
+  const std::vector<Value *> outs = g.outputs();
+  j.numOutputs = outs.size();
+  std::unordered_map<const Value *, Value *> grads;
+  Builder b(g.body(), ret);
+  auto accumulate = [&](const Value *v, Value *gv) {
+    auto [it, fresh] = grads.emplace(v, gv);
+    if (!fresh) it->second = b.op("add", {it->second, gv});
+  };
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (needs.count(outs[i])) {
+      j.gradOutputs.push_back(i);
+      Value *gin = g.addInput(outs[i]->type(), "grad_" + std::to_string(i));
+      accumulate(outs[i], gin);
+    }
+  for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+    Op *op = *it;
+    if (op->numResults() == 0) continue;
+    auto gi = grads.find(op->result(0));
+    bool hasGrad = false;
+    for (const auto &r : op->results())
+      hasGrad |= grads.count(r.get()) > 0;
+    if (!hasGrad) continue;
+    if (op->numResults() != 1) unsupported(*op, "an op with several results");
+    RuleArgs args{b, *op, gi->second, {}};
+    bool anyNeed = false;
+    for (Value *v : op->operands()) {
+      args.need.push_back(needs.count(v) > 0);
+      anyNeed |= args.need.back();
+    }
+    if (!anyNeed) continue;
+    auto rule = ruleTable().find(op->name());
+    if (rule == ruleTable().end()) unsupported(*op, "no derivative rule for '" + op->name() + "'");
+    b.setLoc(op->loc());
+    std::vector<Value *> operandGrads = rule->second(args);
+    for (size_t k = 0; k < operandGrads.size() && k < op->numOperands(); ++k)
+      if (operandGrads[k] && args.need[k]) {
+        if (operandGrads[k]->type() != op->operand(k)->type())
+          unsupported(*op, "the gradient of operand " + std::to_string(k) + " has type " +
+                               operandGrads[k]->type().str() + ", not " +
+                               op->operand(k)->type().str());
+        accumulate(op->operand(k), operandGrads[k]);
+      }
+  }
+  b.setLoc(ret->loc());
+  std::vector<Value *> results = outs;
+  for (size_t i : j.wrt) {
+    auto it = grads.find(g.input(i));
+    results.push_back(it != grads.end() ? it->second : b.op("zeros_like", {g.input(i)}));
+  }
+  ret->setOperands(results);
+  return j;
+}
+
+Op *copyOp(Block *into, const Op *op, std::unordered_map<const Value *, Value *> &map) {
+  std::vector<Value *> operands;
+  for (Value *v : op->operands())
+    operands.push_back(map.at(v));
+  std::vector<Type> types;
+  for (const auto &r : op->results())
+    types.push_back(r->type());
+  auto copy = std::make_unique<Op>(&op->def(), operands, types, op->attrs(), op->loc());
+  Op *placed = into->push_back(std::move(copy));
+  for (size_t i = 0; i < op->numResults(); ++i) {
+    placed->result(i)->setName(op->result(i)->name());
+    map[op->result(i)] = placed->result(i);
+  }
+  return placed;
+}
+
+} // namespace
+
+std::unique_ptr<Graph> jointGraph(const Graph &g, const std::vector<bool> &requiresGrad,
+                                  std::vector<size_t> *gradOutputs, std::vector<size_t> *wrt) {
+  Joint j = buildJoint(g, requiresGrad);
+  if (gradOutputs) *gradOutputs = j.gradOutputs;
+  if (wrt) *wrt = j.wrt;
+  return std::move(j.graph);
+}
+
+AutodiffGraphs differentiate(const Graph &src, const std::vector<bool> &requiresGrad) {
+  Joint j = buildJoint(src, requiresGrad);
+  Graph &g = *j.graph;
+  Op *ret = g.body()->terminator();
+  const std::vector<Value *> results = g.outputs();
+  // Forward: the ops the original outputs need.
+  std::unordered_set<const Op *> fwd, bwd;
+  std::vector<const Value *> work(results.begin(),
+                                  results.begin() + static_cast<long>(j.numOutputs));
+  while (!work.empty()) {
+    const Value *v = work.back();
+    work.pop_back();
+    Op *def = v->definingOp();
+    if (!def || !fwd.insert(def).second) continue;
+    for (Value *o : def->operands())
+      work.push_back(o);
+  }
+  // Backward: every other op the gradients need; forward values it reads are saved (constants,
+  // which have no operands, are rebuilt in the backward instead).
+  std::vector<const Value *> savedValues;
+  std::set<size_t> savedInputs;
+  std::unordered_set<const Value *> seen;
+  work.assign(results.begin() + static_cast<long>(j.numOutputs), results.end());
+  while (!work.empty()) {
+    const Value *v = work.back();
+    work.pop_back();
+    if (!seen.insert(v).second) continue;
+    Op *def = v->definingOp();
+    if (!def) {
+      if (v->index() < j.numInputs) savedInputs.insert(v->index());
+      continue;
+    }
+    if (fwd.count(def) && def->numOperands() > 0) {
+      savedValues.push_back(v);
+      continue;
+    }
+    if (!bwd.insert(def).second) continue;
+    for (Value *o : def->operands())
+      work.push_back(o);
+  }
+  // Saved values in forward order (deterministic signatures).
+  std::unordered_map<const Op *, size_t> order;
+  for (Op *op : *g.body())
+    order[op] = order.size();
+  std::sort(savedValues.begin(), savedValues.end(), [&](const Value *x, const Value *y) {
+    size_t ox = order.at(x->definingOp()), oy = order.at(y->definingOp());
+    return ox != oy ? ox < oy : x->index() < y->index();
+  });
+
+  AutodiffGraphs r;
+  r.numOutputs = j.numOutputs;
+  r.numSaved = savedValues.size();
+  r.savedInputs.assign(savedInputs.begin(), savedInputs.end());
+  r.gradOutputs = j.gradOutputs;
+  r.wrt = j.wrt;
+
+  r.forward = std::make_unique<Graph>(src.name() + ".forward");
+  std::unordered_map<const Value *, Value *> fmap;
+  for (size_t i = 0; i < j.numInputs; ++i)
+    fmap[g.input(i)] = r.forward->addInput(g.input(i)->type(), g.input(i)->name());
+  for (Op *op : *g.body())
+    if (op != ret && fwd.count(op)) copyOp(r.forward->body(), op, fmap);
+  std::vector<Value *> fouts;
+  for (size_t i = 0; i < j.numOutputs; ++i)
+    fouts.push_back(fmap.at(results[i]));
+  for (const Value *v : savedValues)
+    fouts.push_back(fmap.at(v));
+  r.forward->body()->push_back(
+      std::make_unique<Op>(&ret->def(), fouts, std::vector<Type>{}, AttrMap{}, ret->loc()));
+
+  r.backward = std::make_unique<Graph>(src.name() + ".backward");
+  std::unordered_map<const Value *, Value *> bmap;
+  for (const Value *v : savedValues)
+    bmap[v] = r.backward->addInput(v->type(), v->name().empty() ? "saved" : v->name());
+  for (size_t i : r.savedInputs)
+    bmap[g.input(i)] = r.backward->addInput(g.input(i)->type(), g.input(i)->name());
+  for (size_t i = j.numInputs; i < g.numInputs(); ++i)
+    bmap[g.input(i)] = r.backward->addInput(g.input(i)->type(), g.input(i)->name());
+  for (Op *op : *g.body())
+    if (op != ret && bwd.count(op)) copyOp(r.backward->body(), op, bmap);
+  std::vector<Value *> bouts;
+  for (size_t i = j.numOutputs; i < results.size(); ++i)
+    bouts.push_back(bmap.at(results[i]));
+  r.backward->body()->push_back(
+      std::make_unique<Op>(&ret->def(), bouts, std::vector<Type>{}, AttrMap{}, ret->loc()));
+  return r;
+}
+
+std::vector<std::string> differentiableOps() {
+  std::vector<std::string> names;
+  for (const auto &[name, rule] : ruleTable())
+    names.push_back(name);
+  return names;
+}
+
+/// The table entry: with `wrt` empty (the default) it leaves the graph alone; else it replaces
+/// the graph by the joint, forward or backward graph (for xjit-opt and lit tests).
+bool runAutodiff(Graph &g, PassContext &ctx) {
+  const std::string &wrt = ctx.option("wrt");
+  if (wrt.empty()) return false;
+  std::vector<bool> flags(g.numInputs(), wrt == "all");
+  if (wrt != "all") {
+    std::stringstream ss(wrt);
+    std::string item;
+    while (std::getline(ss, item, ','))
+      if (size_t i = std::stoul(item); i < flags.size()) flags[i] = true;
+  }
+  const std::string &part = ctx.option("part");
+  std::unique_ptr<Graph> out;
+  try {
+    if (part == "joint") {
+      out = jointGraph(g, flags);
+    } else {
+      AutodiffGraphs r = differentiate(g, flags);
+      out = std::move(part == "forward" ? r.forward : r.backward);
+      ctx.count("saved-values", static_cast<int64_t>(r.numSaved));
+    }
+  } catch (const AutodiffUnsupported &ex) {
+    throw Error(ErrorKind::User, std::string("autodiff: ") + ex.what());
+  }
+  out->setName(g.name());
+  g = std::move(*out);
+  ctx.count("graphs-differentiated");
+  return true;
+}
+
+} // namespace xjit::passes
