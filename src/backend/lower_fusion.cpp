@@ -128,6 +128,27 @@ std::vector<int64_t> viewPermutation(const Op &op, int64_t rank) {
   return perm;
 }
 
+/// The dim of tensor v expected to have unit stride: the last, unless v is a permutation
+/// (permute, transpose, t) of such a value, where it is the dim the source's unit dim went to (a
+/// guess the kernel's stride check confirms at run time; a kernel reading a transposed view then
+/// gets a fast version laid out for it instead of the general one). -1 for rank 0.
+int64_t expectedUnitDim(const Value *v) {
+  const Type &t = v->type();
+  if (!t.isTensor()) return -1;
+  int64_t rank = t.rank();
+  const Op *op = v->definingOp();
+  if (rank < 2 || !op || op->numOperands() < 1) return rank - 1;
+  const std::string &n = op->name();
+  const Type &src = op->operand(0)->type();
+  if ((n != "permute" && n != "transpose" && n != "t") || !src.isTensor() || src.rank() != rank)
+    return rank - 1;
+  int64_t unit = expectedUnitDim(op->operand(0));
+  std::vector<int64_t> perm = viewPermutation(*op, rank);
+  for (int64_t j = 0; j < rank; ++j)
+    if (perm[size_t(j)] == unit) return j;
+  return rank - 1;
+}
+
 enum class Mode { General, InnerUnit, Flat };
 
 /// Thrown while building a fast version that does not apply.
@@ -225,6 +246,8 @@ private:
       if (t.isTensor()) {
         lk_.inputBuffer[i] = int64_t(k.buffers.size());
         k.buffers.push_back({name, t.dtype(), t.shape(), false});
+        unitDim_.push_back(outerInputs_.size() == inputs_.size() ? expectedUnitDim(outerInputs_[i])
+                                                                 : t.rank() - 1);
       } else if (t.isScalar()) {
         lk_.inputScalar[i] = int64_t(k.scalars.size());
         DType d = t.kind() == TypeKind::Float ? DType::F64
@@ -243,6 +266,7 @@ private:
       lk_.outputTypes.push_back(t);
       lk_.outputBuffer.push_back(int64_t(k.buffers.size()));
       k.buffers.push_back({"out" + std::to_string(o), t.dtype(), t.shape(), true});
+      unitDim_.push_back(t.rank() - 1); // the runtime's buffers are contiguous
     }
   }
 
@@ -326,7 +350,7 @@ private:
     if (mode_ == Mode::Flat) {
       if (std::all_of(idx.begin(), idx.end(), [](const Expr &e) { return isConst(e, 0); }))
         return constIdx(0);
-      bool identity = rank == shape_.size();
+      bool identity = rank == shape_.size() && unitDim_[size_t(b)] == int64_t(rank) - 1;
       for (size_t d = 0; identity && d < rank; ++d)
         identity = idx[d] == iter_[d];
       if (!identity) throw NotApplicable();
@@ -345,7 +369,7 @@ private:
     for (size_t d = 0; d < rank; ++d) {
       if (isConst(idx[d], 0)) continue; // a broadcast read, or a size-1 dim
       Expr stride = strideOf(b, int64_t(d));
-      if (mode_ == Mode::InnerUnit && d + 1 == rank && isInnerVar(idx[d])) {
+      if (mode_ == Mode::InnerUnit && int64_t(d) == unitDim_[size_t(b)] && isInnerVar(idx[d])) {
         stride = constIdx(1);
         if (condBuffers_.insert(b).second)
           conds_.push_back(compare(CmpOp::Eq, strideOf(b, int64_t(d)), constIdx(1)));
@@ -447,6 +471,42 @@ private:
       reductions_.push_back(op);
       reductionInfo_.emplace(op, *info);
     }
+    if (!reductions_.empty()) innerDim_ = chooseInnerDim();
+  }
+
+  /// The full dim the innermost loop runs along: the one with unit stride in the first
+  /// reduction's operand, traced through elementwise ops and permutations to an input buffer
+  /// (a reduction of x.permute(0, 2, 1) over dim 0 keeps dim 1 innermost: lanes along memory),
+  /// else the last.
+  size_t chooseInnerDim() {
+    size_t rank = fullShape_.size();
+    if (rank == 0) return 0;
+    std::function<int64_t(const Value *, int)> unitOf = [&](const Value *v, int depth) -> int64_t {
+      if (depth > 32 || !v->type().isTensor()) return -1;
+      if (auto it = inputIndex_.find(v); it != inputIndex_.end()) {
+        int64_t b = lk_.inputBuffer[it->second];
+        return b >= 0 ? unitDim_[size_t(b)] : -1;
+      }
+      const Op *op = v->definingOp();
+      if (!op || !ops_.count(op) || red::isReductionLike(*op)) return -1;
+      const std::string &n = op->name();
+      int64_t rank = v->type().rank();
+      if (n == "permute" || n == "transpose" || n == "t") {
+        int64_t u = unitOf(op->operand(0), depth + 1);
+        std::vector<int64_t> perm = viewPermutation(*op, rank);
+        for (int64_t j = 0; u >= 0 && j < rank; ++j)
+          if (perm[size_t(j)] == u) return j;
+        return -1;
+      }
+      if (kViewOps.count(n)) return -1;
+      for (const Value *a : op->operands()) // an elementwise op: its full-shaped operands
+        if (a->type().isTensor() && a->type().shape() == v->type().shape())
+          if (int64_t u = unitOf(a, depth + 1); u >= 0) return u;
+      return -1;
+    };
+    int64_t u = unitOf(reductions_.front()->operand(0), 0);
+    if (u < 0 || u >= int64_t(rank) || isStaticOne(fullShape_[size_t(u)])) return rank - 1;
+    return size_t(u);
   }
 
   bool isReduced(size_t d) const {
@@ -501,7 +561,7 @@ private:
       }
       if (j >= idx.size()) return false;
       const Expr &e = idx[j++];
-      const Expr &want = lanes_ && d + 1 == fullShape_.size() ? laneIndex_ : outer_[d];
+      const Expr &want = lanes_ && d == innerDim_ ? laneIndex_ : outer_[d];
       if (e != want && !(isStaticOne(fullShape_[d]) && isConst(e, 0))) return false;
     }
     return j == idx.size();
@@ -582,7 +642,7 @@ private:
                                       int64_t(k.errors.size()) - 1));
       }
     }
-    if (!opts_.fastPaths || fullShape_.empty() || isStaticOne(fullShape_.back()))
+    if (!opts_.fastPaths || fullShape_.empty() || isStaticOne(fullShape_[innerDim_]))
       return emitReductionVariant(Mode::General, full, reduced);
     StmtList general;
     if (!opts_.lazyGeneral) general = emitReductionVariant(Mode::General, full, reduced);
@@ -607,8 +667,8 @@ private:
       fullExtents_.push_back(fullExtent(d));
     outer_.assign(rank, nullptr);
     // Lane mode: the innermost dim is kept and something is reduced (see newLane).
-    lanes_ = rank > 0 && !reducedDims_.empty() && !isReduced(rank - 1) &&
-             !isStaticOne(fullShape_.back());
+    lanes_ = rank > 0 && !reducedDims_.empty() && !isReduced(innerDim_) &&
+             !isStaticOne(fullShape_[innerDim_]);
     std::vector<int64_t> outerIds;
     std::vector<Expr> loopExtents(rank);
     for (size_t d = 0; d < rank; ++d) {
@@ -616,17 +676,21 @@ private:
       outerIds.push_back(k.newVar());
       outer_[d] = var(outerIds.back());
       loopExtents[d] = fullExtents_[d];
-      if (d + 1 == rank && !lanes_) innerVars_.push_back(outer_[d]);
+      if (d == innerDim_ && !lanes_) innerVars_.push_back(outer_[d]);
     }
     if (lanes_) {
       // The last outer loop runs over blocks: lanes [block * kLanes, min(+kLanes, extent)).
-      Expr block = outer_[rank - 1], n = fullExtents_[rank - 1];
-      loopExtents[rank - 1] =
-          binary(BinaryOp::Div, addIdx(n, constIdx(kLanes - 1)), constIdx(kLanes)); // n >= 0
+      // A static count of blocks, so that a single block leaves the parallel loop to another dim.
+      Expr block = outer_[innerDim_], n = fullExtents_[innerDim_];
+      const DimExpr &size = fullShape_[innerDim_];
+      loopExtents[innerDim_] =
+          size.isStatic()
+              ? constIdx((size.value() + kLanes - 1) / kLanes)
+              : binary(BinaryOp::Div, addIdx(n, constIdx(kLanes - 1)), constIdx(kLanes)); // n >= 0
       laneBase_ = mulIdx(block, constIdx(kLanes));
       laneCount_ = binary(BinaryOp::Min, constIdx(kLanes), binary(BinaryOp::Sub, n, laneBase_));
       lanePlaceholder_ = var(-1000); // never reaches the kernel (atLane replaces it)
-      outer_[rank - 1] = nullptr;
+      outer_[innerDim_] = nullptr;
     }
     StmtList stores;
     for (size_t o : reduced) {
@@ -636,13 +700,13 @@ private:
       Expr lane;
       if (lanes_) {
         lane = newLane();
-        outer_[rank - 1] = laneIndex_;
+        outer_[innerDim_] = laneIndex_;
       }
       std::vector<Expr> idx = rowIndex(keepdim);
       Expr value = cast(k.buffers[size_t(b)].dtype, valueAt(outputs_[o], idx));
       Stmt st = store(b, offsetOf(b, idx), std::move(value));
       if (lanes_) {
-        outer_[rank - 1] = nullptr;
+        outer_[innerDim_] = nullptr;
         st = laneLoop(lane, {std::move(st)});
       }
       stores.push_back(std::move(st));
@@ -679,7 +743,7 @@ private:
     for (size_t j = rowDims.size(); j-- > 0;)
       if (j != par) body = {forLoop(outerIds[j], rowExtents[j], std::move(body), vec)};
     size_t d = rowDims[par];
-    Expr work = lanes_ && d + 1 == rank ? constIdx(kLanes) : constIdx(1);
+    Expr work = lanes_ && d == innerDim_ ? constIdx(kLanes) : constIdx(1);
     for (size_t e = 0; e < rank; ++e)
       if (e != d) work = mulIdx(work, fullExtents_[e]);
     return {parallelFor(outerIds[par], rowExtents[par], work, std::move(body), vec)};
@@ -722,21 +786,27 @@ private:
       if (isReduced(d)) idx[d] = var(lk_.kernel.newVar());
     if (lanes_) {
       newLane();
-      idx.back() = laneIndex_;
+      idx[innerDim_] = laneIndex_;
     }
-    if (!idx.empty() && isReduced(idx.size() - 1)) innerVars_.push_back(idx.back());
+    if (!idx.empty() && isReduced(innerDim_)) innerVars_.push_back(idx[innerDim_]);
     return idx;
   }
 
   /// Loops over the reduced dims of `idx` (made by rowLoopIndex) around `body`; in lane mode
-  /// the lane loop is innermost.
+  /// the lane loop is innermost, else the loop along innerDim_ when it is reduced.
   StmtList wrapRowLoops(const std::vector<Expr> &idx, StmtList body, const Expr &lane = nullptr) {
     if (lane) body = {laneLoop(lane, std::move(body))};
+    bool vec = mode_ != Mode::General;
+    if (!idx.empty() && isReduced(innerDim_))
+      body = {forLoop(idx[innerDim_]->index, fullExtents_[innerDim_], std::move(body), vec)};
     for (size_t d = idx.size(); d-- > 0;)
-      if (isReduced(d))
-        body = {forLoop(idx[d]->index, fullExtents_[d], std::move(body), mode_ != Mode::General)};
+      if (isReduced(d) && d != innerDim_)
+        body = {forLoop(idx[d]->index, fullExtents_[d], std::move(body), vec)};
     return body;
   }
+
+  /// The full dim of the outermost loop wrapRowLoops makes when every dim is reduced.
+  size_t outermostReducedDim() const { return innerDim_ == 0 && fullShape_.size() > 1 ? 1 : 0; }
 
   /// Appends `acc = init; for row: acc = combine(acc, value(idx))` to the current row's
   /// statements; returns the accumulator's value after the loop.
@@ -749,7 +819,7 @@ private:
     Expr lane = laneVar_;
     Expr v = cast(accType, value(idx)); // may append the reductions it reads first
     laneVar_ = lane;                    // (they set their own lanes)
-    laneIndex_ = idx.empty() ? nullptr : idx.back();
+    laneIndex_ = idx.empty() ? nullptr : idx[innerDim_];
     StmtList body;
     if (alsoStoreIn >= 0) {
       // Reduce what was stored (LLVM forwards the store), so the value is computed once.
@@ -768,8 +838,8 @@ private:
       // pass's result, which a task does not see).
       if (chunked && loops.size() == 1 && loops[0].kind == StmtKind::For) {
         Expr work = constIdx(1);
-        for (size_t d = 1; d < fullExtents_.size(); ++d)
-          work = mulIdx(work, fullExtents_[d]);
+        for (size_t d = 0; d < fullExtents_.size(); ++d)
+          if (d != outermostReducedDim()) work = mulIdx(work, fullExtents_[d]);
         Stmt &loop = loops[0];
         loop =
             parallelFor(loop.index, loop.a, std::move(work), std::move(loop.body), loop.vectorize);
@@ -1070,6 +1140,7 @@ private:
   std::set<std::pair<DimExpr, DimExpr>> sameSizeSeen_;
   StmtList asserts_;
   std::vector<Expr> strideChecks_; // conditions of the fast versions (LowerOptions::lazyGeneral)
+  std::vector<int64_t> unitDim_;   // per buffer: the dim expected to have unit stride
 
   // The version being built.
   Mode mode_ = Mode::General;
@@ -1087,6 +1158,7 @@ private:
   std::unordered_map<const Op *, RowStats> reductionValues_;
   Shape fullShape_;
   std::vector<int64_t> reducedDims_;
+  size_t innerDim_ = 0; // the full dim along which the innermost loop runs (chooseInnerDim)
   std::vector<Expr> outer_, fullExtents_, innerVars_;
   StmtList pre_;
   // Lane mode (see newLane): the block's first index and lane count, the current lane's

@@ -1,0 +1,72 @@
+"""Kernels whose inputs are permuted views: reductions over a transposed input (the loop order
+follows the input's strides, docs/backend.md "Reduction kernels") and copies of a transposed
+input (in-graph `contiguous`, e.g. the output of index_fill on a transposed input), eager vs xjit
+(and torch.compile with --inductor), side by side in one process, 1 thread, median of
+interleaved repeats of the calling thread's CPU time (fair on a loaded machine).
+
+    XJIT_NUM_THREADS=1 python bench/strided_kernels.py [--repeats 15] [--inner 20] [--inductor]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+os.environ.setdefault("XJIT_NUM_THREADS", "1")
+
+import torch
+
+from bench.common import interleave, max_errors, prepare, thread_time_per_call
+
+
+def cases() -> dict[str, tuple]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 256, 256, generator=g)
+    m = torch.randn(512, 512, generator=g)
+    idx = torch.tensor([1, 5, 9])
+    return {
+        "x.permute(0,2,1).sum(0).t() * 2": (lambda a: a.permute(0, 2, 1).sum(0).t() * 2, (x,)),
+        "x.permute(0,2,1).amax(0)": (lambda a: a.permute(0, 2, 1).amax(0), (x,)),
+        "x.permute(0,2,1).var(0)": (lambda a: a.permute(0, 2, 1).var(0), (x,)),
+        "x.permute(0,2,1).mean(1)": (lambda a: a.permute(0, 2, 1).mean(1), (x,)),
+        "x.permute(1,2,0).sum(2)": (lambda a: a.permute(1, 2, 0).sum(2), (x,)),
+        "m.t().index_fill(0, idx, 0) [512x512]": (lambda a, i: a.t().index_fill(0, i, 0.0), (m, idx)),
+        "m.t().contiguous() * 2 [512x512]": (lambda a: a.t().contiguous() * 2, (m,)),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--inner", type=int, default=20)
+    ap.add_argument("--inductor", action="store_true")
+    ap.add_argument("--only", default="", help="run the cases whose name contains this text")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    backends = ["eager", "xjit"] + (["inductor"] if args.inductor else [])
+    for name, (fn, inputs) in cases().items():
+        if args.only not in name:
+            continue
+        fns, outputs, errors = prepare(backends, fn, inputs)
+        samples = interleave(fns, args.repeats, args.inner, errors, thread_time_per_call)
+        med = {b: statistics.median(s) * 1e6 for b, s in samples.items()}
+        line = f"{name}:"
+        for b, us in med.items():
+            line += f" {b} {us:.0f} us"
+            if b != "eager":
+                line += f" ({med['eager'] / us:.2f}x eager)"
+        if "xjit" in outputs:
+            err = max_errors(outputs["xjit"], outputs["eager"])
+            line += f"  max |xjit - eager| {err['max_abs_err']:.2g}"
+            same = outputs["xjit"].stride() == outputs["eager"].stride()
+            line += "" if same else f"  strides differ: {outputs['xjit'].stride()}"
+        print(line + "".join(f"  {b} failed: {e}" for b, e in errors.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
