@@ -905,9 +905,18 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
     }
     VarPtr defaults, kwdefaults;
     PyObject *d = PyFunction_GET_DEFAULTS(fn);
-    if (d && d != Py_None)
-      defaults = fnSource && !trusted ? wrapSourced(d, plus(*fnSource, attrStep("__defaults__")))
-                                      : constant(d);
+    if (d && d != Py_None) {
+      if (fnSource && !trusted) {
+        defaults = wrapSourced(d, plus(*fnSource, attrStep("__defaults__")));
+      } else {
+        // Item by item: a default that is not a constant (copy.deepcopy's `_nil=[]`) is an
+        // object of its own; the tuple as one constant could not be iterated.
+        std::vector<VarPtr> items;
+        for (Py_ssize_t i = 0; PyTuple_Check(d) && i < PyTuple_GET_SIZE(d); ++i)
+          items.push_back(constant(PyTuple_GET_ITEM(d, i)));
+        defaults = std::make_shared<TupleVar>(std::move(items));
+      }
+    }
     PyObject *kd = PyFunction_GET_KW_DEFAULTS(fn);
     if (kd && kd != Py_None) {
       auto dv = std::make_shared<DictVar>();

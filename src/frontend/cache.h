@@ -100,8 +100,14 @@ struct CodeCache {
   enum State : uint8_t {
     Active, // compile / run entries
     Python, // always run in Python (graph break, internal error, recompile limit)
+    NoWork, // its captures so far did no tensor work: Python until noWorkCountdown reaches 0
   };
   State state = Active;
+  // A frame whose capture does no tensor work may do some on a later call (its first call took
+  // a branch without any, or got no tensors): it is captured again after 1, 4, 16 and 64 calls,
+  // then runs in Python for good (driver.cpp kNoWorkRetries).
+  uint32_t noWorkCountdown = 0;
+  uint8_t noWorkCaptures = 0;
   bool forceRoot = false;        // compiled even if its file is filtered (xjit.jit(fn) on it)
   bool libraryRoot = false;      // a library model's forward called from Python (eval_frame.cpp)
   bool recompileLimited = false; // in Python for good after the recompile limit

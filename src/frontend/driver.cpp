@@ -1037,12 +1037,20 @@ PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions
       status = CompileStatus::Raised;
     } else if (r.capture->graph && !r.capture->breakPoint && !hasWork(*r.capture->graph)) {
       // Nothing to compute (a helper on Python values, an __init__ setting attributes): not
-      // worth a guard check per call. Marked for this code object for good, like a skipped
-      // file; not a graph break.
+      // worth a guard check per call; not a graph break. A later call may do tensor work (the
+      // first took a branch without any, or got no tensors), so the frame is captured again
+      // after 1, 4, 16 and 64 calls in Python (a countdown, no per-call check), then runs in
+      // Python for good, like a skipped file.
+      constexpr int kNoWorkRetries = 4;
       status = CompileStatus::Skip;
-      cache.state = CodeCache::Python;
       cache.pythonReason = "no tensor operations";
       ++events().counters.skippedNoOps;
+      if (++cache.noWorkCaptures > kNoWorkRetries) {
+        cache.state = CodeCache::Python;
+      } else {
+        cache.state = CodeCache::NoWork;
+        cache.noWorkCountdown = 1u << (2 * (cache.noWorkCaptures - 1));
+      }
     } else {
       try {
         entry = compileCapture(f, *r.capture, opts, loc, captureMs);

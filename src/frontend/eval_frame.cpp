@@ -293,8 +293,12 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
     c->libraryRoot = libraryRoot;
   } else if (isSkippedMarker(c) || c->state != CodeCache::Active ||
              (c->libraryRoot && threadState().libraryRootsOff)) {
-    if (!isSkippedMarker(c) && c->recompileLimited) return evalWithoutLibraryRoots(evalDefault);
-    return evalDefault();
+    if (isSkippedMarker(c)) return evalDefault();
+    if (c->recompileLimited) return evalWithoutLibraryRoots(evalDefault);
+    if (c->state != CodeCache::NoWork || (c->libraryRoot && threadState().libraryRootsOff) ||
+        --c->noWorkCountdown > 0)
+      return evalDefault();
+    c->state = CodeCache::Active; // no tensor work so far: capture it again (driver.cpp)
   }
   if (otherTracerActive()) return evalDefault();
 
