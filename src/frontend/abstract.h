@@ -80,7 +80,10 @@ struct TensorVar : Var {
   uint64_t version = 0;            // bumped by every in-place write
   uint64_t baseVersion = 0;        // base->version when this view was made (or last re-read)
   std::vector<ViewStep> viewSteps; // the view ops from base to this view (replayed on the base)
-  std::string viewOpaque; // non-empty: why viewSteps do not reproduce the view (PyTorch may copy)
+  std::string viewOpaque;   // non-empty: why viewSteps do not reproduce the view (PyTorch may copy)
+  bool viewReplays = false; // viewOpaque, but viewSteps replayed in Python on the caller's
+                            // base make eager's tensor (a reshape-like step choosing view or
+                            // copy on the run's strides, a PyTorch fallback's view called again)
   bool viewOverlaps = false;   // an expand on the way: several elements share memory
   bool viewContiguous = false; // contiguous in eager (a reshape/contiguous of it is a view)
   bool viewAssumesContiguousBase = false; // viewSteps hold only while the input base is

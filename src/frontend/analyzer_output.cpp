@@ -88,7 +88,9 @@ PyObject *partialConstructor() {
 /// _xjit_input_view(base, like, steps): the view of input `base` that the captured code made
 /// (`steps`: (IR op, attributes, result index) from the input, see ViewStep), so that a write
 /// through it after the graph reaches the input, as in eager. `like` is the graph's value of
-/// the view: returned instead when a step has no row here or the replay does not match it.
+/// the view: returned instead when a step has no row here, the replay does not match it, or a
+/// reshape-like step copied (TensorVar::viewReplays: reshape decides on the run's strides, as
+/// eager's did, and its copy then holds like's values).
 PyObject *inputViewConstructor() {
   static PyObject *make = pythonHelper(
       "def _dim(x, d):\n"
@@ -109,10 +111,9 @@ PyObject *inputViewConstructor() {
       "    'permute': lambda x, a, r: x.permute(a['dims']),\n"
       "    't': lambda x, a, r: x.t(),\n"
       "    'movedim': lambda x, a, r: x.movedim(a['source'], a['destination']),\n"
-      "    'reshape': lambda x, a, r: x.view(a['shape']),\n"
+      "    'reshape': lambda x, a, r: x.reshape(a['shape']),\n"
       "    'view': lambda x, a, r: x.view(a['shape']),\n"
-      "    'flatten': lambda x, a, r: x.view(x.flatten(a.get('start_dim', 0),\n"
-      "                                                 a.get('end_dim', -1)).shape),\n"
+      "    'flatten': lambda x, a, r: x.flatten(a.get('start_dim', 0), a.get('end_dim', -1)),\n"
       "    'unflatten': lambda x, a, r: x.unflatten(a['dim'], a['sizes']),\n"
       "    'expand': lambda x, a, r: x.expand(a['shape']),\n"
       "    'alias': lambda x, a, r: x.view(x.shape),\n"
@@ -122,7 +123,10 @@ PyObject *inputViewConstructor() {
       "    'split': lambda x, a, r: x.split(a['split_size'], a.get('dim', 0))[r],\n"
       "    'chunk': lambda x, a, r: x.chunk(a['chunks'], a.get('dim', 0))[r],\n"
       "    'unbind': lambda x, a, r: x.unbind(a.get('dim', 0))[r],\n"
+      "    'call': lambda x, a, r: _result(a['fn'](x), r),\n"
       "}\n"
+      "def _result(y, r):\n"
+      "    return y[r] if isinstance(y, (tuple, list)) else y\n"
       "def _xjit_input_view(base, like, steps):\n"
       "    x = base\n"
       "    try:\n"
@@ -134,6 +138,8 @@ PyObject *inputViewConstructor() {
       "        return like\n"
       "    if x.shape != like.shape or x.dtype != like.dtype:\n"
       "        return like\n"
+      "    if x.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():\n"
+      "        return like  # a reshape copied, as eager's did: like is that copy\n"
       "    return x\n",
       "_xjit_input_view");
   return make;
@@ -147,6 +153,17 @@ PyRef viewStepsToPython(const TensorVar &t) {
   for (const ViewStep &s : t.viewSteps) {
     bool last = &s == &t.viewSteps.back();
     bool shapeOp = s.op == "reshape" || s.op == "view" || s.op == "expand";
+    if (s.op == "external_call" && s.extra.size() == 1) { // a PyTorch fallback, called again
+      auto *callable = as<ObjectVar>(s.extra[0]);
+      if (!callable) return PyRef();
+      PyRef attrs = check(PyDict_New(), "dict");
+      PyDict_SetItemString(attrs.get(), "fn", callable->obj.get());
+      PyList_Append(steps.get(), check(Py_BuildValue("(sOn)", "call", attrs.get(),
+                                                     static_cast<Py_ssize_t>(s.result)),
+                                       "tuple")
+                                     .get());
+      continue;
+    }
     if (!s.extra.empty()) return PyRef();
     PyRef attrs = check(PyDict_New(), "dict");
     for (const auto &[name, a] : s.attrs) {
@@ -271,8 +288,11 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     // A view of an input the graph wrote: the graph's value is a view of the written copy, not
     // of the caller's input, so rebuild it on the input (a later write through it, by the
     // caller or the code after a graph break, must reach the input as in eager).
-    if (t->base && t->base->isInput && t->base->source && t->base->mutated &&
-        t->viewOpaque.empty() && !t->viewSteps.empty()) {
+    // (A reshape PyTorch may copy, viewReplays, is replayed too: eager's view of a written
+    // input under dynamic=True, fuzzer seed 12957: `a[...] = 7; v = a.reshape(-1)`.)
+    const bool replayable = t->viewOpaque.empty() || t->viewReplays;
+    if (t->base && t->base->isInput && t->base->source && t->base->mutated && replayable &&
+        !t->viewSteps.empty()) {
       PyRef steps = viewStepsToPython(*t);
       // Without a replay the graph's value would be a view of the written copy: a write
       // through it after the call would miss the input (fuzzer seed 12708: narrow(0, 0,
@@ -296,8 +316,8 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     // the base's output (v1 = a[:, [0, 0]]; v2 = v1.squeeze(); v2.add_(1); return v2, v1:
     // a write by the caller to v2 must reach v1, fuzzer seed 12008). Where the steps cannot be
     // replayed it stays the graph's value (values right, memory not shared).
-    if (t->base && !t->base->isInput && t->base->mutated && t->viewOpaque.empty() &&
-        !t->viewSteps.empty() && !viewsInGraph(t->value, t->base->value))
+    if (t->base && !t->base->isInput && t->base->mutated && replayable && !t->viewSteps.empty() &&
+        !viewsInGraph(t->value, t->base->value))
       if (PyRef steps = viewStepsToPython(*t)) {
         Value *base = t->base->value;
         return shared([&](OutputNode &n) {

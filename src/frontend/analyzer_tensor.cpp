@@ -414,6 +414,7 @@ void recordViewStep(TensorVar &r, TensorVar &src, const Op &op, size_t index,
     r.viewSteps = src.viewSteps;
     r.viewOpaque = src.viewOpaque;
     r.viewAssumesContiguousBase = src.viewAssumesContiguousBase;
+    r.viewReplays = src.viewReplays;
   }
   std::string name(op.name());
   r.viewSteps.push_back(ViewStep{name, op.attrs(), {operands.begin() + 1, operands.end()}, index});
@@ -423,13 +424,18 @@ void recordViewStep(TensorVar &r, TensorVar &src, const Op &op, size_t index,
   if (r.viewOpaque.empty()) {
     if (mayCopy.count(name)) {
       contiguous = fromBase ? rootContiguous(src) : src.viewContiguous;
-      if (!contiguous) r.viewOpaque = name + " of a tensor whose strides are unknown at capture";
+      if (!contiguous) {
+        r.viewOpaque = name + " of a tensor whose strides are unknown at capture";
+        r.viewReplays = true;
+      }
       if (contiguous && fromBase) r.viewAssumesContiguousBase = true;
     } else if (alwaysView.count(name)) {
       contiguous = !fromBase && src.viewContiguous;
     } else {
       r.viewOpaque = "a view made by " + name;
     }
+  } else if (!mayCopy.count(name) && !alwaysView.count(name)) {
+    r.viewReplays = false;
   }
   if (name == "expand" || name == "expand_as") r.viewOverlaps = true;
   r.viewContiguous = contiguous && keepsContiguous.count(name) != 0;
@@ -1389,6 +1395,15 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
       rt->base = src->base ? src->base : std::static_pointer_cast<TensorVar>(operands[k]);
       rt->baseVersion = rt->base->version;
       rt->viewOpaque = "a view made by PyTorch fallback " + name;
+      // Of its only operand, the base or a view that replays: the call replays too (on the
+      // caller's tensor, after the graph; fuzzer seed 12424: a1.as_strided(...) of a written
+      // input, written after a graph break, must write a1).
+      if (operands.size() == 1 && (!src->base || src->viewOpaque.empty() || src->viewReplays)) {
+        rt->viewSteps = src->base ? src->viewSteps : std::vector<ViewStep>{};
+        rt->viewSteps.push_back(
+            ViewStep{"external_call", {}, {std::make_shared<ObjectVar>(callable)}, i});
+        rt->viewReplays = true;
+      }
       break;
     }
   }

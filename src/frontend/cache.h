@@ -75,6 +75,8 @@ struct CompiledEntry {
   // to keep (checked after each run, copied into it where the graph made another).
   std::vector<OutputLayout> outputLayouts;
   std::vector<size_t> laidOutOutputs;
+  // Per graph output: the program can see it (not only copied back into an input it wrote).
+  std::vector<bool> visibleOutputs;
   std::vector<EffectPlan> effects;
   std::vector<int> entrySlots;      // sources read by outputs/effects, evaluated before the graph
   std::vector<int64_t> externalIds; // registered external functions (unregistered on destroy)

@@ -750,6 +750,7 @@ void selectLaidOutOutputs(CompiledEntry &e) {
       markSeen(fx.value, seen);
   for (size_t i = 0; i < e.outputLayouts.size(); ++i)
     if (seen[i] && e.outputLayouts[i].kind != OutputLayout::Any) e.laidOutOutputs.push_back(i);
+  e.visibleOutputs = std::move(seen);
 }
 
 /// Puts each graph output into the layout eager gives it (CompiledEntry::outputLayouts): an
@@ -763,18 +764,22 @@ void restoreLayouts(const CompiledEntry &e, const std::vector<RtValue> &outs,
     if (!done[i]) {
       const RtValue &v = outs[i];
       if (!v.isTensor() || hasLayout(layout, v.tensor().sizes(), v.tensor().strides())) continue;
+      const bool copies = !restridesOnly(layout, v.tensor().sizes(), v.tensor().strides());
       // A copy would cut it off from another output sharing its memory (a view of it, or the
       // same tensor returned twice), which eager keeps connected: the frame runs in Python,
       // where it can (a graph that wrote the caller's tensors cannot be rerun: the copy stands,
-      // values right, the outputs no longer views of each other).
-      for (size_t j = 0; e.rerunnable && j < outs.size(); ++j)
-        if (j != i && outs[j].isTensor() && v.tensor().storage() &&
-            outs[j].tensor().storage() == v.tensor().storage())
+      // values right, the outputs no longer views of each other). An output the program never
+      // sees (a value only copied back into the input it wrote) keeps nothing connected: a
+      // view of that input is rebuilt on the input itself (_xjit_input_view; fuzzer seed 89:
+      // `v = a.squeeze(0); a[...] = 7; return v` under dynamic=True).
+      for (size_t j = 0; copies && e.rerunnable && j < outs.size(); ++j)
+        if (j != i && j < e.visibleOutputs.size() && e.visibleOutputs[j] && outs[j].isTensor() &&
+            v.tensor().storage() && outs[j].tensor().storage() == v.tensor().storage())
           throw InternalFailure{errors::kRun,
                                 "graph outputs " + std::to_string(i) + " and " + std::to_string(j) +
                                     " share memory and the first is not in eager's layout"};
       done[i] = fromRtValue(v);
-      ++events().counters.layoutCopies;
+      if (copies) ++events().counters.layoutCopies;
     }
     done[i] = inLayout(layout, done[i]);
   }

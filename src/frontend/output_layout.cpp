@@ -923,6 +923,23 @@ bool hasLayout(const OutputLayout &layout, const std::vector<int64_t> &sizes,
   return true;
 }
 
+namespace {
+std::vector<int64_t> stridesOf(const OutputLayout &layout, const std::vector<int64_t> &sizes) {
+  return layout.kind == OutputLayout::Dense ? denseStrides(sizes, layout.order) : layout.strides;
+}
+} // namespace
+
+bool restridesOnly(const OutputLayout &layout, const std::vector<int64_t> &sizes,
+                   const std::vector<int64_t> &strides) {
+  if (layout.kind == OutputLayout::Any) return true;
+  const std::vector<int64_t> want = stridesOf(layout, sizes);
+  if (want.size() != sizes.size() || strides.size() != sizes.size()) return false;
+  if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) return true;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] != 1 && strides[d] != want[d]) return false;
+  return true;
+}
+
 PyRef inLayout(const OutputLayout &layout, PyRef value) {
   if (layout.kind == OutputLayout::Any || !isPlainTensor(value.get())) return value;
   static PyObject *strideName = internedStr("stride");
@@ -935,6 +952,14 @@ PyRef inLayout(const OutputLayout &layout, PyRef value) {
       (layout.kind == OutputLayout::Dense ? layout.order.size() : layout.strides.size()))
     return value; // (cannot happen: the graph's output ranks are fixed)
   if (hasLayout(layout, sizes, strides)) return value;
+  if (restridesOnly(layout, sizes, strides)) {
+    static PyObject *asStridedName = internedStr("as_strided");
+    static PyObject *offsetName = internedStr("storage_offset");
+    PyRef offset = checked(PyObject_CallMethodNoArgs(value.get(), offsetName));
+    return checked(PyObject_CallMethodObjArgs(value.get(), asStridedName, intList(sizes).get(),
+                                              intList(stridesOf(layout, sizes)).get(), offset.get(),
+                                              nullptr));
+  }
   if (layout.kind == OutputLayout::Dense) {
     // value.permute(order).contiguous().permute(inverse): one copy, in PyTorch's kernels.
     static PyObject *permuteName = internedStr("permute");
@@ -952,8 +977,7 @@ PyRef inLayout(const OutputLayout &layout, PyRef value) {
                   intsOf(checked(PyObject_CallMethodNoArgs(r.get(), strideName)).get())))
       return r;
   }
-  std::vector<int64_t> want =
-      layout.kind == OutputLayout::Dense ? denseStrides(sizes, layout.order) : layout.strides;
+  std::vector<int64_t> want = stridesOf(layout, sizes);
   PyRef offset = checked(PyLong_FromLongLong(layout.offset));
   return checked(PyObject_CallFunctionObjArgs(eagerModule().relayout, value.get(),
                                               intList(want).get(), offset.get(), nullptr));

@@ -73,7 +73,15 @@ std::vector<int> denseOrder(const std::vector<int64_t> &sizes, const std::vector
 bool hasLayout(const OutputLayout &layout, const std::vector<int64_t> &sizes,
                const std::vector<int64_t> &strides);
 
-/// `value` (a torch tensor) in `layout`: itself when it already is, else a copy in it.
+/// Whether `sizes`/`strides` address the same elements as `layout` does: they differ from it
+/// only in the strides of size-1 dims, or the tensor is empty. Such an output is re-strided as a
+/// view (inLayout), so it keeps sharing memory with what it views, as in eager (fuzzer seed
+/// 13316: `a.reshape(1, -1)` of a [1, 2] input of strides (1, 1) is eager's view (2, 1)).
+bool restridesOnly(const OutputLayout &layout, const std::vector<int64_t> &sizes,
+                   const std::vector<int64_t> &strides);
+
+/// `value` (a torch tensor) in `layout`: itself when it already is, a view of it with eager's
+/// strides where only those of size-1 dims differ (restridesOnly), else a copy in it.
 /// Throws PyErrorSet.
 PyRef inLayout(const OutputLayout &layout, PyRef value);
 

@@ -87,12 +87,17 @@ bool reachesGraphInput(const Value *v) {
 
 /// True if v, or a view chain of it, is returned by the graph: the caller then holds it and may
 /// write it (or what it aliases) after the call, so it must not alias what eager keeps apart.
-/// With `throughReshape` false, reshape/flatten end the chain (they copy what they cannot view).
+/// With `throughReshape` false, reshape/flatten end the chain (they copy what they cannot view),
+/// except one to the same shape: that is a view of anything (and reshape-noop drops it), so
+/// contiguous(expand(a)).reshape(same shape) would be returned as a view of input a (fuzzer
+/// seed 563).
 bool escapes(const Value *v, bool throughReshape, int depth = 0) {
   if (depth > 16) return true; // a long chain of views: assume it escapes
   for (const Use &u : v->uses()) {
     if (u.user->name() == "return" && !u.user->parentOp()) return true;
-    if (!throughReshape && (u.user->name() == "reshape" || u.user->name() == "flatten")) continue;
+    if (!throughReshape && (u.user->name() == "reshape" || u.user->name() == "flatten") &&
+        u.user->result(0)->type() != v->type())
+      continue;
     if (u.index == 0 && aliasesOperand(*u.user))
       for (size_t r = 0; r < u.user->numResults(); ++r)
         if (escapes(u.user->result(r), throughReshape, depth + 1)) return true;
