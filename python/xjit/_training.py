@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _frontend
 
@@ -34,9 +33,13 @@ class CompiledStep(torch.autograd.Function):
         return tuple(outputs)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         _saved_inputs, grad_outputs, wrt, _n = ctx.info
+        if torch.is_grad_enabled():  # create_graph=True: the gradients would need a backward
+            raise RuntimeError(
+                "xjit: double backward (create_graph=True) through a compiled training step is "
+                "not supported; call the model without xjit.jit for higher-order gradients"
+            )
         # saved_tensors raises after the graph was freed (a second backward without
         # retain_graph=True), as eager does.
         values = [*ctx.intermediates, *ctx.saved_tensors, *(grads[i] for i in grad_outputs)]

@@ -26,6 +26,9 @@
 #include <unordered_set>
 
 namespace xjit::passes {
+
+bool runDecomposeAttention(Graph &g, PassContext &ctx); // decompose_attention.cpp
+
 namespace {
 
 using Ints = std::vector<int64_t>;
@@ -41,7 +44,8 @@ bool isFloatTensor(const Value *v) { return v->type().isTensor() && isFloating(v
 struct RuleArgs {
   Builder &b;
   const Op &op;
-  Value *g;
+  Value *g;                // the gradient of result 0
+  std::vector<Value *> gs; // of each result (nullptr: none reaches it), for multi-result ops
   std::vector<bool> need;
   Value *x(size_t i) const { return op.operand(i); }
   Value *out() const { return op.result(0); }
@@ -243,6 +247,35 @@ const std::map<std::string, Rule> &ruleTable() {
       Value *d = a.mul(a.bin("pow", a.x(0), a.f(c - 1.0)), a.f(c));
       return {a.mul(a.g, d), nullptr};
     };
+    // -- multi-result views: the pieces' gradients joined again (zeros for unused pieces) --
+    auto joinPieces = [](RuleArgs &a, bool stacked) -> std::vector<Value *> {
+      const Attr *d = a.op.attrOrNull("dim");
+      const int64_t dim = d ? d->asInt() : 0;
+      std::vector<Value *> parts;
+      for (size_t i = 0; i < a.op.numResults(); ++i) {
+        Value *gi = a.gs[i] ? a.gs[i] : a.un("zeros_like", a.op.result(i));
+        parts.push_back(stacked ? a.un("unsqueeze", gi, {{"dim", dim}}) : gi);
+      }
+      return {a.b.op("cat", parts, {{"dim", dim}})};
+    };
+    t["split"] = t["chunk"] =
+        t["split_with_sizes"] = [joinPieces](RuleArgs &a) { return joinPieces(a, false); };
+    t["unbind"] = [joinPieces](RuleArgs &a) { return joinPieces(a, true); };
+    t["cat"] = [](RuleArgs &a) -> std::vector<Value *> {
+      const int64_t rank = a.out()->type().rank();
+      const int64_t dim = normDim(a.op.attrOrNull("dim") ? a.op.attr("dim").asInt() : 0, rank);
+      std::vector<Value *> r;
+      int64_t start = 0;
+      for (size_t i = 0; i < a.op.numOperands(); ++i) {
+        auto size = a.x(i)->type().shape()[static_cast<size_t>(dim)].staticValue();
+        if (!size) unsupported(a.op, "a cat along a symbolic dim");
+        r.push_back(
+            a.need[i] ? a.un("slice", a.g, {{"dim", dim}, {"start", start}, {"end", start + *size}})
+                      : nullptr);
+        start += *size;
+      }
+      return r;
+    };
     auto identity = [](RuleArgs &a) -> std::vector<Value *> { return {gradFor(a, 0, a.g)}; };
     t["contiguous"] = t["clone"] = t["alias"] = identity;
     t["dropout"] = [](RuleArgs &a) -> std::vector<Value *> {
@@ -423,6 +456,11 @@ const std::map<std::string, Rule> &ruleTable() {
   return table;
 }
 
+/// Ops with several results whose rules read RuleArgs::gs.
+bool multiResultRule(std::string_view name) {
+  return name == "split" || name == "chunk" || name == "split_with_sizes" || name == "unbind";
+}
+
 /// Ops whose results never carry a gradient (integer/bool results are already excluded).
 bool stopsGradient(const Op &op) {
   static const std::set<std::string, std::less<>> stops = {"zeros_like", "ones_like", "full_like",
@@ -450,6 +488,10 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
   Joint j;
   j.graph = src.clone();
   Graph &g = *j.graph;
+  // Attention as matmul/softmax/matmul, each with a rule (f32; other dtypes keep the op, which
+  // has none, and run under PyTorch's autograd).
+  PassContext decompose;
+  runDecomposeAttention(g, decompose);
   checkDifferentiable(g);
   j.numInputs = g.numInputs();
   std::unordered_set<const Value *> needs;
@@ -492,8 +534,16 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
     for (const auto &r : op->results())
       hasGrad |= grads.count(r.get()) > 0;
     if (!hasGrad) continue;
-    if (op->numResults() != 1) unsupported(*op, "an op with several results");
-    RuleArgs args{b, *op, gi->second, {}};
+    std::vector<Value *> resultGrads;
+    for (const auto &r : op->results()) {
+      auto it = grads.find(r.get());
+      resultGrads.push_back(it != grads.end() ? it->second : nullptr);
+    }
+    if (op->numResults() != 1 && !multiResultRule(op->name()))
+      unsupported(*op, "an op with several results");
+    b.setLoc(op->loc());
+    Value *g0 = gi != grads.end() ? gi->second : b.op("zeros_like", {op->result(0)});
+    RuleArgs args{b, *op, g0, resultGrads, {}};
     bool anyNeed = false;
     for (Value *v : op->operands()) {
       args.need.push_back(needs.count(v) > 0);
@@ -502,7 +552,6 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
     if (!anyNeed) continue;
     auto rule = ruleTable().find(op->name());
     if (rule == ruleTable().end()) unsupported(*op, "no derivative rule for '" + op->name() + "'");
-    b.setLoc(op->loc());
     std::vector<Value *> operandGrads = rule->second(args);
     for (size_t k = 0; k < operandGrads.size() && k < op->numOperands(); ++k)
       if (operandGrads[k] && args.need[k]) {

@@ -1,0 +1,259 @@
+"""Compiled training steps (docs/frontend.md "Autograd"): with grad mode on and parameters that
+require grad, a model's forward runs as the autodiff pass's forward and backward graphs under a
+torch.autograd.Function. Losses and parameters after optimizer steps must match eager's; what
+cannot be differentiated must run in Python with the reason, never give a wrong gradient."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("xjit._frontend")
+import xjit  # noqa: E402
+from frontend_fixtures import clean, fe  # noqa: E402, F401 (autouse fixture)
+
+nn = torch.nn
+F = torch.nn.functional
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(16, 32), nn.Linear(32, 32), nn.Linear(32, 4)
+
+    def forward(self, x: Any) -> Any:
+        return self.fc3(torch.tanh(self.fc2(F.gelu(self.fc1(x)))))
+
+
+class Block(nn.Module):
+    """A GPT-style pre-norm block: causal attention (qkv split) and a tanh-GELU MLP."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x: Any) -> Any:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab: int = 64, d: int = 32, seq: int = 16, layers: int = 2) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
+        self.blocks = nn.ModuleList([Block(d, 4) for _ in range(layers)])
+        self.lnf, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx: Any) -> Any:
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.lnf(x))
+
+
+class Affine(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.randn(3, 4)), nn.Parameter(torch.randn(3))
+
+    def forward(self, x: Any) -> Any:
+        return F.linear(x, self.weight, self.bias)
+
+
+def train_both(
+    model: nn.Module,
+    make_opt: Callable[[Any], Any],
+    batch: tuple[Any, Any],
+    loss_fn: Callable[[Any, Any], Any],
+    steps: int,
+) -> tuple[list[float], list[float], nn.Module, nn.Module]:
+    """The same loop on the compiled model and on an eager copy: both losses per step."""
+    eager = copy.deepcopy(model)
+    compiled = xjit.jit(model)
+    opt_c, opt_e = make_opt(model.parameters()), make_opt(eager.parameters())
+    x, y = batch
+    got, want = [], []
+    for _ in range(steps):
+        for net, opt, out in ((compiled, opt_c, got), (eager, opt_e, want)):
+            opt.zero_grad()
+            loss = loss_fn(net(x), y)
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+    return got, want, model, eager
+
+
+def assert_params_close(a: nn.Module, b: nn.Module, rtol: float, atol: float) -> None:
+    for (name, p), q in zip(a.named_parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def the_graph() -> dict[str, Any]:
+    graphs = fe.events()["graphs"]
+    assert len(graphs) == 1, graphs
+    graph: dict[str, Any] = graphs[0]
+    return graph
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_mlp_training_loop_matches_eager(optimizer: str) -> None:
+    torch.manual_seed(0)
+    make_opt = {
+        "sgd": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
+        "adam": lambda ps: torch.optim.Adam(ps, lr=1e-3),
+    }[optimizer]
+    batch = (torch.randn(64, 16), torch.randint(0, 4, (64,)))
+    got, want, model, eager = train_both(MLP(), make_opt, batch, F.cross_entropy, steps=20)
+    graph = the_graph()
+    assert not graph["runs_in_python"], graph["note"]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=0)
+    assert got[-1] < got[0]  # it learns
+    # Adam divides by sqrt(v): a last-bit difference in a near-zero gradient moves a weight by
+    # up to lr, so its parameters are compared with atol = lr / 10.
+    assert_params_close(model, eager, rtol=1e-5, atol=1e-6 if optimizer == "sgd" else 1e-4)
+
+
+def test_transformer_training_loop_matches_eager() -> None:
+    torch.manual_seed(0)
+    vocab = 64
+    batch = (torch.randint(0, vocab, (4, 16)), torch.randint(0, vocab, (4, 16)))
+
+    def loss_fn(logits: Any, y: Any) -> Any:
+        return F.cross_entropy(logits.view(-1, vocab), y.view(-1))
+
+    got, want, model, eager = train_both(
+        TinyGPT(vocab), lambda ps: torch.optim.SGD(ps, lr=0.1), batch, loss_fn, steps=20
+    )
+    graph = the_graph()
+    assert not graph["runs_in_python"], graph["note"]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=0)
+    assert got[-1] < got[0]
+    assert_params_close(model, eager, rtol=1e-5, atol=1e-5)
+
+
+def test_inputs_that_require_grad_and_outputs_that_do_not() -> None:
+    def f(x: Any, w: Any, labels: Any) -> Any:
+        h = torch.sigmoid(x @ w)
+        return h.sum(), (labels * 2).float()  # the second output needs no gradient
+
+    torch.manual_seed(0)
+    x, w = torch.randn(5, 3, requires_grad=True), torch.randn(3, 4)  # w needs none
+    labels = torch.arange(5)
+    loss, scaled = xjit.jit(f)(x, w, labels)
+    assert not scaled.requires_grad
+    loss.backward(retain_graph=True)
+    loss.backward()  # retain_graph: a second backward accumulates, as in eager
+    got = x.grad
+    x2 = x.detach().clone().requires_grad_()
+    ref, _ = f(x2, w, labels)
+    ref.backward(retain_graph=True)
+    ref.backward()
+    torch.testing.assert_close(got, x2.grad)
+    assert not the_graph()["runs_in_python"]
+
+
+def test_double_backward_raises() -> None:
+    def f(x: Any) -> Any:
+        return (torch.tanh(x) * x).sum()
+
+    x = torch.randn(4, requires_grad=True)
+    y = xjit.jit(f)(x)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(y, [x], create_graph=True)
+
+
+def _detach(x: Any) -> Any:
+    return (torch.exp(x) * torch.exp(x).detach()).sum()
+
+
+def _no_grad_region(x: Any) -> Any:
+    with torch.no_grad():
+        scale = torch.exp(x).sum()
+    return (x * scale).sum()
+
+
+def _no_rule(x: Any) -> Any:
+    return torch.cumsum(x, 0).sum()
+
+
+def _returns_input_view(x: Any) -> Any:
+    return x.view(2, 3), torch.exp(x).sum()
+
+
+def _in_place(x: Any) -> Any:
+    y = x * 2
+    y.add_(1)
+    return (y * y).sum()
+
+
+@pytest.mark.parametrize(
+    ("fn", "reason"),
+    [
+        (_detach, "stops a gradient"),
+        (_no_grad_region, "stops a gradient"),
+        (_no_rule, "no derivative rule for 'cumsum'"),
+        (_returns_input_view, "a view of one"),
+    ],
+    ids=["detach", "no_grad_region", "no_rule", "returns_input_view"],
+)
+def test_what_cannot_be_differentiated_runs_in_python(fn: Any, reason: str) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(6, requires_grad=True)
+    out = xjit.jit(fn)(x)
+    loss = out[-1] if isinstance(out, tuple) else out
+    loss.backward()
+    x2 = x.detach().clone().requires_grad_()
+    ref = fn(x2)
+    (ref[-1] if isinstance(ref, tuple) else ref).backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    graph = the_graph()
+    assert graph["runs_in_python"] and reason in graph["note"], graph["note"]
+
+
+def test_in_place_op_on_an_intermediate_trains() -> None:
+    x = torch.randn(6, requires_grad=True)
+    xjit.jit(_in_place)(x).backward()
+    x2 = x.detach().clone().requires_grad_()
+    _in_place(x2).backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    assert not the_graph()["runs_in_python"]
+
+
+def test_returning_an_input_itself_trains() -> None:
+    def f(x: Any) -> Any:
+        return x, torch.exp(x).sum()
+
+    x = torch.randn(6, requires_grad=True)
+    same, loss = xjit.jit(f)(x)
+    assert same is x
+    loss.backward()
+    torch.testing.assert_close(x.grad, torch.exp(x.detach()))
+    assert not the_graph()["runs_in_python"]
+
+
+def test_parameters_updated_in_place_between_calls_are_read_again() -> None:
+    torch.manual_seed(0)
+    model = Affine()  # not nn.Linear itself: its forward's code state is other tests' business
+    compiled = xjit.jit(model)
+    x = torch.randn(2, 4)
+    compiled(x).sum().backward()
+    with torch.no_grad():
+        model.weight.mul_(3.0)  # bumps the version; the next call must see the new values
+    model.zero_grad()
+    out = compiled(x)
+    torch.testing.assert_close(out, F.linear(x, model.weight, model.bias))
+    (out * out).sum().backward()
+    w = model.weight.detach().clone().requires_grad_()
+    (F.linear(x, w, model.bias.detach()) ** 2).sum().backward()
+    torch.testing.assert_close(model.weight.grad, w.grad)
