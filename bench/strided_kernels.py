@@ -28,6 +28,7 @@ def cases() -> dict[str, tuple]:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(16, 256, 256, generator=g)
     m = torch.randn(512, 512, generator=g)
+    big = torch.randn(2048, 2048, generator=g)
     idx = torch.tensor([1, 5, 9])
     return {
         "x.permute(0,2,1).sum(0).t() * 2": (lambda a: a.permute(0, 2, 1).sum(0).t() * 2, (x,)),
@@ -36,7 +37,9 @@ def cases() -> dict[str, tuple]:
         "x.permute(0,2,1).mean(1)": (lambda a: a.permute(0, 2, 1).mean(1), (x,)),
         "x.permute(1,2,0).sum(2)": (lambda a: a.permute(1, 2, 0).sum(2), (x,)),
         "m.t().index_fill(0, idx, 0) [512x512]": (lambda a, i: a.t().index_fill(0, i, 0.0), (m, idx)),
+        "m.t().contiguous() [512x512]": (lambda a: a.t().contiguous(), (m,)),
         "m.t().contiguous() * 2 [512x512]": (lambda a: a.t().contiguous() * 2, (m,)),
+        "b.t().contiguous() [2048x2048]": (lambda a: a.t().contiguous(), (big,)),
     }
 
 

@@ -318,6 +318,16 @@ private:
       iter_.push_back(var(id));
     }
     if (mode == Mode::Flat) flatVar_ = var(k.newVar());
+    // A transposed input: dims tileDim and last run in tiles (see emitTiledLoops); their indices
+    // are block * kTile + offset.
+    int64_t tileDim = mode == Mode::InnerUnit ? transposedInputDim(shape) : -1;
+    int64_t blockIds[2] = {-1, -1};
+    if (tileDim >= 0)
+      for (int t = 0; t < 2; ++t) {
+        size_t d = t == 0 ? size_t(tileDim) : rank - 1;
+        blockIds[t] = k.newVar();
+        iter_[d] = addIdx(mulIdx(var(blockIds[t]), constIdx(kTile)), var(ids[d]));
+      }
     StmtList body;
     for (size_t o : outs) {
       int64_t b = lk_.outputBuffer[o];
@@ -331,6 +341,7 @@ private:
       return {parallelFor(flatVar_->index, numel, constIdx(1), std::move(body))};
     }
     if (rank == 0) return body;
+    if (tileDim >= 0) return emitTiledLoops(std::move(body), ids, size_t(tileDim), blockIds);
     // One loop runs in parallel, outermost; one of its iterations covers the other dims. It is
     // the first dim whose extent is not a static 1 (a leading batch of one left nothing to split),
     // never the innermost one, which stays innermost for the vectorizer. Unit loops go inside it:
@@ -342,6 +353,78 @@ private:
     for (size_t d = 0; d < rank; ++d)
       if (d != par) work = mulIdx(work, extents_[d]);
     return {parallelFor(ids[par], extents_[par], work, std::move(body), mode != Mode::General)};
+  }
+
+  // ---- tiles ----
+  //
+  // An input read through a transposed view (its unit-stride dim u is not the last) and an output
+  // written in memory order cannot both be read in memory order by one loop nest: a row of the
+  // output reads a column of the input, one cache line per element, and a 512x512 f32 column
+  // does not stay in L1 until the next row reads its neighbours. Dims u and last are cut into
+  // kTile x kTile tiles (kTile f32 columns of the input are kTile x 128 bytes: L1-resident while
+  // the tile's rows read them), with the last dim innermost and vectorized (unit-stride stores,
+  // strided loads).
+  static constexpr int64_t kTile = 32;
+
+  /// The dim u != last of the first input buffer of the iteration's rank whose expected unit
+  /// stride is along u (a transposed view), or -1.
+  int64_t transposedInputDim(const Shape &shape) const {
+    size_t rank = shape.size();
+    if (rank < 2 || isStaticOne(shape.back())) return -1;
+    const Kernel &k = lk_.kernel;
+    for (int64_t b : lk_.inputBuffer) {
+      if (b < 0 || k.buffers[size_t(b)].sizes.size() != rank) continue;
+      int64_t u = unitDim_[size_t(b)];
+      if (u >= 0 && u + 1 < int64_t(rank) && !isStaticOne(shape[size_t(u)])) return u;
+    }
+    return -1;
+  }
+
+  /// The loop nest of a tiled InnerUnit version around `body`: the other dims outermost, then
+  /// the blocks of dim u and of the last dim, then the tile's rows (dim u) and its columns (the
+  /// last dim, innermost). The parallel loop is the first other dim whose extent is not a static
+  /// 1, else the blocks of u.
+  StmtList emitTiledLoops(StmtList body, const std::vector<int64_t> &ids, size_t u,
+                          const int64_t blockIds[2]) {
+    size_t rank = extents_.size(), last = rank - 1;
+    auto blocks = [&](size_t d) {
+      const DimExpr &n = shape_[d];
+      return n.isStatic() ? constIdx((n.value() + kTile - 1) / kTile)
+                          : binary(BinaryOp::Div, addIdx(extents_[d], constIdx(kTile - 1)),
+                                   constIdx(kTile)); // n >= 0
+    };
+    auto tileExtent = [&](size_t d, int64_t block) {
+      return binary(BinaryOp::Min, constIdx(kTile),
+                    binary(BinaryOp::Sub, extents_[d], mulIdx(var(block), constIdx(kTile))));
+    };
+    body = {forLoop(ids[last], tileExtent(last, blockIds[1]), std::move(body), true)};
+    body = {forLoop(ids[u], tileExtent(u, blockIds[0]), std::move(body), true)};
+    body = {forLoop(blockIds[1], blocks(last), std::move(body), true)};
+    // The outer loops: the other dims in order, then the blocks of u.
+    std::vector<int64_t> loopIds;
+    std::vector<Expr> loopExtents;
+    for (size_t d = 0; d < rank; ++d)
+      if (d != u && d != last) {
+        loopIds.push_back(ids[d]);
+        loopExtents.push_back(extents_[d]);
+      }
+    loopIds.push_back(blockIds[0]);
+    loopExtents.push_back(blocks(u));
+    size_t par = loopIds.size() - 1; // the blocks of u, unless an other dim is not a static 1
+    for (size_t j = 0; j + 1 < loopExtents.size(); ++j)
+      if (!isConst(loopExtents[j], 1)) {
+        par = j;
+        break;
+      }
+    for (size_t j = loopIds.size(); j-- > 0;)
+      if (j != par) body = {forLoop(loopIds[j], loopExtents[j], std::move(body), true)};
+    // Work per parallel iteration: the elements of the other loops (a block of u: kTile rows).
+    bool blocksOfU = par + 1 == loopIds.size();
+    Expr work = constIdx(1);
+    for (size_t d = 0; d < rank; ++d)
+      if (loopIds[par] != ids[d])
+        work = mulIdx(work, d == u && blocksOfU ? constIdx(kTile) : extents_[d]);
+    return {parallelFor(loopIds[par], loopExtents[par], work, std::move(body), true)};
   }
 
   /// Element offset of `idx` in buffer b under the current mode.
