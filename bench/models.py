@@ -172,3 +172,89 @@ CASES: dict[str, Case] = {
     for batch in batches
 }
 MODELS: list[str] = [name for name, *_ in _SUITE]
+
+
+# ---- training steps (forward + backward + optimizer step; bench/training.py) ----------------
+
+
+class GPTBlock(nn.Module):
+    """A GPT-style pre-norm block: causal attention over a fused qkv projection, GELU MLP."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.out(nn.functional.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class SmallGPT(nn.Module):
+    """A small decoder-only transformer (about 3.4M parameters): token and position embeddings,
+    `layers` GPT blocks, final layer norm, vocabulary head."""
+
+    def __init__(self, vocab: int = 1024, d: int = 256, seq: int = 128, layers: int = 4) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
+        self.blocks = nn.ModuleList([GPTBlock(d, 4) for _ in range(layers)])
+        self.lnf, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        for blk in self.blocks:
+            x = blk(x)
+        logits: torch.Tensor = self.head(self.lnf(x))
+        return logits
+
+
+@dataclass(frozen=True)
+class TrainingCase:
+    """One training step: the (compiled) model's forward, the loss in eager PyTorch, backward,
+    and the optimizer step, as a torch.compile(model) user writes it."""
+
+    model: str
+    batch: int
+    make_model: Callable[[], nn.Module]
+    make_batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+    optimizer: str  # "sgd" or "adamw"
+
+    @property
+    def name(self) -> str:
+        return f"train-{self.model}/b{self.batch}"
+
+    def build(self) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+        torch.manual_seed(0)
+        return self.make_model().train(), self.make_batch(self.batch)
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        if self.optimizer == "sgd":
+            return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        return torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    @staticmethod
+    def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+TRAINING_CASES: dict[str, TrainingCase] = {
+    c.name: c
+    for c in (
+        TrainingCase(
+            "mlp", 64, MLP, lambda b: (torch.randn(b, 784), torch.randint(0, 10, (b,))), "sgd"
+        ),
+        TrainingCase(
+            "gpt",
+            8,
+            SmallGPT,
+            lambda b: (torch.randint(0, 1024, (b, 128)), torch.randint(0, 1024, (b, 128))),
+            "adamw",
+        ),
+    )
+}

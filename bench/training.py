@@ -1,0 +1,128 @@
+"""Training steps: forward + backward + optimizer step of bench/models.py's TRAINING_CASES
+(an MLP with SGD, a small GPT with AdamW), eager vs torch.compile (Inductor) vs xjit.
+
+Each backend trains its own copy of the same model (same weights, same batch); the steps are
+interleaved in one process, round-robin; the figure is the median step time after warm-up.
+Also: the first step's time (capture + compile of forward and backward), and the largest
+relative difference of the losses against eager's over the steps taken.
+
+    python bench/training.py [--cases train-mlp/b64,train-gpt/b8] [--backends eager,inductor,xjit]
+                             [--repeats 15] [--out bench/results/training.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import describe_machine, interleave, make_backend, setup_threads  # noqa: E402
+from bench.models import TRAINING_CASES, TrainingCase  # noqa: E402
+
+
+class Trainer:
+    """One backend's model copy, optimizer and step; the losses it saw."""
+
+    def __init__(self, case: TrainingCase, backend: str, model: torch.nn.Module, batch: Any) -> None:
+        self.model = copy.deepcopy(model)
+        self.forward = make_backend(backend, self.model)
+        self.opt = case.make_optimizer(self.model)
+        self.case, self.batch = case, batch
+        self.losses: list[float] = []
+
+    def step(self) -> None:
+        x, y = self.batch
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.case.loss(self.forward(x), y)
+        loss.backward()
+        self.opt.step()
+        self.losses.append(loss.item())
+
+
+def run_case(case: TrainingCase, backends: list[str], repeats: int, inner: int) -> dict[str, Any]:
+    model, batch = case.build()
+    trainers: dict[str, Trainer] = {}
+    result: dict[str, Any] = {"case": case.name, "backends": {b: {} for b in backends}}
+    errors: dict[str, str] = {}
+    for b in backends:
+        try:
+            t = Trainer(case, b, model, batch)
+            start = time.perf_counter()
+            t.step()
+            result["backends"][b]["first_step_s"] = time.perf_counter() - start
+            for _ in range(2):  # warm-up (Inductor compiles the optimizer's step on later calls)
+                t.step()
+            trainers[b] = t
+        except Exception as exc:  # recorded, the other backends go on
+            errors[b] = f"{type(exc).__name__}: {exc}"
+    samples = interleave({b: t.step for b, t in trainers.items()}, repeats, inner, errors)
+    eager = trainers.get("eager")
+    for b, s in samples.items():
+        row = result["backends"][b]
+        row["median_s"] = statistics.median(s)
+        row["samples_s"] = s
+        if eager is not None and b != "eager":
+            # The same steps in the same order: losses agree up to float rounding.
+            n = min(len(eager.losses), len(trainers[b].losses))
+            diffs = [abs(x - y) / max(abs(y), 1e-12) for x, y in zip(trainers[b].losses[:n], eager.losses[:n])]
+            row["max_loss_rel_diff"] = max(diffs)
+            row["speedup_vs_eager"] = statistics.median(samples["eager"]) / row["median_s"]
+    if "inductor" in samples and "xjit" in samples:
+        result["backends"]["xjit"]["ratio_vs_inductor"] = (
+            statistics.median(samples["inductor"]) / result["backends"]["xjit"]["median_s"]
+        )
+    for b, text in errors.items():
+        result["backends"][b]["error"] = text
+    return result
+
+
+def line(r: dict[str, Any]) -> str:
+    parts = [f"{r['case']:<16}"]
+    for b, row in r["backends"].items():
+        if "error" in row:
+            parts.append(f"{b} ERROR {row['error'][:200]}")
+            continue
+        text = f"{b} {row['median_s'] * 1e3:.1f} ms (first {row['first_step_s']:.2f} s"
+        if "speedup_vs_eager" in row:
+            text += f", {row['speedup_vs_eager']:.2f}x eager, loss diff {row['max_loss_rel_diff']:.1e}"
+        if "ratio_vs_inductor" in row:
+            text += f", {row['ratio_vs_inductor']:.2f}x inductor"
+        parts.append(text + ")")
+    return "  ".join(parts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", default=",".join(TRAINING_CASES))
+    parser.add_argument("--backends", default="eager,inductor,xjit")
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--inner", type=int, default=1, help="steps per timing sample")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    setup_threads()
+    backends = args.backends.split(",")
+    if "eager" not in backends:
+        backends.insert(0, "eager")
+    machine = describe_machine()
+    print(f"{machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}", flush=True)
+    results = []
+    for name in args.cases.split(","):
+        r = run_case(TRAINING_CASES[name], backends, args.repeats, args.inner)
+        print(line(r), flush=True)
+        results.append(r)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"machine": machine, "cases": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
