@@ -1,5 +1,5 @@
-// Accuracy of the f32 sin, cos (src/backend/llvm_trig.cpp), pow and atan2 (llvm_math.cpp) against the
-// double results of the C library: max ulp over dense sweeps, random bit patterns (the whole
+// Accuracy of the f32 sin, cos (src/backend/llvm_trig.cpp), pow and atan2 (llvm_math.cpp) against
+// the double results of the C library: max ulp over dense sweeps, random bit patterns (the whole
 // finite range, so the large-argument reduction of sin / cos is covered), the neighbourhood of
 // the reduction switch at 2^20, floats nearest to multiples of pi/2, and C's special values
 // (signed zeros, infinities, NaN, subnormals) exactly.
@@ -153,8 +153,8 @@ TEST(BackendTrigPow, SinCosWithinOneUlp) {
         xs.push_back(g);
   for (float s : {1e-45f, 1e-38f, 1e-20f, 1e-5f}) // tiny: sin x = x, cos x = 1
     xs.push_back(s);
-  checkUnary("sin", sinRef, xs, 1.0);
-  checkUnary("cos", cosRef, xs, 1.0);
+  checkUnary("sin", sinRef, xs, 0.6); // measured 0.5599 (ARM's minimax polynomials)
+  checkUnary("cos", cosRef, xs, 0.6); // measured 0.5588
   std::vector<float> gs = runOp("sin", {kSpecials}), gc = runOp("cos", {kSpecials});
   for (size_t i = 0; i < kSpecials.size(); ++i) {
     expectSpecialsMatch("sin(" + std::to_string(kSpecials[i]) + ")", gs[i], sinRef(kSpecials[i]));
