@@ -19,6 +19,7 @@ bool runMixedPrecision(Graph &g, PassContext &ctx); // mixed_precision.cpp
 // -- code-generation preparation (attention decomposition, layout, fusion, memory planning) --
 bool runDecomposeAttention(Graph &g, PassContext &ctx); // decompose_attention.cpp
 bool runDecomposeBatchNorm(Graph &g, PassContext &ctx); // decompose_batch_norm.cpp
+bool runDecomposeMatvec(Graph &g, PassContext &ctx);    // decompose_matvec.cpp
 bool runLayout(Graph &g, PassContext &ctx);             // layout.cpp
 bool runSinkPermutes(Graph &g, PassContext &ctx);       // sink_permutes.cpp
 bool runFuse(Graph &g, PassContext &ctx);               // fuse.cpp
@@ -99,6 +100,15 @@ const std::vector<PassInfo> &passTable() {
                   "reference kernel)",
        .statistics = {"batch-norms-decomposed"},
        .run = runDecomposeBatchNorm},
+      {.name = "decompose-matvec",
+       .summary = "rewrites f32/f64 linear/matmul/mm/addmm of a single input row as a multiply "
+                  "and a sum over the features (one fused loop kernel streaming the weight "
+                  "instead of a library GEMM call)",
+       .options = {{"columns", "false",
+                    "also rewrite a [K, N] rhs that is not a transpose (a reduction over its "
+                    "outer dim)"}},
+       .statistics = {"rows-decomposed", "columns-decomposed"},
+       .run = runDecomposeMatvec},
       {.name = "layout",
        .summary = "runs chains of convolutions/poolings and the elementwise ops between them "
                   "channels-last, converting only at a chain's edges",

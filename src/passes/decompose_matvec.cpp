@@ -1,0 +1,151 @@
+// Matrix-vector decomposition: a linear/matmul/mm/addmm whose input is a single row (batch-1
+// inference, one decode step) becomes a multiply and a sum over the features,
+//   linear(x, W, b) = sum(x[None, :] * W, dim=1) + b        (W is [N, K]),
+// which the fuse pass turns into one loop kernel: it streams the weight once, row by row, and
+// takes the bias and the activation after it as its epilogue. A library GEMM call at M = 1 does
+// the same memory-bound work with a per-call setup and, for xjit, its own megabytes of code
+// (docs/perf.md, "Session 9: matrix-vector products").
+//
+// Only the row form is rewritten: the weight read along its contiguous feature dim (F.linear's
+// [N, K] weight, or matmul's rhs when it is the transpose of a 2-D [N, K] tensor). A plain
+// [K, N] rhs (GPT-2's Conv1D) would be a reduction over its outer dim, which the library does
+// as fast or faster (columns=true rewrites it anyway, for experiments).
+// Results agree with eager within f32 rounding (a different summation order), not bit for bit.
+// Left alone: dtypes other than f32/f64, more than one row, symbolic sizes, 1-D weights,
+// batched rhs.
+#include "passes.h"
+#include "semantic_util.h"
+
+#include "xjit/ir/builder.h"
+
+#include <optional>
+
+namespace xjit::passes {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+/// K when x is a single row of K static features: [K], [1, K], [1, 1, K], ...
+std::optional<int64_t> singleRowFeatures(const Type &t) {
+  if (!t.isTensor() || t.rank() < 1) return std::nullopt;
+  const Shape &s = t.shape();
+  for (size_t i = 0; i + 1 < s.size(); ++i)
+    if (s[i].staticValue() != 1) return std::nullopt;
+  return s.back().staticValue();
+}
+
+bool floatingMatch(const Type &a, const Type &b) {
+  return a.dtype() == b.dtype() && (a.dtype() == DType::F32 || a.dtype() == DType::F64);
+}
+
+/// W when v is the transpose of a 2-D W (t, transpose of its two dims, permute [1, 0]).
+Value *transposedFrom(Value *v) {
+  Op *op = v->definingOp();
+  if (!op || op->numOperands() != 1 || op->operand(0)->type().rank() != 2) return nullptr;
+  auto norm = [](int64_t d) { return d < 0 ? d + 2 : d; };
+  bool swaps = false;
+  if (op->name() == "t") swaps = true;
+  if (op->name() == "transpose")
+    swaps = norm(op->attr("dim0").asInt()) != norm(op->attr("dim1").asInt());
+  if (op->name() == "permute") {
+    const Ints &d = op->attr("dims").asInts();
+    swaps = d.size() == 2 && norm(d[0]) == 1 && norm(d[1]) == 0;
+  }
+  return swaps ? op->operand(0) : nullptr;
+}
+
+double attrNumberOr(const Op &op, std::string_view name, double dflt) {
+  const Attr *a = op.attrOrNull(name);
+  return a ? a->asNumber() : dflt;
+}
+
+struct MatvecParts {
+  Value *x = nullptr;      // the single row
+  Value *weight = nullptr; // [N, K] (row form) or [K, N] (column form)
+  bool rowForm = true;     // weight is [N, K]
+  Value *bias = nullptr;   // added to the product, broadcast to the result
+  double alpha = 1, beta = 1;
+};
+
+std::optional<MatvecParts> match(Op *op) {
+  MatvecParts p;
+  const std::string &name = op->name();
+  if (name == "linear") {
+    p.x = op->operand(0);
+    p.weight = op->operand(1);
+    p.bias = presentOperand(*op, 2);
+  } else if (name == "matmul" || name == "mm" || name == "addmm") {
+    size_t lhs = name == "addmm" ? 1 : 0;
+    p.x = op->operand(lhs);
+    Value *rhs = op->operand(lhs + 1);
+    if (rhs->type().rank() != 2) return std::nullopt;
+    if (Value *w = transposedFrom(rhs)) {
+      p.weight = w;
+    } else {
+      p.weight = rhs;
+      p.rowForm = false;
+    }
+    if (name == "addmm") {
+      p.bias = op->operand(0);
+      p.alpha = attrNumberOr(*op, "alpha", 1);
+      p.beta = attrNumberOr(*op, "beta", 1);
+    }
+  } else {
+    return std::nullopt;
+  }
+  const Type &wt = p.weight->type();
+  std::optional<int64_t> k = singleRowFeatures(p.x->type());
+  if (!k || wt.rank() != 2 || !floatingMatch(p.x->type(), wt)) return std::nullopt;
+  if (wt.shape()[p.rowForm ? 1 : 0].staticValue() != k || !wt.shape()[p.rowForm ? 0 : 1].isStatic())
+    return std::nullopt;
+  if (p.bias && (!p.bias->type().isTensor() || !floatingMatch(p.bias->type(), wt)))
+    return std::nullopt;
+  return p;
+}
+
+bool decompose(Op *op, bool columns, PassContext &ctx) {
+  std::optional<MatvecParts> p = match(op);
+  if (!p || (!p->rowForm && !columns)) return false;
+  int64_t k = *singleRowFeatures(p->x->type());
+  const Type &result = op->result(0)->type();
+
+  Builder b(op->parentBlock(), op);
+  b.setLoc(op->loc());
+  // [K] against [N, K] (row form), or [K, 1] against [K, N]: the product broadcasts, the sum
+  // goes over K.
+  Ints rowShape = p->rowForm ? Ints{k} : Ints{k, 1};
+  Value *row = p->x->type().shape().size() == rowShape.size() && p->rowForm
+                   ? p->x
+                   : b.op("reshape", {p->x}, {{"shape", rowShape}});
+  Value *products = b.op("mul", {row, p->weight});
+  Value *y = b.op("sum", {products}, {{"dims", Ints{p->rowForm ? 1 : 0}}, {"keepdim", false}});
+  if (p->alpha != 1) y = b.op("mul", {y, b.constantFloat(p->alpha)});
+  // A bias of at most one dim broadcasts the same against [N] as against the result's
+  // [1, ..., N]: add it before the reshape, inside the reduction's epilogue.
+  Value *bias = p->bias && p->beta != 0 ? p->bias : nullptr;
+  if (bias && p->beta != 1) bias = b.op("mul", {bias, b.constantFloat(p->beta)});
+  if (bias && bias->type().rank() <= 1) y = b.op("add", {y, bias});
+  if (result.rank() != 1) {
+    Ints shape;
+    for (const DimExpr &d : result.shape())
+      shape.push_back(*d.staticValue());
+    y = b.op("reshape", {y}, {{"shape", shape}});
+  }
+  if (bias && bias->type().rank() > 1) y = b.op("add", {y, bias});
+  if (!replaceIfSameType(op, y)) return false;
+  ctx.count(p->rowForm ? "rows-decomposed" : "columns-decomposed");
+  return true;
+}
+
+} // namespace
+
+bool runDecomposeMatvec(Graph &g, PassContext &ctx) {
+  bool columns = ctx.option("columns") == "true";
+  bool changed = false;
+  for (const char *name : {"linear", "matmul", "mm", "addmm"})
+    for (Op *op : opsNamed(g, name))
+      changed |= decompose(op, columns, ctx);
+  return changed;
+}
+
+} // namespace xjit::passes
