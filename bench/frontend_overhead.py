@@ -130,6 +130,38 @@ def measure(
     )
 
 
+def python_only(a: int, b: int) -> int:
+    return a * b + 1
+
+
+def measure_no_work(calls: int, repeats: int) -> None:
+    """A frame with no tensor work: captured again after 1, 4, 16 and 64 calls (driver.cpp),
+    then in Python for good. The first 100 calls (the retry window, 5 captures) against eager's,
+    then the steady per-call cost, which should be eager's plus the hook's skip path."""
+    opts = _frontend.Options("xjit", "cpu", False, None, False)
+    args = (3, 4)
+    eager = per_call_us(python_only, args, calls, repeats)
+    eager_window = min(timed(python_only, args, 100, time.perf_counter) for _ in range(repeats))
+    windows = []
+    program = []
+    for _ in range(repeats):
+        _frontend.reset()
+        _frontend.enable_program(opts)
+        try:
+            windows.append(timed(python_only, args, 100, time.perf_counter))
+            state = _frontend.code_state(python_only.__code__)["state"]
+            assert state == "python", state
+            program.append(per_call_us(python_only, args, calls, 1))
+        finally:
+            _frontend.enable_program(None)
+    print("python_only(a, b) = a * b + 1 on ints (no tensor work):")
+    print(
+        f"  first 100 calls (5 captures): {statistics.median(windows) * 1e3:.2f} ms "
+        f"(eager {eager_window * 1e3:.3f} ms); then per call: eager {eager:.3f} us, "
+        f"program mode {statistics.median(program):.3f} us"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=20000)
@@ -146,6 +178,7 @@ def main() -> None:
             args.calls // 4,
             args.repeats,
         )
+    measure_no_work(args.calls, args.repeats)
 
 
 if __name__ == "__main__":
