@@ -7,6 +7,10 @@
 #include <cstring>
 #include <stdexcept>
 
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
+
 namespace xjit {
 
 Storage::Storage(int64_t nbytes) : nbytes_(nbytes) {
@@ -234,6 +238,42 @@ Tensor Tensor::view(std::vector<int64_t> sizes, std::vector<int64_t> strides,
 
 namespace {
 
+/// One e0 x e1 tile of tiledTransposeCopy: source rows (index a) have unit stride and columns
+/// (b) stride ss1; destination rows stride ds0 and columns unit stride. 4-byte elements go by
+/// 4x4 blocks transposed in SSE registers (bit moves and shuffles: any 4-byte dtype, NaN
+/// payloads kept), the rest one element at a time.
+template <size_t B>
+void copyTransposedTile(char *d, const char *s, int64_t e0, int64_t e1, int64_t ds0, int64_t ss1) {
+  auto one = [&](int64_t a, int64_t b) {
+    std::memcpy(d + (a * ds0 + b) * int64_t(B), s + (a + b * ss1) * int64_t(B), B);
+  };
+  int64_t a = 0;
+#if defined(__SSE2__)
+  if constexpr (B == 4) {
+    for (; a + 4 <= e0; a += 4) {
+      int64_t b = 0;
+      for (; b + 4 <= e1; b += 4) {
+        const float *sp = reinterpret_cast<const float *>(s) + a + b * ss1;
+        __m128 c0 = _mm_loadu_ps(sp), c1 = _mm_loadu_ps(sp + ss1);
+        __m128 c2 = _mm_loadu_ps(sp + 2 * ss1), c3 = _mm_loadu_ps(sp + 3 * ss1);
+        _MM_TRANSPOSE4_PS(c0, c1, c2, c3); // columns b..b+3 -> rows a..a+3
+        float *dp = reinterpret_cast<float *>(d) + a * ds0 + b;
+        _mm_storeu_ps(dp, c0);
+        _mm_storeu_ps(dp + ds0, c1);
+        _mm_storeu_ps(dp + 2 * ds0, c2);
+        _mm_storeu_ps(dp + 3 * ds0, c3);
+      }
+      for (; b < e1; ++b)
+        for (int64_t k = 0; k < 4; ++k)
+          one(a + k, b);
+    }
+  }
+#endif
+  for (; a < e0; ++a)
+    for (int64_t b = 0; b < e1; ++b)
+      one(a, b);
+}
+
 /// stridedCopy when the source's unit-stride dim is the second last and the destination's the
 /// last (a transposition): those two dims are copied in 32x32 tiles, so that the source lines
 /// (and pages) a tile reads stay in cache while the tile's rows use them; a plain row-by-row
@@ -251,15 +291,10 @@ void tiledTransposeCopy(char *dst, const char *src, const std::vector<int64_t> &
   int64_t dOff = 0, sOff = 0; // elements
   while (true) {
     for (int64_t i0 = 0; i0 < n0; i0 += kTile)
-      for (int64_t i1 = 0; i1 < n1; i1 += kTile) {
-        int64_t e0 = std::min(kTile, n0 - i0), e1 = std::min(kTile, n1 - i1);
-        for (int64_t a = i0; a < i0 + e0; ++a) {
-          char *d = dst + (dOff + a * ds0 + i1 * ds1) * int64_t(B);
-          const char *s = src + (sOff + a * ss0 + i1 * ss1) * int64_t(B);
-          for (int64_t b = 0; b < e1; ++b, d += ds1 * int64_t(B), s += ss1 * int64_t(B))
-            std::memcpy(d, s, B);
-        }
-      }
+      for (int64_t i1 = 0; i1 < n1; i1 += kTile)
+        copyTransposedTile<B>(dst + (dOff + i0 * ds0 + i1 * ds1) * int64_t(B),
+                              src + (sOff + i0 * ss0 + i1 * ss1) * int64_t(B),
+                              std::min(kTile, n0 - i0), std::min(kTile, n1 - i1), ds0, ss1);
     size_t k = rank - 2;
     while (k-- > 0) {
       dOff += dstStrides[k];
