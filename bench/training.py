@@ -7,7 +7,11 @@ Also: the first step's time (capture + compile of forward and backward), and the
 relative difference of the losses against eager's over the steps taken.
 
     python bench/training.py [--cases train-mlp/b64,train-gpt/b8] [--backends eager,inductor,xjit]
-                             [--repeats 15] [--out bench/results/training.json]
+                             [--repeats 15] [--threads N] [--timer wall|cpu]
+                             [--out bench/results/training.json]
+
+--timer cpu times each step in CPU seconds of the process (all threads): on a loaded machine it
+is steadier than wall time; with --threads 1 it is the step's own work.
 """
 
 from __future__ import annotations
@@ -48,7 +52,16 @@ class Trainer:
         self.losses.append(loss.item())
 
 
-def run_case(case: TrainingCase, backends: list[str], repeats: int, inner: int) -> dict[str, Any]:
+def cpu_time_per_call(fn: Any, inner: int) -> float:
+    start = time.process_time()
+    for _ in range(inner):
+        fn()
+    return (time.process_time() - start) / inner
+
+
+def run_case(
+    case: TrainingCase, backends: list[str], repeats: int, inner: int, cpu: bool = False
+) -> dict[str, Any]:
     model, batch = case.build()
     trainers: dict[str, Trainer] = {}
     result: dict[str, Any] = {"case": case.name, "backends": {b: {} for b in backends}}
@@ -64,7 +77,11 @@ def run_case(case: TrainingCase, backends: list[str], repeats: int, inner: int) 
             trainers[b] = t
         except Exception as exc:  # recorded, the other backends go on
             errors[b] = f"{type(exc).__name__}: {exc}"
-    samples = interleave({b: t.step for b, t in trainers.items()}, repeats, inner, errors)
+    fns = {b: t.step for b, t in trainers.items()}
+    if cpu:
+        samples = interleave(fns, repeats, inner, errors, cpu_time_per_call)
+    else:
+        samples = interleave(fns, repeats, inner, errors)
     eager = trainers.get("eager")
     for b, s in samples.items():
         row = result["backends"][b]
@@ -106,17 +123,26 @@ def main() -> None:
     parser.add_argument("--backends", default="eager,inductor,xjit")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--inner", type=int, default=1, help="steps per timing sample")
+    parser.add_argument("--threads", type=int, help="torch threads (default: all cores)")
+    parser.add_argument("--timer", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     setup_threads()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     backends = args.backends.split(",")
     if "eager" not in backends:
         backends.insert(0, "eager")
     machine = describe_machine()
-    print(f"{machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}", flush=True)
+    print(
+        f"{machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, "
+        f"{torch.get_num_threads()} threads, {args.timer} time",
+        flush=True,
+    )
     results = []
     for name in args.cases.split(","):
-        r = run_case(TRAINING_CASES[name], backends, args.repeats, args.inner)
+        r = run_case(TRAINING_CASES[name], backends, args.repeats, args.inner, args.timer == "cpu")
+        r["threads"], r["timer"] = torch.get_num_threads(), args.timer
         print(line(r), flush=True)
         results.append(r)
     if args.out:
