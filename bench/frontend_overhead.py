@@ -31,6 +31,11 @@ def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return x + y
 
 
+def first_row(x: torch.Tensor) -> torch.Tensor:
+    """An output viewing an input: made a view of the caller's tensor with `as_strided`."""
+    return x[0]
+
+
 class TwoLinear(torch.nn.Module):
     """Context: a module frame whose inputs are 1 tensor argument + 4 parameters."""
 
@@ -171,6 +176,13 @@ def main() -> None:
     x, y = torch.randn(1), torch.randn(1)
     with torch.no_grad():
         measure("f(x, y) = x + y, 2 tensor inputs", add, (x, y), args.calls, args.repeats)
+        measure(
+            "f(x) = x[0], an output viewing its input",
+            first_row,
+            (torch.randn(2, 3),),
+            args.calls,
+            args.repeats,
+        )
         measure(
             "TwoLinear.forward, 1 tensor input + 4 parameters",
             TwoLinear(),

@@ -533,3 +533,21 @@ def test_reshape_of_a_zeroed_input_returned_is_its_view(dynamic):
 
     make = lambda b: [torch.randint(-5, 6, (b, 8, 5), generator=torch.Generator().manual_seed(b))]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=(3, 4))
+
+
+def test_contiguous_of_a_contiguous_input_of_symbolic_shape_is_the_input():
+    # seed 14204 under dynamic=True: a [1, 4] input of strides (1, 1) is contiguous to PyTorch,
+    # so contiguous() returns it and the write through v3[:, 0] after the graph break reaches
+    # it. The runtime's contiguous returns a contiguous operand itself, but the output, of
+    # strides (4, 1) where eager has (1, 1), was copied into eager's layout: now restrided.
+    def fn(a2):
+        v3 = a2.contiguous()
+        v5 = v3.abs().max().item()  # a graph break
+        v3[:, 0] = 2
+        return v3 * v5
+
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randn(4, b, generator=g).t() if b == 1 else torch.randn(b, 4, generator=g)]
+
+    _same_results_and_memory(fn, make, dynamic=True, batches=(3, 1, 2))
