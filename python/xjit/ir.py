@@ -236,7 +236,9 @@ def backend_stats() -> dict[str, float]:
     (compiled graphs whose kernels were linked together in one go, and how many kernels they
     held), ``kernels_shared`` (kernels found in the cache
     whose identical code was already linked in this process and still in use: that code is
-    shared, not linked again), ``library_kernels_shared`` (oneDNN calls identical to one already
+    shared, not linked again; of those, ``kernel_executables_shared`` were identical whole
+    loop-kernel ops sharing one executable, e.g. an unrolled loop's body at every step),
+    ``library_kernels_shared`` (oneDNN calls identical to one already
     compiled and still in use, which share its executable and plans), ``library_plans``
     (oneDNN primitives made for one call shape) and ``library_generic_plans`` (matmul primitives
     with run-time sizes, made once a call's sizes vary and used for every later shape), the cache's

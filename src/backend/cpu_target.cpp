@@ -1,6 +1,8 @@
 // The CPU Target: regions that lower to loop kernels (elementwise and reduction) are compiled
 // with the ORC JIT, library calls go to oneDNN; memory is host memory.
 #include "dnnl_kernels.h"
+#include "shared_executables.h"
+
 #include "xjit/backend/compile_cache.h"
 #include "xjit/backend/jit.h"
 #include "xjit/backend/lower.h"
@@ -28,7 +30,11 @@ std::shared_ptr<Storage> hostBuffer(int64_t nbytes) {
 class CpuExecutable : public Executable {
 public:
   CpuExecutable(LoweredKernel lk, std::shared_ptr<const CompiledKernel> ck)
-      : lk_(std::move(lk)), ck_(std::move(ck)) {}
+      : lk_(std::move(lk)), ck_(std::move(ck)), batch_(LinkBatch::current()) {}
+
+  /// Whether an op compiled now may share this executable: its code is linked, or will be by
+  /// the batch this thread is compiling (the same graph); not another thread's pending batch.
+  bool shareableNow() const { return ck_->linked() || (batch_ && batch_ == LinkBatch::current()); }
 
   std::vector<RtValue> run(std::span<const RtValue> inputs) const override {
     return runLowered(lk_, *ck_, inputs);
@@ -49,7 +55,37 @@ public:
 private:
   LoweredKernel lk_;
   std::shared_ptr<const CompiledKernel> ck_;
+  const LinkBatch *batch_; // the batch that links ck_, if any (compared, never dereferenced)
 };
+
+/// Everything a CpuExecutable does with its inputs: the loop IR (and its general version) and
+/// how region inputs and outputs map to the kernel's parameters. Empty: never shared.
+std::string sharingKey(const LoweredKernel &lk, const TargetOptions &opts) {
+  if (opts.keepText) return "";
+  std::string key = opts.optimize ? "O;" : "0;";
+  key += printKernel(lk.kernel);
+  if (lk.kernel.general) key += "\ngeneral:\n" + printKernel(*lk.kernel.general);
+  auto ints = [&key](const char *name, const std::vector<int64_t> &v) {
+    key += name;
+    for (int64_t i : v)
+      key += std::to_string(i) + ",";
+  };
+  for (const Type &t : lk.inputTypes)
+    key += ";in " + t.str();
+  for (const Type &t : lk.outputTypes)
+    key += ";out " + t.str();
+  ints(";buffers ", lk.inputBuffer);
+  ints(";scalars ", lk.inputScalar);
+  ints(";outputs ", lk.outputBuffer);
+  for (const auto &[a, b] : lk.sameSize)
+    key += ";same " + a.str() + "=" + b.str();
+  return key;
+}
+
+SharedExecutables &sharedKernelExecutables() {
+  static SharedExecutables shared;
+  return shared;
+}
 
 /// A graph's LLVM kernels linked together (one JITDylib, one lookup: LinkBatch in jit.h).
 class CpuCompileBatch : public CompileBatch {
@@ -90,10 +126,21 @@ public:
 #endif
     LoweredKernel lk =
         op.name() == "fusion" ? lowerFusion(op, lower) : lowerElementwiseOp(op, lower);
+    // Identical ops (an unrolled loop's body at every step) share one executable: Jit::compile
+    // would share their code, but each would still hold its own loop IR twice (~20 KB).
+    std::string key = sharingKey(lk, opts);
+    if (!key.empty())
+      if (auto found = sharedKernelExecutables().find(key);
+          found && static_cast<const CpuExecutable &>(*found).shareableNow()) {
+        noteKernelShared();
+        return found;
+      }
     auto ck = Jit::instance().compile(
         lk.kernel,
         {.pipeline = opts.optimize ? Pipeline::Kernel : Pipeline::None, .keepText = opts.keepText});
-    return std::make_shared<CpuExecutable>(std::move(lk), std::move(ck));
+    auto exe = std::make_shared<CpuExecutable>(std::move(lk), std::move(ck));
+    if (!key.empty()) sharedKernelExecutables().insert(key, exe);
+    return exe;
   }
 
   std::unique_ptr<CompileBatch> beginCompileBatch() override {

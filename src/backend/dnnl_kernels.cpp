@@ -2,6 +2,7 @@
 // one) from the IR, caches one plan per run-time shape, and runs the reference kernel for the
 // shapes oneDNN rejects.
 #include "dnnl_kernels.h"
+#include "shared_executables.h"
 
 #include "xjit/backend/content_tags.h"
 #include "xjit/backend/jit.h"
@@ -433,29 +434,6 @@ std::string sharingKey(const Op &op, const Graph &reference) {
   }
   return key;
 }
-
-/// Live executables by sharingKey; an entry dies with the last graph holding its executable.
-class SharedExecutables {
-public:
-  std::shared_ptr<const Executable> find(const std::string &key) {
-    std::lock_guard lock(mu_);
-    auto it = byKey_.find(key);
-    return it == byKey_.end() ? nullptr : it->second.lock();
-  }
-  void insert(const std::string &key, const std::shared_ptr<const Executable> &exe) {
-    std::lock_guard lock(mu_);
-    if (byKey_.size() >= 2 * liveAfterPrune_) { // drop dead entries now and then
-      std::erase_if(byKey_, [](const auto &e) { return e.second.expired(); });
-      liveAfterPrune_ = std::max<size_t>(byKey_.size(), 64);
-    }
-    byKey_[key] = exe;
-  }
-
-private:
-  std::mutex mu_;
-  std::unordered_map<std::string, std::weak_ptr<const Executable>> byKey_;
-  size_t liveAfterPrune_ = 64;
-};
 
 SharedExecutables &sharedExecutables() {
   static SharedExecutables shared;

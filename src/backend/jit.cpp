@@ -160,6 +160,13 @@ struct NoBatch {
 
 } // namespace
 
+std::atomic<uint64_t> gExecutablesShared{0};
+
+void noteKernelShared() {
+  ++gKernelsShared;
+  ++gExecutablesShared;
+}
+
 /// A kernel compiled or loaded in a batch, waiting for LinkBatch::finish.
 struct LinkBatch::Pending {
   std::shared_ptr<CompiledKernel> kernel;
@@ -560,6 +567,7 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"batch_links", double(j.batchLinks)},
           {"batched_objects", double(j.batchedObjects)},
           {"kernels_shared", double(gKernelsShared.load())},
+          {"kernel_executables_shared", double(gExecutablesShared.load())},
           {"library_kernels_shared", double(libraryKernelsShared())},
           {"library_plans", double(libraryPlansMade())},
           {"library_generic_plans", double(libraryGenericPlansMade())},

@@ -105,6 +105,7 @@ def test_backend_stats_in_process() -> None:
         "batch_links",
         "batched_objects",
         "kernels_shared",
+        "kernel_executables_shared",
         "library_kernels_shared",
         "library_plans",
         "library_generic_plans",

@@ -5,6 +5,7 @@ copy"). Kernels that differ only in a constant still compile apart and compute t
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import xjit
 import xjit.ir as ir
@@ -49,3 +50,25 @@ def test_fusions_differing_in_a_constant_compile_apart(monkeypatch: pytest.Monke
     torch.testing.assert_close(out, distinct(x))  # a wrongly shared kernel computes another step
     assert d["llvm_compilations"] == 4
     assert d["kernels_shared"] == 0
+
+
+def test_identical_kernels_share_one_executable() -> None:
+    # An unrolled recurrence (an LSTM over 64 steps) has the same kernels at every step; each
+    # instruction held its own loop IR twice (~20 KB per step for a matrix-vector reduction)
+    # before the target shared the whole executable.
+    torch.manual_seed(3)
+    w, x = torch.randn(256, 256) / 16, torch.randn(1, 256)
+    scale = float(torch.randint(2, 10**6, ()).item()) / 7.0  # kernels no earlier test compiled
+
+    def unrolled(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        for _ in range(24):
+            x = torch.tanh(F.linear(x, w) * scale)
+        return x
+
+    before = ir.backend_stats()["kernel_executables_shared"]
+    compiled = xjit.jit(unrolled)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, w), unrolled(x, w))
+    # Every step after the first reuses the first step's kernels (one or two, as fusion decides).
+    shared = ir.backend_stats()["kernel_executables_shared"] - before
+    assert shared >= 23 and shared % 23 == 0, shared

@@ -107,6 +107,11 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
+/// Counts a kernel whose compile was answered by an identical live executable
+/// (`kernels_shared` and `kernel_executables_shared`): the target's executable sharing answers
+/// before Jit::compile is asked.
+void noteKernelShared();
+
 /// Links the kernels of one compiled graph together: while a LinkBatch is alive on a thread,
 /// Jit::compile on that thread loads (or compiles) each kernel's object but does not link it;
 /// finish() links them all into one JITDylib with one lookup (JITLink's fixed cost per
