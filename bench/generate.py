@@ -9,9 +9,12 @@ the model (same weights) and runs the same `generate()` call:
             for generation), then `model.generate(...)`
   xjit      `xjit.jit(run)(model, ids)` where `run` calls `model.generate(...)` (the same as
             `python -m xjit script.py` for a script doing that call)
+  xjit_weight_cache  the same with `weight_cache=True` (weights kept in oneDNN's layout)
 
 Calls are interleaved across backends in one process (order alternated per repeat); the figure
-is the median wall time per generate() after the first (compiling) call, as tokens/s. The first
+is the median wall time per generate() after the first (compiling) call, as tokens/s, and the
+ratio of the calling thread's CPU time (time.thread_time; with 1 thread every backend computes
+on the calling thread, so this is what a loaded machine still measures fairly). The first
 call's extra time over eager's median is reported as compile time. Tokens must equal eager's
 (the script says so and exits 1 otherwise). For xjit it also prints what `xjit.explain` saw
 on the first call (graphs, graph breaks with reasons, recompiles) and, from a separate run with
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import sys
 import time
@@ -120,15 +124,15 @@ def bench_model(name: str, args: argparse.Namespace, backends: list[str]) -> boo
     ids = torch.randint(1, 1000, (1, args.prompt))
     models = {b: copy.deepcopy(base) for b in backends}
     calls: dict[str, Any] = {}
-    xjit = load_xjit() if "xjit" in backends else None
+    xjit = load_xjit() if any(b.startswith("xjit") for b in backends) else None
     for b in backends:
         m = models[b]
         if b == "inductor":
             m.forward = torch.compile(m.forward)
-        if b == "xjit":
+        if b.startswith("xjit"):
             assert xjit is not None
-            fn = xjit.jit(run_generate)
-            calls[b] = lambda fn=fn, m=m: fn(m, ids, args.new_tokens)
+            fn = xjit.jit(run_generate, weight_cache=b == "xjit_weight_cache")
+            calls[b] = lambda fn=fn, m=m: fn(m, ids, args.new_tokens)  # type: ignore[misc]
         else:
             calls[b] = lambda m=m: run_generate(m, ids, args.new_tokens)
 
@@ -137,41 +141,60 @@ def bench_model(name: str, args: argparse.Namespace, backends: list[str]) -> boo
     report = None
     for b in backends:
         start = time.perf_counter()
-        if b == "xjit":
+        if b.startswith("xjit"):
             assert xjit is not None
-            report = xjit.explain(run_generate)(models[b], ids, args.new_tokens)
+            report = xjit.explain(run_generate, weight_cache=b == "xjit_weight_cache")(
+                models[b], ids, args.new_tokens
+            )
             outputs[b] = report.output
         else:
             outputs[b] = calls[b]()
         first[b] = time.perf_counter() - start
 
+    for b in backends:  # explain() forgets every compiled entry: recompile the others
+        calls[b]()
     times: dict[str, list[float]] = {b: [] for b in backends}
+    cpu: dict[str, list[float]] = {b: [] for b in backends}
     for r in range(args.repeats):
         for b in backends if r % 2 == 0 else backends[::-1]:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.thread_time()
             outputs[b] = calls[b]()
             times[b].append(time.perf_counter() - start)
+            cpu[b].append(time.thread_time() - start_cpu)
     steps = {b: step_forward_ms(calls[b], models[b], args.new_tokens) for b in backends}
 
     ok = True
     eager_med = statistics.median(times["eager"]) if "eager" in times else None
-    print(f"\n{name}: prompt {args.prompt}, {args.new_tokens} new tokens, greedy, KV cache, "
-          f"{torch.get_num_threads()} thread(s), {args.repeats} repeats")
-    print(f"  {'backend':9} {'tokens/s':>9} {'generate ms':>12} {'vs eager':>9} "
-          f"{'step fwd ms':>12} {'loop ms/tok':>12} {'first call s':>13} {'compile s':>10}  tokens")
+    eager_cpu = statistics.median(cpu["eager"]) if "eager" in cpu else None
+    print(
+        f"\n{name}: prompt {args.prompt}, {args.new_tokens} new tokens, greedy, KV cache, "
+        f"{torch.get_num_threads()} thread(s), {args.repeats} repeats"
+    )
+    print(
+        f"  {'backend':17} {'tokens/s':>9} {'generate ms':>12} {'vs eager':>9} "
+        f"{'cpu vs eager':>12} {'step fwd ms':>12} {'loop ms/tok':>12} {'first call s':>13} "
+        f"{'compile s':>10}  tokens"
+    )
     for b in backends:
         med = statistics.median(times[b])
         same = "eager" not in outputs or torch.equal(outputs[b], outputs["eager"])
         ok &= same
         ratio = f"{eager_med / med:8.2f}x" if eager_med else "-"
+        cpu_ratio = f"{eager_cpu / statistics.median(cpu[b]):11.2f}x" if eager_cpu else "-"
         compile_s = first[b] - eager_med if eager_med else float("nan")
-        print(f"  {b:9} {args.new_tokens / med:9.1f} {med * 1e3:12.1f} {ratio:>9} "
-              f"{steps[b][0]:12.2f} {steps[b][1]:12.2f} {first[b]:13.2f} {compile_s:10.2f}  "
-              f"{'= eager' if same else 'DIFFER from eager'}")
+        print(
+            f"  {b:17} {args.new_tokens / med:9.1f} {med * 1e3:12.1f} {ratio:>9} {cpu_ratio:>12} "
+            f"{steps[b][0]:12.2f} {steps[b][1]:12.2f} {first[b]:13.2f} {compile_s:10.2f}  "
+            f"{'= eager' if same else 'DIFFER from eager'}"
+        )
     if report is not None:
-        print(f"  xjit first call: {len(report.graphs)} graph(s), {len(report.graph_breaks)} "
-              f"graph break(s), {len(report.recompiles)} recompile(s) over {args.new_tokens} "
-              f"steps ({len(report.recompiles) / args.new_tokens:.2f} per step)")
+        print(
+            f"  xjit first call: {len(report.graphs)} graph(s), {len(report.graph_breaks)} "
+            f"graph break(s), {len(report.recompiles)} recompile(s) over {args.new_tokens} "
+            f"steps ({len(report.recompiles) / args.new_tokens:.2f} per step); capture "
+            f"{report.capture_ms:.0f} ms, compile {report.compile_ms:.0f} ms (compile cache: "
+            f"{'off' if os.environ.get('XJIT_NO_CACHE') else 'on'})"
+        )
         for b in report.graph_breaks:
             print(f"    break: {b.function} at {b.file}:{b.line}: {b.reason}")
         for rc in report.recompiles:
@@ -188,6 +211,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    # xjit's kernels use as many threads as torch (else its pool defaults to every core).
+    os.environ.setdefault("XJIT_NUM_THREADS", str(args.threads))
     torch.set_num_threads(args.threads)
     backends = args.backends.split(",")
     ok = all([bench_model(m, args, backends) for m in args.models.split(",")])
