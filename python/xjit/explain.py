@@ -139,6 +139,8 @@ class ExplainReport:
             )
             if g.runs_in_python:
                 lines.append(f"    runs in Python: {g.note}")
+            elif g.note:  # a compiled training step: its forward and backward graphs
+                lines.append(f"    {g.note}")
             for guard in g.guards:
                 lines.append(f"    guard: {guard}")
         for b in self.graph_breaks:

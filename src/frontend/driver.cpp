@@ -971,7 +971,7 @@ void recordGraph(CompiledEntry &e, const ScopeOptions &opts, const SourceLoc &lo
   ev.captureMs = captureMs;
   ev.compileMs = compileMs;
   ev.runsInPython = e.action == EntryAction::RunPython;
-  ev.note = e.pythonReason;
+  ev.note = e.training ? e.training->summary : e.pythonReason;
   if (log.recording || (settings().log & kLogGraphs)) ev.ir = printGraph(*e.graph);
   e.graphId = ev.id;
   const std::string name = "graph " + std::to_string(ev.id);

@@ -161,6 +161,8 @@ std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id) {
     entry->graph = std::move(*graph);
     if (!compileNative(*entry, loc, id)) throw PyErrorSet();
   }
+  const size_t forwardOps = graphs->forward.graph->numOps(),
+               backwardOps = graphs->backward.graph->numOps();
   auto *owner = new std::shared_ptr<TrainingGraphs>(std::move(graphs));
   PyObject *capsule = PyCapsule_New(owner, kCapsuleName, [](PyObject *c) {
     delete static_cast<std::shared_ptr<TrainingGraphs> *>(PyCapsule_GetPointer(c, kCapsuleName));
@@ -176,6 +178,10 @@ std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id) {
   PyTuple_SET_ITEM(info.get(), 2, indexTuple(ad.wrt).release());
   PyTuple_SET_ITEM(info.get(), 3, checked(PyLong_FromSize_t(ad.numOutputs)).release());
   e.training->info = std::move(info);
+  e.training->summary = "training step: forward " + std::to_string(forwardOps) + " ops (" +
+                        std::to_string(ad.numSaved) + " values saved for backward), backward " +
+                        std::to_string(backwardOps) + " ops, gradients of " +
+                        std::to_string(ad.wrt.size()) + " inputs";
   return "";
 #endif
 }

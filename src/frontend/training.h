@@ -16,8 +16,9 @@ namespace xjit::frontend {
 /// once compiled, the two graphs (owned by a capsule that autograd's saved context also holds).
 struct TrainingStep {
   std::vector<bool> requiresGrad;
-  PyRef capsule; // the compiled graphs, passed to xjit._training.run
-  PyRef info;    // (saved_inputs, grad_outputs, wrt, num_outputs) for the Python side
+  PyRef capsule;       // the compiled graphs, passed to xjit._training.run
+  PyRef info;          // (saved_inputs, grad_outputs, wrt, num_outputs) for the Python side
+  std::string summary; // for explain: "training step: forward N ops, backward M ops, ..."
 };
 
 /// Why the capture cannot run as a compiled training step ("" when it can): graph breaks, side

@@ -117,6 +117,7 @@ def test_mlp_training_loop_matches_eager(optimizer: str) -> None:
     got, want, model, eager = train_both(MLP(), make_opt, batch, F.cross_entropy, steps=20)
     graph = the_graph()
     assert not graph["runs_in_python"], graph["note"]
+    assert graph["note"].startswith("training step: forward"), graph["note"]
     torch.testing.assert_close(got, want, rtol=1e-5, atol=0)
     assert got[-1] < got[0]  # it learns
     # Adam divides by sqrt(v): a last-bit difference in a near-zero gradient moves a weight by
