@@ -1,6 +1,7 @@
 #include "eager.h"
 
 #include "events.h"
+#include "output_layout.h"
 #include "py_util.h"
 #include "tensor_bridge.h"
 
@@ -226,6 +227,10 @@ struct Walker {
   /// meta: the op on meta tensors; where it cannot run, its results are contiguous meta
   /// tensors of its result types when that is what eager makes, else unknown.
   void runOpMeta(const Op &op) {
+    if (const Value *x = writtenThroughView(op); x && !unknown.count(x)) {
+      bind(op, {get(x)}); // a write through a view of x: eager writes x in place
+      return;
+    }
     bool operandsKnown = true;
     for (Value *v : op.operands())
       operandsKnown = operandsKnown && !unknown.count(v);

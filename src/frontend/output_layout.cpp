@@ -414,6 +414,25 @@ tensorIteratorOrder(const Shape &shape, const std::vector<const Type *> &types,
 
 } // namespace
 
+const Value *writtenThroughView(const Op &op) {
+  if (op.name() != "reshape" || op.numOperands() != 1) return nullptr;
+  const Op *put = op.operand(0)->definingOp();
+  if (!put || put->name() != "index_put" || put->numOperands() != 3) return nullptr;
+  const Op *flat = put->operand(0)->definingOp();
+  if (!flat || flat->name() != "reshape") return nullptr;
+  const Value *x = flat->operand(0);
+  if (!(x->type().shape() == op.result(0)->type().shape())) return nullptr;
+  const Value *positions = put->operand(2);
+  for (int depth = 0; depth < 32; ++depth) {
+    const Op *def = positions->definingOp();
+    if (!def || def->numOperands() == 0) return def && def->name() == "arange" ? x : nullptr;
+    if (!def->def().has(kView) && def->name() != "reshape" && def->name() != "flatten")
+      return nullptr;
+    positions = def->operand(0);
+  }
+  return nullptr;
+}
+
 bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
                          std::vector<OutputLayout> &out, const Op **stoppedAt) {
   const Op *current = nullptr;
@@ -583,6 +602,9 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
           unknown.insert(r.get());
         continue;
       }
+    } else if (const Value *x = writtenThroughView(*op);
+               x && order.count(x) && !strided.count(x) && !unknown.count(x)) {
+      result = order.at(x);
     } else if (sliceViews.count(name) && operands.size() == 1 && dim >= 0 && dim < rank0) {
       const bool drops = name == "select" || name == "unbind";
       std::vector<int> r;

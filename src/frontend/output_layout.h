@@ -55,6 +55,13 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
 bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
                          std::vector<OutputLayout> &out, const Op **stoppedAt = nullptr);
 
+/// The tensor x that `op` writes through a view of it, as the analyzer functionalizes such a
+/// write (Analyzer::writeThroughView): `reshape(index_put(reshape(x), values, positions))` back
+/// to x's shape, the positions views of an arange; else null. Eager writes x in place, which
+/// keeps its layout (fuzzer seed 14038: `v3 = v2.clone(); v3[:, :1].clamp_(min=0)` of a
+/// transposed v2 stays transposed): the layout rules and the meta walk give the result x's.
+const Value *writtenThroughView(const Op &op);
+
 /// Rewrites `g` (a captured graph about to be optimized for the native backend) so that it
 /// computes the outputs `which` whose layout is a dense dim order other than the one the graph
 /// would give them (a fresh result is contiguous, a permute of one permuted) in that order: the

@@ -551,3 +551,21 @@ def test_contiguous_of_a_contiguous_input_of_symbolic_shape_is_the_input():
         return [torch.randn(4, b, generator=g).t() if b == 1 else torch.randn(b, 4, generator=g)]
 
     _same_results_and_memory(fn, make, dynamic=True, batches=(3, 1, 2))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_write_through_a_view_keeps_the_written_tensors_layout(dynamic):
+    # seed 14038 (stride): v3 = v2.clone() of a transposed v2 is transposed, and eager's write
+    # through v3[:, :1] keeps it so; the analyzer's functionalized write,
+    # reshape(index_put(reshape(v3), ...)), was laid out contiguous by the layout rules and the
+    # meta walk (values right, strides not eager's).
+    def fn(a1, a2):
+        v3 = (torch.nn.functional.silu(a1) - 2).clone()
+        v3[:, :1].clamp_(min=0)
+        return torch.nn.functional.gelu(v3 * a2), v3
+
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randn(6, b, generator=g).t(), torch.randn(1, b, generator=g).t()]
+
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=(3, 4))
