@@ -356,12 +356,18 @@ const std::map<std::string, Rule> &ruleTable() {
       requireNoDTypeAttr(a);
       const Ints dims = reducedDims(a.op, "dims", a.x(0)->type().rank());
       int64_t n = 1;
+      Value *symbolic = nullptr; // the product of the symbolic reduced sizes (an int), if any
       for (int64_t d : dims) {
-        auto s = a.x(0)->type().shape()[static_cast<size_t>(d)].staticValue();
-        if (!s) unsupported(a.op, "a mean over a symbolic dim");
-        n *= *s;
+        const DimExpr &dim = a.x(0)->type().shape()[static_cast<size_t>(d)];
+        if (dim.isStatic()) {
+          n *= dim.value();
+          continue;
+        }
+        Value *size = a.un("size", a.x(0), {{"dim", d}});
+        symbolic = symbolic ? a.bin("mul", symbolic, size) : size;
       }
       Value *g = a.mul(a.g, a.f(1.0 / static_cast<double>(n)));
+      if (symbolic) g = a.bin("div", g, symbolic);
       return {expandReduced(a, g, dims, attrBool(a.op, "keepdim", false), a.x(0))};
     };
     t["softmax"] = [](RuleArgs &a) -> std::vector<Value *> {

@@ -258,3 +258,27 @@ def test_parameters_updated_in_place_between_calls_are_read_again() -> None:
     w = model.weight.detach().clone().requires_grad_()
     (F.linear(x, w, model.bias.detach()) ** 2).sum().backward()
     torch.testing.assert_close(model.weight.grad, w.grad)
+
+
+def test_symbolic_batch_trains_with_one_capture() -> None:
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+
+        def forward(self, x: Any) -> Any:
+            return self.net(x).softmax(-1).mean(0)  # a mean over the symbolic batch dim
+
+    torch.manual_seed(0)
+    model = Head()
+    eager = copy.deepcopy(model)
+    compiled = xjit.jit(model, dynamic=True)
+    for batch in (3, 5, 7):
+        x = torch.randn(batch, 8)
+        compiled(x).square().sum().backward()
+        eager(x).square().sum().backward()
+    assert_params_close(model, eager, rtol=0, atol=0)  # parameters untouched: same init
+    for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    graphs = fe.events()["graphs"]
+    assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
