@@ -3,13 +3,17 @@
 // xxh3 for the payload checksum (detects truncation and bit rot, fast on megabytes).
 //
 // Size bound: entries are trimmed least recently used first. Recency is the entry's mtime,
-// which a hit refreshes (atime is unreliable under relatime/noatime mounts). A process keeps an
-// estimate of the directory's size (scanned at its first store and every kRescanWrites stores,
-// plus what it wrote since); when the estimate passes the bound it takes an exclusive flock on
-// `<dir>/lock`, rescans, and deletes the oldest entries until the directory is at
-// kTrimFraction of the bound. Deleting is safe against other processes: a reader that has the
-// file open keeps reading the whole (unlinked) file, a reader that opens it afterwards misses,
-// and an entry renamed into place after the scan is not touched.
+// which a hit refreshes (atime is unreliable under relatime/noatime mounts). The directory's
+// size is kept in a ledger, `<dir>/size`, under an exclusive flock on `<dir>/lock`: each store
+// adds its entry's bytes; when the sum passes the bound, the storing process scans the
+// directory and deletes the oldest entries until it is at kTrimFraction of the bound, and the
+// ledger gets the scan's figure. A missing or damaged ledger is rebuilt by a scan. (Scanning at
+// each process's first store instead made its first compiled call take 0.6-0.8 s instead of
+// 20 ms with 100,000 entries in the directory.) An entry stored twice is counted
+// twice, which only brings the next trim, and its scan, forward. Deleting is safe against other
+// processes: a reader that has the file open keeps reading the whole (unlinked) file, a reader
+// that opens it afterwards misses, and an entry renamed into place after the scan is not
+// touched.
 #include "xjit/backend/compile_cache.h"
 
 #include <llvm/Config/llvm-config.h>
@@ -23,7 +27,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
-#include <mutex>
+#include <optional>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -57,8 +61,6 @@ constexpr double kDefaultMaxMB = 512;
 /// A trim deletes down to this fraction of the bound, so that trims (a directory scan) are
 /// rare rather than one per store once the cache is full.
 constexpr double kTrimFraction = 0.8;
-/// Stores between rescans of the directory (other processes write to it too).
-constexpr uint64_t kRescanWrites = 64;
 /// Temporary files older than this are left over from a writer that died; trims delete them.
 constexpr int64_t kStaleTempSeconds = 3600;
 
@@ -108,17 +110,6 @@ bool writeAll(int fd, const char *data, size_t size) {
   return true;
 }
 
-/// What this process believes the directory holds: the size at the last scan plus what it
-/// stored since.
-struct SizeEstimate {
-  std::mutex mutex;
-  std::string dir; // the directory scanned (XJIT_CACHE_DIR may change at run time)
-  uint64_t bytes = 0;
-  uint64_t writesSinceScan = 0;
-  bool scanned = false;
-};
-SizeEstimate gEstimate;
-
 bool isEntryName(const std::string &name) {
   return name.size() == 66 && name.ends_with(".o") &&
          std::all_of(name.begin(), name.end() - 2,
@@ -159,11 +150,51 @@ uint64_t totalSize(const std::vector<EntryInfo> &entries) {
   return n;
 }
 
-/// Deletes the least recently used entries of `dir` until at most `target` bytes remain, under
-/// the directory's lock (one trimming process at a time); returns the bytes left.
-uint64_t trimTo(const std::filesystem::path &dir, uint64_t target) {
-  int lock = ::open((dir / "lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock >= 0) ::flock(lock, LOCK_EX);
+/// The directory's exclusive lock (one process at a time reads and writes the ledger or trims).
+class DirLock {
+public:
+  explicit DirLock(const std::filesystem::path &dir)
+      : fd_(::open((dir / "lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ >= 0) ::flock(fd_, LOCK_EX);
+  }
+  ~DirLock() {
+    if (fd_ >= 0) ::close(fd_); // releases the flock
+  }
+  DirLock(const DirLock &) = delete;
+  DirLock &operator=(const DirLock &) = delete;
+
+private:
+  int fd_;
+};
+
+std::filesystem::path ledgerPath(const std::filesystem::path &dir) { return dir / "size"; }
+
+/// The ledger's byte count, or nothing when it is missing or damaged. Hold the DirLock.
+std::optional<uint64_t> readLedger(const std::filesystem::path &dir) {
+  std::string text;
+  if (!readAll(ledgerPath(dir).string(), text) || text.empty() || text.size() > 21 ||
+      text.back() != '\n')
+    return std::nullopt;
+  uint64_t n = 0;
+  for (size_t i = 0; i + 1 < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9') return std::nullopt;
+    n = n * 10 + uint64_t(text[i] - '0');
+  }
+  return n;
+}
+
+/// Hold the DirLock. A write that fails (a read-only cache) leaves the next store to rescan.
+void writeLedger(const std::filesystem::path &dir, uint64_t bytes) {
+  int fd = ::open(ledgerPath(dir).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  std::string text = std::to_string(bytes) + "\n";
+  bool ok = writeAll(fd, text.data(), text.size());
+  if (::close(fd) != 0 || !ok) ::unlink(ledgerPath(dir).c_str());
+}
+
+/// Deletes the least recently used entries of `dir` until at most `target` bytes remain and
+/// records what is left in the ledger; returns it. Hold the DirLock.
+uint64_t trimLocked(const std::filesystem::path &dir, uint64_t target) {
   std::vector<EntryInfo> entries = scanEntries(dir);
   uint64_t total = totalSize(entries);
   if (total > target) {
@@ -176,27 +207,23 @@ uint64_t trimTo(const std::filesystem::path &dir, uint64_t target) {
       total -= e.size; // gone either way (ENOENT: another process deleted it)
     }
   }
-  if (lock >= 0) ::close(lock); // releases the flock
+  writeLedger(dir, total);
   return total;
 }
 
-/// After storing `written` bytes in `dir`: trims the directory when it may be over the bound.
+/// After storing `written` bytes in `dir`: adds them to the ledger, and trims the directory
+/// when that passes the bound.
 void boundCacheSize(const std::filesystem::path &dir, uint64_t written) {
   uint64_t bound = compileCacheMaxBytes();
   if (bound == 0) return;
-  std::lock_guard<std::mutex> guard(gEstimate.mutex);
-  SizeEstimate &est = gEstimate;
-  if (!est.scanned || est.dir != dir.string() || ++est.writesSinceScan >= kRescanWrites) {
-    est.bytes = totalSize(scanEntries(dir));
-    est.dir = dir.string();
-    est.scanned = true;
-    est.writesSinceScan = 0;
-  } else {
-    est.bytes += written;
-  }
-  if (est.bytes <= bound) return;
-  est.bytes = trimTo(dir, uint64_t(double(bound) * kTrimFraction));
-  est.writesSinceScan = 0;
+  DirLock lock(dir);
+  std::optional<uint64_t> recorded = readLedger(dir);
+  // Without a ledger the scan sees the entry just stored.
+  uint64_t total = recorded ? *recorded + written : totalSize(scanEntries(dir));
+  if (total > bound)
+    trimLocked(dir, uint64_t(double(bound) * kTrimFraction));
+  else
+    writeLedger(dir, total);
 }
 
 } // namespace
@@ -215,10 +242,8 @@ uint64_t compileCacheTrim() {
   uint64_t bound = compileCacheMaxBytes();
   std::filesystem::path dir = compileCacheDir();
   if (bound == 0) return totalSize(scanEntries(dir));
-  uint64_t left = trimTo(dir, bound);
-  std::lock_guard<std::mutex> guard(gEstimate.mutex);
-  gEstimate.scanned = false; // rescanned at the next store
-  return left;
+  DirLock lock(dir);
+  return trimLocked(dir, bound);
 }
 
 const std::string &compilerIdentity() {

@@ -372,6 +372,42 @@ TEST(CompileCache, SizeBoundEvictsLeastRecentlyUsed) {
   EXPECT_EQ(cache.entries(), 12u);
 }
 
+uint64_t ledger(const ScopedCacheDir &d) {
+  std::ifstream in(d.dir() / "size");
+  uint64_t n = 0;
+  in >> n;
+  return in ? n : ~uint64_t(0);
+}
+
+TEST(CompileCache, SizeLedgerTracksStoresWithoutScanning) {
+  ScopedCacheDir cache("ledger");
+  ScopedMaxMB bound("0.0625"); // 64 KB
+  const std::string payload(10000, 'p');
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(compileCacheStore(syntheticKey(i), payload));
+  EXPECT_EQ(ledger(cache), entryBytes(cache));
+  // The ledger is what a store trusts: a figure over the bound makes the next store trim, and
+  // the trim's scan corrects it (nothing is deleted: the real entries fit).
+  writeFile(cache.dir() / "size", "999999999\n");
+  CompileCacheStats s0 = compileCacheStats();
+  ASSERT_TRUE(compileCacheStore(syntheticKey(3), payload));
+  EXPECT_EQ(compileCacheStats().evictions, s0.evictions);
+  EXPECT_EQ(ledger(cache), entryBytes(cache));
+  // Missing or damaged: rebuilt by a scan, which counts the entry just stored.
+  fs::remove(cache.dir() / "size");
+  ASSERT_TRUE(compileCacheStore(syntheticKey(4), payload));
+  EXPECT_EQ(ledger(cache), entryBytes(cache));
+  writeFile(cache.dir() / "size", "12x4\n");
+  ASSERT_TRUE(compileCacheStore(syntheticKey(5), payload));
+  EXPECT_EQ(ledger(cache), entryBytes(cache));
+  EXPECT_EQ(cache.entries(), 6u);
+  // A trim on demand leaves the ledger right too.
+  setenv("XJIT_CACHE_MAX_MB", "0.02", 1);
+  uint64_t left = compileCacheTrim();
+  EXPECT_EQ(ledger(cache), left);
+  EXPECT_EQ(left, entryBytes(cache));
+}
+
 /// Run only as a child of SeveralProcessesBoundedAtOnce: stores and reads back entries of its
 /// own and of the other children under a bound that keeps only some of them.
 TEST(CompileCacheChild, StoreAndReadBounded) {
@@ -430,7 +466,7 @@ TEST(CompileCache, SeveralProcessesBoundedAtOnce) {
   // Every entry left is whole, nothing temporary is left, and a trim brings it under the bound.
   for (const auto &e : fs::directory_iterator(cache.dir())) {
     std::string name = e.path().filename().string();
-    EXPECT_TRUE(name == "lock" || e.path().extension() == ".o") << name;
+    EXPECT_TRUE(name == "lock" || name == "size" || e.path().extension() == ".o") << name;
   }
   EXPECT_LE(compileCacheTrim(), compileCacheMaxBytes());
   EXPECT_GT(cache.entries(), 0u);
@@ -453,10 +489,12 @@ TEST(CompileCacheChild, CompileAndCheck) {
 TEST(CompileCache, SeveralProcessesAtOnce) {
   ScopedCacheDir cache("procs");
   runChildren("CompileCacheChild.CompileAndCheck", 4);
-  // Three whole entries, no temporary files left behind, and this process hits them.
+  // Three whole entries (and the lock and size ledger), no temporary files left behind, the
+  // ledger right after four processes stored at once, and this process hits the entries.
   auto files = size_t(std::distance(fs::directory_iterator(cache.dir()), fs::directory_iterator()));
   EXPECT_EQ(cache.entries(), 3u);
-  EXPECT_EQ(files, 3u);
+  EXPECT_EQ(files, 5u);
+  EXPECT_GE(ledger(cache), entryBytes(cache)); // an entry stored twice is counted twice
   auto g = testGraph(0.75);
   Compiled c = compileGraph(*g);
   EXPECT_TRUE(c.ck->fromCache());
