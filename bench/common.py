@@ -225,3 +225,29 @@ def reset_peak_rss() -> bool:
 
 def children_peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def print_kernel_cases(
+    cases: Mapping[str, tuple[Callable[..., Any], tuple[Any, ...]]],
+    backends: list[str],
+    repeats: int,
+    inner: int,
+    strides: bool = False,
+) -> None:
+    """One line per case: each backend's median thread CPU time per call (interleaved), its ratio
+    to eager, xjit's largest error and, with `strides`, whether its output strides differ."""
+    for name, (fn, inputs) in cases.items():
+        fns, outputs, errors = prepare(backends, fn, inputs)
+        samples = interleave(fns, repeats, inner, errors, thread_time_per_call)
+        med = {b: statistics.median(s) * 1e6 for b, s in samples.items()}
+        line = f"{name}:"
+        for b, us in med.items():
+            line += f" {b} {us:.0f} us"
+            if b != "eager":
+                line += f" ({med['eager'] / us:.2f}x eager)"
+        if "xjit" in outputs:
+            err = max_errors(outputs["xjit"], outputs["eager"])
+            line += f"  max |xjit - eager| {err['max_abs_err']:.2g}"
+            if strides and outputs["xjit"].stride() != outputs["eager"].stride():
+                line += f"  strides differ: {outputs['xjit'].stride()}"
+        print(line + "".join(f"  {b} failed: {e}" for b, e in errors.items()), flush=True)

@@ -23,10 +23,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import setup_threads  # noqa: E402
 from bench.dynamic_shapes import compare  # noqa: E402
-from bench.models import _bert, _gpt2, _llama  # noqa: E402
+from bench.models import _bert, _gpt2, llama  # noqa: E402
 
 LENGTHS = (32, 64, 128)
-MODELS = {"bert": _bert, "gpt2": _gpt2, "llama": _llama}
+MODELS = {"bert": _bert, "gpt2": _gpt2, "llama": llama}
 
 
 def first(out: object) -> torch.Tensor:

@@ -43,26 +43,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import load_xjit  # noqa: E402 - after sys.path
+from bench.models import llama  # noqa: E402
 
 
 def build(name: str) -> Any:
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     if name == "gpt2":  # GPT-2 small, 124M parameters
         model = GPT2LMHeadModel(GPT2Config())
     elif name == "llama":  # bench/models.py's LLaMA-style decoder, ~106M parameters
-        model = LlamaForCausalLM(
-            LlamaConfig(
-                vocab_size=32000,
-                hidden_size=768,
-                intermediate_size=2048,
-                num_hidden_layers=8,
-                num_attention_heads=12,
-                num_key_value_heads=12,
-                max_position_embeddings=512,
-            )
-        )
+        model = llama(use_cache=True)
     else:
         raise ValueError(f"unknown model {name!r}")
     model.generation_config.pad_token_id = model.generation_config.eos_token_id

@@ -107,8 +107,9 @@ def _gpt2() -> nn.Module:
     return GPT2LMHeadModel(GPT2Config(use_cache=False))
 
 
-def _llama() -> nn.Module:
-    """LLaMA-style decoder (RMSNorm, RoPE, SwiGLU), ~106M parameters with its LM head."""
+def llama(use_cache: bool = False) -> nn.Module:
+    """LLaMA-style decoder (RMSNorm, RoPE, SwiGLU), ~106M parameters with its LM head; the suite
+    runs it without a KV cache, bench/generate.py with one."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -119,7 +120,7 @@ def _llama() -> nn.Module:
         num_attention_heads=12,
         num_key_value_heads=12,
         max_position_embeddings=512,
-        use_cache=False,
+        use_cache=use_cache,
     )
     return LlamaForCausalLM(config)
 
@@ -161,7 +162,7 @@ _SUITE: list[tuple[str, tuple[int, ...], Callable[[], nn.Module], Callable[[int]
     ("resnet18", (1, 8), ResNet18, _randn(3, 224, 224)),
     ("bert", (1,), _bert, _tokens(30522, 128)),
     ("gpt2", (1,), _gpt2, _tokens(50257, 128)),
-    ("llama", (1,), _llama, _tokens(32000, 128)),
+    ("llama", (1,), llama, _tokens(32000, 128)),
     ("lstm", (1,), LSTMLM, _tokens(10000, 64)),
     ("vit", (1,), _vit, _randn(3, 224, 224)),
 ]

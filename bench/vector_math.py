@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ os.environ.setdefault("XJIT_NUM_THREADS", "1")
 
 import torch
 
-from bench.common import interleave, max_errors, prepare, thread_time_per_call
+from bench.common import print_kernel_cases
 
 
 def rotary(x: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
@@ -54,20 +53,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     backends = ["eager", "xjit"] + (["inductor"] if args.inductor else [])
-    for name, (fn, inputs) in cases().items():
-        fns, outputs, errors = prepare(backends, fn, inputs)
-        samples = interleave(fns, args.repeats, args.inner, errors, thread_time_per_call)
-        med = {b: statistics.median(s) * 1e6 for b, s in samples.items()}
-        line = f"{name}:"
-        for b, us in med.items():
-            line += f" {b} {us:.0f} us"
-            if b != "eager":
-                line += f" ({med['eager'] / us:.2f}x eager)"
-        if "xjit" in outputs:
-            err = max_errors(outputs["xjit"], outputs["eager"])
-            line += f"  max |xjit - eager| {err['max_abs_err']:.2g}"
-        print(line + "".join(f"  {b} failed: {e}" for b, e in errors.items()), flush=True)
-
+    print_kernel_cases(cases(), backends, args.repeats, args.inner)
 
 if __name__ == "__main__":
     main()
