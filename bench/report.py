@@ -151,6 +151,56 @@ def micro_lines(micro: Results) -> list[str]:
     return lines + table(["chain", "N", *COMPILERS], rows)
 
 
+def training_rows(training: Results) -> list[list[str]]:
+    rows = []
+    for case in training.get("cases", []):
+        by = case["backends"]
+
+        def ms(b: str) -> str:
+            seconds = num(by.get(b, {}).get("median_s"))
+            return fmt(None if seconds is None else seconds * 1e3)
+
+        def first(b: str) -> str:
+            return fmt(num(by.get(b, {}).get("first_step_s")))
+
+        xj = by.get("xjit", {})
+        rows.append([
+            case["case"],
+            *(ms(b) for b in BACKENDS),
+            fmt(num(by.get("inductor", {}).get("speedup_vs_eager")), ".2f"),
+            fmt(num(xj.get("speedup_vs_eager")), ".2f"),
+            fmt(num(xj.get("ratio_vs_inductor")), ".2f"),
+            *(first(b) for b in BACKENDS),
+            fmt(num(xj.get("max_loss_rel_diff")), ".1e"),
+        ])
+    return rows
+
+
+def training_lines(training: Results) -> list[str]:
+    if not training:
+        return ["Not run (`--training`)."]
+    if "error" in training:
+        return [f"Training steps failed: {first_line(training['error'])}"]
+    return table(
+        ["case", *(f"{b} ms" for b in BACKENDS), "inductor vs eager", "xjit vs eager", "xjit vs inductor",
+         *(f"{b} first step s" for b in BACKENDS), "xjit max loss rel diff"],
+        training_rows(training),
+    )
+
+
+def training_summary(training: Results) -> str:
+    """One line for the console."""
+    if "error" in training:
+        return f"training: failed: {first_line(training['error'])}"
+    parts = []
+    for case in training.get("cases", []):
+        xj = case["backends"].get("xjit", {})
+        parts.append(f"{case['case']} xjit {fmt(num(xj.get('speedup_vs_eager')), '.2f')}x eager, "
+                     f"{fmt(num(xj.get('ratio_vs_inductor')), '.2f')}x inductor")
+        parts += [f"{b}: {first_line(row['error'])}" for b, row in case["backends"].items() if "error" in row]
+    return "training: " + "; ".join(parts)
+
+
 def markdown(results: Results) -> str:
     m = results["machine"]
     xjit = results["xjit"]
@@ -207,6 +257,11 @@ def markdown(results: Results) -> str:
         "## Graphs / graph breaks, and max abs / rel error against eager",
         "",
         *table(["case", "inductor graphs", "xjit graphs", "inductor error", "xjit error"], graph_rows(rows)),
+        "",
+        "## Training steps (forward + backward + optimizer step; median ms per step, interleaved in one "
+        "process; first step = capture and compile of forward and backward, caches empty)",
+        "",
+        *training_lines(results.get("training", {})),
         "",
         "## Micro-benchmarks",
         "",

@@ -10,7 +10,9 @@ Per case, each in a fresh subprocess (run by bench/worker.py):
      of the same backend (first - later) is reported next to the raw first-call time;
   3. steady: all backends in one process on the same inputs, interleaved round-robin: median
      time per call, max error against eager.
-Then the micro-benchmarks (bench/micro.py). Writes results.json, results.md and PNG charts to
+Then the training steps (bench/training.py: forward + backward + optimizer step, interleaved in
+one process, first step with an empty cache) and the micro-benchmarks (bench/micro.py). Writes
+results.json, results.md and PNG charts to
 DIR (default bench/results). A failing case or backend is recorded and the run continues.
 """
 
@@ -33,10 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import report
 from bench.common import BACKENDS, COMPILERS, error_text
-from bench.models import CASES
+from bench.models import CASES, TRAINING_CASES
 
 BENCH = Path(__file__).resolve().parent
 QUICK_CASES = ("mlp/b1", "resnet18/b1", "bert/b1", "lstm/b1")
+QUICK_TRAINING = "train-mlp/b64"
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,17 @@ def select_cases(models: str | None, quick: bool) -> list[str]:
     return cases
 
 
+def select_training(requested: str | None, models: str | None, quick: bool) -> list[str]:
+    if requested is None:
+        return [] if models else [QUICK_TRAINING] if quick else list(TRAINING_CASES)
+    if requested == "none":
+        return []
+    chosen = requested.split(",")
+    if unknown := [c for c in chosen if c not in TRAINING_CASES]:
+        sys.exit(f"unknown training cases {unknown}; choose from {list(TRAINING_CASES)}")
+    return chosen
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=f"fewer repeats; cases {', '.join(QUICK_CASES)}")
@@ -130,6 +144,11 @@ def main() -> None:
     parser.add_argument("--backends", default=",".join(BACKENDS), help="subset to run; eager is always run")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
     parser.add_argument("--repeats", type=int, help="timing repeats per case (default: 5 quick, 15 full)")
+    parser.add_argument(
+        "--training",
+        help=f"training-step cases ({', '.join(TRAINING_CASES)}) or 'none'; default: all, "
+        f"{QUICK_TRAINING} with --quick, none with --models",
+    )
     args = parser.parse_args()
     requested = set(args.backends.split(",")) | {"eager"}
     if requested - set(BACKENDS):
@@ -143,6 +162,7 @@ def main() -> None:
             sys.exit("--repeats must be at least 1")
         s = Settings(repeats=args.repeats, sample_s=s.sample_s, timeout_s=s.timeout_s, quick=s.quick)
     cases = select_cases(args.models, args.quick)
+    training_cases = select_training(args.training, args.models, args.quick)
     started = time.perf_counter()
 
     probe = run_worker("worker.py", ["probe"], {}, 120)
@@ -167,6 +187,14 @@ def main() -> None:
         rows.append(row)
         print(f"{summary(row)}  ({row['wall_s']:.0f} s)", flush=True)
 
+    training: dict[str, Any] = {}
+    if training_cases:
+        with tempfile.TemporaryDirectory(prefix="xjit-bench-cache-") as cache:
+            training_args = ["--cases", ",".join(training_cases), "--backends", ",".join(backends)]
+            training_args += ["--repeats", str(s.repeats)]
+            training = run_worker("training.py", training_args, cache_env(cache), s.timeout_s)
+        print(report.training_summary(training), flush=True)
+
     with tempfile.TemporaryDirectory(prefix="xjit-bench-cache-") as cache:
         micro_args = ["--backends", ",".join(backends)] + (["--quick"] if args.quick else [])
         micro = run_worker("micro.py", micro_args, cache_env(cache), s.timeout_s)
@@ -179,6 +207,7 @@ def main() -> None:
         "wall_s": time.perf_counter() - started,
         "xjit": xjit,
         "cases": rows,
+        "training": training,
         "micro": micro,
     }
     report.write(results, args.out)

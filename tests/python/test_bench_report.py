@@ -55,3 +55,28 @@ def test_markdown_has_the_warm_table() -> None:
     text = report.markdown(results)
     assert "## Warm start (ms)" in text
     assert "| gpt2/b1 | 366 | 186 | 50 | n/a | n/a | n/a | n/a | 285 | 176 | 109 | 120 |" in text
+
+
+def test_training_rows_and_summary() -> None:
+    training = {
+        "cases": [
+            {
+                "case": "train-mlp/b64",
+                "backends": {
+                    "eager": {"median_s": 0.010, "first_step_s": 0.02},
+                    "inductor": {"median_s": 0.008, "first_step_s": 9.5, "speedup_vs_eager": 1.25},
+                    "xjit": {"median_s": 0.0075, "first_step_s": 0.4, "speedup_vs_eager": 1.333,
+                             "ratio_vs_inductor": 1.0667, "max_loss_rel_diff": 2.5e-7},
+                },
+            },
+            {"case": "train-gpt/b8", "backends": {"eager": {"median_s": 0.2, "first_step_s": 0.3},
+                                                  "xjit": {"error": "RuntimeError: boom"}}},
+        ]
+    }
+    mlp, gpt = report.training_rows(training)
+    assert mlp == ["train-mlp/b64", "10", "8", "7.5", "1.25", "1.33", "1.07", "0.02", "9.5", "0.4",
+                   "2.5e-07"]
+    assert gpt[1:4] == ["200", "n/a", "n/a"]  # a failed backend: no numbers invented
+    summary = report.training_summary(training)
+    assert "train-mlp/b64 xjit 1.33x eager, 1.07x inductor" in summary and "xjit: RuntimeError: boom" in summary
+    assert report.training_lines({}) == ["Not run (`--training`)."]
