@@ -7,6 +7,7 @@
 #include "xjit/ir/builder.h"
 #include "xjit/ir/op_registry.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace xjit::passes {
@@ -81,6 +82,21 @@ private:
     if (aliasesOperand(op) && escapesGraph(viewRootOf(op.operand(0)), &op))
       for (const auto &r : op.results())
         if (escapesGraph(r.get())) return std::nullopt;
+    // So does a view that two outputs share (returned and viewed by another output): folded,
+    // both would view a contiguous constant where eager's views have the view's strides, and
+    // restoring those strides would copy them apart (fuzzer seed 19124: `v = eye(n).t();
+    // return v.squeeze(), v`).
+    if (aliasesOperand(op))
+      for (const auto &r : op.results()) {
+        int paths = 0;
+        for (const Use &u : r->uses())
+          if (u.user->name() == "return" ||
+              (u.index == 0 && aliasesOperand(*u.user) &&
+               std::any_of(u.user->results().begin(), u.user->results().end(),
+                           [](const auto &ur) { return escapesGraph(ur.get()); })))
+            ++paths;
+        if (paths >= 2) return std::nullopt;
+      }
     std::vector<RtValue> inputs;
     for (Value *v : op.operands()) {
       if (!isConstantSource(v->definingOp()) || mutation_.mayBeWritten(v)) return std::nullopt;

@@ -569,3 +569,15 @@ def test_write_through_a_view_keeps_the_written_tensors_layout(dynamic):
         return [torch.randn(6, b, generator=g).t(), torch.randn(1, b, generator=g).t()]
 
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=(3, 4))
+
+
+def test_a_folded_view_two_outputs_share_stays_a_view():
+    # seed 19124 (internal): eye(n).t() was folded into a contiguous constant that both outputs
+    # viewed; restoring eager's transposed strides would copy them apart (XJIT-E0101, frame in
+    # Python). The transpose now stays a view of the eye constant.
+    def fn(a0):
+        v4 = torch.eye(a0.shape[-1]).transpose(0, 1)
+        return v4.squeeze(), v4
+
+    make = lambda b: [torch.randn(b, 8, 8, generator=torch.Generator().manual_seed(b))]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=False, batches=(3,))
