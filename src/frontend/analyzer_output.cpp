@@ -678,13 +678,13 @@ Capture Analyzer::finishWith(
   // The graph runs without autograd either way; the driver sets the mode the frame leaves.
   if (sameGradMode && gradEnabled_ != initialGrad) c.gradModeAtExit = gradEnabled_ ? 1 : 0;
   c.autogradFree = !recordedForAutograd_;
+  c.cutsGradient = cutsGradient_;
   std::vector<Value *> outputs;
   std::map<Value *, int64_t> outputIndex;
   sharedOutputs_.clear();
 
   // In-place writes to tensors the caller can see come first: attribute assignments replayed
   // after them must not redirect where they land.
-  c.cutsGradient = cutsGradient_;
   for (const auto &t : inputTensors_) {
     if (!t->mutated) continue;
     SideEffect e;

@@ -500,13 +500,13 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   view = view || op->def().has(kView);
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
   recordedForAutograd_ = recordedForAutograd_ || rg;
+  cutsGradient_ = cutsGradient_ || (!gradEnabled_ && anyRequiresGrad(operands));
   std::vector<VarPtr> out;
   for (size_t i = 0; i < op->numResults(); ++i) {
     VarPtr r = wrapIr(op->result(i), rg);
     if (view && !operands.empty()) {
       if (auto *src = as<TensorVar>(operands[0])) {
         auto *rt = as<TensorVar>(r);
-  cutsGradient_ = cutsGradient_ || (!gradEnabled_ && anyRequiresGrad(operands));
         rt->base = src->base ? src->base : std::static_pointer_cast<TensorVar>(operands[0]);
         rt->baseVersion = rt->base->version;
         recordViewStep(*rt, *src, *op, i, operands);
@@ -1379,13 +1379,13 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
                                     {{"callee", Attr(id)}, {"name", Attr(name)}});
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
   recordedForAutograd_ = recordedForAutograd_ || rg;
+  cutsGradient_ = cutsGradient_ || (!gradEnabled_ && anyRequiresGrad(operands));
   std::vector<VarPtr> rs;
   for (size_t i = 0; i < op->numResults(); ++i) {
     rs.push_back(wrapIr(op->result(i), rg));
     // A view PyTorch makes (as_strided, unfold...): the result aliases its operand, through
     // strides the analyzer does not follow; writes through it and reads after its base's writes
     // are graph breaks.
-  cutsGradient_ = cutsGradient_ || (!gradEnabled_ && anyRequiresGrad(operands));
     PyRef viewBase = PyRef::steal(PyObject_GetAttrString(outs[i], "_base"));
     if (!viewBase) PyErr_Clear();
     for (size_t k = 0; viewBase && viewBase.get() != Py_None && k < metaArgs.size(); ++k) {

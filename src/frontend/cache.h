@@ -94,10 +94,10 @@ struct CompiledEntry {
   bool breakGradEnabled = true;
   int gradModeAtExit = -1; // Capture::gradModeAtExit
   uint64_t hits = 0;
-};
-
   // Set: the graph runs as a compiled training step under autograd (training.h).
   std::shared_ptr<struct TrainingStep> training;
+};
+
 struct CodeCache {
   enum State : uint8_t {
     Active, // compile / run entries

@@ -887,11 +887,6 @@ double optimize(CompiledEntry &e, const ScopeOptions &opts, int id, const Source
   }
 #endif
   dumpGraph(g, id, loc, "after");
-  if (opts.backend == Backend::Xjit && !compileNative(e, loc, id)) throw PyErrorSet();
-  return msSince(t0);
-}
-
-/// Runs the analyzer on the frame (as at entry). Every failure becomes an internal graph break
   if (e.training && e.action == EntryAction::RunGraph) {
     if (std::string why = compileTraining(e, loc, id); !why.empty()) {
       e.training.reset();
@@ -901,6 +896,11 @@ double optimize(CompiledEntry &e, const ScopeOptions &opts, int id, const Source
     }
     return msSince(t0);
   }
+  if (opts.backend == Backend::Xjit && !compileNative(e, loc, id)) throw PyErrorSet();
+  return msSince(t0);
+}
+
+/// Runs the analyzer on the frame (as at entry). Every failure becomes an internal graph break
 /// in *r; returns false only for a pending interrupt, which must propagate.
 bool analyze(const FrameView &f, const CodeCache &cache, const ScopeOptions &opts,
              const SourceLoc &loc, AnalyzeResult *r, double *captureMs) {
@@ -1250,16 +1250,16 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
       graphRan = true;
       done = runEagerChecked(*e, in);
       outs.resize(done.size());
-    } else {
-      backend::ContentTags tags;
-      std::vector<RtValue> in = fetchInputs(*e, values, e->paramVersions ? &tags : nullptr);
-      graphRan = true;
-#ifdef XJIT_FRONTEND_HAVE_RUNTIME
     } else if (e->training) {
       // Nothing is written before it returns: a failure inside runs the frame in Python.
       done = runTraining(*e, pythonInputs(*e, values, false));
       graphRan = true;
       outs.resize(done.size());
+    } else {
+      backend::ContentTags tags;
+      std::vector<RtValue> in = fetchInputs(*e, values, e->paramVersions ? &tags : nullptr);
+      graphRan = true;
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
       backend::ContentTagScope tagScope(&tags);
 #endif
       runInterpreter(*e, std::move(in), outs);
