@@ -1238,6 +1238,55 @@ LOWER(lowerDropout) { // F.dropout(input, p, training, inplace): identity unless
   return a.fallbackCall(fn.get(), std::string("F.") + row.op, args);
 }
 
+// F.cross_entropy with class-index targets, as PyTorch computes it: -log_softmax(input)[target]
+// along the class dim (1, or 0 for one unbatched row), 0 where target == ignore_index, then the
+// sum, the mean over the targets not ignored (NaN when all are) or none. In the graph the loss
+// trains with the rest (autodiff rules for log_softmax, gather, where and the reductions); as a
+// PyTorch fallback node it made a training step that computes its loss inside the compiled frame
+// run in Python. Class weights, label smoothing, probability targets and the deprecated
+// size_average/reduce still call PyTorch.
+LOWER(lowerCrossEntropy) {
+  const VarPtr &input = b.at("input"), &target = b.at("target");
+  const Type &it = tensorOf(a, input, "input").type();
+  auto *tv = as<TensorVar>(target);
+  PyRef reductionObj = a.asPython(b.at("reduction"));
+  std::string reduction =
+      reductionObj && PyUnicode_Check(reductionObj.get()) ? utf8(reductionObj.get()) : "";
+  std::optional<double> smoothing = a.asNumber(b.at("label_smoothing"));
+  std::optional<int64_t> ignore = a.asInt(b.at("ignore_index"));
+  const bool lowered = tv && isFloating(it.dtype()) && it.rank() >= 1 &&
+                       tv->type().dtype() == DType::I64 && tv->type().rank() + 1 == it.rank() &&
+                       b.isNone("weight") && b.isNone("size_average") && b.isNone("reduce") &&
+                       smoothing == 0.0 && ignore &&
+                       (reduction == "mean" || reduction == "sum" || reduction == "none");
+  if (!lowered) {
+    PyRef fn =
+        check(PyObject_GetAttrString(check(PyImport_ImportModule("torch.nn.functional"), "F").get(),
+                                     "cross_entropy"),
+              "F.cross_entropy");
+    Args args;
+    args.pos = {input, target};
+    for (const char *name :
+         {"weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing"})
+      args.kw.emplace_back(name, b.at(name));
+    return a.fallbackCall(fn.get(), "F.cross_entropy", args);
+  }
+  const int64_t classDim = it.rank() == 1 ? 0 : 1;
+  auto constant = [&a](PyObject *o) { return a.constantSteal(o); };
+  VarPtr logp = a.emit1("log_softmax", {input}, {{"dim", Attr(classDim)}});
+  VarPtr keep = a.emit1("ne", {target, constant(PyLong_FromLongLong(*ignore))});
+  VarPtr safe = a.emit1("where", {keep, target, constant(PyLong_FromLong(0))});
+  VarPtr index = a.emit1("unsqueeze", {safe}, {{"dim", Attr(classDim)}});
+  VarPtr picked = a.emit1("squeeze", {a.emit1("gather", {logp, index}, {{"dim", Attr(classDim)}})},
+                          {{"dim", Attr(std::vector<int64_t>{classDim})}});
+  VarPtr loss = a.emit1("where", {keep, a.emit1("neg", {picked}), constant(PyFloat_FromDouble(0))});
+  if (reduction == "none") return loss;
+  VarPtr total = a.emit1("sum", {loss}, {{"dims", Attr(std::vector<int64_t>{})}});
+  if (reduction == "sum") return total;
+  VarPtr count = a.emit1("sum", {keep}, {{"dims", Attr(std::vector<int64_t>{})}});
+  return a.emit1("div", {total, count});
+}
+
 LOWER(lowerConv) {
   const VarPtr &pad = b.at("padding");
   AttrMap attrs{{"stride", Attr(toInts(a, b.at("stride"), "stride"))},
@@ -1637,6 +1686,10 @@ const std::vector<TorchRow> &table() {
       {"torch.baddbmm Tensor.baddbmm", "input, batch1, batch2, *, beta=1, alpha=1", "baddbmm",
        "input batch1 batch2 | beta alpha"},
       {"F.linear", "input, weight, bias=None", "linear", "input weight bias"},
+      {"F.cross_entropy",
+       "input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, "
+       "reduction='mean', label_smoothing=0.0",
+       "cross_entropy", "", lowerCrossEntropy},
       // Reductions.
       {"torch.sum Tensor.sum", "input, dim=None, keepdim=False, *, dtype=None", "sum", "",
        lowerReduce},

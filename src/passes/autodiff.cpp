@@ -457,6 +457,13 @@ const std::map<std::string, Rule> &ruleTable() {
       Value *zeros = a.un("zeros_like", w);
       return {a.b.op("index_put", {zeros, g, idx}, {{"accumulate", true}}), nullptr};
     };
+    // out[i][j] = x[index[i][j]][j] (dim 0): each gradient element adds into the element it was
+    // read from (an index read twice accumulates; F.cross_entropy picks one class per row).
+    t["gather"] = [](RuleArgs &a) -> std::vector<Value *> {
+      Value *zeros = a.un("zeros_like", a.x(0));
+      return {a.b.op("scatter_add", {zeros, a.x(1), a.g}, {{"dim", a.op.attr("dim").asInt()}}),
+              nullptr};
+    };
     return t;
   }();
   return table;

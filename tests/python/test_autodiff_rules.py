@@ -144,6 +144,23 @@ def test_embedding_rule_accumulates_repeated_rows(padding_idx: int) -> None:
     torch.testing.assert_close(got[1], want)
 
 
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_gather_rule_accumulates_repeated_indices(dim: int) -> None:
+    torch.manual_seed(1)
+    g = x_.Graph("g")
+    x = g.add_input("f32[4,5]", "x")
+    idx = g.add_input("i64[4,3]" if dim != 0 else "i64[6,5]", "idx")
+    g.set_outputs(g.add_op("gather", [x, idx], {"dim": dim}))
+    xv = torch.randn(4, 5)
+    iv = torch.randint(0, xv.shape[dim], (4, 3) if dim != 0 else (6, 5))  # repeats accumulate
+    leaf = xv.clone().requires_grad_()
+    out = torch.gather(leaf, dim, iv)
+    grad = torch.randn(out.shape)
+    (want,) = torch.autograd.grad(out, [leaf], grad)
+    got = x_.compile(g, pipeline="autodiff{wrt=0 part=joint}").run([xv, iv, grad], "torch")
+    torch.testing.assert_close(got[1], want)
+
+
 def test_where_and_masked_fill_rules() -> None:
     torch.manual_seed(0)
     g = x_.Graph("g")

@@ -282,3 +282,53 @@ def test_symbolic_batch_trains_with_one_capture() -> None:
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
     graphs = fe.events()["graphs"]
     assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
+
+
+@pytest.mark.parametrize(
+    "shape,kwargs",
+    [
+        ((12, 5), {}),
+        ((12, 5), {"ignore_index": 2, "reduction": "sum"}),
+        ((4, 5, 3), {"ignore_index": 1}),  # [N, C, L] logits, [N, L] targets
+        ((4, 5, 3), {"reduction": "none"}),
+        ((5,), {}),  # one unbatched row
+    ],
+)
+def test_cross_entropy_inside_the_frame_trains(shape: tuple[int, ...], kwargs: dict[str, Any]) -> None:
+    # The loss is part of the compiled graph (log_softmax, gather, masks), not a PyTorch call
+    # that made the whole step run in Python.
+    torch.manual_seed(sum(shape))
+    classes = shape[1] if len(shape) > 1 else shape[0]
+    target_shape = (shape[0], *shape[2:]) if len(shape) > 1 else ()
+    logits = torch.randn(shape)
+    target = torch.randint(0, classes, target_shape)
+    scale = torch.randn(shape)
+
+    def step(w: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(w * scale, t, **kwargs)
+
+    w1, w2 = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    got, want = xjit.jit(step)(w1, target), step(w2, target)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    grad = torch.randn(got.shape)
+    got.backward(grad)
+    want.backward(grad)
+    torch.testing.assert_close(w1.grad, w2.grad, rtol=1e-5, atol=1e-6)
+    graph = the_graph()
+    assert not graph["runs_in_python"], graph["note"]
+    assert graph["note"].startswith("training step: forward"), graph["note"]
+
+
+def test_cross_entropy_all_ignored_and_unlowered_forms_match_eager() -> None:
+    logits, target = torch.randn(6, 4), torch.full((6,), 3)
+    # Every target ignored: the mean is 0 / 0 = NaN, as in eager.
+    got = xjit.jit(lambda x, t: F.cross_entropy(x, t, ignore_index=3))(logits, target)
+    assert got.isnan()
+    # Label smoothing and class weights still run through PyTorch, with eager's values.
+    weight = torch.rand(4)
+
+    def smoothed(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(x, t, weight=weight, label_smoothing=0.1)
+
+    t = torch.randint(0, 4, (6,))
+    torch.testing.assert_close(xjit.jit(smoothed)(logits, t), smoothed(logits, t))
