@@ -6,7 +6,9 @@ cannot be differentiated must run in Python with the reason, never give a wrong 
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
 from frontend_fixtures import clean, fe  # noqa: E402, F401 (autouse fixture)
+
+REPO = Path(__file__).resolve().parents[3]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from bench.models import SmallGPT  # noqa: E402 (the benchmark's training model, smaller)
 
 nn = torch.nn
 F = torch.nn.functional
@@ -27,39 +34,6 @@ class MLP(nn.Module):
 
     def forward(self, x: Any) -> Any:
         return self.fc3(torch.tanh(self.fc2(F.gelu(self.fc1(x)))))
-
-
-class Block(nn.Module):
-    """A GPT-style pre-norm block: causal attention (qkv split) and a tanh-GELU MLP."""
-
-    def __init__(self, d: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x: Any) -> Any:
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
-        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-
-class TinyGPT(nn.Module):
-    def __init__(self, vocab: int = 64, d: int = 32, seq: int = 16, layers: int = 2) -> None:
-        super().__init__()
-        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
-        self.blocks = nn.ModuleList([Block(d, 4) for _ in range(layers)])
-        self.lnf, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
-
-    def forward(self, idx: Any) -> Any:
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.lnf(x))
 
 
 class Affine(nn.Module):
@@ -134,7 +108,8 @@ def test_transformer_training_loop_matches_eager() -> None:
         return F.cross_entropy(logits.view(-1, vocab), y.view(-1))
 
     got, want, model, eager = train_both(
-        TinyGPT(vocab), lambda ps: torch.optim.SGD(ps, lr=0.1), batch, loss_fn, steps=20
+        SmallGPT(vocab, d=32, seq=16, layers=2), lambda ps: torch.optim.SGD(ps, lr=0.1), batch, loss_fn,
+        steps=20,
     )
     graph = the_graph()
     assert not graph["runs_in_python"], graph["note"]
