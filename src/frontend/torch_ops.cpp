@@ -1238,6 +1238,50 @@ LOWER(lowerDropout) { // F.dropout(input, p, training, inplace): identity unless
   return a.fallbackCall(fn.get(), std::string("F.") + row.op, args);
 }
 
+/// F.<name>(input, target, **kwargs) called as a PyTorch fallback node: the forms of a loss a
+/// lowering does not cover.
+VarPtr callFunctional(Analyzer &a, BoundArgs &b, const char *name,
+                      std::initializer_list<const char *> keywords) {
+  PyRef fn = check(
+      PyObject_GetAttrString(check(PyImport_ImportModule("torch.nn.functional"), "F").get(), name),
+      name);
+  Args args;
+  args.pos = {b.at("input"), b.at("target")};
+  for (const char *k : keywords)
+    args.kw.emplace_back(k, b.at(k));
+  return a.fallbackCall(fn.get(), std::string("F.") + name, args);
+}
+
+/// The `reduction` argument of a loss ("mean", "sum", "none"), or "" if it is not a string.
+std::string lossReduction(Analyzer &a, BoundArgs &b) {
+  PyRef r = a.asPython(b.at("reduction"));
+  return r && PyUnicode_Check(r.get()) ? utf8(r.get()) : "";
+}
+
+/// Reduces an elementwise loss as asked: "none" keeps it, "sum" / "mean" over every element.
+VarPtr reduceLoss(Analyzer &a, const VarPtr &loss, const std::string &reduction) {
+  if (reduction == "none") return loss;
+  return a.emit1(reduction == "sum" ? "sum" : "mean", {loss},
+                 {{"dims", Attr(std::vector<int64_t>{})}});
+}
+
+// F.mse_loss of two tensors of one shape and floating dtype: mean/sum/none of (input - target)^2
+// in the graph, so that a step computing it inside the compiled frame trains compiled.
+// Broadcasting operands (PyTorch warns), an element weight and the deprecated size_average /
+// reduce still call PyTorch.
+LOWER(lowerMseLoss) {
+  const Type &it = tensorOf(a, b.at("input"), "input").type();
+  auto *tv = as<TensorVar>(b.at("target"));
+  std::string reduction = lossReduction(a, b);
+  const bool lowered = tv && isFloating(it.dtype()) && tv->type() == it && b.isNone("weight") &&
+                       b.isNone("size_average") && b.isNone("reduce") &&
+                       (reduction == "mean" || reduction == "sum" || reduction == "none");
+  if (!lowered)
+    return callFunctional(a, b, "mse_loss", {"size_average", "reduce", "reduction", "weight"});
+  VarPtr d = a.emit1("sub", {b.at("input"), b.at("target")});
+  return reduceLoss(a, a.emit1("mul", {d, d}), reduction);
+}
+
 // F.cross_entropy with class-index targets, as PyTorch computes it: -log_softmax(input)[target]
 // along the class dim (1, or 0 for one unbatched row), 0 where target == ignore_index, then the
 // sum, the mean over the targets not ignored (NaN when all are) or none. In the graph the loss
@@ -1249,9 +1293,7 @@ LOWER(lowerCrossEntropy) {
   const VarPtr &input = b.at("input"), &target = b.at("target");
   const Type &it = tensorOf(a, input, "input").type();
   auto *tv = as<TensorVar>(target);
-  PyRef reductionObj = a.asPython(b.at("reduction"));
-  std::string reduction =
-      reductionObj && PyUnicode_Check(reductionObj.get()) ? utf8(reductionObj.get()) : "";
+  std::string reduction = lossReduction(a, b);
   std::optional<double> smoothing = a.asNumber(b.at("label_smoothing"));
   std::optional<int64_t> ignore = a.asInt(b.at("ignore_index"));
   const bool lowered = tv && isFloating(it.dtype()) && it.rank() >= 1 &&
@@ -1259,18 +1301,10 @@ LOWER(lowerCrossEntropy) {
                        b.isNone("weight") && b.isNone("size_average") && b.isNone("reduce") &&
                        smoothing == 0.0 && ignore &&
                        (reduction == "mean" || reduction == "sum" || reduction == "none");
-  if (!lowered) {
-    PyRef fn =
-        check(PyObject_GetAttrString(check(PyImport_ImportModule("torch.nn.functional"), "F").get(),
-                                     "cross_entropy"),
-              "F.cross_entropy");
-    Args args;
-    args.pos = {input, target};
-    for (const char *name :
-         {"weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing"})
-      args.kw.emplace_back(name, b.at(name));
-    return a.fallbackCall(fn.get(), "F.cross_entropy", args);
-  }
+  if (!lowered)
+    return callFunctional(
+        a, b, "cross_entropy",
+        {"weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing"});
   const int64_t classDim = it.rank() == 1 ? 0 : 1;
   auto constant = [&a](PyObject *o) { return a.constantSteal(o); };
   VarPtr logp = a.emit1("log_softmax", {input}, {{"dim", Attr(classDim)}});
@@ -1280,9 +1314,8 @@ LOWER(lowerCrossEntropy) {
   VarPtr picked = a.emit1("squeeze", {a.emit1("gather", {logp, index}, {{"dim", Attr(classDim)}})},
                           {{"dim", Attr(std::vector<int64_t>{classDim})}});
   VarPtr loss = a.emit1("where", {keep, a.emit1("neg", {picked}), constant(PyFloat_FromDouble(0))});
-  if (reduction == "none") return loss;
+  if (reduction != "mean") return reduceLoss(a, loss, reduction);
   VarPtr total = a.emit1("sum", {loss}, {{"dims", Attr(std::vector<int64_t>{})}});
-  if (reduction == "sum") return total;
   VarPtr count = a.emit1("sum", {keep}, {{"dims", Attr(std::vector<int64_t>{})}});
   return a.emit1("div", {total, count});
 }
@@ -1690,6 +1723,8 @@ const std::vector<TorchRow> &table() {
        "input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, "
        "reduction='mean', label_smoothing=0.0",
        "cross_entropy", "", lowerCrossEntropy},
+      {"F.mse_loss", "input, target, size_average=None, reduce=None, reduction='mean', weight=None",
+       "mse_loss", "", lowerMseLoss},
       // Reductions.
       {"torch.sum Tensor.sum", "input, dim=None, keepdim=False, *, dtype=None", "sum", "",
        lowerReduce},

@@ -307,3 +307,36 @@ def test_cross_entropy_all_ignored_and_unlowered_forms_match_eager() -> None:
 
     t = torch.randint(0, 4, (6,))
     torch.testing.assert_close(xjit.jit(smoothed)(logits, t), smoothed(logits, t))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_mse_loss_inside_the_frame_trains(reduction: str) -> None:
+    torch.manual_seed(5)
+    target = torch.randn(8, 3)
+    model = Affine()
+    eager = copy.deepcopy(model)
+
+    def step(m: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(m(x), t, reduction=reduction)
+
+    x4 = torch.randn(8, 4)
+    got, want = xjit.jit(step)(model, x4, target), step(eager, x4, target)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    got.sum().backward()
+    want.sum().backward()
+    for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    assert not any(g["runs_in_python"] for g in fe.events()["graphs"]), fe.events()["graphs"]
+
+
+def test_mse_loss_forms_left_to_pytorch_match_eager() -> None:
+    x, t = torch.randn(4, 3), torch.randn(3)  # broadcasting target: PyTorch warns, xjit calls it
+
+    def f(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(x * 2, t)
+
+    with pytest.warns(UserWarning, match="target size"):
+        want = f(x, t)
+    with pytest.warns(UserWarning, match="target size"):
+        got = xjit.jit(f)(x, t)
+    torch.testing.assert_close(got, want)
