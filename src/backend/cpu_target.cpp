@@ -58,12 +58,14 @@ private:
   const LinkBatch *batch_; // the batch that links ck_, if any (compared, never dereferenced)
 };
 
-/// Everything a CpuExecutable does with its inputs: the loop IR (and its general version) and
-/// how region inputs and outputs map to the kernel's parameters. Empty: never shared.
-std::string sharingKey(const LoweredKernel &lk, const TargetOptions &opts) {
+/// Everything a CpuExecutable does with its inputs: the loop IR (`printed`, and its general
+/// version) and how region inputs and outputs map to the kernel's parameters. Empty: never
+/// shared.
+std::string sharingKey(const LoweredKernel &lk, const std::string &printed,
+                       const TargetOptions &opts) {
   if (opts.keepText) return "";
   std::string key = opts.optimize ? "O;" : "0;";
-  key += printKernel(lk.kernel);
+  key += printed;
   if (lk.kernel.general) key += "\ngeneral:\n" + printKernel(*lk.kernel.general);
   auto ints = [&key](const char *name, const std::vector<int64_t> &v) {
     key += name;
@@ -128,7 +130,8 @@ public:
         op.name() == "fusion" ? lowerFusion(op, lower) : lowerElementwiseOp(op, lower);
     // Identical ops (an unrolled loop's body at every step) share one executable: Jit::compile
     // would share their code, but each would still hold its own loop IR twice (~20 KB).
-    std::string key = sharingKey(lk, opts);
+    const std::string printed = printKernel(lk.kernel); // also Jit::compile's cache key
+    std::string key = sharingKey(lk, printed, opts);
     if (!key.empty())
       if (auto found = sharedKernelExecutables().find(key);
           found && static_cast<const CpuExecutable &>(*found).shareableNow()) {
@@ -137,7 +140,8 @@ public:
       }
     auto ck = Jit::instance().compile(
         lk.kernel,
-        {.pipeline = opts.optimize ? Pipeline::Kernel : Pipeline::None, .keepText = opts.keepText});
+        {.pipeline = opts.optimize ? Pipeline::Kernel : Pipeline::None, .keepText = opts.keepText},
+        &printed);
     auto exe = std::make_shared<CpuExecutable>(std::move(lk), std::move(ck));
     if (!key.empty()) sharedKernelExecutables().insert(key, exe);
     return exe;

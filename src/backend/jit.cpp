@@ -357,7 +357,8 @@ llvm::SmallVector<char, 0> Jit::Impl::buildObject(const Kernel &k, const std::st
   return object;
 }
 
-std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const CompileOptions &opts) {
+std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const CompileOptions &opts,
+                                                   const std::string *printed) {
   std::shared_ptr<CompiledKernel> ck(new CompiledKernel());
   ck->kernel_ = k;
   ck->options_ = opts;
@@ -377,9 +378,9 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
     // No verification before a hit: the key is the printed kernel, and an entry is only written
     // after that very text was verified and compiled (by a compiler of the same identity).
     const char *pipelineOverride = std::getenv("XJIT_LLVM_PIPELINE");
-    key = compileCacheKey({printKernel(k), k.name, impl_->cpu, impl_->features, compilerIdentity(),
-                           pipelineName(opts.pipeline), pipelineOverride ? pipelineOverride : "",
-                           impl_->llvmArgs});
+    key = compileCacheKey({printed ? *printed : printKernel(k), k.name, impl_->cpu, impl_->features,
+                           compilerIdentity(), pipelineName(opts.pipeline),
+                           pipelineOverride ? pipelineOverride : "", impl_->llvmArgs});
     // Distinct kernels of one name share a batch's JITDylib: the key makes their symbols differ.
     symbol += "_" + key.substr(0, 16);
     {

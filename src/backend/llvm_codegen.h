@@ -9,6 +9,7 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,10 @@ extern "C" int32_t xjit_rt_parallel_for(ParallelTask task, void *const *data, co
                                         int64_t work);
 
 namespace math {
+/// a * b + c, fused where the target has FMA (scalars or vectors).
+llvm::Value *madd(llvm::IRBuilder<> &b, llvm::Value *x, llvm::Value *y, llvm::Value *z);
+/// Horner evaluation in x's type (f32 or f64, scalar or vector): ((c0 * x + c1) * x + c2) ...
+llvm::Value *horner(llvm::IRBuilder<> &b, llvm::Value *x, std::initializer_list<double> coeffs);
 // f32 routines (few ulp; bounds measured in tests/cpp/backend_test.cpp). NaN in, NaN out;
 // overflow and underflow round like the correctly rounded result.
 llvm::Value *expF32(llvm::IRBuilder<> &b, llvm::Value *x);

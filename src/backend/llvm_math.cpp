@@ -21,24 +21,24 @@ namespace xjit::backend::math {
 using llvm::IRBuilder;
 using llvm::Value;
 
-namespace {
-
-Value *f32(IRBuilder<> &b, float v) { return llvm::ConstantFP::get(b.getFloatTy(), v); }
-Value *i32(IRBuilder<> &b, int32_t v) { return b.getInt32(static_cast<uint32_t>(v)); }
-
-/// a * b + c, fused where the target has FMA.
 Value *madd(IRBuilder<> &b, Value *x, Value *y, Value *z) {
   return b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {x->getType()}, {x, y, z});
 }
 
-/// Horner evaluation: ((c0 * x + c1) * x + c2) ...
-Value *horner(IRBuilder<> &b, Value *x, std::initializer_list<float> coeffs) {
+// The f32 routines' coefficients are f32 literals: converting them to double and back is exact.
+Value *horner(IRBuilder<> &b, Value *x, std::initializer_list<double> coeffs) {
+  auto c = [&](double v) { return llvm::ConstantFP::get(x->getType(), v); };
   auto it = coeffs.begin();
-  Value *p = f32(b, *it++);
+  Value *p = c(*it++);
   for (; it != coeffs.end(); ++it)
-    p = madd(b, p, x, f32(b, *it));
+    p = madd(b, p, x, c(*it));
   return p;
 }
+
+namespace {
+
+Value *f32(IRBuilder<> &b, float v) { return llvm::ConstantFP::get(b.getFloatTy(), v); }
+Value *i32(IRBuilder<> &b, int32_t v) { return b.getInt32(static_cast<uint32_t>(v)); }
 
 /// 2^n for an i32 n in the normal exponent range.
 Value *pow2(IRBuilder<> &b, Value *n) {
@@ -47,14 +47,6 @@ Value *pow2(IRBuilder<> &b, Value *n) {
 
 Value *f64(IRBuilder<> &b, double v) { return llvm::ConstantFP::get(b.getDoubleTy(), v); }
 Value *i64(IRBuilder<> &b, int64_t v) { return b.getInt64(static_cast<uint64_t>(v)); }
-
-Value *hornerD(IRBuilder<> &b, Value *x, std::initializer_list<double> coeffs) {
-  auto it = coeffs.begin();
-  Value *p = f64(b, *it++);
-  for (; it != coeffs.end(); ++it)
-    p = madd(b, p, x, f64(b, *it));
-  return p;
-}
 
 Value *fabsV(IRBuilder<> &b, Value *x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); }
 
@@ -74,7 +66,7 @@ Value *logPositiveF64(IRBuilder<> &b, Value *a) {
   e = b.CreateSelect(big, b.CreateAdd(e, i64(b, 1)), e);
   Value *s = b.CreateFDiv(b.CreateFSub(m, f64(b, 1)), b.CreateFAdd(m, f64(b, 1)));
   Value *z = b.CreateFMul(s, s);
-  Value *p = hornerD(b, z, {1.0 / 15, 1.0 / 13, 1.0 / 11, 1.0 / 9, 1.0 / 7, 1.0 / 5, 1.0 / 3, 1.0});
+  Value *p = horner(b, z, {1.0 / 15, 1.0 / 13, 1.0 / 11, 1.0 / 9, 1.0 / 7, 1.0 / 5, 1.0 / 3, 1.0});
   Value *logm = b.CreateFMul(b.CreateFMul(s, f64(b, 2)), p);
   return madd(b, b.CreateSIToFP(e, dTy), f64(b, 0.69314718055994530942), logm);
 }
@@ -86,9 +78,9 @@ Value *expBoundedF64(IRBuilder<> &b, Value *t) {
   Value *r = madd(b, b.CreateFNeg(n), f64(b, 6.93147180369123816490e-01), t); // ln 2, 2 parts
   r = madd(b, b.CreateFNeg(n), f64(b, 1.90821492927058770002e-10), r);
   // |r| <= 0.347: Taylor to r^11 (truncation below 1e-13).
-  Value *p = hornerD(b, r,
-                     {1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040,
-                      1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0});
+  Value *p = horner(b, r,
+                    {1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040,
+                     1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0});
   Value *ni = b.CreateFPToSI(n, b.getInt64Ty());
   Value *scale = b.CreateBitCast(b.CreateShl(b.CreateAdd(ni, i64(b, 1023)), 52), b.getDoubleTy());
   return b.CreateFMul(p, scale);
@@ -150,9 +142,9 @@ Value *atan2F32(IRBuilder<> &b, Value *y, Value *x) {
   Value *u =
       b.CreateSelect(hi, b.CreateFDiv(b.CreateFSub(t, f64(b, 1)), b.CreateFAdd(t, f64(b, 1))), t);
   Value *z = b.CreateFMul(u, u);
-  Value *p = hornerD(b, z,
-                     {-1.0 / 23, 1.0 / 21, -1.0 / 19, 1.0 / 17, -1.0 / 15, 1.0 / 13, -1.0 / 11,
-                      1.0 / 9, -1.0 / 7, 1.0 / 5, -1.0 / 3});
+  Value *p = horner(b, z,
+                    {-1.0 / 23, 1.0 / 21, -1.0 / 19, 1.0 / 17, -1.0 / 15, 1.0 / 13, -1.0 / 11,
+                     1.0 / 9, -1.0 / 7, 1.0 / 5, -1.0 / 3});
   Value *a = madd(b, b.CreateFMul(p, z), u, u);
   a = b.CreateSelect(hi, b.CreateFAdd(a, f64(b, 0.78539816339744830962)), a);
   a = b.CreateSelect(yBigger, b.CreateFSub(f64(b, 1.57079632679489661923), a), a);

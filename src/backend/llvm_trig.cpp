@@ -56,18 +56,6 @@ struct Lanes {
   Value *f64(double v) const { return llvm::ConstantFP::get(f64Ty(), v); }
   Value *i32(int32_t v) const { return llvm::ConstantInt::get(i32Ty(), uint64_t(uint32_t(v))); }
   Value *i64(int64_t v) const { return llvm::ConstantInt::get(i64Ty(), uint64_t(v)); }
-  /// a * b + c, fused where the target has FMA.
-  Value *madd(Value *x, Value *y, Value *z) const {
-    return b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {x->getType()}, {x, y, z});
-  }
-  /// ((c0 * x + c1) * x + c2) ... in f64.
-  Value *horner(Value *x, std::initializer_list<double> coeffs) const {
-    auto it = coeffs.begin();
-    Value *p = f64(*it++);
-    for (; it != coeffs.end(); ++it)
-      p = madd(p, x, f64(*it));
-    return p;
-  }
 };
 
 /// The bits of 4/pi as in ARM optimized-routines' __inv_pio4 (sincosf_data.c), for the large
@@ -138,8 +126,8 @@ void defineTrig(llvm::Function *f, bool isSin, unsigned lanes) {
   // by FMA; n < 2^20 keeps n * (pi/2 - P1 - P2) around 2^-88, far below any f32 r's ulp).
   Value *nd = b.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven,
                                      b.CreateFMul(xd, L.f64(0.63661977236758134308)));
-  Value *rSmall = L.madd(b.CreateFNeg(nd), L.f64(1.57079632679489655800e+00), xd);
-  rSmall = L.madd(b.CreateFNeg(nd), L.f64(6.12323399573676603587e-17), rSmall);
+  Value *rSmall = madd(b, b.CreateFNeg(nd), L.f64(1.57079632679489655800e+00), xd);
+  rSmall = madd(b, b.CreateFNeg(nd), L.f64(6.12323399573676603587e-17), rSmall);
   Value *nSmall = b.CreateFPToSI(nd, L.i32Ty()); // poison in lanes >= 2^31, replaced below
   Value *small = b.CreateFCmpOLT(ax, L.f32(1048576.f));
   Value *anyLarge = b.CreateNot(lanes == 1 ? small : b.CreateAndReduce(small));
@@ -163,10 +151,11 @@ void defineTrig(llvm::Function *f, bool isSin, unsigned lanes) {
   // Minimax polynomials of ARM optimized-routines' sinf / cosf (sincosf_data.c, in double),
   // made for f32 results on |r| <= pi/4: sin r = r + r^3 (s1 + r^2 (s2 + r^2 s3)),
   // cos r = 1 + r^2 (c1 + r^2 (c2 + r^2 (c3 + r^2 c4))).
-  Value *s = L.horner(z, {-0x1.994eb3774cf24p-13, 0x1.1107605230bc4p-7, -0x1.555545995a603p-3});
-  s = L.madd(b.CreateFMul(s, z), r, r);
-  Value *c = L.horner(z, {0x1.99343027bf8c3p-16, -0x1.6c087e89a359dp-10, 0x1.55553e1068f19p-5,
-                          -0x1.ffffffd0c621cp-2, 1.0});
+  Value *s = horner(b, z, {-0x1.994eb3774cf24p-13, 0x1.1107605230bc4p-7, -0x1.555545995a603p-3});
+  s = madd(b, b.CreateFMul(s, z), r, r);
+  Value *c = horner(b, z,
+                    {0x1.99343027bf8c3p-16, -0x1.6c087e89a359dp-10, 0x1.55553e1068f19p-5,
+                     -0x1.ffffffd0c621cp-2, 1.0});
   // sin(n pi/2 + r) = sin r, cos r, -sin r, -cos r for n = 0, 1, 2, 3 (mod 4); cos x = sin(x +
   // pi/2) shifts the quadrant by one.
   Value *q = isSin ? static_cast<Value *>(n) : b.CreateAdd(n, L.i32(1));

@@ -61,6 +61,7 @@ double attrNumberOr(const Op &op, std::string_view name, double dflt) {
 
 struct MatvecParts {
   Value *x = nullptr;      // the single row
+  int64_t k = 0;           // its features
   Value *weight = nullptr; // [N, K] (row form) or [K, N] (column form)
   bool rowForm = true;     // weight is [N, K]
   Value *bias = nullptr;   // added to the product, broadcast to the result
@@ -96,6 +97,7 @@ std::optional<MatvecParts> match(Op *op) {
   const Type &wt = p.weight->type();
   std::optional<int64_t> k = singleRowFeatures(p.x->type());
   if (!k || wt.rank() != 2 || !floatingMatch(p.x->type(), wt)) return std::nullopt;
+  p.k = *k;
   if (wt.shape()[p.rowForm ? 1 : 0].staticValue() != k || !wt.shape()[p.rowForm ? 0 : 1].isStatic())
     return std::nullopt;
   if (p.bias && (!p.bias->type().isTensor() || !floatingMatch(p.bias->type(), wt)))
@@ -106,7 +108,7 @@ std::optional<MatvecParts> match(Op *op) {
 bool decompose(Op *op, bool columns, PassContext &ctx) {
   std::optional<MatvecParts> p = match(op);
   if (!p || (!p->rowForm && !columns)) return false;
-  int64_t k = *singleRowFeatures(p->x->type());
+  const int64_t k = p->k;
   const Type &result = op->result(0)->type();
 
   Builder b(op->parentBlock(), op);

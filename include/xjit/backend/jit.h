@@ -91,7 +91,9 @@ public:
   /// The process-wide JIT (created on first use).
   static Jit &instance();
   /// Compiles a kernel (verified first; an invalid kernel throws xjit::Error, internal).
-  std::shared_ptr<const CompiledKernel> compile(const Kernel &k, const CompileOptions &opts = {});
+  /// `printed`: printKernel(k), when the caller has made it already (it keys the kernel).
+  std::shared_ptr<const CompiledKernel> compile(const Kernel &k, const CompileOptions &opts = {},
+                                                const std::string *printed = nullptr);
   /// The host CPU and its features as given to LLVM ("znver4", "+avx2,+avx512f,...").
   const std::string &cpuName() const;
   const std::string &cpuFeatures() const;
