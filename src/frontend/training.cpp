@@ -115,7 +115,11 @@ std::string trainingRefusal(const Capture &cap, bool xjitBackend, bool check) {
   if (!xjitBackend) return "training steps compile with backend='xjit' only";
   if (check) return "--check runs training frames in Python";
   if (cap.breakPoint) return "the frame has a graph break";
-  if (!cap.sideEffects.empty()) return "the frame has side effects besides its result";
+  // In-place writes to tensors the caller sees (batch_norm's running statistics) are replayed
+  // after the forward; compileTraining checks that what they write carries no gradient.
+  for (const SideEffect &s : cap.sideEffects)
+    if (s.kind != SideEffect::TensorCopy)
+      return "the frame has side effects besides its result and in-place tensor writes";
   if (cap.cutsGradient)
     return "the frame stops a gradient (detach() or a torch.no_grad() region inside it)";
   if (cap.gradModeAtExit >= 0) return "the frame changes grad mode";
@@ -150,6 +154,14 @@ std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id) {
     return std::string("autodiff: ") + ex.what();
   }
   if (std::string why = outputAliasing(*ad.forward, ad.numOutputs); !why.empty()) return why;
+  // A write replayed with copy_ would not be recorded by autograd: only values without a
+  // gradient (running statistics, counters) may be written in place.
+  const std::set<size_t> differentiable(ad.gradOutputs.begin(), ad.gradOutputs.end());
+  for (const EffectPlan &fx : e.effects)
+    if (fx.kind == SideEffect::TensorCopy &&
+        (fx.value.kind != OutputNode::GraphOutput ||
+         differentiable.count(static_cast<size_t>(fx.value.index))))
+      return "it writes a value that needs a gradient in place (" + fx.text + ")";
   auto graphs = std::make_shared<TrainingGraphs>();
   const std::pair<CompiledEntry *, std::unique_ptr<Graph> *> parts[] = {
       {&graphs->forward, &ad.forward}, {&graphs->backward, &ad.backward}};

@@ -8,6 +8,7 @@
 // input, layer_norm's normalized input...) are recomputed there and only their operands are
 // saved. Anything the table does not cover throws AutodiffUnsupported: the frame then runs under
 // PyTorch's autograd, never with a wrong gradient.
+#include "autodiff_rules.h"
 #include "passes.h"
 
 #include "xjit/ir/builder.h"
@@ -39,24 +40,8 @@ using Ints = std::vector<int64_t>;
 
 bool isFloatTensor(const Value *v) { return v->type().isTensor() && isFloating(v->type().dtype()); }
 
-/// What a derivative rule is given: the op, the gradient of its (single) result, and which
-/// operands need a gradient. It returns one gradient per operand (nullptr: none).
-struct RuleArgs {
-  Builder &b;
-  const Op &op;
-  Value *g;                // the gradient of result 0
-  std::vector<Value *> gs; // of each result (nullptr: none reaches it), for multi-result ops
-  std::vector<bool> need;
-  Value *x(size_t i) const { return op.operand(i); }
-  Value *out() const { return op.result(0); }
-  Value *f(double v) const { return b.constantFloat(v); }
-  Value *un(std::string_view name, Value *a, AttrMap attrs = {}) const {
-    return b.op(name, {a}, std::move(attrs));
-  }
-  Value *bin(std::string_view name, Value *a, Value *c) const { return b.op(name, {a, c}); }
-  Value *mul(Value *a, Value *c) const { return bin("mul", a, c); }
-};
-using Rule = std::function<std::vector<Value *>(RuleArgs &)>;
+using autodiff_rules::Rule;
+using autodiff_rules::RuleArgs;
 
 int64_t normDim(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
 
@@ -464,6 +449,7 @@ const std::map<std::string, Rule> &ruleTable() {
       return {a.b.op("scatter_add", {zeros, a.x(1), a.g}, {{"dim", a.op.attr("dim").asInt()}}),
               nullptr};
     };
+    autodiff_rules::addNnRules(t); // conv, pooling, batch_norm: autodiff_rules_nn.cpp
     return t;
   }();
   return table;
@@ -471,7 +457,8 @@ const std::map<std::string, Rule> &ruleTable() {
 
 /// Ops with several results whose rules read RuleArgs::gs.
 bool multiResultRule(std::string_view name) {
-  return name == "split" || name == "chunk" || name == "split_with_sizes" || name == "unbind";
+  return name == "split" || name == "chunk" || name == "split_with_sizes" || name == "unbind" ||
+         autodiff_rules::nnMultiResultRule(name);
 }
 
 /// Ops whose results never carry a gradient (integer/bool results are already excluded).
@@ -522,8 +509,9 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
     bool any = std::any_of(op->operands().begin(), op->operands().end(),
                            [&](Value *v) { return needs.count(v) > 0; });
     if (!any) continue;
-    for (const auto &r : op->results())
-      if (isFloatTensor(r.get())) needs.insert(r.get());
+    for (size_t ri = 0; ri < op->numResults(); ++ri)
+      if (isFloatTensor(op->result(ri)) && autodiff_rules::resultCarriesGradient(*op, ri))
+        needs.insert(op->result(ri));
   }
   const std::vector<Value *> outs = g.outputs();
   j.numOutputs = outs.size();

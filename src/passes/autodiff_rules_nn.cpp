@@ -1,0 +1,332 @@
+// Derivative rules of the autodiff pass for the layers of convolutional nets: conv{1,2,3}d,
+// max_pool / avg_pool / adaptive_avg_pool{1,2,3}d and batch_norm (training mode with batch
+// statistics, eval mode with running statistics, and batch_norm_with_update, whose new running
+// statistics carry no gradient). Each gradient is written with existing ops, so it compiles
+// like any other graph (oneDNN convolutions, fused elementwise kernels):
+//   conv:      dx = conv_transpose(g, w), dw = conv(xᵀ, gᵀ) with stride and dilation swapped,
+//              db = sum(g)
+//   avg_pool:  dx = depthwise conv_transpose of g / divisor with a window of ones
+//   max_pool:  dx = scatter_add of g at max_pool_with_indices' indices (eager's tie-break: the
+//              first maximum of a window gets the whole gradient)
+//   batch_norm: PyTorch's batch_norm_backward formula, the statistics recomputed from x.
+// Only channels-first (layout "nchw") batched inputs with static shapes are covered: autodiff
+// runs before the layout pass, so captured graphs are channels-first.
+#include "autodiff_rules.h"
+
+#include "xjit/ir/op_registry.h"
+#include "xjit/passes/autodiff.h"
+
+#include <numeric>
+
+namespace xjit::passes::autodiff_rules {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+[[noreturn]] void unsupported(const Op &op, const std::string &why) {
+  throw AutodiffUnsupported(op.describe() + ": " + why);
+}
+
+Ints staticShape(const Op &op, const Value *v) {
+  Ints s;
+  for (const DimExpr &d : v->type().shape()) {
+    if (!d.isStatic()) unsupported(op, "needs a static shape, has " + v->type().str());
+    s.push_back(d.value());
+  }
+  return s;
+}
+
+/// The spatial rank of conv2d, max_pool3d, adaptive_avg_pool1d...: the digit before "d".
+size_t spatialRank(const Op &op) {
+  const std::string &n = op.name();
+  const size_t d = n.rfind('d');
+  return static_cast<size_t>(n[d - 1] - '0');
+}
+
+/// A per-spatial-dim attribute (1 value or nd values; absent or empty: dflt for each dim).
+Ints spatialAttr(const Op &op, const char *name, size_t nd, const Ints &dflt) {
+  const Attr *a = op.attrOrNull(name);
+  Ints v = a && a->kind() == AttrKind::Ints ? a->asInts() : Ints{};
+  if (a && a->kind() == AttrKind::Int) v = {a->asInt()};
+  if (v.empty()) return dflt;
+  if (v.size() == 1) return Ints(nd, v[0]);
+  if (v.size() != nd) unsupported(op, std::string("attribute ") + name + " of the wrong size");
+  return v;
+}
+
+bool boolAttr(const Op &op, const char *name, bool dflt) {
+  const Attr *a = op.attrOrNull(name);
+  return a && a->kind() == AttrKind::Bool ? a->asBool() : dflt;
+}
+
+double floatAttr(const Op &op, const char *name, double dflt) {
+  const Attr *a = op.attrOrNull(name);
+  return a ? a->asNumber() : dflt;
+}
+
+/// Rejects what the rules below do not cover: channels-last layouts and unbatched inputs.
+void requireBatchedChannelsFirst(const RuleArgs &a, size_t nd) {
+  if (const Attr *l = a.op.attrOrNull("layout");
+      l && l->kind() == AttrKind::Str && l->asStr() != "nchw")
+    unsupported(a.op, "a channels-last layout");
+  if (a.x(0)->type().rank() != static_cast<int64_t>(nd) + 2)
+    unsupported(a.op, "an unbatched input");
+}
+
+std::string convName(const char *stem, size_t nd) { return stem + std::to_string(nd) + "d"; }
+
+Ints iota(int64_t from, int64_t to) {
+  Ints v(static_cast<size_t>(to - from));
+  std::iota(v.begin(), v.end(), from);
+  return v;
+}
+
+/// The gradient of a strided window op's input: g scattered back over the windows with the
+/// (grouped) weight w, a transposed convolution; output_padding restores the input sizes the
+/// floor division of the forward's output size dropped.
+Value *transposedConv(RuleArgs &a, Value *g, Value *w, const Ints &inShape, const Ints &kernel,
+                      const Ints &stride, const Ints &padding, const Ints &dilation,
+                      int64_t groups) {
+  const size_t nd = kernel.size();
+  const Ints outShape = staticShape(a.op, g);
+  Ints outputPadding(nd);
+  for (size_t d = 0; d < nd; ++d) {
+    outputPadding[d] = inShape[d + 2] + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1 -
+                       (outShape[d + 2] - 1) * stride[d];
+    if (outputPadding[d] < 0 || outputPadding[d] >= std::max(stride[d], dilation[d]))
+      unsupported(a.op, "input sizes a transposed convolution cannot restore");
+  }
+  return a.b.op(convName("conv_transpose", nd), {g, w},
+                {{"stride", stride},
+                 {"padding", padding},
+                 {"output_padding", outputPadding},
+                 {"dilation", dilation},
+                 {"groups", groups}});
+}
+
+// ---- convolution ----
+
+std::vector<Value *> convRule(RuleArgs &a) {
+  const size_t nd = spatialRank(a.op);
+  requireBatchedChannelsFirst(a, nd);
+  Value *x = a.x(0), *w = a.x(1);
+  const Ints xs = staticShape(a.op, x), ws = staticShape(a.op, w);
+  const Ints kernel(ws.begin() + 2, ws.end());
+  const Ints stride = spatialAttr(a.op, "stride", nd, Ints(nd, 1));
+  const Ints dilation = spatialAttr(a.op, "dilation", nd, Ints(nd, 1));
+  Ints padding = spatialAttr(a.op, "padding", nd, Ints(nd, 0));
+  const Attr *gr = a.op.attrOrNull("groups");
+  const int64_t groups = gr ? gr->asInt() : 1;
+  const Attr *pm = a.op.attrOrNull("padding_mode");
+  const std::string mode = pm && pm->kind() == AttrKind::Str ? pm->asStr() : "";
+  if (mode == "valid") padding.assign(nd, 0);
+  if (mode == "same")
+    for (size_t d = 0; d < nd; ++d) {
+      const int64_t total = dilation[d] * (kernel[d] - 1);
+      if (total % 2 != 0) unsupported(a.op, "padding 'same' with an odd total padding");
+      padding[d] = total / 2;
+    }
+  std::vector<Value *> r(a.op.numOperands(), nullptr);
+  if (a.need[0]) r[0] = transposedConv(a, a.g, w, xs, kernel, stride, padding, dilation, groups);
+  if (a.need[1]) {
+    // dw[co, ci, k] = sum over n, o of g[n, co, o] * x[n, g*cin + ci, o*stride + k*dilation]:
+    // a convolution over the batch whose "batch" is x's channels within a group and whose
+    // kernel is g, with stride and dilation swapped. Channels of x' are (group, n).
+    const int64_t n = xs[0], cin = xs[1] / groups;
+    Ints split = {n, groups, cin}, perm = {2, 1, 0}, merged = {cin, groups * n};
+    split.insert(split.end(), xs.begin() + 2, xs.end());
+    for (size_t d = 0; d < nd; ++d) {
+      perm.push_back(static_cast<int64_t>(d + 3));
+      merged.push_back(xs[d + 2]);
+    }
+    Value *xt =
+        a.un("reshape", a.un("permute", a.un("reshape", x, {{"shape", split}}), {{"dims", perm}}),
+             {{"shape", merged}});
+    Value *gt = a.un("transpose", a.g, {{"dim0", int64_t(0)}, {"dim1", int64_t(1)}});
+    Value *dw = a.b.op(
+        convName("conv", nd), {xt, gt},
+        {{"stride", dilation}, {"padding", padding}, {"dilation", stride}, {"groups", groups}});
+    // The window of that convolution may be larger than the kernel (sizes the forward's floor
+    // division dropped): keep the first kernel[d] positions.
+    const Ints dws = staticShape(a.op, dw);
+    for (size_t d = 0; d < nd; ++d)
+      if (dws[d + 2] != kernel[d])
+        dw =
+            a.un("slice", dw,
+                 {{"dim", static_cast<int64_t>(d + 2)}, {"start", int64_t(0)}, {"end", kernel[d]}});
+    r[1] = a.un("transpose", dw, {{"dim0", int64_t(0)}, {"dim1", int64_t(1)}});
+  }
+  if (a.op.numOperands() > 2 && a.x(2)->type().isTensor() && a.need[2]) {
+    Ints dims = {0};
+    for (size_t d = 0; d < nd; ++d)
+      dims.push_back(static_cast<int64_t>(d + 2));
+    r[2] = a.b.op("sum", {a.g}, {{"dims", dims}, {"keepdim", false}});
+  }
+  return r;
+}
+
+// ---- pooling ----
+
+/// dx of an average over windows kernel/stride/padding: g / divisor, spread over each window.
+Value *averageGradient(RuleArgs &a, Value *g, const Ints &kernel, const Ints &stride,
+                       const Ints &padding, bool countIncludePad, const Attr *divisorOverride) {
+  const size_t nd = kernel.size();
+  const Ints xs = staticShape(a.op, a.x(0)), gs = staticShape(a.op, g);
+  const int64_t window =
+      std::accumulate(kernel.begin(), kernel.end(), int64_t(1), std::multiplies<>());
+  const bool padded = std::any_of(padding.begin(), padding.end(), [](int64_t p) { return p > 0; });
+  if (divisorOverride) {
+    g = a.mul(g, a.f(1.0 / static_cast<double>(divisorOverride->asInt())));
+  } else if (countIncludePad || !padded) {
+    g = a.mul(g, a.f(1.0 / static_cast<double>(window)));
+  } else {
+    // Each window divides by its in-bounds element count: window * the padding-counting
+    // average of ones over [1, 1, spatial...].
+    Ints onesShape = {1, 1};
+    onesShape.insert(onesShape.end(), xs.begin() + 2, xs.end());
+    Value *ones = a.b.op("ones", {}, {{"shape", onesShape}, {"dtype", g->type().dtype()}});
+    Value *share = a.b.op(convName("avg_pool", nd), {ones},
+                          {{"kernel_size", kernel},
+                           {"stride", stride},
+                           {"padding", padding},
+                           {"count_include_pad", true}});
+    g = a.bin("div", g, a.mul(share, a.f(static_cast<double>(window))));
+  }
+  bool tiles = true; // windows that tile the input exactly: a broadcast instead of a convolution
+  for (size_t d = 0; d < nd; ++d)
+    tiles &= kernel[d] == stride[d] && padding[d] == 0 && gs[d + 2] * kernel[d] == xs[d + 2];
+  if (tiles) {
+    Ints spread = {gs[0], gs[1]}, expanded = {gs[0], gs[1]};
+    for (size_t d = 0; d < nd; ++d) {
+      spread.insert(spread.end(), {gs[d + 2], 1});
+      expanded.insert(expanded.end(), {gs[d + 2], kernel[d]});
+    }
+    Value *e = a.un("expand", a.un("reshape", g, {{"shape", spread}}), {{"shape", expanded}});
+    return a.un("reshape", e, {{"shape", xs}});
+  }
+  const int64_t channels = xs[1];
+  Ints onesShape = {channels, 1};
+  onesShape.insert(onesShape.end(), kernel.begin(), kernel.end());
+  Value *ones = a.b.op("ones", {}, {{"shape", onesShape}, {"dtype", g->type().dtype()}});
+  return transposedConv(a, g, ones, xs, kernel, stride, padding, Ints(nd, 1), channels);
+}
+
+std::vector<Value *> avgPoolRule(RuleArgs &a) {
+  const size_t nd = spatialRank(a.op);
+  requireBatchedChannelsFirst(a, nd);
+  const Ints kernel = spatialAttr(a.op, "kernel_size", nd, {});
+  if (kernel.size() != nd) unsupported(a.op, "no kernel_size");
+  if (boolAttr(a.op, "ceil_mode", false)) unsupported(a.op, "ceil_mode");
+  const Attr *div = a.op.attrOrNull("divisor_override");
+  if (div && div->kind() != AttrKind::Int) div = nullptr;
+  return {averageGradient(a, a.g, kernel, spatialAttr(a.op, "stride", nd, kernel),
+                          spatialAttr(a.op, "padding", nd, Ints(nd, 0)),
+                          boolAttr(a.op, "count_include_pad", true), div)};
+}
+
+std::vector<Value *> adaptiveAvgPoolRule(RuleArgs &a) {
+  const size_t nd = spatialRank(a.op);
+  requireBatchedChannelsFirst(a, nd);
+  const Ints xs = staticShape(a.op, a.x(0)), os = staticShape(a.op, a.out());
+  Ints kernel(nd);
+  for (size_t d = 0; d < nd; ++d) {
+    if (os[d + 2] == 0 || xs[d + 2] % os[d + 2] != 0)
+      unsupported(a.op, "windows of different sizes (input not divisible by the output)");
+    kernel[d] = xs[d + 2] / os[d + 2];
+  }
+  return {averageGradient(a, a.g, kernel, kernel, Ints(nd, 0), true, nullptr)};
+}
+
+std::vector<Value *> maxPoolRule(RuleArgs &a) {
+  const size_t nd = spatialRank(a.op);
+  requireBatchedChannelsFirst(a, nd);
+  // The forward's argmax again (the windows' first maximum, as eager's backward uses), then
+  // each gradient element added at the input element it came from.
+  AttrMap attrs = a.op.attrs();
+  Op *pool = a.b.create(a.op.name() + "_with_indices", {a.x(0)}, attrs);
+  const Ints xs = staticShape(a.op, a.x(0));
+  const Ints flat = {xs[0], xs[1], -1};
+  Value *idx = a.un("reshape", pool->result(1), {{"shape", flat}});
+  Value *g = a.un("reshape", a.g, {{"shape", flat}});
+  Value *zeros = a.un("reshape", a.un("zeros_like", a.x(0)), {{"shape", flat}});
+  Value *dx = a.b.op("scatter_add", {zeros, idx, g}, {{"dim", int64_t(2)}});
+  return {a.un("reshape", dx, {{"shape", xs}})};
+}
+
+// ---- batch_norm ----
+
+/// batch_norm (training: batch statistics; eval: running statistics) and
+/// batch_norm_with_update (batch statistics); operands input, weight?, bias?, running_mean?,
+/// running_var?, each per channel (dim 1).
+std::vector<Value *> batchNormRule(RuleArgs &a) {
+  Value *x = a.x(0);
+  const int64_t rank = x->type().rank();
+  if (rank < 2) unsupported(a.op, "an input without a channel dim");
+  auto operand = [&](size_t i) -> Value * {
+    return a.op.numOperands() > i && a.x(i)->type().isTensor() ? a.x(i) : nullptr;
+  };
+  Value *w = operand(1), *bias = operand(2), *rm = operand(3), *rv = operand(4);
+  const bool training =
+      a.op.name() == "batch_norm_with_update" || boolAttr(a.op, "training", false);
+  const double eps = floatAttr(a.op, "eps", 1e-5);
+  Ints reduced = {0}, perChannel(static_cast<size_t>(rank), 1);
+  for (int64_t d = 2; d < rank; ++d)
+    reduced.push_back(d);
+  perChannel[1] = -1;
+  // [C] -> [1, C, 1...], broadcasting against x.
+  auto channelwise = [&](Value *v) { return a.un("reshape", v, {{"shape", perChannel}}); };
+  auto sumOver = [&](Value *v, bool keep) {
+    return a.b.op("sum", {v}, {{"dims", reduced}, {"keepdim", keep}});
+  };
+  auto meanOver = [&](Value *v) {
+    return a.b.op("mean", {v}, {{"dims", reduced}, {"keepdim", true}});
+  };
+  Value *centered, *rstd;
+  if (training) {
+    centered = a.bin("sub", x, meanOver(x));
+    rstd = a.un("rsqrt", a.bin("add", meanOver(a.mul(centered, centered)), a.f(eps)));
+  } else {
+    if (!rm || !rv) unsupported(a.op, "eval mode without running statistics");
+    centered = a.bin("sub", x, channelwise(rm));
+    rstd = channelwise(a.un("rsqrt", a.bin("add", rv, a.f(eps))));
+  }
+  Value *xhat = a.mul(centered, rstd);
+  std::vector<Value *> r(a.op.numOperands(), nullptr);
+  if (w && a.need[1]) r[1] = sumOver(a.mul(a.g, xhat), false);
+  if (bias && a.need[2]) r[2] = sumOver(a.g, false);
+  if (a.need[0]) {
+    Value *gh = w ? a.mul(a.g, channelwise(w)) : a.g;
+    if (training) {
+      // The statistics depend on x too: dx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)).
+      Value *inner =
+          a.bin("sub", a.bin("sub", gh, meanOver(gh)), a.mul(xhat, meanOver(a.mul(gh, xhat))));
+      r[0] = a.mul(inner, rstd);
+    } else {
+      r[0] = a.mul(gh, rstd);
+    }
+  }
+  if ((rm && a.need.size() > 3 && a.need[3]) || (rv && a.need.size() > 4 && a.need[4]))
+    unsupported(a.op, "running statistics that require grad");
+  return r;
+}
+
+} // namespace
+
+void addNnRules(std::map<std::string, Rule> &t) {
+  for (size_t nd = 1; nd <= 3; ++nd) {
+    const std::string d = std::to_string(nd) + "d";
+    t["conv" + d] = convRule;
+    t["avg_pool" + d] = avgPoolRule;
+    t["adaptive_avg_pool" + d] = adaptiveAvgPoolRule;
+    t["max_pool" + d] = maxPoolRule;
+  }
+  t["batch_norm"] = t["batch_norm_with_update"] = batchNormRule;
+}
+
+bool nnMultiResultRule(std::string_view name) { return name == "batch_norm_with_update"; }
+
+bool resultCarriesGradient(const Op &op, size_t result) {
+  return !(op.name() == "batch_norm_with_update" && result > 0);
+}
+
+} // namespace xjit::passes::autodiff_rules
