@@ -1229,6 +1229,20 @@ LOWER(lowerDropout) { // F.dropout(input, p, training, inplace): identity unless
   std::optional<double> p = a.asNumber(b.at("p"));
   if (p && *p == 0.0) return b.at("input");
   if (a.truthy(b.at("inplace"))) a.fail("in-place dropout in training mode");
+  if (std::string_view(row.op) == "dropout" && p && *p > 0.0 && *p < 1.0) {
+    // PyTorch draws the noise (xjit._dropout.noise: eager's bernoulli_/div_ on the same
+    // generator), the product is compiled. Its operand, empty_like(input), gives the call the
+    // input's shape and dtype and no gradient path, so a training step differentiates the
+    // product (g * noise) and saves the noise for the backward.
+    PyRef noiseFn =
+        check(PyObject_GetAttrString(
+                  check(PyImport_ImportModule("xjit._dropout"), "xjit._dropout").get(), "noise"),
+              "xjit._dropout.noise");
+    Args args;
+    args.pos = {a.emit1("empty_like", {b.at("input")}), b.at("p")};
+    return a.emit1("mul",
+                   {b.at("input"), a.fallbackCall(noiseFn.get(), "F.dropout's noise", args)});
+  }
   // PyTorch draws the mask at run time (same random stream as eager).
   PyRef fn = check(PyObject_GetAttrString(
                        check(PyImport_ImportModule("torch.nn.functional"), "F").get(), row.op),

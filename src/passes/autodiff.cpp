@@ -472,9 +472,10 @@ void checkDifferentiable(const Graph &g) {
   g.walk([](Op *op) {
     if (op->numRegions() > 0) unsupported(*op, "control flow is not differentiated");
     if (op->def().has(kInPlace)) unsupported(*op, "an in-place op");
-    if (op->def().has(kSideEffect) && !op->def().has(kTerminator))
+    // A call into PyTorch is fine while no gradient flows through it (dropout's noise):
+    // buildJoint refuses one that a gradient reaches.
+    if (op->def().has(kSideEffect) && !op->def().has(kTerminator) && op->name() != "external_call")
       unsupported(*op, "an op with side effects");
-    if (op->name() == "external_call") unsupported(*op, "a call into PyTorch (no rule)");
   });
 }
 
@@ -509,6 +510,7 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
     bool any = std::any_of(op->operands().begin(), op->operands().end(),
                            [&](Value *v) { return needs.count(v) > 0; });
     if (!any) continue;
+    if (op->name() == "external_call") unsupported(*op, "a call into PyTorch (no rule)");
     for (size_t ri = 0; ri < op->numResults(); ++ri)
       if (isFloatTensor(op->result(ri)) && autodiff_rules::resultCarriesGradient(*op, ri))
         needs.insert(op->result(ri));
@@ -631,7 +633,9 @@ AutodiffGraphs differentiate(const Graph &src, const std::vector<bool> &requires
       if (v->index() < j.numInputs) savedInputs.insert(v->index());
       continue;
     }
-    if (fwd.count(def) && def->numOperands() > 0) {
+    // (A PyTorch call in the forward, e.g. dropout's noise, is saved: calling it again would
+    // draw other random numbers.)
+    if (fwd.count(def) && (def->numOperands() > 0 || def->name() == "external_call")) {
       savedValues.push_back(v);
       continue;
     }

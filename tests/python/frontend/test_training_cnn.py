@@ -1,8 +1,9 @@
 """A small CNN trains compiled (docs/frontend.md "Autograd", docs/passes.md "autodiff"): conv2d,
 batch_norm in training mode (running statistics and num_batches_tracked written back as eager
-writes them), relu, max/average pooling and linear, 10 SGD steps under xjit and eager from the
-same weights: losses, parameters and buffers match eager's and explain reports the step
-compiled, not run in Python."""
+writes them), relu, max/average pooling, dropout (its noise drawn by PyTorch from the global
+generator as eager draws it) and linear, 10 SGD steps under xjit and eager from the same weights
+and seeds: losses, parameters and buffers match eager's and explain reports the step compiled,
+not run in Python."""
 
 from __future__ import annotations
 
@@ -28,13 +29,14 @@ class SmallCNN(nn.Module):
         self.conv2 = nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(16)
         self.conv3 = nn.Conv2d(16, 16, 3, padding=1, groups=4)
+        self.drop = nn.Dropout(0.25)
         self.fc = nn.Linear(16, 10)
 
     def forward(self, x: Any) -> Any:
         x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
         x = F.relu(self.bn2(self.conv2(x)))
         x = F.avg_pool2d(self.conv3(x), 2)
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+        return self.fc(self.drop(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)))
 
 
 def test_small_cnn_trains_compiled_like_eager() -> None:
@@ -45,8 +47,9 @@ def test_small_cnn_trains_compiled_like_eager() -> None:
     opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, eager)]
     x, y = torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,))
     got, want = [], []
-    for _ in range(10):
+    for step in range(10):
         for net, opt, losses in ((compiled, opts[0], got), (eager, opts[1], want)):
+            torch.manual_seed(step)  # the same dropout noise in both
             opt.zero_grad()
             loss = F.cross_entropy(net(x), y)
             loss.backward()
@@ -80,3 +83,36 @@ def test_batch_norm_eval_mode_trains_compiled() -> None:
     for (name, a), b in zip(model.named_parameters(), eager.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
     torch.testing.assert_close(model[1].running_mean, eager[1].running_mean)
+
+
+def two_dropouts(x: Any, w: Any) -> Any:
+    # Products only: each rounds once, in xjit as in eager (tanh's or a fused multiply-add's
+    # last bit could differ and hide what this test checks).
+    h = F.dropout(x * w, 0.3, True)
+    return F.dropout(h * 2.0, 0.5, True) * w
+
+
+def test_dropout_noise_is_eagers_bit_for_bit() -> None:
+    # Two dropouts in one step: the same draws, in the same order, as eager's; the result is
+    # bit-identical (the noise is PyTorch's, x * noise an exact product), the gradient equal to
+    # rounding, and the generator ends where eager's ends.
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 16), torch.randn(16)
+    compiled = xjit.jit(two_dropouts)
+    for step in range(3):
+        leaves = [w.clone().requires_grad_() for _ in range(2)]
+        torch.manual_seed(step)
+        got = compiled(x, leaves[0])
+        got.sum().backward()
+        after_compiled = torch.rand(4)
+        torch.manual_seed(step)
+        want = two_dropouts(x, leaves[1])
+        want.sum().backward()
+        assert torch.equal(got, want), step
+        assert (got == 0).any() and (got != 0).any()  # some dropped, some kept
+        # (w's gradient sums over the batch, in another order than eager's.)
+        torch.testing.assert_close(leaves[0].grad, leaves[1].grad, rtol=1e-6, atol=1e-6)
+        assert torch.equal(after_compiled, torch.rand(4)), step
+    graphs = fe.events()["graphs"]
+    assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
+    assert graphs[0]["note"].startswith("training step: forward"), graphs[0]["note"]
