@@ -70,6 +70,25 @@ class ResNet18(nn.Module):
         return logits
 
 
+class SmallResNet(nn.Module):
+    """A small ResNet for 32x32 images (CIFAR-sized, about 0.7M parameters): a 3x3 stem with
+    max pooling, three basic blocks (32, 64, 128 channels), global average pooling, a linear
+    classifier. The training benchmark's conv net (conv, batch_norm, relu, pooling backward)."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2)
+        )
+        self.blocks = nn.Sequential(BasicBlock(32, 32, 1), BasicBlock(32, 64, 2), BasicBlock(64, 128, 2))
+        self.fc = nn.Linear(128, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(self.stem(x))
+        logits: torch.Tensor = self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+        return logits
+
+
 class LSTMLM(nn.Module):
     """LSTM language model written as a Python loop over time steps (nn.LSTMCell per layer)."""
 
@@ -249,6 +268,9 @@ TRAINING_CASES: dict[str, TrainingCase] = {
     for c in (
         TrainingCase(
             "mlp", 64, MLP, lambda b: (torch.randn(b, 784), torch.randint(0, 10, (b,))), "sgd"
+        ),
+        TrainingCase(
+            "cnn", 8, SmallResNet, lambda b: (torch.randn(b, 3, 32, 32), torch.randint(0, 10, (b,))), "sgd"
         ),
         TrainingCase(
             "gpt",

@@ -228,7 +228,7 @@ private:
         if (groupOf_[j] >= 0 || cls_[j] != FuseClass::Elementwise || !isPostOp(*u, cur) ||
             u->result(0)->type() != anchorType)
           break;
-        if (ops_[i]->name().starts_with("conv") && !convTakesPostOp(*u, cur)) break;
+        if (ops_[i]->name().starts_with("conv") && !convTakesPostOp(*ops_[i], *u, cur)) break;
         if (impureBefore_[j] - impureBefore_[chain.front() + 1] != 0) break;
         chain.push_back(j);
         cur = u->result(0);

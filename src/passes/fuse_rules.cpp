@@ -128,10 +128,14 @@ bool isPostOp(const Op &op, const Value *chain) {
   return left || kCommutativePostOps.count(name);
 }
 
-bool convTakesPostOp(const Op &op, const Value *chain) {
-  if (op.name() != "mul") return true;
+bool convTakesPostOp(const Op &anchor, const Op &op, const Value *chain) {
+  if (op.numOperands() < 2) return true;
   const Value *other = op.operand(0) == chain ? op.operand(1) : op.operand(0);
-  return isSingleElement(other->type()) || other->type() == chain->type();
+  if (isSingleElement(other->type())) return true;
+  // oneDNN 2.6 has only its reference deconvolution with a tensor binary post-op: 14x slower
+  // than the deconvolution and a native elementwise kernel (a training step's conv gradients).
+  if (anchor.name().starts_with("conv_transpose")) return false;
+  return op.name() != "mul" || other->type() == chain->type();
 }
 
 bool isCheap(const Op &op) {

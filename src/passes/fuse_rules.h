@@ -39,7 +39,9 @@ bool isPostOp(const Op &op, const Value *chain);
 /// by a per-channel (or any partial-shape) tensor, which oneDNN 2.6 runs as a binary post-op
 /// 3-8x slower than the convolution itself (the stem and 1x1 convolutions of ResNet-18 with a
 /// decomposed batch norm); such a mul is left to a native elementwise kernel.
-bool convTakesPostOp(const Op &op, const Value *chain);
+/// A transposed convolution takes no binary post-op with a tensor operand (oneDNN 2.6 runs
+/// it with its reference deconvolution).
+bool convTakesPostOp(const Op &anchor, const Op &op, const Value *chain);
 
 /// Elementwise and broadcast ops cheap enough to recompute in every group that reads them
 /// (a view, or one arithmetic op per element with at most one tensor operand that is not a
