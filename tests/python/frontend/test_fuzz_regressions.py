@@ -581,3 +581,19 @@ def test_a_folded_view_two_outputs_share_stays_a_view():
 
     make = lambda b: [torch.randn(b, 8, 8, generator=torch.Generator().manual_seed(b))]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=False, batches=(3,))
+
+
+# ---- session 10 ----
+
+
+def test_expand_of_an_unsqueezed_permuted_result_and_its_base_stay_views():
+    # seed 17836 (internal): v3 = cos(a.t())[None, :, :, None] is transposed in eager, and
+    # v3[None].expand(...) is a view of it; the graph computed cos contiguous (the rewrite that
+    # computes an output in eager's order did not look through unsqueeze), and restoring eager's
+    # strides would copy the two apart: XJIT-E0101, frame in Python.
+    def fn(a0):
+        v3 = torch.cos(a0).unsqueeze(-1).unsqueeze(0)
+        return v3.unsqueeze(0).expand(3, *v3.shape), v3
+
+    make = lambda b: [torch.randn(4, b, generator=torch.Generator().manual_seed(b)).t()]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=False, batches=(2,))
