@@ -17,11 +17,26 @@
 #include <algorithm>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 namespace xjit::backend::dnnl_kernels {
 namespace {
 
 using dnnl::algorithm;
+
+/// A product of one lhs row with an unpacked rhs (a decode step's projection): oneDNN's
+/// brgemm matmul, its first choice, copies the whole rhs into its blocked layout at every call
+/// (the copy costs more than the product); its gemm implementation runs the row as a gemv
+/// reading the rhs through its strides. Moves `pd` to the gemm implementation when it has one.
+void preferGemm(dnnl::matmul::primitive_desc &pd) {
+  dnnl::matmul::primitive_desc probe = pd;
+  do {
+    if (std::string_view(probe.impl_info_str()).starts_with("gemm:")) {
+      pd = probe;
+      return;
+    }
+  } while (probe.next_impl());
+}
 
 struct MatmulSpec {
   std::string name;
@@ -258,6 +273,7 @@ public:
     const DimMap &resMap = g.resMap;
     const int64_t k = g.k, m = g.m;
     const bool fold = g.fold, aMerges = g.aMerges, bVec = g.bVec;
+    const bool singleRow = product(as) == k && !bVec;
     memory::data_type dt = *dnnlType(s_.dtype);
     memory::desc aUser = stridedDesc(as, ast, dt), bUser = stridedDesc(bs, bst, dt);
 
@@ -325,6 +341,7 @@ public:
         }
         dnnl::matmul::primitive_desc pd(*d, attr, cpuEngine());
         if (attempt == 0 && isReferenceImpl(pd)) continue;
+        if (singleRow && !packed_ && !packTagged) preferGemm(pd);
         plan->impl = pd.impl_info_str();
         plan->prim = dnnl::matmul(pd);
         // The primitive's own descriptors (oneDNN may normalize the strides of size-1 dims).
