@@ -138,6 +138,57 @@ std::vector<Value *> productRule(RuleArgs &a, const char *product) {
   return r;
 }
 
+/// The split/chunk gradient cat(reshape(x_0), ..., reshape(x_n), dim) as
+/// reshape(cat(x_0, ..., x_n, dim)) when every piece's gradient is a reshape that merges dims
+/// [dim, dim+k] of same-shaped x_i into `dim` (and keeps the others): attention's q/k/v
+/// gradients, [B,T,H,D] transposed views of [B,H,T,D] products merged to [B,T,H*D]. Each reshape
+/// of a transposed view is a copy; the cat then copies again. Concatenating the views along the
+/// head dim copies once, and the merge of the contiguous result is a view. nullptr: not that
+/// pattern (a piece without a gradient, gradients of other shapes).
+Value *catBeforeReshape(RuleArgs &a, const std::vector<Value *> &pieces, int64_t dim) {
+  if (pieces.size() < 2) return nullptr;
+  std::vector<Value *> sources;
+  Ints srcShape;
+  for (Value *p : pieces) {
+    const Op *def = p ? p->definingOp() : nullptr;
+    if (!def || def->name() != "reshape" || def->numOperands() != 1) return nullptr;
+    Value *src = def->operand(0);
+    if (!src->type().isTensor() || src->type().dtype() != p->type().dtype()) return nullptr;
+    Ints s;
+    for (const DimExpr &d : src->type().shape()) {
+      if (!d.isStatic()) return nullptr;
+      s.push_back(d.value());
+    }
+    if (sources.empty())
+      srcShape = s;
+    else if (s != srcShape)
+      return nullptr;
+    sources.push_back(src);
+  }
+  Ints pieceShape;
+  for (const DimExpr &d : pieces[0]->type().shape()) {
+    if (!d.isStatic()) return nullptr;
+    pieceShape.push_back(d.value());
+  }
+  const int64_t rank = static_cast<int64_t>(pieceShape.size());
+  const int64_t srcRank = static_cast<int64_t>(srcShape.size());
+  dim = normDim(dim, rank);
+  const int64_t merged = srcRank - rank + 1; // source dims merged into `dim`
+  if (dim < 0 || dim >= rank || merged < 2) return nullptr;
+  for (int64_t j = 0; j < dim; ++j)
+    if (srcShape[size_t(j)] != pieceShape[size_t(j)]) return nullptr;
+  for (int64_t j = dim + 1; j < rank; ++j)
+    if (srcShape[size_t(j + merged - 1)] != pieceShape[size_t(j)]) return nullptr;
+  int64_t product = 1;
+  for (int64_t j = dim; j < dim + merged; ++j)
+    product *= srcShape[size_t(j)];
+  if (product != pieceShape[size_t(dim)]) return nullptr;
+  Value *joined = a.b.op("cat", sources, {{"dim", dim}});
+  Ints shape = pieceShape;
+  shape[size_t(dim)] *= static_cast<int64_t>(pieces.size());
+  return a.un("reshape", joined, {{"shape", shape}});
+}
+
 /// d/dx of gelu: Phi(x) + x·phi(x) (erf form) or the derivative of the tanh approximation.
 Value *geluDerivative(RuleArgs &a, Value *x) {
   const Attr *ap = a.op.attrOrNull("approximate");
@@ -236,6 +287,8 @@ const std::map<std::string, Rule> &ruleTable() {
     auto joinPieces = [](RuleArgs &a, bool stacked) -> std::vector<Value *> {
       const Attr *d = a.op.attrOrNull("dim");
       const int64_t dim = d ? d->asInt() : 0;
+      if (!stacked)
+        if (Value *joined = catBeforeReshape(a, a.gs, dim)) return {joined};
       std::vector<Value *> parts;
       for (size_t i = 0; i < a.op.numResults(); ++i) {
         Value *gi = a.gs[i] ? a.gs[i] : a.un("zeros_like", a.op.result(i));

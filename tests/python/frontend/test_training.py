@@ -340,3 +340,30 @@ def test_mse_loss_forms_left_to_pytorch_match_eager() -> None:
     with pytest.warns(UserWarning, match="target size"):
         got = xjit.jit(f)(x, t)
     torch.testing.assert_close(got, want)
+
+
+def _heads(x: Any) -> Any:
+    q, k, v = x.split(12, dim=-1)
+    q, k, v = (t.view(2, 5, 3, 4).transpose(1, 2) for t in (q, k, v))
+    return (torch.softmax(q @ k.transpose(-2, -1), -1) @ v * torch.tanh(v)).sum()
+
+
+def _two_heads_used(x: Any) -> Any:
+    q, k, _ = x.split(12, dim=-1)  # the third piece gets no gradient (zeros in the join)
+    q, k = (t.view(2, 5, 3, 4).transpose(1, 2) for t in (q, k))
+    return (q * k.exp()).sum()
+
+
+@pytest.mark.parametrize("fn", [_heads, _two_heads_used])
+def test_split_into_heads_gradient_matches_eager(fn: Any) -> None:
+    # The split's gradient joins the heads' [B,T,H,D] views with one cat (autodiff.cpp,
+    # catBeforeReshape) when every piece has one; the plain join otherwise.
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 36, requires_grad=True)
+    fn_c = xjit.jit(fn)
+    fn_c(x).backward()
+    got = x.grad
+    x2 = x.detach().clone().requires_grad_()
+    fn(x2).backward()
+    torch.testing.assert_close(got, x2.grad, rtol=1e-5, atol=1e-6)
+    assert not the_graph()["runs_in_python"], the_graph()["note"]
