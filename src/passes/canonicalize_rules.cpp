@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <set>
 
 namespace xjit::passes {
 namespace {
@@ -396,6 +397,20 @@ bool contiguousNoop(Op &op, Rewriter &rw) {
   return rw.replace(x);
 }
 
+// Whether a returned copy of x must stay because x is a view that need not be dense (an expand,
+// a slice): eager's copy is a dense tensor, and x itself would be copied into that layout after
+// the run, which cuts it off from another output viewing it (fuzzer seed 20445: `v[...] = 7`
+// is clone(expand(7)); `return v, v.permute(0, 1)` ran in Python with XJIT-E0101). Views that
+// keep a dense operand dense (permutes, reshapes, squeezes) leave the copy to go.
+bool keepsCopyOfStridedView(const Op &op, const Rewriter &rw) {
+  static const std::set<std::string, std::less<>> kDenseViews = {
+      "permute",   "transpose", "t",         "reshape", "view",       "flatten",
+      "unflatten", "squeeze",   "unsqueeze", "alias",   "contiguous", "movedim"};
+  const Op *def = op.operand(0)->definingOp();
+  return def && aliasesOperand(*def) && !kDenseViews.count(def->name()) &&
+         rw.escapes(op.result(0), true);
+}
+
 // clone(x), cat([x]), dropout in eval mode or with p = 0 -> x (copies of x; the guards in
 // Rewriter::replace keep them when either side is written in place).
 bool copyNoop(Op &op, Rewriter &rw) {
@@ -404,6 +419,8 @@ bool copyNoop(Op &op, Rewriter &rw) {
     const Attr *train = op.attrOrNull("train");
     bool eval = train && train->kind() == AttrKind::Bool && !train->asBool();
     if (!eval && numberAttr(op, "p", 0.5) != 0.0) return false;
+  } else if (keepsCopyOfStridedView(op, rw)) {
+    return false;
   }
   return rw.replace(op.operand(0));
 }

@@ -597,3 +597,18 @@ def test_expand_of_an_unsqueezed_permuted_result_and_its_base_stay_views():
 
     make = lambda b: [torch.randn(4, b, generator=torch.Generator().manual_seed(b)).t()]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=False, batches=(2,))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_whole_write_of_a_scalar_and_a_view_of_it_stay_one_tensor(dynamic):
+    # seed 20445 (internal): `v2[...] = 7` is functionalized as clone(expand(7)); copy-noop
+    # dropped the clone, so v2 came out as a stride-0 expand that had to be copied into eager's
+    # dense layout, which would cut it off from v3 (the same memory): XJIT-E0101, frame in
+    # Python. A returned copy of a view that need not be dense now stays.
+    def fn(a0):
+        v2 = torch.nn.functional.leaky_relu(a0.t() @ a0, 0.1)
+        v2[...] = 7
+        return v2, v2.permute(0, 1)
+
+    make = lambda b: [torch.randn(b, 8, generator=torch.Generator().manual_seed(b))]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=(3, 4))
