@@ -171,3 +171,32 @@ def test_unbatched_conv_has_no_rule() -> None:
     g.set_outputs([g.add_op("conv2d", [x, w], {})[0]])
     with pytest.raises(Exception, match="unbatched input"):
         x_.compile(g, pipeline="autodiff{wrt=all part=joint}")
+
+
+def test_embedding_gradient_is_eagers_bit_for_bit() -> None:
+    # The embedding rule's index_put(zeros, g, idx, accumulate) adds whole rows in index order,
+    # as PyTorch's CPU embedding_dense_backward does: equal sums, bit for bit, repeated rows too.
+    torch.manual_seed(0)
+    g = x_.Graph("g")
+    w = g.add_input("f32[50,16]", "w")
+    idx = g.add_input("i64[4,64]", "idx")
+    g.set_outputs(g.add_op("embedding", [w, idx], {}))
+    weight, ids = torch.randn(50, 16), torch.randint(0, 50, (4, 64))  # each row ~5 times
+    grad = torch.randn(4, 64, 16)
+    want = torch.ops.aten.embedding_dense_backward(grad, ids, 50, -1, False)
+    got = x_.compile(g, pipeline="autodiff{wrt=0 part=joint}").run([weight, ids, grad], "torch")
+    assert torch.equal(got[1], want)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_index_put_accumulate_reads_values_aliasing_self_first(dtype: str) -> None:
+    # values is a slice of self: the rows are read before any is written (no in-place reuse).
+    g = x_.Graph("g")
+    x = g.add_input(f"{dtype}[4,3]", "x")
+    idx = g.add_input("i64[2]", "idx")
+    v = g.add_op("slice", [x], {"dim": 0, "start": 0, "end": 2})[0]
+    g.set_outputs(g.add_op("index_put", [x, v, idx], {"accumulate": True}))
+    xv = torch.arange(12, dtype=torch.float32 if dtype == "f32" else torch.float64).reshape(4, 3)
+    iv = torch.tensor([0, 0])
+    got = x_.compile(g).run([xv, iv], "torch")[0]
+    torch.testing.assert_close(got, xv.index_put((iv,), xv[0:2], accumulate=True), rtol=0, atol=0)

@@ -206,6 +206,38 @@ bool putRows(const Op &op, const Tensor &out, const Tensor &v, const Plan &p) {
   return true;
 }
 
+// index_put with accumulation over whole rows, as putRows lays them out, for f32 and f64: each
+// indexed row of out += the next row of the contiguous values, in index order. That is the
+// gradient of an embedding (the autodiff rule's index_put(zeros, g, idx, accumulate)), computed
+// as PyTorch's CPU embedding_dense_backward does (grad_weight[idx[i]] += grad[i] for i in
+// order), so its sums match eager's bit for bit; the element-wise path below adds in double one
+// element at a time (a GPT's [1024, 256] token embedding gradient: 10.3 ms there, 0.41 ms here
+// without the copy of the values, eager 0.14-0.23 ms; 1 thread, loaded machine).
+template <class T>
+bool accumulateRows(const Op &op, const Tensor &out, const Tensor &v, const Plan &p) {
+  const Layout &l = p.layout;
+  const int64_t rank = out.rank();
+  if (rank == 0 || l.rest.size() <= l.bpos || l.rest.back() != rank - 1 ||
+      out.strides().back() != 1 || out.dtype() != v.dtype() || !v.isContiguous())
+    return false;
+  for (int64_t size : p.result)
+    if (size == 0) return true;
+  const int64_t row = out.sizes().back();
+  const T *src = static_cast<const T *>(static_cast<const void *>(v.data()));
+  std::vector<int64_t> rows(p.result.begin(), p.result.end() - 1), idx;
+  SelfIndex selfIndex(op, out, p);
+  T *dst = static_cast<T *>(static_cast<void *>(out.storage()->data()));
+  forEachIndex(rows, [&](const std::vector<int64_t> &rowIdx, int64_t r) {
+    idx.assign(rowIdx.begin(), rowIdx.end());
+    idx.push_back(0);
+    T *to = dst + out.elementOffset(selfIndex(idx));
+    const T *from = src + r * row;
+    for (int64_t j = 0; j < row; ++j)
+      to[j] += from[j];
+  });
+  return true;
+}
+
 Results indexKernel(const Op &op, In in) {
   const Tensor &t = tensorIn(op, in, 0);
   Plan p = plan(op, t, in, 1);
@@ -231,11 +263,21 @@ Results indexPutKernel(const Op &op, In in, bool inPlace) {
   if (values.rank() > int64_t(p.result.size()))
     kernelFail(op.name() +
                ": shape mismatch: value tensor cannot be broadcast to the indexing result");
-  // Read values before writing: they may alias self.
-  Tensor v = expandTo(values, p.result).contiguousCopy();
+  // Read values before writing: they may alias self (a contiguous values tensor in other
+  // memory is read in place: no copy, no fresh pages to fault in).
+  Tensor v = expandTo(values, p.result);
+  const char *vLo = static_cast<const char *>(values.storage()->data()),
+             *sLo = static_cast<const char *>(self.storage()->data());
+  const bool apart =
+      vLo + values.storage()->nbytes() <= sLo || sLo + self.storage()->nbytes() <= vLo;
+  if (!(v.isContiguous() && apart)) v = v.contiguousCopy();
   Tensor out = inPlace ? self : self.contiguousCopy();
   bool acc = attrBool(op, "accumulate");
   if (!acc && putRows(op, out, v, p)) return {RtValue(out)};
+  if (acc && out.dtype() == DType::F32 && accumulateRows<float>(op, out, v, p))
+    return {RtValue(out)};
+  if (acc && out.dtype() == DType::F64 && accumulateRows<double>(op, out, v, p))
+    return {RtValue(out)};
   forEachIndexed(op, out, p, [&](int64_t o, int64_t s) {
     if (acc)
       accumulate(out, s, v, o);
