@@ -251,7 +251,9 @@ def backend_stats() -> dict[str, float]:
     are, through im2col and a matmul, instead of reordering them; docs/backend.md);
     ``memory_releases`` (times the first run after a compile gave the compiler's code pages and
     malloc's free heap back), the RSS that gave back, ``memory_released_mb``, and its
-    ``memory_release_ms`` (docs/perf.md, "Session 5: memory")."""
+    ``memory_release_ms`` (docs/perf.md, "Session 5: memory"); ``target_machines`` (LLVM
+    target machines made by compiling threads: one per thread, dropped by each release, made
+    again by the next compile on that thread)."""
     # One backend per process (libxjit_native.so, which both extensions load): its counters
     # cover xjit.jit's kernels and those of xjit.ir.compile.
     stats = {name: value for name, value in _xjit.backend_stats()}

@@ -134,7 +134,8 @@ struct CodeHandle {
 
 std::atomic<uint64_t> gLlvmCompilations{0}, gCacheLinks{0}, gGeneralVersions{0};
 std::atomic<uint64_t> gBatchLinks{0}, gBatchedObjects{0}; // LinkBatch::finish
-std::atomic<uint64_t> gKernelsShared{0};           // compiles answered by a live identical kernel
+std::atomic<uint64_t> gKernelsShared{0};  // compiles answered by a live identical kernel
+std::atomic<uint64_t> gTargetMachines{0}; // made by compiling threads (dropped by releases)
 std::atomic<uint64_t> gLlvmNs{0}, gCacheLinkNs{0}; // wall time, for jitTotals()
 
 void addMs(std::atomic<uint64_t> &total, double ms) { total += uint64_t(ms * 1e6); }
@@ -150,6 +151,11 @@ const char *pipelineName(Pipeline p) {
 
 /// The LinkBatch collecting this thread's compiles (null: link each kernel at once).
 thread_local LinkBatch *tCurrentBatch = nullptr;
+
+/// This thread's target machine: not thread-safe but reusable, so one per compiling thread.
+/// With its subtarget (instruction, register and lowering tables) it is most of the heap LLVM
+/// keeps between compiles, so releaseCompilerMemory drops it (Jit::dropThreadCaches).
+thread_local std::unique_ptr<llvm::TargetMachine> tTargetMachine;
 
 /// Compiles with no batch on this thread (a kernel's general version, compiled while running).
 struct NoBatch {
@@ -317,6 +323,8 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
 
 Jit::~Jit() = default;
 
+void Jit::dropThreadCaches() { tTargetMachine.reset(); }
+
 Jit &Jit::instance() {
   // Never destroyed: compiled kernels held by other static objects may outlive any exit order.
   static Jit *jit = new Jit();
@@ -335,9 +343,11 @@ llvm::SmallVector<char, 0> Jit::Impl::buildObject(const Kernel &k, const std::st
   ck.times_.emit = msSince(t0);
 
   auto t1 = Clock::now();
-  // Target machines are not thread-safe but reusable: one per thread (there is one Jit).
-  thread_local std::unique_ptr<llvm::TargetMachine> tm;
-  if (!tm) tm = check(jtmb->createTargetMachine(), "JIT: creating a target machine");
+  std::unique_ptr<llvm::TargetMachine> &tm = tTargetMachine;
+  if (!tm) {
+    tm = check(jtmb->createTargetMachine(), "JIT: creating a target machine");
+    ++gTargetMachines;
+  }
   mod->setDataLayout(tm->createDataLayout());
   mod->setTargetTriple(tm->getTargetTriple().str());
   optimize(*mod, *tm, opts.pipeline);
@@ -569,6 +579,7 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"batched_objects", double(j.batchedObjects)},
           {"kernels_shared", double(gKernelsShared.load())},
           {"kernel_executables_shared", double(gExecutablesShared.load())},
+          {"target_machines", double(gTargetMachines.load())},
           {"library_kernels_shared", double(libraryKernelsShared())},
           {"library_plans", double(libraryPlansMade())},
           {"library_generic_plans", double(libraryGenericPlansMade())},

@@ -1,6 +1,8 @@
 // releaseCompilerMemory and the frontend's policy for it (include/xjit/backend/release_memory.h).
 #include "xjit/backend/release_memory.h"
 
+#include "xjit/backend/jit.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -97,6 +99,7 @@ MemoryRelease releaseCompilerMemory() {
   auto t0 = std::chrono::steady_clock::now();
   MemoryRelease r;
   int64_t before = residentBytes();
+  Jit::dropThreadCaches(); // before the trim, so that its heap is given back too
   malloc_trim(0);
   dl_iterate_phdr(dropCode, &r.codeBytes);
   r.rssDropBytes = before - residentBytes();

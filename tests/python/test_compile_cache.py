@@ -106,6 +106,7 @@ def test_backend_stats_in_process() -> None:
         "batched_objects",
         "kernels_shared",
         "kernel_executables_shared",
+        "target_machines",
         "library_kernels_shared",
         "library_plans",
         "library_generic_plans",

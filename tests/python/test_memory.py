@@ -139,10 +139,13 @@ def test_first_call_gives_the_compilers_code_pages_back() -> None:
     assert frontend_resident < 0.75 * frontend_size, f"_frontend code: {frontend_resident} of {frontend_size} kB"
     torch.testing.assert_close(compiled(x), f(x))  # a steady call: no release
     assert ir.backend_stats()["memory_releases"] == done
-    # The dropped pages come back from the page cache when a later compile runs them.
+    # The dropped pages come back from the page cache when a later compile runs them, and the
+    # release freed this thread's LLVM target machine: the compile makes a new one.
+    machines = ir.backend_stats()["target_machines"]
     x2 = torch.randn(n + 1)
     g2 = xjit.jit(lambda x: torch.cos(x * 2))
     torch.testing.assert_close(g2(x2), torch.cos(x2 * 2))
+    assert ir.backend_stats()["target_machines"] == machines + 1
 
 
 def test_identical_kernels_share_their_code() -> None:

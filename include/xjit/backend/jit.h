@@ -97,6 +97,9 @@ public:
   /// The host CPU and its features as given to LLVM ("znver4", "+avx2,+avx512f,...").
   const std::string &cpuName() const;
   const std::string &cpuFeatures() const;
+  /// Frees what this thread keeps between compiles (its LLVM target machine); the next compile
+  /// on this thread builds it again. For releaseCompilerMemory, once the compiles are done.
+  static void dropThreadCaches();
 
   ~Jit();
   Jit(const Jit &) = delete;
