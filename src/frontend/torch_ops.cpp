@@ -1279,59 +1279,135 @@ VarPtr reduceLoss(Analyzer &a, const VarPtr &loss, const std::string &reduction)
                  {{"dims", Attr(std::vector<int64_t>{})}});
 }
 
-// F.mse_loss of two tensors of one shape and floating dtype: mean/sum/none of (input - target)^2
-// in the graph, so that a step computing it inside the compiled frame trains compiled.
-// Broadcasting operands (PyTorch warns), an element weight and the deprecated size_average /
-// reduce still call PyTorch.
+// F.mse_loss of two floating tensors of one dtype: mean/sum/none of (input - target)^2 over
+// their broadcast shape in the graph, so that a step computing it inside the compiled frame
+// trains compiled. Different shapes broadcast as PyTorch broadcasts them, with its UserWarning,
+// given once when the frame is captured (eager's default warning filter also shows it once per
+// place); where warnings are errors PyTorch is called and raises. An element weight and the
+// deprecated size_average / reduce still call PyTorch.
 LOWER(lowerMseLoss) {
   const Type &it = tensorOf(a, b.at("input"), "input").type();
   auto *tv = as<TensorVar>(b.at("target"));
   std::string reduction = lossReduction(a, b);
-  const bool lowered = tv && isFloating(it.dtype()) && tv->type() == it && b.isNone("weight") &&
-                       b.isNone("size_average") && b.isNone("reduce") &&
-                       (reduction == "mean" || reduction == "sum" || reduction == "none");
+  bool lowered = tv && isFloating(it.dtype()) && tv->type().dtype() == it.dtype() &&
+                 b.isNone("weight") && b.isNone("size_average") && b.isNone("reduce") &&
+                 (reduction == "mean" || reduction == "sum" || reduction == "none");
+  if (lowered && tv->type().shape() != it.shape()) {
+    auto torchSize = [](const Shape &shape) { // as PyTorch prints it: torch.Size([4, 3])
+      std::string text = "torch.Size([";
+      for (size_t i = 0; i < shape.size(); ++i)
+        text += (i ? ", " : "") + std::to_string(shape[i].value());
+      return text + "])";
+    };
+    lowered = isStaticShape(tv->type().shape()) && isStaticShape(it.shape());
+    const std::string msg =
+        !lowered ? ""
+                 : "Using a target size (" + torchSize(tv->type().shape()) +
+                       ") that is different to the input size (" + torchSize(it.shape()) +
+                       "). This will likely lead to incorrect results due to broadcasting. "
+                       "Please ensure they have the same size.";
+    if (lowered && PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) != 0) {
+      PyErr_Clear();
+      lowered = false;
+    }
+  }
   if (!lowered)
     return callFunctional(a, b, "mse_loss", {"size_average", "reduce", "reduction", "weight"});
   VarPtr d = a.emit1("sub", {b.at("input"), b.at("target")});
   return reduceLoss(a, a.emit1("mul", {d, d}), reduction);
 }
 
-// F.cross_entropy with class-index targets, as PyTorch computes it: -log_softmax(input)[target]
-// along the class dim (1, or 0 for one unbatched row), 0 where target == ignore_index, then the
-// sum, the mean over the targets not ignored (NaN when all are) or none. In the graph the loss
-// trains with the rest (autodiff rules for log_softmax, gather, where and the reductions); as a
-// PyTorch fallback node it made a training step that computes its loss inside the compiled frame
-// run in Python. Class weights, label smoothing, probability targets and the deprecated
-// size_average/reduce still call PyTorch.
+// F.cross_entropy as PyTorch computes it (aten cross_entropy_loss), in the graph so that a step
+// computing its loss inside the compiled frame trains compiled (autodiff rules for log_softmax,
+// gather, where and the reductions):
+// - class-index targets: nll = -log_softmax(input)[target] along the class dim (1, or 0 for one
+//   unbatched row), times weight[target] with class weights, 0 where target == ignore_index;
+//   sum, none, or the mean: divided by the number of targets not ignored (NaN when all are), or
+//   with weights by the sum of their weights. label_smoothing e mixes in the smooth loss
+//   -sum_c(log_softmax * weight) (0 where ignored), reduced the same way:
+//   (1 - e) * nll + e / C * smooth.
+// - probability targets (the input's shape and dtype): -sum(log_softmax * target' * weight)
+//   with target' = target * (1 - e) + e / C; the mean divides by numel / C.
+// Class weights that require grad, dynamic class counts and the deprecated size_average /
+// reduce still call PyTorch.
 LOWER(lowerCrossEntropy) {
-  const VarPtr &input = b.at("input"), &target = b.at("target");
+  const VarPtr &input = b.at("input"), &target = b.at("target"), &weight = b.at("weight");
   const Type &it = tensorOf(a, input, "input").type();
   auto *tv = as<TensorVar>(target);
+  auto *wv = as<TensorVar>(weight);
   std::string reduction = lossReduction(a, b);
   std::optional<double> smoothing = a.asNumber(b.at("label_smoothing"));
   std::optional<int64_t> ignore = a.asInt(b.at("ignore_index"));
-  const bool lowered = tv && isFloating(it.dtype()) && it.rank() >= 1 &&
-                       tv->type().dtype() == DType::I64 && tv->type().rank() + 1 == it.rank() &&
-                       b.isNone("weight") && b.isNone("size_average") && b.isNone("reduce") &&
-                       smoothing == 0.0 && ignore &&
-                       (reduction == "mean" || reduction == "sum" || reduction == "none");
-  if (!lowered)
+  const int64_t classDim = it.rank() == 1 ? 0 : 1;
+  std::optional<int64_t> classes;
+  if (it.rank() >= 1) classes = it.shape()[size_t(classDim)].staticValue();
+  const bool weighted = !b.isNone("weight");
+  const bool common =
+      tv && isFloating(it.dtype()) && it.rank() >= 1 && classes && *classes > 0 &&
+      (!weighted || (wv && wv->type().dtype() == it.dtype() && wv->type().rank() == 1)) &&
+      b.isNone("size_average") && b.isNone("reduce") && smoothing && *smoothing >= 0.0 &&
+      *smoothing <= 1.0 && (reduction == "mean" || reduction == "sum" || reduction == "none");
+  const bool indices =
+      common && tv->type().dtype() == DType::I64 && tv->type().rank() + 1 == it.rank() && ignore;
+  const bool probabilities = common && tv->type() == it && isStaticShape(it.shape());
+  if (!indices && !probabilities)
     return callFunctional(
         a, b, "cross_entropy",
         {"weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing"});
-  const int64_t classDim = it.rank() == 1 ? 0 : 1;
+  const double e = *smoothing, c = static_cast<double>(*classes);
   auto constant = [&a](PyObject *o) { return a.constantSteal(o); };
+  auto number = [&](double v) { return constant(PyFloat_FromDouble(v)); };
+  auto sumAll = [&](const VarPtr &v) {
+    return a.emit1("sum", {v}, {{"dims", Attr(std::vector<int64_t>{})}});
+  };
+  auto sumClasses = [&](const VarPtr &v) {
+    return a.emit1("sum", {v}, {{"dims", Attr(std::vector<int64_t>{classDim})}});
+  };
   VarPtr logp = a.emit1("log_softmax", {input}, {{"dim", Attr(classDim)}});
+  VarPtr classWeight; // weight viewed along the class dim: [C] or [1, C, 1...]
+  if (weighted) {
+    std::vector<int64_t> view(size_t(it.rank()), 1);
+    view[size_t(classDim)] = *classes;
+    classWeight = a.emit1("reshape", {weight}, {{"shape", Attr(view)}});
+  }
+  if (probabilities) {
+    VarPtr t = target;
+    if (e > 0.0) t = a.emit1("add", {a.emit1("mul", {t, number(1.0 - e)}), number(e / c)});
+    VarPtr prod = a.emit1("mul", {logp, t});
+    if (weighted) prod = a.emit1("mul", {prod, classWeight});
+    if (reduction == "none") return a.emit1("neg", {sumClasses(prod)});
+    VarPtr total = a.emit1("neg", {sumAll(prod)});
+    if (reduction == "sum") return total;
+    int64_t n = 1;
+    for (const DimExpr &d : it.shape())
+      n *= d.value();
+    return a.emit1("div", {total, constant(PyLong_FromLongLong(n / *classes))});
+  }
   VarPtr keep = a.emit1("ne", {target, constant(PyLong_FromLongLong(*ignore))});
   VarPtr safe = a.emit1("where", {keep, target, constant(PyLong_FromLong(0))});
   VarPtr index = a.emit1("unsqueeze", {safe}, {{"dim", Attr(classDim)}});
   VarPtr picked = a.emit1("squeeze", {a.emit1("gather", {logp, index}, {{"dim", Attr(classDim)}})},
                           {{"dim", Attr(std::vector<int64_t>{classDim})}});
-  VarPtr loss = a.emit1("where", {keep, a.emit1("neg", {picked}), constant(PyFloat_FromDouble(0))});
-  if (reduction != "mean") return reduceLoss(a, loss, reduction);
-  VarPtr total = a.emit1("sum", {loss}, {{"dims", Attr(std::vector<int64_t>{})}});
-  VarPtr count = a.emit1("sum", {keep}, {{"dims", Attr(std::vector<int64_t>{})}});
-  return a.emit1("div", {total, count});
+  VarPtr zero = number(0.0);
+  VarPtr targetWeight; // weight[target], 0 where ignored
+  VarPtr nll = a.emit1("neg", {picked});
+  if (weighted) {
+    targetWeight = a.emit1("where", {keep, a.emit1("index", {weight, safe}), zero});
+    nll = a.emit1("mul", {nll, targetWeight});
+  }
+  nll = a.emit1("where", {keep, nll, zero});
+  // The mean's divisor: the targets not ignored, or the sum of their weights.
+  auto divisor = [&]() { return weighted ? sumAll(targetWeight) : sumAll(keep); };
+  auto reduced = [&](const VarPtr &loss) {
+    if (reduction != "mean") return reduceLoss(a, loss, reduction);
+    return a.emit1("div", {sumAll(loss), divisor()});
+  };
+  if (e == 0.0) return reduced(nll);
+  VarPtr smooth =
+      a.emit1("neg", {sumClasses(weighted ? a.emit1("mul", {logp, classWeight}) : logp)});
+  smooth = a.emit1("where", {keep, smooth, zero});
+  return a.emit1("add", {a.emit1("mul", {reduced(nll), number(1.0 - e)}),
+                         a.emit1("mul", {reduced(smooth), number(e / c)})});
 }
 
 LOWER(lowerConv) {
