@@ -10,7 +10,14 @@
 // This is how PyTorch's own CPU kernel computes eval-mode batch norm (alpha/beta per channel),
 // so results agree with eager within f32 rounding, not bit for bit with the reference, which
 // evaluates (x - mean) / sqrt(var + eps) * w + b in double.
-// Left alone: training mode, missing running stats, dtypes other than f32/f64 (f16/bf16 inputs
+// Training mode (batch_norm with training=true, batch_norm_with_update: a training step's
+// forward) decomposes the same way with the batch statistics, as PyTorch's CPU kernel computes
+// them: mean and biased variance per channel (two native reductions), alpha = w / sqrt(var +
+// eps), beta = b - mean * alpha, y = x * alpha + beta; batch_norm_with_update's new running
+// statistics are (1 - m) * running + m * batch statistic, the variance unbiased (x n / (n-1)).
+// Not bit for bit with eager, which accumulates in double: within f32 rounding of it.
+// Left alone: missing running stats in eval mode, a training batch of one value per channel
+// (eager raises; the reference kernel raises too), dtypes other than f32/f64 (f16/bf16 inputs
 // have f32 parameters and round once in the reference), parameters of another dtype than x.
 #include "passes.h"
 #include "semantic_util.h"
@@ -24,9 +31,12 @@ bool present(const Op &op, size_t i) {
   return op.numOperands() > i && op.operand(i)->type().isTensor();
 }
 
+bool decomposeTraining(Op *bn, PassContext &ctx);
+
 bool decompose(Op *bn, PassContext &ctx) {
   const Attr *training = bn->attrOrNull("training");
-  if (training && training->asBool()) return false;
+  if (bn->name() == "batch_norm_with_update" || (training && training->asBool()))
+    return decomposeTraining(bn, ctx);
   if (!present(*bn, 3) || !present(*bn, 4)) return false;
   Value *x = bn->operand(0);
   const Type &xt = x->type();
@@ -61,12 +71,79 @@ bool decompose(Op *bn, PassContext &ctx) {
   return true;
 }
 
+bool decomposeTraining(Op *bn, PassContext &ctx) {
+  const bool update = bn->name() == "batch_norm_with_update";
+  Value *x = bn->operand(0);
+  const Type &xt = x->type();
+  DType dt = xt.dtype();
+  if ((dt != DType::F32 && dt != DType::F64) || xt.rank() < 2) return false;
+  for (size_t i = 1; i < 5; ++i) {
+    if (!present(*bn, i)) continue;
+    const Type &pt = bn->operand(i)->type();
+    if (pt.dtype() != dt || pt.rank() != 1) return false;
+  }
+  if (update && (!present(*bn, 3) || !present(*bn, 4))) return false;
+  // Per channel n = N * spatial values; one (or none) would divide by zero below.
+  int64_t n = 1;
+  for (int64_t d = 0; d < xt.rank(); ++d) {
+    auto size = xt.shape()[size_t(d)].staticValue();
+    if (!size) return false;
+    if (d != 1) n *= *size;
+  }
+  const int64_t channels = xt.shape()[1].value();
+  if (n < 2) return false;
+  const double eps = bn->attrOrNull("eps")->asNumber();
+  Builder b(bn->parentBlock(), bn);
+  b.setLoc(bn->loc());
+  std::vector<int64_t> reduced = {0}, perChannel(size_t(xt.rank()), 1);
+  for (int64_t d = 2; d < xt.rank(); ++d)
+    reduced.push_back(d);
+  perChannel[1] = channels;
+  auto meanOver = [&](Value *v) {
+    return b.op("mean", {v}, {{"dims", reduced}, {"keepdim", true}});
+  };
+  auto channelwise = [&](Value *v) { return b.op("reshape", {v}, {{"shape", perChannel}}); };
+  Value *mean = meanOver(x); // [1, C, 1...]
+  Value *centered = b.op("sub", {x, mean});
+  Value *var = meanOver(b.op("mul", {centered, centered}));
+  Value *alpha = b.op("rsqrt", {b.op("add", {var, b.constantFloat(eps)})});
+  if (present(*bn, 1)) alpha = b.op("mul", {alpha, channelwise(bn->operand(1))});
+  Value *beta = b.op("neg", {b.op("mul", {mean, alpha})});
+  if (present(*bn, 2)) beta = b.op("add", {channelwise(bn->operand(2)), beta});
+  Value *y = b.op("add", {b.op("mul", {x, alpha}), beta});
+  std::vector<Value *> results = {y};
+  if (update) {
+    const double m = bn->attrOrNull("momentum")->asNumber();
+    auto flat = [&](Value *v) {
+      return b.op("reshape", {v}, {{"shape", std::vector<int64_t>{channels}}});
+    };
+    auto blend = [&](Value *running, Value *batch, double scale) {
+      return b.op("add", {b.op("mul", {running, b.constantFloat(1.0 - m)}),
+                          b.op("mul", {flat(batch), b.constantFloat(m * scale)})});
+    };
+    results.push_back(blend(bn->operand(3), mean, 1.0));
+    results.push_back(blend(bn->operand(4), var, double(n) / double(n - 1)));
+  }
+  for (size_t i = 0; i < results.size(); ++i)
+    if (results[i]->type() != bn->result(i)->type()) {
+      for (Value *r : results)
+        eraseIfDead(r->definingOp());
+      return false;
+    }
+  for (size_t i = 0; i < results.size(); ++i)
+    results[i]->setName(bn->result(i)->name());
+  replaceOp(bn, results);
+  ctx.count("batch-norms-decomposed");
+  return true;
+}
+
 } // namespace
 
 bool runDecomposeBatchNorm(Graph &g, PassContext &ctx) {
   bool changed = false;
-  for (Op *op : opsNamed(g, "batch_norm"))
-    changed |= decompose(op, ctx);
+  for (const char *name : {"batch_norm", "batch_norm_with_update"})
+    for (Op *op : opsNamed(g, name))
+      changed |= decompose(op, ctx);
   return changed;
 }
 
