@@ -1065,7 +1065,10 @@ LOWER(lowerNew) { // new_zeros / new_ones / new_empty / new_full (size, ...)
     if (auto d = toDType(a, b.at("dtype"))) attrs["dtype"] = Attr(*d);
     auto f = b.values.find("fill_value");
     if (f != b.values.end()) attrs["fill_value"] = scalarAttr(a, f->second, "fill_value");
-    return a.emit1(like, {b.at("input")}, std::move(attrs));
+    // new_* is contiguous where *_like keeps a permuted input's layout (fuzzer seed 20221:
+    // `v.new_zeros(v.shape)` of a movedim'd v was permuted under dynamic=True); the contiguous
+    // of a fresh result costs nothing once canonicalize drops it.
+    return a.emit1("contiguous", {a.emit1(like, {b.at("input")}, std::move(attrs))});
   }
   AttrMap attrs{{"shape", creationShape(a, b)}};
   if (auto d = toDType(a, b.at("dtype"))) attrs["dtype"] = Attr(*d);

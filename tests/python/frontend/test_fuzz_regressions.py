@@ -612,3 +612,19 @@ def test_whole_write_of_a_scalar_and_a_view_of_it_stay_one_tensor(dynamic):
 
     make = lambda b: [torch.randn(b, 8, generator=torch.Generator().manual_seed(b))]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=(3, 4))
+
+
+@pytest.mark.parametrize("op", ["new_zeros", "new_ones", "new_empty"])
+def test_new_tensor_of_a_permuted_tensors_symbolic_shape_is_contiguous(op):
+    # seeds 20221, 21095 (stride, dynamic=True): x.new_zeros(x.shape) with symbolic sizes was
+    # captured as zeros_like(x), which keeps a permuted x's layout; eager's new_zeros is
+    # contiguous (is_contiguous() differed).
+    def fn(a0):
+        v = a0.movedim(0, -1)
+        out = getattr(v, op)(v.shape)
+        if op == "new_empty":
+            out.fill_(2)
+        return out
+
+    make = lambda b: [torch.randn(b, 2, 5, generator=torch.Generator().manual_seed(b))]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=True, batches=(3, 4, 5))
