@@ -237,9 +237,63 @@ std::vector<Value *> adaptiveAvgPoolRule(RuleArgs &a) {
   return {averageGradient(a, a.g, kernel, kernel, Ints(nd, 0), true, nullptr)};
 }
 
+/// Max pooling whose windows tile the input (kernel == stride, no padding or dilation, sizes
+/// divisible: MaxPool2d(2)): each output's window position of its first maximum, found by
+/// comparing the strided views x[.., a::k, b::k] with the result in window order (the first
+/// match wins, as eager's scan does), and the gradient placed there by one broadcast
+/// compare-and-select over [N, C, O1, k1, O2, k2, ...], a native elementwise kernel instead of
+/// the reference kernels of max_pool_with_indices and scatter_add. nullptr when the windows do
+/// not tile the input. (A window holding NaN gives its gradient to the last position, eager to
+/// its last NaN.)
+Value *tiledMaxPoolGradient(RuleArgs &a, size_t nd) {
+  const Ints xs = staticShape(a.op, a.x(0)), os = staticShape(a.op, a.out());
+  const Ints kernel = spatialAttr(a.op, "kernel_size", nd, {});
+  if (kernel.size() != nd || spatialAttr(a.op, "stride", nd, kernel) != kernel ||
+      spatialAttr(a.op, "padding", nd, Ints(nd, 0)) != Ints(nd, 0) ||
+      spatialAttr(a.op, "dilation", nd, Ints(nd, 1)) != Ints(nd, 1))
+    return nullptr;
+  int64_t window = 1;
+  for (size_t d = 0; d < nd; ++d) {
+    if (os[d + 2] * kernel[d] != xs[d + 2]) return nullptr;
+    window *= kernel[d];
+  }
+  if (window > 16) return nullptr; // one compare per window position
+  // first = the window position (row-major over the kernel dims) of the first maximum.
+  Value *first = a.b.constantInt(window - 1);
+  for (int64_t j = window - 2; j >= 0; --j) {
+    Value *view = a.x(0);
+    int64_t rest = j;
+    for (size_t d = nd; d-- > 0;) {
+      const int64_t offset = rest % kernel[d];
+      rest /= kernel[d];
+      view = a.un("slice", view,
+                  {{"dim", static_cast<int64_t>(d + 2)},
+                   {"start", offset},
+                   {"end", xs[d + 2]},
+                   {"step", kernel[d]}});
+    }
+    first = a.b.op("where", {a.bin("eq", view, a.out()), a.b.constantInt(j), first});
+  }
+  // [N, C, O1, 1, O2, 1, ...] against the positions [1, 1, 1, k1, 1, k2, ...].
+  Ints spread = {xs[0], xs[1]}, positions = {1, 1}, tiled = {xs[0], xs[1]};
+  for (size_t d = 0; d < nd; ++d) {
+    spread.insert(spread.end(), {os[d + 2], 1});
+    positions.insert(positions.end(), {1, kernel[d]});
+    tiled.insert(tiled.end(), {os[d + 2], kernel[d]});
+  }
+  Value *position =
+      a.un("reshape", a.b.op("arange", {}, {{"end", window}}), {{"shape", positions}});
+  Value *hit = a.bin("eq", a.un("reshape", first, {{"shape", spread}}), position);
+  Value *g = a.un("reshape", a.g, {{"shape", spread}});
+  Value *dx = a.b.op("where", {hit, g, a.f(0.0)});
+  if (staticShape(a.op, dx) != tiled) unsupported(a.op, "an unexpected tiled gradient shape");
+  return a.un("reshape", dx, {{"shape", xs}});
+}
+
 std::vector<Value *> maxPoolRule(RuleArgs &a) {
   const size_t nd = spatialRank(a.op);
   requireBatchedChannelsFirst(a, nd);
+  if (Value *dx = tiledMaxPoolGradient(a, nd)) return {dx};
   // The forward's argmax again (the windows' first maximum, as eager's backward uses), then
   // each gradient element added at the input element it came from.
   AttrMap attrs = a.op.attrs();

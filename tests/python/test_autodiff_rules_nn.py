@@ -48,6 +48,12 @@ CASES = [
          lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1), {"stride": [2], "padding": [1]}),
     Case("max_pool2d", "max_pool2d", [(2, 3, 8, 8)], lambda x: F.max_pool2d(x, 2),
          {"kernel_size": [2]}, ties=True),
+    Case("max_pool2d_tiles_2x3", "max_pool2d", [(2, 3, 6, 9)], lambda x: F.max_pool2d(x, (2, 3)),
+         {"kernel_size": [2, 3]}, ties=True),
+    Case("max_pool1d_tiles", "max_pool1d", [(2, 3, 12)], lambda x: F.max_pool1d(x, 4),
+         {"kernel_size": [4]}, ties=True),
+    Case("max_pool3d_tiles", "max_pool3d", [(1, 2, 4, 4, 6)], lambda x: F.max_pool3d(x, 2),
+         {"kernel_size": [2]}, ties=True),
     Case("max_pool2d_overlap_pad", "max_pool2d", [(2, 3, 9, 9)],
          lambda x: F.max_pool2d(x, 3, 2, 1), {"kernel_size": [3], "stride": [2], "padding": [1]},
          ties=True),
@@ -200,3 +206,19 @@ def test_index_put_accumulate_reads_values_aliasing_self_first(dtype: str) -> No
     iv = torch.tensor([0, 0])
     got = x_.compile(g).run([xv, iv], "torch")[0]
     torch.testing.assert_close(got, xv.index_put((iv,), xv[0:2], accumulate=True), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "attrs,shape,tiled",
+    [({"kernel_size": [2]}, "f32[2,3,8,8]", True), ({"kernel_size": [3], "stride": [2]}, "f32[2,3,9,9]", False)],
+    ids=["tiles", "overlaps"],
+)
+def test_max_pool_gradient_without_indices_when_windows_tile(attrs: dict[str, Any], shape: str, tiled: bool) -> None:
+    # Windows that tile the input: a compare-and-select kernel, no max_pool_with_indices and
+    # scatter_add (reference kernels); overlapping windows keep them.
+    g = x_.Graph("g")
+    x = g.add_input(shape, "x")
+    g.set_outputs([g.add_op("max_pool2d", [x], attrs)[0]])
+    text = x_.compile(g, pipeline="autodiff{wrt=all part=joint}").graph.print(locations=False)
+    assert ("max_pool2d_with_indices" in text) != tiled, text
+    assert ("scatter_add" in text) != tiled, text
