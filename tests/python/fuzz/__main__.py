@@ -101,13 +101,13 @@ def main() -> int:
             groups[(f["kind"], head)].append(seed)
     print(f"{len(results)} seeds in {elapsed:.1f} s ({len(results) / elapsed:.2f} programs/s)")
     order = {"wrong": 0, "alias": 0, "crash": 1, "internal": 2, "harness": 3, "alias-outputs": 4,
-             "view-copy": 4, "stride": 5, "warning": 6}
+             "view-copy": 4, "stride": 5, "stride1": 5, "warning": 6}
     for (kind, head), ss in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
         uniq = sorted(set(ss))
-        if kind == "stride" and not args.show_strides:
+        if kind in ("stride", "stride1") and not args.show_strides:
             continue
         print(f"  {kind:8} {len(uniq):4} seeds  {head[:90]}  e.g. {uniq[:8]}")
-    strides = sum(1 for (k, _), _s in groups.items() if k == "stride")
+    strides = sum(1 for (k, _), _s in groups.items() if k in ("stride", "stride1"))
     if strides and not args.show_strides:
         print(f"  (stride-only mismatches in {strides} groups; --show-strides lists them)")
     if args.reduce:
