@@ -71,7 +71,7 @@ class ResNet18(nn.Module):
 
 
 class SmallResNet(nn.Module):
-    """A small ResNet for 32x32 images (CIFAR-sized, about 0.7M parameters): a 3x3 stem with
+    """A small ResNet for 32x32 images (CIFAR-sized, 0.31M parameters): a 3x3 stem with
     max pooling, three basic blocks (32, 64, 128 channels), global average pooling, a linear
     classifier. The training benchmark's conv net (conv, batch_norm, relu, pooling backward)."""
 
