@@ -542,7 +542,11 @@ VarPtr reshapeTo(Analyzer &a, const VarPtr &self, const std::vector<VarPtr> &ite
   }
   if (symbolic.empty() || (symbolic.size() == 1 && minusOne < 0))
     return a.emit1(op, {self}, {{"shape", Attr(ints)}});
-  if (VarPtr r = regroup(a, self, in, target, minusOne)) return r;
+  // A reshape to the same shape (no regrouping step) is still a new view object in eager, not
+  // the tensor itself: `y = x.view(x.shape[0], -1)` returned x under dynamic=True, so a later
+  // y.t_() would have changed x (and y's size-1 strides were x's, not eager's view's).
+  if (VarPtr r = regroup(a, self, in, target, minusOne))
+    return r == self ? a.emit1("alias", {self}) : r;
   // A target with symbolic sizes as an attribute evaluated at run time; a -1 is resolved here
   // when the dims the target shares with the input leave a static quotient.
   if (minusOne >= 0) {
@@ -1232,7 +1236,13 @@ LOWER(lowerDropout) { // F.dropout(input, p, training, inplace): identity unless
   std::optional<double> p = a.asNumber(b.at("p"));
   if (p && *p == 0.0) return b.at("input");
   if (a.truthy(b.at("inplace"))) a.fail("in-place dropout in training mode");
-  if (std::string_view(row.op) == "dropout" && p && *p > 0.0 && *p < 1.0) {
+  // dropout1d/2d/3d on a batched input ([N, C, spatial...]): one draw per channel
+  // (_VF.feature_dropout); an unbatched input takes PyTorch's own path below.
+  const std::string_view op = row.op;
+  const int64_t rank = tensorOf(a, b.at("input"), "input").type().rank();
+  const bool feature =
+      op.size() == 9 && op.starts_with("dropout") && op.back() == 'd' && rank == (op[7] - '0') + 2;
+  if ((op == "dropout" || feature) && p && *p > 0.0 && *p < 1.0) {
     // PyTorch draws the noise (xjit._dropout.noise: eager's bernoulli_/div_ on the same
     // generator), the product is compiled. Its operand, empty_like(input), gives the call the
     // input's shape and dtype and no gradient path, so a training step differentiates the
@@ -1242,7 +1252,8 @@ LOWER(lowerDropout) { // F.dropout(input, p, training, inplace): identity unless
                   check(PyImport_ImportModule("xjit._dropout"), "xjit._dropout").get(), "noise"),
               "xjit._dropout.noise");
     Args args;
-    args.pos = {a.emit1("empty_like", {b.at("input")}), b.at("p")};
+    args.pos = {a.emit1("empty_like", {b.at("input")}), b.at("p"),
+                a.constant(feature ? Py_True : Py_False)};
     return a.emit1("mul",
                    {b.at("input"), a.fallbackCall(noiseFn.get(), "F.dropout's noise", args)});
   }

@@ -628,3 +628,27 @@ def test_new_tensor_of_a_permuted_tensors_symbolic_shape_is_contiguous(op):
 
     make = lambda b: [torch.randn(b, 2, 5, generator=torch.Generator().manual_seed(b))]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=True, batches=(3, 4, 5))
+
+
+def _view_to_own_shape_transposed_in_place(a0):
+    v = a0.view(a0.shape[0], -1)
+    v.t_()
+    return v
+
+
+def _reshape_to_own_shape(a0):
+    return a0.reshape(a0.shape[0], a0.shape[1]), a0.view_as(a0)
+
+
+@pytest.mark.parametrize("fn", [_view_to_own_shape_transposed_in_place, _reshape_to_own_shape])
+def test_reshape_to_its_own_symbolic_shape_is_a_new_view(fn):
+    # (session 9's open item, dynamic=True) a reshape/view to the input's own symbolic shape was
+    # the input tensor itself, not eager's new view: v.t_() then transposed the caller's a0.
+    def make(b):
+        return [torch.randn(b, 1, generator=torch.Generator().manual_seed(b)).expand(b, 2).clone()]
+
+    _same_results_and_memory(fn, make, dynamic=True, batches=(3, 4, 5))
+    compiled = xjit.jit(fn, dynamic=True)
+    for b in (3, 4, 5):
+        a0 = make(b)[0]
+        assert all(out is not a0 for out in tensors(compiled(a0)))
