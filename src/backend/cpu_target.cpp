@@ -4,6 +4,7 @@
 #include "shared_executables.h"
 
 #include "xjit/backend/compile_cache.h"
+#include "xjit/backend/host_buffers.h"
 #include "xjit/backend/jit.h"
 #include "xjit/backend/lower.h"
 #include "xjit/backend/target.h"
@@ -16,16 +17,11 @@
 namespace xjit::backend {
 namespace {
 
-/// Uninitialized host memory, 64-byte aligned. Zero-filling (Storage(nbytes)) would be a pass
-/// over memory the kernels overwrite anyway: GPT-2's 25.7 MB logits, on every call. (Asking for
-/// transparent huge pages here cut a warm first call's page faults 2.5x but not its time, and
-/// made GPT-2's steady calls fault again: docs/perf.md, "Session 5: warm start".)
-std::shared_ptr<Storage> hostBuffer(int64_t nbytes) {
-  size_t n = (static_cast<size_t>(std::max<int64_t>(nbytes, 1)) + 63) / 64 * 64;
-  void *p = std::aligned_alloc(64, n);
-  if (!p) throw std::bad_alloc();
-  return std::make_shared<Storage>(p, nbytes, [p] { std::free(p); });
-}
+// Buffers: hostBuffer (host_buffers.cpp), uninitialized host memory, 64-byte aligned.
+// Zero-filling (Storage(nbytes)) would be a pass over memory the kernels overwrite anyway:
+// GPT-2's 25.7 MB logits, on every call. (Asking for transparent huge pages here cut a warm first
+// call's page faults 2.5x but not its time, and made GPT-2's steady calls fault again:
+// docs/perf.md, "Session 5: warm start".)
 
 class CpuExecutable : public Executable {
 public:

@@ -1,6 +1,7 @@
 // releaseCompilerMemory and the frontend's policy for it (include/xjit/backend/release_memory.h).
 #include "xjit/backend/release_memory.h"
 
+#include "xjit/backend/host_buffers.h"
 #include "xjit/backend/jit.h"
 
 #include <atomic>
@@ -100,6 +101,7 @@ MemoryRelease releaseCompilerMemory() {
   MemoryRelease r;
   int64_t before = residentBytes();
   Jit::dropThreadCaches(); // before the trim, so that its heap is given back too
+  dropCachedHostBuffers(); // results of the graphs compiled before (host_buffers.cpp)
   malloc_trim(0);
   dl_iterate_phdr(dropCode, &r.codeBytes);
   r.rssDropBytes = before - residentBytes();
