@@ -12,6 +12,11 @@ relative difference of the losses against eager's over the steps taken.
 
 --timer cpu times each step in CPU seconds of the process (all threads): on a loaded machine it
 is steadier than wall time; with --threads 1 it is the step's own work.
+
+--phases also times the step's phases apart (zero_grad, forward, loss, backward, optimizer step;
+medians over as many interleaved steps as --repeats, with the same timer): where a backend's step
+differs from eager's. Those steps are extra, after the timed ones (the losses compared above are
+not affected).
 """
 
 from __future__ import annotations
@@ -51,6 +56,40 @@ class Trainer:
         self.opt.step()
         self.losses.append(loss.item())
 
+    def phased_step(self, clock: Any) -> list[float]:
+        """step(), each phase timed with `clock`: seconds of zero_grad, forward, loss, backward,
+        optimizer step."""
+        x, y = self.batch
+        t = [clock()]
+        self.opt.zero_grad(set_to_none=True)
+        t.append(clock())
+        out = self.forward(x)
+        t.append(clock())
+        loss = self.case.loss(out, y)
+        t.append(clock())
+        loss.backward()
+        t.append(clock())
+        self.opt.step()
+        t.append(clock())
+        self.losses.append(loss.item())
+        return [b - a for a, b in zip(t, t[1:])]
+
+
+PHASES = ("zero_grad", "forward", "loss", "backward", "optimizer")
+
+
+def phase_medians(trainers: dict[str, Trainer], repeats: int, cpu: bool) -> dict[str, dict[str, float]]:
+    """Median seconds per phase of each backend's step, the backends interleaved round-robin."""
+    clock = time.process_time if cpu else time.perf_counter
+    samples: dict[str, list[list[float]]] = {b: [] for b in trainers}
+    for _ in range(repeats):
+        for b, t in trainers.items():
+            samples[b].append(t.phased_step(clock))
+    return {
+        b: {name: statistics.median(col) for name, col in zip(PHASES, zip(*rows))}
+        for b, rows in samples.items()
+    }
+
 
 def cpu_time_per_call(fn: Any, inner: int) -> float:
     start = time.process_time()
@@ -60,7 +99,12 @@ def cpu_time_per_call(fn: Any, inner: int) -> float:
 
 
 def run_case(
-    case: TrainingCase, backends: list[str], repeats: int, inner: int, cpu: bool = False
+    case: TrainingCase,
+    backends: list[str],
+    repeats: int,
+    inner: int,
+    cpu: bool = False,
+    phases: bool = False,
 ) -> dict[str, Any]:
     model, batch = case.build()
     trainers: dict[str, Trainer] = {}
@@ -97,6 +141,10 @@ def run_case(
         result["backends"]["xjit"]["ratio_vs_inductor"] = (
             statistics.median(samples["inductor"]) / result["backends"]["xjit"]["median_s"]
         )
+    if phases:
+        for b, medians in phase_medians(trainers, repeats, cpu).items():
+            if b in samples:
+                result["backends"][b]["phases_s"] = medians
     for b, text in errors.items():
         result["backends"][b]["error"] = text
     return result
@@ -114,6 +162,10 @@ def line(r: dict[str, Any]) -> str:
         if "ratio_vs_inductor" in row:
             text += f", {row['ratio_vs_inductor']:.2f}x inductor"
         parts.append(text + ")")
+    for b, row in r["backends"].items():
+        if "phases_s" in row:
+            cells = "  ".join(f"{name} {row['phases_s'][name] * 1e3:.1f}" for name in PHASES)
+            parts.append(f"\n  {b:<9} phases (ms): {cells}")
     return "  ".join(parts)
 
 
@@ -125,6 +177,7 @@ def main() -> None:
     parser.add_argument("--inner", type=int, default=1, help="steps per timing sample")
     parser.add_argument("--threads", type=int, help="torch threads (default: all cores)")
     parser.add_argument("--timer", choices=("wall", "cpu"), default="wall")
+    parser.add_argument("--phases", action="store_true", help="also time the step's phases apart")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     setup_threads()
@@ -141,7 +194,9 @@ def main() -> None:
     )
     results = []
     for name in args.cases.split(","):
-        r = run_case(TRAINING_CASES[name], backends, args.repeats, args.inner, args.timer == "cpu")
+        r = run_case(
+            TRAINING_CASES[name], backends, args.repeats, args.inner, args.timer == "cpu", args.phases
+        )
         r["threads"], r["timer"] = torch.get_num_threads(), args.timer
         print(line(r), flush=True)
         results.append(r)
