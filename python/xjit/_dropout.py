@@ -8,9 +8,12 @@ from __future__ import annotations
 import torch
 
 
-def noise(like: torch.Tensor, p: float) -> torch.Tensor:
+def noise(like: torch.Tensor, p: float, feature: bool = False) -> torch.Tensor:
     """ATen's _dropout_impl on CPU: empty_like(x).bernoulli_(1 - p).div_(1 - p), for a
-    contiguous x (`like` has x's shape, dtype and device; only those are read). On the meta
-    device (the compiler's shape walks) it draws nothing from the generator."""
+    contiguous x (`like` has x's shape, dtype and device; only those are read). `feature`
+    (dropout1d/2d/3d, feature_dropout): one draw per channel, the noise [N, C, 1, ...] that
+    make_feature_noise shapes. On the meta device (the compiler's shape walks) it draws nothing
+    from the generator."""
     keep = 1 - p
-    return torch.empty(like.shape, dtype=like.dtype, device=like.device).bernoulli_(keep).div_(keep)
+    shape = (*like.shape[:2], *([1] * (like.dim() - 2))) if feature else like.shape
+    return torch.empty(shape, dtype=like.dtype, device=like.device).bernoulli_(keep).div_(keep)

@@ -116,3 +116,31 @@ def test_dropout_noise_is_eagers_bit_for_bit() -> None:
     graphs = fe.events()["graphs"]
     assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
     assert graphs[0]["note"].startswith("training step: forward"), graphs[0]["note"]
+
+
+@pytest.mark.parametrize(
+    "dropout,shape",
+    [(F.dropout1d, (4, 5, 6)), (F.dropout2d, (4, 5, 3, 3)), (F.dropout3d, (2, 5, 2, 2, 2))],
+    ids=["1d", "2d", "3d"],
+)
+def test_channel_dropout_noise_is_eagers_bit_for_bit(dropout: Any, shape: tuple[int, ...]) -> None:
+    # One draw per (sample, channel), as eager's feature_dropout: whole channels zeroed.
+    def step(x: Any) -> Any:
+        return dropout(x * 2.0, 0.4, True)
+
+    x = torch.randn(shape)
+    compiled = xjit.jit(step)
+    for seed in range(2):
+        leaves = [x.clone().requires_grad_() for _ in range(2)]
+        torch.manual_seed(seed)
+        got = compiled(leaves[0])
+        torch.manual_seed(seed)
+        want = step(leaves[1])
+        assert torch.equal(got, want), seed
+        zeroed = (got == 0).flatten(2).all(-1)  # per channel: all or nothing
+        assert zeroed.any() and (~zeroed).any() and ((got == 0).flatten(2).any(-1) == zeroed).all()
+        got.sum().backward()
+        want.sum().backward()
+        assert torch.equal(leaves[0].grad, leaves[1].grad)
+    graphs = fe.events()["graphs"]
+    assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
