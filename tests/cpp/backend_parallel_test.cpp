@@ -13,10 +13,13 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 namespace xjit::backend {
@@ -284,6 +287,80 @@ TEST(BackendParallel, AnErrorInOneRangeStopsTheKernel) {
   EXPECT_NO_THROW(runLowered(c.lk, *c.ck, in));
   y.setInt(299 * 400 + 17, 0); // in the last range
   EXPECT_THROW(runLowered(c.lk, *c.ck, in), KernelError);
+}
+
+} // namespace
+} // namespace xjit::backend
+
+namespace xjit::backend {
+namespace {
+
+// The pool's own contract, through the runtime entry point the generated code calls.
+using Task = int32_t (*)(void *const *, const int64_t *, const int64_t *, const uint64_t *, int64_t,
+                         int64_t);
+extern "C" int32_t xjit_rt_parallel_for(Task task, void *const *data, const int64_t *sizes,
+                                        const int64_t *strides, const uint64_t *scalars, int64_t n,
+                                        int64_t work);
+
+int32_t countIterations(void *const *data, const int64_t *, const int64_t *, const uint64_t *,
+                        int64_t begin, int64_t end) {
+  auto *counts = static_cast<std::atomic<int32_t> *>(data[0]);
+  for (int64_t i = begin; i < end; ++i)
+    counts[i].fetch_add(1, std::memory_order_relaxed);
+  return 0;
+}
+
+int32_t failAtMarkedIterations(void *const *data, const int64_t *, const int64_t *,
+                               const uint64_t *, int64_t begin, int64_t end) {
+  const int32_t *codes = static_cast<const int32_t *>(data[0]);
+  for (int64_t i = begin; i < end; ++i)
+    if (codes[i] != 0) return codes[i];
+  return 0;
+}
+
+TEST(BackendParallel, EveryIterationRunsOnceUnderConcurrentCallers) {
+  // Four threads each run 300 loops of assorted lengths at once (one of them holds the pool, the
+  // others run theirs on their own thread): every iteration of every loop runs exactly once.
+  auto caller = [](int seed, std::string *failure) {
+    std::mt19937 rng(seed);
+    for (int call = 0; call < 300 && failure->empty(); ++call) {
+      int64_t n = std::uniform_int_distribution<int64_t>(1, 5000)(rng);
+      std::vector<std::atomic<int32_t>> counts(static_cast<size_t>(n));
+      void *data[] = {counts.data()};
+      if (xjit_rt_parallel_for(countIterations, data, nullptr, nullptr, nullptr, n, 1 << 12) != 0)
+        *failure = "nonzero code";
+      for (int64_t i = 0; i < n && failure->empty(); ++i)
+        if (counts[size_t(i)].load() != 1)
+          *failure = "call " + std::to_string(call) + " (n " + std::to_string(n) + "): iteration " +
+                     std::to_string(i) + " ran " + std::to_string(counts[size_t(i)].load()) +
+                     " times";
+    }
+  };
+  std::vector<std::string> failures(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back(caller, t, &failures[size_t(t)]);
+  for (std::thread &t : threads)
+    t.join();
+  for (const std::string &f : failures)
+    EXPECT_EQ(f, "");
+}
+
+TEST(BackendParallel, TheFirstFailingRangeInOrderGivesTheCode) {
+  // Ranges run in any order on any thread; the code returned is the lowest failing range's, so
+  // the error message does not depend on timing.
+  const int64_t n = 4096;
+  std::vector<int32_t> codes(size_t(n), 0);
+  codes[4000] = 7;
+  codes[3000] = 5;
+  void *data[] = {codes.data()};
+  for (int i = 0; i < 50; ++i)
+    ASSERT_EQ(
+        xjit_rt_parallel_for(failAtMarkedIterations, data, nullptr, nullptr, nullptr, n, 1 << 12),
+        5);
+  codes[3000] = 0;
+  EXPECT_EQ(
+      xjit_rt_parallel_for(failAtMarkedIterations, data, nullptr, nullptr, nullptr, n, 1 << 12), 7);
 }
 
 } // namespace
