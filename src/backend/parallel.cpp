@@ -133,9 +133,11 @@ private:
       if (!claim_.compare_exchange_weak(state, state - 1, std::memory_order_acq_rel,
                                         std::memory_order_acquire))
         continue;
-      int64_t chunk = job_.chunks - left;
-      int64_t begin = job_.n * chunk / job_.chunks, end = job_.n * (chunk + 1) / job_.chunks;
-      if (int32_t c = job_.task(job_.data, job_.sizes, job_.strides, job_.scalars, begin, end)) {
+      // The job cannot change before this chunk is counted done; read it before that.
+      const Job job = job_;
+      int64_t chunk = job.chunks - left;
+      int64_t begin = job.n * chunk / job.chunks, end = job.n * (chunk + 1) / job.chunks;
+      if (int32_t c = job.task(job.data, job.sizes, job.strides, job.scalars, begin, end)) {
         // Keep the code of the first failing range in range order (a deterministic message).
         uint64_t mine = uint64_t(chunk) << 32 | uint32_t(c);
         uint64_t seen = firstError_.load(std::memory_order_relaxed);
@@ -143,7 +145,7 @@ private:
                !firstError_.compare_exchange_weak(seen, mine, std::memory_order_relaxed))
           ;
       }
-      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == uint32_t(job_.chunks))
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == uint32_t(job.chunks))
         done_.notify_one();
       state = claim_.load(std::memory_order_acquire);
     }
