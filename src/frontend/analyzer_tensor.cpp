@@ -1098,6 +1098,14 @@ void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &v
       a["fill_value"] = Attr(static_cast<int64_t>(PyLong_AsLongLong(p.get())));
     else
       a["fill_value"] = Attr(PyFloat_AsDouble(p.get()));
+    if (first < 0) { // x[...] = 7 is x.fill_(7): full_like keeps x's layout, as eager's write
+      // does (fuzzer seed 21701: `a[...] = 7; return a * a[..., :1]` of a permuted input came
+      // back contiguous, the layout rules taking a for clone(expand(7)))
+      a.erase("shape");
+      a.erase("dtype");
+      assignInPlace(t, emit1("full_like", {t}, std::move(a)));
+      return;
+    }
     v = emit1("full", {}, std::move(a));
   }
   v = castTo(v, ty.dtype());

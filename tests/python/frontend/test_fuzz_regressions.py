@@ -652,3 +652,16 @@ def test_reshape_to_its_own_symbolic_shape_is_a_new_view(fn):
     for b in (3, 4, 5):
         a0 = make(b)[0]
         assert all(out is not a0 for out in tensors(compiled(a0)))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_whole_write_of_a_scalar_keeps_the_written_tensors_layout(dynamic):
+    # seed 21701 (stride): `a1[...] = 7` of a permuted input was clone(expand(7)), contiguous
+    # to the layout rules, so `a1 * a1[..., :1]` came back contiguous where eager's follows a1's
+    # permuted layout. It is now full_like(a1, 7), as a1.fill_(7).
+    def fn(a1):
+        a1[...] = 7
+        return 3 > a1 * a1[..., :1], a1 + 1
+
+    make = lambda b: [torch.randn(2, b, 4, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0)]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=(3, 4))
