@@ -1,7 +1,8 @@
 // Derivative rules of the autodiff pass for the layers of convolutional nets: conv{1,2,3}d,
-// max_pool / avg_pool / adaptive_avg_pool{1,2,3}d and batch_norm (training mode with batch
+// max_pool / avg_pool / adaptive_avg_pool{1,2,3}d, batch_norm (training mode with batch
 // statistics, eval mode with running statistics, and batch_norm_with_update, whose new running
-// statistics carry no gradient). Each gradient is written with existing ops, so it compiles
+// statistics carry no gradient) and their activations (hardtanh, relu6, leaky_relu, elu,
+// hardswish, hardsigmoid). Each gradient is written with existing ops, so it compiles
 // like any other graph (oneDNN convolutions, fused elementwise kernels):
 //   conv:      dx = conv_transpose(g, w), dw = conv(xᵀ, gᵀ) with stride and dilation swapped,
 //              db = sum(g)
@@ -364,9 +365,62 @@ std::vector<Value *> batchNormRule(RuleArgs &a) {
   return r;
 }
 
+// ---- activations of conv nets (MobileNet's relu6 / hardswish, leaky_relu, elu) ----
+// PyTorch's backward formulas (hardtanh_backward, leaky_relu_backward, elu_backward,
+// hardswish_backward, hardsigmoid_backward), from the input x: a `where` per piece.
+
+Value *piecewise(RuleArgs &a, Value *cond, Value *then, Value *otherwise) {
+  return a.b.op("where", {cond, then, otherwise});
+}
+
+std::vector<Value *> clampedRule(RuleArgs &a, double lo, double hi) {
+  // (x <= lo || x >= hi) ? 0 : g
+  Value *inside = a.bin("logical_and", a.bin("gt", a.x(0), a.f(lo)), a.bin("lt", a.x(0), a.f(hi)));
+  return {piecewise(a, inside, a.g, a.f(0.0))};
+}
+
+std::vector<Value *> hardtanhRule(RuleArgs &a) {
+  return clampedRule(a, floatAttr(a.op, "min_val", -1.0), floatAttr(a.op, "max_val", 1.0));
+}
+
+std::vector<Value *> relu6Rule(RuleArgs &a) { return clampedRule(a, 0.0, 6.0); }
+
+std::vector<Value *> leakyReluRule(RuleArgs &a) {
+  const double slope = floatAttr(a.op, "negative_slope", 0.01);
+  return {piecewise(a, a.bin("gt", a.x(0), a.f(0.0)), a.g, a.mul(a.g, a.f(slope)))};
+}
+
+std::vector<Value *> eluRule(RuleArgs &a) {
+  const double alpha = floatAttr(a.op, "alpha", 1.0);
+  Value *negative = a.mul(a.g, a.mul(a.un("exp", a.x(0)), a.f(alpha)));
+  return {piecewise(a, a.bin("le", a.x(0), a.f(0.0)), negative, a.g)};
+}
+
+std::vector<Value *> hardswishRule(RuleArgs &a) {
+  // x <= -3: 0; x < 3: g * (x / 3 + 0.5); else g.
+  Value *x = a.x(0);
+  Value *middle = a.mul(a.g, a.bin("add", a.bin("div", x, a.f(3.0)), a.f(0.5)));
+  return {piecewise(a, a.bin("le", x, a.f(-3.0)), a.f(0.0),
+                    piecewise(a, a.bin("lt", x, a.f(3.0)), middle, a.g))};
+}
+
+std::vector<Value *> hardsigmoidRule(RuleArgs &a) {
+  // -3 < x < 3: g * (1/6 rounded to f32: PyTorch's constant, in f64 too); else 0.
+  Value *inside =
+      a.bin("logical_and", a.bin("gt", a.x(0), a.f(-3.0)), a.bin("lt", a.x(0), a.f(3.0)));
+  const double sixth = static_cast<double>(1.0F / 6.0F);
+  return {piecewise(a, inside, a.mul(a.g, a.f(sixth)), a.f(0.0))};
+}
+
 } // namespace
 
 void addNnRules(std::map<std::string, Rule> &t) {
+  t["hardtanh"] = hardtanhRule;
+  t["relu6"] = relu6Rule;
+  t["leaky_relu"] = leakyReluRule;
+  t["elu"] = eluRule;
+  t["hardswish"] = hardswishRule;
+  t["hardsigmoid"] = hardsigmoidRule;
   for (size_t nd = 1; nd <= 3; ++nd) {
     const std::string d = std::to_string(nd) + "d";
     t["conv" + d] = convRule;

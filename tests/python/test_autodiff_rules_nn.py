@@ -27,6 +27,7 @@ class Case:
     ref: Callable[..., Any]
     attrs: dict[str, Any] = field(default_factory=dict)
     ties: bool = False  # small integers as floats: many equal maxima in a pooling window
+    wide: bool = False  # inputs over every piece of an activation, its breakpoints included
 
 
 def ty(dtype: str, shape: tuple[int, ...]) -> str:
@@ -83,10 +84,29 @@ CASES = [
 ]
 
 
-def make(shape: tuple[int, ...], dtype: Any, ties: bool) -> Any:
+ACTIVATIONS = [
+    Case("hardtanh", "hardtanh", [(6, 40)], lambda x: F.hardtanh(x, -1.5, 2.0),
+         {"min_val": -1.5, "max_val": 2.0}, wide=True),
+    Case("relu6", "relu6", [(6, 40)], F.relu6, wide=True),
+    Case("leaky_relu", "leaky_relu", [(6, 40)], lambda x: F.leaky_relu(x, 0.2),
+         {"negative_slope": 0.2}, wide=True),
+    Case("elu", "elu", [(6, 40)], lambda x: F.elu(x, 0.7), {"alpha": 0.7}, wide=True),
+    Case("hardswish", "hardswish", [(6, 40)], F.hardswish, wide=True),
+    Case("hardsigmoid", "hardsigmoid", [(6, 40)], F.hardsigmoid, wide=True),
+]
+CASES += ACTIVATIONS
+
+
+def make(shape: tuple[int, ...], dtype: Any, ties: bool, wide: bool = False) -> Any:
     if ties:
         return torch.randint(-2, 3, shape).to(dtype)
-    return torch.randn(*shape, dtype=dtype)
+    if not wide:
+        return torch.randn(*shape, dtype=dtype)
+    # Wide enough for every piece of the activations' gradients (-3, 0, 3, 6), and exact
+    # breakpoints, where PyTorch's backward picks a side.
+    x = torch.randn(*shape, dtype=dtype) * 4
+    x.view(-1)[:8] = torch.tensor([-3.0, -1.5, -1.0, 0.0, 1.0, 2.0, 3.0, 6.0], dtype=dtype)
+    return x
 
 
 def joint_run(graph: Any, inputs: list[Any], wrt: str = "all") -> list[Any]:
@@ -108,7 +128,7 @@ def test_rule_matches_autograd(case: Case, dtype: Any) -> None:
     g = x_.Graph("g")
     ins = [g.add_input(ty(dt, s), f"x{i}") for i, s in enumerate(case.shapes)]
     g.set_outputs([g.add_op(case.op, ins, case.attrs)[0]])
-    xs = [make(s, dtype, case.ties and i == 0) for i, s in enumerate(case.shapes)]
+    xs = [make(s, dtype, case.ties and i == 0, case.wide) for i, s in enumerate(case.shapes)]
     leaves = [x.detach().clone().requires_grad_() for x in xs]
     want_out = case.ref(*leaves)
     grad = torch.randn(want_out.shape, dtype=dtype)
