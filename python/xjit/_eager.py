@@ -573,6 +573,19 @@ for _d in (1, 2, 3):
     TABLE[f"adaptive_max_pool{_d}d_with_indices"] = _adaptive("max", _d, True)
 
 
+def _batch_norm_with_update(x: list[Any], a: Attrs) -> Any:
+    """F.batch_norm(training=True) updating copies of the running statistics: (out, new running
+    mean, new running var), the op's functional form (on meta tensors: the layouts)."""
+    mean, var = x[3].clone(), x[4].clone()
+    out = F.batch_norm(
+        x[0], mean, var, _opt(x, 1), _opt(x, 2), True, a.get("momentum", 0.1), a.get("eps", 1e-5)
+    )
+    return out, mean, var
+
+
+TABLE["batch_norm_with_update"] = _batch_norm_with_update
+
+
 # ---- entry points for the C++ walker ----
 
 

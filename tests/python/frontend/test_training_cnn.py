@@ -144,3 +144,25 @@ def test_channel_dropout_noise_is_eagers_bit_for_bit(dropout: Any, shape: tuple[
         assert torch.equal(leaves[0].grad, leaves[1].grad)
     graphs = fe.events()["graphs"]
     assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
+
+
+def test_channels_last_cnn_trains_compiled() -> None:
+    # A channels_last model and batch: the output layouts come from the meta walk, which needs
+    # batch_norm_with_update's row in xjit._eager's table (else the step ran in Python).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2))
+    model = model.to(memory_format=torch.channels_last)
+    eager = copy.deepcopy(model)
+    x = torch.randn(4, 3, 8, 8).to(memory_format=torch.channels_last)
+    got, want = xjit.jit(model)(x), eager(x)
+    assert got.is_contiguous(memory_format=torch.channels_last) == want.is_contiguous(
+        memory_format=torch.channels_last
+    )
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    got.square().mean().backward()
+    want.square().mean().backward()
+    for (name, a), b in zip(model.named_parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+    torch.testing.assert_close(model[1].running_var, eager[1].running_var, rtol=1e-5, atol=1e-6)
+    graphs = fe.events()["graphs"]
+    assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
