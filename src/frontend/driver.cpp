@@ -971,7 +971,9 @@ void recordGraph(CompiledEntry &e, const ScopeOptions &opts, const SourceLoc &lo
   ev.captureMs = captureMs;
   ev.compileMs = compileMs;
   ev.runsInPython = e.action == EntryAction::RunPython;
-  ev.note = e.training ? e.training->summary : e.pythonReason;
+  // (A training entry that runs in Python for another reason, e.g. output layouts that could
+  // not be derived, has no summary: its note is that reason.)
+  ev.note = e.training && !ev.runsInPython ? e.training->summary : e.pythonReason;
   if (log.recording || (settings().log & kLogGraphs)) ev.ir = printGraph(*e.graph);
   e.graphId = ev.id;
   const std::string name = "graph " + std::to_string(ev.id);
