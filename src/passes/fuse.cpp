@@ -229,6 +229,9 @@ private:
             u->result(0)->type() != anchorType)
           break;
         if (ops_[i]->name().starts_with("conv") && !convTakesPostOp(*ops_[i], *u, cur)) break;
+        if (std::any_of(chain.begin() + 1, chain.end(),
+                        [&](int k) { return eltwiseParamsClash(*ops_[k], *u); }))
+          break;
         if (impureBefore_[j] - impureBefore_[chain.front() + 1] != 0) break;
         chain.push_back(j);
         cur = u->result(0);

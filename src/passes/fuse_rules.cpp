@@ -138,6 +138,27 @@ bool convTakesPostOp(const Op &anchor, const Op &op, const Value *chain) {
   return op.name() != "mul" || other->type() == chain->type();
 }
 
+namespace {
+/// The oneDNN eltwise algorithm (with parameters) a unary post-op maps to, as the backend's
+/// eltwiseFor does; empty for one without parameters.
+std::string_view parametrizedEltwise(const Op &op) {
+  std::string_view n = op.name();
+  if (n == "relu" || n == "leaky_relu") return "relu";
+  if (n == "clamp" || n == "hardtanh" || n == "relu6") return "clip";
+  if (n == "elu") return "elu";
+  if (n == "neg") return "linear";
+  if (n == "silu") return "swish";
+  return {};
+}
+} // namespace
+
+bool eltwiseParamsClash(const Op &earlier, const Op &later) {
+  if (earlier.numOperands() != 1 || later.numOperands() != 1) return false;
+  std::string_view a = parametrizedEltwise(earlier), b = parametrizedEltwise(later);
+  if (a.empty() || a != b) return false;
+  return earlier.name() != later.name() || !(earlier.attrs() == later.attrs());
+}
+
 bool isCheap(const Op &op) {
   FuseClass c = classify(op);
   if (c == FuseClass::Broadcast) return true;

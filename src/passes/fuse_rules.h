@@ -43,6 +43,12 @@ bool isPostOp(const Op &op, const Value *chain);
 /// it with its reference deconvolution).
 bool convTakesPostOp(const Op &anchor, const Op &op, const Value *chain);
 
+/// Whether unary post-ops `earlier` and `later` of one chain map to the same oneDNN eltwise
+/// algorithm with other parameters (clamp(min=0) then clamp(-5, 5); relu then leaky_relu):
+/// oneDNN 2.6's post-op injector keeps one instance per algorithm, so the later one ran with
+/// the earlier one's bounds (fuzzer seed 22866, a wrong answer). The chain stops before it.
+bool eltwiseParamsClash(const Op &earlier, const Op &later);
+
 /// Elementwise and broadcast ops cheap enough to recompute in every group that reads them
 /// (a view, or one arithmetic op per element with at most one tensor operand that is not a
 /// single element).
