@@ -767,18 +767,25 @@ void restoreLayouts(const CompiledEntry &e, const std::vector<RtValue> &outs,
       const bool copies = !restridesOnly(layout, v.tensor().sizes(), v.tensor().strides());
       // A copy would cut it off from another output sharing its memory (a view of it, or the
       // same tensor returned twice), which eager keeps connected: the frame runs in Python,
-      // where it can (a graph that wrote the caller's tensors cannot be rerun: the copy stands,
-      // values right, the outputs no longer views of each other). An output the program never
+      // where it can (below for a graph that cannot be rerun). An output the program never
       // sees (a value only copied back into the input it wrote) keeps nothing connected: a
       // view of that input is rebuilt on the input itself (_xjit_input_view; fuzzer seed 89:
       // `v = a.squeeze(0); a[...] = 7; return v` under dynamic=True).
-      for (size_t j = 0; copies && e.rerunnable && j < outs.size(); ++j)
-        if (j != i && j < e.visibleOutputs.size() && e.visibleOutputs[j] && outs[j].isTensor() &&
-            v.tensor().storage() && outs[j].tensor().storage() == v.tensor().storage())
-          throw InternalFailure{errors::kRun,
-                                "graph outputs " + std::to_string(i) + " and " + std::to_string(j) +
-                                    " share memory and the first is not in eager's layout"};
+      // A graph that cannot be rerun (it wrote the caller's tensors, or called PyTorch) keeps
+      // such an output in the graph's strides instead: other strides than eager's, but the
+      // outputs stay views of each other (fuzzer seed 23716: `v1.index_put_(...)`, a fallback,
+      // then `v3 = v1.squeeze()`; a write to v3 after a graph break missed v1 when v1 was copied).
+      bool shared = false;
+      for (size_t j = 0; copies && j < outs.size() && !shared; ++j)
+        shared = j != i && j < e.visibleOutputs.size() && e.visibleOutputs[j] &&
+                 outs[j].isTensor() && v.tensor().storage() &&
+                 outs[j].tensor().storage() == v.tensor().storage();
+      if (shared && e.rerunnable)
+        throw InternalFailure{errors::kRun, "graph output " + std::to_string(i) +
+                                                " shares memory with another output and is not in "
+                                                "eager's layout"};
       done[i] = fromRtValue(v);
+      if (shared) continue;
       if (copies) ++events().counters.layoutCopies;
     }
     done[i] = inLayout(layout, done[i]);

@@ -686,3 +686,23 @@ def test_matmul_epilogue_with_two_eltwise_ops_of_one_kind(chain):
     a = torch.randn(2, 5, 3, generator=g) * 2
     b = torch.randn(2, 3, 5, generator=g) * 2
     torch.testing.assert_close(xjit.jit(fn)(a, b), fn(a, b))
+
+
+def test_outputs_viewing_a_fallbacks_result_stay_views():
+    # seed 23716 (view-copy; wrong with a graph break): v1 is the result of a PyTorch fallback
+    # (index_put_) on a permuted value, v3 a view of it; the graph (not rerunnable: it calls
+    # PyTorch) returned v1 in another layout than eager's, and the copy into eager's cut v3 off
+    # from v1, so v3.add_(1) after the break missed v1. Such outputs now keep the graph's strides.
+    def fn(a2):
+        v1 = a2 * a2
+        v1.index_put_((torch.tensor([0]),), torch.tensor(4.0))
+        v3 = v1.squeeze()
+        scale = v3.sum().item()  # a graph break
+        v3.add_(1)
+        return v1 * scale, v3
+
+    make = lambda: [torch.randn(8, 2, generator=torch.Generator().manual_seed(1)).t()]  # noqa: E731
+    want_in, want, got_in, got = _eager_and_compiled(fn, make)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w)
+    torch.testing.assert_close(got_in[0], want_in[0])
