@@ -1,9 +1,9 @@
 // Derivative rules of the autodiff pass for the layers of convolutional nets: conv{1,2,3}d,
 // max_pool / avg_pool / adaptive_avg_pool{1,2,3}d, batch_norm (training mode with batch
 // statistics, eval mode with running statistics, and batch_norm_with_update, whose new running
-// statistics carry no gradient) and their activations (hardtanh, relu6, leaky_relu, elu,
-// hardswish, hardsigmoid). Each gradient is written with existing ops, so it compiles
-// like any other graph (oneDNN convolutions, fused elementwise kernels):
+// statistics carry no gradient), group_norm and their activations (hardtanh, relu6, leaky_relu,
+// elu, hardswish, hardsigmoid). Each gradient is written with existing ops, so it compiles like any
+// other graph (oneDNN convolutions, fused elementwise kernels):
 //   conv:      dx = conv_transpose(g, w), dw = conv(xᵀ, gᵀ) with stride and dilation swapped,
 //              db = sum(g)
 //   avg_pool:  dx = depthwise conv_transpose of g / divisor with a window of ones
@@ -365,6 +365,47 @@ std::vector<Value *> batchNormRule(RuleArgs &a) {
   return r;
 }
 
+/// group_norm: layer_norm's formula within each (sample, group) of C / num_groups channels and
+/// the spatial dims; weight and bias per channel.
+std::vector<Value *> groupNormRule(RuleArgs &a) {
+  Value *x = a.x(0);
+  const Ints xs = staticShape(a.op, x);
+  if (xs.size() < 2) unsupported(a.op, "an input without a channel dim");
+  const int64_t groups = a.op.attr("num_groups").asInt(), channels = xs[1];
+  if (groups <= 0 || channels % groups != 0) unsupported(a.op, "channels not divisible by groups");
+  const double eps = floatAttr(a.op, "eps", 1e-5);
+  auto operand = [&](size_t i) -> Value * {
+    return a.op.numOperands() > i && a.x(i)->type().isTensor() ? a.x(i) : nullptr;
+  };
+  Value *w = operand(1), *bias = operand(2);
+  const Ints grouped = {xs[0], groups, -1};
+  Ints perChannel(xs.size(), 1), reduced = {0};
+  perChannel[1] = channels;
+  for (size_t d = 2; d < xs.size(); ++d)
+    reduced.push_back(static_cast<int64_t>(d));
+  auto meanOver = [&](Value *v) {
+    return a.b.op("mean", {v}, {{"dims", Ints{2}}, {"keepdim", true}});
+  };
+  auto sumPerChannel = [&](Value *v) {
+    return a.b.op("sum", {v}, {{"dims", reduced}, {"keepdim", false}});
+  };
+  Value *xg = a.un("reshape", x, {{"shape", grouped}});
+  Value *centered = a.bin("sub", xg, meanOver(xg));
+  Value *rstd = a.un("rsqrt", a.bin("add", meanOver(a.mul(centered, centered)), a.f(eps)));
+  Value *xhat = a.mul(centered, rstd); // [N, G, C/G * spatial]
+  std::vector<Value *> r(a.op.numOperands(), nullptr);
+  if (w && a.need[1]) r[1] = sumPerChannel(a.mul(a.g, a.un("reshape", xhat, {{"shape", xs}})));
+  if (bias && a.need[2]) r[2] = sumPerChannel(a.g);
+  if (a.need[0]) {
+    Value *gh = w ? a.mul(a.g, a.un("reshape", w, {{"shape", perChannel}})) : a.g;
+    Value *ghg = a.un("reshape", gh, {{"shape", grouped}});
+    Value *inner =
+        a.bin("sub", a.bin("sub", ghg, meanOver(ghg)), a.mul(xhat, meanOver(a.mul(ghg, xhat))));
+    r[0] = a.un("reshape", a.mul(inner, rstd), {{"shape", xs}});
+  }
+  return r;
+}
+
 // ---- activations of conv nets (MobileNet's relu6 / hardswish, leaky_relu, elu) ----
 // PyTorch's backward formulas (hardtanh_backward, leaky_relu_backward, elu_backward,
 // hardswish_backward, hardsigmoid_backward), from the input x: a `where` per piece.
@@ -429,6 +470,7 @@ void addNnRules(std::map<std::string, Rule> &t) {
     t["max_pool" + d] = maxPoolRule;
   }
   t["batch_norm"] = t["batch_norm_with_update"] = batchNormRule;
+  t["group_norm"] = groupNormRule;
 }
 
 bool nnMultiResultRule(std::string_view name) { return name == "batch_norm_with_update"; }

@@ -84,6 +84,15 @@ CASES = [
 ]
 
 
+CASES += [
+    Case("group_norm", "group_norm", [(3, 6, 4, 5), (6,), (6,)],
+         lambda x, w, b: F.group_norm(x, 3, w, b, eps=1e-3), {"num_groups": 3, "eps": 1e-3}),
+    Case("group_norm_no_affine_1d", "group_norm", [(4, 8, 7)], lambda x: F.group_norm(x, 2),
+         {"num_groups": 2}),
+    Case("group_norm_instance", "group_norm", [(2, 4, 3, 3), (4,), (4,)],
+         lambda x, w, b: F.group_norm(x, 4, w, b), {"num_groups": 4}),
+]
+
 ACTIVATIONS = [
     Case("hardtanh", "hardtanh", [(6, 40)], lambda x: F.hardtanh(x, -1.5, 2.0),
          {"min_val": -1.5, "max_val": 2.0}, wide=True),
