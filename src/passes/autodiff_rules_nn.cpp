@@ -6,10 +6,12 @@
 // other graph (oneDNN convolutions, fused elementwise kernels):
 //   conv:      dx = conv_transpose(g, w), dw = conv(xᵀ, gᵀ) with stride and dilation swapped,
 //              db = sum(g)
-//   avg_pool:  dx = depthwise conv_transpose of g / divisor with a window of ones
-//   max_pool:  dx = scatter_add of g at max_pool_with_indices' indices (eager's tie-break: the
-//              first maximum of a window gets the whole gradient)
-//   batch_norm: PyTorch's batch_norm_backward formula, the statistics recomputed from x.
+//   avg_pool:  dx = g / divisor spread over each window: a broadcast when the windows tile the
+//              input, else a depthwise conv_transpose with a window of ones
+//   max_pool:  the first maximum of a window gets the whole gradient (eager's tie-break): a
+//              compare-and-select when the windows tile the input, else scatter_add of g at
+//              max_pool_with_indices' indices
+//   batch_norm, group_norm: PyTorch's backward formulas, the statistics recomputed from x.
 // Only channels-first (layout "nchw") batched inputs with static shapes are covered: autodiff
 // runs before the layout pass, so captured graphs are channels-first.
 #include "autodiff_rules.h"
@@ -17,6 +19,7 @@
 #include "xjit/ir/op_registry.h"
 #include "xjit/passes/autodiff.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace xjit::passes::autodiff_rules {
@@ -75,12 +78,6 @@ void requireBatchedChannelsFirst(const RuleArgs &a, size_t nd) {
 }
 
 std::string convName(const char *stem, size_t nd) { return stem + std::to_string(nd) + "d"; }
-
-Ints iota(int64_t from, int64_t to) {
-  Ints v(static_cast<size_t>(to - from));
-  std::iota(v.begin(), v.end(), from);
-  return v;
-}
 
 /// The gradient of a strided window op's input: g scattered back over the windows with the
 /// (grouped) weight w, a transposed convolution; output_padding restores the input sizes the
