@@ -315,22 +315,27 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     // computes the view's value and the base's new value apart, so the view is rebuilt on
     // the base's output (v1 = a[:, [0, 0]]; v2 = v1.squeeze(); v2.add_(1); return v2, v1:
     // a write by the caller to v2 must reach v1, fuzzer seed 12008). Where the steps cannot be
-    // replayed it stays the graph's value (values right, memory not shared).
+    // replayed (symbolic sizes, tensor operands) the frame is not compiled: the graph's value
+    // would not share memory with the base, and a write through it after a graph break would
+    // miss the base (fuzzer seed 24078: `v5 = v4.chunk(2, 0)[0]; v5[idx] = 2`, dynamic=True).
     if (t->base && !t->base->isInput && t->base->mutated && replayable && !t->viewSteps.empty() &&
-        !viewsInGraph(t->value, t->base->value))
-      if (PyRef steps = viewStepsToPython(*t)) {
-        Value *base = t->base->value;
-        return shared([&](OutputNode &n) {
-          n.kind = OutputNode::NamedTuple;
-          n.object = PyRef::borrow(inputViewConstructor());
-          n.children.push_back(graphOutput(base));
-          n.children.push_back(graphOutput(t->value));
-          OutputNode c;
-          c.kind = OutputNode::Constant;
-          c.object = steps;
-          n.children.push_back(std::move(c));
-        });
-      }
+        !viewsInGraph(t->value, t->base->value)) {
+      PyRef steps = viewStepsToPython(*t);
+      if (!steps)
+        fail("a view of a tensor written in the frame outlives the graph, and its view steps "
+             "have symbolic sizes or tensor operands");
+      Value *base = t->base->value;
+      return shared([&](OutputNode &n) {
+        n.kind = OutputNode::NamedTuple;
+        n.object = PyRef::borrow(inputViewConstructor());
+        n.children.push_back(graphOutput(base));
+        n.children.push_back(graphOutput(t->value));
+        OutputNode c;
+        c.kind = OutputNode::Constant;
+        c.object = steps;
+        n.children.push_back(std::move(c));
+      });
+    }
     return graphOutput(t->value);
   }
   case VarKind::SymInt: return graphOutput(as<SymIntVar>(v)->value);

@@ -706,3 +706,22 @@ def test_outputs_viewing_a_fallbacks_result_stay_views():
     for w, g in zip(want, got):
         torch.testing.assert_close(g, w)
     torch.testing.assert_close(got_in[0], want_in[0])
+
+
+def test_view_of_a_written_frame_tensor_with_symbolic_steps_after_a_break():
+    # seed 24078 (view-copy; wrong with a graph break, dynamic=True): v5, a chunk of v4 of
+    # symbolic size, is written; its view steps cannot be replayed on v4's output, so the graph
+    # returned v5 apart from v4 and v5.add_(1) after the break missed v4. Such a frame now runs
+    # in Python.
+    def fn(a2):
+        v4 = a2 @ torch.linspace(-1, 1, 14).reshape(7, 2).t()
+        v5 = v4.chunk(2, 0)[0]
+        v5[torch.tensor([0])] = 2
+        scale = v5.sum().item()  # a graph break
+        v5.add_(1)
+        return v4 * scale
+
+    compiled = xjit.jit(fn, dynamic=True)
+    for b in (3, 4, 5):
+        x = torch.randn(b, 2, generator=torch.Generator().manual_seed(b))
+        torch.testing.assert_close(compiled(x.clone()), fn(x.clone()))
