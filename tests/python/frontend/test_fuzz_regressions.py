@@ -663,16 +663,24 @@ def test_whole_write_of_a_scalar_keeps_the_written_tensors_layout(dynamic):
         a1[...] = 7
         return 3 > a1 * a1[..., :1], a1 + 1
 
-    make = lambda b: [torch.randn(2, b, 4, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0)]  # noqa: E731
+    def make(b):
+        return [torch.randn(2, b, 4, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0)]
+
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=(3, 4))
 
 
 _MATMUL_CHAINS = {
     # seed 22866 (wrong, max abs diff 231): bmm, clamp(min=0), + a0, clamp(-5, 5), exp
-    "clamp_add_clamp_exp": lambda a, b: (torch.bmm(a, b).clamp(min=0) + a[0, 0, :1]).clamp(-5, 5).exp(),
+    "clamp_add_clamp_exp": lambda a, b: (torch.bmm(a, b).clamp(min=0) + a[0, 0, :1])
+    .clamp(-5, 5)
+    .exp(),
     "clamp_exp_clamp": lambda a, b: torch.bmm(a, b).clamp(0, 3).exp().clamp(-1, 2),
-    "hardtanh_add_relu6": lambda a, b: torch.nn.functional.relu6(torch.nn.functional.hardtanh(torch.bmm(a, b)) + 0.5),
-    "relu_sub_leaky_relu": lambda a, b: torch.nn.functional.leaky_relu(torch.bmm(a, b).relu() - 1, 0.2),
+    "hardtanh_add_relu6": lambda a, b: torch.nn.functional.relu6(
+        torch.nn.functional.hardtanh(torch.bmm(a, b)) + 0.5
+    ),
+    "relu_sub_leaky_relu": lambda a, b: torch.nn.functional.leaky_relu(
+        torch.bmm(a, b).relu() - 1, 0.2
+    ),
 }
 
 
