@@ -319,8 +319,8 @@ int32_t failAtMarkedIterations(void *const *data, const int64_t *, const int64_t
 }
 
 TEST(BackendParallel, EveryIterationRunsOnceUnderConcurrentCallers) {
-  // Four threads each run 300 loops of assorted lengths at once (one of them holds the pool, the
-  // others run theirs on their own thread): every iteration of every loop runs exactly once.
+  // Four threads each run 300 loops of assorted lengths at once: every iteration of every loop
+  // runs exactly once.
   auto caller = [](int seed, std::string *failure) {
     std::mt19937 rng(seed);
     for (int call = 0; call < 300 && failure->empty(); ++call) {
@@ -347,8 +347,8 @@ TEST(BackendParallel, EveryIterationRunsOnceUnderConcurrentCallers) {
 }
 
 TEST(BackendParallel, TheFirstFailingRangeInOrderGivesTheCode) {
-  // Ranges run in any order on any thread; the code returned is the lowest failing range's, so
-  // the error message does not depend on timing.
+  // Ranges run on any thread; the code returned is the lowest failing range's, so the error
+  // message does not depend on timing.
   const int64_t n = 4096;
   std::vector<int32_t> codes(size_t(n), 0);
   codes[4000] = 7;
