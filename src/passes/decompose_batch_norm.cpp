@@ -33,6 +33,19 @@ bool present(const Op &op, size_t i) {
 
 bool decomposeTraining(Op *bn, PassContext &ctx);
 
+/// An f32/f64 input of rank >= 2 and 1-D weight, bias and statistics of its dtype (where given).
+bool operandsDecompose(const Op &bn) {
+  const Type &xt = bn.operand(0)->type();
+  DType dt = xt.dtype();
+  if ((dt != DType::F32 && dt != DType::F64) || xt.rank() < 2) return false;
+  for (size_t i = 1; i < 5; ++i) {
+    if (!present(bn, i)) continue;
+    const Type &pt = bn.operand(i)->type();
+    if (pt.dtype() != dt || pt.rank() != 1) return false;
+  }
+  return true;
+}
+
 bool decompose(Op *bn, PassContext &ctx) {
   const Attr *training = bn->attrOrNull("training");
   if (bn->name() == "batch_norm_with_update" || (training && training->asBool()))
@@ -40,13 +53,7 @@ bool decompose(Op *bn, PassContext &ctx) {
   if (!present(*bn, 3) || !present(*bn, 4)) return false;
   Value *x = bn->operand(0);
   const Type &xt = x->type();
-  DType dt = xt.dtype();
-  if ((dt != DType::F32 && dt != DType::F64) || xt.rank() < 2) return false;
-  for (size_t i = 1; i < 5; ++i) {
-    if (!present(*bn, i)) continue;
-    const Type &pt = bn->operand(i)->type();
-    if (pt.dtype() != dt || pt.rank() != 1) return false;
-  }
+  if (!operandsDecompose(*bn)) return false;
   std::optional<int64_t> channels = xt.shape()[1].staticValue();
   if (!channels) return false;
   double eps = bn->attrOrNull("eps")->asNumber();
@@ -75,13 +82,7 @@ bool decomposeTraining(Op *bn, PassContext &ctx) {
   const bool update = bn->name() == "batch_norm_with_update";
   Value *x = bn->operand(0);
   const Type &xt = x->type();
-  DType dt = xt.dtype();
-  if ((dt != DType::F32 && dt != DType::F64) || xt.rank() < 2) return false;
-  for (size_t i = 1; i < 5; ++i) {
-    if (!present(*bn, i)) continue;
-    const Type &pt = bn->operand(i)->type();
-    if (pt.dtype() != dt || pt.rank() != 1) return false;
-  }
+  if (!operandsDecompose(*bn)) return false;
   if (update && (!present(*bn, 3) || !present(*bn, 4))) return false;
   // Per channel n = N * spatial values; one (or none) would divide by zero below.
   int64_t n = 1;

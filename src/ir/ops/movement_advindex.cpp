@@ -180,15 +180,20 @@ template <class F> void forEachIndexed(const Op &op, const Tensor &self, const P
                [&](const std::vector<int64_t> &idx, int64_t linear) { f(linear, selfIndex(idx)); });
 }
 
+// Whether an index_put's rows are whole: the result ends with self's last dim, not indexed and
+// of stride 1, and the values are contiguous, of self's dtype.
+bool wholeRows(const Tensor &out, const Tensor &v, const Plan &p) {
+  const Layout &l = p.layout;
+  const int64_t rank = out.rank();
+  return rank != 0 && l.rest.size() > l.bpos && l.rest.back() == rank - 1 &&
+         out.strides().back() == 1 && out.dtype() == v.dtype() && v.isContiguous();
+}
+
 // index_put without accumulation where the result ends with self's last dim, not indexed and of
 // stride 1 (a KV cache row, an embedding row): whole rows copied with memcpy from the contiguous
 // values, one index lookup per row. Returns false when the layout does not allow it.
 bool putRows(const Op &op, const Tensor &out, const Tensor &v, const Plan &p) {
-  const Layout &l = p.layout;
-  const int64_t rank = out.rank();
-  if (rank == 0 || l.rest.size() <= l.bpos || l.rest.back() != rank - 1 ||
-      out.strides().back() != 1 || out.dtype() != v.dtype() || !v.isContiguous())
-    return false;
+  if (!wholeRows(out, v, p)) return false;
   for (int64_t size : p.result)
     if (size == 0) return true; // nothing to write (and elementOffset would divide by 0)
   const int64_t row = out.sizes().back();
@@ -215,11 +220,7 @@ bool putRows(const Op &op, const Tensor &out, const Tensor &v, const Plan &p) {
 // without the copy of the values, eager 0.14-0.23 ms; 1 thread, loaded machine).
 template <class T>
 bool accumulateRows(const Op &op, const Tensor &out, const Tensor &v, const Plan &p) {
-  const Layout &l = p.layout;
-  const int64_t rank = out.rank();
-  if (rank == 0 || l.rest.size() <= l.bpos || l.rest.back() != rank - 1 ||
-      out.strides().back() != 1 || out.dtype() != v.dtype() || !v.isContiguous())
-    return false;
+  if (!wholeRows(out, v, p)) return false;
   for (int64_t size : p.result)
     if (size == 0) return true;
   const int64_t row = out.sizes().back();
