@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <numbers>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -28,20 +29,42 @@
 
 namespace xjit::passes {
 
+namespace autodiff_rules {
+
+void unsupported(const Op &op, const std::string &why) {
+  throw AutodiffUnsupported(op.describe() + ": " + why);
+}
+
+std::optional<std::vector<int64_t>> staticSizes(const Value *v) {
+  std::vector<int64_t> s;
+  for (const DimExpr &d : v->type().shape()) {
+    if (!d.isStatic()) return std::nullopt;
+    s.push_back(d.value());
+  }
+  return s;
+}
+
+std::vector<int64_t> staticShape(const Op &op, const Value *v) {
+  std::optional<std::vector<int64_t>> s = staticSizes(v);
+  if (!s) unsupported(op, "needs a static shape, has " + v->type().str());
+  return *s;
+}
+
+} // namespace autodiff_rules
+
 bool runDecomposeAttention(Graph &g, PassContext &ctx); // decompose_attention.cpp
 
 namespace {
 
 using Ints = std::vector<int64_t>;
 
-[[noreturn]] void unsupported(const Op &op, const std::string &why) {
-  throw AutodiffUnsupported(op.describe() + ": " + why);
-}
-
 bool isFloatTensor(const Value *v) { return v->type().isTensor() && isFloating(v->type().dtype()); }
 
 using autodiff_rules::Rule;
 using autodiff_rules::RuleArgs;
+using autodiff_rules::staticShape;
+using autodiff_rules::staticSizes;
+using autodiff_rules::unsupported;
 
 int64_t normDim(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
 
@@ -79,15 +102,6 @@ Value *gradFor(RuleArgs &a, size_t i, Value *g) {
   return sumTo(a, g, a.x(i));
 }
 
-Ints staticShape(const RuleArgs &a, const Value *v) {
-  Ints s;
-  for (const DimExpr &d : v->type().shape()) {
-    if (!d.isStatic()) unsupported(a.op, "needs a static shape, has " + v->type().str());
-    s.push_back(d.value());
-  }
-  return s;
-}
-
 /// The reduced dims of a sum/mean-like op, normalized and sorted (all dims when empty).
 Ints reducedDims(const Op &op, const char *attr, int64_t rank) {
   Ints dims;
@@ -107,12 +121,9 @@ Value *expandReduced(RuleArgs &a, Value *g, const Ints &dims, bool keepdim, Valu
     for (int64_t d : dims)
       g = a.un("unsqueeze", g, {{"dim", d}});
   // A static shape keeps x itself out of the backward's inputs (only its shape is needed).
-  Ints shape;
-  for (const DimExpr &d : x->type().shape()) {
-    if (!d.isStatic()) return a.b.op("expand_as", {g, x});
-    shape.push_back(d.value());
-  }
-  return a.un("expand", g, {{"shape", shape}});
+  std::optional<Ints> shape = staticSizes(x);
+  if (!shape) return a.b.op("expand_as", {g, x});
+  return a.un("expand", g, {{"shape", *shape}});
 }
 
 bool attrBool(const Op &op, std::string_view name, bool dflt) {
@@ -154,22 +165,17 @@ Value *catBeforeReshape(RuleArgs &a, const std::vector<Value *> &pieces, int64_t
     if (!def || def->name() != "reshape" || def->numOperands() != 1) return nullptr;
     Value *src = def->operand(0);
     if (!src->type().isTensor() || src->type().dtype() != p->type().dtype()) return nullptr;
-    Ints s;
-    for (const DimExpr &d : src->type().shape()) {
-      if (!d.isStatic()) return nullptr;
-      s.push_back(d.value());
-    }
+    std::optional<Ints> s = staticSizes(src);
+    if (!s) return nullptr;
     if (sources.empty())
-      srcShape = s;
-    else if (s != srcShape)
+      srcShape = *s;
+    else if (*s != srcShape)
       return nullptr;
     sources.push_back(src);
   }
-  Ints pieceShape;
-  for (const DimExpr &d : pieces[0]->type().shape()) {
-    if (!d.isStatic()) return nullptr;
-    pieceShape.push_back(d.value());
-  }
+  std::optional<Ints> pieceSizes = staticSizes(pieces[0]);
+  if (!pieceSizes) return nullptr;
+  const Ints &pieceShape = *pieceSizes;
   const int64_t rank = static_cast<int64_t>(pieceShape.size());
   const int64_t srcRank = static_cast<int64_t>(srcShape.size());
   dim = normDim(dim, rank);
@@ -329,7 +335,7 @@ const std::map<std::string, Rule> &ruleTable() {
     };
     // -- views: the inverse movement of the gradient --
     auto reshapeBack = [](RuleArgs &a) -> std::vector<Value *> {
-      return {a.un("reshape", a.g, {{"shape", staticShape(a, a.x(0))}})};
+      return {a.un("reshape", a.g, {{"shape", staticShape(a.op, a.x(0))}})};
     };
     t["reshape"] = t["view"] = t["flatten"] = t["unflatten"] = t["squeeze"] = reshapeBack;
     t["unsqueeze"] = [](RuleArgs &a) -> std::vector<Value *> {
@@ -430,7 +436,7 @@ const std::map<std::string, Rule> &ruleTable() {
       std::vector<Value *> r(a.op.numOperands(), nullptr);
       if (a.need[0]) r[0] = sumTo(a, a.b.op("matmul", {a.g, w}), x);
       if (a.need[1]) {
-        const int64_t in = staticShape(a, w)[1], out = staticShape(a, w)[0];
+        const int64_t in = staticShape(a.op, w)[1], out = staticShape(a.op, w)[0];
         Value *g2 = a.un("reshape", a.g, {{"shape", Ints{-1, out}}});
         Value *x2 = a.un("reshape", x, {{"shape", Ints{-1, in}}});
         r[1] = castTo(a.b, a.b.op("mm", {a.un("t", g2), x2}), w->type().dtype());

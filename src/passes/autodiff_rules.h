@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,15 @@ struct RuleArgs {
   Value *mul(Value *a, Value *c) const { return bin("mul", a, c); }
 };
 using Rule = std::function<std::vector<Value *>(RuleArgs &)>;
+
+/// Throws AutodiffUnsupported for `op` (the frame then runs under PyTorch's autograd).
+[[noreturn]] void unsupported(const Op &op, const std::string &why);
+
+/// v's sizes when all are static, else nothing.
+std::optional<std::vector<int64_t>> staticSizes(const Value *v);
+
+/// v's static sizes; unsupported(op) when one is symbolic.
+std::vector<int64_t> staticShape(const Op &op, const Value *v);
 
 /// Adds the rules of autodiff_rules_nn.cpp (conv, pooling, batch_norm) to the table.
 void addNnRules(std::map<std::string, Rule> &table);

@@ -27,19 +27,6 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
-[[noreturn]] void unsupported(const Op &op, const std::string &why) {
-  throw AutodiffUnsupported(op.describe() + ": " + why);
-}
-
-Ints staticShape(const Op &op, const Value *v) {
-  Ints s;
-  for (const DimExpr &d : v->type().shape()) {
-    if (!d.isStatic()) unsupported(op, "needs a static shape, has " + v->type().str());
-    s.push_back(d.value());
-  }
-  return s;
-}
-
 /// The spatial rank of conv2d, max_pool3d, adaptive_avg_pool1d...: the digit before "d".
 size_t spatialRank(const Op &op) {
   const std::string &n = op.name();
