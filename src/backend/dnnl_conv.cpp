@@ -214,14 +214,16 @@ WinogradMode winogradMode() {
 
 /// Output pixels (batch x height x width) from which a Winograd convolution pays for
 /// transforming run-time weights on every call, against a convolution 1.3-2.5x faster than
-/// brgconv (docs/perf.md "Session 7"). With xjit's transform (winograd_weights.h: one thread,
-/// 0.08 ms for 64x64x3x3, 1.1 ms for 128x128x3x3, 1.5 ms for 256x256x3x3) from 1K pixels:
-/// ResNet-18's 56x56 stage at batch 1 (3K pixels) gains, its 28x28 stage at batch 1 (784
-/// pixels, F(4x4) chosen) would break even, 14x14 and 7x7 lose. Where only oneDNN's transform
-/// applies (5-8x slower) from 16K pixels: its 128x128 transform outweighed the saving on
-/// ResNet-18's 28x28 stage at batch 8. Weights transformed once (constant, or tagged by the
-/// weight cache) take Winograd at any size.
-constexpr int64_t kWinogradMinPixels = 1024;
+/// brgconv (docs/perf.md "Session 7", "Session 11"). With xjit's transform (winograd_weights.h;
+/// one thread, cold weights: 0.03 ms for 64x64x3x3, 0.22 ms for 128x128x3x3 in F(4x4), 0.47 ms
+/// for 256x256x3x3) from 100 pixels: at batch 1 ResNet-18's 56x56, 28x28 (1.0-1.2 against
+/// 2.2 ms per conv with brgconv and its weight reorder) and 14x14 stages (1.7 against 2.5 ms)
+/// gain, and so does 256 channels at 10x10 (1.2 against 1.6 ms); its 7x7 stage loses (512
+/// channels: 4.1-4.6 ms against 2.9 with im2col). Where only oneDNN's transform applies (5-8x
+/// slower than xjit's before session 11) from 16K pixels: its 128x128 transform outweighed the
+/// saving on ResNet-18's 28x28 stage at batch 8. Weights transformed once (constant, or tagged
+/// by the weight cache) take Winograd at any size.
+constexpr int64_t kWinogradMinPixels = 100;
 constexpr int64_t kWinogradMinPixelsSlowTransform = 16384;
 /// Largest oneDNN scratchpad a Winograd convolution on run-time weights may ask for. The
 /// per-thread scratchpad grows to the largest any primitive asks for and stays (brgconv asks

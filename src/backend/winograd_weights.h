@@ -26,7 +26,8 @@ struct WinogradWeightLayout {
   int64_t oc = 0, ic = 0;    // channels, padded to the blocks
   int64_t outC = 0, inC = 0; // the source weight's channels
   int64_t ocBlock = 0, icBlock = 0, oc2Block = 1, ic2Block = 1;
-  float G[6][3] = {}; // the transform matrix: U = G g G^T per (oc, ic)
+  float G[6][3] = {};     // the transform matrix: U = G g G^T per (oc, ic)
+  int64_t tileStride = 0; // elements from one (a, b) of the transformed tile to the next
 };
 
 /// The layout for transforming `from` (dense row-major f32 [O, I, 3, 3]) into `to`, or nullopt
