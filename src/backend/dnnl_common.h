@@ -137,8 +137,9 @@ public:
 /// size asked for and reused by every later call, instead of a fresh allocation per call
 /// (ResNet-18: 20 convolutions' weights, 45 MB, per call, whose freed blocks glibc's malloc
 /// kept: 43 MB held free after the steady calls).
-/// WinogradSrc/WinogradDst: a Winograd convolution's activations in its blocked layout.
-enum class ScratchSlot { Weights, Im2col, WinogradSrc, WinogradDst, Count };
+/// WinogradSrc/WinogradDst: a Winograd convolution's activations in its blocked layout;
+/// Scratchpad: the primitive's own scratchpad (execute).
+enum class ScratchSlot { Weights, Im2col, WinogradSrc, WinogradDst, Scratchpad, Count };
 /// At least `bytes` bytes, 64-byte aligned, owned by the calling thread.
 void *threadScratch(ScratchSlot slot, size_t bytes);
 
