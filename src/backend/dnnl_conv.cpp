@@ -55,7 +55,7 @@ public:
     std::vector<Tensor> keep;
     Tensor x = tensorOf(spec->x, in);
     if (toSrc && activationsInScratch) {
-      args[DNNL_ARG_SRC] = toSrc.intoScratch(x, ScratchSlot::WinogradSrc);
+      args[DNNL_ARG_SRC] = toSrc.intoScratch(x, ScratchSlot::ConvSrc);
     } else {
       if (toSrc) x = toSrc(x, spec->dtype);
       keep.push_back(x);
@@ -83,7 +83,7 @@ public:
     memory dstMem;
     if (dstScratch && activationsInScratch) {
       dstMem =
-          memory(dstDesc, cpuEngine(), threadScratch(ScratchSlot::WinogradDst, dstDesc.get_size()));
+          memory(dstDesc, cpuEngine(), threadScratch(ScratchSlot::ConvDst, dstDesc.get_size()));
     } else {
       if (dstScratch)
         dst = allocateOutput(spec->dtype,
@@ -122,7 +122,7 @@ public:
 
   void run(std::span<const RtValue> in, const Tensor &out) const override {
     Tensor x = tensorOf(spec->x, in), wt = tensorOf(spec->w, in);
-    auto *cols = static_cast<float *>(threadScratch(ScratchSlot::Im2col, colsDesc.get_size()));
+    auto *cols = static_cast<float *>(threadScratch(ScratchSlot::ConvSrc, colsDesc.get_size()));
     im2col(reinterpret_cast<const float *>(x.data()), cols);
     memory colsMem(colsDesc, cpuEngine(), cols), weightsMem = wrap(weightsDesc, wt);
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, channelsLast ? colsMem : weightsMem},
