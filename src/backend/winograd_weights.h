@@ -5,8 +5,8 @@
 // Why not oneDNN's own reorder: its `wino_reorder` reads the weights across output channels
 // one element at a time and goes through a full-size intermediate, 5-20x slower than this
 // (one thread: 128x128x3x3 4.6-6.9 ms against 0.22 ms, 512x512x3x3 39 against 2.2 ms;
-// docs/perf.md "Session 7", "Session 11"), and a module's weights are transformed on every call (docs/backend.md
-// "A module's weights"). The layouts are those oneDNN's reorder writes (its
+// docs/perf.md "Session 7", "Session 11"), and a module's weights are transformed on every
+// call (docs/backend.md "A module's weights"). The layouts are those oneDNN's reorder writes (its
 // src/cpu/x64/wino_reorder.hpp); tests/cpp/winograd_weights_test.cpp compares this transform
 // with oneDNN's reorder on every shape and format, and formats or descriptors it does not
 // know (int8 scales, other tile sizes) keep oneDNN's reorder.
