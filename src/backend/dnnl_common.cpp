@@ -100,10 +100,9 @@ void execute(const dnnl::primitive &prim, std::unordered_map<int, memory> &args)
   const dnnl_memory_desc_t *md =
       dnnl_primitive_desc_query_md(prim.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
   if (md && md->ndims > 0) {
-    thread_local std::vector<char> scratch;
-    size_t bytes = dnnl_memory_desc_get_size(md);
-    if (scratch.size() < bytes) scratch.resize(bytes);
-    args[DNNL_ARG_SCRATCHPAD] = memory(memory::desc(*md), cpuEngine(), scratch.data());
+    // Not a zero-filled std::vector: pages a primitive leaves untouched stay unmapped.
+    void *scratch = threadScratch(ScratchSlot::Scratchpad, dnnl_memory_desc_get_size(md));
+    args[DNNL_ARG_SCRATCHPAD] = memory(memory::desc(*md), cpuEngine(), scratch);
   }
   dnnl::stream &s = threadStream();
   prim.execute(s, args);

@@ -137,8 +137,10 @@ public:
 /// size asked for and reused by every later call, instead of a fresh allocation per call
 /// (ResNet-18: 20 convolutions' weights, 45 MB, per call, whose freed blocks glibc's malloc
 /// kept: 43 MB held free after the steady calls).
-/// WinogradSrc/WinogradDst: a Winograd convolution's activations in its blocked layout.
-enum class ScratchSlot { Weights, Im2col, WinogradSrc, WinogradDst, Count };
+/// ConvSrc: a Winograd convolution's input in its blocked layout, or an im2col convolution's
+/// columns (one plan never uses both: one buffer, ResNet-18 b1 -0.8 MB); ConvDst: a Winograd
+/// convolution's result in its blocked layout; Scratchpad: the primitive's own (execute).
+enum class ScratchSlot { Weights, ConvSrc, ConvDst, Scratchpad, Count };
 /// At least `bytes` bytes, 64-byte aligned, owned by the calling thread.
 void *threadScratch(ScratchSlot slot, size_t bytes);
 

@@ -55,7 +55,7 @@ public:
     std::vector<Tensor> keep;
     Tensor x = tensorOf(spec->x, in);
     if (toSrc && activationsInScratch) {
-      args[DNNL_ARG_SRC] = toSrc.intoScratch(x, ScratchSlot::WinogradSrc);
+      args[DNNL_ARG_SRC] = toSrc.intoScratch(x, ScratchSlot::ConvSrc);
     } else {
       if (toSrc) x = toSrc(x, spec->dtype);
       keep.push_back(x);
@@ -83,7 +83,7 @@ public:
     memory dstMem;
     if (dstScratch && activationsInScratch) {
       dstMem =
-          memory(dstDesc, cpuEngine(), threadScratch(ScratchSlot::WinogradDst, dstDesc.get_size()));
+          memory(dstDesc, cpuEngine(), threadScratch(ScratchSlot::ConvDst, dstDesc.get_size()));
     } else {
       if (dstScratch)
         dst = allocateOutput(spec->dtype,
@@ -122,7 +122,7 @@ public:
 
   void run(std::span<const RtValue> in, const Tensor &out) const override {
     Tensor x = tensorOf(spec->x, in), wt = tensorOf(spec->w, in);
-    auto *cols = static_cast<float *>(threadScratch(ScratchSlot::Im2col, colsDesc.get_size()));
+    auto *cols = static_cast<float *>(threadScratch(ScratchSlot::ConvSrc, colsDesc.get_size()));
     im2col(reinterpret_cast<const float *>(x.data()), cols);
     memory colsMem(colsDesc, cpuEngine(), cols), weightsMem = wrap(weightsDesc, wt);
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, channelsLast ? colsMem : weightsMem},
@@ -214,20 +214,24 @@ WinogradMode winogradMode() {
 
 /// Output pixels (batch x height x width) from which a Winograd convolution pays for
 /// transforming run-time weights on every call, against a convolution 1.3-2.5x faster than
-/// brgconv (docs/perf.md "Session 7"). With xjit's transform (winograd_weights.h: one thread,
-/// 0.08 ms for 64x64x3x3, 1.1 ms for 128x128x3x3, 1.5 ms for 256x256x3x3) from 1K pixels:
-/// ResNet-18's 56x56 stage at batch 1 (3K pixels) gains, its 28x28 stage at batch 1 (784
-/// pixels, F(4x4) chosen) would break even, 14x14 and 7x7 lose. Where only oneDNN's transform
-/// applies (5-8x slower) from 16K pixels: its 128x128 transform outweighed the saving on
-/// ResNet-18's 28x28 stage at batch 8. Weights transformed once (constant, or tagged by the
-/// weight cache) take Winograd at any size.
-constexpr int64_t kWinogradMinPixels = 1024;
+/// brgconv (docs/perf.md "Session 7", "Session 11"). With xjit's transform (winograd_weights.h;
+/// one thread, cold weights: 0.03 ms for 64x64x3x3, 0.22 ms for 128x128x3x3 in F(4x4), 0.47 ms
+/// for 256x256x3x3) from 100 pixels: at batch 1 ResNet-18's 56x56, 28x28 (1.0-1.2 against
+/// 2.2 ms per conv with brgconv and its weight reorder, but over kWinogradMaxScratchpad) and
+/// 14x14 stages (1.7 against 2.5 ms) gain, and so does 256 channels at 10x10 (1.2 against 1.6
+/// ms); its 7x7 stage loses (512 channels: 4.1-4.6 ms against 2.9 with im2col). Where only
+/// oneDNN's transform applies (5-8x slower than xjit's before session 11) from 16K pixels:
+/// its 128x128 transform outweighed the saving on ResNet-18's 28x28 stage at batch 8. Weights
+/// transformed once (constant, or tagged by the weight cache) take Winograd at any size.
+constexpr int64_t kWinogradMinPixels = 100;
 constexpr int64_t kWinogradMinPixelsSlowTransform = 16384;
 /// Largest oneDNN scratchpad a Winograd convolution on run-time weights may ask for. The
 /// per-thread scratchpad grows to the largest any primitive asks for and stays (brgconv asks
 /// for none): at batch 8, ResNet-18's 56x56 stage needs 7.5 MB but its 28x28 and 14x14 stages
-/// 22-24 MB, which took its steady peak RSS 43 MB higher (above eager's). The weight cache
-/// (opt-in, a copy of every weight already) is not held to it.
+/// 22-24 MB, which took its steady peak RSS 43 MB higher (above eager's; 54 MB in session 11).
+/// At batch 1 its 28x28 stage asks for 10 MB: ~7% faster, ~2 MB more RSS, just above eager's
+/// (docs/perf.md "Session 11"). The weight cache (opt-in, a copy of every weight already) is
+/// not held to it.
 constexpr size_t kWinogradMaxScratchpad = size_t(8) << 20;
 
 class ConvKernel : public LibraryKernel {
