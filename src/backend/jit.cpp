@@ -39,11 +39,6 @@ extern "C" void __deregister_frame(void *); // libgcc's unwinder
 namespace xjit::backend {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
 double threadCpuMs() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);

@@ -50,11 +50,6 @@ extern "C" void __register_frame(void *); // libgcc's unwinder
 namespace xjit::backend {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
 [[noreturn]] void llvmFail(const std::string &what, llvm::Error err) {
   throw Error(ErrorKind::Internal, what + ": " + llvm::toString(std::move(err)));
 }

@@ -8,6 +8,7 @@
 #include "xjit/backend/jit.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -24,6 +25,12 @@ inline constexpr const char *kKernelPipeline =
     "always-inline,function(sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,"
     "loop-mssa(licm,loop-rotate),loop(indvars),loop-vectorize,instcombine<no-verify-fixpoint>,"
     "simplifycfg,loop-mssa(licm),early-cse)";
+
+/// Wall-clock milliseconds since t (CompileTimes, counters).
+using Clock = std::chrono::steady_clock;
+inline double msSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 /// Linked kernel code: mmap'd pages unmapped (by libxjit_native) when the last kernel holding
 /// them goes away.
