@@ -524,6 +524,7 @@ void CompiledKernel::run(std::span<const Tensor> buffers, std::span<const RtValu
       NoBatch linkNow; // a batch open on this thread must not hold back a kernel run now
       general_ = Jit::instance().compile(*k.general, options_);
       ++gGeneralVersions;
+      noteCompile(); // a compile in the steady state: the run after it unloads LLVM again
     });
     general_->run(buffers, scalars);
     return;
