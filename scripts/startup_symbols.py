@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Writes src/python/startup_symbols.txt: the functions libxjit_native.so runs while it loads.
+"""Writes src/python/startup_symbols.txt: the functions libxjit_native.so and libxjit_llvm.so
+(the LLVM engine, loaded for each compile burst) run while they load.
 
-    python3 scripts/startup_symbols.py <build>/python/xjit/libxjit_native.so
+    python3 scripts/startup_symbols.py <build>/python/xjit/libxjit_native.so \
+        <build>/python/xjit/libxjit_llvm.so
 
 Those are the static constructors (`_GLOBAL__sub_I_*`: LLVM's command-line options, xjit's op
 and pass tables) and every function they call directly, found in the disassembly (objdump).
@@ -56,7 +58,7 @@ def startup_functions(library: Path) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("library", type=Path)
+    parser.add_argument("libraries", type=Path, nargs="+")
     parser.add_argument(
         "-o",
         "--out",
@@ -64,7 +66,7 @@ def main() -> None:
         default=Path(__file__).resolve().parents[1] / "src/python/startup_symbols.txt",
     )
     args = parser.parse_args()
-    names = startup_functions(args.library)
+    names = list(dict.fromkeys(n for lib in args.libraries for n in startup_functions(lib)))
     args.out.write_text("\n".join(names) + "\n")
     print(f"{args.out}: {len(names)} functions")
 

@@ -252,8 +252,10 @@ def backend_stats() -> dict[str, float]:
     ``memory_releases`` (times the first run after a compile gave the compiler's code pages and
     malloc's free heap back), the RSS that gave back, ``memory_released_mb``, and its
     ``memory_release_ms`` (docs/perf.md, "Session 5: memory"); ``target_machines`` (LLVM
-    target machines made by compiling threads: one per thread, dropped by each release, made
-    again by the next compile on that thread)."""
+    target machines made for compiles: one per concurrently compiling thread, dropped by each
+    release, made again by the next compile); ``llvm_engine_loads``, ``llvm_engine_unloads``
+    and ``llvm_engine_load_ms`` (the LLVM engine, libxjit_llvm.so, is loaded by the first
+    compile or cache link after a release and unloaded by the release; docs/backend.md)."""
     # One backend per process (libxjit_native.so, which both extensions load): its counters
     # cover xjit.jit's kernels and those of xjit.ir.compile.
     stats = {name: value for name, value in _xjit.backend_stats()}

@@ -1,21 +1,19 @@
-// The ORC LLJIT wrapper: kernel IR -> LLVM IR -> optimized IR -> machine code in this process.
-//
-// Target: the host CPU by name and feature list (sys::getHostCPUName / getHostCPUFeatures), so
-// the vectorizer's cost model and the code use AVX2 / AVX-512 where the machine has them. The
-// optimizer runs here, on the module, with a TargetMachine for the same host; LLJIT then only
-// generates code. Each kernel gets its own LLVMContext (compiles may run in parallel) and its
-// own JITDylib (dropping the last CompiledKernel removes it and frees its code; one symbol
-// namespace per kernel lets the same cached object be linked twice), except inside a LinkBatch
-// (a compiled graph's kernels): those are linked together into one JITDylib with one lookup when
-// the batch finishes, and share its lifetime. Their symbols carry a prefix of the cache key, so
-// that different kernels of one name ("fusion_elementwise") do not collide in that JITDylib.
+// Jit: compiles kernels through the LLVM engine (llvm_engine.h: LLVM IR, optimization, machine
+// code and linking, in libxjit_llvm.so in the Python build), which it loads when a compile or
+// link needs it; releaseEngine (after a compile burst, release_memory.cpp) unloads it again.
+// Each link places its objects' code in pages of their own (CodePages), freed when the last
+// CompiledKernel holding them goes away: one object per link without a batch (the same cached
+// object can be linked twice), a compiled graph's kernels together inside a LinkBatch (one link,
+// one lookup when the batch finishes; they share the code's lifetime). Their symbols carry a
+// prefix of the cache key, so that different kernels of one name ("fusion_elementwise") do not
+// collide in one link.
 //
 // Compile cache: the object file is what the persistent cache stores (compile_cache.h), keyed by
 // the printed loop IR, the CPU name and features, the compiler's identity and the pipeline. On a
 // hit, LLVM IR is never built: the object is linked directly.
 #include "xjit/backend/jit.h"
 
-#include "llvm_codegen.h"
+#include "llvm_engine.h"
 #include "runtime_util.h"
 #include "xjit/backend/compile_cache.h"
 #include "xjit/backend/content_tags.h"
@@ -23,20 +21,7 @@
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/op_registry.h"
 
-#include <llvm/ExecutionEngine/Orc/Core.h>
-#include <llvm/ExecutionEngine/Orc/ExecutorProcessControl.h>
-#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
-#include <llvm/ExecutionEngine/Orc/LLJIT.h>
-#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
-#include <llvm/IR/LegacyPassManager.h>
-#include <llvm/Passes/PassBuilder.h>
-#include <llvm/Support/CommandLine.h>
-#include <llvm/Support/StringSaver.h>
-#include <llvm/Support/TargetSelect.h>
-#include <llvm/Target/TargetMachine.h>
-#include <llvm/TargetParser/Host.h>
-#include <llvm/TargetParser/SubtargetFeature.h>
-#include <llvm/Transforms/Utils/Cloning.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
@@ -49,13 +34,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+extern "C" void __deregister_frame(void *); // libgcc's unwinder
+
 namespace xjit::backend {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
 
 double threadCpuMs() {
   timespec ts{};
@@ -63,80 +45,17 @@ double threadCpuMs() {
   return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
 }
 
-[[noreturn]] void llvmFail(const std::string &what, llvm::Error err) {
-  throw Error(ErrorKind::Internal, what + ": " + llvm::toString(std::move(err)));
+[[noreturn]] void linkFail(const std::string &what, const std::string &error) {
+  throw Error(ErrorKind::Internal, what + ": " + error);
 }
-
-template <class T> T check(llvm::Expected<T> v, const std::string &what) {
-  if (!v) llvmFail(what, v.takeError());
-  return std::move(*v);
-}
-
-/// Pipeline::Kernel. The inputs are clean loops from the kernel IR; what they need is SSA form
-/// for accumulators, loop-invariant hoisting (stride and parameter loads, broadcast operands),
-/// rotation into do-while form, and vectorization.
-constexpr const char *kKernelPipeline =
-    "always-inline,function(sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,"
-    "loop-mssa(licm,loop-rotate),loop(indvars),loop-vectorize,instcombine<no-verify-fixpoint>,"
-    "simplifycfg,loop-mssa(licm),early-cse)";
-
-void optimize(llvm::Module &m, llvm::TargetMachine &tm, Pipeline pipeline) {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PipelineTuningOptions pto;
-  pto.LoopVectorization = true;
-  pto.SLPVectorization = true;
-  llvm::PassBuilder pb(&tm, pto);
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  llvm::ModulePassManager mpm;
-  // XJIT_LLVM_PIPELINE: a textual pass pipeline instead (experiments; see `opt -passes`).
-  const char *override = std::getenv("XJIT_LLVM_PIPELINE");
-  if (pipeline == Pipeline::LLVMDefault && !override) {
-    mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
-  } else {
-    const char *text = override                       ? override
-                       : pipeline == Pipeline::Kernel ? kKernelPipeline
-                                                      : "always-inline";
-    if (llvm::Error err = pb.parsePassPipeline(mpm, text))
-      llvmFail("JIT: pass pipeline", std::move(err));
-  }
-  mpm.run(m, mam);
-}
-
-/// Machine code for the module as an object file or assembly text (the module is consumed).
-llvm::SmallVector<char, 0> emitCode(llvm::Module &m, llvm::TargetMachine &tm,
-                                    llvm::CodeGenFileType type) {
-  llvm::SmallVector<char, 0> buf;
-  llvm::raw_svector_ostream os(buf);
-  llvm::legacy::PassManager pm;
-  if (tm.addPassesToEmitFile(pm, os, nullptr, type))
-    throw Error(ErrorKind::Internal, "JIT: the target cannot emit machine code");
-  pm.run(m);
-  return buf;
-}
-
-/// Frees a kernel's code when the last CompiledKernel referring to it goes away.
-struct CodeHandle {
-  llvm::orc::ExecutionSession *session = nullptr;
-  llvm::orc::JITDylib *dylib = nullptr;
-  ~CodeHandle() {
-    if (!dylib) return;
-    if (llvm::Error err = session->removeJITDylib(*dylib))
-      llvm::consumeError(std::move(err)); // nothing sensible to do in a destructor
-  }
-};
 
 std::atomic<uint64_t> gLlvmCompilations{0}, gCacheLinks{0}, gGeneralVersions{0};
 std::atomic<uint64_t> gBatchLinks{0}, gBatchedObjects{0}; // LinkBatch::finish
 std::atomic<uint64_t> gKernelsShared{0};  // compiles answered by a live identical kernel
-std::atomic<uint64_t> gTargetMachines{0}; // made by compiling threads (dropped by releases)
-std::atomic<uint64_t> gLlvmNs{0}, gCacheLinkNs{0}; // wall time, for jitTotals()
+std::atomic<uint64_t> gTargetMachines{0}; // made by the engine (dropped by releases)
+std::atomic<uint64_t> gEngineLoads{0}, gEngineUnloads{0}; // of the LLVM engine
+std::atomic<uint64_t> gEngineLoadNs{0};                   // loading and starting it
+std::atomic<uint64_t> gLlvmNs{0}, gCacheLinkNs{0};        // wall time, for jitTotals()
 
 void addMs(std::atomic<uint64_t> &total, double ms) { total += uint64_t(ms * 1e6); }
 
@@ -151,11 +70,6 @@ const char *pipelineName(Pipeline p) {
 
 /// The LinkBatch collecting this thread's compiles (null: link each kernel at once).
 thread_local LinkBatch *tCurrentBatch = nullptr;
-
-/// This thread's target machine: not thread-safe but reusable, so one per compiling thread.
-/// With its subtarget (instruction, register and lowering tables) it is most of the heap LLVM
-/// keeps between compiles, so releaseCompilerMemory drops it (Jit::dropThreadCaches).
-thread_local std::unique_ptr<llvm::TargetMachine> tTargetMachine;
 
 /// Compiles with no batch on this thread (a kernel's general version, compiled while running).
 struct NoBatch {
@@ -182,148 +96,131 @@ struct LinkBatch::Pending {
 };
 
 struct Jit::Impl {
-  std::unique_ptr<llvm::orc::LLJIT> jit;
-  std::optional<llvm::orc::JITTargetMachineBuilder> jtmb;
-  std::string cpu, features;
   std::string llvmArgs; // XJIT_LLVM_ARGS: changes code, so part of the cache key
-  std::atomic<uint64_t> counter{0};
   /// Linked kernels by compile-cache key, while any CompiledKernel holds them: an identical
   /// kernel (an LSTM's cell at every step, a transformer's layers) shares that code instead of
-  /// linking the cached object again (its own JITDylib, 4 pages of code and tables, ORC state).
+  /// linking the cached object again (4 pages of code and tables).
   std::mutex liveMutex;
   std::unordered_map<std::string, std::pair<std::weak_ptr<void>, KernelEntry>> live;
+
+  /// The LLVM engine, loaded (or started) by the first compile or link that needs it and
+  /// unloaded by releaseEngine when no compile or link is using it.
+  std::mutex engineMutex;
+  const LlvmEngine *engine = nullptr;
+  void *engineHandle = nullptr;
+  int engineUsers = 0;
+  /// The host as the engine sees it: found by the first load, kept across unloads.
+  std::atomic<bool> hostKnown{false};
+  std::string cpu, features;
+
+  /// A use of the engine: loaded and kept loaded while this lives.
+  class EngineUse {
+  public:
+    explicit EngineUse(Impl &impl) : impl_(impl), engine_(impl.acquireEngine()) {}
+    ~EngineUse() {
+      std::lock_guard<std::mutex> lock(impl_.engineMutex);
+      --impl_.engineUsers;
+    }
+    EngineUse(const EngineUse &) = delete;
+    EngineUse &operator=(const EngineUse &) = delete;
+    const LlvmEngine *operator->() const { return &engine_; }
+
+  private:
+    Impl &impl_;
+    const LlvmEngine &engine_;
+  };
+
+  const LlvmEngine &acquireEngine() {
+    std::lock_guard<std::mutex> lock(engineMutex);
+    if (!engine) {
+      auto t0 = Clock::now();
+      void *handle = nullptr;
+      const LlvmEngine *loaded = loadLlvmEngine(handle);
+      std::string hostCpu, hostFeatures;
+      try {
+        loaded->start(llvmArgs, hostCpu, hostFeatures, gTargetMachines);
+      } catch (...) {
+        unloadLlvmEngine(handle);
+        throw;
+      }
+      engine = loaded;
+      engineHandle = handle;
+      ++gEngineLoads;
+      addMs(gEngineLoadNs, msSince(t0));
+      if (!hostKnown) {
+        cpu = std::move(hostCpu);
+        features = std::move(hostFeatures);
+        hostKnown = true;
+      }
+    }
+    ++engineUsers;
+    return *engine;
+  }
+
+  void knowHost() {
+    if (!hostKnown) EngineUse use(*this);
+  }
+
+  bool releaseEngine() {
+    std::lock_guard<std::mutex> lock(engineMutex);
+    if (!engine || engineUsers > 0) return false;
+    engine->stop(engineHandle != nullptr);
+    unloadLlvmEngine(engineHandle);
+    engine = nullptr;
+    engineHandle = nullptr;
+    return true;
+  }
 
   void remember(const std::string &key, const std::shared_ptr<void> &code, KernelEntry entry) {
     std::lock_guard<std::mutex> lock(liveMutex);
     live[key] = {code, entry};
   }
 
-  /// Links an object file into a new JITDylib; returns the handle and the entry, or an error
-  /// (the dylib is removed again).
-  llvm::Expected<std::pair<std::shared_ptr<CodeHandle>, KernelEntry>>
-  link(llvm::StringRef object, const std::string &symbol) {
-    llvm::orc::ExecutionSession &es = jit->getExecutionSession();
-    auto jd = jit->createJITDylib("xjit_k" + std::to_string(counter++));
-    if (!jd) return jd.takeError();
-    jd->addToLinkOrder(jit->getMainJITDylib()); // the runtime helpers
-    auto handle = std::make_shared<CodeHandle>();
-    handle->session = &es;
-    handle->dylib = &*jd;
-    if (llvm::Error err =
-            jit->addObjectFile(*jd, llvm::MemoryBuffer::getMemBufferCopy(object, symbol)))
-      return err;
-    auto addr = jit->lookup(*jd, symbol);
-    if (!addr) return addr.takeError();
-    return std::make_pair(std::move(handle), addr->toPtr<KernelEntry>());
-  }
-
-  /// Links all of `objects` into one new JITDylib with one lookup; returns the handle and each
-  /// object's entry, or an error (the dylib is removed again). Symbols must be distinct.
-  llvm::Expected<std::pair<std::shared_ptr<CodeHandle>, std::vector<KernelEntry>>>
-  linkTogether(const std::vector<const LinkBatch::Pending *> &objects) {
-    llvm::orc::ExecutionSession &es = jit->getExecutionSession();
-    auto jd = jit->createJITDylib("xjit_g" + std::to_string(counter++));
-    if (!jd) return jd.takeError();
-    jd->addToLinkOrder(jit->getMainJITDylib()); // the runtime helpers
-    auto handle = std::make_shared<CodeHandle>();
-    handle->session = &es;
-    handle->dylib = &*jd;
-    llvm::orc::MangleAndInterner mangle(es, jit->getDataLayout());
-    llvm::orc::SymbolLookupSet names;
-    std::vector<llvm::orc::SymbolStringPtr> interned;
-    for (const LinkBatch::Pending *p : objects) {
-      if (llvm::Error err =
-              jit->addObjectFile(*jd, llvm::MemoryBuffer::getMemBufferCopy(p->object, p->symbol)))
-        return err;
-      interned.push_back(mangle(p->symbol));
-      names.add(interned.back());
-    }
-    auto found = es.lookup(llvm::orc::makeJITDylibSearchOrder(&*jd), std::move(names));
-    if (!found) return found.takeError();
-    std::vector<KernelEntry> entries;
-    for (const llvm::orc::SymbolStringPtr &name : interned) {
-      auto it = found->find(name);
-      if (it == found->end())
-        return llvm::make_error<llvm::StringError>("symbol not found after linking",
-                                                   llvm::inconvertibleErrorCode());
-      entries.push_back(it->second.getAddress().toPtr<KernelEntry>());
-    }
-    return std::make_pair(std::move(handle), std::move(entries));
+  /// Links objects together into code of their own (the engine's link); returns the pages and
+  /// each object's entry, or the linker's error.
+  std::string link(const std::vector<ObjectToLink> &objects, std::shared_ptr<CodePages> &code,
+                   std::vector<KernelEntry> &entries) {
+    EngineUse engine(*this);
+    code = std::make_shared<CodePages>();
+    std::string error = engine->link(objects, *code, entries);
+    if (!error.empty()) code.reset();
+    return error;
   }
 
   /// LLVM IR, optimization and machine code for k (symbol `symbol`); fills ck's times (and
   /// text with keepText) and returns the object file.
-  llvm::SmallVector<char, 0> buildObject(const Kernel &k, const std::string &symbol,
-                                         const CompileOptions &opts, CompiledKernel &ck);
+  std::string buildObject(const Kernel &k, const std::string &symbol, const CompileOptions &opts,
+                          CompiledKernel &ck) {
+    ++gLlvmCompilations;
+    EngineUse engine(*this);
+    if (opts.keepText) ck.loopIR_ = printKernel(k);
+    return engine->buildObject(k, symbol, opts.pipeline, opts.keepText, ck.times_, ck.llvmIR_,
+                               ck.assembly_);
+  }
 
   void linkBatch(std::vector<LinkBatch::Pending> &pending);
 };
 
+CodePages::~CodePages() {
+  for (void *frame : frames)
+    __deregister_frame(frame);
+  for (auto [start, size] : regions)
+    munmap(start, size);
+}
+
 Jit::Jit() : impl_(std::make_unique<Impl>()) {
-  llvm::InitializeNativeTarget();
-  llvm::InitializeNativeTargetAsmPrinter();
-  // FastISel selects instructions for what it handles (the scalar parts: loop control, address
-  // arithmetic, the general strided nest) and hands the rest (vector code) to SelectionDAG:
-  // about 10% less compile time per kernel, with the same vector loops (docs/perf.md). Only a
-  // command-line option selects it at -O3 (TargetPassConfig::addCoreISelPasses).
-  // XJIT_LLVM_ARGS: LLVM's own command-line options, for experiments ("-debug-pass=...");
-  // "-fast-isel=false" turns FastISel off.
-  llvm::SmallVector<const char *, 8> argv{"xjit"};
-  llvm::BumpPtrAllocator alloc;
-  llvm::StringSaver saver(alloc);
-  const char *args = std::getenv("XJIT_LLVM_ARGS");
-  if (args) {
-    impl_->llvmArgs = args;
-    llvm::cl::TokenizeGNUCommandLine(args, saver, argv);
-  }
-  // LLVM's options are process-wide: another Jit in this process may have set it already, and a
-  // second occurrence would be an error.
-  auto &registered = llvm::cl::getRegisteredOptions();
-  auto fastIsel = registered.find("fast-isel");
-  bool fastIselSet = fastIsel != registered.end() && fastIsel->second->getNumOccurrences() > 0;
-  if (!fastIselSet && (!args || !std::strstr(args, "fast-isel"))) argv.push_back("-fast-isel");
-  if (argv.size() > 1)
-    llvm::cl::ParseCommandLineOptions(int(argv.size()), argv.data(), "", &llvm::errs());
-  auto jtmb = check(llvm::orc::JITTargetMachineBuilder::detectHost(), "JIT: detecting the host");
-  impl_->cpu = llvm::sys::getHostCPUName().str();
-  llvm::SubtargetFeatures features;
-  for (const auto &f : llvm::sys::getHostCPUFeatures())
-    features.AddFeature(f.first(), f.second);
-  impl_->features = features.getString();
-  jtmb.setCPU(impl_->cpu);
-  jtmb.getFeatures() = features;
-  jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-  impl_->jtmb = jtmb;
-  // compile() produces object code itself (with a TargetMachine per thread, so that several
-  // threads compile at once, and the object is what a compile cache stores); LLJIT only links.
-  // Linking runs in the calling thread (ORC's default dispatcher hands work to a pool thread).
-  auto epc = check(llvm::orc::SelfExecutorProcessControl::Create(
-                       nullptr, std::make_unique<llvm::orc::InPlaceTaskDispatcher>()),
-                   "JIT: creating the process control");
-  impl_->jit = check(llvm::orc::LLJITBuilder()
-                         .setExecutorProcessControl(std::move(epc))
-                         .setJITTargetMachineBuilder(std::move(jtmb))
-                         .create(),
-                     "JIT: creating LLJIT");
-  // libm and libc resolve from the process (LLJIT links process symbols by default); our own
-  // helpers are not exported from executables, so they are defined by address.
-  llvm::orc::MangleAndInterner mangle(impl_->jit->getExecutionSession(),
-                                      impl_->jit->getDataLayout());
-  llvm::orc::SymbolMap helpers;
-  helpers[mangle(kIntPowSymbol)] = {llvm::orc::ExecutorAddr::fromPtr(&xjit_rt_ipow_i64),
-                                    llvm::JITSymbolFlags::Exported |
-                                        llvm::JITSymbolFlags::Callable};
-  helpers[mangle(kParallelForSymbol)] = {llvm::orc::ExecutorAddr::fromPtr(&xjit_rt_parallel_for),
-                                         llvm::JITSymbolFlags::Exported |
-                                             llvm::JITSymbolFlags::Callable};
-  if (llvm::Error err =
-          impl_->jit->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(helpers))))
-    llvmFail("JIT: defining runtime helpers", std::move(err));
+  if (const char *args = std::getenv("XJIT_LLVM_ARGS")) impl_->llvmArgs = args;
 }
 
 Jit::~Jit() = default;
 
-void Jit::dropThreadCaches() { tTargetMachine.reset(); }
+bool Jit::releaseEngine() {
+  if (bool released = instance().impl_->releaseEngine()) {
+    ++gEngineUnloads;
+    return released;
+  }
+  return false;
+}
 
 Jit &Jit::instance() {
   // Never destroyed: compiled kernels held by other static objects may outlive any exit order.
@@ -331,40 +228,13 @@ Jit &Jit::instance() {
   return *jit;
 }
 
-const std::string &Jit::cpuName() const { return impl_->cpu; }
-const std::string &Jit::cpuFeatures() const { return impl_->features; }
-
-llvm::SmallVector<char, 0> Jit::Impl::buildObject(const Kernel &k, const std::string &symbol,
-                                                  const CompileOptions &opts, CompiledKernel &ck) {
-  auto t0 = Clock::now();
-  ++gLlvmCompilations;
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  std::unique_ptr<llvm::Module> mod = emitKernelModule(k, symbol, *ctx);
-  ck.times_.emit = msSince(t0);
-
-  auto t1 = Clock::now();
-  std::unique_ptr<llvm::TargetMachine> &tm = tTargetMachine;
-  if (!tm) {
-    tm = check(jtmb->createTargetMachine(), "JIT: creating a target machine");
-    ++gTargetMachines;
-  }
-  mod->setDataLayout(tm->createDataLayout());
-  mod->setTargetTriple(tm->getTargetTriple().str());
-  optimize(*mod, *tm, opts.pipeline);
-  // After vectorization: only the variants the vectorized loops call get a body.
-  math::defineMathFunctions(*mod);
-  ck.times_.optimize = msSince(t1);
-  if (opts.keepText) {
-    ck.loopIR_ = printKernel(k);
-    llvm::raw_string_ostream os(ck.llvmIR_);
-    mod->print(os, nullptr);
-    auto text = emitCode(*llvm::CloneModule(*mod), *tm, llvm::CodeGenFileType::AssemblyFile);
-    ck.assembly_.assign(text.begin(), text.end());
-  }
-  auto t2 = Clock::now();
-  llvm::SmallVector<char, 0> object = emitCode(*mod, *tm, llvm::CodeGenFileType::ObjectFile);
-  ck.times_.codegen = msSince(t2);
-  return object;
+const std::string &Jit::cpuName() const {
+  impl_->knowHost();
+  return impl_->cpu;
+}
+const std::string &Jit::cpuFeatures() const {
+  impl_->knowHost();
+  return impl_->features;
 }
 
 std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const CompileOptions &opts,
@@ -388,6 +258,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
     // No verification before a hit: the key is the printed kernel, and an entry is only written
     // after that very text was verified and compiled (by a compiler of the same identity).
     const char *pipelineOverride = std::getenv("XJIT_LLVM_PIPELINE");
+    impl_->knowHost();
     key = compileCacheKey({printed ? *printed : printKernel(k), k.name, impl_->cpu, impl_->features,
                            compilerIdentity(), pipelineName(opts.pipeline),
                            pipelineOverride ? pipelineOverride : "", impl_->llvmArgs});
@@ -426,10 +297,12 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
         addMs(gCacheLinkNs, msSince(t0));
         return ck;
       }
-      auto linked = impl_->link(*object, symbol);
-      if (linked) {
-        ck->code_ = std::move(linked->first);
-        ck->entry_ = linked->second;
+      std::shared_ptr<CodePages> code;
+      std::vector<KernelEntry> entries;
+      std::string error = impl_->link({{*object, symbol}}, code, entries);
+      if (error.empty()) {
+        ck->code_ = std::move(code);
+        ck->entry_ = entries[0];
         ck->fromCache_ = true;
         ck->times_.codegen = msSince(t0);
         ck->times_.cpu = threadCpuMs() - cpu0;
@@ -439,24 +312,24 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
         return ck;
       }
       // A valid entry that does not link (should not happen): compile and overwrite it.
-      llvm::consumeError(linked.takeError());
     }
   }
 
-  llvm::SmallVector<char, 0> object = impl_->buildObject(k, symbol, opts, *ck);
-  std::string_view objectView(object.data(), object.size());
-  if (!key.empty() && persistent) compileCacheStore(key, objectView);
+  std::string object = impl_->buildObject(k, symbol, opts, *ck);
+  if (!key.empty() && persistent) compileCacheStore(key, object);
   if (batch && !key.empty()) {
-    batch->pending_.push_back({ck, {}, std::string(objectView), symbol, key, false});
+    batch->pending_.push_back({ck, {}, std::move(object), symbol, key, false});
     ck->times_.cpu = threadCpuMs() - cpu0;
     addMs(gLlvmNs, msSince(t0));
     return ck;
   }
   auto t2 = Clock::now();
-  auto linked = impl_->link(llvm::StringRef(object.data(), object.size()), symbol);
-  if (!linked) llvmFail("JIT: linking kernel " + k.name, linked.takeError());
-  ck->code_ = std::move(linked->first);
-  ck->entry_ = linked->second;
+  std::shared_ptr<CodePages> code;
+  std::vector<KernelEntry> entries;
+  std::string error = impl_->link({{object, symbol}}, code, entries);
+  if (!error.empty()) linkFail("JIT: linking kernel " + k.name, error);
+  ck->code_ = std::move(code);
+  ck->entry_ = entries[0];
   ck->times_.codegen += msSince(t2);
   if (!key.empty()) impl_->remember(key, ck->code_, ck->entry_);
   ck->times_.cpu = threadCpuMs() - cpu0;
@@ -479,45 +352,43 @@ void Jit::Impl::linkBatch(std::vector<LinkBatch::Pending> &pending) {
     remember(p.key, code, entry);
   };
   // Together: all but a kernel whose symbol an earlier one took (a 64-bit key prefix collision).
-  std::vector<const LinkBatch::Pending *> together;
+  std::vector<ObjectToLink> together;
   std::vector<size_t> indices, alone; // indices[j]: the pending entry of together[j]
   std::unordered_set<std::string> symbols;
   for (size_t i = 0; i < pending.size(); ++i) {
     if (symbols.insert(pending[i].symbol).second) {
-      together.push_back(&pending[i]);
+      together.push_back({pending[i].object, pending[i].symbol});
       indices.push_back(i);
     } else {
       alone.push_back(i);
     }
   }
-  auto linked = linkTogether(together);
-  if (linked) {
+  std::shared_ptr<CodePages> code;
+  std::vector<KernelEntry> entries;
+  if (link(together, code, entries).empty()) {
     for (size_t j = 0; j < indices.size(); ++j)
-      assign(pending[indices[j]], linked->first, linked->second[j]);
+      assign(pending[indices[j]], code, entries[j]);
     ++gBatchLinks;
     gBatchedObjects += together.size();
   } else {
     // Not expected; each object on its own then, where one that fails shows itself.
-    llvm::consumeError(linked.takeError());
     alone.insert(alone.end(), indices.begin(), indices.end());
   }
   for (size_t i : alone) {
     LinkBatch::Pending &p = pending[i];
-    auto one = link(p.object, p.symbol);
-    if (!one && !p.fromCache)
-      llvmFail("JIT: linking kernel " + p.kernel->kernel_.name, one.takeError());
-    if (!one) {
+    std::string error = link({{p.object, p.symbol}}, code, entries);
+    if (!error.empty() && !p.fromCache)
+      linkFail("JIT: linking kernel " + p.kernel->kernel_.name, error);
+    if (!error.empty()) {
       // A cached object that validates but does not link: compile it and overwrite the entry.
-      llvm::consumeError(one.takeError());
-      llvm::SmallVector<char, 0> object =
-          buildObject(p.kernel->kernel_, p.symbol, p.kernel->options_, *p.kernel);
-      compileCacheStore(p.key, std::string_view(object.data(), object.size()));
+      std::string object = buildObject(p.kernel->kernel_, p.symbol, p.kernel->options_, *p.kernel);
+      compileCacheStore(p.key, object);
       p.kernel->fromCache_ = false;
-      one = link(llvm::StringRef(object.data(), object.size()), p.symbol);
-      if (!one) llvmFail("JIT: linking kernel " + p.kernel->kernel_.name, one.takeError());
+      error = link({{object, p.symbol}}, code, entries);
+      if (!error.empty()) linkFail("JIT: linking kernel " + p.kernel->kernel_.name, error);
       --hits;
     }
-    assign(p, one->first, one->second);
+    assign(p, code, entries[0]);
   }
   // The link's wall time, shared out between cache hits and fresh compiles by count.
   double ms = msSince(t0);
@@ -580,6 +451,9 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"kernels_shared", double(gKernelsShared.load())},
           {"kernel_executables_shared", double(gExecutablesShared.load())},
           {"target_machines", double(gTargetMachines.load())},
+          {"llvm_engine_loads", double(gEngineLoads.load())},
+          {"llvm_engine_unloads", double(gEngineUnloads.load())},
+          {"llvm_engine_load_ms", double(gEngineLoadNs.load()) * 1e-6},
           {"library_kernels_shared", double(libraryKernelsShared())},
           {"library_plans", double(libraryPlansMade())},
           {"library_generic_plans", double(libraryGenericPlansMade())},
@@ -650,6 +524,7 @@ void CompiledKernel::run(std::span<const Tensor> buffers, std::span<const RtValu
       NoBatch linkNow; // a batch open on this thread must not hold back a kernel run now
       general_ = Jit::instance().compile(*k.general, options_);
       ++gGeneralVersions;
+      noteCompile(); // a compile in the steady state: the run after it unloads LLVM again
     });
     general_->run(buffers, scalars);
     return;

@@ -19,11 +19,12 @@
 namespace xjit::backend {
 namespace {
 
-/// Objects whose code the compiler runs besides the one holding this file: LLVM when it is a
-/// shared library of its own (XJIT_STATIC_LLVM=OFF), Debian's oneDNN, and the Python extension
-/// modules (capture is most of `_frontend`'s code; a steady call runs only its guards and driver).
-constexpr const char *kCompilerLibraries[] = {"libLLVM", "libdnnl.so", "xjit/_frontend.",
-                                              "xjit/_xjit."};
+/// Objects whose code the compiler runs besides the one holding this file: the LLVM engine when
+/// releaseEngine could not unload it (a compile running on another thread), libLLVM when the
+/// engine links it (XJIT_STATIC_LLVM=OFF), Debian's oneDNN, and the Python extension modules
+/// (capture is most of `_frontend`'s code; a steady call runs only its guards and driver).
+constexpr const char *kCompilerLibraries[] = {"libLLVM", "libxjit_llvm.so", "libdnnl.so",
+                                              "xjit/_frontend.", "xjit/_xjit."};
 
 bool hasTextRelocations(const dl_phdr_info &info) {
   for (int i = 0; i < info.dlpi_phnum; ++i) {
@@ -100,7 +101,7 @@ MemoryRelease releaseCompilerMemory() {
   auto t0 = std::chrono::steady_clock::now();
   MemoryRelease r;
   int64_t before = residentBytes();
-  Jit::dropThreadCaches(); // before the trim, so that its heap is given back too
+  Jit::releaseEngine();    // before the trim, so that LLVM's heap is given back too
   dropCachedHostBuffers(); // results of the graphs compiled before (host_buffers.cpp)
   malloc_trim(0);
   dl_iterate_phdr(dropCode, &r.codeBytes);

@@ -3,7 +3,7 @@
 // warm (loaded from the cache); nothing runs before finish(); a batch that never finishes leaves
 // its kernels unrunnable, not crashing; a cached object that validates but does not link is
 // compiled again inside the batch. With the persistent cache off, identical kernels still
-// compile once per process.
+// compile once per process. Linked code outlives the LLVM engine.
 #include "xjit/backend/compile_cache.h"
 #include "xjit/backend/jit.h"
 #include "xjit/backend/lower.h"
@@ -204,6 +204,36 @@ TEST(LinkBatch, CachedObjectThatDoesNotLinkIsCompiledAgain) {
   Compiled hit = compile(namedGraph("mul", 3.0));
   EXPECT_TRUE(hit.ck->fromCache());
   EXPECT_EQ(check(hit), "");
+}
+
+// Kernel code outlives the LLVM engine (releaseEngine: its linker and target machines go, and
+// in the Python build the library is unloaded): kernels linked before run after it, batched or
+// not, and the next compile starts the engine again.
+TEST(LinkBatch, KernelsOutliveTheEngine) {
+  ScopedCacheDir cache;
+  Compiled alone = compile(namedGraph("mul", 1.25));
+  std::vector<Compiled> batched;
+  {
+    LinkBatch batch;
+    batched.push_back(compile(namedGraph("add", 1.25)));
+    batched.push_back(compile(namedGraph("mul", -0.25)));
+    batch.finish();
+  }
+  EXPECT_TRUE(Jit::releaseEngine());
+  EXPECT_FALSE(Jit::releaseEngine()); // nothing loaded any more
+  EXPECT_EQ(check(alone), "");
+  for (const Compiled &c : batched)
+    EXPECT_EQ(check(c), "");
+  JitTotals t0 = jitTotals();
+  Compiled fresh = compile(namedGraph("add", -2.5));
+  EXPECT_EQ(jitTotals().llvmCompilations, t0.llvmCompilations + 1);
+  EXPECT_EQ(check(fresh), "");
+  EXPECT_TRUE(Jit::releaseEngine());
+  batched.clear(); // frees the batch's code with the engine stopped
+  Compiled cached = compile(namedGraph("add", 1.25)); // a cache hit: a link restarts it
+  EXPECT_TRUE(cached.ck->fromCache());
+  EXPECT_EQ(check(cached), "");
+  EXPECT_EQ(check(alone), "");
 }
 
 /// XJIT_NO_CACHE=1 while alive (restored afterwards).

@@ -104,8 +104,12 @@ def _code_kb(library: str) -> tuple[int, int]:
 
 
 def _compiler_code_resident_mb() -> float:
-    """Resident MB of the executable mappings of libxjit_native.so (LLVM's code and xjit's)."""
-    return _code_kb("libxjit_native.so")[1] / 1024
+    """Resident MB of the executable mappings of libxjit_native.so and of the LLVM engine."""
+    return (_code_kb("libxjit_native.so")[1] + _code_kb("libxjit_llvm.so")[1]) / 1024
+
+
+def _engine_mapped() -> bool:
+    return any("libxjit_llvm.so" in line for line in Path("/proc/self/maps").read_text().splitlines())
 
 
 def test_first_call_gives_the_compilers_code_pages_back() -> None:
@@ -146,6 +150,38 @@ def test_first_call_gives_the_compilers_code_pages_back() -> None:
     g2 = xjit.jit(lambda x: torch.cos(x * 2))
     torch.testing.assert_close(g2(x2), torch.cos(x2 * 2))
     assert ir.backend_stats()["target_machines"] == machines + 1
+
+
+def test_the_llvm_engine_is_unloaded_after_a_compile_and_loaded_again_by_the_next() -> None:
+    import xjit
+
+    if os.environ.get("XJIT_RELEASE_MEMORY") == "0":
+        pytest.skip("XJIT_RELEASE_MEMORY=0")
+    n = int(torch.randint(1000, 10**6, ()).item())  # new shapes: new kernels, no cache hit
+    x = torch.randn(n)
+
+    def f(x):
+        return torch.tanh(x * 1.5) + 0.25
+
+    stats = ir.backend_stats()
+    compiled = xjit.jit(f)
+    torch.testing.assert_close(compiled(x), f(x))  # compiles (loading the engine), releases...
+    torch.testing.assert_close(compiled(x), f(x))  # ...or here, if the last release was < 1 s ago
+    after = ir.backend_stats()
+    assert after["llvm_compilations"] > stats["llvm_compilations"]
+    assert after["llvm_engine_unloads"] > stats["llvm_engine_unloads"]
+    # Nothing of the engine stays mapped (a library that cannot be unloaded would), and the
+    # kernel's code, placed by the engine in pages of xjit's, runs without it.
+    assert not _engine_mapped(), "libxjit_llvm.so is still mapped after the release"
+    torch.testing.assert_close(compiled(x), f(x))
+    # A new compile loads it again.
+    g = xjit.jit(lambda x: torch.sigmoid(x - 0.5) * 2)
+    x2 = torch.randn(n + 3)
+    torch.testing.assert_close(g(x2), torch.sigmoid(x2 - 0.5) * 2)
+    assert ir.backend_stats()["llvm_engine_loads"] > after["llvm_engine_loads"]
+    torch.testing.assert_close(g(x2), torch.sigmoid(x2 - 0.5) * 2)
+    assert not _engine_mapped()
+    torch.testing.assert_close(compiled(x), f(x))
 
 
 def test_identical_kernels_share_their_code() -> None:

@@ -1,6 +1,7 @@
 """How the native code is loaded: both extensions share one copy of the compiler
-(libxjit_native.so), which links LLVM statically, so a process maps neither Debian's 120 MB
-libLLVM.so nor a second backend (docs/decisions.md, docs/perf.md "Where the memory goes")."""
+(libxjit_native.so), whose LLVM engine (libxjit_llvm.so, LLVM linked statically) is loaded only
+to compile or link, so a process maps neither Debian's 120 MB libLLVM.so nor a second backend,
+nor LLVM at all after import (docs/decisions.md, docs/perf.md "Where the memory goes")."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def test_extensions_share_one_native_library_without_libllvm() -> None:
     names = _mapped_files()
     assert names.count("libxjit_native.so") == 1, names
     assert not [n for n in names if n.startswith("libLLVM")], names
+    assert "libxjit_llvm.so" not in names, names  # loaded by the first compile, not by import
 
 
 def test_one_backend_counts_kernels_of_both_extensions() -> None:

@@ -1,6 +1,7 @@
-// In-process compilation of kernels to machine code for the host CPU with LLVM ORC (LLJIT).
-// One JIT per process; compile() and running compiled kernels are thread-safe. A
-// CompiledKernel keeps its code alive until the last reference goes away.
+// In-process compilation of kernels to machine code for the host CPU with LLVM ORC (LLJIT), in
+// an engine that is loaded to compile and unloaded after (llvm_engine.h). One JIT per process;
+// compile() and running compiled kernels are thread-safe. A CompiledKernel keeps its code alive
+// until the last reference goes away, whether the engine is loaded or not.
 #pragma once
 
 #include "xjit/backend/kernel_ir.h"
@@ -80,7 +81,7 @@ private:
   CompileTimes times_;
   bool fromCache_ = false;
   std::string loopIR_, llvmIR_, assembly_;
-  std::shared_ptr<void> code_; // the kernel's JITDylib: removing it frees the code
+  std::shared_ptr<void> code_; // its code's pages (CodePages), unmapped with the last holder
   CompileOptions options_;     // also for the general version
   mutable std::once_flag generalOnce_;
   mutable std::shared_ptr<const CompiledKernel> general_; // Kernel::general, once compiled
@@ -97,9 +98,11 @@ public:
   /// The host CPU and its features as given to LLVM ("znver4", "+avx2,+avx512f,...").
   const std::string &cpuName() const;
   const std::string &cpuFeatures() const;
-  /// Frees what this thread keeps between compiles (its LLVM target machine); the next compile
-  /// on this thread builds it again. For releaseCompilerMemory, once the compiles are done.
-  static void dropThreadCaches();
+  /// Stops the LLVM engine (its linker, target machines and heap) and, in the Python build,
+  /// unloads libxjit_llvm.so; kernels keep their code, and the next compile or link loads it
+  /// again. Returns false when it was not loaded or a compile or link is using it. For
+  /// releaseCompilerMemory, once the compiles are done.
+  static bool releaseEngine();
 
   ~Jit();
   Jit(const Jit &) = delete;
