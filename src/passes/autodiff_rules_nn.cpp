@@ -2,10 +2,11 @@
 // max_pool / avg_pool / adaptive_avg_pool{1,2,3}d, batch_norm (training mode with batch
 // statistics, eval mode with running statistics, and batch_norm_with_update, whose new running
 // statistics carry no gradient), group_norm and their activations (hardtanh, relu6, leaky_relu,
-// elu, hardswish, hardsigmoid). Each gradient is written with existing ops, so it compiles like any
-// other graph (oneDNN convolutions, fused elementwise kernels):
-//   conv:      dx = conv_transpose(g, w), dw = conv(xᵀ, gᵀ) with stride and dilation swapped,
-//              db = sum(g)
+// elu, hardswish, hardsigmoid). Each gradient is written with forward ops, except a
+// convolution's weight gradient (conv{1,2,3}d_weight), so it compiles like any other graph
+// (oneDNN convolutions, fused elementwise kernels):
+//   conv:      dx = conv_transpose(g, w), dw = conv_weight(x, g) (oneDNN's backward-weights
+//              primitive), db = sum(g)
 //   avg_pool:  dx = g / divisor spread over each window: a broadcast when the windows tile the
 //              input, else a depthwise conv_transpose with a window of ones
 //   max_pool:  the first maximum of a window gets the whole gradient (eager's tie-break): a
@@ -113,34 +114,13 @@ std::vector<Value *> convRule(RuleArgs &a) {
     }
   std::vector<Value *> r(a.op.numOperands(), nullptr);
   if (a.need[0]) r[0] = transposedConv(a, a.g, w, xs, kernel, stride, padding, dilation, groups);
-  if (a.need[1]) {
-    // dw[co, ci, k] = sum over n, o of g[n, co, o] * x[n, g*cin + ci, o*stride + k*dilation]:
-    // a convolution over the batch whose "batch" is x's channels within a group and whose
-    // kernel is g, with stride and dilation swapped. Channels of x' are (group, n).
-    const int64_t n = xs[0], cin = xs[1] / groups;
-    Ints split = {n, groups, cin}, perm = {2, 1, 0}, merged = {cin, groups * n};
-    split.insert(split.end(), xs.begin() + 2, xs.end());
-    for (size_t d = 0; d < nd; ++d) {
-      perm.push_back(static_cast<int64_t>(d + 3));
-      merged.push_back(xs[d + 2]);
-    }
-    Value *xt =
-        a.un("reshape", a.un("permute", a.un("reshape", x, {{"shape", split}}), {{"dims", perm}}),
-             {{"shape", merged}});
-    Value *gt = a.un("transpose", a.g, {{"dim0", int64_t(0)}, {"dim1", int64_t(1)}});
-    Value *dw = a.b.op(
-        convName("conv", nd), {xt, gt},
-        {{"stride", dilation}, {"padding", padding}, {"dilation", stride}, {"groups", groups}});
-    // The window of that convolution may be larger than the kernel (sizes the forward's floor
-    // division dropped): keep the first kernel[d] positions.
-    const Ints dws = staticShape(a.op, dw);
-    for (size_t d = 0; d < nd; ++d)
-      if (dws[d + 2] != kernel[d])
-        dw =
-            a.un("slice", dw,
-                 {{"dim", static_cast<int64_t>(d + 2)}, {"start", int64_t(0)}, {"end", kernel[d]}});
-    r[1] = a.un("transpose", dw, {{"dim0", int64_t(0)}, {"dim1", int64_t(1)}});
-  }
+  if (a.need[1])
+    r[1] = a.b.op(convName("conv", nd) + "_weight", {x, a.g},
+                  {{"weight_size", ws},
+                   {"stride", stride},
+                   {"padding", padding},
+                   {"dilation", dilation},
+                   {"groups", groups}});
   if (a.op.numOperands() > 2 && a.x(2)->type().isTensor() && a.need[2]) {
     Ints dims = {0};
     for (size_t d = 0; d < nd; ++d)
