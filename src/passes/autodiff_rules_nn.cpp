@@ -311,17 +311,33 @@ std::vector<Value *> batchNormRule(RuleArgs &a) {
   }
   Value *xhat = a.mul(centered, rstd);
   std::vector<Value *> r(a.op.numOperands(), nullptr);
-  if (w && a.need[1]) r[1] = sumOver(a.mul(a.g, xhat), false);
-  if (bias && a.need[2]) r[2] = sumOver(a.g, false);
+  // Σ g and Σ g·x̂ per channel serve the weight and bias gradients and, divided by the count,
+  // dx: two reductions over the activation instead of four (mean(g·w) = w·mean(g)).
+  Value *sumG = nullptr, *sumGX = nullptr;
+  const std::optional<std::vector<int64_t>> xs = staticSizes(x);
+  const bool shareSums = training && xs && (*xs)[1] > 0;
+  if ((w && a.need[1]) || (a.need[0] && shareSums)) sumGX = sumOver(a.mul(a.g, xhat), true);
+  if ((bias && a.need[2]) || (a.need[0] && shareSums)) sumG = sumOver(a.g, true);
+  const Ints channels = {-1};
+  if (w && a.need[1]) r[1] = a.un("reshape", sumGX, {{"shape", channels}});
+  if (bias && a.need[2]) r[2] = a.un("reshape", sumG, {{"shape", channels}});
   if (a.need[0]) {
-    Value *gh = w ? a.mul(a.g, channelwise(w)) : a.g;
-    if (training) {
-      // The statistics depend on x too: dx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)).
+    Value *scale = w ? a.mul(rstd, channelwise(w)) : rstd;
+    if (shareSums) {
+      // The statistics depend on x too: dx = w·rstd·(g - mean(g) - x̂·mean(g·x̂)).
+      int64_t count = 1;
+      for (size_t d = 0; d < xs->size(); ++d)
+        if (d != 1) count *= (*xs)[d];
+      Value *inv = a.f(1.0 / static_cast<double>(count));
       Value *inner =
-          a.bin("sub", a.bin("sub", gh, meanOver(gh)), a.mul(xhat, meanOver(a.mul(gh, xhat))));
-      r[0] = a.mul(inner, rstd);
+          a.bin("sub", a.bin("sub", a.g, a.mul(sumG, inv)), a.mul(xhat, a.mul(sumGX, inv)));
+      r[0] = a.mul(inner, scale);
+    } else if (training) {
+      Value *inner =
+          a.bin("sub", a.bin("sub", a.g, meanOver(a.g)), a.mul(xhat, meanOver(a.mul(a.g, xhat))));
+      r[0] = a.mul(inner, scale);
     } else {
-      r[0] = a.mul(gh, rstd);
+      r[0] = a.mul(a.g, scale);
     }
   }
   if ((rm && a.need.size() > 3 && a.need[3]) || (rv && a.need.size() > 4 && a.need[4]))
