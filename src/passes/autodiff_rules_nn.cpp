@@ -248,6 +248,9 @@ Value *tiledMaxPoolGradient(RuleArgs &a, size_t nd) {
   }
   Value *position =
       a.un("reshape", a.b.op("arange", {}, {{"end", window}}), {{"shape", positions}});
+  // One byte per position (window <= 16) instead of the i64 the where chain computes in: the
+  // first-maximum map is written by one kernel and read by the next.
+  first = a.un("cast", first, {{"dtype", DType::U8}});
   Value *hit = a.bin("eq", a.un("reshape", first, {{"shape", spread}}), position);
   Value *g = a.un("reshape", a.g, {{"shape", spread}});
   Value *dx = a.b.op("where", {hit, g, a.f(0.0)});
