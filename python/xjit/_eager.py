@@ -513,6 +513,20 @@ def _conv(nd: int, transpose: bool) -> Row:
     return row
 
 
+def _conv_weight(nd: int) -> Row:
+    """conv{nd}d_weight: the weight's gradient, as torch.nn.grad computes it."""
+
+    def row(x: list[Any], a: Attrs) -> Any:
+        if a.get("padding_mode"):
+            return NotImplemented
+        fn = getattr(torch.nn.grad, f"conv{nd}d_weight")
+        stride, padding = _nd(a.get("stride", [1]), nd), _nd(a.get("padding", [0]), nd)
+        dilation, groups = _nd(a.get("dilation", [1]), nd), a.get("groups", 1)
+        return fn(x[0], list(a["weight_size"]), x[1], stride, padding, dilation, groups)
+
+    return row
+
+
 def _pool(kind: str, nd: int, with_indices: bool = False) -> Row:
     fn = getattr(F, f"{kind}_pool{nd}d")
 
@@ -565,6 +579,7 @@ def _adaptive(kind: str, nd: int, with_indices: bool = False) -> Row:
 for _d in (1, 2, 3):
     TABLE[f"conv{_d}d"] = _conv(_d, False)
     TABLE[f"conv_transpose{_d}d"] = _conv(_d, True)
+    TABLE[f"conv{_d}d_weight"] = _conv_weight(_d)
     TABLE[f"max_pool{_d}d"] = _pool("max", _d)
     TABLE[f"max_pool{_d}d_with_indices"] = _pool("max", _d, True)
     TABLE[f"avg_pool{_d}d"] = _pool("avg", _d)

@@ -45,7 +45,9 @@ Source sourceOf(const Value *outer, int index) {
   return s;
 }
 
-bool isLibraryOpName(const std::string &n) { return isMatmulOp(n) || isConvOp(n) || isPoolOp(n); }
+bool isLibraryOpName(const std::string &n) {
+  return isMatmulOp(n) || isConvOp(n) || isPoolOp(n) || isConvWeightOp(n);
+}
 
 /// Reads `op` into `call`; returns why not when it is not a call this path can express.
 std::string readCall(const Op &op, CallIR &call) {
@@ -408,6 +410,7 @@ std::string whyNotSupported(const Op &op) {
       return n + ": operands of mixed dtypes";
   if (isMatmulOp(n)) return whyNotMatmul(call);
   if (isConvOp(n)) return whyNotConv(call);
+  if (isConvWeightOp(n)) return whyNotConvWeight(call);
   if (!call.postOps.empty()) return n + ": no post-ops on poolings";
   return whyNotPool(call);
 }
@@ -460,9 +463,10 @@ std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &) {
   readCall(op, call);
   const std::string &n = call.anchor->name();
   TailClamp tail = isPoolOp(n) ? TailClamp{} : takeTailClamp(call.postOps, call.resultType.dtype());
-  std::unique_ptr<LibraryKernel> k = isMatmulOp(n) ? makeMatmulKernel(call)
-                                     : isConvOp(n) ? makeConvKernel(call)
-                                                   : makePoolKernel(call);
+  std::unique_ptr<LibraryKernel> k = isMatmulOp(n)       ? makeMatmulKernel(call)
+                                     : isConvOp(n)       ? makeConvKernel(call)
+                                     : isConvWeightOp(n) ? makeConvWeightKernel(call)
+                                                         : makePoolKernel(call);
   NaNGuard guard;
   guard.nanOnly = isPoolOp(n);
   guard.active = n.find("max_pool") != std::string::npos;

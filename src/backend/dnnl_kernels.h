@@ -1,5 +1,6 @@
 // The oneDNN library path of the CPU target: matmul-family ops (matmul, mm, bmm, linear,
-// addmm, baddbmm), forward convolutions (conv1d/2d/3d) and poolings, alone or as the anchor of
+// addmm, baddbmm), forward convolutions (conv1d/2d/3d), convolution weight gradients
+// (conv1d/2d/3d_weight) and poolings, alone or as the anchor of
 // an `epilogue` fusion group (post-ops: bias, activations, binary ops with another tensor or a
 // scalar). cpu_target.cpp routes these ops here; everything else goes to LLVM.
 #pragma once
@@ -29,11 +30,14 @@ std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &opt
 bool isMatmulOp(const std::string &name);
 bool isConvOp(const std::string &name);
 bool isPoolOp(const std::string &name);
+bool isConvWeightOp(const std::string &name); // conv{1,2,3}d_weight, in dnnl_conv.cpp
 std::string whyNotMatmul(const CallIR &call);
 std::string whyNotConv(const CallIR &call);
 std::string whyNotPool(const CallIR &call);
+std::string whyNotConvWeight(const CallIR &call);
 std::unique_ptr<LibraryKernel> makeMatmulKernel(const CallIR &call);
 std::unique_ptr<LibraryKernel> makeConvKernel(const CallIR &call);
 std::unique_ptr<LibraryKernel> makePoolKernel(const CallIR &call);
+std::unique_ptr<LibraryKernel> makeConvWeightKernel(const CallIR &call);
 
 } // namespace xjit::backend::dnnl_kernels

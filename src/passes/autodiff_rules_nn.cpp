@@ -2,10 +2,11 @@
 // max_pool / avg_pool / adaptive_avg_pool{1,2,3}d, batch_norm (training mode with batch
 // statistics, eval mode with running statistics, and batch_norm_with_update, whose new running
 // statistics carry no gradient), group_norm and their activations (hardtanh, relu6, leaky_relu,
-// elu, hardswish, hardsigmoid). Each gradient is written with existing ops, so it compiles like any
-// other graph (oneDNN convolutions, fused elementwise kernels):
-//   conv:      dx = conv_transpose(g, w), dw = conv(xᵀ, gᵀ) with stride and dilation swapped,
-//              db = sum(g)
+// elu, hardswish, hardsigmoid). Each gradient is written with forward ops, except a
+// convolution's weight gradient (conv{1,2,3}d_weight), so it compiles like any other graph
+// (oneDNN convolutions, fused elementwise kernels):
+//   conv:      dx = conv_transpose(g, w), dw = conv_weight(x, g) (oneDNN's backward-weights
+//              primitive), db = sum(g)
 //   avg_pool:  dx = g / divisor spread over each window: a broadcast when the windows tile the
 //              input, else a depthwise conv_transpose with a window of ones
 //   max_pool:  the first maximum of a window gets the whole gradient (eager's tie-break): a
@@ -113,34 +114,13 @@ std::vector<Value *> convRule(RuleArgs &a) {
     }
   std::vector<Value *> r(a.op.numOperands(), nullptr);
   if (a.need[0]) r[0] = transposedConv(a, a.g, w, xs, kernel, stride, padding, dilation, groups);
-  if (a.need[1]) {
-    // dw[co, ci, k] = sum over n, o of g[n, co, o] * x[n, g*cin + ci, o*stride + k*dilation]:
-    // a convolution over the batch whose "batch" is x's channels within a group and whose
-    // kernel is g, with stride and dilation swapped. Channels of x' are (group, n).
-    const int64_t n = xs[0], cin = xs[1] / groups;
-    Ints split = {n, groups, cin}, perm = {2, 1, 0}, merged = {cin, groups * n};
-    split.insert(split.end(), xs.begin() + 2, xs.end());
-    for (size_t d = 0; d < nd; ++d) {
-      perm.push_back(static_cast<int64_t>(d + 3));
-      merged.push_back(xs[d + 2]);
-    }
-    Value *xt =
-        a.un("reshape", a.un("permute", a.un("reshape", x, {{"shape", split}}), {{"dims", perm}}),
-             {{"shape", merged}});
-    Value *gt = a.un("transpose", a.g, {{"dim0", int64_t(0)}, {"dim1", int64_t(1)}});
-    Value *dw = a.b.op(
-        convName("conv", nd), {xt, gt},
-        {{"stride", dilation}, {"padding", padding}, {"dilation", stride}, {"groups", groups}});
-    // The window of that convolution may be larger than the kernel (sizes the forward's floor
-    // division dropped): keep the first kernel[d] positions.
-    const Ints dws = staticShape(a.op, dw);
-    for (size_t d = 0; d < nd; ++d)
-      if (dws[d + 2] != kernel[d])
-        dw =
-            a.un("slice", dw,
-                 {{"dim", static_cast<int64_t>(d + 2)}, {"start", int64_t(0)}, {"end", kernel[d]}});
-    r[1] = a.un("transpose", dw, {{"dim0", int64_t(0)}, {"dim1", int64_t(1)}});
-  }
+  if (a.need[1])
+    r[1] = a.b.op(convName("conv", nd) + "_weight", {x, a.g},
+                  {{"weight_size", ws},
+                   {"stride", stride},
+                   {"padding", padding},
+                   {"dilation", dilation},
+                   {"groups", groups}});
   if (a.op.numOperands() > 2 && a.x(2)->type().isTensor() && a.need[2]) {
     Ints dims = {0};
     for (size_t d = 0; d < nd; ++d)
@@ -268,6 +248,9 @@ Value *tiledMaxPoolGradient(RuleArgs &a, size_t nd) {
   }
   Value *position =
       a.un("reshape", a.b.op("arange", {}, {{"end", window}}), {{"shape", positions}});
+  // One byte per position (window <= 16) instead of the i64 the where chain computes in: the
+  // first-maximum map is written by one kernel and read by the next.
+  first = a.un("cast", first, {{"dtype", DType::U8}});
   Value *hit = a.bin("eq", a.un("reshape", first, {{"shape", spread}}), position);
   Value *g = a.un("reshape", a.g, {{"shape", spread}});
   Value *dx = a.b.op("where", {hit, g, a.f(0.0)});
@@ -331,17 +314,33 @@ std::vector<Value *> batchNormRule(RuleArgs &a) {
   }
   Value *xhat = a.mul(centered, rstd);
   std::vector<Value *> r(a.op.numOperands(), nullptr);
-  if (w && a.need[1]) r[1] = sumOver(a.mul(a.g, xhat), false);
-  if (bias && a.need[2]) r[2] = sumOver(a.g, false);
+  // Σ g and Σ g·x̂ per channel serve the weight and bias gradients and, divided by the count,
+  // dx: two reductions over the activation instead of four (mean(g·w) = w·mean(g)).
+  Value *sumG = nullptr, *sumGX = nullptr;
+  const std::optional<std::vector<int64_t>> xs = staticSizes(x);
+  const bool shareSums = training && xs && (*xs)[1] > 0;
+  if ((w && a.need[1]) || (a.need[0] && shareSums)) sumGX = sumOver(a.mul(a.g, xhat), true);
+  if ((bias && a.need[2]) || (a.need[0] && shareSums)) sumG = sumOver(a.g, true);
+  const Ints channels = {-1};
+  if (w && a.need[1]) r[1] = a.un("reshape", sumGX, {{"shape", channels}});
+  if (bias && a.need[2]) r[2] = a.un("reshape", sumG, {{"shape", channels}});
   if (a.need[0]) {
-    Value *gh = w ? a.mul(a.g, channelwise(w)) : a.g;
-    if (training) {
-      // The statistics depend on x too: dx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)).
+    Value *scale = w ? a.mul(rstd, channelwise(w)) : rstd;
+    if (shareSums) {
+      // The statistics depend on x too: dx = w·rstd·(g - mean(g) - x̂·mean(g·x̂)).
+      int64_t count = 1;
+      for (size_t d = 0; d < xs->size(); ++d)
+        if (d != 1) count *= (*xs)[d];
+      Value *inv = a.f(1.0 / static_cast<double>(count));
       Value *inner =
-          a.bin("sub", a.bin("sub", gh, meanOver(gh)), a.mul(xhat, meanOver(a.mul(gh, xhat))));
-      r[0] = a.mul(inner, rstd);
+          a.bin("sub", a.bin("sub", a.g, a.mul(sumG, inv)), a.mul(xhat, a.mul(sumGX, inv)));
+      r[0] = a.mul(inner, scale);
+    } else if (training) {
+      Value *inner =
+          a.bin("sub", a.bin("sub", a.g, meanOver(a.g)), a.mul(xhat, meanOver(a.mul(a.g, xhat))));
+      r[0] = a.mul(inner, scale);
     } else {
-      r[0] = a.mul(gh, rstd);
+      r[0] = a.mul(a.g, scale);
     }
   }
   if ((rm && a.need.size() > 3 && a.need[3]) || (rv && a.need.size() > 4 && a.need[4]))

@@ -1,8 +1,8 @@
-// Convolutions and poolings over 1, 2 and 3 spatial dims: conv{1,2,3}d,
-// conv_transpose{1,2,3}d, max_pool{1,2,3}d (+ _with_indices), avg_pool{1,2,3}d,
-// adaptive_avg_pool{1,2,3}d and adaptive_max_pool{1,2,3}d (+ _with_indices). Inputs are
-// [N, C, spatial...] or unbatched [C, spatial...]. The shape rules below serve both inference
-// (symbolic dims) and the kernels (run-time sizes); the kernels are in nn_window.cpp.
+// Convolutions and poolings over 1, 2 and 3 spatial dims: conv{1,2,3}d, conv_transpose{1,2,3}d,
+// conv{1,2,3}d_weight (conv's weight gradient), max_pool{1,2,3}d (+ _with_indices),
+// avg_pool{1,2,3}d, adaptive_avg_pool{1,2,3}d and adaptive_max_pool{1,2,3}d (+ _with_indices).
+// Inputs are [N, C, spatial...] or unbatched [C, spatial...]. The shape rules below serve both
+// inference (symbolic dims) and the kernels (run-time sizes); the kernels are in nn_window.cpp.
 #include "nn_window.h"
 
 namespace xjit {
@@ -25,15 +25,13 @@ Shape batchedInput(const std::string &op, size_t nd, const Shape &in) {
     inferFail(spatialName(op, nd) + " (" + std::to_string(nd + 1) + " or " +
               std::to_string(nd + 2) + " dims), got shape " + shapeStr(in));
   Shape x = in;
-  if (in.size() == nd + 1)
-    x.insert(x.begin(), DimExpr(1));
+  if (in.size() == nd + 1) x.insert(x.begin(), DimExpr(1));
   return x;
 }
 
 /// Result shape in the input's batched-ness: `out` is [N, C, spatial...].
 Shape unbatchLike(const Shape &in, size_t nd, Shape out) {
-  if (in.size() == nd + 1)
-    out.erase(out.begin());
+  if (in.size() == nd + 1) out.erase(out.begin());
   return out;
 }
 
@@ -57,7 +55,8 @@ bool channelsLast(const Op &op) {
 /// shape last, or back. Other ranks are left alone (the shape rules reject them).
 std::vector<size_t> channelPerm(size_t rank, size_t nd, bool toLast) {
   std::vector<size_t> p(rank);
-  for (size_t i = 0; i < rank; ++i) p[i] = i;
+  for (size_t i = 0; i < rank; ++i)
+    p[i] = i;
   if (rank != nd + 1 && rank != nd + 2) return p;
   size_t c = rank - nd - 1;
   if (toLast) {
@@ -72,7 +71,8 @@ std::vector<size_t> channelPerm(size_t rank, size_t nd, bool toLast) {
 
 template <class V> V permuted(const V &v, const std::vector<size_t> &perm) {
   V out;
-  for (size_t i : perm) out.push_back(v[i]);
+  for (size_t i : perm)
+    out.push_back(v[i]);
   return out;
 }
 
@@ -156,8 +156,7 @@ ConvGeom convGeom(const std::string &op, size_t nd, bool transposed, const ConvC
   }
   if (bias) {
     std::string msg = op + ": bias must be [" + cout.str() + "], got shape " + shapeStr(*bias);
-    if (bias->size() != 1)
-      inferFail(msg);
+    if (bias->size() != 1) inferFail(msg);
     checkDimEq((*bias)[0], cout, msg);
   }
 
@@ -165,8 +164,7 @@ ConvGeom convGeom(const std::string &op, size_t nd, bool transposed, const ConvC
   r.out = {x[0], cout};
   for (size_t d = 0; d < nd; ++d) {
     auto kv = w[2 + d].staticValue();
-    if (!kv)
-      inferFail(op + ": kernel size must be static, got weight shape " + shapeStr(w));
+    if (!kv) inferFail(op + ": kernel size must be static, got weight shape " + shapeStr(w));
     int64_t k = *kv, s = c.stride[d], dil = c.dilation[d], eff = dil * (k - 1) + 1;
     const DimExpr &L = x[2 + d];
     r.kernel.push_back(k);
@@ -199,8 +197,7 @@ std::vector<Type> convInfer(const Op &op, size_t nd, bool transposed) {
   requireNotBool(op.name(), "input", x);
   requireSameDType(op.name(), "input", x, "weight", w);
   const Type *b = optionalTensor(op, 2);
-  if (b)
-    requireSameDType(op.name(), "input", x, "bias", *b);
+  if (b) requireSameDType(op.name(), "input", x, "bias", *b);
   ConvConfig c = convConfig(op, nd, transposed);
   bool last = channelsLast(op);
   Shape in = last ? channelsFirstShape(x.shape(), nd) : x.shape();
@@ -214,8 +211,7 @@ std::vector<RtValue> convKernel(const Op &op, std::span<const RtValue> in, size_
   const Tensor x = last ? channelView(in[0].tensor(), nd, false) : in[0].tensor();
   const Tensor &w = in[1].tensor();
   std::optional<Tensor> bias;
-  if (present(in, 2))
-    bias = in[2].tensor();
+  if (present(in, 2)) bias = in[2].tensor();
   ConvConfig c = convConfig(op, nd, transposed);
   Shape biasShape = bias ? shapeOf(bias->sizes()) : Shape{};
   ConvGeom geom = atRuntime([&] {
@@ -240,6 +236,61 @@ std::vector<RtValue> convKernel(const Op &op, std::span<const RtValue> in, size_
                              return store<T>(y, dt, outSizes);
                            }),
                    nd, last)};
+}
+
+// ---- convolution weight gradient ----
+// conv{1,2,3}d_weight(input, grad_output): torch.nn.grad.conv{1,2,3}d_weight, the gradient of
+// conv's weight (of shape weight_size) for conv's input and its output's gradient.
+
+std::vector<int64_t> weightSize(const Op &op, size_t nd) {
+  std::vector<int64_t> w = attrInts(op, "weight_size");
+  if (w.size() != nd + 2)
+    inferFail(op.name() + ": weight_size must have " + std::to_string(nd + 2) + " values, got " +
+              dimsStr(w));
+  for (int64_t v : w)
+    if (v < 1) inferFail(op.name() + ": weight_size must be positive, got " + dimsStr(w));
+  return w;
+}
+
+/// The forward convolution's geometry, with grad_output checked against its output shape.
+ConvGeom convWeightGeom(const std::string &op, size_t nd, const ConvConfig &c, const Shape &x,
+                        const Shape &gy, const std::vector<int64_t> &ws) {
+  if (x.size() != nd + 2)
+    inferFail(op + ": input must be batched [N, C, spatial...], got shape " + shapeStr(x));
+  ConvGeom geom = convGeom(op, nd, false, c, x, shapeOf(ws), nullptr);
+  std::string msg = op + ": grad_output of shape " + shapeStr(gy) +
+                    " is not the convolution's output shape " + shapeStr(geom.out);
+  if (gy.size() != geom.out.size()) inferFail(msg);
+  for (size_t d = 0; d < gy.size(); ++d)
+    checkDimEq(gy[d], geom.out[d], msg);
+  return geom;
+}
+
+std::vector<Type> convWeightInfer(const Op &op, size_t nd) {
+  const Type &x = tensorOperand(op, 0), &gy = tensorOperand(op, 1);
+  requireNotBool(op.name(), "input", x);
+  requireSameDType(op.name(), "input", x, "grad_output", gy);
+  std::vector<int64_t> ws = weightSize(op, nd);
+  convWeightGeom(op.name(), nd, convConfig(op, nd, false), x.shape(), gy.shape(), ws);
+  return {x.withShape(shapeOf(ws))};
+}
+
+std::vector<RtValue> convWeightKernel(const Op &op, std::span<const RtValue> in, size_t nd) {
+  const Tensor &x = in[0].tensor(), &gy = in[1].tensor();
+  ConvConfig c = convConfig(op, nd, false);
+  std::vector<int64_t> ws = weightSize(op, nd);
+  ConvGeom geom = atRuntime([&] {
+    return convWeightGeom(op.name(), nd, c, shapeOf(x.sizes()), shapeOf(gy.sizes()), ws);
+  });
+  const std::vector<int64_t> &xs = x.sizes(), &os = gy.sizes();
+  ConvWindow win = ConvWindow::lift({xs.begin() + 2, xs.end()}, {os.begin() + 2, os.end()},
+                                    geom.kernel, c.stride, geom.padLeft, c.dilation);
+  DType dt = resultDType(op);
+  return {withAcc(dt, [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<T> dw = convWeightGrad(load<T>(x), load<T>(gy), xs[0], xs[1], os[1], c.groups, win);
+    return store<T>(dw, dt, ws);
+  })};
 }
 
 // ---- pooling ----
@@ -286,8 +337,7 @@ DimExpr poolOutDim(const std::string &op, const DimExpr &L, int64_t k, int64_t s
   if (auto lv = L.staticValue()) {
     int64_t n = *lv + 2 * p - eff;
     int64_t o = (ceil ? ceilDiv(n, s) : floorDiv(n, s)) + 1;
-    if (ceil && (o - 1) * s >= *lv + p)
-      --o;
+    if (ceil && (o - 1) * s >= *lv + p) --o;
     if (o < 1)
       inferFail(op + ": output size is too small (input " + std::to_string(*lv) + ", kernel " +
                 std::to_string(k) + ", stride " + std::to_string(s) + ", padding " +
@@ -295,8 +345,7 @@ DimExpr poolOutDim(const std::string &op, const DimExpr &L, int64_t k, int64_t s
     return o;
   }
   // floor(num/s) + 1 written as (num+s)//s, which keeps the canonical text short (s0//2).
-  if (!ceil)
-    return (num + s).floorDiv(s);
+  if (!ceil) return (num + s).floorDiv(s);
   // With a symbolic size the last-window rule is decidable only when it can never fire:
   // a window starting at (out-1)*s < L + 2p - eff + s never reaches L + p if s + p <= eff.
   if (s + p > eff)
@@ -331,16 +380,13 @@ std::vector<Type> poolInfer(const Op &op, size_t nd, PoolKind kind, bool withInd
     requireFloating(op.name(), "input", x);
   else
     requireNotBool(op.name(), "input", x);
-  if (kind == PoolKind::Avg)
-    attrBool(op, "count_include_pad");
+  if (kind == PoolKind::Avg) attrBool(op, "count_include_pad");
   bool last = channelsLast(op);
   Shape out = poolShape(op.name(), nd, kind, poolConfig(op, nd, kind),
                         last ? channelsFirstShape(x.shape(), nd) : x.shape());
-  if (last)
-    out = channelsLastShape(out, nd);
+  if (last) out = channelsLastShape(out, nd);
   std::vector<Type> r = {x.withShape(out)};
-  if (withIndices)
-    r.push_back(x.withShape(out).withDType(DType::I64));
+  if (withIndices) r.push_back(x.withShape(out).withDType(DType::I64));
   return r;
 }
 
@@ -434,6 +480,26 @@ void addConvRows(OpRegistry &r, size_t nd) {
                         std::span<const RtValue> in) { return convKernel(op, in, nd, true); }});
 }
 
+void addConvWeightRow(OpRegistry &r, size_t nd) {
+  std::string d = std::to_string(nd) + "d";
+  std::vector<AttrSpec> attrs = {{.name = "weight_size", .kind = AttrKind::Ints}};
+  for (AttrSpec &a : ints({{"stride", {1}}, {"padding", {0}}, {"dilation", {1}}}))
+    attrs.push_back(a);
+  attrs.push_back({.name = "groups", .kind = AttrKind::Int, .defaultValue = Attr(1)});
+  attrs.push_back({.name = "padding_mode", .kind = AttrKind::Str, .defaultValue = Attr("")});
+  r.add({.name = "conv" + d + "_weight",
+         .summary = "torch.nn.grad.conv" + d + "_weight: the gradient of conv" + d +
+                    "'s weight [Cout, Cin/groups, k...] (weight_size) for its input [N, Cin, "
+                    "...] and the gradient of its output [N, Cout, ...]; stride, padding, "
+                    "dilation, groups and padding_mode as conv" +
+                    d + "'s (channels-first, batched). One non-bool dtype; integers wrap.",
+         .operands = {{"input"}, {"grad_output"}},
+         .attrs = attrs,
+         .infer = [nd](const Op &op) { return convWeightInfer(op, nd); },
+         .kernel = [nd](const Op &op,
+                        std::span<const RtValue> in) { return convWeightKernel(op, in, nd); }});
+}
+
 void addPoolRow(OpRegistry &r, size_t nd, PoolKind kind, bool withIndices, std::string name,
                 std::string summary) {
   std::vector<AttrSpec> attrs;
@@ -443,8 +509,7 @@ void addPoolRow(OpRegistry &r, size_t nd, PoolKind kind, bool withIndices, std::
     attrs = {{.name = "kernel_size", .kind = AttrKind::Ints}};
     for (AttrSpec &a : ints({{"stride", {}}, {"padding", {0}}}))
       attrs.push_back(a);
-    if (kind == PoolKind::Max)
-      attrs.push_back(ints({{"dilation", {1}}})[0]);
+    if (kind == PoolKind::Max) attrs.push_back(ints({{"dilation", {1}}})[0]);
     attrs.push_back({.name = "ceil_mode", .kind = AttrKind::Bool, .defaultValue = Attr(false)});
     if (kind == PoolKind::Avg) {
       attrs.push_back(
@@ -497,6 +562,7 @@ void addPoolRows(OpRegistry &r, size_t nd) {
 void registerConvPoolOps(OpRegistry &r) {
   for (size_t nd = 1; nd <= 3; ++nd) {
     addConvRows(r, nd);
+    addConvWeightRow(r, nd);
     addPoolRows(r, nd);
   }
 }

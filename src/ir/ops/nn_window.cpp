@@ -49,8 +49,7 @@ std::vector<T> convForward(const std::vector<T> &x, const std::vector<T> &w,
   for (int64_t b = 0; b < n; ++b)
     for (int64_t oc = 0; oc < cout; ++oc) {
       T *yc = &y[(b * cout + oc) * outVol];
-      if (!bias.empty())
-        std::fill(yc, yc + outVol, bias[oc]);
+      if (!bias.empty()) std::fill(yc, yc + outVol, bias[oc]);
       int64_t grp = oc / coutG;
       for (int64_t icg = 0; icg < cinG; ++icg) {
         const T *xc = &x[(b * cin + grp * cinG + icg) * inVol];
@@ -129,8 +128,7 @@ Taps windowTaps(int64_t inSize, int64_t outSize, int64_t kernel, int64_t stride,
     int64_t start = o * stride - pad;
     std::vector<int64_t> p;
     for (int64_t j = 0; j < kernel; ++j)
-      if (int64_t i = start + j * dil; i >= 0 && i < inSize)
-        p.push_back(i);
+      if (int64_t i = start + j * dil; i >= 0 && i < inSize) p.push_back(i);
     t.pos.push_back(std::move(p));
     t.padded.push_back(std::min(start + kernel, inSize + pad) - start);
   }
@@ -181,8 +179,7 @@ std::vector<T> maxPool(const std::vector<T> &x, int64_t planes, const std::array
                        std::vector<int64_t> *indices) {
   int64_t inVol = t[0].inSize * t[1].inSize * t[2].inSize, outVol = outVolume(t);
   std::vector<T> y(static_cast<size_t>(planes * outVol));
-  if (indices)
-    indices->assign(y.size(), 0);
+  if (indices) indices->assign(y.size(), 0);
   for (int64_t p = 0; p < planes; ++p) {
     const T *xp = &x[p * inVol];
     forEachWindow(t, [&](int64_t o, size_t d, size_t h, size_t w) {
@@ -195,18 +192,15 @@ std::vector<T> maxPool(const std::vector<T> &x, int64_t planes, const std::array
             int64_t i = (id * t[1].inSize + ih) * t[2].inSize + iw;
             T v = xp[i];
             bool isNan = false;
-            if constexpr (std::floating_point<T>)
-              isNan = std::isnan(v);
-            if (bestIdx < 0)
-              bestIdx = i; // PyTorch starts from the window's first tap
+            if constexpr (std::floating_point<T>) isNan = std::isnan(v);
+            if (bestIdx < 0) bestIdx = i; // PyTorch starts from the window's first tap
             if (v > best || isNan) {
               best = v;
               bestIdx = i;
             }
           }
       y[p * outVol + o] = best;
-      if (indices)
-        (*indices)[p * outVol + o] = bestIdx;
+      if (indices) (*indices)[p * outVol + o] = bestIdx;
     });
   }
   return y;
@@ -237,6 +231,46 @@ std::vector<T> avgPool(const std::vector<T> &x, int64_t planes, const std::array
   return y;
 }
 
+template <Acc T>
+std::vector<T> convWeightGrad(const std::vector<T> &x, const std::vector<T> &gy, int64_t n,
+                              int64_t cin, int64_t cout, int64_t groups, const ConvWindow &g) {
+  int64_t inVol = vol(g.in), outVol = vol(g.out), kVol = vol(g.kernel);
+  int64_t cinG = cin / groups, coutG = cout / groups;
+  std::vector<T> dw(static_cast<size_t>(cout * cinG * kVol), T{});
+  for (int64_t oc = 0; oc < cout; ++oc) {
+    int64_t grp = oc / coutG;
+    for (int64_t icg = 0; icg < cinG; ++icg) {
+      T *dk = &dw[(oc * cinG + icg) * kVol];
+      for (int64_t kd = 0; kd < g.kernel[0]; ++kd)
+        for (int64_t kh = 0; kh < g.kernel[1]; ++kh)
+          for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+            // The forward's output o read input o*stride - pad + k*dil with this weight.
+            int64_t offD = kd * g.dil[0] - g.pad[0], offH = kh * g.dil[1] - g.pad[1],
+                    offW = kw * g.dil[2] - g.pad[2];
+            auto [d0, d1] = validRange(g.out[0], g.stride[0], offD, g.in[0]);
+            auto [h0, h1] = validRange(g.out[1], g.stride[1], offH, g.in[1]);
+            auto [w0, w1] = validRange(g.out[2], g.stride[2], offW, g.in[2]);
+            T acc{};
+            for (int64_t b = 0; b < n; ++b) {
+              const T *xc = &x[(b * cin + grp * cinG + icg) * inVol];
+              const T *gc = &gy[(b * cout + oc) * outVol];
+              for (int64_t od = d0; od < d1; ++od)
+                for (int64_t oh = h0; oh < h1; ++oh) {
+                  const T *xr =
+                      xc +
+                      ((od * g.stride[0] + offD) * g.in[1] + oh * g.stride[1] + offH) * g.in[2];
+                  const T *gr = gc + (od * g.out[1] + oh) * g.out[2];
+                  for (int64_t ow = w0; ow < w1; ++ow)
+                    acc += gr[ow] * xr[ow * g.stride[2] + offW];
+                }
+            }
+            dk[(kd * g.kernel[1] + kh) * g.kernel[2] + kw] = acc;
+          }
+    }
+  }
+  return dw;
+}
+
 template std::vector<double> convForward(const std::vector<double> &, const std::vector<double> &,
                                          const std::vector<double> &, int64_t, int64_t, int64_t,
                                          int64_t, const ConvWindow &);
@@ -250,6 +284,12 @@ template std::vector<double> convTransposed(const std::vector<double> &,
                                             int64_t, const ConvWindow &);
 template std::vector<uint64_t> convTransposed(const std::vector<uint64_t> &,
                                               const std::vector<uint64_t> &,
+                                              const std::vector<uint64_t> &, int64_t, int64_t,
+                                              int64_t, int64_t, const ConvWindow &);
+template std::vector<double> convWeightGrad(const std::vector<double> &,
+                                            const std::vector<double> &, int64_t, int64_t, int64_t,
+                                            int64_t, const ConvWindow &);
+template std::vector<uint64_t> convWeightGrad(const std::vector<uint64_t> &,
                                               const std::vector<uint64_t> &, int64_t, int64_t,
                                               int64_t, int64_t, const ConvWindow &);
 template std::vector<double> maxPool(const std::vector<double> &, int64_t,

@@ -33,6 +33,11 @@ template <Acc T>
 std::vector<T> convTransposed(const std::vector<T> &x, const std::vector<T> &w,
                               const std::vector<T> &bias, int64_t n, int64_t cin, int64_t cout,
                               int64_t groups, const ConvWindow &g);
+/// The gradient of a convolution's weight: dw[cout, cin/groups, kernel...] = the sum over the
+/// batch and the output positions o of gy[n, cout, o] * x[n, cin, o*stride - pad + k*dil].
+template <Acc T>
+std::vector<T> convWeightGrad(const std::vector<T> &x, const std::vector<T> &gy, int64_t n,
+                              int64_t cin, int64_t cout, int64_t groups, const ConvWindow &g);
 
 /// The input positions each output position of one spatial dim reads, and its window size
 /// counted with padding (for avg_pool's count_include_pad).

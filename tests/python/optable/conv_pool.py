@@ -1,5 +1,5 @@
-"""Op-table rows: convolutions (conv1d/2d/3d, conv_transpose1d/2d/3d) and poolings (max, avg,
-adaptive avg/max; 1-3 d; with and without indices).
+"""Op-table rows: convolutions (conv1d/2d/3d, conv_transpose1d/2d/3d, the weight gradients
+conv1d/2d/3d_weight) and poolings (max, avg, adaptive avg/max; 1-3 d; with and without indices).
 
 Tolerances: convolutions sum Cin/groups * prod(kernel) products; PyTorch sums f32 in f32 in its
 own order, so rows with long sums (127 channels, 3-d kernels) use LONG (rtol/atol 1e-4), and
@@ -89,7 +89,55 @@ def _conv_cases(op: str, table: dict, transposed: bool) -> list[OpCase]:
     return out
 
 
-CASES: list[OpCase] = _conv_cases("conv", _CONV, False) + _conv_cases("conv_transpose", _CONV_T, True)
+# conv{nd}d_weight: (name, input, weight, torch kwargs); grad_output has the convolution's output
+# shape. The reference is torch.nn.grad.conv{nd}d_weight.
+_CONV_W: dict[int, list[tuple[str, tuple, tuple, dict[str, Any]]]] = {
+    1: [
+        ("", (2, 4, 9), (6, 4, 3), dict(stride=2, padding=1)),
+        ("groups_dil", (2, 4, 9), (6, 2, 3), dict(groups=2, dilation=2)),
+    ],
+    2: [
+        ("", (2, 3, 7, 9), (4, 3, 3, 2), dict(stride=[2, 1], padding=[1, 0], dilation=[1, 2])),
+        ("depthwise", (2, 6, 7, 7), (6, 1, 3, 3), dict(groups=6, stride=2)),
+        ("floor_dropped", (1, 2, 8, 8), (3, 2, 3, 3), dict(stride=2)),
+        ("pointwise", (2, 5, 4, 4), (7, 5, 1, 1), dict()),
+    ],
+    3: [
+        ("", (1, 2, 5, 6, 4), (3, 2, 2, 3, 1), dict(stride=[1, 2, 1], padding=[1, 0, 0])),
+    ],
+}
+
+
+def _conv_out(x: tuple, w: tuple, kw: dict[str, Any]) -> tuple:
+    nd = len(x) - 2
+
+    def at(key: str, d: int, default: int) -> int:
+        v = kw.get(key, default)
+        return v[d] if isinstance(v, list) else v
+
+    spatial = tuple(
+        (x[2 + d] + 2 * at("padding", d, 0) - at("dilation", d, 1) * (w[2 + d] - 1) - 1) // at("stride", d, 1) + 1
+        for d in range(nd)
+    )
+    return (x[0], w[0]) + spatial
+
+
+def _conv_weight_cases() -> list[OpCase]:
+    import torch.nn.grad
+
+    out: list[OpCase] = []
+    for nd, entries in _CONV_W.items():
+        fn = getattr(torch.nn.grad, f"conv{nd}d_weight")
+        for name, x, w, kw in entries:
+            ref = (lambda fn, w, kw: lambda x, gy: fn(x, w, gy, **kw))(fn, w, kw)
+            out += case(f"conv{nd}d_weight", ref, [Arg(x), Arg(_conv_out(x, w, kw))],
+                        {"weight_size": list(w), **_ir_attrs(kw)}, name=name, dtypes=("f32", "f64"), tol=LONG)
+    return out
+
+
+CASES: list[OpCase] = (
+    _conv_cases("conv", _CONV, False) + _conv_cases("conv_transpose", _CONV_T, True) + _conv_weight_cases()
+)
 
 # ---- pooling -----------------------------------------------------------------------------------
 
