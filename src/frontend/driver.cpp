@@ -19,9 +19,7 @@
 #endif
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
@@ -462,18 +460,6 @@ bool gradEnabled() {
   return yes;
 }
 
-void dumpGraph(const Graph &g, int id, const SourceLoc &loc, const char *stage) {
-  const std::string &dir = settings().dumpDir;
-  if (dir.empty() || id < 0) return;
-  char prefix[16];
-  std::snprintf(prefix, sizeof prefix, "%03d", id);
-  std::string fn = loc.function;
-  for (char &c : fn)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
-  std::ofstream out(dir + "/" + prefix + "-" + fn + "." + stage + ".xir");
-  out << "# " << shortLoc(loc) << " (" << loc.file << ")\n" << printGraph(g);
-}
-
 std::map<std::string, int> opCounts(const Graph &g, int *total) {
   std::map<std::string, int> ops;
   *total = 0;
@@ -567,12 +553,7 @@ void logRewrittenCode(const CompiledEntry &e, const FrameView &f, int offset) {
   if (log) logLine(text);
   if (dump) {
     static int serial = 0;
-    char prefix[16];
-    std::snprintf(prefix, sizeof prefix, "%03d", serial++);
-    std::string fn = loc.function;
-    for (char &c : fn)
-      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
-    std::ofstream out(settings().dumpDir + "/" + prefix + "-" + fn + ".bytecode.txt");
+    std::ofstream out(dumpPrefix(serial++, loc) + ".bytecode.txt");
     out << "# " << shortLoc(loc) << " (" << loc.file << ")\n" << text;
   }
 }

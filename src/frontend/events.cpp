@@ -1,6 +1,10 @@
 #include "events.h"
 
+#include "xjit/ir/printer.h"
+
+#include <cctype>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
@@ -9,6 +13,24 @@ namespace xjit::frontend {
 Settings &settings() {
   static Settings s;
   return s;
+}
+
+std::string dumpPrefix(int id, const SourceLoc &loc) {
+  const std::string &dir = settings().dumpDir;
+  if (dir.empty() || id < 0) return "";
+  char prefix[16];
+  std::snprintf(prefix, sizeof prefix, "%03d", id);
+  std::string fn = loc.function;
+  for (char &c : fn)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+  return dir + "/" + prefix + "-" + fn;
+}
+
+void dumpGraph(const Graph &g, int id, const SourceLoc &loc, const std::string &stage) {
+  const std::string prefix = dumpPrefix(id, loc);
+  if (prefix.empty()) return;
+  std::ofstream out(prefix + "." + stage + ".xir");
+  out << "# " << shortLoc(loc) << " (" << loc.file << ")\n" << printGraph(g);
 }
 
 PyClasses &pyClasses() {

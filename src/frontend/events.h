@@ -37,6 +37,13 @@ struct Settings {
 };
 Settings &settings();
 
+/// "<dir>/003-forward": where --dump writes the files of graph `id` captured in loc's function
+/// (IR, kernels, bytecode); "" without --dump or for a negative id.
+std::string dumpPrefix(int id, const SourceLoc &loc);
+
+/// --dump: writes g's IR to <dumpPrefix(id, loc)>.<stage>.xir ("before", "after", "forward"...).
+void dumpGraph(const Graph &g, int id, const SourceLoc &loc, const std::string &stage);
+
 /// The Python classes of the frontend's diagnostics (set by the module at import).
 struct PyClasses {
   PyObject *warning = nullptr;      // xjit.XjitWarning (a UserWarning)

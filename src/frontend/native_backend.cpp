@@ -4,6 +4,7 @@
 #include "events.h"
 
 #include "xjit/ir/interpreter.h"
+#include "xjit/ir/printer.h"
 
 #ifdef XJIT_FRONTEND_HAVE_RUNTIME
 #include "xjit/backend/release_memory.h"
@@ -11,25 +12,11 @@
 #endif
 
 #include <algorithm>
-#include <cctype>
-#include <cstdio>
 #include <fstream>
 
 namespace xjit::frontend {
 
 namespace {
-
-/// "<dir>/003-forward", as the driver names a graph's IR dumps; "" without --dump.
-std::string dumpPrefix(int id, const SourceLoc &loc) {
-  const std::string &dir = settings().dumpDir;
-  if (dir.empty()) return "";
-  char prefix[16];
-  std::snprintf(prefix, sizeof prefix, "%03d", id);
-  std::string fn = loc.function;
-  for (char &c : fn)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
-  return dir + "/" + prefix + "-" + fn;
-}
 
 #ifdef XJIT_FRONTEND_HAVE_RUNTIME
 /// Per graph output, the graph input that a TensorCopy effect copies it into after each run
@@ -53,9 +40,10 @@ std::vector<int> outputWritesInput(CompiledEntry &e) {
 
 } // namespace
 
-bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id) {
+bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id, const std::string &part) {
 #ifdef XJIT_FRONTEND_HAVE_RUNTIME
-  const std::string dumpTo = dumpPrefix(id, loc);
+  std::string dumpTo = dumpPrefix(id, loc);
+  if (!dumpTo.empty() && !part.empty()) dumpTo += "." + part;
   std::string failure;
   try {
     if (settings().inject == "native")
@@ -80,11 +68,15 @@ bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id) {
                         ": internal error compiling the graph of " + loc.function +
                         " to native code: " + failure + "; it runs in the reference interpreter",
                     loc);
-  if (!dumpTo.empty())
+  if (!dumpTo.empty()) {
+    // The graph the kernels were generated from: after the runtime's own pipeline (fusion,
+    // memory plan), which the frontend's "after" dump precedes.
+    std::ofstream(dumpTo + ".runtime.xir") << printGraph(e.compiled->graph());
     for (const auto &[name, text] : e.compiled->dumpFiles())
       std::ofstream(dumpTo + "." + name) << text;
+  }
 #else
-  (void)e, (void)loc, (void)id;
+  (void)e, (void)loc, (void)id, (void)part;
 #endif
   return true;
 }

@@ -7,6 +7,7 @@
 
 #include "xjit/ir/value.h"
 
+#include <string>
 #include <vector>
 
 namespace xjit::frontend {
@@ -17,9 +18,10 @@ inline constexpr const char *kNativeCompileError = "XJIT-E0103";
 /// Compiles e.graph with the runtime on the CPU target into e.compiled. Any failure leaves
 /// e.compiled empty (the graph then runs in the reference interpreter) and warns once, naming
 /// the frame; returns false only when that warning raised (-W error: the exception is set).
-/// With --dump, writes each kernel's files next to the graph's IR dumps (graph `id`):
-/// <dir>/<id>-<function>.<kernel file> (loop IR, LLVM IR, assembly).
-bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id);
+/// With --dump, writes the runtime's graph and each kernel's files next to the graph's IR dumps
+/// (graph `id`): <dir>/<id>-<function>[.<part>].runtime.xir and .<kernel file> (loop IR, LLVM
+/// IR, assembly); `part` tells a training step's "forward" and "backward" graphs apart.
+bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id, const std::string &part = "");
 
 /// Runs an entry's graph: natively when it was compiled, else in the reference interpreter.
 std::vector<RtValue> runGraph(const CompiledEntry &e, std::vector<RtValue> inputs);

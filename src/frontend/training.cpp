@@ -2,6 +2,7 @@
 // run by a torch.autograd.Function (python/xjit/_training.py), as AOTAutograd does.
 #include "training.h"
 
+#include "events.h"
 #include "native_backend.h"
 #include "py_util.h"
 #include "tensor_bridge.h"
@@ -15,6 +16,7 @@
 
 #include <map>
 #include <set>
+#include <tuple>
 
 namespace xjit::frontend {
 namespace {
@@ -163,15 +165,16 @@ std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id) {
          differentiable.count(static_cast<size_t>(fx.value.index))))
       return "it writes a value that needs a gradient in place (" + fx.text + ")";
   auto graphs = std::make_shared<TrainingGraphs>();
-  const std::pair<CompiledEntry *, std::unique_ptr<Graph> *> parts[] = {
-      {&graphs->forward, &ad.forward}, {&graphs->backward, &ad.backward}};
-  for (auto [entry, graph] : parts) {
+  const std::tuple<CompiledEntry *, std::unique_ptr<Graph> *, const char *> parts[] = {
+      {&graphs->forward, &ad.forward, "forward"}, {&graphs->backward, &ad.backward, "backward"}};
+  for (auto [entry, graph, part] : parts) {
     passes::PassManager pm;
     pm.addPipeline("inference");
     pm.run(**graph);
+    dumpGraph(**graph, id, loc, part);
     entry->inputTypes = inputTypes(**graph);
     entry->graph = std::move(*graph);
-    if (!compileNative(*entry, loc, id)) throw PyErrorSet();
+    if (!compileNative(*entry, loc, id, part)) throw PyErrorSet();
   }
   const size_t forwardOps = graphs->forward.graph->numOps(),
                backwardOps = graphs->backward.graph->numOps();

@@ -93,14 +93,15 @@ def test_explain_dump_log_and_check(script: Path, plain: subprocess.CompletedPro
     assert "graph break in noisy at s.py:8: call to print(); resumed after it" in via.stderr
     assert "--check" not in via.stderr  # compiled and Python outputs agreed
     files = sorted(p.name for p in dump.iterdir())
-    # The graph's IR before/after the passes, and its native kernel's loop IR, LLVM IR and
-    # assembly (backend "xjit", docs/runtime.md).
+    # The graph's IR before/after the passes and after the runtime's pipeline, and its native
+    # kernel's loop IR, LLVM IR and assembly (backend "xjit", docs/runtime.md).
     kernel = [f for f in files if f.startswith("000-scale.k000-")]
     assert sorted(f.rsplit(".", 1)[1] for f in kernel) == ["ll", "loops", "s"], files
     assert [f for f in files if f not in kernel] == [
         "000-noisy.bytecode.txt",
         "000-scale.after.xir",
         "000-scale.before.xir",
+        "000-scale.runtime.xir",
     ]
     assert "define" in (dump / next(f for f in kernel if f.endswith(".ll"))).read_text()
     assert "relu" in (dump / "000-scale.before.xir").read_text()

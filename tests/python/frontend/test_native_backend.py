@@ -92,3 +92,27 @@ def test_dump_writes_kernel_code(tmp_path) -> None:
         assert any(n.endswith(suffix) for n in names), names
     ll = next(p for p in tmp_path.iterdir() if p.name.endswith(".ll")).read_text()
     assert "define" in ll
+    # The graph the kernels came from, after the runtime's pipeline.
+    runtime = [n for n in names if n.endswith(".runtime.xir")]
+    assert len(runtime) == 1 and "fusion(" in (tmp_path / runtime[0]).read_text(), names
+
+
+def test_dump_keeps_a_training_steps_forward_and_backward_apart(tmp_path) -> None:
+    # Both graphs of one capture share its id: their IR and kernel files must not overwrite
+    # each other.
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    fe.reset()
+    old = config.dump_dir
+    config.dump_dir = str(tmp_path)
+    try:
+        xjit.jit(model)(torch.randn(3, 8)).sum().backward()
+    finally:
+        config.dump_dir = old
+    names = sorted(p.name for p in tmp_path.iterdir())
+    for part in ("forward", "backward"):
+        graph = [n for n in names if n.endswith(f".{part}.xir")]
+        assert len(graph) == 1, names
+        assert "linear" in (tmp_path / graph[0]).read_text() or part == "backward", graph
+        assert any(f".{part}.runtime.xir" in n for n in names), names
+        assert any(f".{part}.k000-" in n for n in names), names
+    assert model[0].weight.grad is not None
