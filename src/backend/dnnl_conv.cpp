@@ -218,7 +218,7 @@ WinogradMode winogradMode() {
 /// brgconv (docs/perf.md "Session 7", "Session 11"). With xjit's transform (winograd_weights.h;
 /// one thread, cold weights: 0.03 ms for 64x64x3x3, 0.22 ms for 128x128x3x3 in F(4x4), 0.47 ms
 /// for 256x256x3x3) from 100 pixels: at batch 1 ResNet-18's 56x56, 28x28 (1.0-1.2 against
-/// 2.2 ms per conv with brgconv and its weight reorder, but over kWinogradMaxScratchpad) and
+/// 2.2 ms per conv with brgconv and its weight reorder) and
 /// 14x14 stages (1.7 against 2.5 ms) gain, and so does 256 channels at 10x10 (1.2 against 1.6
 /// ms); its 7x7 stage loses (512 channels: 4.1-4.6 ms against 2.9 with im2col). Where only
 /// oneDNN's transform applies (5-8x slower than xjit's before session 11) from 16K pixels:
@@ -230,10 +230,10 @@ constexpr int64_t kWinogradMinPixelsSlowTransform = 16384;
 /// per-thread scratchpad grows to the largest any primitive asks for and stays (brgconv asks
 /// for none): at batch 8, ResNet-18's 56x56 stage needs 7.5 MB but its 28x28 and 14x14 stages
 /// 22-24 MB, which took its steady peak RSS 43 MB higher (above eager's; 54 MB in session 11).
-/// At batch 1 its 28x28 stage asks for 10 MB: ~7% faster, ~2 MB more RSS, just above eager's
-/// (docs/perf.md "Session 11"). The weight cache (opt-in, a copy of every weight already) is
-/// not held to it.
-constexpr size_t kWinogradMaxScratchpad = size_t(8) << 20;
+/// At batch 1 its 28x28 stage asks for 10 MB and is taken: 16.4-16.5 against 17.9-18.8 ms per
+/// call at two threads, steady peak RSS 295.8 against 293.7 MB (eager 295.1-297.6; docs/perf.md
+/// "Session 11"). The weight cache (opt-in, a copy of every weight already) is not held to it.
+constexpr size_t kWinogradMaxScratchpad = size_t(12) << 20;
 
 class ConvKernel : public LibraryKernel {
 public:
