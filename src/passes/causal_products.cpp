@@ -11,8 +11,11 @@
 // lower-zero dividend or factor that is not broadcast along the matrix dims. A transpose of the
 // last two dims makes it upper-zero (and back). A matmul with a lower-zero (upper-zero) lhs
 // gets lhs_lower (lhs_upper), else with a lower-zero rhs rhs_lower. The skipped terms are
-// 0 * x: the results are those of the full product for finite x (an infinite or NaN x in a
-// skipped block no longer turns a zero into NaN, as in PyTorch's own causal kernels).
+// 0 * x, NaN in eager for an infinite or NaN x: the backend scans the part of the other operand
+// that its blocks skip and runs the whole product when it holds one (docs/backend.md), so the
+// results are the full product's. Not scanned (it would cost the blocks' gain): the triangular
+// operand's zeros themselves, which are NaN only where a fact's own input was non-finite there
+// (0 * Inf in a mul; a softmax row that is NaN throughout).
 #include "constant_value.h"
 #include "passes.h"
 #include "semantic_util.h"

@@ -74,3 +74,48 @@ graph @f(%a: f32[4], %b: f32[4,3]) -> (f32[3]) {{
 }}"""
     with pytest.raises(Exception, match=message):
         ir.verify_or_raise(ir.parse(text))
+
+
+# (mode, lhs sizes, rhs sizes, the non-finite entry's index in the operand that is not
+# triangular, whether a block skips it): the last row of the rhs for lhs_lower (only the last
+# block reads it), the first row for lhs_upper (with rows > inner: blocks of zeros skip it too),
+# the first column of the lhs for rhs_lower; then entries that every block reads.
+NON_FINITE_CASES = [
+    ("lhs_lower", (2, 3, 70, 70), (2, 3, 70, 8), (1, 2, 69, 3), True),
+    ("lhs_upper", (2, 3, 70, 70), (2, 3, 70, 8), (0, 1, 0, 3), True),
+    ("lhs_upper", (2, 100, 45), (2, 45, 5), (1, 0, 4), True),
+    ("rhs_lower", (2, 3, 8, 70), (2, 3, 70, 70), (1, 2, 5, 0), True),
+    ("lhs_lower", (2, 3, 70, 70), (2, 3, 70, 8), (1, 2, 0, 3), False),
+    ("lhs_upper", (2, 3, 70, 70), (2, 3, 70, 8), (1, 2, 69, 3), False),
+    ("rhs_lower", (2, 3, 8, 70), (2, 3, 70, 70), (1, 2, 5, 69), False),
+]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("mode,a_sizes,b_sizes,index,skipped", NON_FINITE_CASES)
+def test_causal_product_non_finite_matches_torch(
+    mode: str,
+    a_sizes: tuple[int, ...],
+    b_sizes: tuple[int, ...],
+    index: tuple[int, ...],
+    skipped: bool,
+    bad: float,
+) -> None:
+    """A NaN or an infinity in the operand that is not triangular: eager's 0 * x there is NaN in
+    every row (column) of the result, which a block that skips it would miss: such calls run the
+    whole product (docs/backend.md); they fail without that guard."""
+    g = torch.Generator().manual_seed(a_sizes[-1] * 100 + b_sizes[-1])
+    a = torch.randn(a_sizes, generator=g)
+    b = torch.randn(b_sizes, generator=g)
+    if mode == "rhs_lower":
+        b = torch.tril(b)
+        a[index] = bad
+    else:
+        a = torch.tril(a) if mode == "lhs_lower" else torch.triu(a)
+        b[index] = bad
+    want = torch.matmul(a, b)
+    assert want.isnan().any() == (skipped or bad != bad)  # 0 * inf is NaN only where skipped
+    cg = ir.compile(ir.parse(_graph(mode, a_sizes, b_sizes, tuple(want.shape), "f32")))
+    (got,) = cg.run([a, b], framework="torch")
+    torch.testing.assert_close(torch.as_tensor(got), want, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert cg.stats["target_ops"] == 1
