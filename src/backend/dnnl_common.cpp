@@ -12,8 +12,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
+#include <omp.h>
 #include <unordered_map>
 
 namespace xjit::backend::dnnl_kernels {
@@ -518,36 +520,78 @@ bool fillsOneBlock(const Tensor &t) {
 /// loop into a few vector operations per 16 elements, with no early exit.
 template <class T, class IsBad> bool anyBad(const T *p, int64_t n, IsBad isBad) {
   constexpr int64_t kLanes = 16;
-  int64_t blocks = n / kLanes;
-  bool any = false;
-#pragma omp parallel if (blocks >= (int64_t(1) << 15)) reduction(|| : any)
-  {
+  const int64_t blocks = n / kLanes;
+  auto scanBlocks = [&](int64_t b0, int64_t b1) {
     uint32_t lanes[kLanes] = {};
-#pragma omp for nowait
-    for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t b = b0; b < b1; ++b)
       for (int64_t j = 0; j < kLanes; ++j)
         lanes[j] |= uint32_t(isBad(p[b * kLanes + j]));
+    uint32_t all = 0;
     for (uint32_t v : lanes)
-      any = any || v != 0;
+      all |= v;
+    return all != 0;
+  };
+  bool any = false;
+  // An OpenMP region costs ~0.3 us even when it runs on one thread: small scans (the rows of a
+  // causal product's skipped part, thousands per call) stay out of it.
+  if (blocks < (int64_t(1) << 15)) {
+    any = scanBlocks(0, blocks);
+  } else {
+#pragma omp parallel reduction(|| : any)
+    {
+      const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+      any = scanBlocks(blocks * t / threads, blocks * (t + 1) / threads);
+    }
   }
   for (int64_t i = blocks * kLanes; i < n; ++i)
     any = any || isBad(p[i]);
   return any;
 }
+
+/// Whether n elements of `dtype` (f32 or bf16) from p hold a NaN, or with !nanOnly an infinity.
+bool spanHasNonFinite(const char *p, int64_t n, DType dtype, bool nanOnly) {
+  if (dtype == DType::F32) {
+    const auto *f = reinterpret_cast<const float *>(p);
+    // NaN is unordered with itself; v - v is NaN (not 0) for an infinity too.
+    return nanOnly ? anyBad(f, n, [](float v) { return v != v; })
+                   : anyBad(f, n, [](float v) { return v - v != 0.f; });
+  }
+  const auto *h = reinterpret_cast<const uint16_t *>(p); // exponent all ones
+  return nanOnly ? anyBad(h, n, [](uint16_t v) { return (v & 0x7fff) > 0x7f80; })
+                 : anyBad(h, n, [](uint16_t v) { return (v & 0x7f80) == 0x7f80; });
+}
+
 } // namespace
 
 bool hasNonFinite(const Tensor &t, bool nanOnly) {
-  if (t.dtype() != DType::F32 && t.dtype() != DType::BF16) return false;
-  if (fillsOneBlock(t)) { // order does not matter: scan the memory block
-    if (t.dtype() == DType::F32) {
-      const auto *p = reinterpret_cast<const float *>(t.data());
-      // NaN is unordered with itself; v - v is NaN (not 0) for an infinity too.
-      return nanOnly ? anyBad(p, t.numel(), [](float v) { return v != v; })
-                     : anyBad(p, t.numel(), [](float v) { return v - v != 0.f; });
+  if ((t.dtype() != DType::F32 && t.dtype() != DType::BF16) || t.numel() == 0) return false;
+  if (fillsOneBlock(t)) // order does not matter: scan the memory block
+    return spanHasNonFinite(t.data(), t.numel(), t.dtype(), nanOnly);
+  // Else runs of elements that lie contiguously (rows of a block of a matrix, of its transpose),
+  // one after another: the dims by decreasing stride, the innermost ones merged into the run.
+  std::vector<std::pair<int64_t, int64_t>> dims; // (stride, size) of the non-unit dims
+  for (int64_t i = 0; i < t.rank(); ++i)
+    if (t.size(i) != 1) dims.emplace_back(t.strides()[static_cast<size_t>(i)], t.size(i));
+  std::sort(dims.begin(), dims.end(), std::greater<>());
+  if (dims.back().first == 1) {
+    int64_t run = 1;
+    while (!dims.empty() && dims.back().first == run) {
+      run *= dims.back().second;
+      dims.pop_back();
     }
-    const auto *p = reinterpret_cast<const uint16_t *>(t.data()); // exponent all ones
-    return nanOnly ? anyBad(p, t.numel(), [](uint16_t v) { return (v & 0x7fff) > 0x7f80; })
-                   : anyBad(p, t.numel(), [](uint16_t v) { return (v & 0x7f80) == 0x7f80; });
+    const int64_t elem = dtypeSize(t.dtype());
+    std::vector<int64_t> index(dims.size(), 0); // of the run over the other dims
+    int64_t offset = 0;
+    for (int64_t i = 0, runs = t.numel() / run; i < runs; ++i) {
+      if (spanHasNonFinite(t.data() + offset * elem, run, t.dtype(), nanOnly)) return true;
+      for (size_t d = dims.size(); d-- > 0;) { // the next run: the innermost dim counts first
+        offset += dims[d].first;
+        if (++index[d] < dims[d].second) break;
+        offset -= dims[d].first * dims[d].second;
+        index[d] = 0;
+      }
+    }
+    return false;
   }
   auto bad = [nanOnly](float v) { return nanOnly ? std::isnan(v) : !std::isfinite(v); };
   for (int64_t i = 0; i < t.numel(); ++i)

@@ -53,6 +53,7 @@ std::vector<int64_t> staticShape(const Op &op, const Value *v) {
 } // namespace autodiff_rules
 
 bool runDecomposeAttention(Graph &g, PassContext &ctx); // decompose_attention.cpp
+bool runCausalProducts(Graph &g, PassContext &ctx);     // causal_products.cpp
 
 namespace {
 
@@ -631,6 +632,9 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
     results.push_back(it != grads.end() ? it->second : b.op("zeros_like", {g.input(i)}));
   }
   ret->setOperands(results);
+  // Causal attention's backward products, marked here: after the partition the backward sees
+  // the saved probabilities as an input, not as a causal softmax.
+  runCausalProducts(g, decompose);
   return j;
 }
 

@@ -229,6 +229,7 @@ private:
             u->result(0)->type() != anchorType)
           break;
         if (ops_[i]->name().starts_with("conv") && !convTakesPostOp(*ops_[i], *u, cur)) break;
+        if (ops_[i]->attrOrNull("causal") && !causalTakesPostOp(*u, cur)) break;
         if (std::any_of(chain.begin() + 1, chain.end(),
                         [&](int k) { return eltwiseParamsClash(*ops_[k], *u); }))
           break;

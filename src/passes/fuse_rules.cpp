@@ -138,6 +138,12 @@ bool convTakesPostOp(const Op &anchor, const Op &op, const Value *chain) {
   return op.name() != "mul" || other->type() == chain->type();
 }
 
+bool causalTakesPostOp(const Op &op, const Value *chain) {
+  if (op.numOperands() < 2) return true;
+  const Value *other = op.operand(0) == chain ? op.operand(1) : op.operand(0);
+  return isSingleElement(other->type());
+}
+
 namespace {
 /// The oneDNN eltwise algorithm (with parameters) a unary post-op maps to, as the backend's
 /// eltwiseFor does; empty for one without parameters.

@@ -42,6 +42,10 @@ bool isPostOp(const Op &op, const Value *chain);
 /// A transposed convolution takes no binary post-op with a tensor operand (oneDNN 2.6 runs
 /// it with its reference deconvolution).
 bool convTakesPostOp(const Op &anchor, const Op &op, const Value *chain);
+/// A causal product (matmul with `causal`) takes only post-ops whose other operand, if any, is
+/// one element: its blocks write views of the result, and oneDNN 2.6 runs a tensor binary
+/// post-op on a strided result with its reference matmul (~100x slower).
+bool causalTakesPostOp(const Op &op, const Value *chain);
 
 /// Whether unary post-ops `earlier` and `later` of one chain map to the same oneDNN eltwise
 /// algorithm with other parameters (clamp(min=0) then clamp(-5, 5); relu then leaky_relu):

@@ -18,6 +18,7 @@ bool runFunctionalize(Graph &g, PassContext &ctx);  // functionalize.cpp
 bool runMixedPrecision(Graph &g, PassContext &ctx); // mixed_precision.cpp
 // -- code-generation preparation (attention decomposition, layout, fusion, memory planning) --
 bool runDecomposeAttention(Graph &g, PassContext &ctx); // decompose_attention.cpp
+bool runCausalProducts(Graph &g, PassContext &ctx);     // causal_products.cpp
 bool runDecomposeBatchNorm(Graph &g, PassContext &ctx); // decompose_batch_norm.cpp
 bool runDecomposeMatvec(Graph &g, PassContext &ctx);    // decompose_matvec.cpp
 bool runLayout(Graph &g, PassContext &ctx);             // layout.cpp
@@ -94,6 +95,11 @@ const std::vector<PassInfo> &passTable() {
                   "kernel)",
        .statistics = {"attentions-decomposed"},
        .run = runDecomposeAttention},
+      {.name = "causal-products",
+       .summary = "marks matmuls of causal attention with a triangular operand (matmul's "
+                  "`causal`), so that the backend skips the blocks that multiply its zeros",
+       .statistics = {"products-lhs_lower", "products-lhs_upper", "products-rhs_lower"},
+       .run = runCausalProducts},
       {.name = "decompose-batch-norm",
        .summary = "rewrites eval-mode f32/f64 batch_norm with run-time parameters as x * scale + "
                   "shift over per-channel vectors (convolution post-ops instead of the "

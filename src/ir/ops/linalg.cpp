@@ -3,6 +3,7 @@
 // batched-GEMM kernel over contiguous buffers serves them all.
 #include "nn_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -139,7 +140,14 @@ struct MatmulForm {
   bool transposeRhs = false; // linear: weight is [out, in]
   bool broadcastBatch = true;
   bool scaled = false; // beta / alpha attributes
+  bool causal = false; // the optional `causal` attribute (matmul)
 };
+
+/// The values of matmul's `causal` attribute (set by the causal-products pass): a promise that
+/// one operand is triangular, its other triangle zero, in each matrix's own last two dims with
+/// the diagonal at the top left (attention's is_causal), so that a backend may skip the blocks
+/// that multiply those zeros. The reference kernel computes the whole product.
+constexpr const char *kCausalModes[] = {"lhs_lower", "lhs_upper", "rhs_lower"};
 
 void checkRank(const MatmulForm &f, const char *what, const Shape &s,
                const std::vector<int64_t> &ranks) {
@@ -182,6 +190,15 @@ std::vector<Type> formInfer(const MatmulForm &f, const Op &op) {
     attrFloat(op, "alpha");
     attrFloat(op, "beta");
   }
+  if (const Attr *c = f.causal ? op.attrOrNull("causal") : nullptr) {
+    if (std::find(std::begin(kCausalModes), std::end(kCausalModes), c->asStr()) ==
+        std::end(kCausalModes))
+      inferFail(std::string(f.name) +
+                ": causal must be lhs_lower, lhs_upper or rhs_lower, got '" +
+                c->asStr() + "'");
+    if (a.rank() < 2 || b.rank() < 2)
+      inferFail(std::string(f.name) + ": causal needs operands of rank >= 2");
+  }
   return {a.withShape(formShape(f, a.shape(), b.shape(), bias ? &bias->shape() : nullptr))};
 }
 
@@ -211,6 +228,8 @@ OpDef formRow(const MatmulForm &f) {
   if (f.scaled)
     attrs = {{.name = "beta", .kind = AttrKind::Float, .defaultValue = Attr(1.0)},
              {.name = "alpha", .kind = AttrKind::Float, .defaultValue = Attr(1.0)}};
+  if (f.causal)
+    attrs = {{.name = "causal", .kind = AttrKind::Str, .optional = true}};
   return OpDef{
       .name = f.name,
       .summary = f.summary,
@@ -226,10 +245,14 @@ const std::vector<MatmulForm> &matmulForms() {
       {.name = "matmul",
        .summary = "torch.matmul: 1-D·1-D is a dot product, a 1-D lhs (rhs) gets a dim prepended "
                   "(appended) and removed again, leading batch dims broadcast. Operands share "
-                  "one non-bool dtype; integers wrap.",
+                  "one non-bool dtype; integers wrap. Optional `causal` (lhs_lower, lhs_upper, "
+                  "rhs_lower): a promise that the operand's other triangle is zero (each "
+                  "matrix, diagonal at the top left; set by causal-products), so a backend may "
+                  "skip it.",
        .operands = {{"self"}, {"other"}},
        .lhs = 0,
-       .rhs = 1},
+       .rhs = 1,
+       .causal = true},
       {.name = "mm",
        .summary = "Matrix product of two 2-D tensors of one dtype.",
        .operands = {{"self"}, {"mat2"}},
