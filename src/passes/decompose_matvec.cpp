@@ -41,7 +41,10 @@ bool floatingMatch(const Type &a, const Type &b) {
 /// W when v is the transpose of a 2-D W (t, transpose of its two dims, permute [1, 0]).
 Value *transposedFrom(Value *v) {
   Op *op = v->definingOp();
-  if (!op || op->numOperands() != 1 || op->operand(0)->type().rank() != 2) return nullptr;
+  // Any one-operand op gets here (an `if` on a bool condition too): check the type first.
+  if (!op || op->numOperands() != 1 || !op->operand(0)->type().isTensor() ||
+      op->operand(0)->type().rank() != 2)
+    return nullptr;
   auto norm = [](int64_t d) { return d < 0 ? d + 2 : d; };
   bool swaps = false;
   if (op->name() == "t") swaps = true;
