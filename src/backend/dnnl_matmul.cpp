@@ -498,6 +498,9 @@ public:
       b.plan = densePlan(sub, &dstStrides);
       plan->blocks.push_back(std::move(b));
     }
+    // Zeros are the product's value there, not its epilogue's (exp(0 + 1.5) is not 0): with
+    // post-ops, a product that has regions of zeros runs whole.
+    if (!plan->zeros.empty() && !s_.post.empty()) return std::move(plan->whole);
     return plan;
   }
 

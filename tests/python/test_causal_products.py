@@ -119,3 +119,30 @@ def test_causal_product_non_finite_matches_torch(
     (got,) = cg.run([a, b], framework="torch")
     torch.testing.assert_close(torch.as_tensor(got), want, rtol=1e-5, atol=1e-5, equal_nan=True)
     assert cg.stats["target_ops"] == 1
+
+
+@pytest.mark.parametrize(
+    "mode,a_sizes,b_sizes",
+    [("lhs_upper", (2, 65, 33), (2, 33, 5)), ("rhs_lower", (2, 8, 45), (1, 45, 100))],
+)
+def test_zero_blocks_take_the_epilogue(
+    mode: str, a_sizes: tuple[int, ...], b_sizes: tuple[int, ...]
+) -> None:
+    # Rows (columns) past the inner dim read only zeros; an epilogue fused into the product
+    # (here exp(c + 1.5)) must still apply to them: exp(1.5), not 0.
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(a_sizes, generator=g)
+    b = torch.randn(b_sizes, generator=g)
+    a, b = (torch.triu(a), b) if mode == "lhs_upper" else (a, torch.tril(b))
+    want = torch.exp(torch.matmul(a, b) + 1.5)
+    c = _shape(tuple(want.shape))
+    text = f"""
+graph @f(%a: f32[{_shape(a_sizes)}], %b: f32[{_shape(b_sizes)}]) -> (f32[{c}]) {{
+  %c = matmul(%a, %b) {{causal = "{mode}"}} : f32[{c}]
+  %k = constant() {{value = 1.5}} : float
+  %d = add(%c, %k) : f32[{c}]
+  %e = exp(%d) : f32[{c}]
+  return(%e)
+}}"""
+    (got,) = ir.compile(ir.parse(text)).run([a, b], framework="torch")
+    torch.testing.assert_close(torch.as_tensor(got), want, rtol=1e-5, atol=1e-5)
