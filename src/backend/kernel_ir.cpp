@@ -4,6 +4,7 @@
 #include "xjit/ir/attr.h"
 #include "xjit/ir/diagnostics.h"
 
+#include <algorithm>
 #include <functional>
 #include <set>
 #include <sstream>
@@ -178,6 +179,18 @@ Stmt assertTrue(Expr cond, int64_t message) {
 }
 
 int64_t Kernel::addAcc(std::string n, DType dtype, int64_t lanes) {
+  // Statements name their accumulator in the printed kernel, which is also the compile cache's
+  // key: two of one name (a reduction lowered inside another's loop takes the same "r<k>")
+  // would print kernels that read different accumulators alike.
+  auto taken = [&](const std::string &name) {
+    return std::any_of(accs.begin(), accs.end(), [&](const AccDecl &a) { return a.name == name; });
+  };
+  if (taken(n)) {
+    size_t i = accs.size();
+    while (taken(n + "_" + std::to_string(i)))
+      ++i;
+    n += "_" + std::to_string(i);
+  }
   accs.push_back({std::move(n), dtype, lanes});
   return static_cast<int64_t>(accs.size()) - 1;
 }

@@ -205,6 +205,17 @@ TEST(BackendKernelIR, PrintsLoops) {
   EXPECT_NE(text.find("out[i0*stride(out,0)] = acc"), std::string::npos) << text;
 }
 
+TEST(BackendKernelIR, AccumulatorsPrintUnderDistinctNames) {
+  // The printed kernel is the compile cache's key: two accumulators asked for under one name
+  // (a reduction lowered inside another's loop) must not print alike.
+  Kernel k = rowSumKernel();
+  int64_t a = k.addAcc("acc", DType::F32), b = k.addAcc("acc", DType::F32);
+  EXPECT_NE(k.accs[size_t(a)].name, "acc");
+  EXPECT_NE(k.accs[size_t(a)].name, k.accs[size_t(b)].name);
+  std::string text = printKernel(k);
+  EXPECT_NE(text.find("acc " + k.accs[size_t(a)].name + ": f32"), std::string::npos) << text;
+}
+
 TEST(BackendKernelIR, VerifierRejectsBadKernels) {
   EXPECT_TRUE(verifyKernel(rowSumKernel()).empty());
   auto expectError = [](Kernel k, const std::string &needle) {
