@@ -39,8 +39,7 @@ namespace xjit::runtime {
 /// (CompileOptions::outputWritesInput; a no-op without it).
 inline constexpr const char *kDefaultPipeline =
     "decompose-attention,causal-products,decompose-batch-norm,decompose-matvec,layout,"
-    "sink-permutes,fuse,"
-    "reinplace,plan-memory{in-place=false}";
+    "sink-permutes,fuse,reinplace,plan-memory{in-place=false}";
 /// kDefaultPipeline, or XJIT_PIPELINE when set (read once; for experiments and debugging).
 const std::string &defaultPipeline();
 

@@ -25,12 +25,10 @@ Shape broadcastIn(const std::string &op, const Shape &a, const Shape &b) {
 void checkBroadcastsTo(const std::string &op, const Shape &from, const Shape &to) {
   std::string msg = op + ": bias of shape " + shapeStr(from) +
                     " does not broadcast to the result shape " + shapeStr(to);
-  if (from.size() > to.size())
-    inferFail(msg);
+  if (from.size() > to.size()) inferFail(msg);
   size_t lead = to.size() - from.size();
   for (size_t i = 0; i < from.size(); ++i)
-    if (from[i] != DimExpr(1))
-      checkDimEq(from[i], to[lead + i], msg);
+    if (from[i] != DimExpr(1)) checkDimEq(from[i], to[lead + i], msg);
 }
 
 /// torch.matmul's result shape: 1-D operands get a dim prepended (lhs) or appended (rhs) that
@@ -54,10 +52,8 @@ Shape matmulShape(const std::string &op, const Shape &a, const Shape &b, bool br
                  op + ": batch dims of " + shapeStr(a) + " and " + shapeStr(b) + " must match");
     out = batchA;
   }
-  if (!aVec)
-    out.push_back(a[a.size() - 2]);
-  if (!bVec)
-    out.push_back(b.back());
+  if (!aVec) out.push_back(a[a.size() - 2]);
+  if (!bVec) out.push_back(b.back());
   return out;
 }
 
@@ -72,8 +68,7 @@ std::vector<int64_t> batchSources(const std::vector<int64_t> &out, const std::ve
     for (size_t d = out.size(); d-- > 0;) {
       int64_t i = rem % out[d];
       rem /= out[d];
-      if (d >= lead && in[d - lead] != 1)
-        s += i * inStrides[d - lead];
+      if (d >= lead && in[d - lead] != 1) s += i * inStrides[d - lead];
     }
     src[static_cast<size_t>(lin)] = s;
   }
@@ -84,17 +79,14 @@ std::vector<int64_t> batchSources(const std::vector<int64_t> &out, const std::ve
 template <Acc T> std::vector<T> matmulBuffer(const Tensor &a, const Tensor &b) {
   // A 1-D operand has the same row-major layout as its [1,k] / [k,1] matrix form.
   std::vector<int64_t> as = a.sizes(), bs = b.sizes();
-  if (as.size() == 1)
-    as.insert(as.begin(), 1);
-  if (bs.size() == 1)
-    bs.push_back(1);
+  if (as.size() == 1) as.insert(as.begin(), 1);
+  if (bs.size() == 1) bs.push_back(1);
   int64_t n = as[as.size() - 2], k = as.back(), m = bs.back();
   std::vector<int64_t> batchA(as.begin(), as.end() - 2), batchB(bs.begin(), bs.end() - 2);
   std::vector<int64_t> batch = broadcastSizes(batchA, batchB);
   int64_t nb = product(batch);
   std::vector<T> A = load<T>(a), B = load<T>(b), C(static_cast<size_t>(nb * n * m), T{});
-  if (C.empty() || k == 0)
-    return C;
+  if (C.empty() || k == 0) return C;
   if (product(batchB) == 1 && product(batchA) == nb) {
     // One shared rhs matrix (e.g. linear's weight): fold the batch into the rows.
     gemm(A.data(), B.data(), C.data(), nb * n, k, m);
@@ -121,8 +113,7 @@ void applyBias(std::vector<T> &c, const std::vector<int64_t> &sizes, const Tenso
   if (alpha != 1)
     for (T &v : c)
       v *= a;
-  if (!bias || beta == 0)
-    return;
+  if (!bias || beta == 0) return;
   std::vector<T> bv = load<T>(expandTo(*bias, sizes));
   for (size_t i = 0; i < c.size(); ++i)
     c[i] += beta == 1 ? bv[i] : bt * bv[i];
@@ -151,11 +142,9 @@ constexpr const char *kCausalModes[] = {"lhs_lower", "lhs_upper", "rhs_lower"};
 
 void checkRank(const MatmulForm &f, const char *what, const Shape &s,
                const std::vector<int64_t> &ranks) {
-  if (ranks.empty())
-    return;
+  if (ranks.empty()) return;
   for (int64_t r : ranks)
-    if (static_cast<int64_t>(s.size()) == r)
-      return;
+    if (static_cast<int64_t>(s.size()) == r) return;
   std::string allowed;
   for (size_t i = 0; i < ranks.size(); ++i)
     allowed += (i ? " or " : "") + std::to_string(ranks[i]);
@@ -165,8 +154,7 @@ void checkRank(const MatmulForm &f, const char *what, const Shape &s,
 
 Shape transposed(const Shape &s) {
   Shape t = s;
-  if (t.size() >= 2)
-    std::swap(t[t.size() - 1], t[t.size() - 2]);
+  if (t.size() >= 2) std::swap(t[t.size() - 1], t[t.size() - 2]);
   return t;
 }
 
@@ -174,8 +162,7 @@ Shape formShape(const MatmulForm &f, const Shape &lhs, const Shape &rhs, const S
   checkRank(f, f.operands[f.lhs].name.c_str(), lhs, f.lhsRanks);
   checkRank(f, f.operands[f.rhs].name.c_str(), rhs, f.rhsRanks);
   Shape out = matmulShape(f.name, lhs, f.transposeRhs ? transposed(rhs) : rhs, f.broadcastBatch);
-  if (bias)
-    checkBroadcastsTo(f.name, *bias, out);
+  if (bias) checkBroadcastsTo(f.name, *bias, out);
   return out;
 }
 
@@ -184,8 +171,7 @@ std::vector<Type> formInfer(const MatmulForm &f, const Op &op) {
   requireNotBool(f.name, f.operands[f.lhs].name, a);
   requireSameDType(f.name, f.operands[f.lhs].name, a, f.operands[f.rhs].name, b);
   const Type *bias = f.bias >= 0 ? optionalTensor(op, f.bias) : nullptr;
-  if (bias)
-    requireSameDType(f.name, f.operands[f.lhs].name, a, f.operands[f.bias].name, *bias);
+  if (bias) requireSameDType(f.name, f.operands[f.lhs].name, a, f.operands[f.bias].name, *bias);
   if (f.scaled) {
     attrFloat(op, "alpha");
     attrFloat(op, "beta");
@@ -193,8 +179,7 @@ std::vector<Type> formInfer(const MatmulForm &f, const Op &op) {
   if (const Attr *c = f.causal ? op.attrOrNull("causal") : nullptr) {
     if (std::find(std::begin(kCausalModes), std::end(kCausalModes), c->asStr()) ==
         std::end(kCausalModes))
-      inferFail(std::string(f.name) +
-                ": causal must be lhs_lower, lhs_upper or rhs_lower, got '" +
+      inferFail(std::string(f.name) + ": causal must be lhs_lower, lhs_upper or rhs_lower, got '" +
                 c->asStr() + "'");
     if (a.rank() < 2 || b.rank() < 2)
       inferFail(std::string(f.name) + ": causal needs operands of rank >= 2");
@@ -205,8 +190,7 @@ std::vector<Type> formInfer(const MatmulForm &f, const Op &op) {
 std::vector<RtValue> formKernel(const MatmulForm &f, const Op &op, std::span<const RtValue> in) {
   Tensor a = in[f.lhs].tensor(), b = in[f.rhs].tensor();
   std::optional<Tensor> bias;
-  if (f.bias >= 0 && present(in, f.bias))
-    bias = in[f.bias].tensor();
+  if (f.bias >= 0 && present(in, f.bias)) bias = in[f.bias].tensor();
   Shape biasShape = bias ? shapeOf(bias->sizes()) : Shape{};
   std::vector<int64_t> sizes = sizesOf(atRuntime([&] {
     return formShape(f, shapeOf(a.sizes()), shapeOf(b.sizes()), bias ? &biasShape : nullptr);
@@ -228,8 +212,7 @@ OpDef formRow(const MatmulForm &f) {
   if (f.scaled)
     attrs = {{.name = "beta", .kind = AttrKind::Float, .defaultValue = Attr(1.0)},
              {.name = "alpha", .kind = AttrKind::Float, .defaultValue = Attr(1.0)}};
-  if (f.causal)
-    attrs = {{.name = "causal", .kind = AttrKind::Str, .optional = true}};
+  if (f.causal) attrs = {{.name = "causal", .kind = AttrKind::Str, .optional = true}};
   return OpDef{
       .name = f.name,
       .summary = f.summary,
