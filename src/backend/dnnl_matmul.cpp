@@ -290,7 +290,10 @@ public:
   const MatmulSpec *spec;
   int64_t skippedBelow = 0, skippedFrom = 0, inner = 0; // some block skips [0, b) and [f, inner)
 
-  /// Whether the operand that is not triangular holds a NaN or an infinity where a block skips.
+  /// Whether the operand that is not triangular holds a NaN or an infinity where a block skips,
+  /// or the triangular one has a NaN line (docs/ir.md: its zeros may be NaN on lines that are
+  /// NaN throughout, a softmax row; their first element is kept by every block, and for
+  /// lhs_lower the kept part already makes that output row NaN).
   bool skipsNonFinite(std::span<const RtValue> in) const {
     const bool lhsTriangular = spec->causal != Causal::RhsLower;
     const Tensor &x = in[(lhsTriangular ? spec->rhs : spec->lhs).input].tensor();
@@ -300,7 +303,13 @@ public:
                                                    : matrixBlock(x, 0, x.size(r - 2), k0, k1),
                                      false);
     };
-    return scan(0, skippedBelow) || scan(skippedFrom, inner);
+    if (scan(0, skippedBelow) || scan(skippedFrom, inner)) return true;
+    const Tensor &t = in[(lhsTriangular ? spec->lhs : spec->rhs).input].tensor();
+    if (spec->causal == Causal::LhsUpper) // columns: the first row
+      return hasNonFinite(matrixBlock(t, 0, 1, 0, t.size(r - 1)), true);
+    if (spec->causal == Causal::RhsLower) // rows: the first column
+      return hasNonFinite(matrixBlock(t, 0, t.size(r - 2), 0, 1), true);
+    return false;
   }
 
   std::vector<RtValue> blockInputs(std::span<const RtValue> in, const Block &b) const {

@@ -323,6 +323,11 @@ const std::map<std::string, Rule> &ruleTable() {
     };
     auto identity = [](RuleArgs &a) -> std::vector<Value *> { return {gradFor(a, 0, a.g)}; };
     t["contiguous"] = t["clone"] = t["alias"] = identity;
+    // The kept triangle passes the gradient through; the zeroed one gets none.
+    t["tril"] = t["triu"] = [](RuleArgs &a) -> std::vector<Value *> {
+      const Attr *d = a.op.attrOrNull("diagonal");
+      return {a.un(a.op.name(), a.g, {{"diagonal", d ? d->asInt() : int64_t{0}}})};
+    };
     t["dropout"] = [](RuleArgs &a) -> std::vector<Value *> {
       const Attr *p = a.op.attrOrNull("p");
       if (attrBool(a.op, "train", true) && (!p || p->asNumber() != 0.0))

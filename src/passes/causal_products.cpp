@@ -6,16 +6,18 @@
 // gradient) are left whole: computing only their lower blocks was not faster (docs/perf.md).
 //
 // A matrix (the last two dims, diagonal at the top left as in is_causal's mask) is lower-zero
-// when every entry with j > i is zero: masked_fill(x, causal, 0); softmax over the last dim of
-// masked_fill(x, causal, -inf) (exp(-inf) is 0, key 0 is never masked); a mul or div with a
-// lower-zero dividend or factor that is not broadcast along the matrix dims. A transpose of the
-// last two dims makes it upper-zero (and back). A matmul with a lower-zero (upper-zero) lhs
-// gets lhs_lower (lhs_upper), else with a lower-zero rhs rhs_lower. The skipped terms are
-// 0 * x, NaN in eager for an infinite or NaN x: the backend scans the part of the other operand
-// that its blocks skip and runs the whole product when it holds one (docs/backend.md), so the
-// results are the full product's. Not scanned (it would cost the blocks' gain): the triangular
-// operand's zeros themselves, which are NaN only where a fact's own input was non-finite there
-// (0 * Inf in a mul; a softmax row that is NaN throughout).
+// when every entry with j > i is zero: masked_fill(x, causal, 0) (value as operand or
+// attribute) and tril(x) with diagonal <= 0 (triu(x) with diagonal >= 0 is upper-zero); softmax
+// over the last dim of masked_fill(x, causal, -inf) (exp(-inf) is 0, key 0 is never masked),
+// whose rows are lower-zero or NaN throughout (a NaN or Inf score), which the `causal`
+// attribute allows (the backend checks each line's first element); a mul with such a factor
+// that is not broadcast along the matrix dims, when the other factor is a finite splat or zero
+// on the same triangle, and such a dividend over a finite nonzero splat (another factor could
+// make eager's zeros NaN: 0 * Inf, 0 / 0). A transpose of the last two dims makes it upper-zero
+// (and back). A matmul with a lower-zero (upper-zero) lhs gets lhs_lower (lhs_upper), else with
+// a lower-zero rhs rhs_lower. The skipped terms are 0 * x, NaN in eager for an infinite or NaN
+// x: the backend scans the part of the other operand that its blocks skip and runs the whole
+// product when it holds one (docs/backend.md), so the results are the full product's.
 #include "constant_value.h"
 #include "passes.h"
 #include "semantic_util.h"
@@ -70,15 +72,18 @@ public:
     const std::string &n = op.name();
     const Value *x = op.operand(0);
     Zero z = Zero::None;
-    if (n == "masked_fill" && op.numOperands() > 2 && isCausalMask(op.operand(1), out) &&
-        splatValue(op.operand(2)) == 0.0)
+    if (n == "masked_fill" && isCausalMask(op.operand(1), out) && fillValue(op) == 0.0)
       z = Zero::Lower;
+    else if ((n == "tril" || n == "triu") && x->type() == out->type())
+      z = triangleZero(op);
     else if (n == "softmax" && isLastDim(op, "dim") && !op.attrOrNull("dtype"))
       z = maskedToMinusInf(x) ? Zero::Lower : Zero::None;
     else if (n == "mul" && op.numOperands() == 2)
-      z = fullMatrixZero(x, out) != Zero::None ? fullMatrixZero(x, out)
-                                               : fullMatrixZero(op.operand(1), out);
-    else if (n == "div" || n == "neg" || n == "clone" || n == "contiguous" || n == "alias")
+      z = zeroTimes(x, op.operand(1), out) != Zero::None ? zeroTimes(x, op.operand(1), out)
+                                                         : zeroTimes(op.operand(1), x, out);
+    else if (n == "div" && op.numOperands() == 2)
+      z = finiteSplat(op.operand(1), /*nonzero=*/true) ? fullMatrixZero(x, out) : Zero::None;
+    else if (n == "neg" || n == "clone" || n == "contiguous" || n == "alias")
       z = fullMatrixZero(x, out);
     else if (n == "transpose" && swapsMatrixDims(op))
       z = zero(x) == Zero::Lower ? Zero::Upper : zero(x) == Zero::Upper ? Zero::Lower : Zero::None;
@@ -96,10 +101,36 @@ private:
   Zero fullMatrixZero(const Value *v, const Value *out) const {
     return matrixDims(v) == matrixDims(out) ? zero(v) : Zero::None;
   }
+  /// masked_fill's value: the operand, else the attribute.
+  static std::optional<double> fillValue(const Op &op) {
+    if (op.numOperands() < 2) return std::nullopt;
+    if (op.numOperands() > 2) return splatValue(op.operand(2));
+    const Attr *v = op.attrOrNull("value");
+    return v ? std::optional<double>(v->asNumber()) : std::nullopt;
+  }
+  /// tril keeps j <= i + diagonal (lower-zero for diagonal <= 0), triu keeps j >= i + diagonal
+  /// (upper-zero for diagonal >= 0).
+  static Zero triangleZero(const Op &op) {
+    const Attr *d = op.attrOrNull("diagonal");
+    int64_t diagonal = d ? d->asInt() : 0;
+    if (op.name() == "tril") return diagonal <= 0 ? Zero::Lower : Zero::None;
+    return diagonal >= 0 ? Zero::Upper : Zero::None;
+  }
+  /// The fact of v * w: v's, when w cannot turn v's zeros into NaN (0 * Inf): w is a finite
+  /// splat (a scale) or zero on the same triangle (0 * 0; a NaN line stays NaN throughout).
+  Zero zeroTimes(const Value *v, const Value *w, const Value *out) const {
+    Zero z = fullMatrixZero(v, out);
+    return z != Zero::None && (finiteSplat(w, /*nonzero=*/false) || zero(w) == z) ? z : Zero::None;
+  }
+  /// Whether every element of v is one known finite number (and not 0, when asked: 0 / 0).
+  static bool finiteSplat(const Value *v, bool nonzero) {
+    std::optional<double> c = splatValue(v);
+    return c && std::isfinite(*c) && (!nonzero || *c != 0);
+  }
   bool maskedToMinusInf(const Value *x) {
     const Op *def = x->definingOp();
-    if (!def || def->name() != "masked_fill" || def->numOperands() < 3) return false;
-    std::optional<double> fill = splatValue(def->operand(2));
+    if (!def || def->name() != "masked_fill") return false;
+    std::optional<double> fill = fillValue(*def);
     return fill && std::isinf(*fill) && *fill < 0 && isCausalMask(def->operand(1), x);
   }
   static bool checkMask(const Value *m) {

@@ -41,6 +41,8 @@ CASES = [
     Case("mul_broadcast", "mul", [(4, 1, 3), (5, 1)], lambda a, b: a * b),
     Case("div", "div", [(4, 3), (4, 3)], lambda a, b: a / b, positive=True),
     Case("neg", "neg", [(4, 3)], torch.neg),
+    Case("tril", "tril", [(2, 4, 5)], lambda a: torch.tril(a, -1), {"diagonal": -1}),
+    Case("triu", "triu", [(2, 5, 4)], lambda a: torch.triu(a, 1), {"diagonal": 1}),
     Case("relu", "relu", [(4, 3)], torch.relu),
     Case("gelu", "gelu", [(4, 3)], F.gelu, {"approximate": "none"}),
     Case("gelu_tanh", "gelu", [(4, 3)], lambda a: F.gelu(a, approximate="tanh"),

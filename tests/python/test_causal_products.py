@@ -146,3 +146,69 @@ graph @f(%a: f32[{_shape(a_sizes)}], %b: f32[{_shape(b_sizes)}]) -> (f32[{c}]) {
 }}"""
     (got,) = ir.compile(ir.parse(text)).run([a, b], framework="torch")
     torch.testing.assert_close(torch.as_tensor(got), want, rtol=1e-5, atol=1e-5)
+
+
+def _masked_times(x: torch.Tensor, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    mask = torch.ones(x.shape[-1], x.shape[-1], dtype=torch.bool).triu(1)
+    return (x.masked_fill(mask, 0.0) * y) @ v
+
+
+def _masked_over(x: torch.Tensor, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    mask = torch.ones(x.shape[-1], x.shape[-1], dtype=torch.bool).triu(1)
+    return (x.masked_fill(mask, 0.0) / y) @ v
+
+
+def _tril_times(x: torch.Tensor, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return (torch.tril(x) * y) @ v
+
+
+def _tril_scaled(x: torch.Tensor, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return (torch.tril(x) * 0.5 * torch.tril(y)) @ v + (torch.triu(x) / 4.0).transpose(1, 2) @ v
+
+
+@pytest.mark.parametrize(
+    "fn,bad",
+    [(_masked_times, "inf"), (_masked_over, 0.0), (_tril_times, "inf"), (_tril_scaled, "nan")],
+    ids=["masked-times", "masked-over", "tril-times", "tril-scaled"],
+)
+def test_triangular_products_match_eager_with_non_finite_inputs(fn: object, bad: object) -> None:
+    """Triangular operands the user writes (masked_fill with the causal mask, tril, triu), times
+    or over a full matrix with Inf (0) above the diagonal: eager's zeros there become NaN
+    (0 * Inf, 0 / 0) and reach the product's rows, so that triangle must not be skipped (fails
+    when causal-products trusts any factor); with a finite scale or another triangle (a NaN
+    that tril drops) the product is marked and matches too."""
+    import xjit
+
+    g = torch.Generator().manual_seed(7)
+    x, v = torch.randn(2, 70, 70, generator=g), torch.randn(2, 70, 8, generator=g)
+    y = torch.randn(2, 70, 70, generator=g) + 3.0
+    y[0, 5, 40] = float(bad)  # type: ignore[arg-type]
+    want = fn(x, y, v)  # type: ignore[operator]
+    got = xjit.jit(fn)(x, y, v)  # type: ignore[arg-type]
+    assert want[0, 5].isnan().all() == (bad != "nan")
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("mode,a_sizes,b_sizes", CASES)
+def test_nan_line_of_the_triangular_operand(
+    mode: str, a_sizes: tuple[int, ...], b_sizes: tuple[int, ...]
+) -> None:
+    """The attribute allows a line that is NaN throughout, zeros included (a softmax row over a
+    NaN score; a column of its transpose): eager spreads it to other result rows (columns)
+    through the zeros that blocks skip. Fails without the backend's first-element check for
+    lhs_upper and rhs_lower."""
+    g = torch.Generator().manual_seed(11)
+    a, b = torch.randn(a_sizes, generator=g), torch.randn(b_sizes, generator=g)
+    if mode == "lhs_lower":
+        a = torch.tril(a)
+        a[..., 40, :] = float("nan")
+    elif mode == "lhs_upper":
+        a = torch.triu(a)
+        a[..., :, 5] = float("nan")
+    else:
+        b = torch.tril(b)
+        b[..., 5, :] = float("nan")
+    want = torch.matmul(a, b)
+    cg = ir.compile(ir.parse(_graph(mode, a_sizes, b_sizes, tuple(want.shape), "f32")))
+    (got,) = cg.run([a, b], framework="torch")
+    torch.testing.assert_close(torch.as_tensor(got), want, rtol=1e-5, atol=1e-5, equal_nan=True)

@@ -137,7 +137,10 @@ struct MatmulForm {
 /// The values of matmul's `causal` attribute (set by the causal-products pass): a promise that
 /// one operand is triangular, its other triangle zero, in each matrix's own last two dims with
 /// the diagonal at the top left (attention's is_causal), so that a backend may skip the blocks
-/// that multiply those zeros. The reference kernel computes the whole product.
+/// that multiply those zeros. One exception: a line (a row of lhs_lower/rhs_lower's matrix, a
+/// column of lhs_upper's) may be NaN throughout, zeros included (a softmax row over a NaN);
+/// a backend that skips checks the line's first element. The reference kernel computes the
+/// whole product.
 constexpr const char *kCausalModes[] = {"lhs_lower", "lhs_upper", "rhs_lower"};
 
 void checkRank(const MatmulForm &f, const char *what, const Shape &s,
@@ -230,8 +233,8 @@ const std::vector<MatmulForm> &matmulForms() {
                   "(appended) and removed again, leading batch dims broadcast. Operands share "
                   "one non-bool dtype; integers wrap. Optional `causal` (lhs_lower, lhs_upper, "
                   "rhs_lower): a promise that the operand's other triangle is zero (each "
-                  "matrix, diagonal at the top left; set by causal-products), so a backend may "
-                  "skip it.",
+                  "matrix, diagonal at the top left; set by causal-products) except on lines "
+                  "(rows; lhs_upper: columns) that are NaN throughout, so a backend may skip it.",
        .operands = {{"self"}, {"other"}},
        .lhs = 0,
        .rhs = 1,
