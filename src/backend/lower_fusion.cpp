@@ -42,10 +42,10 @@ const Expr &zeroIdx() {
   return zero;
 }
 
-/// Ops that only remap indices.
+/// Ops that only remap indices (repeat and tile read index i of a tiled dim at i mod its size).
 const std::set<std::string, std::less<>> kViewOps = {
-    "expand", "expand_as", "unsqueeze", "squeeze",    "permute", "transpose", "t",
-    "slice",  "select",    "narrow",    "contiguous", "clone",   "alias"};
+    "expand", "expand_as", "unsqueeze",  "squeeze", "permute", "transpose", "t",   "slice",
+    "select", "narrow",    "contiguous", "clone",   "alias",   "repeat",    "tile"};
 
 /// Operand 0's dim `d` must be static for index arithmetic that depends on its size.
 std::string needStaticDim(const Op &op, const char *attr) {
@@ -62,6 +62,27 @@ std::string whyNotView(const Op &op) {
     return op.name() + ": operand is not a tensor";
   const std::string &n = op.name();
   if (n == "slice" || n == "select" || n == "narrow") return needStaticDim(op, "dim");
+  if (n == "repeat" || n == "tile") {
+    const Shape &in = op.operand(0)->type().shape(), &out = op.result(0)->type().shape();
+    for (size_t j = 0, lead = out.size() - in.size(); j < in.size(); ++j)
+      if (!in[j].isStatic() && in[j] != out[lead + j])
+        return n + ": tiles dim " + std::to_string(j) + ", whose size is symbolic";
+  }
+  return "";
+}
+
+/// gather reads self at an index loaded from `index` (checked per element): static dims, index
+/// no larger than self except along dim (what the reference kernel checks at run time).
+std::string whyNotGather(const Op &op) {
+  const Type &self = op.operand(0)->type(), &index = op.operand(1)->type();
+  if (!self.isTensor() || !index.isTensor() || self.rank() == 0 || self.rank() != index.rank())
+    return "gather: needs tensors of one rank >= 1";
+  int64_t dim = ops::normDim(ops::attrInt(op, "dim"), self.rank());
+  for (int64_t d = 0; d < self.rank(); ++d) {
+    const DimExpr &a = self.shape()[size_t(d)], &b = index.shape()[size_t(d)];
+    if (!a.isStatic() || !b.isStatic()) return "gather: symbolic sizes";
+    if (d != dim && b.value() > a.value()) return "gather: index larger than self";
+  }
   return "";
 }
 
@@ -329,9 +350,13 @@ private:
         iter_[d] = addIdx(mulIdx(var(blockIds[t]), constIdx(kTile)), var(ids[d]));
       }
     StmtList body;
+    elementChecks_.clear();
     for (size_t o : outs) {
       int64_t b = lk_.outputBuffer[o];
       Expr value = cast(k.buffers[size_t(b)].dtype, valueAt(outputs_[o], iter_));
+      for (Stmt &check : elementChecks_) // gather's index checks, before the first use
+        body.push_back(std::move(check));
+      elementChecks_.clear();
       body.push_back(store(b, offsetOf(b, iter_), std::move(value)));
     }
     if (mode == Mode::Flat) {
@@ -501,6 +526,7 @@ private:
       return reductionValue(*op, it->second, idx);
     const Shape &resultShape = v->type().shape();
     if (kViewOps.count(op->name())) return valueAt(op->operand(0), viewIndex(*op, idx));
+    if (op->name() == "gather") return gatherAt(*op, idx);
     std::vector<Expr> operands;
     for (size_t i = 0; i < op->numOperands(); ++i) {
       Value *a = op->operand(i);
@@ -1134,6 +1160,28 @@ private:
     return cast(out, v);
   }
 
+  /// gather: self at idx with idx[dim] = index[idx], which is checked against self's size there
+  /// (an out-of-bounds index stops the kernel with the op's error, as the reference kernel does).
+  Expr gatherAt(const Op &op, const std::vector<Expr> &idx) {
+    if (!reductions_.empty()) unsupported(op.describe() + ": gather in a reduction kernel");
+    const Shape &self = op.operand(0)->type().shape();
+    int64_t dim = ops::normDim(ops::attrInt(op, "dim"), int64_t(self.size()));
+    Expr at = cast(DType::I64, valueAt(op.operand(1), idx));
+    Expr size = constIdx(self[size_t(dim)].value());
+    Expr ok =
+        binary(BinaryOp::And, compare(CmpOp::Ge, at, constIdx(0)), compare(CmpOp::Lt, at, size));
+    Kernel &k = lk_.kernel;
+    std::string message = op.describe() + ": index out of bounds for dimension " +
+                          std::to_string(dim) + " with size " +
+                          std::to_string(self[size_t(dim)].value());
+    auto known = std::find(k.errors.begin(), k.errors.end(), message);
+    if (known == k.errors.end()) known = k.errors.insert(k.errors.end(), message);
+    elementChecks_.push_back(assertTrue(ok, int64_t(known - k.errors.begin())));
+    std::vector<Expr> at_idx = idx;
+    at_idx[size_t(dim)] = at;
+    return valueAt(op.operand(0), at_idx);
+  }
+
   /// The operand index a view reads for result index `idx`.
   std::vector<Expr> viewIndex(const Op &op, const std::vector<Expr> &idx) {
     const Shape &in = op.operand(0)->type().shape();
@@ -1189,6 +1237,16 @@ private:
       r[size_t(dim)] = addIdx(constIdx(start), mulIdx(idx[size_t(dim)], constIdx(step)));
       return r;
     }
+    if (n == "repeat" || n == "tile") { // new dims lead; a tiled dim wraps around
+      std::vector<Expr> r;
+      for (size_t j = 0, lead = out.size() - in.size(); j < in.size(); ++j) {
+        const Expr &i = idx[lead + j];
+        r.push_back(in[j] == out[lead + j] ? i
+                    : isStaticOne(in[j])   ? zeroIdx()
+                                           : binary(BinaryOp::Rem, i, constIdx(in[j].value())));
+      }
+      return r;
+    }
     // expand, expand_as, contiguous, clone, alias.
     return broadcastRead(idx, in, out);
   }
@@ -1222,6 +1280,7 @@ private:
   std::set<std::pair<const Op *, std::string>> assertKeys_;
   std::set<std::pair<DimExpr, DimExpr>> sameSizeSeen_;
   StmtList asserts_;
+  StmtList elementChecks_; // per-element checks of the values being built (gather's indices)
   std::vector<Expr> strideChecks_; // conditions of the fast versions (LowerOptions::lazyGeneral)
   std::vector<int64_t> unitDim_;   // per buffer: the dim expected to have unit stride
 
@@ -1261,6 +1320,7 @@ std::string whyNotElementwise(const Op &op) {
     return red::classify(op, &why) ? "" : why;
   }
   if (kViewOps.count(op.name())) return whyNotView(op);
+  if (op.name() == "gather") return whyNotGather(op);
   std::string why;
   return ew::supports(op, &why) ? "" : why;
 }
