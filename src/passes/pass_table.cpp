@@ -20,6 +20,7 @@ bool runMixedPrecision(Graph &g, PassContext &ctx); // mixed_precision.cpp
 bool runDecomposeAttention(Graph &g, PassContext &ctx); // decompose_attention.cpp
 bool runCausalProducts(Graph &g, PassContext &ctx);     // causal_products.cpp
 bool runDecomposeBatchNorm(Graph &g, PassContext &ctx); // decompose_batch_norm.cpp
+bool runDecomposeGroupNorm(Graph &g, PassContext &ctx); // decompose_group_norm.cpp
 bool runDecomposeMatvec(Graph &g, PassContext &ctx);    // decompose_matvec.cpp
 bool runLayout(Graph &g, PassContext &ctx);             // layout.cpp
 bool runSinkPermutes(Graph &g, PassContext &ctx);       // sink_permutes.cpp
@@ -106,6 +107,11 @@ const std::vector<PassInfo> &passTable() {
                   "reference kernel)",
        .statistics = {"batch-norms-decomposed"},
        .run = runDecomposeBatchNorm},
+      {.name = "decompose-group-norm",
+       .summary = "rewrites f32/f64 group_norm as a layer norm over [N, groups, rest] rows and a "
+                  "per-channel affine map (native loop kernels instead of the reference kernel)",
+       .statistics = {"group-norms-decomposed"},
+       .run = runDecomposeGroupNorm},
       {.name = "decompose-matvec",
        .summary = "rewrites f32/f64 linear/matmul/mm/addmm of a single input row as a multiply "
                   "and a sum over the features (one fused loop kernel streaming the weight "

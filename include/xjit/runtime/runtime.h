@@ -38,8 +38,8 @@ namespace xjit::runtime {
 /// reinplace writes outputs the caller copies back into an input into that input's memory
 /// (CompileOptions::outputWritesInput; a no-op without it).
 inline constexpr const char *kDefaultPipeline =
-    "decompose-attention,causal-products,decompose-batch-norm,decompose-matvec,layout,"
-    "sink-permutes,fuse,reinplace,plan-memory{in-place=false}";
+    "decompose-attention,causal-products,decompose-batch-norm,decompose-group-norm,"
+    "decompose-matvec,layout,sink-permutes,fuse,reinplace,plan-memory{in-place=false}";
 /// kDefaultPipeline, or XJIT_PIPELINE when set (read once; for experiments and debugging).
 const std::string &defaultPipeline();
 
