@@ -23,8 +23,7 @@ bool legacyEmpty(const Type &t) {
 bool legacyEmpty(const Tensor &t) { return t.rank() == 1 && t.sizes()[0] == 0; }
 
 DType promotedDType(const Op &op) {
-  if (op.numOperands() == 0)
-    inferFail(op.name() + ": expects a non-empty list of tensors");
+  if (op.numOperands() == 0) inferFail(op.name() + ": expects a non-empty list of tensors");
   DType d = tensorOperand(op, 0).dtype();
   for (size_t i = 1; i < op.numOperands(); ++i)
     d = promoteTypes(d, tensorOperand(op, i).dtype());
@@ -34,10 +33,8 @@ DType promotedDType(const Op &op) {
 // Merges a dim of another operand into `acc`: static dims must agree; a symbolic dim is assumed
 // equal to the other (the frontend guards it) and a static one is preferred.
 void mergeDim(DimExpr &acc, const DimExpr &d, const std::string &what) {
-  if (acc.isStatic() && d.isStatic() && acc.value() != d.value())
-    inferFail(what);
-  if (!acc.isStatic() && d.isStatic())
-    acc = d;
+  if (acc.isStatic() && d.isStatic() && acc.value() != d.value()) inferFail(what);
+  if (!acc.isStatic() && d.isStatic()) acc = d;
 }
 
 std::vector<Type> inferCat(const Op &op) {
@@ -47,8 +44,7 @@ std::vector<Type> inferCat(const Op &op) {
   int64_t dim = 0;
   for (size_t i = 0; i < op.numOperands(); ++i) {
     const Type &t = tensorOperand(op, i);
-    if (legacyEmpty(t))
-      continue;
+    if (legacyEmpty(t)) continue;
     if (t.rank() == 0)
       inferFail("cat: zero-dimensional tensor (at position " + std::to_string(i) +
                 ") cannot be concatenated");
@@ -73,19 +69,16 @@ std::vector<Type> inferCat(const Op &op) {
     }
   }
   const Type &t0 = tensorOperand(op, 0);
-  if (!first)
-    return {t0.withDType(dtype).withShape({0})};
+  if (!first) return {t0.withDType(dtype).withShape({0})};
   return {first->withDType(dtype).withShape(*out)};
 }
 
 Results catKernel(const Op &op, In in) {
   std::vector<Tensor> parts;
   for (size_t i = 0; i < in.size(); ++i)
-    if (!legacyEmpty(tensorIn(op, in, i)))
-      parts.push_back(in[i].tensor());
+    if (!legacyEmpty(tensorIn(op, in, i))) parts.push_back(in[i].tensor());
   DType dtype = resultDType(op);
-  if (parts.empty())
-    return one(Tensor::empty(dtype, {0}));
+  if (parts.empty()) return one(Tensor::empty(dtype, {0}));
   int64_t dim = normDim(attrInt(op, "dim"), parts[0].rank());
   std::vector<int64_t> sizes = parts[0].sizes();
   sizes[dim] = 0;
@@ -138,28 +131,22 @@ Results stackKernel(const Op &op, In in) {
   return one(out);
 }
 
-// ---- pad ----
+} // namespace
 
-enum class PadMode { Constant, Reflect, Replicate, Circular };
+// ---- pad ----
 
 PadMode padMode(const Op &op) {
   const std::string &m = attrStr(op, "mode");
-  if (m == "constant")
-    return PadMode::Constant;
-  if (m == "reflect")
-    return PadMode::Reflect;
-  if (m == "replicate")
-    return PadMode::Replicate;
-  if (m == "circular")
-    return PadMode::Circular;
+  if (m == "constant") return PadMode::Constant;
+  if (m == "reflect") return PadMode::Reflect;
+  if (m == "replicate") return PadMode::Replicate;
+  if (m == "circular") return PadMode::Circular;
   inferFail("pad: unknown mode '" + m + "' (expected constant, reflect, replicate or circular)");
 }
 
-// (before, after) padding per dim of a tensor of `rank`, from torch's last-dim-first list.
 std::vector<std::pair<int64_t, int64_t>> padAmounts(const Op &op, int64_t rank) {
   const auto &pad = attrInts(op, "pad");
-  if (pad.size() % 2 != 0)
-    inferFail("pad: padding length must be divisible by 2");
+  if (pad.size() % 2 != 0) inferFail("pad: padding length must be divisible by 2");
   if (static_cast<int64_t>(pad.size()) > 2 * rank)
     inferFail("pad: padding length " + std::to_string(pad.size()) +
               " is too large for a tensor of rank " + std::to_string(rank));
@@ -169,14 +156,14 @@ std::vector<std::pair<int64_t, int64_t>> padAmounts(const Op &op, int64_t rank) 
   return out;
 }
 
+namespace {
+
 // Checks one padded dim of static size n; returns an error message or "".
 std::string checkPad(PadMode mode, int64_t n, int64_t before, int64_t after, int64_t dim) {
   std::string where = " (dim " + std::to_string(dim) + " of size " + std::to_string(n) + ", pad (" +
                       std::to_string(before) + ", " + std::to_string(after) + "))";
-  if (n + before + after < 0)
-    return "pad: the padded size would be negative" + where;
-  if (before == 0 && after == 0)
-    return "";
+  if (n + before + after < 0) return "pad: the padded size would be negative" + where;
+  if (before == 0 && after == 0) return "";
   if (mode == PadMode::Reflect && (before >= n || after >= n))
     return "pad: padding size should be less than the corresponding input dimension" + where;
   if (mode == PadMode::Replicate && n == 0)
@@ -194,8 +181,7 @@ std::vector<Type> inferPad(const Op &op) {
   for (int64_t d = 0; d < t.rank(); ++d) {
     auto [b, a] = amounts[d];
     if (auto n = s[d].staticValue())
-      if (auto why = checkPad(mode, *n, b, a, d); !why.empty())
-        inferFail(why);
+      if (auto why = checkPad(mode, *n, b, a, d); !why.empty()) inferFail(why);
     s[d] = s[d] + DimExpr(b + a);
   }
   return {t.withShape(s)};
@@ -203,14 +189,10 @@ std::vector<Type> inferPad(const Op &op) {
 
 int64_t padSource(PadMode mode, int64_t j, int64_t n) {
   switch (mode) {
-  case PadMode::Constant:
-    return j;
-  case PadMode::Reflect:
-    return j < 0 ? -j : (j >= n ? 2 * (n - 1) - j : j);
-  case PadMode::Replicate:
-    return std::clamp<int64_t>(j, 0, n - 1);
-  case PadMode::Circular:
-    return ((j % n) + n) % n;
+  case PadMode::Constant: return j;
+  case PadMode::Reflect: return j < 0 ? -j : (j >= n ? 2 * (n - 1) - j : j);
+  case PadMode::Replicate: return std::clamp<int64_t>(j, 0, n - 1);
+  case PadMode::Circular: return ((j % n) + n) % n;
   }
   return j;
 }
@@ -222,8 +204,7 @@ Results padKernel(const Op &op, In in) {
   std::vector<int64_t> sizes = t.sizes();
   for (int64_t d = 0; d < t.rank(); ++d) {
     auto [b, a] = amounts[d];
-    if (auto why = checkPad(mode, sizes[d], b, a, d); !why.empty())
-      kernelFail(why);
+    if (auto why = checkPad(mode, sizes[d], b, a, d); !why.empty()) kernelFail(why);
     sizes[d] += b + a;
   }
   bool growsOnly = std::all_of(amounts.begin(), amounts.end(),
@@ -251,8 +232,7 @@ Results padKernel(const Op &op, In in) {
         for (size_t d = 0; d < idx.size(); ++d) {
           int64_t n = t.sizes()[d];
           int64_t j = padSource(mode, idx[d] - amounts[d].first, n);
-          if (j < 0 || j >= n)
-            return false;
+          if (j < 0 || j >= n) return false;
           src[d] = j;
         }
         return true;
@@ -271,8 +251,7 @@ std::vector<int64_t> repeatsOf(const Op &op, int64_t rank) {
               ") can not be smaller than number of dimensions of tensor (" + std::to_string(rank) +
               ")");
   for (int64_t r : reps)
-    if (r < 0)
-      inferFail(op.name() + ": repeats must be non-negative, got " + std::to_string(r));
+    if (r < 0) inferFail(op.name() + ": repeats must be non-negative, got " + std::to_string(r));
   return reps;
 }
 
@@ -288,8 +267,7 @@ std::vector<D> repeatedSizes(const std::vector<D> &sizes, const std::vector<R> &
 // repeat with repeats over shape symbols: the result dims are products of expressions.
 Shape symbolicRepeats(const Op &op, const Type &t) {
   auto reps = sizeAttrDims(op, "repeats");
-  if (!reps)
-    inferFail("repeat: bad symbolic repeats");
+  if (!reps) inferFail("repeat: bad symbolic repeats");
   if (static_cast<int64_t>(reps->size()) < t.rank())
     inferFail("repeat: number of dimensions of repeat dims (" + std::to_string(reps->size()) +
               ") can not be smaller than number of dimensions of tensor (" +
@@ -307,8 +285,7 @@ OpDef repeatRow(std::string name, std::string summary, std::string attr) {
           .attrs = {{std::move(attr), AttrKind::Ints}},
           .infer = [](const Op &op) -> std::vector<Type> {
             const Type &t = tensorOperand(op, 0);
-            if (isSymbolicSize(op, "repeats"))
-              return {t.withShape(symbolicRepeats(op, t))};
+            if (isSymbolicSize(op, "repeats")) return {t.withShape(symbolicRepeats(op, t))};
             return {t.withShape(repeatedSizes(t.shape(), repeatsOf(op, t.rank())))};
           },
           .kernel = [](const Op &op, In in) -> Results {
@@ -330,8 +307,7 @@ std::vector<bool> flipMask(const Op &op, int64_t rank) {
   std::vector<bool> mask(static_cast<size_t>(std::max<int64_t>(rank, 1)), false);
   for (int64_t d : attrInts(op, "dims")) {
     int64_t n = normDim(d, rank);
-    if (mask[n])
-      inferFail("flip: dims has duplicates (dim " + std::to_string(d) + ")");
+    if (mask[n]) inferFail("flip: dims has duplicates (dim " + std::to_string(d) + ")");
     mask[n] = true;
   }
   return mask;
@@ -428,11 +404,9 @@ OpDef triangleRow(std::string name, std::string summary, bool upper) {
 // The fill value comes from the optional `value` operand (a number or a 0-d tensor) or else the
 // `value` attribute.
 Scalar fillValue(const Op &op, In in, size_t operand) {
-  if (hasInput(in, operand))
-    return Scalar::fromRt(in[operand], op.name());
+  if (hasInput(in, operand)) return Scalar::fromRt(in[operand], op.name());
   const Attr *a = op.attrOrNull("value");
-  if (!a)
-    kernelFail(op.name() + ": needs a value (operand or attribute)");
+  if (!a) kernelFail(op.name() + ": needs a value (operand or attribute)");
   return Scalar::fromAttr(*a);
 }
 

@@ -45,6 +45,12 @@ bool sliceAssumptionHolds(int64_t size, int64_t start, int64_t end);
 /// Run-time version of resolveSlice.
 std::pair<int64_t, int64_t> resolveSlice(int64_t size, int64_t start, int64_t end, int64_t step);
 
+/// pad's `mode` attribute (an inference error for an unknown one).
+enum class PadMode { Constant, Reflect, Replicate, Circular };
+PadMode padMode(const Op &op);
+/// (before, after) padding per dim of a tensor of `rank`, from pad's last-dim-first list.
+std::vector<std::pair<int64_t, int64_t>> padAmounts(const Op &op, int64_t rank);
+
 /// An attribute that may be absent (Op::attrOrNull returns nullptr).
 AttrSpec optionalAttr(std::string name, AttrKind kind);
 /// A Python number attribute: int, float or bool.
