@@ -35,12 +35,15 @@ def test_reshape_of_transposed_result_copies_into_its_slice() -> None:
     g = ir.parse(ATTENTION_OUTPUT)
     compiled = ir.compile(g)
     assert compiled.stats["planned_copies"] == 1
+    torch.manual_seed(0)
     for _ in range(3):
         p, v, w = torch.randn(1, 6, 20, 20), torch.randn(1, 6, 20, 8), torch.randn(48, 48)
         (out,) = compiled.run([p, v, w])
         (ref,) = ir.run(g, [p, v, w])
-        torch.testing.assert_close(out, attention_output(p, v, w), rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        want = attention_output(p, v, w)
+        tol = 1e-5 * want.abs().max().item()  # f32 sums over 20 and 48 terms, in other orders
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=tol)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=tol)
 
 
 # flatten and contiguous of a permuted planned value: copies; the contiguous of a contiguous
@@ -65,6 +68,7 @@ def test_flatten_and_contiguous_copy_into_their_slices() -> None:
     g = ir.parse(FLATTEN_CONTIGUOUS)
     compiled = ir.compile(g)
     assert compiled.stats["planned_copies"] == 2  # %f and %c; %k's operand is contiguous
+    torch.manual_seed(0)
     for _ in range(3):
         x = torch.randn(4, 6, 5)
         e = torch.exp(x)
