@@ -197,8 +197,8 @@ class CompiledGraph:
     @property
     def stats(self) -> dict[str, Any]:
         """How the ops run: target_ops, reference_ops, external_ops, control_flow_ops,
-        inlined_fusions, constants, arena_bytes, planned_results, in_place_separated,
-        fuse_skipped, not_compiled (reasons); docs/runtime.md."""
+        inlined_fusions, constants, arena_bytes, planned_results (of which planned_copies:
+        reshape-like copies written into the arena), in_place_separated, fuse_skipped, not_compiled (reasons); docs/runtime.md."""
         stats: dict[str, Any] = self._compiled.stats
         return stats
 

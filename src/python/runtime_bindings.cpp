@@ -55,6 +55,7 @@ nb::dict statsDict(const runtime::CompiledGraph &cg) {
   d["constants"] = s.constants;
   d["arena_bytes"] = s.arenaBytes;
   d["planned_results"] = s.plannedResults;
+  d["planned_copies"] = s.plannedCopies;
   d["in_place_separated"] = s.inPlaceSeparated;
   d["fuse_skipped"] = s.fuseSkipped;
   nb::list notCompiled;

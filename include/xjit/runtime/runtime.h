@@ -74,6 +74,7 @@ struct CompileStats {
   int constants = 0;        // evaluated at compile time
   int64_t arenaBytes = 0;   // the static memory plan's arena per concurrent call
   int plannedResults = 0;   // results written into the arena
+  int plannedCopies = 0;    // of those: lone reshape/flatten/contiguous copies (CopyInto)
   bool fuseSkipped = false; // the graph writes values in place: fuse was left out
   /// reinplace wrote outputs into their inputs' memory: a run writes the caller's tensors
   /// while it runs, not only through the caller's copy after it.
