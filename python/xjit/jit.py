@@ -14,7 +14,6 @@ import contextlib
 import functools
 import os
 import sys
-import sysconfig
 import types
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, overload
@@ -44,8 +43,13 @@ def _env_int(name: str, default: int) -> int:
 def _skip_prefixes() -> list[str]:
     """Files whose frames are never compiled as roots: the standard library, installed
     packages (site-/dist-packages), torch and xjit itself."""
-    paths = sysconfig.get_paths()
-    prefixes = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    # Not sysconfig.get_paths(): its build-variable tables stay in the process (~0.2 MB of
+    # RSS, docs/perf.md session 12). The standard library is where `os` is (extension modules
+    # in its lib-dynload); installed packages are site's directories and sys.path's.
+    prefixes = {os.path.dirname(os.__file__)}
+    site = sys.modules.get("site")
+    if site is not None and hasattr(site, "getsitepackages"):
+        prefixes.update(site.getsitepackages())
     prefixes.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
     prefixes.add(os.path.dirname(os.path.abspath(__file__)))  # xjit
     try:

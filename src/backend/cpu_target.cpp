@@ -1,6 +1,6 @@
 // The CPU Target: regions that lower to loop kernels (elementwise and reduction) are compiled
 // with the ORC JIT, library calls go to oneDNN; memory is host memory.
-#include "dnnl_kernels.h"
+#include "dnnl_library.h"
 #include "shared_executables.h"
 
 #include "xjit/backend/compile_cache.h"
@@ -106,7 +106,7 @@ public:
 
   std::string whyNotSupported(const Op &op) const override {
     // Matmul / conv / pooling and the epilogue groups anchored on them: oneDNN.
-    if (dnnl_kernels::isLibraryCall(op)) return dnnl_kernels::whyNotSupported(op);
+    if (dnnl_kernels::isLibraryCall(op)) return dnnlLibrary().whyNotSupported(op);
     if (op.name() == "fusion")
       return op.numRegions() == 1 ? whyNotLowerable(*op.region(0)) : "fusion: expected a region";
     return whyNotElementwise(op);
@@ -115,7 +115,7 @@ public:
   std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &opts) override {
     if (std::string why = whyNotSupported(op); !why.empty())
       throw Error(ErrorKind::Internal, "cpu target cannot compile " + op.describe() + ": " + why);
-    if (dnnl_kernels::isLibraryCall(op)) return dnnl_kernels::compile(op, opts);
+    if (dnnl_kernels::isLibraryCall(op)) return dnnlLibrary().compile(op, opts);
     // Release builds verify a kernel only when LLVM compiles it (a hit skips it, lower.h).
 #ifdef NDEBUG
     const LowerOptions lower{.verify = false};

@@ -311,15 +311,12 @@ memory runtimeWeights(const Tensor &w, const memory::desc &userDesc, const Densi
   return reorder.intoScratch(w, ScratchSlot::Weights);
 }
 
-} // namespace xjit::backend::dnnl_kernels
-
-namespace xjit::backend {
-WeightPackCounters weightPackCounters() {
-  using namespace dnnl_kernels;
+WeightPackCounters weightPackTotals() {
   return {gWeightPacks.load(), gWeightPackHits.load(), gWeightReorders.load(),
           gWeightsInPlace.load()};
 }
-} // namespace xjit::backend
+
+} // namespace xjit::backend::dnnl_kernels
 
 namespace xjit::backend::dnnl_kernels {
 

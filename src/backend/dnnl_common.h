@@ -10,6 +10,7 @@
 #pragma once
 
 #include "winograd_weights.h"
+#include "xjit/backend/content_tags.h"
 #include "xjit/backend/target.h"
 #include "xjit/ir/value.h"
 
@@ -222,6 +223,8 @@ private:
 memory runtimeWeights(const Tensor &w, const memory::desc &userDesc, const Densify &reorder);
 /// Counts a call that read its run-time weights as they are (backend_stats' weights_in_place).
 void countWeightsInPlace();
+/// The weight counters (backendCounters, through DnnlLibrary).
+WeightPackCounters weightPackTotals();
 
 /// Eltwise algorithm for a unary post-op; false when oneDNN has none for it.
 bool eltwiseFor(const Op &op, PostOp &out);

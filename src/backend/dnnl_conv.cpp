@@ -707,19 +707,10 @@ private:
 
 } // namespace
 
-bool isConvOp(const std::string &n) {
-  return n == "conv1d" || n == "conv2d" || n == "conv3d" || n == "conv_transpose1d" ||
-         n == "conv_transpose2d" || n == "conv_transpose3d";
-}
-
 std::string whyNotConv(const CallIR &call) {
   const Op &op = *call.anchor;
   if (call.operands.size() < 2) return op.name() + ": missing weight";
   return "";
-}
-
-bool isConvWeightOp(const std::string &n) {
-  return n == "conv1d_weight" || n == "conv2d_weight" || n == "conv3d_weight";
 }
 
 std::string whyNotConvWeight(const CallIR &call) {

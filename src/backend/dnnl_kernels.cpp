@@ -45,10 +45,6 @@ Source sourceOf(const Value *outer, int index) {
   return s;
 }
 
-bool isLibraryOpName(const std::string &n) {
-  return isMatmulOp(n) || isConvOp(n) || isPoolOp(n) || isConvWeightOp(n);
-}
-
 /// Reads `op` into `call`; returns why not when it is not a call this path can express.
 std::string readCall(const Op &op, CallIR &call) {
   if (op.name() != "fusion") {
@@ -392,12 +388,6 @@ private:
 
 } // namespace
 
-bool isLibraryCall(const Op &op) {
-  if (op.name() != "fusion") return isLibraryOpName(op.name());
-  const Attr *kind = op.attrOrNull("kind");
-  return kind && kind->kind() == AttrKind::Str && kind->asStr() == "epilogue";
-}
-
 std::string whyNotSupported(const Op &op) {
   CallIR call;
   if (std::string why = readCall(op, call); !why.empty()) return why;
@@ -487,8 +477,10 @@ std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &) {
 
 } // namespace xjit::backend::dnnl_kernels
 
-namespace xjit::backend {
-uint64_t libraryKernelsShared() { return dnnl_kernels::gExecutablesShared.load(); }
-uint64_t libraryPlansMade() { return dnnl_kernels::gPlansMade.load(); }
-uint64_t libraryGenericPlansMade() { return dnnl_kernels::gGenericPlansMade.load(); }
-} // namespace xjit::backend
+extern "C" const xjit::backend::DnnlLibrary *xjit_dnnl_library() {
+  using namespace xjit::backend::dnnl_kernels;
+  static const xjit::backend::DnnlLibrary library{&whyNotSupported,    &compile,
+                                                  &gExecutablesShared, &gPlansMade,
+                                                  &gGenericPlansMade,  &weightPackTotals};
+  return &library;
+}

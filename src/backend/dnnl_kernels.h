@@ -6,6 +6,7 @@
 #pragma once
 
 #include "dnnl_common.h"
+#include "dnnl_library.h"
 
 namespace xjit::backend::dnnl_kernels {
 
@@ -18,8 +19,6 @@ struct CallIR {
   Type resultType; // of the last value (the call's one result)
 };
 
-/// Whether this op is the library path's business: a library op, or an `epilogue` fusion.
-bool isLibraryCall(const Op &op);
 /// "" when compile(op) gives a oneDNN executable. Shape-dependent limits that only show at
 /// run time (a broadcast oneDNN rejects, a ceil-mode window) make the executable run the
 /// reference kernel for those shapes instead (never a wrong answer).
@@ -27,10 +26,6 @@ std::string whyNotSupported(const Op &op);
 std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &opts);
 
 // The op families (dnnl_matmul.cpp, dnnl_conv.cpp, dnnl_pool.cpp).
-bool isMatmulOp(const std::string &name);
-bool isConvOp(const std::string &name);
-bool isPoolOp(const std::string &name);
-bool isConvWeightOp(const std::string &name); // conv{1,2,3}d_weight, in dnnl_conv.cpp
 std::string whyNotMatmul(const CallIR &call);
 std::string whyNotConv(const CallIR &call);
 std::string whyNotPool(const CallIR &call);

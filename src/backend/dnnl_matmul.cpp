@@ -560,11 +560,6 @@ private:
 
 } // namespace
 
-bool isMatmulOp(const std::string &n) {
-  return n == "matmul" || n == "mm" || n == "bmm" || n == "linear" || n == "addmm" ||
-         n == "baddbmm";
-}
-
 std::string whyNotMatmul(const CallIR &call) {
   const Op &op = *call.anchor;
   if (op.attrOrNull("causal") && (call.operands[0].constant || call.operands[1].constant ||

@@ -149,13 +149,6 @@ PoolKind poolKind(const std::string &n) {
 
 } // namespace
 
-bool isPoolOp(const std::string &n) {
-  for (const char *base : {"max_pool", "avg_pool", "adaptive_max_pool", "adaptive_avg_pool"})
-    for (const char *d : {"1d", "2d", "3d"})
-      if (n == std::string(base) + d) return true;
-  return false;
-}
-
 std::string whyNotPool(const CallIR &call) {
   const Op &op = *call.anchor;
   if (poolKind(op.name()) == PoolKind::Avg && ops::hasAttrValue(op, "divisor_override"))

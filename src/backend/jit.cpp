@@ -13,6 +13,7 @@
 // hit, LLVM IR is never built: the object is linked directly.
 #include "xjit/backend/jit.h"
 
+#include "dnnl_library.h"
 #include "llvm_engine.h"
 #include "runtime_util.h"
 #include "xjit/backend/compile_cache.h"
@@ -428,6 +429,23 @@ void LinkBatch::finish() {
 }
 
 LinkBatch *LinkBatch::current() { return tCurrentBatch; }
+
+uint64_t libraryKernelsShared() {
+  const DnnlLibrary *l = loadedDnnlLibrary();
+  return l ? l->kernelsShared->load() : 0;
+}
+uint64_t libraryPlansMade() {
+  const DnnlLibrary *l = loadedDnnlLibrary();
+  return l ? l->plansMade->load() : 0;
+}
+uint64_t libraryGenericPlansMade() {
+  const DnnlLibrary *l = loadedDnnlLibrary();
+  return l ? l->genericPlansMade->load() : 0;
+}
+WeightPackCounters weightPackCounters() {
+  const DnnlLibrary *l = loadedDnnlLibrary();
+  return l ? l->weightPacks() : WeightPackCounters{};
+}
 
 JitTotals jitTotals() {
   return {gLlvmCompilations.load(),      gCacheLinks.load(),

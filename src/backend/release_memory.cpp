@@ -21,10 +21,11 @@ namespace {
 
 /// Objects whose code the compiler runs besides the one holding this file: the LLVM engine when
 /// releaseEngine could not unload it (a compile running on another thread), libLLVM when the
-/// engine links it (XJIT_STATIC_LLVM=OFF), Debian's oneDNN, and the Python extension modules
-/// (capture is most of `_frontend`'s code; a steady call runs only its guards and driver).
-constexpr const char *kCompilerLibraries[] = {"libLLVM", "libxjit_llvm.so", "libdnnl.so",
-                                              "xjit/_frontend.", "xjit/_xjit."};
+/// engine links it (XJIT_STATIC_LLVM=OFF), Debian's oneDNN and xjit's path to it, and the Python
+/// extension modules (capture is most of `_frontend`'s code; a steady call runs only its guards and
+/// driver).
+constexpr const char *kCompilerLibraries[] = {"libLLVM",    "libxjit_llvm.so", "libxjit_dnnl.so",
+                                              "libdnnl.so", "xjit/_frontend.", "xjit/_xjit."};
 
 bool hasTextRelocations(const dl_phdr_info &info) {
   for (int i = 0; i < info.dlpi_phnum; ++i) {

@@ -208,3 +208,36 @@ def test_identical_kernels_share_their_code() -> None:
     assert end["kernels_shared"] == after["kernels_shared"]
     assert end["cache_links"] + end["llvm_compilations"] > after["cache_links"] + after["llvm_compilations"]
     torch.testing.assert_close(third(x, s)[0], want)
+
+
+_ONEDNN_ON_DEMAND = """
+from pathlib import Path
+import torch, xjit, xjit.ir
+
+def mapped(name):
+    return int(any(name in line for line in Path("/proc/self/maps").read_text().splitlines()))
+
+f = xjit.jit(lambda x: torch.relu(x * 2) + 1)
+x = torch.randn(37, 5)
+torch.testing.assert_close(f(x), torch.relu(x * 2) + 1)
+print(mapped("libxjit_native.so"), mapped("libdnnl.so"), mapped("libxjit_dnnl.so"))
+g = xjit.jit(lambda a, b: torch.mm(a, b) + 1)
+a, b = torch.randn(33, 17), torch.randn(17, 9)
+torch.testing.assert_close(g(a, b), torch.mm(a, b) + 1)
+print(mapped("libdnnl.so"), mapped("libxjit_dnnl.so"), int(xjit.ir.backend_stats()["library_plans"] > 0))
+"""
+
+
+def test_onednn_is_loaded_by_the_first_library_call() -> None:
+    # A fresh process: another test may have compiled a library call in this one.
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", _ONEDNN_ON_DEMAND], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    before, after = r.stdout.split("\n")[:2]
+    if before.split()[0] == "0":
+        pytest.skip("no libxjit_native.so in this build (the oneDNN path is linked in)")
+    assert before.split()[1:] == ["0", "0"], "oneDNN is mapped before any library call"
+    assert after.split() == ["1", "1", "1"], "the matmul did not load and run the oneDNN path"
