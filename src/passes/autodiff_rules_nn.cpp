@@ -12,7 +12,8 @@
 //   max_pool:  the first maximum of a window gets the whole gradient (eager's tie-break): a
 //              compare-and-select when the windows tile the input, else scatter_add of g at
 //              max_pool_with_indices' indices
-//   batch_norm, group_norm: PyTorch's backward formulas, the statistics recomputed from x.
+//   batch_norm, group_norm: PyTorch's backward formulas; group_norm recomputes its statistics
+//              from x, training-mode batch_norm saves the forward's (computeInForward).
 // Only channels-first (layout "nchw") batched inputs with static shapes are covered: autodiff
 // runs before the layout pass, so captured graphs are channels-first.
 #include "autodiff_rules.h"
@@ -305,8 +306,18 @@ std::vector<Value *> batchNormRule(RuleArgs &a) {
   };
   Value *centered, *rstd;
   if (training) {
-    centered = a.bin("sub", x, meanOver(x));
+    // The forward's own statistics (decompose-batch-norm builds the same ops, which CSE
+    // merges): saved from the forward, as eager saves its mean and 1/std.
+    Value *mean = meanOver(x);
+    centered = a.bin("sub", x, mean);
     rstd = a.un("rsqrt", a.bin("add", meanOver(a.mul(centered, centered)), a.f(eps)));
+    if (a.computeInForward) {
+      a.computeInForward->push_back(mean);
+      a.computeInForward->push_back(rstd);
+      // The backward's own x - mean: the one above is the forward's (an operand of rstd),
+      // which x̂ would otherwise save whole.
+      centered = a.bin("sub", x, mean);
+    }
   } else {
     if (!rm || !rv) unsupported(a.op, "eval mode without running statistics");
     centered = a.bin("sub", x, channelwise(rm));
