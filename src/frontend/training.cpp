@@ -169,6 +169,9 @@ std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id) {
       {&graphs->forward, &ad.forward, "forward"}, {&graphs->backward, &ad.backward, "backward"}};
   for (auto [entry, graph, part] : parts) {
     passes::PassManager pm;
+    // The forward's batch norms decomposed before CSE: their statistics are then the same ops
+    // as the ones autodiff saves for the backward (RuleArgs::computeInForward), computed once.
+    if (graph == &ad.forward) pm.addPipeline("decompose-batch-norm");
     pm.addPipeline("inference");
     pm.run(**graph);
     dumpGraph(**graph, id, loc, part);

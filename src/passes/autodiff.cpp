@@ -6,8 +6,9 @@
 // the forward keeps the ops its outputs need; every other op the gradients need runs in the
 // backward, so values that rules derive from forward values (sigmoid's derivative from its
 // input, layer_norm's normalized input...) are recomputed there and only their operands are
-// saved. Anything the table does not cover throws AutodiffUnsupported: the frame then runs under
-// PyTorch's autograd, never with a wrong gradient.
+// saved; values a rule marks (RuleArgs::computeInForward: batch norm's statistics) are computed
+// in the forward and saved instead. Anything the table does not cover throws AutodiffUnsupported:
+// the frame then runs under PyTorch's autograd, never with a wrong gradient.
 #include "autodiff_rules.h"
 #include "passes.h"
 
@@ -548,6 +549,7 @@ struct Joint {
   std::unique_ptr<Graph> graph;
   size_t numInputs = 0, numOutputs = 0;
   std::vector<size_t> gradOutputs, wrt;
+  std::vector<Value *> computeInForward; // rules' RuleArgs::computeInForward
 };
 
 Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
@@ -611,7 +613,7 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
       unsupported(*op, "an op with several results");
     b.setLoc(op->loc());
     Value *g0 = gi != grads.end() ? gi->second : b.op("zeros_like", {op->result(0)});
-    RuleArgs args{b, *op, g0, resultGrads, {}};
+    RuleArgs args{b, *op, g0, resultGrads, {}, &j.computeInForward};
     bool anyNeed = false;
     for (Value *v : op->operands()) {
       args.need.push_back(needs.count(v) > 0);
@@ -685,6 +687,26 @@ AutodiffGraphs differentiate(const Graph &src, const std::vector<bool> &requires
     if (!def || !fwd.insert(def).second) continue;
     for (Value *o : def->operands())
       work.push_back(o);
+  }
+  // Values rules asked for in the forward join it with the ops they need, unless one of those
+  // reads an output's gradient (they must be computable from the forward's inputs alone).
+  for (const Value *v : j.computeInForward) {
+    std::unordered_set<const Op *> need;
+    std::vector<const Value *> todo = {v};
+    bool forwardOnly = true;
+    while (!todo.empty() && forwardOnly) {
+      const Value *u = todo.back();
+      todo.pop_back();
+      Op *def = u->definingOp();
+      if (!def) {
+        forwardOnly = u->index() < j.numInputs;
+        continue;
+      }
+      if (fwd.count(def) || !need.insert(def).second) continue;
+      for (Value *o : def->operands())
+        todo.push_back(o);
+    }
+    if (forwardOnly) fwd.insert(need.begin(), need.end());
   }
   // Backward: every other op the gradients need; forward values it reads are saved (constants,
   // which have no operands, are rebuilt in the backward instead).

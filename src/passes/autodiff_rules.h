@@ -23,6 +23,10 @@ struct RuleArgs {
   Value *g;                // the gradient of result 0
   std::vector<Value *> gs; // of each result (nullptr: none reaches it), for multi-result ops
   std::vector<bool> need;
+  /// Values the rule derives from forward values alone that the partition computes in the
+  /// forward and saves rather than recomputing them in the backward (batch norm's per-channel
+  /// statistics: a few floats saved instead of two passes over the activation).
+  std::vector<Value *> *computeInForward = nullptr;
   Value *x(size_t i) const { return op.operand(i); }
   Value *out() const { return op.result(0); }
   Value *f(double v) const { return b.constantFloat(v); }

@@ -12,10 +12,12 @@
 //   max_pool:  the first maximum of a window gets the whole gradient (eager's tie-break): a
 //              compare-and-select when the windows tile the input, else scatter_add of g at
 //              max_pool_with_indices' indices
-//   batch_norm, group_norm: PyTorch's backward formulas, the statistics recomputed from x.
+//   batch_norm, group_norm: PyTorch's backward formulas; group_norm recomputes its statistics
+//              from x, training-mode batch_norm saves the forward's (computeInForward).
 // Only channels-first (layout "nchw") batched inputs with static shapes are covered: autodiff
 // runs before the layout pass, so captured graphs are channels-first.
 #include "autodiff_rules.h"
+#include "semantic_util.h"
 
 #include "xjit/ir/op_registry.h"
 #include "xjit/passes/autodiff.h"
@@ -291,22 +293,30 @@ std::vector<Value *> batchNormRule(RuleArgs &a) {
   const bool training =
       a.op.name() == "batch_norm_with_update" || boolAttr(a.op, "training", false);
   const double eps = floatAttr(a.op, "eps", 1e-5);
-  Ints reduced = {0}, perChannel(static_cast<size_t>(rank), 1);
+  Ints reduced = {0}, perChannelShape(static_cast<size_t>(rank), 1);
   for (int64_t d = 2; d < rank; ++d)
     reduced.push_back(d);
-  perChannel[1] = -1;
+  perChannelShape[1] = -1;
   // [C] -> [1, C, 1...], broadcasting against x.
-  auto channelwise = [&](Value *v) { return a.un("reshape", v, {{"shape", perChannel}}); };
-  auto sumOver = [&](Value *v, bool keep) {
-    return a.b.op("sum", {v}, {{"dims", reduced}, {"keepdim", keep}});
-  };
+  auto channelwise = [&](Value *v) { return a.un("reshape", v, {{"shape", perChannelShape}}); };
   auto meanOver = [&](Value *v) {
     return a.b.op("mean", {v}, {{"dims", reduced}, {"keepdim", true}});
   };
   Value *centered, *rstd;
   if (training) {
-    centered = a.bin("sub", x, meanOver(x));
-    rstd = a.un("rsqrt", a.bin("add", meanOver(a.mul(centered, centered)), a.f(eps)));
+    // The forward's own statistics (decompose-batch-norm builds the same ops, which CSE
+    // merges): saved from the forward, as eager saves its mean and 1/std.
+    Value *mean = perChannel(a.b, "mean", x);
+    centered = a.bin("sub", x, mean);
+    rstd =
+        a.un("rsqrt", a.bin("add", perChannel(a.b, "mean", a.mul(centered, centered)), a.f(eps)));
+    if (a.computeInForward) {
+      a.computeInForward->push_back(mean);
+      a.computeInForward->push_back(rstd);
+      // The backward's own x - mean: the one above is the forward's (an operand of rstd),
+      // which x̂ would otherwise save whole.
+      centered = a.bin("sub", x, mean);
+    }
   } else {
     if (!rm || !rv) unsupported(a.op, "eval mode without running statistics");
     centered = a.bin("sub", x, channelwise(rm));
@@ -319,8 +329,9 @@ std::vector<Value *> batchNormRule(RuleArgs &a) {
   Value *sumG = nullptr, *sumGX = nullptr;
   const std::optional<std::vector<int64_t>> xs = staticSizes(x);
   const bool shareSums = training && xs && (*xs)[1] > 0;
-  if ((w && a.need[1]) || (a.need[0] && shareSums)) sumGX = sumOver(a.mul(a.g, xhat), true);
-  if ((bias && a.need[2]) || (a.need[0] && shareSums)) sumG = sumOver(a.g, true);
+  if ((w && a.need[1]) || (a.need[0] && shareSums))
+    sumGX = perChannel(a.b, "sum", a.mul(a.g, xhat));
+  if ((bias && a.need[2]) || (a.need[0] && shareSums)) sumG = perChannel(a.b, "sum", a.g);
   const Ints channels = {-1};
   if (w && a.need[1]) r[1] = a.un("reshape", sumGX, {{"shape", channels}});
   if (bias && a.need[2]) r[2] = a.un("reshape", sumG, {{"shape", channels}});

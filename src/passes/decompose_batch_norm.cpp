@@ -12,7 +12,8 @@
 // evaluates (x - mean) / sqrt(var + eps) * w + b in double.
 // Training mode (batch_norm with training=true, batch_norm_with_update: a training step's
 // forward) decomposes the same way with the batch statistics, as PyTorch's CPU kernel computes
-// them: mean and biased variance per channel (two native reductions), alpha = w / sqrt(var +
+// them: mean and biased variance per channel (native reductions, each in two stages:
+// perChannel in semantic_util.h), alpha = w / sqrt(var +
 // eps), beta = b - mean * alpha, y = x * alpha + beta; batch_norm_with_update's new running
 // statistics are (1 - m) * running + m * batch statistic, the variance unbiased (x n / (n-1)).
 // Not bit for bit with eager, which accumulates in double: within f32 rounding of it.
@@ -96,17 +97,12 @@ bool decomposeTraining(Op *bn, PassContext &ctx) {
   const double eps = bn->attrOrNull("eps")->asNumber();
   Builder b(bn->parentBlock(), bn);
   b.setLoc(bn->loc());
-  std::vector<int64_t> reduced = {0}, perChannel(size_t(xt.rank()), 1);
-  for (int64_t d = 2; d < xt.rank(); ++d)
-    reduced.push_back(d);
-  perChannel[1] = channels;
-  auto meanOver = [&](Value *v) {
-    return b.op("mean", {v}, {{"dims", reduced}, {"keepdim", true}});
-  };
-  auto channelwise = [&](Value *v) { return b.op("reshape", {v}, {{"shape", perChannel}}); };
-  Value *mean = meanOver(x); // [1, C, 1...]
+  std::vector<int64_t> perChannelShape(size_t(xt.rank()), 1);
+  perChannelShape[1] = channels;
+  auto channelwise = [&](Value *v) { return b.op("reshape", {v}, {{"shape", perChannelShape}}); };
+  Value *mean = perChannel(b, "mean", x); // [1, C, 1...]
   Value *centered = b.op("sub", {x, mean});
-  Value *var = meanOver(b.op("mul", {centered, centered}));
+  Value *var = perChannel(b, "mean", b.op("mul", {centered, centered}));
   Value *alpha = b.op("rsqrt", {b.op("add", {var, b.constantFloat(eps)})});
   if (present(*bn, 1)) alpha = b.op("mul", {alpha, channelwise(bn->operand(1))});
   Value *beta = b.op("neg", {b.op("mul", {mean, alpha})});

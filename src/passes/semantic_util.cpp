@@ -73,4 +73,26 @@ void replaceOp(Op *op, const std::vector<Value *> &replacements) {
     if (!erased.count(d)) eraseIfDead(d, erased);
 }
 
+Value *perChannel(Builder &b, std::string_view reduce, Value *v) {
+  constexpr int64_t kTwoStageMinValues = int64_t(1) << 16;
+  const Type &t = v->type();
+  const int64_t rank = t.rank();
+  std::vector<int64_t> spatial;
+  for (int64_t d = 2; d < rank; ++d)
+    spatial.push_back(d);
+  auto over = [&](Value *x, std::vector<int64_t> dims) {
+    return b.op(reduce, {x}, {{"dims", dims}, {"keepdim", true}});
+  };
+  // Small activations stay one kernel: a second kernel costs more than a thread saves there.
+  int64_t count = 1;
+  for (const DimExpr &d : t.shape())
+    count = d.isStatic() ? count * d.value() : 0;
+  if (spatial.empty() || count < kTwoStageMinValues || t.shape()[0].value() == 1) {
+    spatial.insert(spatial.begin(), 0);
+    return over(v, spatial);
+  }
+  // (A mean of the per-sample means is the mean: every sample has as many values.)
+  return over(over(v, spatial), {0});
+}
+
 } // namespace xjit::passes

@@ -3,6 +3,7 @@
 // finding ops to rewrite, and replacing or removing what a rewrite built or left dead.
 #pragma once
 
+#include "xjit/ir/builder.h"
 #include "xjit/ir/ir.h"
 #include "xjit/ir/tensor.h"
 
@@ -32,5 +33,14 @@ bool replaceIfSameType(Op *op, Value *v);
 
 /// The ops named `name` in g, nested blocks included, collected before any is rewritten.
 std::vector<Op *> opsNamed(Graph &g, std::string_view name);
+
+/// `reduce` ("mean" or "sum") of v over every dim but the channels (dim 1), kept as size 1:
+/// batch norm's per-channel statistics. With spatial dims, a batch of several and 2^16 values
+/// or more (static sizes), in two stages, the spatial dims per (sample, channel) first, then
+/// the batch: each stage's kernel
+/// splits over threads (one pass over a channels-last activation keeping only its channels,
+/// blocked along them, has a single row: one thread), and the f32 sums are shorter. Batch
+/// norm's decomposition and its derivative rule build the same ops, which CSE then merges.
+Value *perChannel(Builder &b, std::string_view reduce, Value *v);
 
 } // namespace xjit::passes

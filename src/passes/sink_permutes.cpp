@@ -9,6 +9,11 @@
 // of the permuted operands in order and the copy is gone: the contiguous of a fresh result is
 // dropped.
 //
+// Also a reduction of permute(y), y an elementwise result nothing else reads: y is computed in
+// the permuted order (the same rebuild), so that the fuse pass makes it the reduction's
+// prologue instead of writing it (batch norm's (x - mean)^2 of a channels-last activation,
+// reduced in channels-first order).
+//
 // The frontend asks for such copies where eager lays a graph output out as a permutation of
 // contiguous (`x.t() * 2` keeps x's transposed strides; a conv on a channels_last input gives a
 // channels_last result): it returns permute(contiguous(permute(y, P)), P^-1), a view with
@@ -22,6 +27,7 @@
 #include "xjit/ir/op_registry.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -116,6 +122,37 @@ public:
     return true;
   }
 
+  /// A reduction of permute(y), y an elementwise result read by nothing else: y computed in the
+  /// permuted order instead, reading its operands through views, so that the fuse pass makes
+  /// it the reduction's prologue rather than a tensor written and read back (batch norm's
+  /// (x - mean)^2 over a channels-last activation the layout pass computes channels-last:
+  /// one pass over x instead of three). Returns whether the graph changed.
+  bool rewriteReductionOperand(Op *red) {
+    if (red->numOperands() != 1) return false;
+    Op *view = red->operand(0)->definingOp();
+    if (!view || view->parentBlock() != red->parentBlock() || view->result(0)->uses().size() != 1)
+      return false;
+    std::optional<Perm> p = permutationOf(*view);
+    if (!p) return false;
+    Value *y = view->operand(0);
+    const Op *d = y->definingOp();
+    if (!d || !d->def().has(kElementwise)) return false;
+    block_ = red->parentBlock();
+    if (!rebuildable(y)) return false;
+    Value *r = permuted(y, *p, red);
+    if (!fresh(r)) {
+      undo(0);
+      replaced_.clear();
+      return false;
+    }
+    red->setOperand(0, r);
+    eraseIfDead(view);
+    ctx_.count("reduction-prologues-reordered");
+    replaced_.clear();
+    created_.clear();
+    return true;
+  }
+
 private:
   /// Erases the ops made since `mark` (newest first: nothing else uses them).
   void undo(size_t mark) {
@@ -137,8 +174,12 @@ private:
   /// and y read by nothing else (it would be computed twice).
   bool rebuildable(const Value *y) const {
     const Op *d = y->definingOp();
-    return d && d->parentBlock() == block_ && d->def().isPure() && d->numResults() == 1 &&
-           d->numRegions() == 0 && y->uses().size() == 1;
+    if (!d || d->parentBlock() != block_ || !d->def().isPure() || d->numResults() != 1 ||
+        d->numRegions() != 0 || y->uses().empty())
+      return false;
+    for (const Use &u : y->uses()) // one reader (x * x reads x twice)
+      if (u.user != y->uses().front().user) return false;
+    return true;
   }
 
   Value *create(Op *before, std::string_view name, std::vector<Value *> operands,
@@ -204,16 +245,21 @@ private:
     for (Value *v : d->operands())
       if (v->type().isTensor() && v->type().rank() > rank) return nullptr;
     std::vector<Value *> operands;
+    std::map<const Value *, Value *> done; // an operand read twice is rebuilt once
     for (Value *v : d->operands()) {
       const Type &t = v->type();
       if (!t.isTensor() || t.rank() == 0) {
         operands.push_back(v);
         continue;
       }
+      if (auto it = done.find(v); it != done.end()) {
+        operands.push_back(it->second);
+        continue;
+      }
       Value *x = v;
       for (int64_t r = t.rank(); r < rank; ++r)
         x = create(d, "unsqueeze", {x}, {{"dim", 0}});
-      operands.push_back(permuted(x, p, d));
+      operands.push_back(done[v] = permuted(x, p, d));
     }
     return create(d, d->name(), std::move(operands), d->attrs());
   }
@@ -292,6 +338,10 @@ bool runSinkPermutes(Graph &g, PassContext &ctx) {
   for (Op *copy : opsNamed(g, "contiguous"))
     if (copy->parentOp() == nullptr || copy->parentOp()->name() != "fusion")
       changed |= sinker.rewrite(copy);
+  for (const char *name : {"sum", "mean"})
+    for (Op *red : opsNamed(g, name))
+      if (red->parentOp() == nullptr || red->parentOp()->name() != "fusion")
+        changed |= sinker.rewriteReductionOperand(red);
   return changed;
 }
 

@@ -77,6 +77,10 @@ CASES = [
     Case("batch_norm_train", "batch_norm", [(4, 3, 5, 5), (3,), (3,)],
          lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True, eps=1e-3),
          {"training": True, "eps": 1e-3}),
+    # 2^16 values: the per-channel sums in two stages (spatial, then batch; semantic_util.h).
+    Case("batch_norm_train_two_stage", "batch_norm", [(8, 16, 16, 32), (16,), (16,)],
+         lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+         {"training": True}),
     Case("batch_norm_train_no_affine", "batch_norm", [(6, 4, 3)],
          lambda x: F.batch_norm(x, None, None, training=True), {"training": True}),
     Case("batch_norm_train_2d_input", "batch_norm", [(8, 5), (5,), (5,)],
