@@ -1225,6 +1225,7 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
   // are checked as frames of their own).
   if (opts.check) return e->breakCode ? evalDefault() : runChecked(e, values, evalDefault);
   bool graphRan = false;
+  bool rejectedValues = false; // a kernel rejected this call's values (ErrorKind::User)
   std::string reason;
   PyRef breakArgs; // the stack and live locals at a graph break
   try {
@@ -1233,6 +1234,8 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
       values.get(slot); // sources as the frame saw them at entry
     if (settings().inject == "run")
       throw InternalFailure{errors::kRun, "injected failure (XJIT_TEST_INJECT=run)"};
+    if (settings().inject == "reject") // a kernel rejecting values Python accepts
+      throw Error(ErrorKind::User, "injected rejection (XJIT_TEST_INJECT=reject)");
     std::vector<RtValue> outs;
     std::vector<PyRef> done;
     if (e->eager) {
@@ -1275,6 +1278,8 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
       reason = takePyErrorMessage();
     } else {
       reason = ex.what();
+      auto *xe = dynamic_cast<const Error *>(&ex);
+      rejectedValues = xe && xe->kind() == ErrorKind::User;
     }
   }
   if (breakArgs) { // outside the busy scope: the resume functions are compiled in turn
@@ -1291,6 +1296,20 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
                  "xjit: %s at %s: the compiled graph failed after writing to its inputs, so the "
                  "frame cannot be rerun in Python: %s",
                  errors::kRun, shortLoc(loc).c_str(), reason.c_str());
+    return nullptr;
+  }
+  if (rejectedValues && !opts.fullgraph && !settings().strict) {
+    // A kernel rejected this call's values (an index out of range): this call runs in Python,
+    // which raises the program's own error, and the frame stays compiled for the next call.
+    // Python accepting them is xjit's bug: then it warns and runs the frame in Python for good.
+    PyObject *result = evalDefault();
+    if (!result) return nullptr;
+    std::string msg = std::string("xjit: ") + errors::kRun + " at " +
+                      shortLoc({loc.file, loc.line, ""}) + ": the compiled graph of " +
+                      loc.function + " rejected values that Python accepts: " + reason +
+                      "; running it in Python";
+    if (fallBackToPython(values.frame(), cache, opts, msg, true)) return result;
+    Py_DECREF(result); // the warning became an error
     return nullptr;
   }
   std::string msg = std::string("xjit: ") + errors::kRun + " at " +

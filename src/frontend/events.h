@@ -28,10 +28,11 @@ unsigned parseLogFlags(const std::string &text);
 
 struct Settings {
   int recompileLimit = 8;
-  bool strict = false;  // XJIT_STRICT: every graph break / fallback raises
-  unsigned log = 0;     // LogFlag bits (XJIT_LOG)
-  std::string dumpDir;  // --dump: IR before/after passes
-  std::string inject;   // test-only failure injection: "analyze", "compile", "run", "native"
+  bool strict = false; // XJIT_STRICT: every graph break / fallback raises
+  unsigned log = 0;    // LogFlag bits (XJIT_LOG)
+  std::string dumpDir; // --dump: IR before/after passes
+  std::string
+      inject; // test-only failure injection: "analyze", "compile", "run", "reject", "native"
   bool profile = false; // time the hook and graph execution (bench/frontend_overhead.py)
   std::vector<std::string> skipPrefixes; // files whose frames are never roots
 };

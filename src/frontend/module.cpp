@@ -290,8 +290,9 @@ NB_MODULE(_frontend, m) {
         if (dumpDir) s.dumpDir = *dumpDir;
         if (inject) {
           if (!inject->empty() && *inject != "analyze" && *inject != "compile" &&
-              *inject != "run" && *inject != "native")
-            throw nb::value_error("inject must be '', 'analyze', 'compile', 'run' or 'native'");
+              *inject != "run" && *inject != "reject" && *inject != "native")
+            throw nb::value_error(
+                "inject must be '', 'analyze', 'compile', 'run', 'reject' or 'native'");
           s.inject = *inject;
         }
         if (skipPrefixes) s.skipPrefixes = *skipPrefixes;

@@ -498,3 +498,39 @@ def test_data_parallel_forward_is_not_a_root_but_the_model_inside_is() -> None:
         got = fe.call(opts, list, ((wrapped(x) for _ in "a"),), {})
         torch.testing.assert_close(got[0], seq(x))
     assert [g["function"] for g in fe.events()["graphs"]] == ["Sequential.forward"]
+
+
+def gather_rows(x: Any, index: Any) -> Any:
+    return torch.gather(x, 1, index) * 2
+
+
+def test_values_a_kernel_rejects_raise_the_programs_error_and_stay_compiled() -> None:
+    # An index out of range: the compiled gather stops with its error, the call reruns in
+    # Python, which raises PyTorch's own IndexError-like RuntimeError; no xjit warning, and the
+    # next call with good values runs the compiled graph again.
+    compiled = xjit.jit(gather_rows)
+    x, good = torch.randn(4, 9), torch.randint(0, 9, (4, 5))
+    bad = good.clone()
+    bad[2, 3] = 40
+    torch.testing.assert_close(compiled(x, good), gather_rows(x, good))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match="index 40 is out of bounds"):
+            compiled(x, bad)
+        torch.testing.assert_close(compiled(x, good), gather_rows(x, good))
+    assert not xjit_warnings(record)
+    state = fe.code_state(gather_rows.__code__)
+    assert state["state"] == "active" and state["compiles"] == 1, state
+
+
+def test_values_rejected_that_python_accepts_warn_and_run_in_python() -> None:
+    fe.configure(inject="reject")
+    compiled = xjit.jit(relu_sub)
+    x, y = torch.randn(3), torch.randn(3)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x, y), relu_sub(x, y))
+    msgs = xjit_warnings(record)
+    assert len(msgs) == 1 and "rejected values that Python accepts" in msgs[0], msgs
+    assert fe.code_state(relu_sub.__code__)["state"] == "python"
