@@ -483,7 +483,10 @@ struct CompiledGraph::Impl {
     } catch (const Error &) {
       throw; // already names its op (an op of a nested block, or a wrapped kernel error)
     } catch (const KernelError &e) {
-      throw Error(ErrorKind::User, cur->op->describe() + ": " + e.what());
+      // A native kernel's messages name the op they come from (a fusion has several): a lone
+      // op's would name it twice.
+      std::string where = cur->op->describe() + ": ", what = e.what();
+      throw Error(ErrorKind::User, what.starts_with(where) ? what : where + what);
     } catch (const TypeInferenceError &e) {
       throw Error(ErrorKind::User, cur->op->describe() + ": " + e.what());
     } catch (const std::exception &e) {
