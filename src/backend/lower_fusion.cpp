@@ -559,9 +559,7 @@ private:
     }
     return ew::lower(*op, operands, [this, op](Expr ok, std::string message) {
       if (!assertKeys_.insert({op, message}).second) return;
-      Kernel &k = lk_.kernel;
-      k.errors.push_back(op->describe() + ": " + message);
-      asserts_.push_back(assertTrue(std::move(ok), int64_t(k.errors.size()) - 1));
+      asserts_.push_back(assertTrue(std::move(ok), errorId(*op, message)));
     });
   }
 
@@ -1179,6 +1177,15 @@ private:
     return cast(out, v);
   }
 
+  /// The index of op's error `message` in the kernel's messages (added once).
+  int64_t errorId(const Op &op, const std::string &message) {
+    std::vector<std::string> &errors = lk_.kernel.errors;
+    std::string text = op.describe() + ": " + message;
+    auto known = std::find(errors.begin(), errors.end(), text);
+    if (known == errors.end()) known = errors.insert(errors.end(), std::move(text));
+    return int64_t(known - errors.begin());
+  }
+
   /// gather: self at idx with idx[dim] = index[idx], which is checked against self's size there
   /// (an out-of-bounds index stops the kernel with the op's error, as the reference kernel does).
   Expr gatherAt(const Op &op, const std::vector<Expr> &idx) {
@@ -1189,13 +1196,9 @@ private:
     Expr size = constIdx(self[size_t(dim)].value());
     Expr ok =
         binary(BinaryOp::And, compare(CmpOp::Ge, at, constIdx(0)), compare(CmpOp::Lt, at, size));
-    Kernel &k = lk_.kernel;
-    std::string message = op.describe() + ": index out of bounds for dimension " +
-                          std::to_string(dim) + " with size " +
-                          std::to_string(self[size_t(dim)].value());
-    auto known = std::find(k.errors.begin(), k.errors.end(), message);
-    if (known == k.errors.end()) known = k.errors.insert(k.errors.end(), message);
-    elementChecks_.push_back(assertTrue(ok, int64_t(known - k.errors.begin())));
+    elementChecks_.push_back(
+        assertTrue(ok, errorId(op, "index out of bounds for dimension " + std::to_string(dim) +
+                                       " with size " + std::to_string(self[size_t(dim)].value()))));
     std::vector<Expr> at_idx = idx;
     at_idx[size_t(dim)] = at;
     return valueAt(op.operand(0), at_idx);

@@ -36,15 +36,6 @@ void unsupported(const Op &op, const std::string &why) {
   throw AutodiffUnsupported(op.describe() + ": " + why);
 }
 
-std::optional<std::vector<int64_t>> staticSizes(const Value *v) {
-  std::vector<int64_t> s;
-  for (const DimExpr &d : v->type().shape()) {
-    if (!d.isStatic()) return std::nullopt;
-    s.push_back(d.value());
-  }
-  return s;
-}
-
 std::vector<int64_t> staticShape(const Op &op, const Value *v) {
   std::optional<std::vector<int64_t>> s = staticSizes(v);
   if (!s) unsupported(op, "needs a static shape, has " + v->type().str());

@@ -3,6 +3,8 @@
 // pooling, batch_norm).
 #pragma once
 
+#include "semantic_util.h"
+
 #include "xjit/ir/builder.h"
 #include "xjit/ir/ir.h"
 
@@ -41,8 +43,7 @@ using Rule = std::function<std::vector<Value *>(RuleArgs &)>;
 /// Throws AutodiffUnsupported for `op` (the frame then runs under PyTorch's autograd).
 [[noreturn]] void unsupported(const Op &op, const std::string &why);
 
-/// v's sizes when all are static, else nothing.
-std::optional<std::vector<int64_t>> staticSizes(const Value *v);
+using passes::staticSizes; // semantic_util.h
 
 /// v's static sizes; unsupported(op) when one is symbolic.
 std::vector<int64_t> staticShape(const Op &op, const Value *v);

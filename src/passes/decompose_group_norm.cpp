@@ -21,11 +21,9 @@ bool decompose(Op *gn, PassContext &ctx) {
   const Type &xt = x->type();
   DType dt = xt.dtype();
   if (!xt.isTensor() || (dt != DType::F32 && dt != DType::F64) || xt.rank() < 2) return false;
-  std::vector<int64_t> shape;
-  for (const DimExpr &d : xt.shape()) {
-    if (!d.isStatic()) return false;
-    shape.push_back(d.value());
-  }
+  std::optional<std::vector<int64_t>> sizes = staticSizes(x);
+  if (!sizes) return false;
+  const std::vector<int64_t> &shape = *sizes;
   const int64_t groups = gn->attr("num_groups").asInt(), channels = shape[1];
   if (groups <= 0 || channels % groups != 0) return false;
   int64_t row = channels / groups;

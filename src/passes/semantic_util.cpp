@@ -95,4 +95,13 @@ Value *perChannel(Builder &b, std::string_view reduce, Value *v) {
   return over(over(v, spatial), {0});
 }
 
+std::optional<std::vector<int64_t>> staticSizes(const Value *v) {
+  std::vector<int64_t> s;
+  for (const DimExpr &d : v->type().shape()) {
+    if (!d.isStatic()) return std::nullopt;
+    s.push_back(d.value());
+  }
+  return s;
+}
+
 } // namespace xjit::passes

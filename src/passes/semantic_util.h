@@ -7,6 +7,7 @@
 #include "xjit/ir/ir.h"
 #include "xjit/ir/tensor.h"
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -30,6 +31,9 @@ size_t eraseIfDead(Op *op);
 /// shape inference agrees with the op's); otherwise erases what was built for `v` and leaves
 /// op as it is. Returns whether op was replaced.
 bool replaceIfSameType(Op *op, Value *v);
+
+/// v's sizes when all are static, else nothing.
+std::optional<std::vector<int64_t>> staticSizes(const Value *v);
 
 /// The ops named `name` in g, nested blocks included, collected before any is rewritten.
 std::vector<Op *> opsNamed(Graph &g, std::string_view name);
