@@ -786,6 +786,7 @@ private:
     condBuffers_.clear();
     innerVars_.clear();
     reductionValues_.clear();
+    softmaxScratch_.clear();
     pre_.clear();
     size_t rank = fullShape_.size();
     fullExtents_.clear();
@@ -1008,21 +1009,48 @@ private:
   };
 
   /// The output buffer a softmax may keep exp(x - max) in between its sum pass and the output
-  /// pass (which then scales in place instead of computing exp again), or -1: the result must
-  /// be one output of the kernel, read by no op of the kernel, and stored in the compute dtype.
-  int64_t softmaxScratchOutput(const Op &op) const {
+  /// pass (which then scales in place instead of computing exp again), or -1. Either the result
+  /// is one output of the kernel and no op of the kernel reads it (uses outside the kernel do not
+  /// matter: a softmax compiled alone, as attention's is, has its consumer in the graph), or ops
+  /// of the kernel read it and the kernel has one full-shaped output (attention's safe softmax,
+  /// masked_fill(softmax(s), eq(amax(s), -inf), 0)): the output pass computes that output's
+  /// value, reading the buffer, before it stores it. The buffer holds the compute dtype, and
+  /// serves one softmax.
+  int64_t softmaxScratchOutput(const Op &op) {
     Value *r = op.result(0);
     DType d = r->type().dtype();
     if (d != DType::F32 && d != DType::F64) return -1;
-    // Only r's own store may read the buffer: r is one output of the kernel and no op of the
-    // kernel reads it (uses outside the kernel do not matter: a softmax compiled alone, as
-    // attention's is, has its consumer in the graph, and used to compute exp twice).
-    if (std::count(outputs_.begin(), outputs_.end(), r) != 1) return -1;
+    bool readInKernel = false;
     for (const Use &u : r->uses())
-      if (ops_.count(u.user)) return -1;
-    for (size_t o = 0; o < outputs_.size(); ++o)
-      if (outputs_[o] == r) return lk_.outputBuffer[o];
-    return -1;
+      readInKernel |= ops_.count(u.user) > 0;
+    int64_t buffer = -1;
+    if (!readInKernel) {
+      if (std::count(outputs_.begin(), outputs_.end(), r) != 1) return -1;
+      for (size_t o = 0; o < outputs_.size(); ++o)
+        if (outputs_[o] == r) buffer = lk_.outputBuffer[o];
+    } else {
+      for (size_t o = 0; o < outputs_.size(); ++o) {
+        if (outputs_[o]->type().shape() != fullShape_) continue;
+        if (buffer >= 0 || outputs_[o]->type().dtype() != d) return -1;
+        buffer = lk_.outputBuffer[o];
+      }
+    }
+    if (buffer < 0 || lk_.kernel.buffers[size_t(buffer)].dtype != d ||
+        !softmaxScratch_.insert(buffer).second)
+      return -1;
+    return buffer;
+  }
+
+  /// A softmax or log_softmax of this kernel over x whose max pass reduces in dtype a, if any.
+  const Op *softmaxOver(const Value *x, DType a) const {
+    for (const Op *op : reductions_) {
+      red::Kind kind = reductionInfo_.at(op).kind;
+      if ((kind == red::Kind::Softmax || kind == red::Kind::LogSoftmax) && op->operand(0) == x &&
+          op->result(0)->type().dtype() == x->type().dtype() &&
+          opMath(op->result(0)->type().dtype()) == a)
+        return op;
+    }
+    return nullptr;
   }
 
   RowStats rowStats(const Op &op, const red::Info &info) {
@@ -1064,6 +1092,12 @@ private:
         int64_t lo = bits == 64 ? INT64_MIN : -(int64_t(1) << (bits - 1));
         int64_t hi = bits == 64 ? INT64_MAX : (int64_t(1) << (bits - 1)) - 1;
         init = constInt(a, mx ? lo : hi);
+      }
+      // The max of a softmax's operand is the softmax's own first pass (attention's safe
+      // softmax tests amax(s) == -inf): the same reduction, computed once.
+      if (const Op *sm = softmaxOver(x, a); mx && sm) {
+        st.a = rowStats(*sm, reductionInfo_.at(sm)).a;
+        break;
       }
       st.a = reduceRow(name, a, init, mx ? BinaryOp::Max : BinaryOp::Min,
                        [&](const std::vector<Expr> &idx) { return cast(a, xAt(idx)); });
@@ -1353,6 +1387,7 @@ private:
   std::unordered_map<const Op *, red::Info> reductionInfo_;
   std::unordered_map<const Op *, RowStats> reductionValues_;
   Shape fullShape_;
+  std::set<int64_t> softmaxScratch_; // output buffers holding a softmax's exp (one each)
   std::vector<int64_t> reducedDims_;
   size_t innerDim_ = 0; // the full dim along which the innermost loop runs (chooseInnerDim)
   std::vector<Expr> outer_, fullExtents_, innerVars_;

@@ -7,7 +7,9 @@
 //
 // A matrix (the last two dims, diagonal at the top left as in is_causal's mask) is lower-zero
 // when every entry with j > i is zero: masked_fill(x, causal, 0) (value as operand or
-// attribute) and tril(x) with diagonal <= 0 (triu(x) with diagonal >= 0 is upper-zero); softmax
+// attribute), masked_fill(z, m, 0) of such a z with m the same along z's rows (attention's fully
+// masked rows set to 0)
+// and tril(x) with diagonal <= 0 (triu(x) with diagonal >= 0 is upper-zero); softmax
 // over the last dim of masked_fill(x, causal, -inf) (exp(-inf) is 0, key 0 is never masked),
 // whose rows are lower-zero or NaN throughout (a NaN or Inf score), which the `causal`
 // attribute allows (the backend checks each line's first element); a mul with such a factor
@@ -72,8 +74,8 @@ public:
     const std::string &n = op.name();
     const Value *x = op.operand(0);
     Zero z = Zero::None;
-    if (n == "masked_fill" && isCausalMask(op.operand(1), out) && fillValue(op) == 0.0)
-      z = Zero::Lower;
+    if (n == "masked_fill" && fillValue(op) == 0.0)
+      z = isCausalMask(op.operand(1), out) ? Zero::Lower : fillsWholeLines(x, op.operand(1), out);
     else if ((n == "tril" || n == "triu") && x->type() == out->type())
       z = triangleZero(op);
     else if (n == "softmax" && isLastDim(op, "dim") && !op.attrOrNull("dtype"))
@@ -100,6 +102,22 @@ private:
   /// v's fact when v is not broadcast along the matrix dims of `out`.
   Zero fullMatrixZero(const Value *v, const Value *out) const {
     return matrixDims(v) == matrixDims(out) ? zero(v) : Zero::None;
+  }
+  /// The fact of masked_fill(v, m, 0): v's, when m is the same along each of v's lines (rows
+  /// of a lower-zero matrix, columns of an upper-zero one), so that a line that is NaN
+  /// throughout stays so or becomes zeros (a mask varying along it would leave NaN only in the
+  /// skipped part).
+  Zero fillsWholeLines(const Value *v, const Value *m, const Value *out) const {
+    Zero z = fullMatrixZero(v, out);
+    const Type &t = m->type();
+    if (z == Zero::None || !t.isTensor()) return Zero::None;
+    int64_t rank = t.rank();
+    auto isOne = [&](int64_t fromEnd) {
+      std::optional<int64_t> d = t.shape()[size_t(rank - fromEnd)].staticValue();
+      return d && *d == 1;
+    };
+    bool same = z == Zero::Lower ? rank < 1 || isOne(1) : rank < 2 || isOne(2);
+    return same ? z : Zero::None;
   }
   /// masked_fill's value: the operand, else the attribute.
   static std::optional<double> fillValue(const Op &op) {

@@ -35,6 +35,18 @@ Tensor causalMask(int64_t l, int64_t s) {
   return t;
 }
 
+/// Where a bool mask (true: attend) masks: logical_not(mask), computed here for a constant mask
+/// (transformers' causal masks are constants after folding), so that causal-products sees the
+/// triangle and no kernel negates it per call.
+Value *maskedWhere(Builder &b, Value *mask) {
+  const Tensor *t = constantTensor(mask);
+  if (!t) return b.op("logical_not", {mask});
+  Tensor negated = Tensor::empty(DType::Bool, t->sizes());
+  for (int64_t i = 0; i < t->numel(); ++i)
+    negated.setDouble(i, t->getDouble(i) == 0 ? 1.0 : 0.0);
+  return b.constantTensor(negated);
+}
+
 bool decompose(Op *op, PassContext &ctx) {
   Value *q = op->operand(0), *k = op->operand(1), *v = op->operand(2);
   Value *mask =
@@ -67,7 +79,7 @@ bool decompose(Op *op, PassContext &ctx) {
     return ninf;
   };
   if (mask && mask->type().dtype() == DType::Bool)
-    scores = b.op("masked_fill", {scores, b.op("logical_not", {mask}), minusInf()});
+    scores = b.op("masked_fill", {scores, maskedWhere(b, mask), minusInf()});
   else if (mask)
     scores = b.op("add", {scores, mask});
   if (causal)

@@ -64,3 +64,45 @@ def test_reference_attention_matches_pytorch(nan: bool) -> None:
     ]
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(torch.as_tensor(g), w, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+
+def _tril_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    # transformers' causal mask: a bool tensor the frontend folds into a constant.
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _row_masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    mask[2] = False  # a fully masked row: zeros
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("bad", ["finite", "nan-q", "inf-v"])
+@pytest.mark.parametrize("fn", [_tril_mask_attention, _row_masked_attention], ids=["tril", "row-masked"])
+def test_constant_bool_mask_matches_pytorch(fn: object, bad: str, tmp_path: object) -> None:
+    """A constant mask is negated at compile time; with the causal triangle the
+    probabilities-by-v product skips the masked blocks (causal-products), and the safe softmax's
+    fully masked row and non-finite inputs still give PyTorch's values."""
+    import xjit
+    import xjit._frontend as fe
+    from xjit.jit import config
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 70, 16, generator=g) for _ in range(3))
+    if bad == "nan-q":
+        q[0, 1, 40, 3] = math.nan
+    if bad == "inf-v":
+        v[0, 0, 65, 1] = math.inf  # in a skipped block: 0 * Inf is NaN in eager too
+    fe.reset()  # compile again (with the dump) for each case
+    config.dump_dir = str(tmp_path)
+    try:
+        got = xjit.jit(fn)(q, k, v)
+    finally:
+        config.dump_dir = ""
+    want = fn(q, k, v)  # type: ignore[operator]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+    (runtime_ir,) = [p.read_text() for p in tmp_path.glob("*.runtime.xir")]  # type: ignore[attr-defined]
+    assert "logical_not" not in runtime_ir
+    assert ('causal = "lhs_lower"' in runtime_ir) == (fn is _tril_mask_attention)
