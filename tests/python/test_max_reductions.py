@@ -1,0 +1,64 @@
+"""Max / min reductions in generated kernels (src/backend/llvm_codegen.cpp): they use IEEE
+maximum / minimum with no-signed-zeros and two interleaved vector accumulators. A NaN anywhere in
+a row (first element, a vector body, the remainder, the last element) must still make that row's
+result NaN, as in PyTorch, for amax / amin, max / min with indices dropped, and softmax's max
+pass; which of -0 and +0 comes back is unspecified (PyTorch's depends on its order too)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+xjit = pytest.importorskip("xjit")
+
+# Row lengths: under one vector, vector bodies with and without a remainder, two interleaved
+# vectors and more.
+LENGTHS = [7, 16, 37, 64, 130, 1000]
+
+
+def _rows(n: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(6, n, generator=g)
+    x[1, 0] = math.nan  # first element
+    x[2, n // 2] = math.nan  # the middle
+    x[3, n - 1] = math.nan  # last element (in the remainder for most n)
+    x[4] = -math.inf
+    x[4, n // 3] = math.nan  # NaN among -inf
+    x[5] = 0.0
+    x[5, ::2] = -0.0  # signed zeros only
+    return x
+
+
+def amax_rows(x: torch.Tensor) -> torch.Tensor:
+    return x.amax(-1)
+
+
+def amin_rows(x: torch.Tensor) -> torch.Tensor:
+    return x.amin(-1, keepdim=True) * 2
+
+
+def softmax_rows(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, -1)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("fn", [amax_rows, amin_rows, softmax_rows], ids=lambda f: f.__name__)
+def test_nan_anywhere_in_a_row_propagates(fn: object, n: int) -> None:
+    x = _rows(n)
+    got = xjit.jit(fn)(x)
+    want = fn(x)  # type: ignore[operator]
+    torch.testing.assert_close(got, want, equal_nan=True)
+    for row in (1, 2, 3, 4):
+        assert got[row].isnan().all(), (row, got[row])
+
+
+@pytest.mark.parametrize("n", [37, 1000])
+def test_max_over_the_outer_dim_propagates_nan(n: int) -> None:
+    # Kept innermost dim: the lane-array accumulators reduce over rows.
+    x = _rows(n).t().contiguous()
+    got = xjit.jit(amax_rows)(x.t())  # amax over the strided dim
+    torch.testing.assert_close(got, x.t().amax(-1), equal_nan=True)
+    got0 = xjit.jit(lambda t: t.amax(0))(x)
+    torch.testing.assert_close(got0, x.amax(0), equal_nan=True)
