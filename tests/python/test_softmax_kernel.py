@@ -105,3 +105,19 @@ graph @f(%x: f32[8,50]) -> (f32[8,50], f32[8,1]) {
     p = torch.softmax(x, -1)
     torch.testing.assert_close(y, p * 2)
     torch.testing.assert_close(h, (p * x).sum(-1, keepdim=True))
+
+
+@pytest.mark.parametrize("shape", [(37, 1100), (5, 13, 19)])
+def test_safe_softmax_over_an_outer_dim(shape: tuple[int, ...]) -> None:
+    # Softmax over dim 0 keeps the innermost dim (lane accumulators), fused with the -inf-row
+    # test and a consumer: exp kept in the output buffer there too.
+    import xjit
+
+    def f(s: torch.Tensor) -> torch.Tensor:
+        p = torch.softmax(s, 0)
+        return p.masked_fill(s.amax(0, keepdim=True) == float("-inf"), 0.0) * 3
+
+    s = torch.randn(*shape) * 3
+    s[:, 7] = float("-inf")
+    s[3, 2] = float("nan")
+    torch.testing.assert_close(xjit.jit(f)(s), f(s), equal_nan=True)
