@@ -699,6 +699,8 @@ private:
     case UnaryOp::Reciprocal: return b_.CreateFDiv(fconst(d, 1.0), x);
     case UnaryOp::Exp: return f32 ? math::expF32(b_, x) : viaLibm("exp", d, {x});
     case UnaryOp::Log: return f32 ? math::logF32(b_, x) : viaLibm("log", d, {x});
+    case UnaryOp::Log1p: return f32 ? math::log1pF32(b_, x) : viaLibm("log1p", d, {x});
+    case UnaryOp::Expm1: return f32 ? math::expm1F32(b_, x) : viaLibm("expm1", d, {x});
     case UnaryOp::Tanh: return f32 ? math::tanhF32(b_, x) : viaLibm("tanh", d, {x});
     case UnaryOp::Erf: return f32 ? math::erfF32(b_, x) : viaLibm("erf", d, {x});
     case UnaryOp::Sin: return f32 ? math::sinF32(b_, x) : viaLibm("sin", d, {x});

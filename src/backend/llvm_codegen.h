@@ -44,6 +44,8 @@ llvm::Value *horner(llvm::IRBuilder<> &b, llvm::Value *x, std::initializer_list<
 // overflow and underflow round like the correctly rounded result.
 llvm::Value *expF32(llvm::IRBuilder<> &b, llvm::Value *x);
 llvm::Value *logF32(llvm::IRBuilder<> &b, llvm::Value *x);
+llvm::Value *log1pF32(llvm::IRBuilder<> &b, llvm::Value *x);
+llvm::Value *expm1F32(llvm::IRBuilder<> &b, llvm::Value *x);
 llvm::Value *tanhF32(llvm::IRBuilder<> &b, llvm::Value *x);
 llvm::Value *erfF32(llvm::IRBuilder<> &b, llvm::Value *x);
 /// 1 / (1 + exp(-x)), computed from exp(-|x|) so that it does not overflow for x << 0.

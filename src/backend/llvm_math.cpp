@@ -1,7 +1,7 @@
-// Vectorizable f32 math: exp, log, tanh, erf, sigmoid, pow and atan2 as straight-line LLVM IR
-// (polynomials, selects, bit operations and shifts of constants, no branches and no calls), so a
-// vectorized loop evaluates them on whole vectors. The coefficients are Cephes' (exp, log, tanh)
-// and the rational approximation of Eigen / XLA (erf). pow and atan2 work in f64 internally
+// Vectorizable f32 math: exp, log, log1p, expm1, tanh, erf, sigmoid, pow and atan2 as straight-line
+// LLVM IR (polynomials, selects, bit operations and shifts of constants, no branches and no calls),
+// so a vectorized loop evaluates them on whole vectors. The coefficients are Cephes' (exp, log,
+// tanh) and the rational approximation of Eigen / XLA (erf). pow and atan2 work in f64 internally
 // (Taylor series whose truncation error is far below an f32 ulp, rounded once at the end), which
 // halves the vector width but needs no hand-tuned minimax coefficients. Measured against the
 // double results (backend_test, backend_trig_pow_test): exp <= 1 ulp, log <= 1 ulp, tanh <= 2 ulp,
@@ -211,6 +211,29 @@ Value *logF32(IRBuilder<> &b, Value *x) {
   // x < 0 or NaN: NaN.
   return b.CreateSelect(b.CreateFCmpOGE(x, f32(b, 0)), r,
                         f32(b, std::numeric_limits<float>::quiet_NaN()));
+}
+
+Value *log1pF32(IRBuilder<> &b, Value *x) {
+  // Goldberg's log1p: u = 1 + x rounds, and log(u) * x / (u - 1) corrects for the rounding (a
+  // few ulp with an accurate log). u == 1 (tiny x, -0 kept) gives x; x = +inf gives +inf.
+  Value *u = b.CreateFAdd(f32(b, 1.f), x);
+  Value *d = b.CreateFSub(u, f32(b, 1.f));
+  Value *r = b.CreateFMul(logF32(b, u), b.CreateFDiv(x, d));
+  r = b.CreateSelect(b.CreateFCmpOEQ(d, f32(b, 0)), x, r);
+  float inf = std::numeric_limits<float>::infinity();
+  return b.CreateSelect(b.CreateFCmpOEQ(x, f32(b, inf)), x, r);
+}
+
+Value *expm1F32(IRBuilder<> &b, Value *x) {
+  // Kahan's expm1: u = exp(x) rounds, and (u - 1) * x / log(u) corrects for it. u == 1 (tiny x,
+  // -0 kept) gives x, u - 1 == -1 (x below about -17) gives -1, u = +inf gives +inf.
+  Value *u = expF32(b, x);
+  Value *um1 = b.CreateFSub(u, f32(b, 1.f));
+  Value *r = b.CreateFMul(um1, b.CreateFDiv(x, logF32(b, u))); // x / log(u) ~ 1: no overflow
+  r = b.CreateSelect(b.CreateFCmpOEQ(um1, f32(b, -1.f)), um1, r);
+  r = b.CreateSelect(b.CreateFCmpOEQ(u, f32(b, 1.f)), x, r);
+  float inf = std::numeric_limits<float>::infinity();
+  return b.CreateSelect(b.CreateFCmpOEQ(u, f32(b, inf)), u, r);
 }
 
 Value *tanhF32(IRBuilder<> &b, Value *x) {

@@ -312,6 +312,8 @@ TEST(BackendMath, InlinedF32FunctionsAreWithinAFewUlp) {
       {"tanh", [](double x) { return std::tanh(x); }, -10, 10, 2},
       {"erf", [](double x) { return std::erf(x); }, -5, 5, 6},
       {"sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }, -80, 30, 3},
+      {"log1p", [](double x) { return std::log1p(x); }, -0.9999, 30, 3},
+      {"expm1", [](double x) { return std::expm1(x); }, -30, 88, 3},
   };
   const int64_t n = 1 << 18;
   for (const Fn &f : fns) {
