@@ -616,6 +616,9 @@ TEST(SortingSort, Topk) {
   EXPECT_TRUE(std::isnan(v[0]));
   EXPECT_EQ(Values(v.begin() + 1, v.end()), (Values{3, 2}));
   EXPECT_EQ(values(r[1].tensor()), (Values{4, 5, 1}));
+  // k < n takes a partial sort: ties still come in position order (the stable sort's prefix).
+  auto lo = run("topk", {x}, {{"k", 4}, {"largest", false}});
+  EXPECT_EQ(values(lo[1].tensor()), (Values{0, 3, 1, 2}));
   auto s = run("topk", {iota(DType::I64, {2, 4})}, {{"k", 2}, {"largest", false}});
   EXPECT_EQ(values(s[0].tensor()), (Values{0, 1, 4, 5}));
   EXPECT_EQ(values(s[1].tensor()), (Values{0, 1, 0, 1}));

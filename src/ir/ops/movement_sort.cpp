@@ -18,8 +18,7 @@ Tensor nonEmpty(const Tensor &t) { return t.rank() == 0 ? t.view({1}, {1}, t.off
 std::vector<int64_t> dimLast(int64_t rank, int64_t dim) {
   std::vector<int64_t> perm;
   for (int64_t d = 0; d < rank; ++d)
-    if (d != dim)
-      perm.push_back(d);
+    if (d != dim) perm.push_back(d);
   perm.push_back(dim);
   return perm;
 }
@@ -40,8 +39,7 @@ void sortLines(const Tensor &t0, int64_t dim, bool descending, int64_t k, const 
   std::vector<int64_t> ikeys(fp ? 0 : size_t(n));
   std::vector<int64_t> order(static_cast<size_t>(n));
   auto less = [&](int64_t a, int64_t b) {
-    if (!fp)
-      return ikeys[a] < ikeys[b];
+    if (!fp) return ikeys[a] < ikeys[b];
     double x = fkeys[a], y = fkeys[b];
     return !std::isnan(x) && (std::isnan(y) || x < y);
   };
@@ -53,16 +51,24 @@ void sortLines(const Tensor &t0, int64_t dim, bool descending, int64_t k, const 
         ikeys[j] = tp.getInt(line * n + j);
     }
     std::iota(order.begin(), order.end(), 0);
-    if (descending)
+    if (k < n) {
+      // Only the first k: a partial sort with ties broken by position is the stable order's
+      // prefix, in O(n log k) (topk of 5 in 1000: ~40x less than sorting the line).
+      auto before = [&](int64_t a, int64_t b) {
+        bool ab = descending ? less(b, a) : less(a, b);
+        bool ba = descending ? less(a, b) : less(b, a);
+        return ab || (!ba && a < b);
+      };
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+    } else if (descending) {
       std::stable_sort(order.begin(), order.end(),
                        [&](int64_t a, int64_t b) { return less(b, a); });
-    else
+    } else {
       std::stable_sort(order.begin(), order.end(), less);
+    }
     for (int64_t j = 0; j < k; ++j) {
-      if (vp.defined())
-        copyElement(vp, line * k + j, tp, line * n + order[j]);
-      if (ip.defined())
-        ip.setInt(line * k + j, order[j]);
+      if (vp.defined()) copyElement(vp, line * k + j, tp, line * n + order[j]);
+      if (ip.defined()) ip.setInt(line * k + j, order[j]);
     }
   }
 }
@@ -73,8 +79,7 @@ std::vector<Type> inferSort(const Op &op) {
   const Type &t = tensorOperand(op, 0);
   sortDim(op, t.rank());
   Type idx = t.withDType(DType::I64);
-  if (op.name() == "argsort")
-    return {idx};
+  if (op.name() == "argsort") return {idx};
   return {t, idx};
 }
 
@@ -86,8 +91,7 @@ Results sortKernel(const Op &op, In in) {
   Tensor indices = Tensor::empty(DType::I64, t.sizes());
   int64_t n = t.rank() == 0 ? 1 : t.sizes()[dim];
   sortLines(t, dim, attrBool(op, "descending"), n, values, indices);
-  if (argsort)
-    return {RtValue(indices)};
+  if (argsort) return {RtValue(indices)};
   return {RtValue(values), RtValue(indices)};
 }
 
@@ -99,8 +103,7 @@ std::vector<Type> inferTopk(const Op &op) {
     inferFail("topk: k (" + std::to_string(k) + ") is out of range for dimension of size " +
               size.str());
   Shape s = t.shape();
-  if (t.rank() > 0)
-    s[dim] = k;
+  if (t.rank() > 0) s[dim] = k;
   return {t.withShape(s), t.withShape(s).withDType(DType::I64)};
 }
 
@@ -112,8 +115,7 @@ Results topkKernel(const Op &op, In in) {
     kernelFail("topk: k (" + std::to_string(k) + ") is out of range for dimension of size " +
                std::to_string(size));
   std::vector<int64_t> sizes = t.sizes();
-  if (t.rank() > 0)
-    sizes[dim] = k;
+  if (t.rank() > 0) sizes[dim] = k;
   Tensor values = Tensor::empty(t.dtype(), sizes), indices = Tensor::empty(DType::I64, sizes);
   // sorted=false leaves the order unspecified in PyTorch; the sorted order is one valid answer. A
   // 0-d tensor is its own top-k for k = 0 and 1 (as in PyTorch).
