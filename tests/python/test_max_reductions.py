@@ -62,3 +62,21 @@ def test_max_over_the_outer_dim_propagates_nan(n: int) -> None:
     torch.testing.assert_close(got, x.t().amax(-1), equal_nan=True)
     got0 = xjit.jit(lambda t: t.amax(0))(x)
     torch.testing.assert_close(got0, x.amax(0), equal_nan=True)
+
+
+@pytest.mark.parametrize("channels", [16, 48, 64, 128])
+def test_channel_statistics_in_registers(channels: int) -> None:
+    # Batch-norm statistics of a channels-last activation: every dim but the innermost reduced,
+    # 16-128 lanes kept in vector registers across the rows (llvm_codegen.cpp, lane loops).
+    g = torch.Generator().manual_seed(channels)
+    x = torch.randn(4, 9, 7, channels, generator=g)
+    x[1, 2, 3, 5] = math.nan
+
+    def stats(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        m = t.mean((0, 1, 2), keepdim=True)
+        return m, ((t - m) ** 2).mean((0, 1, 2)), t.amax((0, 1, 2)), t.sum((0, 1, 2))
+
+    got = xjit.jit(stats)(x)
+    for a, b in zip(got, stats(x), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert got[2][5].isnan() and not got[2][4].isnan()
