@@ -225,6 +225,11 @@ WinogradMode winogradMode() {
 /// its 128x128 transform outweighed the saving on ResNet-18's 28x28 stage at batch 8. Weights
 /// transformed once (constant, or tagged by the weight cache) take Winograd at any size.
 constexpr int64_t kWinogradMinPixels = 100;
+/// Input channels from which Winograd may pay: its blocked layout pads them to 16, so an RGB
+/// stem computes 16 channels for 3 (a CNN's 3x3 stem on 8x3x32x32, one thread: 0.65 ms plus
+/// 0.09 of reorders against brgconv's 0.17; docs/perf.md "Session 13"). Measured at 3 channels
+/// only: from 8 as before.
+constexpr int64_t kWinogradMinChannels = 8;
 constexpr int64_t kWinogradMinPixelsSlowTransform = 16384;
 /// Largest oneDNN scratchpad a Winograd convolution on run-time weights may ask for. The
 /// per-thread scratchpad grows to the largest any primitive asks for and stays (brgconv asks
@@ -469,7 +474,9 @@ private:
     for (const PostOp &p : s_.post)
       if (p.binary) return false;
     if (packed_ && !constantWeightsFinite_) return false;
-    if (mode == WinogradMode::Always || packed_ || currentContentTag(W.data()) != 0) return true;
+    if (mode == WinogradMode::Always) return true;
+    if (xs[1] < kWinogradMinChannels) return false;
+    if (packed_ || currentContentTag(W.data()) != 0) return true;
     return xs[0] * out[2] * out[3] >= kWinogradMinPixels;
   }
 
@@ -654,15 +661,40 @@ public:
     auto anyOf = [&](const Dims &d) {
       return memory::desc(memory::dims(d.begin(), d.end()), dt, memory::format_tag::any);
     };
+    // Channels-last (dense NHWC order) descriptors of the operands' sizes.
+    auto lastOf = [&](const Dims &d) {
+      Dims order = {0};
+      for (size_t i = 2; i < d.size(); ++i)
+        order.push_back(static_cast<int64_t>(i));
+      order.push_back(1);
+      Dims st(d.size());
+      int64_t step = 1;
+      for (size_t i = order.size(); i-- > 0;) {
+        st[static_cast<size_t>(order[i])] = step;
+        step *= d[static_cast<size_t>(order[i])];
+      }
+      return stridedDesc(d, st, dt);
+    };
+    const memory::desc srcLast = lastOf(X.sizes()), dstLast = lastOf(G.sizes());
+    // One operand channels-last and the other not (a stem's image against its channels-last
+    // gradient): both channels-last is worth a try, the other operand reordered.
+    const bool oneLast = (srcUser == srcLast) != (dstUser == dstLast);
     // Attempts: the operands as they are (a channels-last view: oneDNN's direct NHWC kernel,
     // faster than eager's), unless oneDNN has only its gemm-based or reference implementation
     // for that layout (channels-first: 2-3x slower than the direct kernel on its blocked
-    // layout); then the layouts oneDNN prefers, the operands reordered in and the weights out;
-    // then anything.
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      const bool preferred = attempt == 1, last = attempt == 2;
-      memory::desc srcWant = preferred ? anyOf(X.sizes()) : srcUser,
-                   dstWant = preferred ? anyOf(G.sizes()) : dstUser, wWant = anyOf(wDims);
+    // layout); then both channels-last when one is (the 8x3x32x32 stem's 1 MiB gradient read
+    // in place instead of reordered, its 96 KiB input reordered); then the layouts oneDNN
+    // prefers, the operands reordered in and the weights out; then anything.
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      const bool bothLast = attempt == 1, preferred = attempt == 2, last = attempt == 3;
+      if (bothLast && !oneLast) continue;
+      memory::desc srcWant = preferred  ? anyOf(X.sizes())
+                             : bothLast ? srcLast
+                                        : srcUser,
+                   dstWant = preferred  ? anyOf(G.sizes())
+                             : bothLast ? dstLast
+                                        : dstUser,
+                   wWant = anyOf(wDims);
       try {
         using P = dnnl::prop_kind;
         using A = dnnl::algorithm;
@@ -676,7 +708,7 @@ public:
             userScratchpad(), cpuEngine(), hint);
         const std::string impl = pd.impl_info_str();
         if (!last &&
-            (isReferenceImpl(pd) || (attempt == 0 && impl.find("gemm") != std::string::npos)))
+            (isReferenceImpl(pd) || (attempt < 2 && impl.find("gemm") != std::string::npos)))
           continue;
         auto plan = std::make_unique<ConvWeightPlan>();
         plan->spec = &s_;

@@ -314,6 +314,7 @@ private:
     StmtList general;
     if (!opts_.lazyGeneral) general = emitVariant(Mode::General, shape, outs);
     for (Mode m : {Mode::Flat, Mode::InnerUnit}) {
+      if (m == Mode::Flat && readsSlice()) continue;
       if (m == Mode::InnerUnit && isStaticOne(shape.back())) break;
       try {
         StmtList fast = emitVariant(m, shape, outs);
@@ -324,6 +325,15 @@ private:
       }
     }
     return opts_.lazyGeneral ? emitVariant(Mode::General, shape, outs) : std::move(general);
+  }
+
+  /// Whether an input is a slice view (a tiled max-pool gradient reads x[.., a::2, b::2]): not
+  /// dense, so the flat version's check would always fail and the call run the general version;
+  /// the inner-unit version only needs the last dim's unit stride.
+  bool readsSlice() const {
+    return std::any_of(outerInputs_.begin(), outerInputs_.end(), [](const Value *v) {
+      return v->definingOp() && v->definingOp()->name() == "slice";
+    });
   }
 
   /// The fast version under the checks in conds_: with lazyGeneral the checks go to the kernel's

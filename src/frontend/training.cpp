@@ -7,8 +7,12 @@
 #include "py_util.h"
 #include "tensor_bridge.h"
 
+#include "xjit/ir/builder.h"
 #include "xjit/ir/op_registry.h"
 
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+#include "xjit/runtime/runtime.h"
+#endif
 #ifdef XJIT_FRONTEND_HAVE_PASSES
 #include "xjit/passes/autodiff.h"
 #include "xjit/passes/pass.h"
@@ -23,9 +27,12 @@ namespace {
 
 constexpr const char *kCapsuleName = "xjit.training_graphs";
 
-/// The compiled forward and backward graphs of one training entry.
+/// The compiled forward and backward graphs of one training entry. savedPermutes: per saved
+/// value (the backward's first inputs), the dims of the `permute` view the forward returns it
+/// as, or empty; the backward takes that view's source buffer (see takeSavedBuffers).
 struct TrainingGraphs {
   CompiledEntry forward, backward;
+  std::vector<std::vector<int64_t>> savedPermutes;
 };
 
 TrainingGraphs &graphsOf(PyObject *capsule) {
@@ -93,6 +100,49 @@ std::vector<Type> inputTypes(const Graph &g) {
   for (size_t i = 0; i < g.numInputs(); ++i)
     t.push_back(g.input(i)->type());
   return t;
+}
+
+/// The saved values (forward outputs from numOutputs on) that the compiled forward returns as
+/// `permute` views: the layout pass keeps convolution activations channels-last and returns
+/// channels-first views of the buffers. The backward graph, compiled on its own, would take
+/// them as channels-first inputs whose strides only the run shows (its kernels then guess unit
+/// strides wrongly and run their general strided versions); instead its input k becomes the
+/// view's source, permuted in the graph, so its passes and kernels see the memory order.
+/// Returns the permute dims per saved value (empty: left as it was).
+std::vector<std::vector<int64_t>> takeSavedBuffers(Graph &bwd, const Graph &fwd, size_t numOutputs,
+                                                   size_t numSaved) {
+  std::vector<std::vector<int64_t>> perms(numSaved);
+  const std::vector<Value *> outs = fwd.outputs();
+  for (size_t k = 0; k < numSaved && numOutputs + k < outs.size() && k < bwd.numInputs(); ++k) {
+    const Op *view = outs[numOutputs + k]->definingOp();
+    if (!view || view->name() != "permute" || !view->operand(0)->type().isTensor()) continue;
+    Value *in = bwd.input(k);
+    const Type oldType = in->type();
+    const std::vector<Use> uses = in->uses();
+    in->setType(view->operand(0)->type());
+    Builder b(bwd.body(), bwd.body()->empty() ? nullptr : bwd.body()->front());
+    Value *permuted = b.op("permute", {in}, {{"dims", view->attr("dims")}});
+    if (!(permuted->type() == oldType)) { // not expected: keep the input as it was
+      bwd.body()->erase(permuted->definingOp());
+      in->setType(oldType);
+      continue;
+    }
+    for (const Use &u : uses)
+      u.user->setOperand(u.index, permuted);
+    perms[k] = view->attr("dims").asInts();
+  }
+  return perms;
+}
+
+/// The source of a `permute(t, dims)` view: t's sizes and strides put back in source order.
+Tensor permuteSource(const Tensor &view, const std::vector<int64_t> &dims) {
+  std::vector<int64_t> sizes(dims.size()), strides(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const auto d = static_cast<size_t>(dims[i] < 0 ? dims[i] + view.rank() : dims[i]);
+    sizes.at(d) = view.sizes().at(i);
+    strides.at(d) = view.strides().at(i);
+  }
+  return view.view(sizes, strides, view.offset());
 }
 
 /// A C++ failure becomes a Python RuntimeError (the driver then runs the frame in Python).
@@ -168,6 +218,14 @@ std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id) {
   const std::tuple<CompiledEntry *, std::unique_ptr<Graph> *, const char *> parts[] = {
       {&graphs->forward, &ad.forward, "forward"}, {&graphs->backward, &ad.backward, "backward"}};
   for (auto [entry, graph, part] : parts) {
+    if (graph == &ad.backward) {
+      // The forward as it runs: after the runtime's pipeline (layout), when it compiled.
+      const Graph *fwd = graphs->forward.graph.get();
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+      if (graphs->forward.compiled) fwd = &graphs->forward.compiled->graph();
+#endif
+      graphs->savedPermutes = takeSavedBuffers(**graph, *fwd, ad.numOutputs, ad.numSaved);
+    }
     passes::PassManager pm;
     // The forward's batch norms decomposed before CSE: their statistics are then the same ops
     // as the ones autodiff saves for the backward (RuleArgs::computeInForward), computed once.
@@ -232,8 +290,13 @@ PyObject *trainingForward(PyObject *capsule, PyObject *inputs) {
 
 PyObject *trainingBackward(PyObject *capsule, PyObject *values) {
   return pyCall([&]() -> PyObject * {
-    const CompiledEntry &bwd = graphsOf(capsule).backward;
-    std::vector<RtValue> grads = runGraph(bwd, rtValues(values, bwd.inputTypes));
+    const TrainingGraphs &graphs = graphsOf(capsule);
+    const CompiledEntry &bwd = graphs.backward;
+    std::vector<RtValue> in = rtValues(values, bwd.inputTypes);
+    for (size_t k = 0; k < graphs.savedPermutes.size() && k < in.size(); ++k)
+      if (!graphs.savedPermutes[k].empty() && in[k].isTensor())
+        in[k] = RtValue(permuteSource(in[k].tensor(), graphs.savedPermutes[k]));
+    std::vector<RtValue> grads = runGraph(bwd, std::move(in));
     return pyList(grads, 0, grads.size()).release();
   });
 }

@@ -208,10 +208,13 @@ std::vector<Value *> adaptiveAvgPoolRule(RuleArgs &a) {
 /// divisible: MaxPool2d(2)): each output's window position of its first maximum, found by
 /// comparing the strided views x[.., a::k, b::k] with the result in window order (the first
 /// match wins, as eager's scan does), and the gradient placed there by one broadcast
-/// compare-and-select over [N, C, O1, k1, O2, k2, ...], a native elementwise kernel instead of
+/// compare-and-select over [N, O1, k1, O2, k2, ..., C], a native elementwise kernel instead of
 /// the reference kernels of max_pool_with_indices and scatter_add. nullptr when the windows do
 /// not tile the input. (A window holding NaN gives its gradient to the last position, eager to
-/// its last NaN.)
+/// its last NaN.) Computed channels-last, through permuted views of x, the result and g: a conv
+/// net's activations are channels-last buffers by then (the layout pass, and the backward's
+/// saved values, docs/frontend.md), so the kernels read and write in memory order and the
+/// batch norm's gradient that usually follows sees one layout; dx is a channels-first view.
 Value *tiledMaxPoolGradient(RuleArgs &a, size_t nd) {
   const Ints xs = staticShape(a.op, a.x(0)), os = staticShape(a.op, a.out());
   const Ints kernel = spatialAttr(a.op, "kernel_size", nd, {});
@@ -225,39 +228,53 @@ Value *tiledMaxPoolGradient(RuleArgs &a, size_t nd) {
     window *= kernel[d];
   }
   if (window > 16) return nullptr; // one compare per window position
+  // [N, C, S1, ...] <-> [N, S1, ..., C].
+  Ints toLast = {0}, toFirst = {0, static_cast<int64_t>(nd) + 1};
+  for (size_t d = 0; d < nd; ++d) {
+    toLast.push_back(static_cast<int64_t>(d) + 2);
+    toFirst.push_back(static_cast<int64_t>(d) + 1);
+  }
+  toLast.push_back(1);
+  auto channelsLast = [&](Value *v) { return a.un("permute", v, {{"dims", toLast}}); };
+  Value *x = channelsLast(a.x(0)), *out = channelsLast(a.out());
   // first = the window position (row-major over the kernel dims) of the first maximum.
   Value *first = a.b.constantInt(window - 1);
   for (int64_t j = window - 2; j >= 0; --j) {
-    Value *view = a.x(0);
+    Value *view = x;
     int64_t rest = j;
     for (size_t d = nd; d-- > 0;) {
       const int64_t offset = rest % kernel[d];
       rest /= kernel[d];
       view = a.un("slice", view,
-                  {{"dim", static_cast<int64_t>(d + 2)},
+                  {{"dim", static_cast<int64_t>(d + 1)},
                    {"start", offset},
                    {"end", xs[d + 2]},
                    {"step", kernel[d]}});
     }
-    first = a.b.op("where", {a.bin("eq", view, a.out()), a.b.constantInt(j), first});
+    first = a.b.op("where", {a.bin("eq", view, out), a.b.constantInt(j), first});
   }
-  // [N, C, O1, 1, O2, 1, ...] against the positions [1, 1, 1, k1, 1, k2, ...].
-  Ints spread = {xs[0], xs[1]}, positions = {1, 1}, tiled = {xs[0], xs[1]};
+  // [N, O1, 1, O2, 1, ..., C] against the positions [1, 1, k1, 1, k2, ..., 1].
+  Ints spread = {xs[0]}, positions = {1}, tiled = {xs[0]}, xLast = {xs[0]};
   for (size_t d = 0; d < nd; ++d) {
     spread.insert(spread.end(), {os[d + 2], 1});
     positions.insert(positions.end(), {1, kernel[d]});
     tiled.insert(tiled.end(), {os[d + 2], kernel[d]});
+    xLast.push_back(xs[d + 2]);
   }
+  spread.push_back(xs[1]);
+  positions.push_back(1);
+  tiled.push_back(xs[1]);
+  xLast.push_back(xs[1]);
   Value *position =
       a.un("reshape", a.b.op("arange", {}, {{"end", window}}), {{"shape", positions}});
   // One byte per position (window <= 16) instead of the i64 the where chain computes in: the
   // first-maximum map is written by one kernel and read by the next.
   first = a.un("cast", first, {{"dtype", DType::U8}});
   Value *hit = a.bin("eq", a.un("reshape", first, {{"shape", spread}}), position);
-  Value *g = a.un("reshape", a.g, {{"shape", spread}});
+  Value *g = a.un("reshape", channelsLast(a.g), {{"shape", spread}});
   Value *dx = a.b.op("where", {hit, g, a.f(0.0)});
   if (staticShape(a.op, dx) != tiled) unsupported(a.op, "an unexpected tiled gradient shape");
-  return a.un("reshape", dx, {{"shape", xs}});
+  return a.un("permute", a.un("reshape", dx, {{"shape", xLast}}), {{"dims", toFirst}});
 }
 
 std::vector<Value *> maxPoolRule(RuleArgs &a) {

@@ -96,10 +96,84 @@ public:
           changed = true;
         }
     }
+    if (toLast_) changed |= runViewChains(chainOf);
     return changed;
   }
 
 private:
+  /// Chains without a conv whose activations all come in as channels-first views of
+  /// channels-last values (`permute(v, [0, 3, 1, 2])`: a backward graph's saved activations,
+  /// a tiled max-pool gradient): computed channels-last on those values, they need no
+  /// conversion at all, and their kernels read and write in memory order instead of striding
+  /// across channels. Batched 2-d and 3-d ranks only (a rank-3 [0, 2, 1] is any transpose).
+  bool runViewChains(std::vector<int> &chainOf) {
+    bool changed = false;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      const Op &op = *ops_[i];
+      if (chainOf[i] >= 0 || op.numResults() != 1 || !op.result(0)->type().isTensor()) continue;
+      const int64_t rank = op.result(0)->type().rank();
+      const Key key{rank, static_cast<int>(rank - 2)};
+      if ((rank != 4 && rank != 5) || !isElementwise(static_cast<int>(i), key) ||
+          !readsChannelsLast(static_cast<int>(i), key))
+        continue;
+      std::set<int> chain = grow(static_cast<int>(i), key, chainOf);
+      for (int m : chain)
+        chainOf[m] = static_cast<int>(i);
+      dropConvertedEntries(chain, key);
+      for (std::set<int> &part : components(chain, key))
+        if (std::any_of(part.begin(), part.end(),
+                        [&](int m) { return readsChannelsLast(m, key); })) {
+          rewrite(part, key);
+          changed = true;
+        }
+    }
+    return changed;
+  }
+
+  /// `v` as a channels-first view of a channels-last value: that value, else nullptr.
+  Value *channelsLastSource(const Value *v, const Key &k) const {
+    const Op *d = v->definingOp();
+    if (!d || d->name() != "permute" || d->operand(0)->type().rank() != k.rank) return nullptr;
+    return d->attr("dims").asInts() == channelPerm(k, false) ? d->operand(0) : nullptr;
+  }
+
+  /// `v` as a channels-first view of a channels-last value that no chain made: a graph input
+  /// (a backward's saved activation) or an op that is no chain member (the reshape ending a
+  /// tiled max-pool gradient). Views of chain members are the exits of chains, whose readers
+  /// the chain's own pruning left channels-first.
+  Value *externalChannelsLast(const Value *v, const Key &k) const {
+    Value *src = channelsLastSource(v, k);
+    const Op *d = src ? src->definingOp() : nullptr;
+    return !d || (!spatialRank(*d) && !d->def().has(kElementwise)) ? src : nullptr;
+  }
+
+  bool readsChannelsLast(int m, const Key &k) const {
+    for (size_t s : activationSlots(m, k))
+      if (externalChannelsLast(ops_[m]->operand(s), k)) return true;
+    return false;
+  }
+
+  /// Drops the members that an activation would enter by a conversion (a copy), and then the
+  /// members reading those, until every member reads channels-last values or other members.
+  void dropConvertedEntries(std::set<int> &chain, const Key &k) const {
+    std::vector<int> work(chain.begin(), chain.end());
+    while (!work.empty()) {
+      const int m = work.back();
+      work.pop_back();
+      if (!chain.count(m)) continue;
+      const auto slots = activationSlots(m, k);
+      if (std::all_of(slots.begin(), slots.end(), [&](size_t s) {
+            const Value *v = ops_[m]->operand(s);
+            return chain.count(producer(v)) || externalChannelsLast(v, k);
+          }))
+        continue;
+      chain.erase(m);
+      for (const Use &u : ops_[m]->result(0)->uses())
+        if (int j = indexOf(u.user); u.user->parentBlock() == block_ && chain.count(j))
+          work.push_back(j);
+    }
+  }
+
   // ---- classification ----
 
   /// The layout family of a conv/pool that is not yet in the target layout.
@@ -295,6 +369,11 @@ private:
         Value *v = op->operand(s);
         if (chain.count(producer(v))) continue; // a member value: already converted
         if (std::find(slots.begin(), slots.end(), s) != slots.end()) {
+          // An elementwise member reads a channels-last source as it is (no copy).
+          if (Value *source = toLast_ && !spatialRank(*op) ? channelsLastSource(v, k) : nullptr) {
+            op->setOperand(s, source);
+            continue;
+          }
           auto it = entries.find(v);
           if (it == entries.end()) {
             Value *p = create(op, "permute", v, {{"dims", Attr(channelPerm(k, toLast_))}});

@@ -35,15 +35,25 @@ def _compiled(x: torch.Tensor, gy: torch.Tensor, w: tuple[int, ...], stride: int
     return ir.compile(ir.parse(text))
 
 
-@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+# Which operands are channels-last views (the layout pass hands on strided views): neither,
+# both, or one (a stem: the image channels-first, its gradient channels-last; both are then
+# tried channels-last, the other reordered).
+LAYOUTS = {"nchw": (False, False), "nhwc": (True, True), "x-nchw-g-nhwc": (False, True),
+           "x-nhwc-g-nchw": (True, False)}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x" + _dims(c[0]) + "-w" + _dims(c[1]))
-def test_weight_gradient_matches_eager(case: tuple, channels_last: bool) -> None:
+def test_weight_gradient_matches_eager(case: tuple, layout: str) -> None:
     xs, ws, stride, padding, dilation, groups = case
     torch.manual_seed(0)
     x, w = torch.randn(xs), torch.randn(ws)
     gy = torch.randn_like(torch.nn.functional.conv2d(x, w, None, stride, padding, dilation, groups))
-    if channels_last:  # the strided views the layout pass hands on
-        x, gy = x.to(memory_format=torch.channels_last), gy.to(memory_format=torch.channels_last)
+    x_last, gy_last = LAYOUTS[layout]
+    if x_last:
+        x = x.to(memory_format=torch.channels_last)
+    if gy_last:
+        gy = gy.to(memory_format=torch.channels_last)
     compiled = _compiled(x, gy, ws, stride, padding, dilation, groups)
     (got,) = compiled(x, gy)
     want = torch.ops.aten.convolution_backward(

@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
+import xjit.ir  # noqa: E402
 from frontend_fixtures import clean, fe  # noqa: E402, F401 (autouse fixture)
 
 nn = torch.nn
@@ -164,5 +165,37 @@ def test_channels_last_cnn_trains_compiled() -> None:
     for (name, a), b in zip(model.named_parameters(), eager.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
     torch.testing.assert_close(model[1].running_var, eager[1].running_var, rtol=1e-5, atol=1e-6)
+    graphs = fe.events()["graphs"]
+    assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
+
+
+def test_backward_reads_saved_activations_in_memory_order() -> None:
+    # The forward keeps conv activations channels-last and saves channels-first views of them;
+    # the backward takes the buffers themselves (docs/frontend.md "Autograd"), computes the
+    # max-pool gradient and the stem's batch-norm gradient channels-last (docs/passes.md,
+    # layout), so no kernel runs its general strided version. Before, two did (the stem's
+    # batch-norm gradient and the max-pool's first-maximum map). Gradients as eager's.
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 8, 3, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 6, 3, padding=1),
+    )
+    eager = copy.deepcopy(model)
+    x = torch.randn(4, 3, 12, 12)
+    compiled = xjit.jit(model)
+    before = xjit.ir.backend_stats()["general_versions"]
+    for _ in range(2):
+        for net, params in ((compiled, model), (eager, eager)):
+            params.zero_grad()
+            net(x).square().mean().backward()
+    assert xjit.ir.backend_stats()["general_versions"] == before
+    for (name, a), b in zip(model.named_parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
     graphs = fe.events()["graphs"]
     assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
