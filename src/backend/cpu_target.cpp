@@ -66,20 +66,21 @@ Tensor hostTensor(DType dtype, const std::vector<int64_t> &sizes) {
   return Tensor(hostBuffer(n * dtypeSize(dtype)), dtype, sizes, contiguousStrides(sizes));
 }
 
-/// A lone cat: each operand copied into its slice of the result by Tensor's strided copy (runs
-/// of contiguous elements, tiled transpositions), into the runtime's planned buffer. A loop
+/// A lone cat or stack: each operand copied into its slice of the result by Tensor's strided copy
+/// (runs of contiguous elements, tiled transpositions), into the runtime's planned buffer. A loop
 /// kernel per operand was slower where an operand is a transposed view (the GPT step's key
-/// gradient: 1.5 ms against this 0.2 ms, docs/perf.md).
+/// gradient: 1.5 ms against this 0.3 ms, docs/decisions.md).
 class CatExecutable : public Executable {
 public:
   explicit CatExecutable(const Op &op)
-      : dim_(ops::attrInt(op, "dim")), dtype_(op.result(0)->type().dtype()) {}
+      : stack_(op.name() == "stack"), dim_(ops::attrInt(op, "dim")),
+        dtype_(op.result(0)->type().dtype()) {}
 
   std::vector<RtValue> run(std::span<const RtValue> inputs) const override {
     int64_t dim = 0;
     std::vector<Tensor> parts = tensors(inputs);
-    Tensor out = hostTensor(dtype_, ops::mv::catSizes(parts, dim_, &dim));
-    ops::mv::catInto(parts, dim, out);
+    Tensor out = hostTensor(dtype_, sizesOf(parts, &dim));
+    copyInto(parts, dim, out);
     return {RtValue(out)};
   }
 
@@ -87,25 +88,37 @@ public:
   void runInto(std::span<const RtValue> inputs, std::span<const Tensor> outputs) const override {
     int64_t dim = 0;
     std::vector<Tensor> parts = tensors(inputs);
-    std::vector<int64_t> sizes = ops::mv::catSizes(parts, dim_, &dim);
+    std::vector<int64_t> sizes = sizesOf(parts, &dim);
     if (outputs.size() != 1 || outputs[0].sizes() != sizes || outputs[0].dtype() != dtype_)
-      throw InternalKernelError("cat: the output buffer does not fit the result");
-    ops::mv::catInto(parts, dim, outputs[0]);
+      throw InternalKernelError(name() + ": the output buffer does not fit the result");
+    copyInto(parts, dim, outputs[0]);
   }
 
   std::vector<std::pair<std::string, std::string>> dumpFiles() const override {
-    return {
-        {"cat.copy", "cat along dim " + std::to_string(dim_) + ": Tensor::copyFrom per operand\n"}};
+    return {{name() + ".copy",
+             name() + " along dim " + std::to_string(dim_) + ": Tensor::copyFrom per operand\n"}};
   }
 
 private:
+  std::string name() const { return stack_ ? "stack" : "cat"; }
   static std::vector<Tensor> tensors(std::span<const RtValue> inputs) {
     std::vector<Tensor> parts;
     for (const RtValue &v : inputs)
       parts.push_back(v.tensor());
     return parts;
   }
+  /// The result's sizes (cat drops its skipped operands from parts); sets the copies' dim.
+  std::vector<int64_t> sizesOf(std::vector<Tensor> &parts, int64_t *dim) const {
+    return stack_ ? ops::mv::stackSizes(parts, dim_, dim) : ops::mv::catSizes(parts, dim_, dim);
+  }
+  void copyInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out) const {
+    if (stack_)
+      ops::mv::stackInto(parts, dim, out);
+    else
+      ops::mv::catInto(parts, dim, out);
+  }
 
+  bool stack_;
   int64_t dim_;
   DType dtype_;
 };
@@ -162,8 +175,10 @@ public:
     if (dnnl_kernels::isLibraryCall(op)) return dnnlLibrary().whyNotSupported(op);
     if (op.name() == "fusion")
       return op.numRegions() == 1 ? whyNotLowerable(*op.region(0)) : "fusion: expected a region";
-    if (op.name() == "cat")
-      return op.result(0)->type().isTensor() ? "" : "cat: the result is not a tensor";
+    if (op.name() == "cat" || op.name() == "stack")
+      return op.numOperands() > 0 && op.result(0)->type().isTensor()
+                 ? ""
+                 : op.name() + ": no operands, or the result is not a tensor";
     return whyNotElementwise(op);
   }
 
@@ -171,7 +186,7 @@ public:
     if (std::string why = whyNotSupported(op); !why.empty())
       throw Error(ErrorKind::Internal, "cpu target cannot compile " + op.describe() + ": " + why);
     if (dnnl_kernels::isLibraryCall(op)) return dnnlLibrary().compile(op, opts);
-    if (op.name() == "cat") return std::make_shared<CatExecutable>(op);
+    if (op.name() == "cat" || op.name() == "stack") return std::make_shared<CatExecutable>(op);
     // Release builds verify a kernel only when LLVM compiles it (a hit skips it, lower.h).
 #ifdef NDEBUG
     const LowerOptions lower{.verify = false};

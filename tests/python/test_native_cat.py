@@ -1,6 +1,5 @@
-"""cat as a native loop kernel (docs/backend.md "Loop kernels", src/backend/lower_cat.cpp): one
-loop nest per operand copies it into its slice of the result, which the runtime plans in its
-arena. Values against PyTorch for contiguous and strided operands (unit-stride version and the
+"""cat and stack as native ops (docs/backend.md "cat", CatExecutable in src/backend/cpu_target.cpp):
+each operand is copied into its slice of the result, which the runtime plans in its arena. Values against PyTorch for contiguous and strided operands (unit-stride version and the
 general one), odd sizes, every dim, f32/f64/i64/bool; symbolic sizes; operands whose sizes do not
 fit the graph raise, never write outside the result."""
 
@@ -19,12 +18,14 @@ def _ty(shape: tuple[object, ...], dtype: torch.dtype) -> str:
     return f"{_DT[dtype]}[{','.join(map(str, shape))}]"
 
 
-def _cat_graph(shapes: list[tuple[object, ...]], out: tuple[object, ...], dim: int, dtype: torch.dtype) -> object:
+def _cat_graph(
+    shapes: list[tuple[object, ...]], out: tuple[object, ...], dim: int, dtype: torch.dtype, op: str = "cat"
+) -> object:
     args = ", ".join(f"%x{i}: {_ty(s, dtype)}" for i, s in enumerate(shapes))
     ops = ", ".join(f"%x{i}" for i in range(len(shapes)))
     text = f"""
 graph @f({args}) -> ({_ty(out, dtype)}) {{
-  %y = cat({ops}) {{dim = {dim}}} : {_ty(out, dtype)}
+  %y = {op}({ops}) {{dim = {dim}}} : {_ty(out, dtype)}
   return(%y)
 }}"""
     cg = ir.compile(ir.parse(text))
@@ -111,3 +112,30 @@ def test_cat_in_a_jitted_function_is_native() -> None:
         xjit.ir.profile(0)
     torch.testing.assert_close(got, f(q, k, v), rtol=1e-6, atol=1e-6)
     assert "reference cat" not in report, report
+
+
+@pytest.mark.parametrize("dim", [0, 1, 3, -1])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_stack_matches_torch(dim: int, layout: str) -> None:
+    g = torch.Generator().manual_seed(11)
+    xs = [_layout(torch.randn(3, 5, 7, generator=g), layout if i != 1 else "contiguous") for i in range(3)]
+    want = torch.stack(xs, dim)
+    (got,) = _cat_graph([(3, 5, 7)] * 3, tuple(want.shape), dim, torch.float32, "stack")(*xs)  # type: ignore[operator]
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_stack_in_a_jitted_function_is_native() -> None:
+    """GPT-J's rotary embedding stacks two strided halves and flattens them."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2) * 3
+
+    x = torch.randn(2, 16, 8)
+    xjit.ir.profile(1)
+    try:
+        got = xjit.jit(f)(x)
+        report = xjit.ir.profile_report()
+    finally:
+        xjit.ir.profile(0)
+    torch.testing.assert_close(got, f(x), rtol=1e-6, atol=1e-6)
+    assert "reference stack" not in report, report

@@ -104,17 +104,13 @@ std::vector<Type> inferStack(const Op &op) {
 }
 
 Results stackKernel(const Op &op, In in) {
-  const Tensor &t0 = tensorIn(op, in, 0);
-  int64_t dim = normDim(attrInt(op, "dim"), t0.rank() + 1);
-  std::vector<int64_t> sizes = t0.sizes();
-  sizes.insert(sizes.begin() + dim, static_cast<int64_t>(in.size()));
+  std::vector<Tensor> parts;
+  for (size_t i = 0; i < in.size(); ++i)
+    parts.push_back(tensorIn(op, in, i));
+  int64_t dim = 0;
+  std::vector<int64_t> sizes = stackSizes(parts, attrInt(op, "dim"), &dim);
   Tensor out = Tensor::empty(resultDType(op), sizes);
-  for (size_t i = 0; i < in.size(); ++i) {
-    const Tensor &t = tensorIn(op, in, i);
-    if (t.sizes() != t0.sizes())
-      kernelFail("stack: expects each tensor to be equal size (entry " + std::to_string(i) + ")");
-    selectView(out, dim, static_cast<int64_t>(i)).copyFrom(t);
-  }
+  stackInto(parts, dim, out);
   return one(out);
 }
 
@@ -143,6 +139,22 @@ void catInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out) {
     sliceView(out, dim, at, p.sizes()[size_t(dim)]).copyFrom(p);
     at += p.sizes()[size_t(dim)];
   }
+}
+
+std::vector<int64_t> stackSizes(std::span<const Tensor> parts, int64_t dimAttr, int64_t *dim) {
+  const Tensor &t0 = parts[0];
+  *dim = normDim(dimAttr, t0.rank() + 1);
+  for (size_t i = 1; i < parts.size(); ++i)
+    if (parts[i].sizes() != t0.sizes())
+      kernelFail("stack: expects each tensor to be equal size (entry " + std::to_string(i) + ")");
+  std::vector<int64_t> sizes = t0.sizes();
+  sizes.insert(sizes.begin() + *dim, static_cast<int64_t>(parts.size()));
+  return sizes;
+}
+
+void stackInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out) {
+  for (size_t i = 0; i < parts.size(); ++i)
+    selectView(out, dim, static_cast<int64_t>(i)).copyFrom(parts[i]);
 }
 
 // ---- pad ----
