@@ -3,6 +3,7 @@
 #include "dnnl_library.h"
 #include "shared_executables.h"
 
+#include "ops/movement_util.h" // catSizes, catInto
 #include "xjit/backend/compile_cache.h"
 #include "xjit/backend/host_buffers.h"
 #include "xjit/backend/jit.h"
@@ -57,6 +58,71 @@ private:
 /// Everything a CpuExecutable does with its inputs: the loop IR (`printed`, and its general
 /// version) and how region inputs and outputs map to the kernel's parameters. Empty: never
 /// shared.
+/// Uninitialized host memory for a result (the kernels write every element).
+Tensor hostTensor(DType dtype, const std::vector<int64_t> &sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes)
+    n *= s;
+  return Tensor(hostBuffer(n * dtypeSize(dtype)), dtype, sizes, contiguousStrides(sizes));
+}
+
+/// A lone cat or stack: each operand copied into its slice of the result by Tensor's strided copy
+/// (runs of contiguous elements, tiled transpositions), into the runtime's planned buffer. A loop
+/// kernel per operand was slower where an operand is a transposed view (the GPT step's key
+/// gradient: 1.5 ms against this 0.3 ms, docs/decisions.md).
+class CatExecutable : public Executable {
+public:
+  explicit CatExecutable(const Op &op)
+      : stack_(op.name() == "stack"), dim_(ops::attrInt(op, "dim")),
+        dtype_(op.result(0)->type().dtype()) {}
+
+  std::vector<RtValue> run(std::span<const RtValue> inputs) const override {
+    int64_t dim = 0;
+    std::vector<Tensor> parts = tensors(inputs);
+    Tensor out = hostTensor(dtype_, sizesOf(parts, &dim));
+    copyInto(parts, dim, out);
+    return {RtValue(out)};
+  }
+
+  bool canRunInto() const override { return true; }
+  void runInto(std::span<const RtValue> inputs, std::span<const Tensor> outputs) const override {
+    int64_t dim = 0;
+    std::vector<Tensor> parts = tensors(inputs);
+    std::vector<int64_t> sizes = sizesOf(parts, &dim);
+    if (outputs.size() != 1 || outputs[0].sizes() != sizes || outputs[0].dtype() != dtype_)
+      throw InternalKernelError(name() + ": the output buffer does not fit the result");
+    copyInto(parts, dim, outputs[0]);
+  }
+
+  std::vector<std::pair<std::string, std::string>> dumpFiles() const override {
+    return {{name() + ".copy",
+             name() + " along dim " + std::to_string(dim_) + ": Tensor::copyFrom per operand\n"}};
+  }
+
+private:
+  std::string name() const { return stack_ ? "stack" : "cat"; }
+  static std::vector<Tensor> tensors(std::span<const RtValue> inputs) {
+    std::vector<Tensor> parts;
+    for (const RtValue &v : inputs)
+      parts.push_back(v.tensor());
+    return parts;
+  }
+  /// The result's sizes (cat drops its skipped operands from parts); sets the copies' dim.
+  std::vector<int64_t> sizesOf(std::vector<Tensor> &parts, int64_t *dim) const {
+    return stack_ ? ops::mv::stackSizes(parts, dim_, dim) : ops::mv::catSizes(parts, dim_, dim);
+  }
+  void copyInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out) const {
+    if (stack_)
+      ops::mv::stackInto(parts, dim, out);
+    else
+      ops::mv::catInto(parts, dim, out);
+  }
+
+  bool stack_;
+  int64_t dim_;
+  DType dtype_;
+};
+
 std::string sharingKey(const LoweredKernel &lk, const std::string &printed,
                        const TargetOptions &opts) {
   if (opts.keepText) return "";
@@ -109,6 +175,10 @@ public:
     if (dnnl_kernels::isLibraryCall(op)) return dnnlLibrary().whyNotSupported(op);
     if (op.name() == "fusion")
       return op.numRegions() == 1 ? whyNotLowerable(*op.region(0)) : "fusion: expected a region";
+    if (op.name() == "cat" || op.name() == "stack")
+      return op.numOperands() > 0 && op.result(0)->type().isTensor()
+                 ? ""
+                 : op.name() + ": no operands, or the result is not a tensor";
     return whyNotElementwise(op);
   }
 
@@ -116,6 +186,7 @@ public:
     if (std::string why = whyNotSupported(op); !why.empty())
       throw Error(ErrorKind::Internal, "cpu target cannot compile " + op.describe() + ": " + why);
     if (dnnl_kernels::isLibraryCall(op)) return dnnlLibrary().compile(op, opts);
+    if (op.name() == "cat" || op.name() == "stack") return std::make_shared<CatExecutable>(op);
     // Release builds verify a kernel only when LLVM compiles it (a hit skips it, lower.h).
 #ifdef NDEBUG
     const LowerOptions lower{.verify = false};
@@ -150,10 +221,7 @@ public:
   /// Buffers the runtime hands to runInto (results and its arena): runInto writes every
   /// element, so they are not zero-filled (Tensor::empty is), see hostBuffer.
   Tensor allocate(DType dtype, const std::vector<int64_t> &sizes) override {
-    int64_t n = 1;
-    for (int64_t s : sizes)
-      n *= s;
-    return Tensor(hostBuffer(n * dtypeSize(dtype)), dtype, sizes, contiguousStrides(sizes));
+    return hostTensor(dtype, sizes);
   }
   void copyToHost(const Tensor &device, const Tensor &host) override { host.copyFrom(device); }
   void copyFromHost(const Tensor &host, const Tensor &device) override { device.copyFrom(host); }

@@ -45,7 +45,8 @@ Tensor allocateOutput(DType d, const Dims &sizes) {
   int64_t nbytes = std::max<int64_t>(n * dtypeSize(d), 1);
   size_t rounded = (static_cast<size_t>(nbytes) + 63) / 64 * 64;
   void *p = std::aligned_alloc(64, rounded);
-  if (!p) throw KernelError("out of memory allocating " + std::to_string(nbytes) + " bytes");
+  if (!p)
+    throw InternalKernelError("out of memory allocating " + std::to_string(nbytes) + " bytes");
   auto storage = std::make_shared<Storage>(p, nbytes, [p] { std::free(p); });
   return Tensor(std::move(storage), d, sizes, contiguousStrides(sizes));
 }
@@ -356,7 +357,7 @@ BoundPostOps::BoundPostOps(const std::vector<PostOp> &ops, std::span<const RtVal
                            dnnl::post_ops &po, const memory::desc *dstLayout)
     : map_(map) {
   Dims dstSizes = resultSizes, dstStrides = contiguousStrides(resultSizes);
-  if (!map.apply(dstSizes, dstStrides)) throw KernelError("result dims cannot be mapped");
+  if (!map.apply(dstSizes, dstStrides)) throw InternalKernelError("result dims cannot be mapped");
   for (size_t i = 0; i < ops.size(); ++i) {
     const PostOp &p = ops[i];
     if (!p.binary) {

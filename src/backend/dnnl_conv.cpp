@@ -279,7 +279,7 @@ private:
     usedWinograd = false;
     Tensor X = tensorOf(s_.x, in), W = tensorOf(s_.w, in), B = tensorOf(s_.bias, in);
     size_t nd = s_.nd;
-    if (X.numel() == 0) throw KernelError("conv: empty input");
+    if (X.numel() == 0) throw InternalKernelError("conv: empty input");
     bool unbatched = static_cast<size_t>(X.rank()) == nd + 1;
     DimMap map = spatialMap(nd, unbatched, s_.channelsLast);
     Dims xs = X.sizes(), xst = X.strides();
@@ -349,7 +349,7 @@ private:
     memory::desc biasDesc;
     if (hasBias) {
       auto bdt = dnnlType(B.dtype());
-      if (!bdt || B.rank() != 1) throw KernelError("conv: unsupported bias");
+      if (!bdt || B.rank() != 1) throw InternalKernelError("conv: unsupported bias");
       biasDesc = stridedDesc(B.sizes(), B.strides(), *bdt);
     }
 
@@ -451,7 +451,7 @@ private:
       plan->activationsInScratch = winograd;
       return plan;
     }
-    throw KernelError("conv: no oneDNN implementation");
+    throw InternalKernelError("conv: no oneDNN implementation");
   }
 
   /// Whether to try oneDNN's Winograd convolution first: a plain 2-D f32 3x3 convolution,
@@ -633,9 +633,9 @@ public:
   std::unique_ptr<Plan> makePlan(std::span<const RtValue> in) const override {
     Tensor X = tensorOf(s_.x, in), G = tensorOf(s_.gy, in);
     const size_t nd = s_.nd;
-    if (X.numel() == 0 || G.numel() == 0) throw KernelError("conv weight: empty input");
+    if (X.numel() == 0 || G.numel() == 0) throw InternalKernelError("conv weight: empty input");
     if (static_cast<size_t>(X.rank()) != nd + 2 || static_cast<size_t>(G.rank()) != nd + 2)
-      throw KernelError("conv weight: unbatched input");
+      throw InternalKernelError("conv weight: unbatched input");
     const int64_t g = s_.groups;
     const Dims &ws = s_.weightSize;
     memory::dims strides, dilates, padL, padR;
@@ -644,7 +644,7 @@ public:
       int64_t total = s_.mode == "same" ? eff - 1 : s_.mode == "valid" ? 0 : 2 * s_.padding[d];
       int64_t pl = s_.mode == "" ? s_.padding[d] : total / 2;
       if ((X.size(2 + d) + total - eff) / st + 1 != G.size(2 + d))
-        throw KernelError("conv weight: grad_output does not match the convolution");
+        throw InternalKernelError("conv weight: grad_output does not match the convolution");
       strides.push_back(st);
       dilates.push_back(dil - 1); // oneDNN counts the gaps
       padL.push_back(pl);
@@ -727,10 +727,10 @@ public:
               cpuEngine(), plan->diffWeightsDesc, cpuEngine(), wUser, userScratchpad()));
         return plan;
       } catch (const dnnl::error &) {
-        if (last) throw KernelError("conv weight: no oneDNN implementation");
+        if (last) throw InternalKernelError("conv weight: no oneDNN implementation");
       }
     }
-    throw KernelError("conv weight: no oneDNN implementation");
+    throw InternalKernelError("conv weight: no oneDNN implementation");
   }
 
 private:

@@ -267,12 +267,12 @@ public:
   bool canRunInto() const override { return true; }
   void runInto(std::span<const RtValue> inputs, std::span<const Tensor> outputs) const override {
     const Entry &entry = entryFor(inputs);
-    if (outputs.size() != 1) throw KernelError(name_ + ": expected one output buffer");
+    if (outputs.size() != 1) throw InternalKernelError(name_ + ": expected one output buffer");
     const Tensor &out = outputs[0];
     if (entry.plan && !guard_.trips(inputs)) {
       if (out.sizes() != entry.plan->resultSizesFor(inputs) || out.dtype() != entry.plan->dtype ||
           !out.isContiguous())
-        throw KernelError(name_ + ": the output buffer does not fit the result");
+        throw InternalKernelError(name_ + ": the output buffer does not fit the result");
       if (tryRun(*entry.plan, inputs, out)) {
         tail_.apply(out);
         return;
@@ -280,7 +280,7 @@ public:
     }
     std::vector<RtValue> r = reference(inputs);
     if (r[0].tensor().sizes() != out.sizes())
-      throw KernelError(name_ + ": the output buffer does not fit the result");
+      throw InternalKernelError(name_ + ": the output buffer does not fit the result");
     out.copyFrom(r[0].tensor());
   }
 
@@ -302,8 +302,8 @@ private:
   struct Entry;
   const Entry &entryFor(std::span<const RtValue> inputs) const {
     if (inputs.size() != reference_->numInputs())
-      throw KernelError(name_ + ": expected " + std::to_string(reference_->numInputs()) +
-                        " inputs, got " + std::to_string(inputs.size()));
+      throw InternalKernelError(name_ + ": expected " + std::to_string(reference_->numInputs()) +
+                                " inputs, got " + std::to_string(inputs.size()));
     Dims key = shapeKey(inputs);
     if (const Entry *entry = find(key)) return *entry;
     if (const Entry *generic = genericFor(inputs)) return *generic;

@@ -81,7 +81,7 @@ struct MatmulGeometry {
 };
 
 MatmulGeometry matmulGeometry(const Tensor &A, Tensor B, bool transposeRhs) {
-  if (A.numel() == 0 || B.numel() == 0) throw KernelError("matmul: empty operand");
+  if (A.numel() == 0 || B.numel() == 0) throw InternalKernelError("matmul: empty operand");
   if (transposeRhs && B.rank() == 2)
     B = B.view({B.size(1), B.size(0)}, {B.strides()[1], B.strides()[0]}, B.offset());
   MatmulGeometry g;
@@ -234,12 +234,14 @@ public:
   bool takes(std::span<const RtValue> in) const override { return fits(in).has_value(); }
   Dims resultSizesFor(std::span<const RtValue> in) const override {
     std::optional<Call> c = fits(in);
-    if (!c) throw KernelError("matmul: the shape-generic primitive does not take this call");
+    if (!c)
+      throw InternalKernelError("matmul: the shape-generic primitive does not take this call");
     return c->g.result;
   }
   void run(std::span<const RtValue> in, const Tensor &out) const override {
     std::optional<Call> c = fits(in);
-    if (!c) throw KernelError("matmul: the shape-generic primitive does not take this call");
+    if (!c)
+      throw InternalKernelError("matmul: the shape-generic primitive does not take this call");
     std::unordered_map<int, memory> args;
     std::vector<Tensor> keep;
     args[DNNL_ARG_SRC] = wrap(c->a, tensorOf(spec->lhs, in));
@@ -362,7 +364,7 @@ public:
   /// larger result (a causal block), else contiguous.
   std::unique_ptr<Plan> densePlan(std::span<const RtValue> in, const Dims *dstStridesOf) const {
     Tensor A = tensorOf(s_.lhs, in), B = tensorOf(s_.rhs, in);
-    if (!A.defined() || !B.defined()) throw KernelError("matmul: missing operand");
+    if (!A.defined() || !B.defined()) throw InternalKernelError("matmul: missing operand");
     // A run-time rhs the caller tagged as unchanged between calls (a module's weight) is
     // worth packing into the primitive's preferred layout, once per tag, like a constant one.
     const bool packTagged = !packed_ && currentContentTag(B.data()) != 0;
@@ -461,13 +463,13 @@ public:
       }
       return plan;
     }
-    throw KernelError("matmul: no oneDNN implementation");
+    throw InternalKernelError("matmul: no oneDNN implementation");
   }
 
   std::unique_ptr<Plan> causalPlan(std::span<const RtValue> in) const {
     Tensor A = tensorOf(s_.lhs, in), B = tensorOf(s_.rhs, in);
     if (!A.defined() || !B.defined() || A.rank() < 2 || B.rank() != A.rank())
-      throw KernelError("matmul: a causal product needs operands of one rank >= 2");
+      throw InternalKernelError("matmul: a causal product needs operands of one rank >= 2");
     auto plan = std::make_unique<CausalMatmulPlan>();
     plan->spec = &s_;
     plan->dtype = s_.dtype;

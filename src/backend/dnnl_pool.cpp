@@ -63,7 +63,7 @@ public:
   std::unique_ptr<Plan> makePlan(std::span<const RtValue> in) const override {
     Tensor X = tensorOf(s_.x, in);
     size_t nd = s_.nd;
-    if (X.numel() == 0) throw KernelError("pool: empty input");
+    if (X.numel() == 0) throw InternalKernelError("pool: empty input");
     bool unbatched = static_cast<size_t>(X.rank()) == nd + 1;
     DimMap map = spatialMap(nd, unbatched, s_.channelsLast);
     Dims xs = X.sizes(), xst = X.strides();
@@ -76,7 +76,7 @@ public:
       int64_t L = xs[2 + d];
       if (adaptive) {
         int64_t o = s_.outputSize[d] < 0 ? L : s_.outputSize[d];
-        if (o <= 0 || L % o != 0) throw KernelError("adaptive pool: uneven windows");
+        if (o <= 0 || L % o != 0) throw InternalKernelError("adaptive pool: uneven windows");
         kernel.push_back(L / o);
         strides.push_back(L / o);
         dilation.push_back(0);
@@ -92,8 +92,8 @@ public:
       if (o < 1) throw KernelError("pool: output too small");
       int64_t pr = std::max(p, (o - 1) * s + eff - L - p);
       if (pr > p && !isMax && s_.includePad)
-        throw KernelError("avg pool: ceil_mode window past the padding (divisor differs)");
-      if ((L - eff + p + pr) / s + 1 != o) throw KernelError("pool: output size mismatch");
+        throw InternalKernelError("avg pool: ceil_mode window past the padding (divisor differs)");
+      if ((L - eff + p + pr) / s + 1 != o) throw InternalKernelError("pool: output size mismatch");
       kernel.push_back(k);
       strides.push_back(s);
       dilation.push_back(dil - 1);

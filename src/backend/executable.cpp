@@ -8,11 +8,11 @@ namespace xjit::backend {
 void Executable::runInto(std::span<const RtValue> inputs, std::span<const Tensor> outputs) const {
   std::vector<RtValue> results = run(inputs);
   if (results.size() != outputs.size())
-    throw KernelError("executable returned " + std::to_string(results.size()) + " results for " +
-                      std::to_string(outputs.size()) + " output buffers");
+    throw InternalKernelError("executable returned " + std::to_string(results.size()) +
+                              " results for " + std::to_string(outputs.size()) + " output buffers");
   for (size_t i = 0; i < results.size(); ++i) {
     if (!results[i].isTensor() || results[i].tensor().sizes() != outputs[i].sizes())
-      throw KernelError("result " + std::to_string(i) + " does not fit its output buffer");
+      throw InternalKernelError("result " + std::to_string(i) + " does not fit its output buffer");
     outputs[i].copyFrom(results[i].tensor());
   }
 }

@@ -493,7 +493,11 @@ CompiledKernel::~CompiledKernel() = default;
 
 void CompiledKernel::run(std::span<const Tensor> buffers, std::span<const RtValue> scalars) const {
   const Kernel &k = kernel_;
-  auto fail = [&](const std::string &m) { throw KernelError("kernel " + k.name + ": " + m); };
+  // The caller bound every buffer and scalar, so a failure here is xjit's own, except a division
+  // by zero or an assert on the values (below).
+  auto fail = [&](const std::string &m) {
+    throw InternalKernelError("kernel " + k.name + ": " + m);
+  };
   if (!entry_) fail("is not linked (compiled in a LinkBatch that did not finish)");
   if (buffers.size() != k.buffers.size())
     fail("expected " + std::to_string(k.buffers.size()) + " buffers, got " +
@@ -547,7 +551,7 @@ void CompiledKernel::run(std::span<const Tensor> buffers, std::span<const RtValu
     general_->run(buffers, scalars);
     return;
   }
-  if (rc == kErrorDivByZero) fail("ZeroDivisionError");
+  if (rc == kErrorDivByZero) throw KernelError("kernel " + k.name + ": ZeroDivisionError");
   if (rc > 0 && size_t(rc) <= k.errors.size()) throw KernelError(k.errors[size_t(rc) - 1]);
   if (rc != 0) fail("failed with code " + std::to_string(rc));
 }

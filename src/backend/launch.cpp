@@ -29,15 +29,15 @@ InputShapes bindInputs(const LoweredKernel &lk, std::span<const RtValue> inputs,
                        std::vector<Tensor> &buffers, std::vector<RtValue> &scalars) {
   const std::string &name = lk.kernel.name;
   if (inputs.size() != lk.inputTypes.size())
-    throw KernelError(name + ": expected " + std::to_string(lk.inputTypes.size()) +
-                      " inputs, got " + std::to_string(inputs.size()));
+    throw InternalKernelError(name + ": expected " + std::to_string(lk.inputTypes.size()) +
+                              " inputs, got " + std::to_string(inputs.size()));
   InputShapes shapes;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Type &t = lk.inputTypes[i];
     if (t.isTensor()) {
       if (!inputs[i].isTensor())
-        throw KernelError(name + ": input " + std::to_string(i) + " must be a tensor, got " +
-                          inputs[i].kindName());
+        throw InternalKernelError(name + ": input " + std::to_string(i) +
+                                  " must be a tensor, got " + inputs[i].kindName());
       const std::vector<int64_t> &sizes = inputs[i].tensor().sizes();
       std::string why = bindShape(shapes.bindings, t.shape(), sizes);
       if (!why.empty()) throw KernelError(name + ": input " + std::to_string(i) + ": " + why);
@@ -72,8 +72,8 @@ std::vector<int64_t> outputSizes(const LoweredKernel &lk, const InputShapes &sha
   for (const DimExpr &d : t.shape()) {
     auto v = shapes.valueOf(d);
     if (!v || *v < 0)
-      throw KernelError(lk.kernel.name + ": cannot size output " + std::to_string(o) + " (" +
-                        t.str() + ") from the input shapes");
+      throw InternalKernelError(lk.kernel.name + ": cannot size output " + std::to_string(o) +
+                                " (" + t.str() + ") from the input shapes");
     sizes.push_back(*v);
   }
   return sizes;
@@ -104,14 +104,15 @@ void runLoweredInto(const LoweredKernel &lk, const CompiledKernel &ck,
   InputShapes shapes = bindInputs(lk, inputs, buffers, scalars);
   checkSameSize(lk, shapes);
   if (outputs.size() != lk.outputTypes.size())
-    throw KernelError(lk.kernel.name + ": expected " + std::to_string(lk.outputTypes.size()) +
-                      " output buffers, got " + std::to_string(outputs.size()));
+    throw InternalKernelError(lk.kernel.name + ": expected " +
+                              std::to_string(lk.outputTypes.size()) + " output buffers, got " +
+                              std::to_string(outputs.size()));
   for (size_t o = 0; o < outputs.size(); ++o) {
     const Tensor &out = outputs[o];
     if (out.dtype() != lk.outputTypes[o].dtype() || !out.isContiguous() ||
         out.sizes() != outputSizes(lk, shapes, o))
-      throw KernelError(lk.kernel.name + ": output buffer " + std::to_string(o) +
-                        " does not have the result's dtype and size, or is not contiguous");
+      throw InternalKernelError(lk.kernel.name + ": output buffer " + std::to_string(o) +
+                                " does not have the result's dtype and size, or is not contiguous");
     buffers[size_t(lk.outputBuffer[o])] = out;
   }
   ck.run(buffers, scalars);

@@ -59,6 +59,8 @@ private:
         runOp(op);
       } catch (const Error &) {
         throw;
+      } catch (const InternalKernelError &e) {
+        throw Error(ErrorKind::Internal, op->describe() + ": internal error: " + e.what());
       } catch (const KernelError &e) {
         throw Error(ErrorKind::User, op->describe() + ": " + e.what());
       } catch (const TypeInferenceError &e) {
@@ -110,9 +112,10 @@ private:
         // A symbolic dim that does not hold means the inputs broke an assumption the graph
         // was built under (e.g. two symbols assumed equal); a static one is an xjit bug.
         if (!why.empty())
-          throw Error(symbolicMismatch_ ? ErrorKind::User : ErrorKind::Internal,
-                      op->describe() + ": result " + std::to_string(i) + " " + why +
-                          (symbolicMismatch_ ? " (the inputs violate the graph's shape assumptions)" : ""));
+          throw Error(
+              symbolicMismatch_ ? ErrorKind::User : ErrorKind::Internal,
+              op->describe() + ": result " + std::to_string(i) + " " + why +
+                  (symbolicMismatch_ ? " (the inputs violate the graph's shape assumptions)" : ""));
       }
       env_[op->result(i)] = std::move(out[i]);
     }
@@ -125,7 +128,8 @@ private:
     Block *body = op->region(0);
     for (int64_t it = 0; it < maxTrips && cond; ++it) {
       env_[body->argument(0)] = RtValue(it);
-      for (size_t i = 0; i < carried.size(); ++i) env_[body->argument(i + 1)] = carried[i];
+      for (size_t i = 0; i < carried.size(); ++i)
+        env_[body->argument(i + 1)] = carried[i];
       std::vector<RtValue> next = runBlock(body);
       cond = next.at(0).toBool();
       carried.assign(next.begin() + 1, next.end());
@@ -162,7 +166,8 @@ private:
         if (*expected != actual) {
           symbolicMismatch_ = !e.isStatic();
           return "has size " + std::to_string(actual) + " at dim " + std::to_string(d) +
-                 ", type says " + t.str() + " (" + e.str() + " = " + std::to_string(*expected) + ")";
+                 ", type says " + t.str() + " (" + e.str() + " = " + std::to_string(*expected) +
+                 ")";
         }
       }
       return "";
@@ -170,7 +175,8 @@ private:
     case TypeKind::Int: return v.isInt() ? "" : std::string("expected an int, got ") + v.kindName();
     case TypeKind::Float:
       return v.isFloat() ? "" : std::string("expected a float, got ") + v.kindName();
-    case TypeKind::Bool: return v.isBool() ? "" : std::string("expected a bool, got ") + v.kindName();
+    case TypeKind::Bool:
+      return v.isBool() ? "" : std::string("expected a bool, got ") + v.kindName();
     case TypeKind::None: return v.isNone() ? "" : std::string("expected none, got ") + v.kindName();
     case TypeKind::Str: return v.isStr() ? "" : std::string("expected a str, got ") + v.kindName();
     case TypeKind::Tuple: {

@@ -77,6 +77,8 @@ void translateException(const std::exception_ptr &p, void *) {
     raise(gExc.base, e.what(), {{"internal", nb::bool_(e.kind() == ErrorKind::Internal)}});
   } catch (const TypeInferenceError &e) {
     raise(gExc.inference, e.what());
+  } catch (const InternalKernelError &e) {
+    raise(gExc.base, e.what(), {{"internal", nb::bool_(true)}});
   } catch (const KernelError &e) {
     raise(gExc.kernel, e.what());
   }

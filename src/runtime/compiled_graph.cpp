@@ -482,6 +482,8 @@ struct CompiledGraph::Impl {
       }
     } catch (const Error &) {
       throw; // already names its op (an op of a nested block, or a wrapped kernel error)
+    } catch (const InternalKernelError &e) {
+      throw Error(ErrorKind::Internal, cur->op->describe() + ": internal error: " + e.what());
     } catch (const KernelError &e) {
       // A native kernel's messages name the op they come from (a fusion has several): a lone
       // op's would name it twice.

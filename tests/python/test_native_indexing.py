@@ -131,3 +131,22 @@ graph @f(%x: {_ty(x)}) -> ({_ty(want)}) {{
 }}""", native=False)
     (got,) = cg(x)  # type: ignore[operator]
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def _heads(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # Falcon's multi-query split: x[..., [-2], :] and friends (canonicalize's index-slice).
+    return x[..., :-2, :] * 2, x[..., [-2], :] + 1, x[..., [-1], :] * x[:, [1, 2, 3]].sum()
+
+
+def test_constant_index_lists_run_as_slices() -> None:
+    xjit = pytest.importorskip("xjit")
+    x = torch.randn(2, 5, 6, 4)
+    ir.profile(1)
+    try:
+        got = xjit.jit(_heads)(x)
+        report = ir.profile_report()
+    finally:
+        ir.profile(0)
+    for g, w in zip(got, _heads(x)):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+    assert "reference index" not in report, report

@@ -61,9 +61,9 @@ struct OpDef {
   std::vector<OperandSpec> operands;
   std::vector<AttrSpec> attrs;
   uint32_t traits = kNoTraits;
-  InferFn infer;    // null: result types are as written (if, loop, constant, fallback)
-  KernelFn kernel;  // null: executed by the interpreter itself (if, loop, return, yield)
-  VerifyFn verify;  // optional
+  InferFn infer;   // null: result types are as written (if, loop, constant, fallback)
+  KernelFn kernel; // null: executed by the interpreter itself (if, loop, return, yield)
+  VerifyFn verify; // optional
   int numRegions = 0;
   // Reserved for later layers: autodiff rule and per-target lowering hook up by op name.
 
@@ -100,10 +100,21 @@ public:
   using std::runtime_error::runtime_error;
 };
 
-/// Raised when an op cannot run (bad runtime shapes, index out of range, ...).
+/// Raised when an op cannot run these values (bad runtime shapes, index out of range, ...): the
+/// program's error, reported as a user error (ErrorKind::User).
 class KernelError : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
+};
+
+/// A kernel that cannot run for a reason of xjit's own, not the values': a limit (no library
+/// implementation for this call, out of memory, a layout a library call does not take) or a
+/// mismatch between the runtime and the kernel. Reported as an internal error (the frontend
+/// then warns once and runs the frame in Python). A KernelError, so that code falling back to
+/// another kernel on any KernelError (a oneDNN plan that cannot be made) still does.
+class InternalKernelError : public KernelError {
+public:
+  using KernelError::KernelError;
 };
 
 /// Host callbacks for `external_call` ops (e.g. a PyTorch function the IR has no op for, called

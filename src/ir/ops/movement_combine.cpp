@@ -76,24 +76,11 @@ std::vector<Type> inferCat(const Op &op) {
 Results catKernel(const Op &op, In in) {
   std::vector<Tensor> parts;
   for (size_t i = 0; i < in.size(); ++i)
-    if (!legacyEmpty(tensorIn(op, in, i))) parts.push_back(in[i].tensor());
-  DType dtype = resultDType(op);
-  if (parts.empty()) return one(Tensor::empty(dtype, {0}));
-  int64_t dim = normDim(attrInt(op, "dim"), parts[0].rank());
-  std::vector<int64_t> sizes = parts[0].sizes();
-  sizes[dim] = 0;
-  for (const Tensor &p : parts) {
-    for (int64_t d = 0; d < p.rank(); ++d)
-      if (d != dim && (p.rank() != parts[0].rank() || p.sizes()[d] != sizes[d]))
-        kernelFail("cat: sizes of tensors must match except in dimension " + std::to_string(dim));
-    sizes[dim] += p.sizes()[dim];
-  }
-  Tensor out = Tensor::empty(dtype, sizes);
-  int64_t at = 0;
-  for (const Tensor &p : parts) {
-    sliceView(out, dim, at, p.sizes()[dim]).copyFrom(p);
-    at += p.sizes()[dim];
-  }
+    parts.push_back(tensorIn(op, in, i));
+  int64_t dim = 0;
+  std::vector<int64_t> sizes = catSizes(parts, attrInt(op, "dim"), &dim);
+  Tensor out = Tensor::empty(resultDType(op), sizes);
+  catInto(parts, dim, out);
   return one(out);
 }
 
@@ -117,21 +104,58 @@ std::vector<Type> inferStack(const Op &op) {
 }
 
 Results stackKernel(const Op &op, In in) {
-  const Tensor &t0 = tensorIn(op, in, 0);
-  int64_t dim = normDim(attrInt(op, "dim"), t0.rank() + 1);
-  std::vector<int64_t> sizes = t0.sizes();
-  sizes.insert(sizes.begin() + dim, static_cast<int64_t>(in.size()));
+  std::vector<Tensor> parts;
+  for (size_t i = 0; i < in.size(); ++i)
+    parts.push_back(tensorIn(op, in, i));
+  int64_t dim = 0;
+  std::vector<int64_t> sizes = stackSizes(parts, attrInt(op, "dim"), &dim);
   Tensor out = Tensor::empty(resultDType(op), sizes);
-  for (size_t i = 0; i < in.size(); ++i) {
-    const Tensor &t = tensorIn(op, in, i);
-    if (t.sizes() != t0.sizes())
-      kernelFail("stack: expects each tensor to be equal size (entry " + std::to_string(i) + ")");
-    selectView(out, dim, static_cast<int64_t>(i)).copyFrom(t);
-  }
+  stackInto(parts, dim, out);
   return one(out);
 }
 
 } // namespace
+
+// ---- cat ----
+
+std::vector<int64_t> catSizes(std::vector<Tensor> &parts, int64_t dimAttr, int64_t *dim) {
+  std::erase_if(parts, [](const Tensor &t) { return legacyEmpty(t); });
+  if (parts.empty()) return {0};
+  *dim = normDim(dimAttr, parts[0].rank());
+  std::vector<int64_t> sizes = parts[0].sizes();
+  sizes[size_t(*dim)] = 0;
+  for (const Tensor &p : parts) {
+    for (int64_t d = 0; d < p.rank(); ++d)
+      if (d != *dim && (p.rank() != parts[0].rank() || p.sizes()[size_t(d)] != sizes[size_t(d)]))
+        kernelFail("cat: sizes of tensors must match except in dimension " + std::to_string(*dim));
+    sizes[size_t(*dim)] += p.sizes()[size_t(*dim)];
+  }
+  return sizes;
+}
+
+void catInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out) {
+  int64_t at = 0;
+  for (const Tensor &p : parts) {
+    sliceView(out, dim, at, p.sizes()[size_t(dim)]).copyFrom(p);
+    at += p.sizes()[size_t(dim)];
+  }
+}
+
+std::vector<int64_t> stackSizes(std::span<const Tensor> parts, int64_t dimAttr, int64_t *dim) {
+  const Tensor &t0 = parts[0];
+  *dim = normDim(dimAttr, t0.rank() + 1);
+  for (size_t i = 1; i < parts.size(); ++i)
+    if (parts[i].sizes() != t0.sizes())
+      kernelFail("stack: expects each tensor to be equal size (entry " + std::to_string(i) + ")");
+  std::vector<int64_t> sizes = t0.sizes();
+  sizes.insert(sizes.begin() + *dim, static_cast<int64_t>(parts.size()));
+  return sizes;
+}
+
+void stackInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out) {
+  for (size_t i = 0; i < parts.size(); ++i)
+    selectView(out, dim, static_cast<int64_t>(i)).copyFrom(parts[i]);
+}
 
 // ---- pad ----
 

@@ -94,6 +94,17 @@ std::optional<std::vector<int64_t>> viewStrides(const std::vector<int64_t> &size
 std::vector<int64_t> reshapeSizes(const std::vector<int64_t> &target, int64_t numel,
                                   std::string_view opName);
 
+/// cat's result sizes: drops the legacy empty 1-d tensors (which cat skips) from `parts` and sets
+/// *dim to dimAttr normalized; a kernel error when the sizes differ except along dim.
+std::vector<int64_t> catSizes(std::vector<Tensor> &parts, int64_t dimAttr, int64_t *dim);
+/// Copies each part into its slice of `out` along dim, in order (cat written into `out`).
+void catInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out);
+/// stack's result sizes (parts of equal sizes, else a kernel error); sets *dim to dimAttr
+/// normalized over the result's rank.
+std::vector<int64_t> stackSizes(std::span<const Tensor> parts, int64_t dimAttr, int64_t *dim);
+/// Copies part i into index i of `out` along dim (stack written into `out`).
+void stackInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out);
+
 /// Views sharing t's storage.
 Tensor sliceView(const Tensor &t, int64_t dim, int64_t start, int64_t length, int64_t step = 1);
 Tensor selectView(const Tensor &t, int64_t dim, int64_t index);
