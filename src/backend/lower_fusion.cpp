@@ -768,7 +768,8 @@ private:
     // An empty reduced dim: reductions without an identity fail like the reference.
     for (const Op *op : reductions_) {
       red::Kind kind = reductionInfo_.at(op).kind;
-      if (kind != red::Kind::Max && kind != red::Kind::Min) continue;
+      bool infNorm = kind == red::Kind::Norm && std::isinf(ops::attrFloat(*op, "p"));
+      if (kind != red::Kind::Max && kind != red::Kind::Min && !infNorm) continue;
       for (int64_t d : reducedDims_) {
         if (fullShape_[size_t(d)].isStatic()) continue; // nonzero, or inference failed
         Kernel &k = lk_.kernel;
@@ -1140,6 +1141,33 @@ private:
                           });
       st.a = mean;
       st.b = m2;
+      break;
+    }
+    case red::Kind::Norm: {
+      // As the reference: max / min of |x| for p = +-inf; else sum(|x|^p)^(1/p), counting the
+      // non-zeros for p = 0. Sums accumulate in the compute dtype, as eager's (whose f32 2-norm
+      // of 1e20s is inf, where the f64 reference gives the finite value).
+      double p = ops::attrFloat(op, "p");
+      if (std::isinf(p)) {
+        auto ax = [&](const std::vector<Expr> &idx) { return unary(UnaryOp::Abs, xAs(c)(idx)); };
+        st.a = reduceRow(name, c, constFloat(c, p > 0 ? 0.0 : INFINITY),
+                         p > 0 ? BinaryOp::Max : BinaryOp::Min, ax);
+        break;
+      }
+      DType a = c;
+      Expr s =
+          reduceRow(name, a, constFloat(a, 0), BinaryOp::Add, [&](const std::vector<Expr> &idx) {
+            Expr v = unary(UnaryOp::Abs, xAs(a)(idx));
+            if (p == 0)
+              return select(compare(CmpOp::Ne, v, constFloat(a, 0)), constFloat(a, 1),
+                            constFloat(a, 0));
+            if (p == 1) return v;
+            if (p == 2) return binary(BinaryOp::Mul, v, v);
+            return binary(BinaryOp::Pow, v, constFloat(a, p));
+          });
+      st.a = p == 0 || p == 1 ? s
+             : p == 2         ? unary(UnaryOp::Sqrt, s)
+                              : binary(BinaryOp::Pow, s, constFloat(a, 1.0 / p));
       break;
     }
     case red::Kind::Softmax:

@@ -42,6 +42,7 @@ enum class Kind : uint8_t {
   LogSoftmax,
   LayerNorm,
   RmsNorm,
+  Norm, // vector p-norm
 };
 
 struct Info {

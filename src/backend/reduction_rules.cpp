@@ -23,7 +23,8 @@ const std::map<std::string, Kind, std::less<>> kKinds = {{"sum", Kind::Sum},
                                                          {"softmax", Kind::Softmax},
                                                          {"log_softmax", Kind::LogSoftmax},
                                                          {"layer_norm", Kind::LayerNorm},
-                                                         {"rms_norm", Kind::RmsNorm}};
+                                                         {"rms_norm", Kind::RmsNorm},
+                                                         {"norm", Kind::Norm}};
 
 std::vector<int64_t> allDims(int64_t rank) {
   std::vector<int64_t> d;
@@ -57,14 +58,16 @@ std::optional<Info> classify(const Op &op, std::string *why) {
   case Kind::Max:
   case Kind::Min:
   case Kind::Var:
-  case Kind::Std: {
+  case Kind::Std:
+  case Kind::Norm: {
     const Attr *dims = op.attrOrNull("dims");
     info.dims = dims ? ops::normDims(dims->asInts(), rank) : std::vector<int64_t>{};
     if (info.dims.empty()) info.dims = allDims(rank); // an empty list reduces every dim
     info.keepdim = op.def().attrSpec("keepdim") && ops::attrBool(op, "keepdim");
     if (out == DType::Bool && (info.kind == Kind::Sum || info.kind == Kind::Prod))
       return no("a bool result");
-    if ((info.kind == Kind::Var || info.kind == Kind::Std || info.kind == Kind::Mean) &&
+    if ((info.kind == Kind::Var || info.kind == Kind::Std || info.kind == Kind::Mean ||
+         info.kind == Kind::Norm) &&
         !isFloating(out))
       return no("needs a floating result");
     break;

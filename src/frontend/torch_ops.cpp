@@ -727,6 +727,25 @@ LOWER(lowerNorm) { // torch.norm / Tensor.norm(p='fro', dim=None, keepdim=False,
   return a.emit1("norm", {b.at("input")}, std::move(attrs));
 }
 
+LOWER(lowerVectorNorm) { // torch.linalg.vector_norm(x, ord=2, dim=None, keepdim=False, dtype=None)
+  AttrMap attrs{{"keepdim", Attr(a.truthy(b.at("keepdim")))},
+                {"p", scalarAttr(a, b.at("ord"), "ord")}};
+  if (!isNoneVar(b.at("dim"))) attrs["dims"] = Attr(toInts(a, b.at("dim"), "dim"));
+  if (auto d = toDType(a, b.at("dtype"))) attrs["dtype"] = Attr(*d);
+  return a.emit1("norm", {b.at("x")}, std::move(attrs));
+}
+
+LOWER(lowerNormalize) { // F.normalize: input / max(norm(input, p, dim, keepdim), eps)
+  if (!isNoneVar(b.at("out"))) a.fail("F.normalize with out=");
+  const VarPtr &x = b.at("input");
+  AttrMap attrs{{"keepdim", Attr(true)},
+                {"p", scalarAttr(a, b.at("p"), "p")},
+                {"dims", Attr(std::vector<int64_t>{toInt(a, b.at("dim"), "dim")})}};
+  VarPtr norm = a.emit1("norm", {x}, std::move(attrs));
+  VarPtr denom = a.emit1("clamp", {norm}, {{"min", scalarAttr(a, b.at("eps"), "eps")}});
+  return a.emit1("div", {x, denom});
+}
+
 // torch._weight_norm(v, g, dim), what nn.utils.weight_norm and parametrizations.weight_norm
 // compute: v * (g / ||v||), the 2-norm over every dim but `dim` (over all of v when dim is -1).
 LOWER(lowerWeightNorm) {
@@ -1742,6 +1761,7 @@ const std::vector<TorchRow> &table() {
       {"torch.relu Tensor.relu F.relu", "input, inplace=False", "relu", "input"},
       {"F.relu6", "input, inplace=False", "relu6", "input"},
       {"F.gelu", "input, approximate='none'", "gelu", "input | approximate"},
+      {"F.normalize", "input, p=2.0, dim=1, eps=1e-12, out=None", "norm", "", lowerNormalize},
       {"F.silu", "input, inplace=False", "silu", "input"},
       {"F.mish", "input, inplace=False", "mish", "input"},
       {"F.hardsigmoid", "input, inplace=False", "hardsigmoid", "input"},
@@ -1858,6 +1878,8 @@ const std::vector<TorchRow> &table() {
       {"torch.min Tensor.min", "input, dim=None, keepdim=False", "min", "", lowerMaxMin},
       {"torch.norm Tensor.norm", "input, p='fro', dim=None, keepdim=False, dtype=None", "norm", "",
        lowerNorm},
+      {"torch.linalg.vector_norm", "x, ord=2, dim=None, keepdim=False, *, dtype=None", "norm", "",
+       lowerVectorNorm},
       {"torch.cumsum Tensor.cumsum", "input, dim, *, dtype=None", "cumsum", "input | dim dtype"},
       {"torch.cumprod Tensor.cumprod", "input, dim, *, dtype=None", "cumprod", "input | dim dtype"},
       // Shapes and views.
