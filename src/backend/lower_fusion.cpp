@@ -769,7 +769,8 @@ private:
     for (const Op *op : reductions_) {
       red::Kind kind = reductionInfo_.at(op).kind;
       bool infNorm = kind == red::Kind::Norm && std::isinf(ops::attrFloat(*op, "p"));
-      if (kind != red::Kind::Max && kind != red::Kind::Min && !infNorm) continue;
+      bool arg = kind == red::Kind::ArgMax || kind == red::Kind::ArgMin;
+      if (kind != red::Kind::Max && kind != red::Kind::Min && !infNorm && !arg) continue;
       for (int64_t d : reducedDims_) {
         if (fullShape_[size_t(d)].isStatic()) continue; // nonzero, or inference failed
         Kernel &k = lk_.kernel;
@@ -1141,6 +1142,44 @@ private:
                           });
       st.a = mean;
       st.b = m2;
+      break;
+    }
+    case red::Kind::ArgMax:
+    case red::Kind::ArgMin: {
+      // Two vectorized passes instead of a (value, index) pair the vectorizer cannot carry: the
+      // extremum (NaN if any, as maximum / minimum propagate it), then the least position
+      // holding it, or holding a NaN when it is NaN: PyTorch's first occurrence.
+      bool mx = info.kind == red::Kind::ArgMax;
+      DType a = isFloating(in) ? opMath(in) : in;
+      Expr init;
+      if (isFloating(a)) {
+        init = constFloat(a, mx ? -INFINITY : INFINITY);
+      } else {
+        int bits = int(dtypeSize(a)) * 8;
+        bool u = a == DType::U8;
+        int64_t lo = u ? 0 : bits == 64 ? INT64_MIN : -(int64_t(1) << (bits - 1));
+        int64_t hi = u ? 255 : bits == 64 ? INT64_MAX : (int64_t(1) << (bits - 1)) - 1;
+        init = constInt(a, mx ? lo : hi);
+      }
+      auto xa = [&](const std::vector<Expr> &idx) { return cast(a, xAt(idx)); };
+      Expr m = reduceRow(name + "_ext", a, init, mx ? BinaryOp::Max : BinaryOp::Min, xa);
+      Expr count = constIdx(1);
+      for (int64_t d : info.dims)
+        count = mulIdx(count, fullExtents_[size_t(d)]);
+      st.a = reduceRow(name + "_pos", DType::I64, cast(DType::I64, count), BinaryOp::Min,
+                       [&](const std::vector<Expr> &idx) {
+                         // The position in the reduced dims, row-major (the flattened index).
+                         Expr pos = constIdx(0);
+                         for (int64_t d : info.dims)
+                           pos = addIdx(mulIdx(pos, fullExtents_[size_t(d)]), idx[size_t(d)]);
+                         Expr v = xa(idx), ml = atLane(m);
+                         Expr hit = compare(CmpOp::Eq, v, ml);
+                         if (isFloating(a))
+                           hit = binary(BinaryOp::Or, hit,
+                                        binary(BinaryOp::And, unary(UnaryOp::IsNan, ml),
+                                               unary(UnaryOp::IsNan, v)));
+                         return select(hit, cast(DType::I64, pos), cast(DType::I64, count));
+                       });
       break;
     }
     case red::Kind::Norm: {

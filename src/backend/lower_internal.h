@@ -42,7 +42,9 @@ enum class Kind : uint8_t {
   LogSoftmax,
   LayerNorm,
   RmsNorm,
-  Norm, // vector p-norm
+  Norm,   // vector p-norm
+  ArgMax, // first index of the maximum (NaN first), i64
+  ArgMin,
 };
 
 struct Info {

@@ -24,7 +24,9 @@ const std::map<std::string, Kind, std::less<>> kKinds = {{"sum", Kind::Sum},
                                                          {"log_softmax", Kind::LogSoftmax},
                                                          {"layer_norm", Kind::LayerNorm},
                                                          {"rms_norm", Kind::RmsNorm},
-                                                         {"norm", Kind::Norm}};
+                                                         {"norm", Kind::Norm},
+                                                         {"argmax", Kind::ArgMax},
+                                                         {"argmin", Kind::ArgMin}};
 
 std::vector<int64_t> allDims(int64_t rank) {
   std::vector<int64_t> d;
@@ -70,6 +72,20 @@ std::optional<Info> classify(const Op &op, std::string *why) {
          info.kind == Kind::Norm) &&
         !isFloating(out))
       return no("needs a floating result");
+    break;
+  }
+  case Kind::ArgMax:
+  case Kind::ArgMin: {
+    // One dim, or every dim (the flattened index) without `dim`.
+    const Attr *dim = op.attrOrNull("dim");
+    if (dim && dim->kind() == AttrKind::Int)
+      info.dims = rank > 0 ? std::vector<int64_t>{ops::normDim(dim->asInt(), rank)}
+                           : std::vector<int64_t>{};
+    else
+      info.dims = allDims(rank);
+    info.keepdim = ops::attrBool(op, "keepdim");
+    if (in == DType::Bool) return no("a bool operand");
+    if (rank == 0) return no("a 0-d operand");
     break;
   }
   case Kind::Softmax:

@@ -80,3 +80,44 @@ def test_channel_statistics_in_registers(channels: int) -> None:
     for a, b in zip(got, stats(x), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, equal_nan=True)
     assert got[2][5].isnan() and not got[2][4].isnan()
+
+
+ARG_CASES = {
+    "argmax-rows": lambda t: t.argmax(-1),
+    "argmin-rows": lambda t: t.argmin(-1),
+    "argmax-dim0": lambda t: t.argmax(0),
+    "argmax-all": lambda t: t.argmax(),
+    "argmin-keepdim": lambda t: t.argmin(1, keepdim=True),
+    "argmax-middle-dim": lambda t: t.reshape(2, 3, -1).argmax(1),
+}
+
+
+@pytest.mark.filterwarnings("error::UserWarning")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+@pytest.mark.parametrize("name", list(ARG_CASES))
+def test_argmax_argmin_are_native_and_exact(name: str, dtype: torch.dtype) -> None:
+    # Two passes (the extremum, then its least position): ties give the first index, a NaN the
+    # first NaN, -0 and +0 tie, as PyTorch's.
+    import xjit._frontend as fe
+
+    fn = ARG_CASES[name]
+    g = torch.Generator().manual_seed(7)
+    if dtype == torch.int64:
+        x = torch.randint(-4, 4, (6, 130), generator=g)
+    else:
+        x = torch.randn(6, 130, generator=g, dtype=dtype)
+        x[0, 10] = x[0, 90] = 9.0  # a tie
+        x[1, 3] = x[1, 100] = math.nan
+        x[2] = 0.0
+        x[2, 5] = -0.0
+        x[3] = -math.inf
+        x[4, 129] = math.inf
+    fe.reset()
+    xjit.ir.profile(1)
+    try:
+        got = xjit.jit(lambda t: fn(t) + 0)(x)
+        report = xjit.ir.profile_report()
+    finally:
+        xjit.ir.profile(0)
+    assert torch.equal(got, fn(x)), (got, fn(x))
+    assert "native" in report and "reference arg" not in report and "external" not in report, report
