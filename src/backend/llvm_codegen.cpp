@@ -324,13 +324,11 @@ private:
 
   /// An accumulator's combine step, as Stmt Reduce computes it.
   Value *combineValues(BinaryOp combine, DType d, Value *cur, Value *v) {
-    if (isFloating(d) && (combine == BinaryOp::Max || combine == BinaryOp::Min))
-    // IEEE maximum / minimum propagate NaN like the IR's Max / Min (they differ only in
-    // ordering -0 below +0), and the vectorizer knows them as reductions.
-    {
-      // nsz: which of -0 and +0 a reduction returns is unspecified (PyTorch's depends on its
-      // order too); without it x86 orders the zeros with two more dependent instructions per
-      // vector, on the reduction's critical path (amax of [512,1000]: 77 -> 36 us).
+    if (isFloating(d) && (combine == BinaryOp::Max || combine == BinaryOp::Min)) {
+      // IEEE maximum / minimum propagate NaN like the IR's Max / Min, and the vectorizer knows
+      // them as reductions. nsz: which of -0 and +0 a reduction returns is unspecified (PyTorch's
+      // depends on its order too); ordering them cost x86 two more dependent instructions per
+      // vector on the reduction's critical path (amax of [512,1000]: 77 -> 36 us).
       Value *r = b_.CreateBinaryIntrinsic(
           combine == BinaryOp::Max ? llvm::Intrinsic::maximum : llvm::Intrinsic::minimum, cur, v);
       if (auto *inst = llvm::dyn_cast<llvm::Instruction>(r)) inst->setHasNoSignedZeros(true);
@@ -482,17 +480,18 @@ private:
     vars_[size_t(s.index)] = nullptr;
     Value *next = b_.CreateAdd(iv, b_.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
     llvm::BranchInst *latch = b_.CreateBr(header);
-    bool reduces = std::any_of(s.body.begin(), s.body.end(),
-                               [](const Stmt &b) { return b.kind == StmtKind::Reduce; });
+    bool reduces = false, laneReduce = false; // laneReduce: into a lane of an accumulator array
+    for (const Stmt &b : s.body)
+      if (b.kind == StmtKind::Reduce) {
+        reduces = true;
+        laneReduce |= b.b != nullptr;
+      }
     // A lane loop (an outer reduction's accumulator array, lane-indexed) of 16 to 128 lanes, a
     // multiple of 16: vectorized 16 wide and interleaved to its whole extent, it runs once per
     // row, and LLVM keeps the accumulators in registers across the reduced loops instead of
     // loading and storing them for every row (channels-last BN mean [8,56,56,64], one thread:
     // 244 -> 80 us, eager 113).
     int64_t laneVectors = 0;
-    bool laneReduce = std::any_of(s.body.begin(), s.body.end(), [](const Stmt &b) {
-      return b.kind == StmtKind::Reduce && b.b != nullptr;
-    });
     if (laneReduce && s.a && s.a->kind == ExprKind::Const && s.a->ival % 16 == 0 &&
         s.a->ival <= 128)
       laneVectors = s.a->ival / 16;

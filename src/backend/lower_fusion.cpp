@@ -1056,6 +1056,18 @@ private:
     return buffer;
   }
 
+  /// The identity of a max (mx) or min reduction in dtype a: -inf / +inf, or the dtype's
+  /// least / greatest value.
+  static Expr extremumIdentity(DType a, bool mx) {
+    if (isFloating(a)) return constFloat(a, mx ? -INFINITY : INFINITY);
+    if (a == DType::Bool) return constBool(!mx);
+    if (a == DType::U8) return constInt(a, mx ? 0 : 255);
+    int bits = int(dtypeSize(a)) * 8;
+    int64_t lo = bits == 64 ? INT64_MIN : -(int64_t(1) << (bits - 1));
+    int64_t hi = bits == 64 ? INT64_MAX : (int64_t(1) << (bits - 1)) - 1;
+    return constInt(a, mx ? lo : hi);
+  }
+
   /// A softmax or log_softmax of this kernel over x whose max pass reduces in dtype a, if any.
   const Op *softmaxOver(const Value *x, DType a) const {
     for (const Op *op : reductions_) {
@@ -1095,19 +1107,7 @@ private:
     case red::Kind::Min: {
       bool mx = info.kind == red::Kind::Max;
       DType a = isFloating(in) ? opMath(in) : in;
-      Expr init;
-      if (isFloating(a))
-        init = constFloat(a, mx ? -INFINITY : INFINITY);
-      else if (a == DType::Bool)
-        init = constBool(!mx);
-      else if (a == DType::U8)
-        init = constInt(a, mx ? 0 : 255);
-      else {
-        int bits = int(dtypeSize(a)) * 8;
-        int64_t lo = bits == 64 ? INT64_MIN : -(int64_t(1) << (bits - 1));
-        int64_t hi = bits == 64 ? INT64_MAX : (int64_t(1) << (bits - 1)) - 1;
-        init = constInt(a, mx ? lo : hi);
-      }
+      Expr init = extremumIdentity(a, mx);
       // The max of a softmax's operand is the softmax's own first pass (attention's safe
       // softmax tests amax(s) == -inf): the same reduction, computed once.
       if (const Op *sm = softmaxOver(x, a); mx && sm) {
@@ -1151,16 +1151,7 @@ private:
       // holding it, or holding a NaN when it is NaN: PyTorch's first occurrence.
       bool mx = info.kind == red::Kind::ArgMax;
       DType a = isFloating(in) ? opMath(in) : in;
-      Expr init;
-      if (isFloating(a)) {
-        init = constFloat(a, mx ? -INFINITY : INFINITY);
-      } else {
-        int bits = int(dtypeSize(a)) * 8;
-        bool u = a == DType::U8;
-        int64_t lo = u ? 0 : bits == 64 ? INT64_MIN : -(int64_t(1) << (bits - 1));
-        int64_t hi = u ? 255 : bits == 64 ? INT64_MAX : (int64_t(1) << (bits - 1)) - 1;
-        init = constInt(a, mx ? lo : hi);
-      }
+      Expr init = extremumIdentity(a, mx);
       auto xa = [&](const std::vector<Expr> &idx) { return cast(a, xAt(idx)); };
       Expr m = reduceRow(name + "_ext", a, init, mx ? BinaryOp::Max : BinaryOp::Min, xa);
       Expr count = constIdx(1);
