@@ -1153,7 +1153,14 @@ private:
       DType a = isFloating(in) ? opMath(in) : in;
       Expr init = extremumIdentity(a, mx);
       auto xa = [&](const std::vector<Expr> &idx) { return cast(a, xAt(idx)); };
-      Expr m = reduceRow(name + "_ext", a, init, mx ? BinaryOp::Max : BinaryOp::Min, xa);
+      // The extremum is an amax / amin of the same operand when the kernel has one (max(dim)
+      // split into amax and argmax).
+      Expr m;
+      for (const Op *o : reductions_)
+        if (o->operand(0) == x &&
+            reductionInfo_.at(o).kind == (mx ? red::Kind::Max : red::Kind::Min))
+          m = rowStats(*o, reductionInfo_.at(o)).a;
+      if (!m) m = reduceRow(name + "_ext", a, init, mx ? BinaryOp::Max : BinaryOp::Min, xa);
       Expr count = constIdx(1);
       for (int64_t d : info.dims)
         count = mulIdx(count, fullExtents_[size_t(d)]);

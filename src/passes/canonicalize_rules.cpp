@@ -483,6 +483,24 @@ bool indexSlice(Op &op, Rewriter &rw) {
   return rw.replace(rw.create("clone", {slice}));
 }
 
+// max_dim / min_dim -> amax / amin and argmax / argmin over the same dim: two single-result
+// reductions native backends fuse into one kernel (the reference computes the same values and
+// first-occurrence indices, NaN first). Not for bool (argmax rejects it) or 0-d operands.
+bool extremumSplit(Op &op, Rewriter &rw) {
+  const Type &t = op.operand(0)->type();
+  if (!t.isTensor() || t.rank() == 0 || t.dtype() == DType::Bool) return false;
+  bool mx = op.name() == "max_dim";
+  int64_t dim = intAttr(op, "dim", 0);
+  const Attr *k = op.attrOrNull("keepdim");
+  bool keepdim = k && k->kind() == AttrKind::Bool && k->asBool();
+  Value *values =
+      rw.create(mx ? "amax" : "amin", {op.operand(0)},
+                {{"dims", Attr(std::vector<int64_t>{dim})}, {"keepdim", Attr(keepdim)}});
+  Value *indices = rw.create(mx ? "argmax" : "argmin", {op.operand(0)},
+                             {{"dim", Attr(dim)}, {"keepdim", Attr(keepdim)}});
+  return rw.replace({values, indices});
+}
+
 // ---- control flow ----
 
 /// Moves the ops of `b` (but its terminator) before `before`; returns the terminator.
@@ -588,6 +606,10 @@ const std::vector<CanonicalizeRule> &canonicalizeRules() {
        {"index"},
        indexSlice,
        "index(x, none, ..., c) with constant consecutive indices c -> clone(slice(x))"},
+      {"extremum-split",
+       {"max_dim", "min_dim"},
+       extremumSplit,
+       "max_dim / min_dim -> amax / amin and argmax / argmin over the same dim"},
       {"cast-fold",
        {"cast"},
        castFold,

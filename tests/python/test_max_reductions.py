@@ -121,3 +121,35 @@ def test_argmax_argmin_are_native_and_exact(name: str, dtype: torch.dtype) -> No
         xjit.ir.profile(0)
     assert torch.equal(got, fn(x)), (got, fn(x))
     assert "native" in report and "reference arg" not in report and "external" not in report, report
+
+
+@pytest.mark.filterwarnings("error::UserWarning")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+@pytest.mark.parametrize("which", ["max-rows", "min-dim0-keepdim"])
+def test_max_min_with_indices_are_native_and_exact(which: str, dtype: torch.dtype) -> None:
+    # torch.max(x, dim) / torch.min: canonicalize splits them into amax / amin and argmax /
+    # argmin, native reductions with PyTorch's values and first-occurrence indices.
+    import xjit._frontend as fe
+
+    def fn(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        r = t.max(-1) if which == "max-rows" else t.min(0, keepdim=True)
+        return r.values * 1, r.indices + 0
+
+    g = torch.Generator().manual_seed(9)
+    if dtype == torch.int64:
+        x = torch.randint(-4, 4, (6, 130), generator=g)
+    else:
+        x = torch.randn(6, 130, generator=g)
+        x[0, 10] = x[0, 90] = 9.0 if which == "max-rows" else -9.0  # a tie at the extremum
+        x[1, 3] = x[1, 100] = math.nan
+        x[3] = -math.inf
+    fe.reset()
+    xjit.ir.profile(1)
+    try:
+        got = xjit.jit(fn)(x)
+        report = xjit.ir.profile_report()
+    finally:
+        xjit.ir.profile(0)
+    for a, b in zip(got, fn(x), strict=True):
+        assert torch.equal(a, b) or torch.allclose(a, b, equal_nan=True), (a, b)
+    assert "native" in report and "reference" not in report, report
