@@ -78,6 +78,26 @@ def xjit_run() -> str:
     return tool
 
 
+@pytest.fixture
+def run_profiled() -> Any:
+    """run_profiled(fn, *args) -> (xjit.jit(fn)(*args), the XJIT_PROFILE report of that call):
+    which instructions ran native, reference or external. Compiled entries are forgotten first,
+    so a function object reused across parametrized cases compiles afresh."""
+    import xjit
+    import xjit._frontend as fe
+
+    def run(fn: Any, *args: Any) -> tuple[Any, str]:
+        fe.reset()
+        xjit.ir.profile(1)
+        try:
+            out = xjit.jit(fn)(*args)
+            return out, xjit.ir.profile_report()
+        finally:
+            xjit.ir.profile(0)
+
+    return run
+
+
 # ---- op-table summary --------------------------------------------------------------------------
 
 LOW_PRECISION = {"f16", "bf16"}

@@ -7,6 +7,7 @@ pass; which of -0 and +0 comes back is unspecified (PyTorch's depends on its ord
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -95,11 +96,9 @@ ARG_CASES = {
 @pytest.mark.filterwarnings("error::UserWarning")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
 @pytest.mark.parametrize("name", list(ARG_CASES))
-def test_argmax_argmin_are_native_and_exact(name: str, dtype: torch.dtype) -> None:
+def test_argmax_argmin_are_native_and_exact(name: str, dtype: torch.dtype, run_profiled: Any) -> None:
     # Two passes (the extremum, then its least position): ties give the first index, a NaN the
     # first NaN, -0 and +0 tie, as PyTorch's.
-    import xjit._frontend as fe
-
     fn = ARG_CASES[name]
     g = torch.Generator().manual_seed(7)
     if dtype == torch.int64:
@@ -112,13 +111,7 @@ def test_argmax_argmin_are_native_and_exact(name: str, dtype: torch.dtype) -> No
         x[2, 5] = -0.0
         x[3] = -math.inf
         x[4, 129] = math.inf
-    fe.reset()
-    xjit.ir.profile(1)
-    try:
-        got = xjit.jit(lambda t: fn(t) + 0)(x)
-        report = xjit.ir.profile_report()
-    finally:
-        xjit.ir.profile(0)
+    got, report = run_profiled(lambda t: fn(t) + 0, x)
     assert torch.equal(got, fn(x)), (got, fn(x))
     assert "native" in report and "reference arg" not in report and "external" not in report, report
 
@@ -126,11 +119,11 @@ def test_argmax_argmin_are_native_and_exact(name: str, dtype: torch.dtype) -> No
 @pytest.mark.filterwarnings("error::UserWarning")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
 @pytest.mark.parametrize("which", ["max-rows", "min-dim0-keepdim"])
-def test_max_min_with_indices_are_native_and_exact(which: str, dtype: torch.dtype) -> None:
+def test_max_min_with_indices_are_native_and_exact(
+    which: str, dtype: torch.dtype, run_profiled: Any
+) -> None:
     # torch.max(x, dim) / torch.min: canonicalize splits them into amax / amin and argmax /
     # argmin, native reductions with PyTorch's values and first-occurrence indices.
-    import xjit._frontend as fe
-
     def fn(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         r = t.max(-1) if which == "max-rows" else t.min(0, keepdim=True)
         return r.values * 1, r.indices + 0
@@ -143,13 +136,7 @@ def test_max_min_with_indices_are_native_and_exact(which: str, dtype: torch.dtyp
         x[0, 10] = x[0, 90] = 9.0 if which == "max-rows" else -9.0  # a tie at the extremum
         x[1, 3] = x[1, 100] = math.nan
         x[3] = -math.inf
-    fe.reset()
-    xjit.ir.profile(1)
-    try:
-        got = xjit.jit(fn)(x)
-        report = xjit.ir.profile_report()
-    finally:
-        xjit.ir.profile(0)
+    got, report = run_profiled(fn, x)
     for a, b in zip(got, fn(x), strict=True):
         assert torch.equal(a, b) or torch.allclose(a, b, equal_nan=True), (a, b)
     assert "native" in report and "reference" not in report, report

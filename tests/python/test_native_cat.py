@@ -5,6 +5,8 @@ fit the graph raise, never write outside the result."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -95,7 +97,7 @@ def test_cat_operand_that_does_not_fit_raises() -> None:
         cg(torch.randn(2, 4, 5), torch.randn(2, 3, 9))  # type: ignore[operator]
 
 
-def test_cat_in_a_jitted_function_is_native() -> None:
+def test_cat_in_a_jitted_function_is_native(run_profiled: Any) -> None:
     """The GPT step's q/k/v gradient join: transposed views concatenated along the head dim."""
 
     def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -103,13 +105,7 @@ def test_cat_in_a_jitted_function_is_native() -> None:
         return torch.cat(parts, dim=2).reshape(2, 16, -1) + 1
 
     q, k, v = (torch.randn(2, 4, 16, 8) for _ in range(3))
-    xjit.ir.profile(1)
-    try:
-        compiled = xjit.jit(f)
-        got = compiled(q, k, v)
-        report = xjit.ir.profile_report()
-    finally:
-        xjit.ir.profile(0)
+    got, report = run_profiled(f, q, k, v)
     torch.testing.assert_close(got, f(q, k, v), rtol=1e-6, atol=1e-6)
     assert "reference cat" not in report, report
 
@@ -124,18 +120,13 @@ def test_stack_matches_torch(dim: int, layout: str) -> None:
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-def test_stack_in_a_jitted_function_is_native() -> None:
+def test_stack_in_a_jitted_function_is_native(run_profiled: Any) -> None:
     """GPT-J's rotary embedding stacks two strided halves and flattens them."""
 
     def f(x: torch.Tensor) -> torch.Tensor:
         return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2) * 3
 
     x = torch.randn(2, 16, 8)
-    xjit.ir.profile(1)
-    try:
-        got = xjit.jit(f)(x)
-        report = xjit.ir.profile_report()
-    finally:
-        xjit.ir.profile(0)
+    got, report = run_profiled(f, x)
     torch.testing.assert_close(got, f(x), rtol=1e-6, atol=1e-6)
     assert "reference stack" not in report, report

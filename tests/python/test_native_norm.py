@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 xjit = pytest.importorskip("xjit")
-fe = pytest.importorskip("xjit._frontend")
 F = torch.nn.functional
 
 
@@ -44,16 +44,10 @@ CASES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 @pytest.mark.filterwarnings("error::UserWarning")
 @pytest.mark.parametrize("name", list(CASES))
-def test_norm_matches_eager_and_runs_native(name: str) -> None:
+def test_norm_matches_eager_and_runs_native(name: str, run_profiled: Any) -> None:
     fn = CASES[name]
     x = _input()
-    fe.reset()  # one lambda's code serves every case: compile it afresh
-    xjit.ir.profile(1)
-    try:
-        got = xjit.jit(lambda t: fn(t) * 1.0)(x)
-        report = xjit.ir.profile_report()
-    finally:
-        xjit.ir.profile(0)
+    got, report = run_profiled(lambda t: fn(t) * 1.0, x)
     want, exact = fn(x), fn(x.double()).float()
     ok = torch.isclose(got, want, rtol=2e-5, atol=1e-5, equal_nan=True) | torch.isclose(
         got, exact, rtol=2e-5, atol=1e-5, equal_nan=True
