@@ -167,11 +167,10 @@ std::string trainingRefusal(const Capture &cap, bool xjitBackend, bool check) {
   if (!xjitBackend) return "training steps compile with backend='xjit' only";
   if (check) return "--check runs training frames in Python";
   if (cap.breakPoint) return "the frame has a graph break";
-  // In-place writes to tensors the caller sees (batch_norm's running statistics) are replayed
-  // after the forward; compileTraining checks that what they write carries no gradient.
-  for (const SideEffect &s : cap.sideEffects)
-    if (s.kind != SideEffect::TensorCopy)
-      return "the frame has side effects besides its result and in-place tensor writes";
+  // Side effects are replayed after the forward, as in inference: a tensor they store (a
+  // hidden state appended to a list) is an output of the autograd Function like the result,
+  // so it carries its gradient. In-place writes to tensors the caller sees (batch_norm's
+  // running statistics) are checked by compileTraining to carry no gradient.
   if (cap.cutsGradient)
     return "the frame stops a gradient (detach() or a torch.no_grad() region inside it)";
   if (cap.gradModeAtExit >= 0) return "the frame changes grad mode";

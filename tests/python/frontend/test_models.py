@@ -182,10 +182,13 @@ def test_no_grad_inside_the_compiled_function_runs_the_graph() -> None:
     with torch.no_grad():
         want = model(*args)
     assert_same(report.output, want)
-    # Without no_grad the frame keeps autograd's behaviour: it runs in Python.
+    # Without no_grad the frame is a training step (compiled forward and backward under an
+    # autograd Function): the same values, and logits that carry a gradient.
     report = xjit.explain(lambda m, ids: m(ids))(model, *args)
-    assert report.graphs[0].runs_in_python
+    assert not report.graphs[0].runs_in_python, report.graphs[0].note
+    assert report.graphs[0].note.startswith("training step"), report.graphs[0].note
     assert report.output.logits.requires_grad
+    assert_same(report.output.logits.detach(), want.logits)
 
 
 @pytest.mark.parametrize("backend", ["xjit", "eager"])

@@ -367,3 +367,48 @@ def test_split_into_heads_gradient_matches_eager(fn: Any) -> None:
     fn(x2).backward()
     torch.testing.assert_close(got, x2.grad, rtol=1e-5, atol=1e-6)
     assert not the_graph()["runs_in_python"], the_graph()["note"]
+
+
+RECORDED: dict[str, Any] = {}
+
+
+class Recorder(nn.Module):
+    """Stores intermediates the way Hugging Face's output collectors and caches do: a list
+    append, an attribute, a global dict's item, and a plain attribute flag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.seen: list[Any] = []
+
+    def forward(self, x: Any) -> Any:
+        h = torch.tanh(self.fc(x))
+        self.seen.append(h)
+        self.last = h * 3
+        RECORDED["h"] = h.exp()
+        self.calls = 1
+        return (h * h).sum()
+
+
+def test_side_effects_train_and_their_tensors_carry_gradients() -> None:
+    # Side effects are replayed after the compiled forward; tensors they store are outputs of
+    # the autograd Function, so a loss over them reaches the parameters as in eager.
+    torch.manual_seed(0)
+    model = Recorder()
+    eager = copy.deepcopy(model)
+    x = torch.randn(5, 4)
+    grads = []
+    for net in (xjit.jit(model), eager):
+        RECORDED.clear()
+        out = net(x)
+        stored = eager if net is eager else model
+        assert stored.calls == 1 and len(stored.seen) == 1
+        assert stored.seen[0].requires_grad and stored.last.grad_fn is not None
+        loss = out + stored.seen[0].sum() * 2 + stored.last.square().sum() + RECORDED["h"].sum()
+        loss.backward()
+        grads.append([p.grad for p in stored.parameters()])
+    for got, want in zip(*grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    graph = the_graph()
+    assert not graph["runs_in_python"], graph["note"]
+    assert graph["note"].startswith("training step: forward"), graph["note"]
