@@ -10,18 +10,23 @@ import torch
 
 from . import _frontend
 
-# (saved_inputs, grad_outputs, wrt, num_outputs): which graph inputs the backward reads, which
-# outputs have a gradient, which inputs get one, how many of the forward's results are outputs.
-Info = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]
+# (saved_inputs, grad_outputs, wrt, num_outputs, reach): which graph inputs the backward reads,
+# which outputs have a gradient, which inputs get one, how many of the forward's results are
+# outputs, and for each grad_outputs entry the positions in wrt of the inputs it depends on.
+Info = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int, tuple[tuple[int, ...], ...]]
 
 
 class CompiledStep(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, step: object, info: Info, *inputs: Any) -> tuple[Any, ...]:
-        saved_inputs, grad_outputs, _wrt, num_outputs = info
+        saved_inputs, grad_outputs, _wrt, num_outputs, _reach = info
         results = _frontend.training_forward(step, list(inputs))
         outputs, saved = results[:num_outputs], results[num_outputs:]
         ctx.step, ctx.info, ctx.num_inputs = step, info, len(inputs)
+        # Outputs the loss does not use get None, not zeros: an input that only they reach gets
+        # None too, as in eager (an optimizer skips a parameter whose grad is None).
+        ctx.set_materialize_grads(False)
+        ctx.grad_output_meta = [(outputs[i].shape, outputs[i].dtype) for i in grad_outputs]
         # Inputs through save_for_backward: an in-place change before backward raises, as in
         # eager. Intermediates stay private to this node.
         ctx.save_for_backward(*(inputs[i] for i in saved_inputs))
@@ -34,7 +39,7 @@ class CompiledStep(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        _saved_inputs, grad_outputs, wrt, _n = ctx.info
+        _saved_inputs, grad_outputs, wrt, _n, reach = ctx.info
         if torch.is_grad_enabled():  # create_graph=True: the gradients would need a backward
             raise RuntimeError(
                 "xjit: double backward (create_graph=True) through a compiled training step is "
@@ -42,11 +47,22 @@ class CompiledStep(torch.autograd.Function):
             )
         # saved_tensors raises after the graph was freed (a second backward without
         # retain_graph=True), as eager does.
-        values = [*ctx.intermediates, *ctx.saved_tensors, *(grads[i] for i in grad_outputs)]
+        reached: set[int] = set()
+        output_grads = []
+        for k, i in enumerate(grad_outputs):
+            g = grads[i]
+            if g is None:
+                shape, dtype = ctx.grad_output_meta[k]
+                g = torch.zeros(shape, dtype=dtype)
+            else:
+                reached.update(reach[k])
+            output_grads.append(g)
+        values = [*ctx.intermediates, *ctx.saved_tensors, *output_grads]
         input_grads = _frontend.training_backward(ctx.step, values)
         result: list[torch.Tensor | None] = [None] * (2 + ctx.num_inputs)
         for j, i in enumerate(wrt):
-            result[2 + i] = input_grads[j]
+            if j in reached:
+                result[2 + i] = input_grads[j]
         return tuple(result)
 
 

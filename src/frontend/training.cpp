@@ -247,11 +247,16 @@ std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id) {
     throw PyErrorSet();
   }
   e.training->capsule = PyRef::steal(capsule);
-  PyRef info = checked(PyTuple_New(4));
+  PyRef info = checked(PyTuple_New(5));
   PyTuple_SET_ITEM(info.get(), 0, indexTuple(ad.savedInputs).release());
   PyTuple_SET_ITEM(info.get(), 1, indexTuple(ad.gradOutputs).release());
   PyTuple_SET_ITEM(info.get(), 2, indexTuple(ad.wrt).release());
   PyTuple_SET_ITEM(info.get(), 3, checked(PyLong_FromSize_t(ad.numOutputs)).release());
+  PyRef reach = checked(PyTuple_New(static_cast<Py_ssize_t>(ad.gradOutputReach.size())));
+  for (size_t k = 0; k < ad.gradOutputReach.size(); ++k)
+    PyTuple_SET_ITEM(reach.get(), static_cast<Py_ssize_t>(k),
+                     indexTuple(ad.gradOutputReach[k]).release());
+  PyTuple_SET_ITEM(info.get(), 4, reach.release());
   e.training->info = std::move(info);
   e.training->summary = "training step: forward " + std::to_string(forwardOps) + " ops (" +
                         std::to_string(ad.numSaved) + " values saved for backward), backward " +

@@ -17,7 +17,7 @@ namespace xjit::frontend {
 struct TrainingStep {
   std::vector<bool> requiresGrad;
   PyRef capsule;       // the compiled graphs, passed to xjit._training.run
-  PyRef info;          // (saved_inputs, grad_outputs, wrt, num_outputs) for the Python side
+  PyRef info;          // (saved_inputs, grad_outputs, wrt, num_outputs, reach) for the Python side
   std::string summary; // for explain: "training step: forward N ops, backward M ops, ..."
 };
 

@@ -540,8 +540,41 @@ struct Joint {
   std::unique_ptr<Graph> graph;
   size_t numInputs = 0, numOutputs = 0;
   std::vector<size_t> gradOutputs, wrt;
-  std::vector<Value *> computeInForward; // rules' RuleArgs::computeInForward
+  std::vector<std::vector<size_t>> gradOutputReach; // AutodiffGraphs::gradOutputReach
+  std::vector<Value *> computeInForward;            // rules' RuleArgs::computeInForward
 };
+
+/// For each of `outs`, the positions in `wrt` whose inputs it depends on through values that
+/// carry a gradient (`needs`): the inputs autograd connects it to.
+std::vector<std::vector<size_t>> reachedInputs(const Graph &g, const std::vector<size_t> &wrt,
+                                               const std::unordered_set<const Value *> &needs,
+                                               const std::vector<Value *> &outs) {
+  const size_t words = (wrt.size() + 63) / 64;
+  std::unordered_map<const Value *, std::vector<uint64_t>> deps;
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    auto &bits = deps[g.input(wrt[k])];
+    bits.resize(words);
+    bits[k / 64] |= uint64_t{1} << (k % 64);
+  }
+  for (Op *op : *g.body())
+    for (const auto &r : op->results()) {
+      if (!needs.count(r.get())) continue;
+      std::vector<uint64_t> bits(words);
+      for (Value *v : op->operands())
+        if (auto it = deps.find(v); it != deps.end() && needs.count(v))
+          for (size_t w = 0; w < words; ++w)
+            bits[w] |= it->second[w];
+      deps[r.get()] = std::move(bits);
+    }
+  std::vector<std::vector<size_t>> reach;
+  for (const Value *out : outs) {
+    std::vector<size_t> &ks = reach.emplace_back();
+    if (auto it = deps.find(out); it != deps.end())
+      for (size_t k = 0; k < wrt.size(); ++k)
+        if (it->second[k / 64] >> (k % 64) & 1) ks.push_back(k);
+  }
+  return reach;
+}
 
 Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
   Joint j;
@@ -581,6 +614,10 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
     auto [it, fresh] = grads.emplace(v, gv);
     if (!fresh) it->second = b.op("add", {it->second, gv});
   };
+  std::vector<Value *> gradOuts;
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (needs.count(outs[i])) gradOuts.push_back(outs[i]);
+  j.gradOutputReach = reachedInputs(g, j.wrt, needs, gradOuts);
   for (size_t i = 0; i < outs.size(); ++i)
     if (needs.count(outs[i])) {
       j.gradOutputs.push_back(i);
@@ -739,6 +776,7 @@ AutodiffGraphs differentiate(const Graph &src, const std::vector<bool> &requires
   r.savedInputs.assign(savedInputs.begin(), savedInputs.end());
   r.gradOutputs = j.gradOutputs;
   r.wrt = j.wrt;
+  r.gradOutputReach = j.gradOutputReach;
 
   r.forward = std::make_unique<Graph>(src.name() + ".forward");
   std::unordered_map<const Value *, Value *> fmap;

@@ -32,6 +32,9 @@ struct AutodiffGraphs {
   std::vector<size_t> savedInputs; // inputs of g the backward reads, in its input order
   std::vector<size_t> gradOutputs; // outputs of g that have a gradient (float, depend on wrt)
   std::vector<size_t> wrt;         // inputs of g whose gradients backward returns
+  /// For each gradOutputs entry, the positions in wrt of the inputs it depends on: a wrt input
+  /// that no output given a gradient reaches gets None, as in eager (not backward's zeros).
+  std::vector<std::vector<size_t>> gradOutputReach;
 };
 
 /// Differentiates g with respect to the inputs marked in requiresGrad (one flag per input;

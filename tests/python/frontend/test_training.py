@@ -412,3 +412,33 @@ def test_side_effects_train_and_their_tensors_carry_gradients() -> None:
     graph = the_graph()
     assert not graph["runs_in_python"], graph["note"]
     assert graph["note"].startswith("training step: forward"), graph["note"]
+
+
+class TwoHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head_a, self.head_b = nn.Linear(4, 8), nn.Linear(8, 2), nn.Linear(8, 3)
+        self.unused = nn.Linear(4, 4)
+
+    def forward(self, x: Any) -> Any:
+        h = torch.tanh(self.body(x))
+        self.unused(x)  # computed and dropped: its parameters are graph inputs nothing reaches
+        return self.head_a(h), self.head_b(h)
+
+
+def test_parameters_the_loss_does_not_reach_get_no_gradient() -> None:
+    # Eager leaves .grad None for a parameter no output given a gradient depends on, and AdamW
+    # then skips it (no weight decay, no moments); zeros would move it. Only head_a's output is
+    # in the loss: head_b's and unused's gradients stay None, and the parameters match eager's.
+    torch.manual_seed(0)
+    x = torch.randn(5, 4)
+    got, want, model, eager = train_both(
+        TwoHeads(), lambda ps: torch.optim.AdamW(ps, lr=0.1, weight_decay=0.5), (x, None),
+        lambda out, _: out[0].square().mean(), steps=3,
+    )
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=0)
+    for (name, p), q in zip(model.named_parameters(), eager.parameters(), strict=True):
+        assert (p.grad is None) == (q.grad is None), name
+        assert (p.grad is None) == name.startswith(("head_b", "unused")), name
+    assert_params_close(model, eager, rtol=1e-5, atol=1e-6)
+    assert not the_graph()["runs_in_python"], the_graph()["note"]

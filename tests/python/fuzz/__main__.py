@@ -72,7 +72,7 @@ def _run(seeds: list[int], modes: tuple[str, ...]) -> dict[int, list[dict]]:
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m fuzz", description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", default="0:100", help="A:B (half-open) or a comma list")
-    ap.add_argument("--modes", default="static,dynamic")
+    ap.add_argument("--modes", default="static,dynamic", help="static, dynamic, grad (training)")
     ap.add_argument("--reduce", action="store_true", help="reduce each distinct serious finding")
     ap.add_argument("--show-strides", action="store_true", help="list stride-only mismatches")
     ap.add_argument("--out", help="write reduced programs here")
@@ -82,6 +82,7 @@ def main() -> int:
     if args.worker:
         _worker([int(s) for s in args.worker.split(",")], modes)
         return 0
+    from .differential import SERIOUS
     if ":" in args.seeds:
         a, b = args.seeds.split(":")
         seeds = list(range(int(a), int(b)))
@@ -100,7 +101,7 @@ def main() -> int:
                 head = (m.group(0) if m else "") + " " + f["detail"].split(": ", 2)[-1][:80]
             groups[(f["kind"], head)].append(seed)
     print(f"{len(results)} seeds in {elapsed:.1f} s ({len(results) / elapsed:.2f} programs/s)")
-    order = {"wrong": 0, "alias": 0, "crash": 1, "internal": 2, "harness": 3, "alias-outputs": 4,
+    order = {"wrong": 0, "wrong-grad": 0, "alias": 0, "crash": 1, "internal": 2, "harness": 3, "alias-outputs": 4,
              "view-copy": 4, "stride": 5, "stride1": 5, "warning": 6}
     for (kind, head), ss in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
         uniq = sorted(set(ss))
@@ -116,7 +117,7 @@ def main() -> int:
 
         seen = set()
         for (kind, head), ss in groups.items():
-            if kind not in ("wrong", "alias", "crash", "internal") or (kind, head) in seen:
+            if kind not in SERIOUS or (kind, head) in seen:
                 continue
             seen.add((kind, head))
             seed = min(ss)
@@ -125,7 +126,7 @@ def main() -> int:
             if args.out:
                 os.makedirs(args.out, exist_ok=True)
                 Path(args.out, f"seed-{seed}-{kind}.py").write_text(src)
-    serious = [k for k in groups if k[0] in ("wrong", "alias", "crash", "internal")]
+    serious = [k for k in groups if k[0] in SERIOUS]
     return 1 if serious else 0
 
 

@@ -1,6 +1,9 @@
 """Runs a generated program in eager PyTorch and under xjit.jit (static, and dynamic=True over
-2-3 batch sizes) and compares results, mutated inputs and warnings; reduces a failing program
-to a minimal one by deleting statements (delta debugging, one statement at a time)."""
+2-3 batch sizes) and compares results, mutated inputs and warnings; in "grad" mode its floating
+inputs require grad and a backward through a fixed random projection of its outputs must give
+eager's gradients (a compiled training step, or the frame in Python where it cannot train).
+Reduces a failing program to a minimal one by deleting statements (delta debugging, one
+statement at a time)."""
 
 from __future__ import annotations
 
@@ -21,15 +24,20 @@ TOLERANCES = {
     torch.bfloat16: (2e-2, 1e-2),
 }
 
+# Gradients are sums over a chain's ops: the same relative bound as the values, measured against
+# the largest gradient of the input (a gradient is often a difference of near-equal terms).
+GRAD_TOLERANCES = {torch.float32: 1e-4, torch.float64: 1e-7}
+
 # Kinds, most serious first. "stride" (right values, other strides than eager's on dims of size
 # > 1; "stride1" where only size-1 dims' strides differ) is reported apart. "warning" is any
 # other XjitWarning (a fallback with a reason), counted but not a failure.
-SERIOUS = ("wrong", "alias", "crash", "internal")
+SERIOUS = ("wrong", "wrong-grad", "alias", "crash", "internal")
 
 
 @dataclass
 class Finding:
-    # wrong | alias | crash | internal | alias-outputs | view-copy | stride | stride1 | warning
+    # wrong | wrong-grad | alias | crash | internal | alias-outputs | view-copy | stride | stride1
+    # | warning
     kind: str
     mode: str  # static | dynamic
     batch: int
@@ -172,6 +180,89 @@ def _alias_kind(w: torch.Tensor, w2: torch.Tensor, g: torch.Tensor, g2: torch.Te
     return "view-copy"
 
 
+def _grad_inputs(ns: dict[str, Any], batch: int) -> list[Any]:
+    """The program's inputs with every f32/f64 leaf requiring grad (views made of them before
+    stay grad-free: their base was not yet a variable)."""
+    inputs = ns["make_inputs"](batch)
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.dtype in GRAD_TOLERANCES and t._base is None:
+            t.requires_grad_(True)
+    return inputs
+
+
+def _backward(out: Any, inputs: list[Any]) -> list[Any] | None:
+    """Gradients of sum(out_i * r_i) (r_i fixed by i) for the inputs that require grad; None
+    when no output carries a gradient."""
+    outs = [t for t in _tensors(out) if t.requires_grad]
+    if not outs:
+        return None
+    loss = sum((t * torch.randn(t.shape, generator=torch.Generator().manual_seed(i),
+                                dtype=t.dtype)).sum() for i, t in enumerate(outs))
+    wrt = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    return list(torch.autograd.grad(loss, wrt, allow_unused=True))
+
+
+def _check_grad_call(jitted: Any, ns: dict[str, Any], batch: int) -> list[Finding]:
+    import xjit
+
+    mode = "grad"
+    inputs = _grad_inputs(ns, batch)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = ns["fn"](*inputs)
+            want_grads = _backward(want, inputs)
+    except Exception:
+        return []  # eager rejects it (an in-place write of a leaf that requires grad...)
+    inputs = _grad_inputs(ns, batch)
+    found: list[Finding] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            got = jitted(*inputs)
+            got_grads = _backward(got, inputs)
+        except Exception as e:  # noqa: BLE001 - any exception eager did not raise is a bug
+            return [Finding("crash", mode, batch, f"{type(e).__name__}: {str(e)[:300]}")]
+    for w in caught:
+        if issubclass(w.category, xjit.XjitWarning):
+            text = str(w.message)
+            found.append(Finding("internal" if "XJIT-E" in text else "warning", mode, batch,
+                                 text[:400]))
+    with torch.no_grad():
+        diff = _compare("output", _detached(want), _detached(got))
+    if diff is not None and diff[0] not in ("stride", "stride1"):
+        return found + [Finding(diff[0], mode, batch, diff[1])]
+    w_flags = [t.requires_grad for t in _tensors(want)]
+    g_flags = [t.requires_grad for t in _tensors(got)]
+    if w_flags != g_flags:
+        return found + [Finding("wrong-grad", mode, batch,
+                                f"outputs' requires_grad {g_flags} != eager's {w_flags}")]
+    for i, (w, g) in enumerate(zip(want_grads or [], got_grads or [])):
+        if (w is None) != (g is None):
+            return found + [Finding("wrong-grad", mode, batch,
+                                    f"gradient {i}: {'none' if g is None else 'a tensor'} where "
+                                    f"eager has {'none' if w is None else 'a tensor'}")]
+        if w is None:
+            continue
+        scale = w.abs().max().item() if w.numel() else 1.0
+        tol = GRAD_TOLERANCES[w.dtype] * max(1.0, scale)
+        if w.shape != g.shape or w.dtype != g.dtype or not torch.allclose(
+                g, w, rtol=GRAD_TOLERANCES[w.dtype], atol=tol, equal_nan=True):
+            err = (g.double() - w.double()).abs().nan_to_num(float("inf")).max().item() \
+                if w.shape == g.shape else "-"
+            return found + [Finding("wrong-grad", mode, batch,
+                                    f"gradient of input {i}: max abs diff {err}")]
+    return found
+
+
+def _detached(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detached(v) for v in value)
+    return value
+
+
 def check(src: str, prog: Program, modes: tuple[str, ...] = ("static", "dynamic")) -> list[Finding]:
     """Every finding of one program (its text `src`) over the modes."""
     import xjit
@@ -181,6 +272,11 @@ def check(src: str, prog: Program, modes: tuple[str, ...] = ("static", "dynamic"
     for mode in modes:
         fe.reset()
         ns = load(src, f"<fuzz seed {prog.seed}>")
+        if mode == "grad":
+            jitted = xjit.jit(ns["fn"])
+            for _ in range(2):  # the second call runs the cached training step
+                found += _check_grad_call(jitted, ns, prog.batch)
+            continue
         if mode == "static":
             jitted = xjit.jit(ns["fn"])
             batches = [prog.batch, prog.batch]  # the second call runs the cached graph
