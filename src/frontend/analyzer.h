@@ -231,6 +231,10 @@ public:
   /// Appends an op (location: the current instruction) and wraps tensor results.
   std::vector<VarPtr> emit(std::string_view op, const std::vector<VarPtr> &operands,
                            AttrMap attrs = {}, bool view = false);
+  /// `fill` (a zeros_like/full_like that overwrites t in place) annotated `autodiff.fill` when t
+  /// requires grad: autograd records eager's in-place fill (a zero gradient), so the result still
+  /// requires grad and t's inputs get zeros, not None.
+  VarPtr markTrackedFill(VarPtr fill, const VarPtr &t);
   VarPtr emit1(std::string_view op, const std::vector<VarPtr> &operands, AttrMap attrs = {},
                bool view = false) {
     return emit(op, operands, std::move(attrs), view).at(0);

@@ -121,6 +121,34 @@ VarPtr callReal(Analyzer &a, PyObject *fn, const Args &args, const std::string &
   return a.constantSteal(r);
 }
 
+/// A torch.nn module without parameters, buffers or submodules built from constants inside the
+/// frame (`loss_fct = CrossEntropyLoss()` in Hugging Face's task heads): built once at capture
+/// and inlined like the caller's modules. It has no source, so returning or storing it fails
+/// (a later call would get this object, not a new one). Null when it does not qualify.
+VarPtr statelessTorchModule(Analyzer &a, PyObject *fn, const Args &args, const std::string &qn) {
+  if (moduleNameOf(fn).rfind("torch.nn.modules.", 0) != 0) return nullptr;
+  for (const VarPtr &v : args.pos)
+    if (v->kind == VarKind::Tensor) return nullptr;
+  for (const auto &kv : args.kw)
+    if (kv.second->kind == VarKind::Tensor) return nullptr;
+  VarPtr built = callReal(a, fn, args, qn);
+  PyRef m = a.asPython(built);
+  if (!m) return nullptr;
+  for (const char *table : {"_parameters", "_buffers", "_modules"}) {
+    PyRef d = PyRef::steal(PyObject_GetAttrString(m.get(), table));
+    if (!d) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    if (!PyDict_Check(d.get())) return nullptr;
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(d.get(), &pos, &key, &value))
+      if (value != Py_None) return nullptr;
+  }
+  return std::make_shared<ModuleVar>(std::move(m));
+}
+
 // The types isinstance() sees for an abstract value.
 PyRef pyTypeOf(Analyzer &a, const VarPtr &v) {
   switch (v->kind) {
@@ -828,8 +856,10 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
     // torch.finfo(dtype) / torch.iinfo(dtype): facts about a dtype, known at capture time (T5's
     // and GPT-Neo's attention masks fill with torch.finfo(dtype).min).
     if (isTorchDtypeInfoType(fn)) return callReal(*this, fn, args, qn);
-    if (isModuleObject(fn) || PyObject_IsSubclass(fn, torchModuleType()) == 1)
+    if (isModuleObject(fn) || PyObject_IsSubclass(fn, torchModuleType()) == 1) {
+      if (VarPtr m = statelessTorchModule(*this, fn, args, qn)) return m;
       fail("constructing a module (" + qn + ") inside the captured code");
+    }
     if (isTrustedModuleName(mod)) return fallbackCall(fn, qn, args);
     return makeInstance(fn, fnSource, args); // a graph break when its instances cannot be modeled
   }

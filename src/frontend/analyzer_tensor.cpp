@@ -517,6 +517,14 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   return out;
 }
 
+VarPtr Analyzer::markTrackedFill(VarPtr fill, const VarPtr &t) {
+  auto *tv = as<TensorVar>(t);
+  if (gradEnabled_ && tv && tv->requiresGrad)
+    if (Op *def = as<TensorVar>(fill)->value->definingOp())
+      def->setAttr("autodiff.fill", Attr(true));
+  return fill;
+}
+
 VarPtr Analyzer::castTo(const VarPtr &t, DType dtype) {
   auto *tv = as<TensorVar>(t);
   if (!tv || tv->type().dtype() == dtype) return t;
@@ -664,7 +672,7 @@ VarPtr Analyzer::tensorMethod(const VarPtr &t, const std::string &name, const Ar
       checkViewWriteOperands(t, {kv.second});
     VarPtr result;
     if (base == "zero") {
-      result = emit1("zeros_like", {t});
+      result = markTrackedFill(emit1("zeros_like", {t}), t);
     } else if (base == "fill") {
       if (args.pos.size() != 1) fail("fill_() takes one value");
       if (args.pos[0]->kind == VarKind::Tensor)
@@ -679,7 +687,7 @@ VarPtr Analyzer::tensorMethod(const VarPtr &t, const std::string &name, const Ar
         a["fill_value"] = Attr(static_cast<int64_t>(PyLong_AsLongLong(v.get())));
       else
         a["fill_value"] = Attr(PyFloat_AsDouble(v.get()));
-      result = emit1("full_like", {t}, std::move(a));
+      result = markTrackedFill(emit1("full_like", {t}, std::move(a)), t);
     } else if (base == "copy") {
       if (args.pos.empty()) fail("copy_() without a source");
       result = args.pos[0];
@@ -1103,7 +1111,7 @@ void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &v
       // back contiguous, the layout rules taking a for clone(expand(7)))
       a.erase("shape");
       a.erase("dtype");
-      assignInPlace(t, emit1("full_like", {t}, std::move(a)));
+      assignInPlace(t, markTrackedFill(emit1("full_like", {t}, std::move(a)), t));
       return;
     }
     v = emit1("full", {}, std::move(a));

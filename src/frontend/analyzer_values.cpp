@@ -562,6 +562,7 @@ VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
         if (!PyDict_Check(d.get())) continue;
         PyObject *v = PyDict_GetItemString(d.get(), name.c_str());
         if (v) {
+          if (!src && v == Py_None) return none(); // a frame-built module's empty buffer slot
           if (!src) fail("module attribute '" + name + "' of a module the frame cannot reach");
           return wrapSourced(v, plus(*src, attrStep(name)));
         }

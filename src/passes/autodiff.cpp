@@ -243,6 +243,8 @@ const std::map<std::string, Rule> &ruleTable() {
               a.need[1] ? gradFor(a, 1, a.un("neg", a.mul(gx, a.out()))) : nullptr};
     };
     t["neg"] = [](RuleArgs &a) -> std::vector<Value *> { return {a.un("neg", a.g)}; };
+    // Reached only for an in-place fill autograd records (stopsGradient): zero gradient.
+    t["zeros_like"] = t["full_like"] = [](RuleArgs &) -> std::vector<Value *> { return {nullptr}; };
     t["where"] = [](RuleArgs &a) -> std::vector<Value *> {
       Value *zero = a.f(0.0);
       return {nullptr, a.need[1] ? gradFor(a, 1, a.b.op("where", {a.x(0), a.g, zero})) : nullptr,
@@ -522,6 +524,9 @@ bool multiResultRule(std::string_view name) {
 bool stopsGradient(const Op &op) {
   static const std::set<std::string, std::less<>> stops = {"zeros_like", "ones_like", "full_like",
                                                            "empty_like", "size"};
+  // An in-place fill of a tensor autograd tracks (`t.zero_()`, `t[...] = 7`; the frontend marks
+  // it): eager records it, so the result requires grad and its gradient to t is zero.
+  if (op.hasAttr("autodiff.fill")) return false;
   return stops.count(op.name()) > 0;
 }
 

@@ -121,3 +121,45 @@ def test_mse_loss_broadcasting_trains_compiled_and_warns(
     torch.testing.assert_close(w1.grad, w2.grad, rtol=1e-5, atol=1e-6)
     graphs = fe.events()["graphs"]
     assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
+
+
+nn = torch.nn
+
+
+def _ce_module(logits: Any, target: Any) -> Any:
+    h = torch.tanh(logits)
+    loss_fct = nn.CrossEntropyLoss()  # built inside the frame, as transformers' task heads do
+    return loss_fct(h.view(-1, 5), target.view(-1))
+
+
+def _mse_module(pred: Any, target: Any) -> Any:
+    h = pred * 2
+    return nn.MSELoss(reduction="sum")(h, target)
+
+
+@pytest.mark.parametrize(
+    ("step", "target"),
+    [
+        (_ce_module, torch.randint(0, 5, (12,))),
+        (_mse_module, torch.randn(12, 5)),
+    ],
+    ids=["cross_entropy", "mse"],
+)
+def test_loss_modules_built_in_the_frame_train_compiled(step: Any, target: Any) -> None:
+    # A torch.nn module without parameters or buffers, built from constants inside the frame, is
+    # made once at capture and inlined (analyzer_calls.cpp statelessTorchModule).
+    torch.manual_seed(0)
+    check_trains_compiled(step, torch.randn(12, 5), target)
+
+
+def test_a_module_built_in_the_frame_that_escapes_runs_in_python() -> None:
+    # Returned, it would be the capture's object at every call, not a new one: not compiled.
+    def make(x: Any) -> Any:
+        act = nn.ReLU()
+        return act(x), act
+
+    x = torch.randn(4)
+    out, act = xjit.jit(make)(x)
+    out2, act2 = xjit.jit(make)(x)
+    torch.testing.assert_close(out, torch.relu(x))
+    assert isinstance(act, nn.ReLU) and act is not act2

@@ -27,6 +27,7 @@ TOLERANCES = {
 # Gradients are sums over a chain's ops: the same relative bound as the values, measured against
 # the largest gradient of the input (a gradient is often a difference of near-equal terms).
 GRAD_TOLERANCES = {torch.float32: 1e-4, torch.float64: 1e-7}
+LOW_PRECISION_GRAD_TOLERANCE = 1e-2  # a program computing in f16/bf16 on the way
 
 # Kinds, most serious first. "stride" (right values, other strides than eager's on dims of size
 # > 1; "stride1" where only size-1 dims' strides differ) is reported apart. "warning" is any
@@ -202,7 +203,7 @@ def _backward(out: Any, inputs: list[Any]) -> list[Any] | None:
     return list(torch.autograd.grad(loss, wrt, allow_unused=True))
 
 
-def _check_grad_call(jitted: Any, ns: dict[str, Any], batch: int) -> list[Finding]:
+def _check_grad_call(jitted: Any, ns: dict[str, Any], batch: int, low_precision: bool) -> list[Finding]:
     import xjit
 
     mode = "grad"
@@ -245,9 +246,9 @@ def _check_grad_call(jitted: Any, ns: dict[str, Any], batch: int) -> list[Findin
         if w is None:
             continue
         scale = w.abs().max().item() if w.numel() else 1.0
-        tol = GRAD_TOLERANCES[w.dtype] * max(1.0, scale)
+        rtol = LOW_PRECISION_GRAD_TOLERANCE if low_precision else GRAD_TOLERANCES[w.dtype]
         if w.shape != g.shape or w.dtype != g.dtype or not torch.allclose(
-                g, w, rtol=GRAD_TOLERANCES[w.dtype], atol=tol, equal_nan=True):
+                g, w, rtol=rtol, atol=rtol * max(1.0, scale), equal_nan=True):
             err = (g.double() - w.double()).abs().nan_to_num(float("inf")).max().item() \
                 if w.shape == g.shape else "-"
             return found + [Finding("wrong-grad", mode, batch,
@@ -275,7 +276,7 @@ def check(src: str, prog: Program, modes: tuple[str, ...] = ("static", "dynamic"
         if mode == "grad":
             jitted = xjit.jit(ns["fn"])
             for _ in range(2):  # the second call runs the cached training step
-                found += _check_grad_call(jitted, ns, prog.batch)
+                found += _check_grad_call(jitted, ns, prog.batch, "float16" in src)
             continue
         if mode == "static":
             jitted = xjit.jit(ns["fn"])

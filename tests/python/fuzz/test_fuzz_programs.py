@@ -18,10 +18,7 @@ from .programs import generate  # noqa: E402
 # Seeds known to hit a bug not fixed yet: seed -> the finding's first words. Remove an entry
 # when its bug is fixed (the test then checks the seed like any other).
 KNOWN: dict[int, str] = {}
-# Grad mode: an in-place fill of a tensor autograd tracks (`v.fill_(3)`, `v[...] = 7`) is
-# captured as full_like(v), which stops the gradient: eager's result still requires grad (with a
-# zero gradient), xjit's does not.
-KNOWN_GRAD: dict[int, str] = {42: "requires_grad", 53: "requires_grad", 58: "requires_grad"}
+KNOWN_GRAD: dict[int, str] = {}  # the same for grad mode
 
 N_SEEDS = int(os.environ.get("XJIT_FUZZ_SEEDS", "80"))
 
