@@ -7,7 +7,9 @@
 #include "xjit/ir/sym_attr.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -1578,8 +1580,83 @@ LOWER(lowerPad) {
   return a.emit1("pad", {b.at("input")}, std::move(attrs));
 }
 
+/// xjit._dropout.noise(empty(shape, dtype), p): dropout's noise, drawn by PyTorch at run time
+/// as eager draws it (a fallback node with no gradient path; the product is compiled).
+VarPtr dropoutNoise(Analyzer &a, const Shape &shape, DType dtype, const VarPtr &p) {
+  PyRef noiseFn =
+      check(PyObject_GetAttrString(
+                check(PyImport_ImportModule("xjit._dropout"), "xjit._dropout").get(), "noise"),
+            "xjit._dropout.noise");
+  Args args;
+  args.pos = {a.emit1("empty", {}, {{"shape", makeSizeAttr(shape)}, {"dtype", Attr(dtype)}}), p,
+              a.constant(Py_False)};
+  return a.fallbackCall(noiseFn.get(), "dropout's noise", args);
+}
+
+/// Attention with dropout (transformers' models in train() mode pass their attention dropout):
+/// eager's CPU runs ATen's math path, so this is that path op by op: q and kᵀ each scaled by
+/// sqrt(scale), the mask (a bool one, or is_causal, as -inf; a float one added), the safe
+/// softmax (a row of -inf gives zeros), dropout drawn on the probabilities as at::dropout does
+/// (same generator, same draws), then the product with v.
+VarPtr sdpaWithDropout(Analyzer &a, BoundArgs &b, const VarPtr &p) {
+  const TensorVar &q = tensorOf(a, b.at("query"), "query"), &k = tensorOf(a, b.at("key"), "key");
+  const Shape &qs = q.type().shape(), &ks = k.type().shape();
+  if (a.truthy(b.at("enable_gqa"))) a.fail("scaled_dot_product_attention with dropout and GQA");
+  if (qs.size() < 2 || qs.size() != ks.size())
+    a.fail("scaled_dot_product_attention with dropout of query and key of different ranks");
+  Shape probs;
+  for (size_t i = 0; i + 2 < qs.size(); ++i) {
+    const bool qOne = qs[i].isStatic() && qs[i].value() == 1;
+    if (!(qs[i] == ks[i]) && !qOne && !(ks[i].isStatic() && ks[i].value() == 1))
+      a.fail("scaled_dot_product_attention with dropout of unequal batch dims");
+    probs.push_back(qOne ? ks[i] : qs[i]);
+  }
+  probs.push_back(qs[qs.size() - 2]);
+  probs.push_back(ks[ks.size() - 2]);
+  double scale = 0;
+  if (!isNoneVar(b.at("scale"))) {
+    std::optional<double> s = a.asNumber(b.at("scale"));
+    if (!s || *s <= 0) a.fail("scaled_dot_product_attention with dropout and this scale");
+    scale = *s;
+  } else {
+    if (!qs.back().isStatic()) a.fail("scaled_dot_product_attention with dropout, symbolic E");
+    scale = 1.0 / std::sqrt(static_cast<double>(qs.back().value()));
+  }
+  VarPtr root = a.constantSteal(PyFloat_FromDouble(std::sqrt(scale)));
+  VarPtr kt = a.emit1("transpose", {b.at("key")},
+                      {{"dim0", Attr(int64_t{-2})}, {"dim1", Attr(int64_t{-1})}});
+  VarPtr scores =
+      a.emit1("matmul", {a.emit1("mul", {b.at("query"), root}), a.emit1("mul", {kt, root})});
+  const double inf = std::numeric_limits<double>::infinity();
+  const VarPtr &mask = b.at("attn_mask");
+  const bool causal = a.truthy(b.at("is_causal"));
+  if (causal && !isNoneVar(mask)) a.fail("scaled_dot_product_attention with a mask and is_causal");
+  if (causal) {
+    VarPtr ones = a.emit1("ones", {},
+                          {{"shape", makeSizeAttr(Shape{qs[qs.size() - 2], ks[ks.size() - 2]})},
+                           {"dtype", Attr(DType::Bool)}});
+    VarPtr keep = a.emit1("tril", {ones});
+    scores =
+        a.emit1("masked_fill", {scores, a.emit1("logical_not", {keep})}, {{"value", Attr(-inf)}});
+  } else if (!isNoneVar(mask)) {
+    const TensorVar &m = tensorOf(a, mask, "attn_mask");
+    scores = m.type().dtype() == DType::Bool
+                 ? a.emit1("masked_fill", {scores, a.emit1("logical_not", {mask})},
+                           {{"value", Attr(-inf)}})
+                 : a.emit1("add", {scores, mask});
+  }
+  VarPtr weights = a.emit1("softmax", {scores}, {{"dim", Attr(int64_t{-1})}});
+  VarPtr rowMax = a.emit1("amax", {scores},
+                          {{"dims", Attr(std::vector<int64_t>{-1})}, {"keepdim", Attr(true)}});
+  VarPtr allMasked = a.emit1("eq", {rowMax, a.constantSteal(PyFloat_FromDouble(-inf))});
+  weights = a.emit1("masked_fill", {weights, allMasked}, {{"value", Attr(0.0)}});
+  weights = a.emit1("mul", {weights, dropoutNoise(a, probs, q.type().dtype(), p)});
+  return a.emit1("matmul", {weights, b.at("value")});
+}
+
 LOWER(lowerSdpa) {
   std::optional<double> p = a.asNumber(b.at("dropout_p"));
+  if (p && *p > 0.0 && *p < 1.0) return sdpaWithDropout(a, b, b.at("dropout_p"));
   if (!p || *p != 0.0) a.fail("scaled_dot_product_attention with dropout");
   AttrMap attrs{{"is_causal", Attr(a.truthy(b.at("is_causal")))},
                 {"enable_gqa", Attr(a.truthy(b.at("enable_gqa")))}};

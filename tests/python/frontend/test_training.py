@@ -442,3 +442,65 @@ def test_parameters_the_loss_does_not_reach_get_no_gradient() -> None:
         assert (p.grad is None) == name.startswith(("head_b", "unused")), name
     assert_params_close(model, eager, rtol=1e-5, atol=1e-6)
     assert not the_graph()["runs_in_python"], the_graph()["note"]
+
+
+@pytest.mark.parametrize("form", ["plain", "causal", "float_mask", "bool_mask"])
+def test_attention_with_dropout_trains_with_eagers_draws(form: str) -> None:
+    # Eager's CPU runs ATen's math path for dropout_p > 0; the frontend lowers it op by op with
+    # the noise drawn by PyTorch on the probabilities' shape, so outputs, gradients and the
+    # generator's state after the call are eager's.
+    mask = {"float_mask": torch.randn(2, 1, 6, 6), "bool_mask": torch.rand(6, 6) > 0.3}.get(form)
+
+    def attend(q: Any, k: Any, v: Any) -> Any:
+        return F.scaled_dot_product_attention(
+            q * 1.5, k, v, attn_mask=mask, dropout_p=0.25, is_causal=form == "causal"
+        )
+
+    torch.manual_seed(0)
+    qkv = [torch.randn(2, 3, 6, 4, requires_grad=True) for _ in range(3)]
+    ref = [t.detach().clone().requires_grad_() for t in qkv]
+    results = []
+    for fn, args in ((xjit.jit(attend), qkv), (attend, ref)):
+        torch.manual_seed(7)
+        out = fn(*args)
+        results.append((out, torch.rand(3)))  # the generator advanced by the same draws
+        out.backward(torch.linspace(-1, 1, out.numel()).view(out.shape))
+    (got, after_got), (want, after_want) = results
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(after_got, after_want, rtol=0, atol=0)
+    for a, b in zip(qkv, ref, strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+    graph = the_graph()
+    assert graph["note"].startswith("training step: forward"), graph["note"]
+
+
+def test_hugging_face_classifier_fine_tunes_compiled_with_dropout() -> None:
+    # transformers' task head in train() mode: hidden and attention dropout, the loss module
+    # built in forward, outputs indexed; one compiled graph, losses and weights as eager's.
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=32, num_labels=3,
+    )
+    model = transformers.BertForSequenceClassification(config).train()
+    eager = copy.deepcopy(model)
+    compiled = xjit.jit(model)
+    ids, labels = torch.randint(0, 64, (4, 12)), torch.randint(0, 3, (4,))
+    losses: list[list[float]] = [[], []]
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (model, eager)]
+    for step in range(3):
+        for k, (net, opt) in enumerate(zip((compiled, eager), opts, strict=True)):
+            torch.manual_seed(100 + step)
+            opt.zero_grad()
+            loss = net(input_ids=ids, labels=labels).loss
+            loss.backward()
+            opt.step()
+            losses[k].append(loss.item())
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=0)
+    assert_params_close(model, eager, rtol=1e-5, atol=1e-5)
+    # The first forward sets config.problem_type: one recompile, then the second entry is hit.
+    graphs = fe.events()["graphs"]
+    assert len(graphs) == 2, graphs
+    for graph in graphs:
+        assert graph["note"].startswith("training step: forward"), graph["note"]
