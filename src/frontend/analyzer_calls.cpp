@@ -1091,6 +1091,13 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
         fail("call to torch." + qn + " (changes global state)");
     return fallbackCall(fn, (mod.empty() ? "" : mod + ".") + qn, args);
   }
+  // transformers' logger.warning_once / info_once are cached per message: run now with their
+  // constant arguments, they print what eager prints on its first call and nothing after, as
+  // eager (PreTrainedModel.loss_function warns on every forward of a model with labels).
+  if (mod == "transformers.utils.logging" && (qn == "warning_once" || qn == "info_once")) {
+    callReal(*this, fn, args, qn);
+    return none();
+  }
   fail("call to " + (mod.empty() ? "" : mod + ".") + qn +
        " (a function the analyzer cannot see into)");
 }

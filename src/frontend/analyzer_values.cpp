@@ -519,7 +519,11 @@ VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
       if (getter.get() == Py_None) fail("unreadable property '" + name + "'");
       Args a;
       a.pos.push_back(obj);
-      return callObject(getter.get(), std::nullopt, a);
+      // Through the class (type(obj).name is the property itself): the getter's globals get a
+      // source (transformers' loss_function reads its module's LOSS_MAPPING dict).
+      std::optional<Source> getterSource;
+      if (classFnSource) getterSource = plus(*classFnSource, attrStep("fget"));
+      return callObject(getter.get(), getterSource, a);
     }
     case Found::DataDescr:
     case Found::Instance:

@@ -474,33 +474,55 @@ def test_attention_with_dropout_trains_with_eagers_draws(form: str) -> None:
     assert graph["note"].startswith("training step: forward"), graph["note"]
 
 
-def test_hugging_face_classifier_fine_tunes_compiled_with_dropout() -> None:
-    # transformers' task head in train() mode: hidden and attention dropout, the loss module
-    # built in forward, outputs indexed; one compiled graph, losses and weights as eager's.
+def _task_model(name: str) -> tuple[Any, dict[str, Any]]:
+    """transformers' task heads, tiny, in train() mode with their default dropout, and a batch
+    with padding and labels (the loss is computed in forward)."""
     transformers = pytest.importorskip("transformers")
+    tiny = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    ids = torch.randint(0, 64, (4, 12))
+    mask = torch.ones(4, 12, dtype=torch.long)
+    mask[1, 8:] = 0
+    if name == "bert-classifier":
+        config = transformers.BertConfig(vocab_size=64, max_position_embeddings=32, num_labels=3, **tiny)
+        return transformers.BertForSequenceClassification(config), dict(
+            input_ids=ids, attention_mask=mask, labels=torch.randint(0, 3, (4,)))
+    if name == "gpt2-lm":  # loss_function: a property reading its module's LOSS_MAPPING
+        config = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=32)
+        return transformers.GPT2LMHeadModel(config), dict(input_ids=ids, attention_mask=mask, labels=ids)
+    if name == "llama-lm":
+        config = transformers.LlamaConfig(vocab_size=64, num_key_value_heads=2, **tiny)
+        return transformers.LlamaForCausalLM(config), dict(input_ids=ids, attention_mask=mask, labels=ids)
+    config = transformers.ViTConfig(image_size=16, patch_size=8, num_labels=5, **tiny)
+    return transformers.ViTForImageClassification(config), dict(
+        pixel_values=torch.randn(4, 3, 16, 16), labels=torch.randint(0, 5, (4,)))
+
+
+@pytest.mark.parametrize("name", ["bert-classifier", "gpt2-lm", "llama-lm", "vit-classifier"])
+def test_hugging_face_task_models_fine_tune_compiled(name: str) -> None:
+    # Hidden and attention dropout, loss modules built in forward, the loss_function property
+    # and its logger.warning_once, outputs indexed: every graph a compiled training step, losses
+    # and weights as eager's over AdamW steps.
     torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=32, num_labels=3,
-    )
-    model = transformers.BertForSequenceClassification(config).train()
+    model, batch = _task_model(name)
+    model.train()
     eager = copy.deepcopy(model)
     compiled = xjit.jit(model)
-    ids, labels = torch.randint(0, 64, (4, 12)), torch.randint(0, 3, (4,))
     losses: list[list[float]] = [[], []]
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (model, eager)]
     for step in range(3):
         for k, (net, opt) in enumerate(zip((compiled, eager), opts, strict=True)):
             torch.manual_seed(100 + step)
             opt.zero_grad()
-            loss = net(input_ids=ids, labels=labels).loss
+            loss = net(**batch).loss
             loss.backward()
             opt.step()
             losses[k].append(loss.item())
     torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=0)
-    assert_params_close(model, eager, rtol=1e-5, atol=1e-5)
-    # The first forward sets config.problem_type: one recompile, then the second entry is hit.
+    # AdamW moves a weight whose gradient is near zero by up to lr on a last-bit difference of
+    # that gradient (as in test_mlp_training_loop_matches_eager): atol = lr / 10.
+    assert_params_close(model, eager, rtol=1e-5, atol=1e-4)
+    # A first forward may set config fields (problem_type): one recompile at most.
     graphs = fe.events()["graphs"]
-    assert len(graphs) == 2, graphs
+    assert 1 <= len(graphs) <= 2 and not fe.events()["breaks"], graphs
     for graph in graphs:
         assert graph["note"].startswith("training step: forward"), graph["note"]
