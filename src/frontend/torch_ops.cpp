@@ -1320,6 +1320,37 @@ VarPtr reduceLoss(Analyzer &a, const VarPtr &loss, const std::string &reduction)
 // given once when the frame is captured (eager's default warning filter also shows it once per
 // place); where warnings are errors PyTorch is called and raises. An element weight and the
 // deprecated size_average / reduce still call PyTorch.
+/// F.binary_cross_entropy_with_logits as ATen computes it: (1 - t) * x - log_sigmoid(x), the
+/// log-sigmoid scaled by (pos_weight - 1) * t + 1 first, the loss by weight after (transformers'
+/// multi-label heads). Other forms (shapes that differ, the deprecated size_average/reduce)
+/// stay PyTorch calls.
+LOWER(lowerBceWithLogits) {
+  const Type &it = tensorOf(a, b.at("input"), "input").type();
+  auto *tv = as<TensorVar>(b.at("target"));
+  const std::string reduction = lossReduction(a, b);
+  auto floatTensorOrNone = [&](const char *name) {
+    auto *w = as<TensorVar>(b.at(name));
+    return b.isNone(name) || (w && w->type().dtype() == it.dtype());
+  };
+  if (!tv || !isFloating(it.dtype()) || tv->type().dtype() != it.dtype() ||
+      tv->type().shape() != it.shape() || !b.isNone("size_average") || !b.isNone("reduce") ||
+      !floatTensorOrNone("weight") || !floatTensorOrNone("pos_weight") ||
+      !(reduction == "mean" || reduction == "sum" || reduction == "none"))
+    return callFunctional(a, b, "binary_cross_entropy_with_logits",
+                          {"weight", "size_average", "reduce", "reduction", "pos_weight"});
+  const VarPtr &x = b.at("input"), &t = b.at("target");
+  VarPtr one = a.constantSteal(PyFloat_FromDouble(1.0));
+  VarPtr logSig = a.emit1("log_sigmoid", {x});
+  if (!b.isNone("pos_weight")) {
+    VarPtr logWeight =
+        a.emit1("add", {a.emit1("mul", {a.emit1("sub", {b.at("pos_weight"), one}), t}), one});
+    logSig = a.emit1("mul", {logSig, logWeight});
+  }
+  VarPtr loss = a.emit1("sub", {a.emit1("mul", {a.emit1("sub", {one, t}), x}), logSig});
+  if (!b.isNone("weight")) loss = a.emit1("mul", {loss, b.at("weight")});
+  return reduceLoss(a, loss, reduction);
+}
+
 LOWER(lowerMseLoss) {
   const Type &it = tensorOf(a, b.at("input"), "input").type();
   auto *tv = as<TensorVar>(b.at("target"));
@@ -1926,6 +1957,10 @@ const std::vector<TorchRow> &table() {
        "cross_entropy", "", lowerCrossEntropy},
       {"F.mse_loss", "input, target, size_average=None, reduce=None, reduction='mean', weight=None",
        "mse_loss", "", lowerMseLoss},
+      {"F.binary_cross_entropy_with_logits",
+       "input, target, weight=None, size_average=None, reduce=None, reduction='mean', "
+       "pos_weight=None",
+       "binary_cross_entropy_with_logits", "", lowerBceWithLogits},
       // Reductions.
       {"torch.sum Tensor.sum", "input, dim=None, keepdim=False, *, dtype=None", "sum", "",
        lowerReduce},

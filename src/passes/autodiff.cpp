@@ -264,6 +264,8 @@ const std::map<std::string, Rule> &ruleTable() {
     unary("gelu", [](RuleArgs &a) { return geluDerivative(a, a.x(0)); });
     unary("tanh", [](RuleArgs &a) { return a.bin("sub", a.f(1.0), a.mul(a.out(), a.out())); });
     unary("sigmoid", [](RuleArgs &a) { return a.mul(a.out(), a.bin("sub", a.f(1.0), a.out())); });
+    // d/dx log(sigmoid(x)) = 1 - sigmoid(x) = sigmoid(-x), exact for large |x| either way.
+    unary("log_sigmoid", [](RuleArgs &a) { return a.un("sigmoid", a.un("neg", a.x(0))); });
     unary("silu", [](RuleArgs &a) {
       Value *s = a.un("sigmoid", a.x(0));
       Value *oneMinus = a.bin("sub", a.f(1.0), s);

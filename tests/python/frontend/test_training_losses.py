@@ -163,3 +163,39 @@ def test_a_module_built_in_the_frame_that_escapes_runs_in_python() -> None:
     out2, act2 = xjit.jit(make)(x)
     torch.testing.assert_close(out, torch.relu(x))
     assert isinstance(act, nn.ReLU) and act is not act2
+
+
+BCE_FORMS = [
+    {},
+    {"reduction": "sum"},
+    {"reduction": "none"},
+    {"weight": True},
+    {"pos_weight": True},
+    {"weight": True, "pos_weight": True, "reduction": "sum"},
+]
+
+
+@pytest.mark.parametrize("kwargs", BCE_FORMS, ids=[str(sorted(k.items())) for k in BCE_FORMS])
+def test_bce_with_logits_trains_compiled(kwargs: dict[str, Any]) -> None:
+    # ATen's form, (1 - t) * x - log_sigmoid(x) (scaled by pos_weight's log weight), lowered so
+    # that transformers' multi-label heads train compiled; large logits on both sides.
+    torch.manual_seed(3)
+    opts = dict(kwargs)
+    if opts.pop("weight", False):
+        opts["weight"] = torch.rand(5)
+    if opts.pop("pos_weight", False):
+        opts["pos_weight"] = torch.rand(5) * 3
+
+    def step(x: Any, t: Any) -> Any:
+        return F.binary_cross_entropy_with_logits(x * 4, t, **opts)
+
+    check_trains_compiled(step, torch.randn(6, 5) * 10, torch.rand(6, 5).round())
+
+
+def test_bce_with_logits_module_built_in_the_frame_trains_compiled() -> None:
+    def step(x: Any, t: Any) -> Any:
+        h = torch.tanh(x) * 3
+        return nn.BCEWithLogitsLoss()(h, t)
+
+    torch.manual_seed(4)
+    check_trains_compiled(step, torch.randn(6, 5), torch.rand(6, 5))
