@@ -24,6 +24,27 @@ model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.L
 compare("tiny MLP", model, torch.randn(8, 16), calls=2)
 """
 
+TINY_TRAINING = f"""
+import sys, torch
+sys.path.insert(0, {str(EXAMPLES)!r})
+from _compare import compare_training
+
+class Classifier(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Dropout(0.2),
+                                       torch.nn.GELU(), torch.nn.Linear(32, 4))
+
+    def forward(self, x, labels):
+        logits = self.net(x)
+        return type("Out", (), {{"loss": torch.nn.functional.cross_entropy(logits, labels)}})
+
+torch.manual_seed(0)
+compare_training("tiny classifier", Classifier(), {{"x": torch.randn(8, 16),
+                 "labels": torch.randint(0, 4, (8,))}},
+                 lambda ps: torch.optim.AdamW(ps, lr=1e-2), steps=4)
+"""
+
 # Frames run inside paused() stay unseen by the hook; the same function called afterwards is
 # compiled by program mode again.
 PAUSED = """
@@ -73,3 +94,11 @@ def test_paused_runs_frames_uncompiled(tmp_path: Path) -> None:
     out = _run_cli(tmp_path, PAUSED).splitlines()
     assert "inside: unseen" in out, out
     assert "after: active" in out, out
+
+
+def test_compare_training_prints_speedup_and_matching_losses(tmp_path: Path) -> None:
+    out = _run_cli(tmp_path, TINY_TRAINING)
+    line = next(l for l in out.splitlines() if l.startswith("tiny classifier: xjit"))
+    assert re.search(r"[0-9.]+x eager; first step \(compile\) [0-9.]+ s", line), line
+    diff = float(re.search(r"max relative difference vs eager ([0-9.e+-]+)", line).group(1))
+    assert diff < 1e-5, line
