@@ -234,6 +234,23 @@ class SmallGPT(nn.Module):
         return logits
 
 
+class BertClassifier(nn.Module):
+    """Fine-tuning a BERT encoder (Hugging Face transformers, 4 layers, hidden 256, random
+    weights) with a classification head, dropout on: what `examples/bert_finetune.py` runs."""
+
+    def __init__(self, num_labels: int = 3) -> None:
+        super().__init__()
+        from transformers import BertConfig, BertForSequenceClassification
+
+        config = BertConfig(num_hidden_layers=4, hidden_size=256, num_attention_heads=4,
+                            intermediate_size=1024, num_labels=num_labels)
+        self.bert = BertForSequenceClassification(config)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.bert(input_ids=ids).logits
+        return logits
+
+
 @dataclass(frozen=True)
 class TrainingCase:
     """One training step: the (compiled) model's forward, the loss in eager PyTorch, backward,
@@ -277,6 +294,13 @@ TRAINING_CASES: dict[str, TrainingCase] = {
             8,
             SmallGPT,
             lambda b: (torch.randint(0, 1024, (b, 128)), torch.randint(0, 1024, (b, 128))),
+            "adamw",
+        ),
+        TrainingCase(
+            "bert",
+            8,
+            BertClassifier,
+            lambda b: (torch.randint(0, 30522, (b, 128)), torch.randint(0, 3, (b,))),
             "adamw",
         ),
     )

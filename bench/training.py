@@ -50,6 +50,7 @@ class Trainer:
 
     def step(self) -> None:
         x, y = self.batch
+        torch.manual_seed(1000 + len(self.losses))  # each backend's n-th step draws alike (dropout)
         self.opt.zero_grad(set_to_none=True)
         loss = self.case.loss(self.forward(x), y)
         loss.backward()
@@ -60,6 +61,7 @@ class Trainer:
         """step(), each phase timed with `clock`: seconds of zero_grad, forward, loss, backward,
         optimizer step."""
         x, y = self.batch
+        torch.manual_seed(1000 + len(self.losses))
         t = [clock()]
         self.opt.zero_grad(set_to_none=True)
         t.append(clock())
