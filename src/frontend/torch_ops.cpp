@@ -1250,6 +1250,17 @@ LOWER(lowerIdentityOp) { // contiguous / clone in their default memory_format
   return a.emit1(row.op, {b.at("input")});
 }
 
+/// A PyTorch fallback node calling xjit._dropout.<fn>(args): the noise of a dropout, drawn by
+/// PyTorch from its global generator as eager draws it. Its operands are empty_like()s (shapes
+/// and dtypes only), so no gradient reaches the call.
+VarPtr dropoutNoise(Analyzer &a, const char *fn, const Args &args) {
+  PyRef noiseFn =
+      check(PyObject_GetAttrString(
+                check(PyImport_ImportModule("xjit._dropout"), "xjit._dropout").get(), fn),
+            "xjit._dropout");
+  return a.fallbackCall(noiseFn.get(), "F.dropout's noise", args);
+}
+
 LOWER(lowerDropout) { // F.dropout(input, p, training, inplace): identity unless training
   if (!a.truthy(b.at("training"))) return b.at("input");
   std::optional<double> p = a.asNumber(b.at("p"));
@@ -1266,15 +1277,10 @@ LOWER(lowerDropout) { // F.dropout(input, p, training, inplace): identity unless
     // generator), the product is compiled. Its operand, empty_like(input), gives the call the
     // input's shape and dtype and no gradient path, so a training step differentiates the
     // product (g * noise) and saves the noise for the backward.
-    PyRef noiseFn =
-        check(PyObject_GetAttrString(
-                  check(PyImport_ImportModule("xjit._dropout"), "xjit._dropout").get(), "noise"),
-              "xjit._dropout.noise");
     Args args;
     args.pos = {a.emit1("empty_like", {b.at("input")}), b.at("p"),
                 a.constant(feature ? Py_True : Py_False)};
-    return a.emit1("mul",
-                   {b.at("input"), a.fallbackCall(noiseFn.get(), "F.dropout's noise", args)});
+    return a.emit1("mul", {b.at("input"), dropoutNoise(a, "noise", args)});
   }
   // PyTorch draws the mask at run time (same random stream as eager).
   PyRef fn = check(PyObject_GetAttrString(
@@ -1580,12 +1586,23 @@ LOWER(lowerPad) {
 
 LOWER(lowerSdpa) {
   std::optional<double> p = a.asNumber(b.at("dropout_p"));
-  if (!p || *p != 0.0) a.fail("scaled_dot_product_attention with dropout");
-  AttrMap attrs{{"is_causal", Attr(a.truthy(b.at("is_causal")))},
-                {"enable_gqa", Attr(a.truthy(b.at("enable_gqa")))}};
+  if (!p || *p < 0.0 || *p >= 1.0)
+    a.fail("scaled_dot_product_attention with a dropout_p that is not a number in [0, 1)");
+  const bool gqa = a.truthy(b.at("enable_gqa"));
+  AttrMap attrs{{"is_causal", Attr(a.truthy(b.at("is_causal")))}, {"enable_gqa", Attr(gqa)}};
   if (!isNoneVar(b.at("scale"))) attrs["scale"] = scalarAttr(a, b.at("scale"), "scale");
   std::vector<VarPtr> ops{b.at("query"), b.at("key"), b.at("value")};
-  if (!isNoneVar(b.at("attn_mask"))) ops.push_back(b.at("attn_mask"));
+  const bool masked = !isNoneVar(b.at("attn_mask"));
+  if (masked || *p > 0.0) ops.push_back(masked ? b.at("attn_mask") : a.none());
+  if (*p > 0.0) {
+    // Eager's CPU attention with dropout is the math path: softmax weights, then at::dropout of
+    // them (one bernoulli_ draw of the weights' shape), then the product with value. The op
+    // takes that noise as an operand (the weights' multiplier), drawn as eager draws it.
+    Args args;
+    args.pos = {a.emit1("empty_like", {b.at("query")}), a.emit1("empty_like", {b.at("key")}),
+                b.at("dropout_p"), a.constant(gqa ? Py_True : Py_False)};
+    ops.push_back(dropoutNoise(a, "attention_noise", args));
+  }
   return a.emit1("scaled_dot_product_attention", ops, std::move(attrs));
 }
 
