@@ -189,6 +189,10 @@ public:
   bool gradEnabled() const { return gradEnabled_; }
   void setGradEnabled(bool e) { gradEnabled_ = e; }
   void noteGradientCut() { cutsGradient_ = true; }
+  /// `t.requires_grad = flag` / `t.requires_grad_(flag)`: a graph break unless it changes
+  /// nothing, or makes a tensor computed without gradient a leaf that requires grad
+  /// (Capture::gradLeaves).
+  void setRequiresGrad(TensorVar &t, const VarPtr &flag);
 
   // ---- dataclass instances (analyzer_dataclass.cpp) ----
   /// cls(*args, **kwargs) for a @dataclass: fields bound like its generated __init__, then
@@ -317,6 +321,7 @@ private:
   Frame *frame_ = nullptr;
   bool gradEnabled_ = true;
   bool recordedForAutograd_ = false; // an op was emitted that eager autograd would record
+  std::vector<Value *> gradLeaves_;  // Capture::gradLeaves
   bool cutsGradient_ = false;        // Capture::cutsGradient
   int64_t budget_ = 2'000'000;       // instructions executed across all frames
   std::vector<Guard> guards_;
