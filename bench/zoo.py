@@ -562,13 +562,7 @@ def run_one(name: str, rounds: int) -> dict[str, Any]:
         result["breaks"] = [f"{b.where}: {b.reason}" for b in report.graph_breaks]
         result["ops"] = report.op_count
         result["fallback_nodes"] = sum(g.ops.get("external_call", 0) for g in report.graphs)
-        fallback_targets: dict[str, int] = {}
-        for g in report.graphs:
-            for line in g.ir.splitlines():
-                if "external_call(" in line and 'name = "' in line:
-                    target = line.split('name = "', 1)[1].split('"', 1)[0]
-                    fallback_targets[target] = fallback_targets.get(target, 0) + 1
-        result["fallback_targets"] = fallback_targets
+        result["fallback_targets"] = fallback_targets(report)
         result["in_python"] = [g.note for g in report.graphs if g.runs_in_python]
         times: dict[str, list[float]] = {"eager": [], "xjit": []}
         fns = {"eager": lambda: model(**kwargs), "xjit": lambda: compiled(**kwargs)}
@@ -587,6 +581,17 @@ def run_one(name: str, rounds: int) -> dict[str, Any]:
         result["xjit_ms"] = statistics.median(times["xjit"]) * 1e3
         result["speedup"] = result["eager_ms"] / result["xjit_ms"]
     return result
+
+
+def fallback_targets(report: Any) -> dict[str, int]:
+    """PyTorch fallback nodes of an explain report's graphs, counted by target name."""
+    targets: dict[str, int] = {}
+    for g in report.graphs:
+        for line in g.ir.splitlines():
+            if "external_call(" in line and 'name = "' in line:
+                target = line.split('name = "', 1)[1].split('"', 1)[0]
+                targets[target] = targets.get(target, 0) + 1
+    return targets
 
 
 def run_isolated(
@@ -634,19 +639,26 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def details(results: list[dict[str, Any]]) -> str:
+def details(
+    results: list[dict[str, Any]],
+    first: Callable[[dict[str, Any]], list[str]] = lambda r: [],
+    expected_fallbacks: tuple[str, ...] = (),
+) -> str:
+    """Per model: `first(r)`'s notes, then breaks (counted), fallbacks other than
+    `expected_fallbacks`, graphs in Python, warnings; or the error."""
     out = []
     for r in results:
         notes = []
         if "error" in r:
             notes.append(f"error: {r['error']}")
         else:
+            notes += first(r)
             counts: dict[str, int] = {}
             for b in r["breaks"]:  # the same break in every layer: once, with a count
                 key = b.split(" [called from")[0]
                 counts[key] = counts.get(key, 0) + 1
             notes += [f"break (x{n}): {b}" for b, n in counts.items()]
-            notes += [f"fallback: {t} x{n}" for t, n in r["fallback_targets"].items()]
+            notes += [f"fallback: {t} x{n}" for t, n in r["fallback_targets"].items() if t not in expected_fallbacks]
             notes += [f"graph runs in Python: {n}" for n in r["in_python"]]
             notes += [f"warning: {w}" for w in r["warnings"]]
         if notes:

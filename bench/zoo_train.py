@@ -176,17 +176,6 @@ def _checkable(ge: Any, gx: Any, g64: Any, largest: float) -> bool:
     return ge is not None and gx is not None and g64 is not None and g64.norm().item() > ZERO_GRAD * largest
 
 
-def fallback_targets(report: Any) -> dict[str, int]:
-    """PyTorch fallback nodes of the report's graphs by target name."""
-    targets: dict[str, int] = {}
-    for g in report.graphs:
-        for line in g.ir.splitlines():
-            if "external_call(" in line and 'name = "' in line:
-                t = line.split('name = "', 1)[1].split('"', 1)[0]
-                targets[t] = targets.get(t, 0) + 1
-    return targets
-
-
 def run_one(name: str, rounds: int, timer: str) -> dict[str, Any]:
     """Measure one model's training step in this process; the result as a JSON-able dict."""
     import xjit
@@ -218,7 +207,7 @@ def run_one(name: str, rounds: int, timer: str) -> dict[str, Any]:
     result["warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:300]}" for w in caught})
     result["graphs"] = report.graph_count
     result["breaks"] = [f"{b.where}: {b.reason}" for b in report.graph_breaks]
-    result["fallback_targets"] = fallback_targets(report)
+    result["fallback_targets"] = zoo.fallback_targets(report)
     result["in_python"] = [g.note for g in report.graphs if g.runs_in_python]
     result["train_notes"] = [g.note for g in report.graphs if not g.runs_in_python and g.note]
 
@@ -290,28 +279,17 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _first_notes(r: dict[str, Any]) -> list[str]:
+    notes = [f"problem: {p}" for p in r["problems"]]
+    if "adjusted" in r:
+        notes.append(f"adjusted: {r['adjusted']}")
+    return notes
+
+
 def details(results: list[dict[str, Any]]) -> str:
-    out = []
-    for r in results:
-        notes = []
-        if "error" in r:
-            notes.append(f"error: {r['error']}")
-        else:
-            notes += [f"problem: {p}" for p in r["problems"]]
-            if "adjusted" in r:
-                notes.append(f"adjusted: {r['adjusted']}")
-            counts: dict[str, int] = {}
-            for b in r["breaks"]:
-                key = b.split(" [called from")[0]
-                counts[key] = counts.get(key, 0) + 1
-            notes += [f"break (x{n}): {b}" for b, n in counts.items()]
-            notes += [f"fallback: {t} x{n}" for t, n in r["fallback_targets"].items() if t != DROPOUT_NOISE]
-            notes += [f"graph runs in Python: {n}" for n in r["in_python"]]
-            notes += [f"warning: {w}" for w in r["warnings"]]
-        if notes:
-            out.append(f"- **{r['model']}**")
-            out += [f"  - {n}" for n in notes]
-    return "\n".join(out) if out else "(none)"
+    from bench import zoo
+
+    return zoo.details(results, _first_notes, (DROPOUT_NOISE,))
 
 
 def write(results: list[dict[str, Any]], args: Any, header: str) -> None:
