@@ -33,7 +33,7 @@ from bench.common import leaves
 SEED = 1234
 FACTOR = 4.0  # xjit's error may be this many times eager's (against float64)
 FLOOR = 1e-6  # ... or this much, whichever is larger
-ZERO_GRAD = 1e-6  # a gradient norm below this fraction of the largest counts as ~0
+ZERO_GRAD = 1e-10  # a float64 gradient norm below this fraction of the largest is rounding: ~0
 DROPOUT_NOISE = "F.dropout's noise"  # the fallback node compiled dropout draws through
 
 # Randomness switched off for a model, and why (shown in the table's notes).
