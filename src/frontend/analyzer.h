@@ -273,7 +273,10 @@ public:
   VarPtr constantTensor(PyObject *t);
   /// Calls a PyTorch function at run time through an external_call op; output types come from
   /// running it on meta tensors now.
-  VarPtr fallbackCall(PyObject *fn, const std::string &name, const Args &args);
+  /// `resultTypes`, where the caller knows them, may be symbolic: operands of symbolic shape
+  /// are then allowed (the meta run uses their sizes at this call).
+  VarPtr fallbackCall(PyObject *fn, const std::string &name, const Args &args,
+                      const std::vector<Type> *resultTypes = nullptr);
   VarPtr shapeTuple(const VarPtr &t);
   VarPtr sizeOf(const VarPtr &t, int64_t dim);
   bool anyRequiresGrad(const std::vector<VarPtr> &vs) const;

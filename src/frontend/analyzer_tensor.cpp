@@ -1294,7 +1294,8 @@ void Analyzer::assignThroughView(const VarPtr &target, const VarPtr &newValue) {
 // ---------------------------------------------------------------------------------------------
 // PyTorch fallback
 
-VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args &args) {
+VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args &args,
+                              const std::vector<Type> *resultTypes) {
   std::vector<VarPtr> operands;
   std::vector<PyRef> metaArgs;
   bool anyTensor = false;
@@ -1303,11 +1304,11 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
     if (auto *tv = as<TensorVar>(v)) {
       touchView(v);
       const Type &ty = tv->type();
-      if (!isStaticShape(ty.shape()))
+      if (!isStaticShape(ty.shape()) && !resultTypes)
         fail("PyTorch fallback " + name + " on a tensor with dynamic shape");
       std::vector<int64_t> sizes;
       for (const DimExpr &d : ty.shape())
-        sizes.push_back(d.value());
+        sizes.push_back(d.isStatic() ? d.value() : hintOf(d));
       t.kind = ArgTemplate::Operand;
       t.operand = static_cast<int64_t>(operands.size());
       operands.push_back(v);
@@ -1398,6 +1399,17 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
     for (int64_t s : m->sizes)
       shape.emplace_back(s);
     types.push_back(Type::tensor(m->dtype, shape, device));
+  }
+  if (resultTypes) {
+    if (resultTypes->size() != types.size())
+      fail("internal: PyTorch fallback " + name + " returns " + std::to_string(types.size()) +
+           " tensors, not " + std::to_string(resultTypes->size()));
+    for (size_t i = 0; i < types.size(); ++i)
+      if ((*resultTypes)[i].dtype() != types[i].dtype() ||
+          (*resultTypes)[i].rank() != types[i].rank())
+        fail("internal: PyTorch fallback " + name + " returns " + types[i].str() + ", not " +
+             (*resultTypes)[i].str());
+    types = *resultTypes;
   }
   std::vector<Value *> vals;
   for (const VarPtr &o : operands)

@@ -1252,13 +1252,15 @@ LOWER(lowerIdentityOp) { // contiguous / clone in their default memory_format
 
 /// A PyTorch fallback node calling xjit._dropout.<fn>(args): the noise of a dropout, drawn by
 /// PyTorch from its global generator as eager draws it. Its operands are empty_like()s (shapes
-/// and dtypes only), so no gradient reaches the call.
-VarPtr dropoutNoise(Analyzer &a, const char *fn, const Args &args) {
+/// and dtypes only), so no gradient reaches the call. `type` is the noise's (symbolic sizes
+/// too: the noise follows its operands' shapes at every call).
+VarPtr dropoutNoise(Analyzer &a, const char *fn, const Args &args, Type type) {
   PyRef noiseFn =
       check(PyObject_GetAttrString(
                 check(PyImport_ImportModule("xjit._dropout"), "xjit._dropout").get(), fn),
             "xjit._dropout");
-  return a.fallbackCall(noiseFn.get(), "F.dropout's noise", args);
+  const std::vector<Type> types{std::move(type)};
+  return a.fallbackCall(noiseFn.get(), "F.dropout's noise", args, &types);
 }
 
 LOWER(lowerDropout) { // F.dropout(input, p, training, inplace): identity unless training
@@ -1269,7 +1271,8 @@ LOWER(lowerDropout) { // F.dropout(input, p, training, inplace): identity unless
   // dropout1d/2d/3d on a batched input ([N, C, spatial...]): one draw per channel
   // (_VF.feature_dropout); an unbatched input takes PyTorch's own path below.
   const std::string_view op = row.op;
-  const int64_t rank = tensorOf(a, b.at("input"), "input").type().rank();
+  const Type &inType = tensorOf(a, b.at("input"), "input").type();
+  const int64_t rank = inType.rank();
   const bool feature =
       op.size() == 9 && op.starts_with("dropout") && op.back() == 'd' && rank == (op[7] - '0') + 2;
   if ((op == "dropout" || feature) && p && *p > 0.0 && *p < 1.0) {
@@ -1280,7 +1283,10 @@ LOWER(lowerDropout) { // F.dropout(input, p, training, inplace): identity unless
     Args args;
     args.pos = {a.emit1("empty_like", {b.at("input")}), b.at("p"),
                 a.constant(feature ? Py_True : Py_False)};
-    return a.emit1("mul", {b.at("input"), dropoutNoise(a, "noise", args)});
+    Shape shape = inType.shape(); // feature: [N, C, 1, ...]
+    for (size_t d = 2; feature && d < shape.size(); ++d)
+      shape[d] = DimExpr(1);
+    return a.emit1("mul", {b.at("input"), dropoutNoise(a, "noise", args, inType.withShape(shape))});
   }
   // PyTorch draws the mask at run time (same random stream as eager).
   PyRef fn = check(PyObject_GetAttrString(
@@ -1584,6 +1590,32 @@ LOWER(lowerPad) {
   return a.emit1("pad", {b.at("input")}, std::move(attrs));
 }
 
+/// The type of attention's softmax weights [.., L, S]: query's and key's batch dims broadcast
+/// (key's heads as query's under enable_gqa). Symbolic dims broadcast only when equal or
+/// against a static 1 (else a graph break).
+Type attentionWeightsType(Analyzer &a, BoundArgs &b, bool gqa) {
+  const Type &q = tensorOf(a, b.at("query"), "query").type();
+  const Shape &qs = q.shape(), &ks = tensorOf(a, b.at("key"), "key").type().shape();
+  if (qs.size() < 2 || ks.size() < 2) a.fail("scaled_dot_product_attention of a tensor below 2-D");
+  Shape qb(qs.begin(), qs.end() - 2), kb(ks.begin(), ks.end() - 2);
+  if (gqa && !qb.empty() && !kb.empty()) kb.back() = qb.back();
+  if (qb.size() < kb.size()) std::swap(qb, kb);
+  Shape out = qb;
+  for (size_t i = 0; i < kb.size(); ++i) {
+    DimExpr &o = out[out.size() - kb.size() + i];
+    const DimExpr &k = kb[i];
+    if (o == k || k == DimExpr(1)) continue;
+    if (o == DimExpr(1))
+      o = k;
+    else
+      a.fail("scaled_dot_product_attention with dropout: batch dims " + shapeStr(qb) + " and " +
+             shapeStr(kb) + " that do not broadcast");
+  }
+  out.push_back(qs[qs.size() - 2]);
+  out.push_back(ks[ks.size() - 2]);
+  return q.withShape(out);
+}
+
 LOWER(lowerSdpa) {
   std::optional<double> p = a.asNumber(b.at("dropout_p"));
   if (!p || *p < 0.0 || *p >= 1.0)
@@ -1601,7 +1633,7 @@ LOWER(lowerSdpa) {
     Args args;
     args.pos = {a.emit1("empty_like", {b.at("query")}), a.emit1("empty_like", {b.at("key")}),
                 b.at("dropout_p"), a.constant(gqa ? Py_True : Py_False)};
-    ops.push_back(dropoutNoise(a, "attention_noise", args));
+    ops.push_back(dropoutNoise(a, "attention_noise", args, attentionWeightsType(a, b, gqa)));
   }
   return a.emit1("scaled_dot_product_attention", ops, std::move(attrs));
 }

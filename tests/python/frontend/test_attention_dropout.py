@@ -95,3 +95,39 @@ def test_attention_dropout_without_grad_matches_eager(kind: str, dtype: Any, bac
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     graphs = fe.events()["graphs"]
     assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
+
+
+def block(x: Any, w: Any) -> Any:
+    """An attention block's dropouts: on the weights (dropout_p) and on the output."""
+    b, length, _ = x.shape  # as Hugging Face's attention reshapes its heads
+    q = (x @ w).view(b, length, 2, 4).transpose(1, 2)
+    out = F.scaled_dot_product_attention(q, q, q, dropout_p=P, is_causal=True)
+    return F.dropout(out.transpose(1, 2).reshape(b, length, 8), 0.2, True)
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+def test_dropout_noise_follows_a_symbolic_length(dynamic: Any) -> None:
+    # The sequence length changes between steps: the capture with it symbolic draws noise of
+    # the length of each call (it was a graph break per dropout). Whether that step trains
+    # compiled is up to the derivative rules (a symbolic view, causal attention with a
+    # symbolic length: not yet); the values are eager's either way.
+    w = torch.randn(8, 8)
+    compiled = xjit.jit(block, dynamic=dynamic)
+    for step, length in enumerate((6, 9, 7, 12)):
+        x = torch.randn(2, length, 8)
+        results = []
+        for fn in (block, compiled):
+            wc = w.clone().requires_grad_()
+            torch.manual_seed(step)
+            out = fn(x, wc)
+            out.square().sum().backward()
+            results.append((out, wc.grad, torch.rand(3)))
+        (want, want_grad, want_next), (got, got_grad, got_next) = results
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        scale = want_grad.abs().max().item()
+        torch.testing.assert_close(got_grad, want_grad, rtol=1e-5, atol=1e-5 * scale)
+        assert torch.equal(got_next, want_next), length
+    events = fe.events()
+    assert not events["breaks"], events["breaks"]
+    graphs = events["graphs"]
+    assert 1 <= len(graphs) <= 2, graphs  # (automatic: the static first capture, then one)

@@ -225,3 +225,21 @@ def test_random_fallback_draws_are_eagers_from_the_first_call(grad: bool) -> Non
     graphs = fe.events()["graphs"]
     assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
     assert fe.events()["counters"]["layout_meta_walks"] >= 1  # the walk this test is about
+
+
+def test_channel_dropout_noise_follows_symbolic_shapes() -> None:
+    # dynamic=True: one capture whose noise is [N, C, 1, 1] of each call's N and C (a PyTorch
+    # fallback on a symbolic shape was a graph break).
+    def step(x: Any) -> Any:
+        return F.dropout2d(x * 2.0, 0.4, True)
+
+    compiled = xjit.jit(step, dynamic=True)
+    for shape in [(2, 3, 4, 5), (3, 4, 5, 6), (4, 6, 2, 3)]:  # (distinct: no duck sizing)
+        x = torch.randn(shape)
+        torch.manual_seed(1)
+        want, want_next = step(x), torch.rand(2)
+        torch.manual_seed(1)
+        got, got_next = compiled(x), torch.rand(2)
+        assert torch.equal(got, want) and torch.equal(got_next, want_next), shape
+    events = fe.events()
+    assert not events["breaks"] and len(events["graphs"]) == 1, events["breaks"]
