@@ -11,6 +11,8 @@ Each model runs in its own subprocess, so a crash in one does not hide the other
     python bench/zoo.py                      # every model, table to stdout and bench/results/zoo.md
     python bench/zoo.py --models t5,bart     # a subset
     python bench/zoo.py --no-write           # do not touch bench/results/zoo.md
+    python bench/zoo.py --train --threads 1  # training steps (bench/zoo_train.py), to
+                                             # bench/results/zoo_train.md and .json
 """
 
 from __future__ import annotations
@@ -560,13 +562,7 @@ def run_one(name: str, rounds: int) -> dict[str, Any]:
         result["breaks"] = [f"{b.where}: {b.reason}" for b in report.graph_breaks]
         result["ops"] = report.op_count
         result["fallback_nodes"] = sum(g.ops.get("external_call", 0) for g in report.graphs)
-        fallback_targets: dict[str, int] = {}
-        for g in report.graphs:
-            for line in g.ir.splitlines():
-                if "external_call(" in line and 'name = "' in line:
-                    target = line.split('name = "', 1)[1].split('"', 1)[0]
-                    fallback_targets[target] = fallback_targets.get(target, 0) + 1
-        result["fallback_targets"] = fallback_targets
+        result["fallback_targets"] = fallback_targets(report)
         result["in_python"] = [g.note for g in report.graphs if g.runs_in_python]
         times: dict[str, list[float]] = {"eager": [], "xjit": []}
         fns = {"eager": lambda: model(**kwargs), "xjit": lambda: compiled(**kwargs)}
@@ -587,8 +583,21 @@ def run_one(name: str, rounds: int) -> dict[str, Any]:
     return result
 
 
-def run_isolated(name: str, rounds: int, timeout: float, threads: int | None) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--one", name, "--rounds", str(rounds)]
+def fallback_targets(report: Any) -> dict[str, int]:
+    """PyTorch fallback nodes of an explain report's graphs, counted by target name."""
+    targets: dict[str, int] = {}
+    for g in report.graphs:
+        for line in g.ir.splitlines():
+            if "external_call(" in line and 'name = "' in line:
+                target = line.split('name = "', 1)[1].split('"', 1)[0]
+                targets[target] = targets.get(target, 0) + 1
+    return targets
+
+
+def run_isolated(
+    name: str, rounds: int, timeout: float, threads: int | None, extra: list[str] | None = None
+) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--one", name, "--rounds", str(rounds), *(extra or [])]
     env = dict(os.environ)
     if threads:  # eager's and xjit's kernels alike
         env.update(OMP_NUM_THREADS=str(threads), XJIT_NUM_THREADS=str(threads))
@@ -630,19 +639,26 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def details(results: list[dict[str, Any]]) -> str:
+def details(
+    results: list[dict[str, Any]],
+    first: Callable[[dict[str, Any]], list[str]] = lambda r: [],
+    expected_fallbacks: tuple[str, ...] = (),
+) -> str:
+    """Per model: `first(r)`'s notes, then breaks (counted), fallbacks other than
+    `expected_fallbacks`, graphs in Python, warnings; or the error."""
     out = []
     for r in results:
         notes = []
         if "error" in r:
             notes.append(f"error: {r['error']}")
         else:
+            notes += first(r)
             counts: dict[str, int] = {}
             for b in r["breaks"]:  # the same break in every layer: once, with a count
                 key = b.split(" [called from")[0]
                 counts[key] = counts.get(key, 0) + 1
             notes += [f"break (x{n}): {b}" for b, n in counts.items()]
-            notes += [f"fallback: {t} x{n}" for t, n in r["fallback_targets"].items()]
+            notes += [f"fallback: {t} x{n}" for t, n in r["fallback_targets"].items() if t not in expected_fallbacks]
             notes += [f"graph runs in Python: {n}" for n in r["in_python"]]
             notes += [f"warning: {w}" for w in r["warnings"]]
         if notes:
@@ -658,26 +674,30 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600, help="seconds per model")
     ap.add_argument("--threads", type=int, help="threads for eager and xjit (default: all cores)")
     ap.add_argument("--no-write", action="store_true", help="print only; keep bench/results/zoo.md")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "zoo.md"))
+    ap.add_argument("--out", help="default: bench/results/zoo.md, zoo_train.md with --train")
+    ap.add_argument("--train", action="store_true", help="training steps (bench/zoo_train.py)")
+    ap.add_argument("--timer", choices=("wall", "cpu"), default="wall", help="--train: wall or process CPU time")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.train:
+        from bench import zoo_train
     if args.one:
-        print("ZOO-RESULT " + json.dumps(run_one(args.one, args.rounds)), flush=True)
+        result = zoo_train.run_one(args.one, args.rounds, args.timer) if args.train else run_one(args.one, args.rounds)
+        print("ZOO-RESULT " + json.dumps(result), flush=True)
         return
+    extra = ["--train", "--timer", args.timer] if args.train else []
+    rows = zoo_train.table if args.train else table
     results = []
     for name in args.models.split(","):
-        r = run_isolated(name, args.rounds, args.timeout, args.threads)
+        r = run_isolated(name, args.rounds, args.timeout, args.threads, extra)
         results.append(r)
-        print(table([r]).splitlines()[-1], flush=True)
-    import torch
-    import transformers
-
+        print(rows([r]).splitlines()[-1], flush=True)
+    if args.train:
+        zoo_train.write(results, args, _header(args))
+        return
     text = (
         "# xjit on models beyond the suite (bench/zoo.py)\n\n"
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, {len(os.sched_getaffinity(0))} cores, "
-        f"{args.threads or 'all'} thread(s) for eager and xjit, load average at the end "
-        f"{os.getloadavg()[0]:.1f}. Inference, fp32, batch 1, sequence {SEQ} (images 128x128), random "
+        f"{_header(args)} Inference, fp32, batch 1, sequence {SEQ} (images 128x128), random "
         "weights, small configs. Errors: max over 3 calls against eager; rel = max abs error / max |eager|. "
         f"Times: median of {args.rounds} interleaved samples each (a sample: 1-20 calls, about 50 ms); the machine is shared (2 cores, other "
         "jobs running), so speedups are indicative only.\n\n"
@@ -691,7 +711,20 @@ def main() -> None:
     print()
     print(text)
     if not args.no_write:
-        Path(args.out).write_text(text)
+        Path(args.out or ROOT / "bench" / "results" / "zoo.md").write_text(text)
+
+
+def _header(args: argparse.Namespace) -> str:
+    """Date, versions, cores, threads and load: the first line of both tables."""
+    import torch
+    import transformers
+
+    return (
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, {len(os.sched_getaffinity(0))} cores, "
+        f"{args.threads or 'all'} thread(s) for eager and xjit, load average at the end "
+        f"{os.getloadavg()[0]:.1f}."
+    )
 
 
 if __name__ == "__main__":

@@ -459,16 +459,6 @@ TABLE.update(
         "local_response_norm": lambda x, a: F.local_response_norm(
             x[0], a["size"], a.get("alpha", 1e-4), a.get("beta", 0.75), a.get("k", 1.0)
         ),
-        "scaled_dot_product_attention": lambda x, a: F.scaled_dot_product_attention(
-            x[0],
-            x[1],
-            x[2],
-            attn_mask=_opt(x, 3),
-            dropout_p=a.get("dropout_p", 0.0),
-            is_causal=bool(a.get("is_causal")),
-            scale=a.get("scale"),
-            enable_gqa=bool(a.get("enable_gqa")),
-        ),
         "pad": lambda x, a: F.pad(
             x[0],
             a["pad"],
@@ -479,6 +469,28 @@ TABLE.update(
         "pixel_unshuffle": lambda x, a: F.pixel_unshuffle(x[0], a["downscale_factor"]),
     }
 )
+
+
+def _sdpa(x: list[Any], a: Attrs) -> Any:
+    kw = dict(is_causal=bool(a.get("is_causal")), scale=a.get("scale"), enable_gqa=bool(a.get("enable_gqa")))
+    noise = _opt(x, 4)
+    if noise is None:
+        return F.scaled_dot_product_attention(
+            x[0], x[1], x[2], attn_mask=_opt(x, 3), dropout_p=a.get("dropout_p", 0.0), **kw
+        )
+    # dropout_noise multiplies the softmax weights: eager's math path, with the noise given
+    # (a bool mask made additive first, as F.scaled_dot_product_attention does before it).
+    mask = _opt(x, 3)
+    if mask is not None and mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=x[0].dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+    _, weights = torch.ops.aten._scaled_dot_product_attention_math(x[0], x[1], x[2], mask, **kw)
+    v = x[2]
+    if kw["enable_gqa"] and v.dim() >= 3 and v.shape[-3] != x[0].shape[-3]:
+        v = v.repeat_interleave(x[0].shape[-3] // v.shape[-3], -3)
+    return torch.matmul(weights * noise, v)
+
+
+TABLE["scaled_dot_product_attention"] = _sdpa
 
 
 def _dropout(x: list[Any], a: Attrs) -> Any:

@@ -189,6 +189,10 @@ public:
   bool gradEnabled() const { return gradEnabled_; }
   void setGradEnabled(bool e) { gradEnabled_ = e; }
   void noteGradientCut() { cutsGradient_ = true; }
+  /// `t.requires_grad = flag` / `t.requires_grad_(flag)`: a graph break unless it changes
+  /// nothing, or makes a tensor computed without gradient a leaf that requires grad
+  /// (Capture::gradLeaves).
+  void setRequiresGrad(TensorVar &t, const VarPtr &flag);
 
   // ---- dataclass instances (analyzer_dataclass.cpp) ----
   /// cls(*args, **kwargs) for a @dataclass: fields bound like its generated __init__, then
@@ -273,7 +277,10 @@ public:
   VarPtr constantTensor(PyObject *t);
   /// Calls a PyTorch function at run time through an external_call op; output types come from
   /// running it on meta tensors now.
-  VarPtr fallbackCall(PyObject *fn, const std::string &name, const Args &args);
+  /// `resultTypes`, where the caller knows them, may be symbolic: operands of symbolic shape
+  /// are then allowed (the meta run uses their sizes at this call).
+  VarPtr fallbackCall(PyObject *fn, const std::string &name, const Args &args,
+                      const std::vector<Type> *resultTypes = nullptr);
   VarPtr shapeTuple(const VarPtr &t);
   VarPtr sizeOf(const VarPtr &t, int64_t dim);
   bool anyRequiresGrad(const std::vector<VarPtr> &vs) const;
@@ -321,6 +328,7 @@ private:
   Frame *frame_ = nullptr;
   bool gradEnabled_ = true;
   bool recordedForAutograd_ = false; // an op was emitted that eager autograd would record
+  std::vector<Value *> gradLeaves_;  // Capture::gradLeaves
   bool cutsGradient_ = false;        // Capture::cutsGradient
   int64_t budget_ = 2'000'000;       // instructions executed across all frames
   std::vector<Guard> guards_;

@@ -134,6 +134,22 @@ PyObject *torchTensorType() { return handles().tensorType.get(); }
 PyObject *torchParameterType() { return handles().parameterType.get(); }
 PyObject *torchModuleType() { return handles().moduleType.get(); }
 
+KeepRngState::KeepRngState(bool keep) {
+  if (!keep) return;
+  state_ = PyRef::steal(PyObject_CallMethod(torchModule(), "get_rng_state", nullptr));
+  if (!state_) PyErr_Clear(); // nothing to put back
+}
+
+KeepRngState::~KeepRngState() {
+  if (!state_) return;
+  PyObject *type, *value, *tb; // a pending error (the call failed) stays pending
+  PyErr_Fetch(&type, &value, &tb);
+  PyObject *r = PyObject_CallMethod(torchModule(), "set_rng_state", "O", state_.get());
+  if (!r) PyErr_Clear();
+  Py_XDECREF(r);
+  PyErr_Restore(type, value, tb);
+}
+
 bool isTorchDtypeInfoType(PyObject *o) {
   auto lookup = [](const char *name) {
     PyObject *t = PyObject_GetAttrString(torchModule(), name); // held for the process

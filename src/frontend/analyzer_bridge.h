@@ -29,6 +29,20 @@ PyObject *torchModule();
 PyObject *torchTensorType();    // torch.Tensor
 PyObject *torchParameterType(); // torch.nn.Parameter
 PyObject *torchModuleType();    // torch.nn.Module
+
+/// Puts torch's CPU generator state back at scope exit (when `keep`): compile-time calls of
+/// PyTorch fallbacks on meta tensors still run a random function with only constant arguments
+/// (`torch.rand(shape)`, HF's drop_path) on the CPU, and its draws must not shift eager's stream.
+class KeepRngState {
+public:
+  explicit KeepRngState(bool keep = true);
+  ~KeepRngState();
+  KeepRngState(const KeepRngState &) = delete;
+  KeepRngState &operator=(const KeepRngState &) = delete;
+
+private:
+  PyRef state_;
+};
 /// torch.finfo / torch.iinfo (the class), and instances of them: immutable facts about a dtype.
 bool isTorchDtypeInfoType(PyObject *o);
 bool isTorchDtypeInfo(PyObject *o);

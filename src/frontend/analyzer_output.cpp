@@ -684,6 +684,7 @@ Capture Analyzer::finishWith(
   if (sameGradMode && gradEnabled_ != initialGrad) c.gradModeAtExit = gradEnabled_ ? 1 : 0;
   c.autogradFree = !recordedForAutograd_;
   c.cutsGradient = cutsGradient_;
+  c.gradLeaves = gradLeaves_;
   std::vector<Value *> outputs;
   std::map<Value *, int64_t> outputIndex;
   sharedOutputs_.clear();

@@ -560,6 +560,24 @@ VarPtr Analyzer::shapeTuple(const VarPtr &t) {
 // ---------------------------------------------------------------------------------------------
 // Attributes and methods
 
+void Analyzer::setRequiresGrad(TensorVar &t, const VarPtr &flag) {
+  PyRef f = asPython(flag);
+  if (!f || !PyBool_Check(f.get()))
+    fail("requires_grad set to a value that is not a constant bool");
+  // A tensor without gradient is a leaf: False changes nothing. One that requires grad is the
+  // caller's leaf or a non-leaf (eager raises): Python decides.
+  if (t.requiresGrad) fail("requires_grad set on a tensor that requires grad");
+  if (f.get() == Py_False) return;
+  if (t.isInput) fail("requires_grad = True on a tensor the caller passed (it changes it)");
+  if (!gradEnabled_) fail("requires_grad = True under torch.no_grad()");
+  if (!isFloating(t.type().dtype())) fail("requires_grad = True on a tensor that is not floating");
+  // Eager makes the tensor a leaf that requires grad: what it reaches requires grad, and its
+  // own gradient is seen only through it (the driver checks that the outputs it reaches are
+  // also reached by an input that requires grad, so their requires_grad is eager's).
+  t.requiresGrad = true;
+  gradLeaves_.push_back(t.value);
+}
+
 VarPtr Analyzer::tensorAttr(const VarPtr &t, const std::string &name) {
   auto *tv = as<TensorVar>(t);
   const Type &ty = tv->type();
@@ -655,8 +673,15 @@ VarPtr Analyzer::tensorMethod(const VarPtr &t, const std::string &name, const Ar
   if (name == "item" || name == "tolist" || name == "numpy" || name == "__bool__" ||
       name == "__int__" || name == "__float__" || name == "__index__")
     fail("tensor." + name + "() reads tensor data into Python");
-  if (name == "backward" || name == "register_hook" || name == "retain_grad" ||
-      name == "requires_grad_")
+  if (name == "requires_grad_") { // requires_grad_(requires_grad=True) returns the tensor
+    auto kw = std::find_if(args.kw.begin(), args.kw.end(),
+                           [](const auto &k) { return k.first == "requires_grad"; });
+    setRequiresGrad(*as<TensorVar>(t), !args.pos.empty()     ? args.pos[0]
+                                       : kw != args.kw.end() ? kw->second
+                                                             : boolean(true));
+    return t;
+  }
+  if (name == "backward" || name == "register_hook" || name == "retain_grad")
     fail("tensor." + name + "() (autograd)");
   if (name == "data_ptr" || name == "untyped_storage" || name == "storage")
     fail("tensor." + name + "()");
@@ -1277,7 +1302,8 @@ void Analyzer::assignThroughView(const VarPtr &target, const VarPtr &newValue) {
 // ---------------------------------------------------------------------------------------------
 // PyTorch fallback
 
-VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args &args) {
+VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args &args,
+                              const std::vector<Type> *resultTypes) {
   std::vector<VarPtr> operands;
   std::vector<PyRef> metaArgs;
   bool anyTensor = false;
@@ -1286,11 +1312,11 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
     if (auto *tv = as<TensorVar>(v)) {
       touchView(v);
       const Type &ty = tv->type();
-      if (!isStaticShape(ty.shape()))
+      if (!isStaticShape(ty.shape()) && !resultTypes)
         fail("PyTorch fallback " + name + " on a tensor with dynamic shape");
       std::vector<int64_t> sizes;
       for (const DimExpr &d : ty.shape())
-        sizes.push_back(d.value());
+        sizes.push_back(d.isStatic() ? d.value() : hintOf(d));
       t.kind = ArgTemplate::Operand;
       t.operand = static_cast<int64_t>(operands.size());
       operands.push_back(v);
@@ -1333,13 +1359,10 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
   PyRef metaTuple = check(PyTuple_New(static_cast<Py_ssize_t>(metaArgs.size())), "tuple");
   for (size_t i = 0; i < metaArgs.size(); ++i)
     PyTuple_SET_ITEM(metaTuple.get(), static_cast<Py_ssize_t>(i), Py_NewRef(metaArgs[i].get()));
-  PyRef rngState;
-  if (!anyTensor)
-    rngState = PyRef::steal(PyObject_CallMethod(torchModule(), "get_rng_state", nullptr));
-  PyObject *res = PyObject_Call(callable.get(), metaTuple.get(), nullptr);
-  if (rngState) {
-    PyObject *r = PyObject_CallMethod(torchModule(), "set_rng_state", "O", rngState.get());
-    Py_XDECREF(r);
+  PyObject *res;
+  {
+    KeepRngState keep(!anyTensor);
+    res = PyObject_Call(callable.get(), metaTuple.get(), nullptr);
   }
   if (!res) {
     PyObject *type, *value, *tb;
@@ -1384,6 +1407,17 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
     for (int64_t s : m->sizes)
       shape.emplace_back(s);
     types.push_back(Type::tensor(m->dtype, shape, device));
+  }
+  if (resultTypes) {
+    if (resultTypes->size() != types.size())
+      fail("internal: PyTorch fallback " + name + " returns " + std::to_string(types.size()) +
+           " tensors, not " + std::to_string(resultTypes->size()));
+    for (size_t i = 0; i < types.size(); ++i)
+      if ((*resultTypes)[i].dtype() != types[i].dtype() ||
+          (*resultTypes)[i].rank() != types[i].rank())
+        fail("internal: PyTorch fallback " + name + " returns " + types[i].str() + ", not " +
+             (*resultTypes)[i].str());
+    types = *resultTypes;
   }
   std::vector<Value *> vals;
   for (const VarPtr &o : operands)

@@ -723,6 +723,7 @@ bool Analyzer::hasAttr(const VarPtr &obj, const std::string &name) {
 }
 
 void Analyzer::setAttr(const VarPtr &obj, const std::string &name, const VarPtr &value) {
+  if (auto *t = as<TensorVar>(obj); t && name == "requires_grad") return setRequiresGrad(*t, value);
   if (auto *d = as<DataclassVar>(obj)) {
     VarPtr *f = d->find(name);
     if (!f) fail("setting attribute '" + name + "' that is not a field of a dataclass");

@@ -1,5 +1,6 @@
 #include "driver.h"
 
+#include "analyzer_bridge.h"
 #include "bytecode_rewrite.h"
 #include "eager.h"
 #include "eval_frame.h"
@@ -688,6 +689,7 @@ void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
                              : std::string("the rules stop")) +
                 ")");
       ++events().counters.layoutMetaWalks;
+      KeepRngState keep; // a fallback without tensor operands runs on the CPU
       layouts = deriveOutputLayouts(g, in, externals, symbolic);
     }
   } catch (const PyErrorSet &) {
@@ -809,10 +811,21 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
       std::string why = trainingRefusal(cap, opts.backend == Backend::Xjit, opts.check);
       if (why.empty()) {
         e->training = newTrainingStep(*e, values);
-      } else {
+        why = gradLeafRefusal(g, cap.gradLeaves, e->training->requiresGrad);
+        if (!why.empty()) e->training.reset();
+      }
+      if (!why.empty()) {
         e->action = EntryAction::RunPython;
         e->pythonReason = "an input requires grad while grad mode is enabled and " + why;
       }
+    }
+  }
+  if (!e->training && e->action != EntryAction::RunPython) {
+    // Without a training step the outputs require no grad: eager's do where a leaf the frame
+    // made reaches them.
+    if (std::string why = gradLeafRefusal(g, cap.gradLeaves, {}); !why.empty()) {
+      e->action = EntryAction::RunPython;
+      e->pythonReason = why;
     }
   }
   deriveLayouts(*e, g, values, cap.fallbackCallables, guards);

@@ -7,9 +7,7 @@
 #include "xjit/ir/sym_attr.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -1252,6 +1250,19 @@ LOWER(lowerIdentityOp) { // contiguous / clone in their default memory_format
   return a.emit1(row.op, {b.at("input")});
 }
 
+/// A PyTorch fallback node calling xjit._dropout.<fn>(args): the noise of a dropout, drawn by
+/// PyTorch from its global generator as eager draws it. Its operands are empty_like()s (shapes
+/// and dtypes only), so no gradient reaches the call. `type` is the noise's (symbolic sizes
+/// too: the noise follows its operands' shapes at every call).
+VarPtr dropoutNoise(Analyzer &a, const char *fn, const Args &args, Type type) {
+  PyRef noiseFn =
+      check(PyObject_GetAttrString(
+                check(PyImport_ImportModule("xjit._dropout"), "xjit._dropout").get(), fn),
+            "xjit._dropout");
+  const std::vector<Type> types{std::move(type)};
+  return a.fallbackCall(noiseFn.get(), "F.dropout's noise", args, &types);
+}
+
 LOWER(lowerDropout) { // F.dropout(input, p, training, inplace): identity unless training
   if (!a.truthy(b.at("training"))) return b.at("input");
   std::optional<double> p = a.asNumber(b.at("p"));
@@ -1260,7 +1271,8 @@ LOWER(lowerDropout) { // F.dropout(input, p, training, inplace): identity unless
   // dropout1d/2d/3d on a batched input ([N, C, spatial...]): one draw per channel
   // (_VF.feature_dropout); an unbatched input takes PyTorch's own path below.
   const std::string_view op = row.op;
-  const int64_t rank = tensorOf(a, b.at("input"), "input").type().rank();
+  const Type &inType = tensorOf(a, b.at("input"), "input").type();
+  const int64_t rank = inType.rank();
   const bool feature =
       op.size() == 9 && op.starts_with("dropout") && op.back() == 'd' && rank == (op[7] - '0') + 2;
   if ((op == "dropout" || feature) && p && *p > 0.0 && *p < 1.0) {
@@ -1268,15 +1280,13 @@ LOWER(lowerDropout) { // F.dropout(input, p, training, inplace): identity unless
     // generator), the product is compiled. Its operand, empty_like(input), gives the call the
     // input's shape and dtype and no gradient path, so a training step differentiates the
     // product (g * noise) and saves the noise for the backward.
-    PyRef noiseFn =
-        check(PyObject_GetAttrString(
-                  check(PyImport_ImportModule("xjit._dropout"), "xjit._dropout").get(), "noise"),
-              "xjit._dropout.noise");
     Args args;
     args.pos = {a.emit1("empty_like", {b.at("input")}), b.at("p"),
                 a.constant(feature ? Py_True : Py_False)};
-    return a.emit1("mul",
-                   {b.at("input"), a.fallbackCall(noiseFn.get(), "F.dropout's noise", args)});
+    Shape shape = inType.shape(); // feature: [N, C, 1, ...]
+    for (size_t d = 2; feature && d < shape.size(); ++d)
+      shape[d] = DimExpr(1);
+    return a.emit1("mul", {b.at("input"), dropoutNoise(a, "noise", args, inType.withShape(shape))});
   }
   // PyTorch draws the mask at run time (same random stream as eager).
   PyRef fn = check(PyObject_GetAttrString(
@@ -1314,12 +1324,6 @@ VarPtr reduceLoss(Analyzer &a, const VarPtr &loss, const std::string &reduction)
                  {{"dims", Attr(std::vector<int64_t>{})}});
 }
 
-// F.mse_loss of two floating tensors of one dtype: mean/sum/none of (input - target)^2 over
-// their broadcast shape in the graph, so that a step computing it inside the compiled frame
-// trains compiled. Different shapes broadcast as PyTorch broadcasts them, with its UserWarning,
-// given once when the frame is captured (eager's default warning filter also shows it once per
-// place); where warnings are errors PyTorch is called and raises. An element weight and the
-// deprecated size_average / reduce still call PyTorch.
 /// F.binary_cross_entropy_with_logits as ATen computes it: (1 - t) * x - log_sigmoid(x), the
 /// log-sigmoid scaled by (pos_weight - 1) * t + 1 first, the loss by weight after (transformers'
 /// multi-label heads). Other forms (shapes that differ, the deprecated size_average/reduce)
@@ -1351,6 +1355,12 @@ LOWER(lowerBceWithLogits) {
   return reduceLoss(a, loss, reduction);
 }
 
+// F.mse_loss of two floating tensors of one dtype: mean/sum/none of (input - target)^2 over
+// their broadcast shape in the graph, so that a step computing it inside the compiled frame
+// trains compiled. Different shapes broadcast as PyTorch broadcasts them, with its UserWarning,
+// given once when the frame is captured (eager's default warning filter also shows it once per
+// place); where warnings are errors PyTorch is called and raises. An element weight and the
+// deprecated size_average / reduce still call PyTorch.
 LOWER(lowerMseLoss) {
   const Type &it = tensorOf(a, b.at("input"), "input").type();
   auto *tv = as<TensorVar>(b.at("target"));
@@ -1611,89 +1621,51 @@ LOWER(lowerPad) {
   return a.emit1("pad", {b.at("input")}, std::move(attrs));
 }
 
-/// xjit._dropout.noise(empty(shape, dtype), p): dropout's noise, drawn by PyTorch at run time
-/// as eager draws it (a fallback node with no gradient path; the product is compiled).
-VarPtr dropoutNoise(Analyzer &a, const Shape &shape, DType dtype, const VarPtr &p) {
-  PyRef noiseFn =
-      check(PyObject_GetAttrString(
-                check(PyImport_ImportModule("xjit._dropout"), "xjit._dropout").get(), "noise"),
-            "xjit._dropout.noise");
-  Args args;
-  args.pos = {a.emit1("empty", {}, {{"shape", makeSizeAttr(shape)}, {"dtype", Attr(dtype)}}), p,
-              a.constant(Py_False)};
-  return a.fallbackCall(noiseFn.get(), "dropout's noise", args);
-}
-
-/// Attention with dropout (transformers' models in train() mode pass their attention dropout):
-/// eager's CPU runs ATen's math path, so this is that path op by op: q and kᵀ each scaled by
-/// sqrt(scale), the mask (a bool one, or is_causal, as -inf; a float one added), the safe
-/// softmax (a row of -inf gives zeros), dropout drawn on the probabilities as at::dropout does
-/// (same generator, same draws), then the product with v.
-VarPtr sdpaWithDropout(Analyzer &a, BoundArgs &b, const VarPtr &p) {
-  const TensorVar &q = tensorOf(a, b.at("query"), "query"), &k = tensorOf(a, b.at("key"), "key");
-  const Shape &qs = q.type().shape(), &ks = k.type().shape();
-  if (a.truthy(b.at("enable_gqa"))) a.fail("scaled_dot_product_attention with dropout and GQA");
-  if (qs.size() < 2 || qs.size() != ks.size())
-    a.fail("scaled_dot_product_attention with dropout of query and key of different ranks");
-  Shape probs;
-  for (size_t i = 0; i + 2 < qs.size(); ++i) {
-    const bool qOne = qs[i].isStatic() && qs[i].value() == 1;
-    if (!(qs[i] == ks[i]) && !qOne && !(ks[i].isStatic() && ks[i].value() == 1))
-      a.fail("scaled_dot_product_attention with dropout of unequal batch dims");
-    probs.push_back(qOne ? ks[i] : qs[i]);
+/// The type of attention's softmax weights [.., L, S]: query's and key's batch dims broadcast
+/// (key's heads as query's under enable_gqa). Symbolic dims broadcast only when equal or
+/// against a static 1 (else a graph break).
+Type attentionWeightsType(Analyzer &a, BoundArgs &b, bool gqa) {
+  const Type &q = tensorOf(a, b.at("query"), "query").type();
+  const Shape &qs = q.shape(), &ks = tensorOf(a, b.at("key"), "key").type().shape();
+  if (qs.size() < 2 || ks.size() < 2) a.fail("scaled_dot_product_attention of a tensor below 2-D");
+  Shape qb(qs.begin(), qs.end() - 2), kb(ks.begin(), ks.end() - 2);
+  if (gqa && !qb.empty() && !kb.empty()) kb.back() = qb.back();
+  if (qb.size() < kb.size()) std::swap(qb, kb);
+  Shape out = qb;
+  for (size_t i = 0; i < kb.size(); ++i) {
+    DimExpr &o = out[out.size() - kb.size() + i];
+    const DimExpr &k = kb[i];
+    if (o == k || k == DimExpr(1)) continue;
+    if (o == DimExpr(1))
+      o = k;
+    else
+      a.fail("scaled_dot_product_attention with dropout: batch dims " + shapeStr(qb) + " and " +
+             shapeStr(kb) + " that do not broadcast");
   }
-  probs.push_back(qs[qs.size() - 2]);
-  probs.push_back(ks[ks.size() - 2]);
-  double scale = 0;
-  if (!isNoneVar(b.at("scale"))) {
-    std::optional<double> s = a.asNumber(b.at("scale"));
-    if (!s || *s <= 0) a.fail("scaled_dot_product_attention with dropout and this scale");
-    scale = *s;
-  } else {
-    if (!qs.back().isStatic()) a.fail("scaled_dot_product_attention with dropout, symbolic E");
-    scale = 1.0 / std::sqrt(static_cast<double>(qs.back().value()));
-  }
-  VarPtr root = a.constantSteal(PyFloat_FromDouble(std::sqrt(scale)));
-  VarPtr kt = a.emit1("transpose", {b.at("key")},
-                      {{"dim0", Attr(int64_t{-2})}, {"dim1", Attr(int64_t{-1})}});
-  VarPtr scores =
-      a.emit1("matmul", {a.emit1("mul", {b.at("query"), root}), a.emit1("mul", {kt, root})});
-  const double inf = std::numeric_limits<double>::infinity();
-  const VarPtr &mask = b.at("attn_mask");
-  const bool causal = a.truthy(b.at("is_causal"));
-  if (causal && !isNoneVar(mask)) a.fail("scaled_dot_product_attention with a mask and is_causal");
-  if (causal) {
-    VarPtr ones = a.emit1("ones", {},
-                          {{"shape", makeSizeAttr(Shape{qs[qs.size() - 2], ks[ks.size() - 2]})},
-                           {"dtype", Attr(DType::Bool)}});
-    VarPtr keep = a.emit1("tril", {ones});
-    scores =
-        a.emit1("masked_fill", {scores, a.emit1("logical_not", {keep})}, {{"value", Attr(-inf)}});
-  } else if (!isNoneVar(mask)) {
-    const TensorVar &m = tensorOf(a, mask, "attn_mask");
-    scores = m.type().dtype() == DType::Bool
-                 ? a.emit1("masked_fill", {scores, a.emit1("logical_not", {mask})},
-                           {{"value", Attr(-inf)}})
-                 : a.emit1("add", {scores, mask});
-  }
-  VarPtr weights = a.emit1("softmax", {scores}, {{"dim", Attr(int64_t{-1})}});
-  VarPtr rowMax = a.emit1("amax", {scores},
-                          {{"dims", Attr(std::vector<int64_t>{-1})}, {"keepdim", Attr(true)}});
-  VarPtr allMasked = a.emit1("eq", {rowMax, a.constantSteal(PyFloat_FromDouble(-inf))});
-  weights = a.emit1("masked_fill", {weights, allMasked}, {{"value", Attr(0.0)}});
-  weights = a.emit1("mul", {weights, dropoutNoise(a, probs, q.type().dtype(), p)});
-  return a.emit1("matmul", {weights, b.at("value")});
+  out.push_back(qs[qs.size() - 2]);
+  out.push_back(ks[ks.size() - 2]);
+  return q.withShape(out);
 }
 
 LOWER(lowerSdpa) {
   std::optional<double> p = a.asNumber(b.at("dropout_p"));
-  if (p && *p > 0.0 && *p < 1.0) return sdpaWithDropout(a, b, b.at("dropout_p"));
-  if (!p || *p != 0.0) a.fail("scaled_dot_product_attention with dropout");
-  AttrMap attrs{{"is_causal", Attr(a.truthy(b.at("is_causal")))},
-                {"enable_gqa", Attr(a.truthy(b.at("enable_gqa")))}};
+  if (!p || *p < 0.0 || *p >= 1.0)
+    a.fail("scaled_dot_product_attention with a dropout_p that is not a number in [0, 1)");
+  const bool gqa = a.truthy(b.at("enable_gqa"));
+  AttrMap attrs{{"is_causal", Attr(a.truthy(b.at("is_causal")))}, {"enable_gqa", Attr(gqa)}};
   if (!isNoneVar(b.at("scale"))) attrs["scale"] = scalarAttr(a, b.at("scale"), "scale");
   std::vector<VarPtr> ops{b.at("query"), b.at("key"), b.at("value")};
-  if (!isNoneVar(b.at("attn_mask"))) ops.push_back(b.at("attn_mask"));
+  const bool masked = !isNoneVar(b.at("attn_mask"));
+  if (masked || *p > 0.0) ops.push_back(masked ? b.at("attn_mask") : a.none());
+  if (*p > 0.0) {
+    // Eager's CPU attention with dropout is the math path: softmax weights, then at::dropout of
+    // them (one bernoulli_ draw of the weights' shape), then the product with value. The op
+    // takes that noise as an operand (the weights' multiplier), drawn as eager draws it.
+    Args args;
+    args.pos = {a.emit1("empty_like", {b.at("query")}), a.emit1("empty_like", {b.at("key")}),
+                b.at("dropout_p"), a.constant(gqa ? Py_True : Py_False)};
+    ops.push_back(dropoutNoise(a, "attention_noise", args, attentionWeightsType(a, b, gqa)));
+  }
   return a.emit1("scaled_dot_product_attention", ops, std::move(attrs));
 }
 

@@ -178,6 +178,34 @@ std::string trainingRefusal(const Capture &cap, bool xjitBackend, bool check) {
 #endif
 }
 
+std::string gradLeafRefusal(const Graph &g, const std::vector<Value *> &leaves,
+                            const std::vector<bool> &requiresGrad) {
+  if (leaves.empty()) return "";
+  // Forward reachability over the ops in order; a leaf is compared by address only (its op may
+  // be gone: then it reaches nothing, or an op at a reused address refuses a bit more).
+  const std::set<const Value *> leafSet(leaves.begin(), leaves.end());
+  std::set<const Value *> fromLeaf, fromInput;
+  for (size_t i = 0; i < g.numInputs() && i < requiresGrad.size(); ++i)
+    if (requiresGrad[i]) fromInput.insert(g.input(i));
+  g.walk([&](const Op *op) {
+    bool leaf = false, input = false;
+    for (size_t i = 0; i < op->numOperands(); ++i) {
+      leaf = leaf || fromLeaf.count(op->operand(i));
+      input = input || fromInput.count(op->operand(i));
+    }
+    for (size_t r = 0; r < op->numResults(); ++r) {
+      const Value *v = op->result(r);
+      if (leaf || leafSet.count(v)) fromLeaf.insert(v);
+      if (input) fromInput.insert(v);
+    }
+  });
+  for (const Value *out : g.outputs())
+    if (fromLeaf.count(out) && !fromInput.count(out))
+      return "a tensor the frame made require grad (t.requires_grad = True) reaches an output "
+             "that no input's gradient reaches";
+  return "";
+}
+
 std::shared_ptr<TrainingStep> newTrainingStep(const CompiledEntry &e, SourceValues &values) {
   auto step = std::make_shared<TrainingStep>();
   step->requiresGrad.assign(e.inputSlots.size(), false);

@@ -25,6 +25,12 @@ struct TrainingStep {
 /// effects, gradient cuts (detach, no_grad regions), a backend other than "xjit", --check.
 std::string trainingRefusal(const Capture &cap, bool xjitBackend, bool check);
 
+/// Why the graph's outputs would not require grad as in eager ("" when they would): an output
+/// that one of `leaves` (Capture::gradLeaves) reaches and no input whose `requiresGrad` is set
+/// reaches (`requiresGrad` empty: none is).
+std::string gradLeafRefusal(const Graph &g, const std::vector<Value *> &leaves,
+                            const std::vector<bool> &requiresGrad);
+
 /// A step for the entry's inputs as they are now (which require grad).
 std::shared_ptr<TrainingStep> newTrainingStep(const CompiledEntry &e, SourceValues &values);
 

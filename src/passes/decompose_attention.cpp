@@ -7,6 +7,7 @@
 // a bool mask (or is_causal: key j > query i) sets masked scores to -inf, a float mask is added;
 // a row whose scores are all -inf gives zeros (torch's safe softmax), not NaN — the decomposition
 // tests amax(row) == -inf, which a NaN score never satisfies, so NaN still propagates.
+// A dropout_noise operand multiplies the softmax weights (eager's at::dropout of them).
 // Left alone: dtypes other than f32 (the reference accumulates in double), enable_gqa with
 // differing head counts, and is_causal with symbolic sequence lengths.
 #include "passes.h"
@@ -49,8 +50,10 @@ Value *maskedWhere(Builder &b, Value *mask) {
 
 bool decompose(Op *op, PassContext &ctx) {
   Value *q = op->operand(0), *k = op->operand(1), *v = op->operand(2);
-  Value *mask =
-      op->numOperands() > 3 && op->operand(3)->type().isTensor() ? op->operand(3) : nullptr;
+  auto optional = [&](size_t i) {
+    return op->numOperands() > i && op->operand(i)->type().isTensor() ? op->operand(i) : nullptr;
+  };
+  Value *mask = optional(3), *noise = optional(4);
   const Type &qt = q->type();
   if (qt.dtype() != DType::F32 || k->type().dtype() != DType::F32 ||
       v->type().dtype() != DType::F32)
@@ -89,6 +92,7 @@ bool decompose(Op *op, PassContext &ctx) {
     Value *rowMax = b.op("amax", {scores}, {{"dims", std::vector<int64_t>{-1}}, {"keepdim", true}});
     probs = b.op("masked_fill", {probs, b.op("eq", {rowMax, minusInf()}), b.constantFloat(0.0)});
   }
+  if (noise) probs = b.op("mul", {probs, noise});
   Value *out = b.op("matmul", {probs, v});
   if (!replaceIfSameType(op, out)) return false;
   ctx.count("attentions-decomposed");

@@ -199,6 +199,11 @@ struct Capture {
   /// An op read a tensor that requires grad without autograd recording it (detach(), a
   /// torch.no_grad() region inside the frame): differentiating the graph would be wrong there.
   bool cutsGradient = false;
+  /// Tensors computed without gradient that the frame made leaves requiring grad
+  /// (`t.requires_grad = True`, wav2vec2's feature encoder): graph values whose ops eager
+  /// records from there on. The driver runs the frame in Python when an output they reach is
+  /// not reached by an input that requires grad (its requires_grad would differ from eager's).
+  std::vector<Value *> gradLeaves;
 };
 
 /// Why a frame (or part of it) could not be captured.

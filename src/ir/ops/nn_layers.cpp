@@ -91,7 +91,21 @@ struct SdpaShapes {
   std::optional<int64_t> gqaGroups; // k/v heads repeat this many times (enable_gqa)
 };
 
-SdpaShapes sdpaShapes(const Shape &q, const Shape &k, const Shape &v, const Shape *mask, bool gqa) {
+/// Fails unless `operand` (attn_mask or dropout_noise) broadcasts to the scores [.., L, S].
+void checkBroadcastsToScores(const SdpaShapes &r, const Shape &operand, const char *what) {
+  Shape scores = r.batch;
+  scores.push_back(r.l);
+  scores.push_back(r.s);
+  std::string msg = std::string("scaled_dot_product_attention: ") + what + " of shape " +
+                    shapeStr(operand) + " does not broadcast to " + shapeStr(scores);
+  if (operand.size() > scores.size()) inferFail(msg);
+  for (size_t i = 0; i < operand.size(); ++i)
+    if (operand[i] != DimExpr(1))
+      checkDimEq(operand[i], scores[scores.size() - operand.size() + i], msg);
+}
+
+SdpaShapes sdpaShapes(const Shape &q, const Shape &k, const Shape &v, const Shape *mask,
+                      const Shape *noise, bool gqa) {
   const std::string op = "scaled_dot_product_attention";
   if (q.size() < 2 || k.size() < 2 || v.size() < 2)
     inferFail(op + ": query, key and value need at least 2 dims, got " + shapeStr(q) + ", " +
@@ -122,18 +136,8 @@ SdpaShapes sdpaShapes(const Shape &q, const Shape &k, const Shape &v, const Shap
   } catch (const TypeInferenceError &e) {
     inferFail(op + ": batch dims of query, key and value do not broadcast: " + e.what());
   }
-  if (mask) {
-    Shape scores = r.batch;
-    scores.push_back(r.l);
-    scores.push_back(r.s);
-    std::string msg = op + ": attn_mask of shape " + shapeStr(*mask) + " does not broadcast to " +
-                      shapeStr(scores);
-    if (mask->size() > scores.size())
-      inferFail(msg);
-    for (size_t i = 0; i < mask->size(); ++i)
-      if ((*mask)[i] != DimExpr(1))
-        checkDimEq((*mask)[i], scores[scores.size() - mask->size() + i], msg);
-  }
+  if (mask) checkBroadcastsToScores(r, *mask, "attn_mask");
+  if (noise) checkBroadcastsToScores(r, *noise, "dropout_noise");
   return r;
 }
 
@@ -149,12 +153,14 @@ std::vector<Type> sdpaInfer(const Op &op) {
   if (mask && attrBool(op, "is_causal"))
     inferFail(name + ": attn_mask must not be given when is_causal is true");
   if (attrFloat(op, "dropout_p") != 0)
-    inferFail(name + ": dropout_p must be 0 (apply a dropout op to the attention weights "
-                     "explicitly)");
+    inferFail(name + ": dropout_p must be 0 (pass the weights' noise as dropout_noise)");
+  const Type *noise = optionalTensor(op, 4);
+  if (noise && noise->dtype() != q.dtype())
+    inferFail(name + ": dropout_noise must have the query's dtype, got " + noise->str());
   if (hasAttrValue(op, "scale"))
     attrFloat(op, "scale");
   SdpaShapes s = sdpaShapes(q.shape(), k.shape(), v.shape(), mask ? &mask->shape() : nullptr,
-                            attrBool(op, "enable_gqa"));
+                            noise ? &noise->shape() : nullptr, attrBool(op, "enable_gqa"));
   Shape out = s.batch;
   out.push_back(s.l);
   out.push_back(s.ev);
@@ -182,13 +188,16 @@ std::vector<double> loadExpanded(const Tensor &t, std::vector<int64_t> batch, in
 
 std::vector<RtValue> sdpaKernel(const Op &op, std::span<const RtValue> in) {
   Tensor q = in[0].tensor(), k = in[1].tensor(), v = in[2].tensor();
-  std::optional<Tensor> mask;
+  std::optional<Tensor> mask, noise;
   if (present(in, 3))
     mask = in[3].tensor();
+  if (present(in, 4)) noise = in[4].tensor();
   Shape maskShape = mask ? shapeOf(mask->sizes()) : Shape{};
+  Shape noiseShape = noise ? shapeOf(noise->sizes()) : Shape{};
   SdpaShapes s = atRuntime([&] {
     return sdpaShapes(shapeOf(q.sizes()), shapeOf(k.sizes()), shapeOf(v.sizes()),
-                      mask ? &maskShape : nullptr, attrBool(op, "enable_gqa"));
+                      mask ? &maskShape : nullptr, noise ? &noiseShape : nullptr,
+                      attrBool(op, "enable_gqa"));
   });
   if (s.gqaGroups) {
     k = repeatHeads(k, *s.gqaGroups);
@@ -198,10 +207,11 @@ std::vector<RtValue> sdpaKernel(const Op &op, std::span<const RtValue> in) {
   int64_t L = s.l.value(), S = s.s.value(), E = s.e.value(), Ev = s.ev.value();
   int64_t nb = product(batch);
   std::vector<double> Q = loadExpanded(q, batch, L, E), K = loadExpanded(k, batch, S, E),
-                      V = loadExpanded(v, batch, S, Ev), M;
+                      V = loadExpanded(v, batch, S, Ev), M, N;
   bool boolMask = mask && mask->dtype() == DType::Bool;
   if (mask)
     M = loadExpanded(*mask, batch, L, S);
+  if (noise) N = loadExpanded(*noise, batch, L, S);
   bool causal = attrBool(op, "is_causal");
   double scale =
       hasAttrValue(op, "scale") ? attrFloat(op, "scale") : 1.0 / std::sqrt(static_cast<double>(E));
@@ -236,8 +246,8 @@ std::vector<RtValue> sdpaKernel(const Op &op, std::span<const RtValue> in) {
       double sum = 0;
       for (double &sc : scores)
         sum += (sc = std::exp(sc - mx));
-      for (double &sc : scores)
-        sc /= sum;
+      for (int64_t j = 0; j < S; ++j)
+        scores[j] = scores[j] / sum * (noise ? N[(b * L + i) * S + j] : 1.0);
       gemm(scores.data(), vb, &out[(b * L + i) * Ev], 1, S, Ev);
     }
   }
@@ -335,9 +345,15 @@ void registerLayerOps(OpRegistry &r) {
                  "k [..,S,E], v [..,S,Ev] (batch dims broadcast) -> [..,L,Ev]. attn_mask: bool "
                  "(true = attend) or the query dtype (added), broadcast to [..,L,S]; is_causal "
                  "masks j > i (top-left aligned). scale: absent -> 1/sqrt(E). dropout_p must be "
-                 "0. enable_gqa: k/v heads (dim -3) repeat-interleave to the query heads. A "
-                 "fully masked row gives zeros.",
-      .operands = {{"query"}, {"key"}, {"value"}, {.name = "attn_mask", .optional = true}},
+                 "0: dropout_noise (the query's dtype, broadcast to [..,L,S]) multiplies the "
+                 "softmax weights instead, as eager's at::dropout of them does with its noise. "
+                 "enable_gqa: k/v heads (dim -3) repeat-interleave to the query heads. A fully "
+                 "masked row gives zeros.",
+      .operands = {{"query"},
+                   {"key"},
+                   {"value"},
+                   {.name = "attn_mask", .optional = true},
+                   {.name = "dropout_noise", .optional = true}},
       .attrs = {{.name = "is_causal", .kind = AttrKind::Bool, .defaultValue = Attr(false)},
                 {.name = "dropout_p", .kind = AttrKind::Float, .defaultValue = Attr(0.0)},
                 {.name = "scale", .kind = AttrKind::Float, .optional = true},

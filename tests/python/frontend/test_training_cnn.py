@@ -199,3 +199,47 @@ def test_backward_reads_saved_activations_in_memory_order() -> None:
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
     graphs = fe.events()["graphs"]
     assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
+
+
+def drop_path(x: Any, w: Any) -> Any:
+    # Hugging Face's drop_path: torch.rand with only constant arguments (a PyTorch fallback node
+    # with no tensor operand), here before a permute that sends the output layouts to
+    # PyTorch's meta kernels: that walk ran the rand on the CPU and shifted eager's stream.
+    keep = 0.6
+    mask = (keep + torch.rand((x.shape[0], 1, 1), dtype=x.dtype, device=x.device)).floor_()
+    return ((x @ w) / keep * mask).permute(2, 0, 1)
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["train", "no_grad"])
+def test_random_fallback_draws_are_eagers_from_the_first_call(grad: bool) -> None:
+    x, w = torch.randn(8, 3, 4), torch.randn(4, 5, requires_grad=True)
+    compiled = xjit.jit(drop_path)
+    with torch.set_grad_enabled(grad):
+        for step in range(2):  # the first call compiles
+            torch.manual_seed(step)
+            want, want_next = drop_path(x, w), torch.rand(3)
+            torch.manual_seed(step)
+            got, got_next = compiled(x, w), torch.rand(3)
+            assert torch.equal(got_next, want_next), step
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    graphs = fe.events()["graphs"]
+    assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
+    assert fe.events()["counters"]["layout_meta_walks"] >= 1  # the walk this test is about
+
+
+def test_channel_dropout_noise_follows_symbolic_shapes() -> None:
+    # dynamic=True: one capture whose noise is [N, C, 1, 1] of each call's N and C (a PyTorch
+    # fallback on a symbolic shape was a graph break).
+    def step(x: Any) -> Any:
+        return F.dropout2d(x * 2.0, 0.4, True)
+
+    compiled = xjit.jit(step, dynamic=True)
+    for shape in [(2, 3, 4, 5), (3, 4, 5, 6), (4, 6, 2, 3)]:  # (distinct: no duck sizing)
+        x = torch.randn(shape)
+        torch.manual_seed(1)
+        want, want_next = step(x), torch.rand(2)
+        torch.manual_seed(1)
+        got, got_next = compiled(x), torch.rand(2)
+        assert torch.equal(got, want) and torch.equal(got_next, want_next), shape
+    events = fe.events()
+    assert not events["breaks"] and len(events["graphs"]) == 1, events["breaks"]

@@ -8,10 +8,16 @@ under torch.no_grad() in eval mode: one graph, no graph breaks, no PyTorch fallb
 warnings, and the output of three calls equal to eager's. Plus the two small patterns behind
 what the zoo found broken: torch.finfo/iinfo in a captured frame (a graph break in T5 and
 GPT-Neo), and permute(...).contiguous().view(...) (canonicalize dropped the contiguous, so the
-native view failed at run time: GPT-Neo and Swin ran in Python with a warning)."""
+native view failed at run time: GPT-Neo and Swin ran in Python with a warning).
+
+Training: TRAINED (a representative set of the models whose step trains compiled, see
+bench/results/zoo_train.md) take one train() step with dropout on, as `bench/zoo.py --train`
+does (bench/zoo_train.py): one compiled graph, no break, nothing in Python, and the loss, every
+gradient and the updated buffers within max(4 x eager's error, 1e-6) of a float64 copy's."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import sys
 import warnings
@@ -30,6 +36,7 @@ nn = torch.nn
 # The models are bench/zoo.py's own builders at its TINY size: one definition for both.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from bench import zoo  # noqa: E402
+from bench import zoo_train  # noqa: E402
 from bench.common import leaves  # noqa: E402
 
 TESTED = [
@@ -47,7 +54,17 @@ TESTED = [
     "bloom",  # its GELU is an autograd.Function: inlined under no_grad
     "mobilenet",
 ]
-CODE_MODELS = {"mobilenet"}  # written in bench/zoo.py, not transformers
+CODE_MODELS = {"mobilenet", "convnext"}  # written in bench/zoo.py, not transformers
+TRAINED = [
+    "bart",  # attention with dropout_p > 0 in an encoder and a decoder
+    "gpt-neo",
+    "t5",
+    "mistral",
+    "whisper-encoder",
+    "wav2vec2",  # requires_grad = True on a view of its input; weight norm
+    "mobilenet",  # batch norm in train() mode: running statistics written back
+    "convnext",
+]
 
 
 def _assert_close(out: Any, ref: Any) -> None:
@@ -85,6 +102,33 @@ def test_zoo_model_is_one_graph_and_matches_eager(name: str) -> None:
         pytest.importorskip("transformers")
     model, kwargs = zoo.build(name, zoo.TINY)
     _compile_and_check(model, kwargs)
+
+
+@pytest.mark.parametrize("name", TRAINED)
+def test_zoo_model_trains_compiled_and_matches_float64(name: str) -> None:
+    if name not in CODE_MODELS:
+        pytest.importorskip("transformers")
+    model, kwargs = zoo.build(name, zoo.TINY)
+    model.train()
+    if name in zoo_train.ADJUSTMENTS:
+        zoo_train.ADJUSTMENTS[name][1](model)
+    compiled_model = copy.deepcopy(model)
+    reports = []
+
+    def explained(**kw: Any) -> Any:
+        reports.append(xjit.explain(xjit.jit(compiled_model))(**kw))
+        return reports[-1].output
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", xjit.XjitWarning)
+        result = zoo_train.compare(model, compiled_model, explained, kwargs)
+    (report,) = reports
+    assert [b.reason for b in report.graph_breaks] == []
+    assert report.graph_count == 1 and not report.graphs[0].runs_in_python, str(report)
+    assert report.graphs[0].note.startswith("training step: forward"), report.graphs[0].note
+    assert set(zoo.fallback_targets(report)) <= {zoo_train.DROPOUT_NOISE}, str(report)
+    assert result["problems"] == [], result
+    assert result["grads_checked"] > 0
 
 
 def test_finfo_and_iinfo_fold_at_capture_time() -> None:
