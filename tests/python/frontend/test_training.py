@@ -160,7 +160,7 @@ def _no_grad_region(x: Any) -> Any:
 
 
 def _no_rule(x: Any) -> Any:
-    return torch.cumsum(x, 0).sum()
+    return torch.cumprod(x, 0).sum()
 
 
 def _returns_input_view(x: Any) -> Any:
@@ -178,7 +178,7 @@ def _in_place(x: Any) -> Any:
     [
         (_detach, "stops a gradient"),
         (_no_grad_region, "stops a gradient"),
-        (_no_rule, "no derivative rule for 'cumsum'"),
+        (_no_rule, "no derivative rule for 'cumprod'"),
         (_returns_input_view, "a view of one"),
     ],
     ids=["detach", "no_grad_region", "no_rule", "returns_input_view"],
