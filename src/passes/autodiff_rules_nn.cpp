@@ -214,6 +214,12 @@ Value *overhangingAverageGradient(RuleArgs &a, const Ints &kernel, const Ints &s
     }
     g = a.bin("div", g, a.b.constantTensor(divisor));
   }
+  // One window over the whole input per dim (a global pool: EfficientNet's pooler): g / divisor
+  // broadcast over it.
+  bool global = true;
+  for (size_t d = 0; d < nd; ++d)
+    global &= gs[d + 2] == 1 && padding[d] == 0 && kernel[d] >= xs[d + 2];
+  if (global) return a.un("expand", g, {{"shape", xs}});
   // conv_transpose without padding covers [-padding, (O-1)·stride + kernel - padding) of the
   // input; output_padding extends it to the input's end where the windows stop short. What a
   // window covers past the input's end is cut away, so a kernel longer than input + padding

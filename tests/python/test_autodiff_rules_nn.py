@@ -86,6 +86,9 @@ CASES = [
     # EfficientNet's pooler: AvgPool2d(hidden_dim, ceil_mode=True), a kernel larger than the input
     Case("avg_pool2d_ceil_kernel_past_input", "avg_pool2d", [(2, 3, 5, 6)],
          lambda x: F.avg_pool2d(x, 9, ceil_mode=True), {"kernel_size": [9], "ceil_mode": True}),
+    Case("avg_pool1d_ceil_kernel_past_padded_input", "avg_pool1d", [(2, 3, 2)],
+         lambda x: F.avg_pool1d(x, 5, 1, 2, ceil_mode=True),
+         {"kernel_size": [5], "stride": [1], "padding": [2], "ceil_mode": True}),
     Case("avg_pool1d_ceil", "avg_pool1d", [(2, 3, 10)],
          lambda x: F.avg_pool1d(x, 3, 2, 1, ceil_mode=True),
          {"kernel_size": [3], "stride": [2], "padding": [1], "ceil_mode": True}),

@@ -89,3 +89,16 @@ def test_reverse_cumsum_equals_flipped_cumsum(dtype: str, dim: int) -> None:
     # The same partial sums in the same order as eager's (f32 in f64): equal.
     assert torch.equal(native, want)
     assert torch.equal(reference, want)
+
+
+@pytest.mark.parametrize("ty", ["f32[s0,300]", "f32[7,s0]"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_cumsum_with_symbolic_sizes(ty: str, dim: int) -> None:
+    # Sizes read at run time (the kernel's extents and its block count over inner elements).
+    g = x_.Graph("g")
+    x = g.add_input(ty, "x")
+    g.set_outputs(g.add_op("cumsum", [x], {"dim": dim}))
+    compiled = x_.compile(g)
+    for n in (3, 513):
+        t = sample((n, 300) if ty.endswith(",300]") else (7, n), torch.float32)
+        assert torch.equal(compiled.run([t], "torch")[0], torch.cumsum(t, dim))
