@@ -42,6 +42,11 @@ std::vector<int64_t> staticShape(const Op &op, const Value *v) {
   return *s;
 }
 
+double floatAttr(const Op &op, const char *name, double dflt) {
+  const Attr *a = op.attrOrNull(name);
+  return a && (a->kind() == AttrKind::Float || a->kind() == AttrKind::Int) ? a->asNumber() : dflt;
+}
+
 Value *castTo(Builder &b, Value *v, DType d) {
   return v->type().dtype() == d ? v : b.op("cast", {v}, {{"dtype", d}});
 }

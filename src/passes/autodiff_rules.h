@@ -62,6 +62,9 @@ std::vector<int64_t> reducedDims(const Op &op, const char *attr, int64_t rank);
 Value *expandReduced(RuleArgs &a, Value *g, const std::vector<int64_t> &dims, bool keepdim,
                      Value *x);
 
+/// A number attribute (int or float) of op, or dflt when absent.
+double floatAttr(const Op &op, const char *name, double dflt);
+
 /// Dim d of a rank-`rank` tensor in [0, rank).
 inline int64_t normDim(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
 
@@ -70,7 +73,7 @@ inline int64_t normDim(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
 void addMovementRules(std::map<std::string, Rule> &table);
 
 /// Adds the rules of autodiff_rules_math.cpp (more elementwise math, activations, clamp,
-/// maximum/minimum, amax/amin, logsumexp, var/std, rms_norm, baddbmm...) to the table.
+/// maximum/minimum, max/min, logsumexp, var/std, rms_norm, baddbmm...) to the table.
 void addMathRules(std::map<std::string, Rule> &table);
 
 /// Adds the rules of autodiff_rules_nn.cpp (conv, pooling, batch_norm) to the table.

@@ -1,9 +1,9 @@
 // Derivative rules of the autodiff pass for the rest of the elementwise math, activations and
 // reductions models use: trigonometric and hyperbolic functions, log/exp variants, abs and
 // the piecewise-constant ops (zero gradient), clamp, maximum/minimum, softplus, mish,
-// log_sigmoid, selu, celu, nan_to_num, addcmul/addcdiv/lerp, amax/amin/max/min (ties share the
-// gradient evenly, as PyTorch's), logsumexp, var/std, rms_norm, baddbmm and movedim. PyTorch's
-// derivatives.yaml formulas, written with forward ops.
+// log_sigmoid, selu, celu, nan_to_num, addcmul/addcdiv/lerp, max/min over everything (ties
+// share the gradient evenly, as PyTorch's), logsumexp, var/std, rms_norm, baddbmm and movedim.
+// PyTorch's derivatives.yaml formulas, written with forward ops.
 #include "autodiff_rules.h"
 
 #include <cmath>
@@ -13,11 +13,6 @@ namespace xjit::passes::autodiff_rules {
 namespace {
 
 using Ints = std::vector<int64_t>;
-
-double floatAttr(const Op &op, const char *name, double dflt) {
-  const Attr *a = op.attrOrNull(name);
-  return a && (a->kind() == AttrKind::Float || a->kind() == AttrKind::Int) ? a->asNumber() : dflt;
-}
 
 bool keepdimOf(const Op &op) {
   const Attr *k = op.attrOrNull("keepdim");
@@ -150,9 +145,14 @@ std::vector<Value *> lerpRule(RuleArgs &a) {
 
 // ---- reductions ----
 
-/// amax / amin (dims, keepdim) and max / min over everything: g shared evenly by the elements
-/// equal to the result (PyTorch's evenly_distribute_backward / amax backward).
+/// max / min over everything: g shared evenly by the elements equal to the result (PyTorch's
+/// evenly_distribute_backward). amax / amin over dims are refused: canonicalize's
+/// extremum-split makes torch.max(x, dim)'s values an amax, whose gradient in eager goes to
+/// the first maximum only, while amax's own is shared by the tied maxima; after the split the
+/// two look alike (a relu's zeros tie).
 std::vector<Value *> extremeValueRule(RuleArgs &a) {
+  if (a.op.name() == "amax" || a.op.name() == "amin")
+    unsupported(a.op, "a max over dims (torch.max(x, dim) and amax differ on ties)");
   Value *x = a.x(0);
   const Ints dims = reducedDims(a.op, "dims", x->type().rank());
   const bool keepdim = keepdimOf(a.op);

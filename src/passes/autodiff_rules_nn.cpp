@@ -54,11 +54,6 @@ bool boolAttr(const Op &op, const char *name, bool dflt) {
   return a && a->kind() == AttrKind::Bool ? a->asBool() : dflt;
 }
 
-double floatAttr(const Op &op, const char *name, double dflt) {
-  const Attr *a = op.attrOrNull(name);
-  return a ? a->asNumber() : dflt;
-}
-
 /// Rejects what the rules below do not cover: channels-last layouts and unbatched inputs.
 void requireBatchedChannelsFirst(const RuleArgs &a, size_t nd) {
   if (const Attr *l = a.op.attrOrNull("layout");
