@@ -4,8 +4,9 @@
 //   inner  > 1: blocks of up to kLanes inner elements scan together on an array accumulator,
 //               the inner loop unit-stride and vectorized, the scanned dim outside it.
 // Accumulation as eager's CPU kernel (at::acc_type): f32 sums in f64 and rounds each result,
-// f16 / bf16 in f32, integers in i64 (wrapping), so results equal eager's. The version above
-// assumes a contiguous input (a stride check); the general one indexes every dim by its stride.
+// f16 / bf16 in f32, integers in i64 (wrapping), so results equal eager's. The kernel compiled
+// up front assumes a dense input (a stride check); the general one indexes every dim by its
+// stride (Kernel::general, compiled when a call needs it).
 #include "xjit/backend/lower.h"
 
 #include "ops/op_util.h"
@@ -40,7 +41,7 @@ Expr productOf(const Shape &s, int64_t buffer, size_t from, size_t to) {
 
 class ScanLowering {
 public:
-  ScanLowering(const Op &op, bool general) : op_(op), general_(general) {
+  ScanLowering(const Op &op, bool general) : general_(general) {
     const Type &in = op.operand(0)->type(), &out = op.result(0)->type();
     shape_ = in.shape();
     dim_ = size_t(ops::normDim(ops::attrInt(op, "dim"), in.rank()));
@@ -140,7 +141,6 @@ private:
     return isFloating(accDType_) ? constFloat(accDType_, 0.0) : constInt(accDType_, 0);
   }
 
-  const Op &op_;
   bool general_;
   Shape shape_;
   size_t dim_ = 0;

@@ -2,11 +2,13 @@
 // reductions models use: trigonometric and hyperbolic functions, log/exp variants, abs and
 // the piecewise-constant ops (zero gradient), clamp, maximum/minimum, softplus, mish,
 // log_sigmoid, selu, celu, nan_to_num, addcmul/addcdiv/lerp, max/min over everything (ties
-// share the gradient evenly, as PyTorch's), logsumexp, var/std, rms_norm, baddbmm and movedim.
-// PyTorch's derivatives.yaml formulas, written with forward ops.
+// share the gradient evenly, as PyTorch's), logsumexp, var/std, rms_norm, baddbmm, dot / mv /
+// outer, remainder / fmod, atan2, hypot, logit, pixel_shuffle and movedim. PyTorch's
+// derivatives.yaml formulas, written with forward ops.
 #include "autodiff_rules.h"
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 namespace xjit::passes::autodiff_rules {
@@ -143,6 +145,41 @@ std::vector<Value *> lerpRule(RuleArgs &a) {
   return r;
 }
 
+/// remainder / fmod: x - y·floor(x/y) (trunc for fmod): g, and -g·floor(x/y) for y.
+std::vector<Value *> remainderRule(RuleArgs &a) {
+  const char *rounding = a.op.name() == "fmod" ? "trunc" : "floor";
+  return {gradFor(a, 0, a.g),
+          a.need[1]
+              ? gradFor(a, 1, a.un("neg", a.mul(a.g, a.un(rounding, a.bin("div", a.x(0), a.x(1))))))
+              : nullptr};
+}
+
+/// atan2(y, x): g·x/(x² + y²) for y, -g·y/(x² + y²) for x.
+std::vector<Value *> atan2Rule(RuleArgs &a) {
+  Value *y = a.x(0), *x = a.x(1);
+  Value *scale = a.bin("div", a.g, a.bin("add", a.mul(x, x), a.mul(y, y)));
+  return {a.need[0] ? gradFor(a, 0, a.mul(scale, x)) : nullptr,
+          a.need[1] ? gradFor(a, 1, a.un("neg", a.mul(scale, y))) : nullptr};
+}
+
+/// hypot(a, b): g·a/out, g·b/out.
+std::vector<Value *> hypotRule(RuleArgs &a) {
+  Value *scale = a.bin("div", a.g, a.out());
+  return {a.need[0] ? gradFor(a, 0, a.mul(scale, a.x(0))) : nullptr,
+          a.need[1] ? gradFor(a, 1, a.mul(scale, a.x(1))) : nullptr};
+}
+
+/// logit(eps): g/(x·(1-x)); outside [eps, 1-eps] 0 with eps, outside [0, 1] NaN without
+/// (PyTorch's logit_backward).
+std::vector<Value *> logitRule(RuleArgs &a) {
+  Value *x = a.x(0);
+  Value *dx = a.bin("div", a.g, a.mul(x, a.bin("sub", a.f(1.0), x)));
+  const Attr *e = a.op.attrOrNull("eps");
+  const double lo = e ? e->asNumber() : 0.0;
+  Value *outside = a.bin("logical_or", a.bin("lt", x, a.f(lo)), a.bin("gt", x, a.f(1.0 - lo)));
+  return {where(a, outside, a.f(e ? 0.0 : std::numeric_limits<double>::quiet_NaN()), dx)};
+}
+
 // ---- reductions ----
 
 /// max / min over everything: g shared evenly by the elements equal to the result (PyTorch's
@@ -236,6 +273,35 @@ std::vector<Value *> baddbmmRule(RuleArgs &a) {
   return r;
 }
 
+/// dot(a, b): g·b, g·a; mv(A, v): g ⊗ v, Aᵀ·g; outer(a, b): g·b, gᵀ·a.
+std::vector<Value *> vectorProductRule(RuleArgs &a) {
+  Value *x = a.x(0), *y = a.x(1);
+  auto col = [&](Value *v) { return a.un("unsqueeze", v, {{"dim", int64_t(1)}}); };
+  std::vector<Value *> r(2, nullptr);
+  const std::string &n = a.op.name();
+  if (n == "dot") {
+    if (a.need[0]) r[0] = a.mul(a.g, y);
+    if (a.need[1]) r[1] = a.mul(a.g, x);
+  } else if (n == "mv") {
+    if (a.need[0]) r[0] = a.mul(col(a.g), a.un("unsqueeze", y, {{"dim", int64_t(0)}}));
+    if (a.need[1]) r[1] = a.b.op("mv", {a.un("t", x), a.g});
+  } else { // outer
+    if (a.need[0]) r[0] = a.b.op("mv", {a.g, y});
+    if (a.need[1]) r[1] = a.b.op("mv", {a.un("t", a.g), x});
+  }
+  for (size_t i = 0; i < 2; ++i)
+    if (r[i]) r[i] = castTo(a.b, r[i], a.x(i)->type().dtype());
+  return r;
+}
+
+/// pixel_shuffle and pixel_unshuffle undo each other.
+std::vector<Value *> pixelShuffleRule(RuleArgs &a) {
+  if (a.op.name() == "pixel_shuffle")
+    return {
+        a.un("pixel_unshuffle", a.g, {{"downscale_factor", a.op.attr("upscale_factor").asInt()}})};
+  return {a.un("pixel_shuffle", a.g, {{"upscale_factor", a.op.attr("downscale_factor").asInt()}})};
+}
+
 std::vector<Value *> movedimRule(RuleArgs &a) {
   return {a.un("movedim", a.g,
                {{"source", a.op.attr("destination")}, {"destination", a.op.attr("source")}})};
@@ -264,6 +330,12 @@ void addMathRules(std::map<std::string, Rule> &t) {
   t["rms_norm"] = rmsNormRule;
   t["baddbmm"] = baddbmmRule;
   t["movedim"] = movedimRule;
+  t["remainder"] = t["fmod"] = remainderRule;
+  t["atan2"] = atan2Rule;
+  t["hypot"] = hypotRule;
+  t["logit"] = logitRule;
+  t["dot"] = t["mv"] = t["outer"] = vectorProductRule;
+  t["pixel_shuffle"] = t["pixel_unshuffle"] = pixelShuffleRule;
 }
 
 } // namespace xjit::passes::autodiff_rules
