@@ -179,6 +179,7 @@ public:
       return op.numOperands() > 0 && op.result(0)->type().isTensor()
                  ? ""
                  : op.name() + ": no operands, or the result is not a tensor";
+    if (op.name() == "cumsum") return whyNotScan(op);
     return whyNotElementwise(op);
   }
 
@@ -193,8 +194,9 @@ public:
 #else
     const LowerOptions lower{};
 #endif
-    LoweredKernel lk =
-        op.name() == "fusion" ? lowerFusion(op, lower) : lowerElementwiseOp(op, lower);
+    LoweredKernel lk = op.name() == "fusion"   ? lowerFusion(op, lower)
+                       : op.name() == "cumsum" ? lowerScan(op, lower)
+                                               : lowerElementwiseOp(op, lower);
     // Identical ops (an unrolled loop's body at every step) share one executable: Jit::compile
     // would share their code, but each would still hold its own loop IR twice (~20 KB).
     const std::string printed = printKernel(lk.kernel); // also Jit::compile's cache key

@@ -42,10 +42,11 @@ const Expr &zeroIdx() {
   return zero;
 }
 
-/// Ops that only remap indices (repeat and tile read index i of a tiled dim at i mod its size).
+/// Ops that only remap indices (repeat and tile read index i of a tiled dim at i mod its size,
+/// flip reads n - 1 - i).
 const std::set<std::string, std::less<>> kViewOps = {
-    "expand", "expand_as", "unsqueeze",  "squeeze", "permute", "transpose", "t",   "slice",
-    "select", "narrow",    "contiguous", "clone",   "alias",   "repeat",    "tile"};
+    "expand", "expand_as", "unsqueeze",  "squeeze", "permute", "transpose", "t",    "slice",
+    "select", "narrow",    "contiguous", "clone",   "alias",   "repeat",    "tile", "flip"};
 
 /// Operand 0's dim `d` must be static for index arithmetic that depends on its size.
 std::string needStaticDim(const Op &op, const char *attr) {
@@ -62,6 +63,12 @@ std::string whyNotView(const Op &op) {
     return op.name() + ": operand is not a tensor";
   const std::string &n = op.name();
   if (n == "slice" || n == "select" || n == "narrow") return needStaticDim(op, "dim");
+  if (n == "flip") {
+    const Shape &in = op.operand(0)->type().shape();
+    for (int64_t d : ops::attrInts(op, "dims"))
+      if (in.empty() || !in[size_t(ops::normDim(d, int64_t(in.size())))].isStatic())
+        return "flip: a flipped dim is symbolic";
+  }
   if (n == "repeat" || n == "tile") {
     const Shape &in = op.operand(0)->type().shape(), &out = op.result(0)->type().shape();
     for (size_t j = 0, lead = out.size() - in.size(); j < in.size(); ++j)
@@ -1401,6 +1408,14 @@ private:
         start = start < 0 ? start + size : start;
       }
       r[size_t(dim)] = addIdx(constIdx(start), mulIdx(idx[size_t(dim)], constIdx(step)));
+      return r;
+    }
+    if (n == "flip") {
+      std::vector<Expr> r = idx;
+      for (int64_t d : ops::attrInts(op, "dims")) {
+        size_t k = size_t(ops::normDim(d, rank));
+        r[k] = binary(BinaryOp::Sub, constIdx(in[k].value() - 1), idx[k]);
+      }
       return r;
     }
     if (n == "repeat" || n == "tile") { // new dims lead; a tiled dim wraps around

@@ -42,24 +42,10 @@ std::vector<int64_t> staticShape(const Op &op, const Value *v) {
   return *s;
 }
 
-} // namespace autodiff_rules
-
-bool runDecomposeAttention(Graph &g, PassContext &ctx); // decompose_attention.cpp
-bool runCausalProducts(Graph &g, PassContext &ctx);     // causal_products.cpp
-
-namespace {
-
-using Ints = std::vector<int64_t>;
-
-bool isFloatTensor(const Value *v) { return v->type().isTensor() && isFloating(v->type().dtype()); }
-
-using autodiff_rules::Rule;
-using autodiff_rules::RuleArgs;
-using autodiff_rules::staticShape;
-using autodiff_rules::staticSizes;
-using autodiff_rules::unsupported;
-
-int64_t normDim(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
+double floatAttr(const Op &op, const char *name, double dflt) {
+  const Attr *a = op.attrOrNull(name);
+  return a && (a->kind() == AttrKind::Float || a->kind() == AttrKind::Int) ? a->asNumber() : dflt;
+}
 
 Value *castTo(Builder &b, Value *v, DType d) {
   return v->type().dtype() == d ? v : b.op("cast", {v}, {{"dtype", d}});
@@ -71,7 +57,7 @@ Value *sumTo(RuleArgs &a, Value *g, const Value *operand) {
   const Shape &gs = g->type().shape(), &ts = t.shape();
   if (gs.size() < ts.size()) unsupported(a.op, "gradient of lower rank than its operand");
   const size_t lead = gs.size() - ts.size();
-  Ints keep;
+  std::vector<int64_t> keep;
   for (size_t j = 0; j < ts.size(); ++j) {
     if (ts[j] == gs[lead + j]) continue;
     if (ts[j] == DimExpr(1))
@@ -81,7 +67,7 @@ Value *sumTo(RuleArgs &a, Value *g, const Value *operand) {
   }
   if (!keep.empty()) g = a.b.op("sum", {g}, {{"dims", keep}, {"keepdim", true}});
   if (lead > 0) {
-    Ints leading;
+    std::vector<int64_t> leading;
     for (size_t i = 0; i < lead; ++i)
       leading.push_back(static_cast<int64_t>(i));
     g = a.b.op("sum", {g}, {{"dims", leading}, {"keepdim", false}});
@@ -96,8 +82,8 @@ Value *gradFor(RuleArgs &a, size_t i, Value *g) {
 }
 
 /// The reduced dims of a sum/mean-like op, normalized and sorted (all dims when empty).
-Ints reducedDims(const Op &op, const char *attr, int64_t rank) {
-  Ints dims;
+std::vector<int64_t> reducedDims(const Op &op, const char *attr, int64_t rank) {
+  std::vector<int64_t> dims;
   if (const Attr *d = op.attrOrNull(attr); d && d->kind() == AttrKind::Ints) dims = d->asInts();
   if (dims.empty())
     for (int64_t i = 0; i < rank; ++i)
@@ -109,15 +95,39 @@ Ints reducedDims(const Op &op, const char *attr, int64_t rank) {
 }
 
 /// A reduction's gradient broadcast back over the reduced dims to x's shape.
-Value *expandReduced(RuleArgs &a, Value *g, const Ints &dims, bool keepdim, Value *x) {
+Value *expandReduced(RuleArgs &a, Value *g, const std::vector<int64_t> &dims, bool keepdim,
+                     Value *x) {
   if (!keepdim)
     for (int64_t d : dims)
       g = a.un("unsqueeze", g, {{"dim", d}});
   // A static shape keeps x itself out of the backward's inputs (only its shape is needed).
-  std::optional<Ints> shape = staticSizes(x);
+  std::optional<std::vector<int64_t>> shape = staticSizes(x);
   if (!shape) return a.b.op("expand_as", {g, x});
   return a.un("expand", g, {{"shape", *shape}});
 }
+
+} // namespace autodiff_rules
+
+bool runDecomposeAttention(Graph &g, PassContext &ctx); // decompose_attention.cpp
+bool runCausalProducts(Graph &g, PassContext &ctx);     // causal_products.cpp
+
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+bool isFloatTensor(const Value *v) { return v->type().isTensor() && isFloating(v->type().dtype()); }
+
+using autodiff_rules::castTo;
+using autodiff_rules::expandReduced;
+using autodiff_rules::gradFor;
+using autodiff_rules::normDim;
+using autodiff_rules::reducedDims;
+using autodiff_rules::Rule;
+using autodiff_rules::RuleArgs;
+using autodiff_rules::staticShape;
+using autodiff_rules::staticSizes;
+using autodiff_rules::sumTo;
+using autodiff_rules::unsupported;
 
 bool attrBool(const Op &op, std::string_view name, bool dflt) {
   const Attr *a = op.attrOrNull(name);
@@ -361,9 +371,11 @@ const std::map<std::string, Rule> &ruleTable() {
       return {gradFor(a, 0, a.g), nullptr};
     };
     t["slice"] = [](RuleArgs &a) -> std::vector<Value *> {
-      // Zero-pad the gradient back along the sliced dim (step 1 only).
+      // Zero-pad the gradient back along the sliced dim; a step k first spreads it to every
+      // k-th element (g as [len, 1] padded to [len, k], merged: GPT-J's x[..., ::2]).
       const Attr *st = a.op.attrOrNull("step");
-      if (st && st->asInt() != 1) unsupported(a.op, "a slice with step != 1");
+      const int64_t step = st ? st->asInt() : 1;
+      if (step < 1) unsupported(a.op, "a slice with step < 1");
       const int64_t rank = a.x(0)->type().rank();
       const int64_t dim = normDim(a.op.attrOrNull("dim") ? a.op.attr("dim").asInt() : 0, rank);
       const auto size = a.x(0)->type().shape()[static_cast<size_t>(dim)].staticValue();
@@ -375,10 +387,24 @@ const std::map<std::string, Rule> &ruleTable() {
       const int64_t start = clampIdx(a.op.attrOrNull("start") ? a.op.attr("start").asInt() : 0);
       const int64_t end =
           std::max(start, clampIdx(a.op.attrOrNull("end") ? a.op.attr("end").asInt() : *size));
+      Value *g = a.g;
+      int64_t length = end - start;
+      if (step > 1) {
+        Ints spread = staticShape(a.op, g);
+        const int64_t picked = spread[size_t(dim)];
+        Ints pad(static_cast<size_t>(2 * (rank - dim)), 0); // along the new dim dim + 1
+        pad[pad.size() - 1] = step - 1;
+        g = a.un("pad", a.un("unsqueeze", g, {{"dim", dim + 1}}), {{"pad", pad}});
+        spread[size_t(dim)] = picked * step;
+        g = a.un("reshape", g, {{"shape", spread}});
+        length = std::min(picked * step, *size - start); // the trailing zeros past the end go
+        if (length < picked * step)
+          g = a.un("slice", g, {{"dim", dim}, {"start", int64_t(0)}, {"end", length}});
+      }
       Ints pad(static_cast<size_t>(2 * (rank - dim)), 0);
       pad[pad.size() - 2] = start;
-      pad[pad.size() - 1] = *size - end;
-      return {a.un("pad", a.g, {{"pad", pad}})};
+      pad[pad.size() - 1] = *size - start - length;
+      return {a.un("pad", g, {{"pad", pad}})};
     };
     t["select"] = [](RuleArgs &a) -> std::vector<Value *> {
       const int64_t rank = a.x(0)->type().rank();
@@ -510,7 +536,9 @@ const std::map<std::string, Rule> &ruleTable() {
       return {a.b.op("scatter_add", {zeros, a.x(1), a.g}, {{"dim", a.op.attr("dim").asInt()}}),
               nullptr};
     };
-    autodiff_rules::addNnRules(t); // conv, pooling, batch_norm: autodiff_rules_nn.cpp
+    autodiff_rules::addMovementRules(t); // stack, repeat, pad, roll, cumsum...
+    autodiff_rules::addMathRules(t);     // sin, clamp, maximum, amax, var, rms_norm...
+    autodiff_rules::addNnRules(t);       // conv, pooling, batch_norm: autodiff_rules_nn.cpp
     return t;
   }();
   return table;

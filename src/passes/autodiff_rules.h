@@ -1,6 +1,7 @@
 // What a derivative rule of the autodiff pass sees, shared by the rule tables: autodiff.cpp
-// (elementwise, movement, reductions, linear algebra) and autodiff_rules_nn.cpp (convolution,
-// pooling, batch_norm).
+// (elementwise, views, reductions, linear algebra), autodiff_rules_movement.cpp (copying
+// movement ops and scans: stack, repeat, pad, roll, flip, cumsum...) and autodiff_rules_nn.cpp
+// (convolution, pooling, batch_norm).
 #pragma once
 
 #include "semantic_util.h"
@@ -47,6 +48,33 @@ using passes::staticSizes; // semantic_util.h
 
 /// v's static sizes; unsupported(op) when one is symbolic.
 std::vector<int64_t> staticShape(const Op &op, const Value *v);
+
+/// v converted to dtype d (v itself when it has it).
+Value *castTo(Builder &b, Value *v, DType d);
+
+/// Sums a broadcast gradient back to the shape (and dtype) of the operand it flowed from.
+Value *sumTo(RuleArgs &a, Value *g, const Value *operand);
+/// The gradient of a tensor operand i (nullptr when it needs none or is a Python scalar).
+Value *gradFor(RuleArgs &a, size_t i, Value *g);
+/// The reduced dims of a sum/mean-like op, normalized and sorted (all dims when empty).
+std::vector<int64_t> reducedDims(const Op &op, const char *attr, int64_t rank);
+/// A reduction's gradient broadcast back over the reduced dims to x's shape.
+Value *expandReduced(RuleArgs &a, Value *g, const std::vector<int64_t> &dims, bool keepdim,
+                     Value *x);
+
+/// A number attribute (int or float) of op, or dflt when absent.
+double floatAttr(const Op &op, const char *name, double dflt);
+
+/// Dim d of a rank-`rank` tensor in [0, rank).
+inline int64_t normDim(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
+
+/// Adds the rules of autodiff_rules_movement.cpp (stack, repeat, tile, pad, roll, flip, narrow,
+/// index_select, cumsum) to the table.
+void addMovementRules(std::map<std::string, Rule> &table);
+
+/// Adds the rules of autodiff_rules_math.cpp (more elementwise math, activations, clamp,
+/// maximum/minimum, max/min, logsumexp, var/std, rms_norm, baddbmm...) to the table.
+void addMathRules(std::map<std::string, Rule> &table);
 
 /// Adds the rules of autodiff_rules_nn.cpp (conv, pooling, batch_norm) to the table.
 void addNnRules(std::map<std::string, Rule> &table);

@@ -8,7 +8,8 @@
 //   conv:      dx = conv_transpose(g, w), dw = conv_weight(x, g) (oneDNN's backward-weights
 //              primitive), db = sum(g)
 //   avg_pool:  dx = g / divisor spread over each window: a broadcast when the windows tile the
-//              input, else a depthwise conv_transpose with a window of ones
+//              input, else a depthwise conv_transpose with a window of ones (ceil_mode: each
+//              window's own divisor, a constant, and the transposed convolution cropped)
 //   max_pool:  the first maximum of a window gets the whole gradient (eager's tie-break): a
 //              compare-and-select when the windows tile the input, else scatter_add of g at
 //              max_pool_with_indices' indices
@@ -51,11 +52,6 @@ Ints spatialAttr(const Op &op, const char *name, size_t nd, const Ints &dflt) {
 bool boolAttr(const Op &op, const char *name, bool dflt) {
   const Attr *a = op.attrOrNull(name);
   return a && a->kind() == AttrKind::Bool ? a->asBool() : dflt;
-}
-
-double floatAttr(const Op &op, const char *name, double dflt) {
-  const Attr *a = op.attrOrNull(name);
-  return a ? a->asNumber() : dflt;
 }
 
 /// Rejects what the rules below do not cover: channels-last layouts and unbatched inputs.
@@ -178,17 +174,92 @@ Value *averageGradient(RuleArgs &a, Value *g, const Ints &kernel, const Ints &st
   return transposedConv(a, g, ones, xs, kernel, stride, padding, Ints(nd, 1), channels);
 }
 
+/// dx of avg_pool in ceil_mode, whose last windows may overhang the padded input: g divided by
+/// each window's own divisor (a constant [1, 1, O...]: its padded size clipped at the end of
+/// the right padding, or its in-bounds count; PyTorch's avg_pool backward), spread over the
+/// windows by a depthwise conv_transpose without padding, and the input's part of that cut out.
+Value *overhangingAverageGradient(RuleArgs &a, const Ints &kernel, const Ints &stride,
+                                  const Ints &padding, bool countIncludePad,
+                                  const Attr *divisorOverride) {
+  const size_t nd = kernel.size();
+  const Ints xs = staticShape(a.op, a.x(0)), gs = staticShape(a.op, a.g);
+  Value *g = a.g;
+  if (divisorOverride) {
+    g = a.mul(g, a.f(1.0 / static_cast<double>(divisorOverride->asInt())));
+  } else {
+    Ints divShape = {1, 1};
+    divShape.insert(divShape.end(), gs.begin() + 2, gs.end());
+    std::vector<Ints> perDim(nd); // each window's divisor along one spatial dim
+    for (size_t d = 0; d < nd; ++d)
+      for (int64_t o = 0; o < gs[d + 2]; ++o) {
+        const int64_t n = xs[d + 2], start = o * stride[d] - padding[d];
+        const int64_t end = std::min(start + kernel[d], n + padding[d]);
+        const int64_t size =
+            countIncludePad ? end - start : std::min(end, n) - std::max<int64_t>(start, 0);
+        perDim[d].push_back(std::max<int64_t>(size, 1)); // (an empty window has no input)
+      }
+    Tensor divisor = Tensor::empty(g->type().dtype(), divShape);
+    for (int64_t i = 0; i < divisor.numel(); ++i) {
+      int64_t rest = i, product = 1;
+      for (size_t d = nd; d-- > 0;) {
+        product *= perDim[d][size_t(rest % gs[d + 2])];
+        rest /= gs[d + 2];
+      }
+      divisor.setDouble(i, static_cast<double>(product));
+    }
+    g = a.bin("div", g, a.b.constantTensor(divisor));
+  }
+  // One window over the whole input per dim (a global pool: EfficientNet's pooler): g / divisor
+  // broadcast over it.
+  bool global = true;
+  for (size_t d = 0; d < nd; ++d)
+    global &= gs[d + 2] == 1 && padding[d] == 0 && kernel[d] >= xs[d + 2];
+  if (global) return a.un("expand", g, {{"shape", xs}});
+  // conv_transpose without padding covers [-padding, (O-1)·stride + kernel - padding) of the
+  // input; output_padding extends it to the input's end where the windows stop short. What a
+  // window covers past the input's end is cut away, so a kernel longer than input + padding
+  // spreads as one of that length (EfficientNet's AvgPool2d(1280, ceil_mode=True) over 7x7:
+  // a 7x7 window of ones, not 1280x1280).
+  Ints full = xs, outputPadding(nd), spread(nd);
+  for (size_t d = 0; d < nd; ++d) {
+    spread[d] = std::min(kernel[d], xs[d + 2] + padding[d]);
+    const int64_t covered = (gs[d + 2] - 1) * stride[d] + spread[d];
+    outputPadding[d] = std::max<int64_t>(0, xs[d + 2] + padding[d] - covered);
+    if (outputPadding[d] >= stride[d]) unsupported(a.op, "windows that skip the input's end");
+    full[d + 2] = covered + outputPadding[d];
+  }
+  const int64_t channels = xs[1];
+  Ints onesShape = {channels, 1};
+  onesShape.insert(onesShape.end(), spread.begin(), spread.end());
+  Value *ones = a.b.op("ones", {}, {{"shape", onesShape}, {"dtype", g->type().dtype()}});
+  Value *dx = a.b.op(convName("conv_transpose", nd), {g, ones},
+                     {{"stride", stride},
+                      {"padding", Ints(nd, 0)},
+                      {"output_padding", outputPadding},
+                      {"dilation", Ints(nd, 1)},
+                      {"groups", channels}});
+  for (size_t d = 0; d < nd; ++d)
+    if (padding[d] > 0 || full[d + 2] != xs[d + 2])
+      dx = a.un("slice", dx,
+                {{"dim", static_cast<int64_t>(d + 2)},
+                 {"start", padding[d]},
+                 {"end", padding[d] + xs[d + 2]}});
+  return dx;
+}
+
 std::vector<Value *> avgPoolRule(RuleArgs &a) {
   const size_t nd = spatialRank(a.op);
   requireBatchedChannelsFirst(a, nd);
   const Ints kernel = spatialAttr(a.op, "kernel_size", nd, {});
   if (kernel.size() != nd) unsupported(a.op, "no kernel_size");
-  if (boolAttr(a.op, "ceil_mode", false)) unsupported(a.op, "ceil_mode");
   const Attr *div = a.op.attrOrNull("divisor_override");
   if (div && div->kind() != AttrKind::Int) div = nullptr;
-  return {averageGradient(a, a.g, kernel, spatialAttr(a.op, "stride", nd, kernel),
-                          spatialAttr(a.op, "padding", nd, Ints(nd, 0)),
-                          boolAttr(a.op, "count_include_pad", true), div)};
+  const Ints stride = spatialAttr(a.op, "stride", nd, kernel);
+  const Ints padding = spatialAttr(a.op, "padding", nd, Ints(nd, 0));
+  const bool countIncludePad = boolAttr(a.op, "count_include_pad", true);
+  if (boolAttr(a.op, "ceil_mode", false))
+    return {overhangingAverageGradient(a, kernel, stride, padding, countIncludePad, div)};
+  return {averageGradient(a, a.g, kernel, stride, padding, countIncludePad, div)};
 }
 
 std::vector<Value *> adaptiveAvgPoolRule(RuleArgs &a) {

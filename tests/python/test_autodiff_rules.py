@@ -29,6 +29,7 @@ class Case:
     attrs: dict[str, Any] = field(default_factory=dict)
     positive: bool = False  # inputs drawn in (0.5, 1.5) (log, sqrt, rsqrt)
     extra: list[Any] = field(default_factory=list)  # non-differentiable operands after the inputs
+    domain: tuple[float, float] | None = None  # inputs drawn uniformly in (lo, hi) (asin, acosh)
 
 
 def ty(dtype: str, shape: tuple[int, ...]) -> str:
@@ -89,15 +90,118 @@ CASES = [
     Case("select", "select", [(5, 4)], lambda a: a[:, -1], {"dim": 1, "index": -1}),
     Case("unsqueeze", "unsqueeze", [(3, 4)], lambda a: a.unsqueeze(1), {"dim": 1}),
     Case("squeeze", "squeeze", [(3, 1, 4)], lambda a: a.squeeze(1), {"dim": [1]}),
+    # copying movement ops and cumsum (autodiff_rules_movement.cpp)
+    Case("stack", "stack", [(3, 4), (3, 4), (3, 4)], lambda *t: torch.stack(t, 1), {"dim": 1}),
+    Case("stack_last", "stack", [(3, 4), (3, 4)], lambda *t: torch.stack(t, -1), {"dim": -1}),
+    Case("repeat", "repeat", [(3, 4)], lambda a: a.repeat(2, 1, 3), {"repeats": [2, 1, 3]}),
+    Case("tile", "tile", [(2, 3, 4)], lambda a: a.tile(2, 1), {"dims": [2, 1]}),
+    Case("roll", "roll", [(3, 4, 5)], lambda a: torch.roll(a, (1, -7), (0, 2)),
+         {"shifts": [1, -7], "dims": [0, 2]}),
+    Case("roll_flat", "roll", [(3, 4)], lambda a: torch.roll(a, 5), {"shifts": [5]}),
+    Case("flip", "flip", [(3, 4, 5)], lambda a: torch.flip(a, (0, -1)), {"dims": [0, -1]}),
+    Case("narrow", "narrow", [(3, 7)], lambda a: a.narrow(1, -5, 3),
+         {"dim": 1, "start": -5, "length": 3}),
+    Case("pad_constant", "pad", [(2, 3, 6, 7)], lambda a: F.pad(a, (1, 2, 3, 0), value=2.0),
+         {"pad": [1, 2, 3, 0], "value": 2.0}),
+    Case("pad_constant_crop", "pad", [(2, 3, 6, 7)], lambda a: F.pad(a, (-1, 2, 3, -2)),
+         {"pad": [-1, 2, 3, -2]}),
+    Case("pad_reflect", "pad", [(2, 3, 6, 7)], lambda a: F.pad(a, (1, 2, 5, 3), mode="reflect"),
+         {"pad": [1, 2, 5, 3], "mode": "reflect"}),
+    Case("pad_reflect_1d", "pad", [(2, 3, 7)], lambda a: F.pad(a, (6, 6), mode="reflect"),
+         {"pad": [6, 6], "mode": "reflect"}),
+    Case("pad_replicate", "pad", [(2, 3, 6, 7)],
+         lambda a: F.pad(a, (3, 0, 2, 4), mode="replicate"),
+         {"pad": [3, 0, 2, 4], "mode": "replicate"}),
+    Case("pad_replicate_3d", "pad", [(1, 2, 3, 4, 5)],
+         lambda a: F.pad(a, (1, 2, 0, 1, 2, 1), mode="replicate"),
+         {"pad": [1, 2, 0, 1, 2, 1], "mode": "replicate"}),
+    Case("pad_circular", "pad", [(2, 3, 6, 7)],
+         lambda a: F.pad(a, (7, 1, 2, 6), mode="circular"),
+         {"pad": [7, 1, 2, 6], "mode": "circular"}),
+    Case("cumsum", "cumsum", [(3, 4, 5)], lambda a: torch.cumsum(a, 1), {"dim": 1}),
+    Case("cumsum_last", "cumsum", [(3, 300)], lambda a: torch.cumsum(a, -1), {"dim": -1}),
+    Case("cumsum_first", "cumsum", [(40, 3, 5)], lambda a: torch.cumsum(a, 0), {"dim": 0}),
+    Case("slice_step2", "slice", [(3, 8)], lambda a: a[:, ::2], {"dim": 1, "step": 2}),
+    Case("slice_step3_offset", "slice", [(10, 4)], lambda a: a[1:9:3],
+         {"dim": 0, "start": 1, "end": 9, "step": 3}),
+    # more elementwise math, reductions (autodiff_rules_math.cpp)
+    Case("sin", "sin", [(4, 3)], torch.sin),
+    Case("cos", "cos", [(4, 3)], torch.cos),
+    Case("tan", "tan", [(4, 3)], torch.tan),
+    Case("sinh", "sinh", [(4, 3)], torch.sinh),
+    Case("cosh", "cosh", [(4, 3)], torch.cosh),
+    Case("asin", "asin", [(4, 3)], torch.asin, domain=(-0.9, 0.9)),
+    Case("acos", "acos", [(4, 3)], torch.acos, domain=(-0.9, 0.9)),
+    Case("atan", "atan", [(4, 3)], torch.atan),
+    Case("asinh", "asinh", [(4, 3)], torch.asinh),
+    Case("acosh", "acosh", [(4, 3)], torch.acosh, domain=(1.2, 3.0)),
+    Case("atanh", "atanh", [(4, 3)], torch.atanh, domain=(-0.9, 0.9)),
+    Case("log1p", "log1p", [(4, 3)], torch.log1p, positive=True),
+    Case("expm1", "expm1", [(4, 3)], torch.expm1),
+    Case("log2", "log2", [(4, 3)], torch.log2, positive=True),
+    Case("log10", "log10", [(4, 3)], torch.log10, positive=True),
+    Case("exp2", "exp2", [(4, 3)], torch.exp2),
+    Case("erf", "erf", [(4, 3)], torch.erf),
+    Case("erfc", "erfc", [(4, 3)], torch.erfc),
+    Case("abs", "abs", [(4, 3)], torch.abs),
+    Case("mish", "mish", [(4, 3)], F.mish),
+    Case("log_sigmoid", "log_sigmoid", [(4, 3)], F.logsigmoid),
+    Case("softplus", "softplus", [(4, 30)], lambda a: F.softplus(a, 2.0, 5.0),
+         {"beta": 2.0, "threshold": 5.0}, domain=(-4.0, 4.0)),
+    Case("selu", "selu", [(4, 3)], F.selu),
+    Case("celu", "celu", [(4, 3)], lambda a: F.celu(a, 0.5), {"alpha": 0.5}),
+    Case("floor", "floor", [(4, 3)], torch.floor),
+    Case("round", "round", [(4, 3)], torch.round),
+    Case("frac", "frac", [(4, 3)], torch.frac),
+    Case("clamp", "clamp", [(4, 30)], lambda a: torch.clamp(a, -0.5, 0.7),
+         {"min": -0.5, "max": 0.7}),
+    Case("clamp_min", "clamp", [(4, 30)], lambda a: torch.clamp(a, min=0.1), {"min": 0.1}),
+    Case("maximum", "maximum", [(4, 1, 3), (5, 3)], torch.maximum),
+    Case("minimum", "minimum", [(4, 5, 3), (3,)], torch.minimum),
+    Case("addcmul", "addcmul", [(4, 3), (4, 3), (3,)],
+         lambda s, a, b: torch.addcmul(s, a, b, value=0.5), {"value": 0.5}),
+    Case("addcdiv", "addcdiv", [(4, 3), (4, 3), (4, 3)],
+         lambda s, a, b: torch.addcdiv(s, a, b, value=2.0), {"value": 2.0}, positive=True),
+    Case("lerp_tensor", "lerp", [(4, 3), (4, 3), (3,)], torch.lerp),
+    Case("lerp_scalar", "lerp", [(4, 3), (4, 3)], lambda a, b: torch.lerp(a, b, 0.3),
+         {"weight": 0.3}),
+    Case("max_all", "max", [(3, 4)], torch.max),
+    Case("logsumexp", "logsumexp", [(3, 4, 5)], lambda a: torch.logsumexp(a, 1), {"dims": [1]}),
+    Case("var", "var", [(3, 4, 5)], lambda a: a.var(-1), {"dims": [-1]}),
+    Case("std_keepdim", "std", [(3, 4, 5)], lambda a: a.std((0, 2), keepdim=True, correction=0),
+         {"dims": [0, 2], "keepdim": True, "correction": 0}),
+    Case("rms_norm", "rms_norm", [(2, 4, 8), (8,)],
+         lambda a, w: F.rms_norm(a, (8,), w, eps=1e-6), {"normalized_shape": [8], "eps": 1e-6}),
+    Case("baddbmm", "baddbmm", [(4, 1), (2, 4, 3), (2, 3, 5)],
+         lambda s, a, b: torch.baddbmm(s, a, b, beta=0.5, alpha=2.0), {"beta": 0.5, "alpha": 2.0}),
+    Case("dot", "dot", [(5,), (5,)], torch.dot),
+    Case("mv", "mv", [(4, 5), (5,)], torch.mv),
+    Case("outer", "outer", [(4,), (5,)], torch.outer),
+    Case("remainder", "remainder", [(4, 3), (4, 3)], torch.remainder, domain=(0.3, 3.0)),
+    Case("fmod", "fmod", [(4, 3), (3,)], torch.fmod, domain=(0.3, 3.0)),
+    Case("atan2", "atan2", [(4, 3), (4, 3)], torch.atan2),
+    Case("hypot", "hypot", [(4, 3), (4, 3)], torch.hypot),
+    Case("logit", "logit", [(4, 30)], torch.logit, domain=(0.02, 0.98)),
+    Case("logit_eps", "logit", [(4, 30)], lambda a: torch.logit(a, 0.1), {"eps": 0.1},
+         domain=(0.01, 0.99)),
+    Case("pixel_shuffle", "pixel_shuffle", [(2, 8, 3, 4)], lambda a: F.pixel_shuffle(a, 2),
+         {"upscale_factor": 2}),
+    Case("pixel_unshuffle", "pixel_unshuffle", [(2, 2, 6, 4)], lambda a: F.pixel_unshuffle(a, 2),
+         {"downscale_factor": 2}),
+    Case("movedim", "movedim", [(2, 3, 4)], lambda a: torch.movedim(a, (0, 1), (2, 0)),
+         {"source": [0, 1], "destination": [2, 0]}),
 ]
 
 
-def make(shape: tuple[int, ...], dtype: Any, positive: bool, contiguous: bool) -> Any:
-    gen = torch.rand if positive else torch.randn
+def make(shape: tuple[int, ...], dtype: Any, positive: bool, contiguous: bool,
+         domain: tuple[float, float] | None = None) -> Any:
+    gen = torch.rand if positive or domain else torch.randn
     if contiguous or len(shape) < 2:
         t = gen(*shape, dtype=dtype)
     else:  # the same shape with transposed strides
         t = gen(*reversed(shape), dtype=dtype).permute(*reversed(range(len(shape))))
+    if domain:
+        return t * (domain[1] - domain[0]) + domain[0]
     return t + 0.5 if positive else t
 
 
@@ -116,7 +220,7 @@ def test_rule_matches_autograd(case: Case, dtype: Any, contiguous: bool) -> None
     ins = [g.add_input(ty(dt, s), f"x{i}") for i, s in enumerate(case.shapes)]
     out = g.add_op(case.op, ins, case.attrs)[0]
     g.set_outputs([out])
-    xs = [make(s, dtype, case.positive, contiguous) for s in case.shapes]
+    xs = [make(s, dtype, case.positive, contiguous, case.domain) for s in case.shapes]
     leaves = [x.detach().clone().requires_grad_() for x in xs]
     want_out = case.ref(*leaves)
     grad = torch.randn(want_out.shape, dtype=dtype)
@@ -161,6 +265,46 @@ def test_gather_rule_accumulates_repeated_indices(dim: int) -> None:
     (want,) = torch.autograd.grad(out, [leaf], grad)
     got = x_.compile(g, pipeline="autodiff{wrt=0 part=joint}").run([xv, iv, grad], "torch")
     torch.testing.assert_close(got[1], want)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_index_select_rule_accumulates_repeated_indices(dim: int) -> None:
+    torch.manual_seed(2)
+    xv = torch.randn(4, 5, 3)
+    iv = torch.tensor([1, 0, 1, 2, 1])  # repeats accumulate
+    g = x_.Graph("g")
+    x = g.add_input("f32[4,5,3]", "x")
+    idx = g.add_input("i64[5]", "idx")
+    g.set_outputs(g.add_op("index_select", [x, idx], {"dim": dim}))
+    leaf = xv.clone().requires_grad_()
+    out = leaf.index_select(dim, iv)
+    grad = torch.randn(out.shape)
+    (want,) = torch.autograd.grad(out, [leaf], grad)
+    got = x_.compile(g, pipeline="autodiff{wrt=0 part=joint}").run([xv, iv, grad], "torch")
+    torch.testing.assert_close(got[1], want)
+
+
+@pytest.mark.parametrize("op", ["max", "maximum"])
+def test_tied_extrema_share_the_gradient(op: str) -> None:
+    # PyTorch splits the gradient evenly between equal maxima (max over everything) and equal
+    # operands (maximum): 1/4 each to four tied maxima, 1/2 each to a tie.
+    xv = torch.tensor([[1.0, 3.0, 3.0, 3.0], [2.0, 3.0, 0.0, -1.0]])
+    yv = torch.tensor([[1.0, 0.0, 5.0, 3.0], [2.0, 1.0, 1.0, -1.0]])
+    g = x_.Graph("g")
+    x = g.add_input("f32[2,4]", "x")
+    y = g.add_input("f32[2,4]", "y")
+    if op == "max":
+        g.set_outputs(g.add_op("max", [x]))
+    else:
+        g.set_outputs(g.add_op("maximum", [x, y]))
+    lx, ly = xv.clone().requires_grad_(), yv.clone().requires_grad_()
+    out = lx.max() if op == "max" else torch.maximum(lx, ly)
+    grad = torch.randn(out.shape)
+    want = torch.autograd.grad(out, [lx, ly], grad, allow_unused=True)
+    got = x_.compile(g, pipeline="autodiff{wrt=all part=joint}").run([xv, yv, grad], "torch")
+    torch.testing.assert_close(got[1], want[0])
+    if op == "maximum":
+        torch.testing.assert_close(got[2], want[1])
 
 
 def test_where_and_masked_fill_rules() -> None:

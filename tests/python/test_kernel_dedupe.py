@@ -20,8 +20,8 @@ def test_identical_fusions_compile_once_without_cache(monkeypatch: pytest.Monkey
     scale = float(torch.randint(2, 10**6, ()).item()) / 7.0  # a kernel no earlier test compiled
 
     def same(x: torch.Tensor) -> torch.Tensor:
-        for _ in range(4):  # 4 fusions of one text, cut apart by cumsum
-            x = torch.cumsum(torch.tanh(x * scale) + 1.0, 0)
+        for _ in range(4):  # 4 fusions of one text, cut apart by cumprod (a reference kernel)
+            x = torch.cumprod(torch.tanh(x * scale) + 1.0, 0)
         return x
 
     x = torch.randn(16, 8)
@@ -40,7 +40,7 @@ def test_fusions_differing_in_a_constant_compile_apart(monkeypatch: pytest.Monke
 
     def distinct(x: torch.Tensor) -> torch.Tensor:
         for i in range(4):  # the same ops, a different constant in each fusion
-            x = torch.cumsum(torch.tanh(x * (base + i)) + 1.0, 0)
+            x = torch.cumprod(torch.tanh(x * (base + i)) + 1.0, 0)
         return x
 
     x = torch.randn(16, 8)

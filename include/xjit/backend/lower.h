@@ -68,6 +68,11 @@ LoweredKernel lowerFusion(const Op &fusion, const LowerOptions &opts = {});
 /// A single op; the region inputs are its operands, the outputs its results.
 LoweredKernel lowerElementwiseOp(const Op &op, const LowerOptions &opts = {});
 
+/// "" when `op` is a scan the CPU target compiles (cumsum, lower_scan.cpp), else why not.
+std::string whyNotScan(const Op &op);
+/// A scan op: its own loops (a running accumulator along the dim), not an elementwise region.
+LoweredKernel lowerScan(const Op &op, const LowerOptions &opts = {});
+
 /// Ops of the elementwise table (views and constants not included), sorted.
 std::vector<std::string> elementwiseOpNames();
 

@@ -55,8 +55,7 @@ Ints opDims(const Op &op, int64_t rank) {
 }
 bool opKeepdim(const Op &op) { return op.def().attrSpec("keepdim") && attrBool(op, "keepdim"); }
 std::optional<DType> optDType(const Op &op) {
-  if (!hasAttrValue(op, "dtype"))
-    return std::nullopt;
+  if (!hasAttrValue(op, "dtype")) return std::nullopt;
   return attrDType(op, "dtype");
 }
 
@@ -68,8 +67,7 @@ void requireFloat(const Op &op, DType d, const char *what = "input") {
 // ---- kernels: grouping ----
 
 const Tensor &input(const Op &op, In in) {
-  if (in.empty() || !in[0].isTensor())
-    kernelFail(op.name() + ": expected a tensor operand");
+  if (in.empty() || !in[0].isTensor()) kernelFail(op.name() + ": expected a tensor operand");
   return in[0].tensor();
 }
 
@@ -131,8 +129,7 @@ void requireNonEmptyType(const Op &op, const Shape &s, const Ints &dims) {
 }
 void requireNonEmpty(const Op &op, const Tensor &t, const Ints &dims) {
   for (int64_t d : dims)
-    if (t.size(d) == 0)
-      kernelFail(emptyDimMessage(op, d));
+    if (t.size(d) == 0) kernelFail(emptyDimMessage(op, d));
 }
 
 std::vector<double> valuesOf(const Tensor &t, const Ints &members) {
@@ -184,8 +181,7 @@ void addReduction(OpRegistry &r, ReduceDef def) {
             const Type &t = tensorOperand(op, 0);
             DType out = d->result(op, t.dtype());
             Ints dims = opDims(op, t.rank());
-            if (d->needsNonEmpty && d->needsNonEmpty(op))
-              requireNonEmptyType(op, t.shape(), dims);
+            if (d->needsNonEmpty && d->needsNonEmpty(op)) requireNonEmptyType(op, t.shape(), dims);
             return std::vector<Type>{
                 Type::tensor(out, reducedShape(t.shape(), dims, opKeepdim(op)), t.device())};
           },
@@ -195,8 +191,7 @@ void addReduction(OpRegistry &r, ReduceDef def) {
             DType out = resultDType(op);
             DType compute = d->compute ? d->compute(x.dtype(), out) : out;
             Ints dims = opDims(op, x.rank());
-            if (d->needsNonEmpty && d->needsNonEmpty(op))
-              requireNonEmpty(op, x, dims);
+            if (d->needsNonEmpty && d->needsNonEmpty(op)) requireNonEmpty(op, x, dims);
             Tensor src = convert(x, compute);
             Groups g = groupBy(src.sizes(), dims, opKeepdim(op));
             Tensor res = Tensor::empty(out, g.outSizes);
@@ -215,8 +210,7 @@ void addReduction(OpRegistry &r, ReduceDef def) {
 
 // Result-dtype rules.
 DType sumLike(const Op &op, DType in) {
-  if (auto d = optDType(op))
-    return *d;
+  if (auto d = optDType(op)) return *d;
   return isFloating(in) ? in : DType::I64; // bool and integers accumulate in i64 (torch)
 }
 DType sameDType(const Op &, DType in) { return in; }
@@ -246,14 +240,11 @@ template <class T> std::pair<T, int64_t> extremum(std::span<const T> v, bool isM
   int64_t pos = 0;
   for (size_t k = 1; k < v.size(); ++k) {
     if constexpr (std::is_floating_point_v<T>)
-      if (std::isnan(best))
-        break;
+      if (std::isnan(best)) break;
     T x = v[k];
     bool better = isMax ? x > best : x < best;
-    if constexpr (std::is_floating_point_v<T>)
-      better = better || std::isnan(x);
-    if (better)
-      best = x, pos = static_cast<int64_t>(k);
+    if constexpr (std::is_floating_point_v<T>) better = better || std::isnan(x);
+    if (better) best = x, pos = static_cast<int64_t>(k);
   }
   return {best, pos};
 }
@@ -276,8 +267,7 @@ double normOf(std::span<const double> v, double p) {
     double best = p > 0 ? 0 : kInf;
     for (double x : v) {
       double a = std::fabs(x);
-      if (std::isnan(a))
-        return a;
+      if (std::isnan(a)) return a;
       best = p > 0 ? std::max(best, a) : std::min(best, a);
     }
     return best;
@@ -294,8 +284,7 @@ double normOf(std::span<const double> v, double p) {
     else
       s += std::pow(a, p);
   }
-  if (p == 0 || p == 1)
-    return s;
+  if (p == 0 || p == 1) return s;
   return p == 2 ? std::sqrt(s) : std::pow(s, 1.0 / p);
 }
 
@@ -304,14 +293,12 @@ double logSumExpOf(std::span<const double> v) {
   double m = -kInf;
   for (double x : v)
     m = std::max(m, x);
-  if (std::isinf(m))
-    m = 0;
+  if (std::isinf(m)) m = 0;
   double s = 0;
   for (double x : v)
     s += std::exp(x - m);
   for (double x : v)
-    if (std::isnan(x))
-      return x;
+    if (std::isnan(x)) return x;
   return std::log(s) + m;
 }
 
@@ -391,8 +378,7 @@ void addValueReductions(OpRegistry &r) {
              [isAny](const Op &) {
                auto test = [isAny](auto v) {
                  for (auto x : v)
-                   if ((x != 0) == isAny)
-                     return isAny;
+                   if ((x != 0) == isAny) return isAny;
                  return !isAny;
                };
                return Reducer{[test](std::span<const double> v) { return double(test(v)); },
@@ -564,14 +550,12 @@ void addIndexReductions(OpRegistry &r) {
         .infer =
             [](const Op &op) {
               const Type &t = tensorOperand(op, 0);
-              if (t.dtype() == DType::Bool)
-                inferFail(op.name() + ": does not support bool input");
+              if (t.dtype() == DType::Bool) inferFail(op.name() + ": does not support bool input");
               // Without `dim` every dim is reduced (keepdim keeps them all as size 1).
               Ints dims;
               if (hasAttrValue(op, "dim")) {
                 int64_t d = oneDim(op, t.rank());
-                if (t.rank() > 0)
-                  dims = {d};
+                if (t.rank() > 0) dims = {d};
               } else {
                 for (int64_t d = 0; d < t.rank(); ++d)
                   dims.push_back(d);
@@ -585,8 +569,7 @@ void addIndexReductions(OpRegistry &r) {
               const Tensor &x = input(op, in);
               bool hasDim = hasAttrValue(op, "dim");
               Ints dims;
-              if (hasDim && x.rank() > 0)
-                dims = {normDim(attrInt(op, "dim"), x.rank())};
+              if (hasDim && x.rank() > 0) dims = {normDim(attrInt(op, "dim"), x.rank())};
               if (!hasDim)
                 for (int64_t d = 0; d < x.rank(); ++d)
                   dims.push_back(d);
@@ -611,13 +594,17 @@ void addIndexReductions(OpRegistry &r) {
 /// Fills out[members] from in[members] along one dim for each group.
 using Scan = std::function<void(const Tensor &in, const Tensor &out, const Ints &members)>;
 
+/// `reversible`: a `reverse` attribute runs the scan from the end of the dim (cumsum's gradient
+/// is the reverse cumsum of the result's; torch has no such op, the autodiff pass emits it).
 void addScan(OpRegistry &r, std::string name, std::string summary,
-             std::function<DType(const Op &, DType)> result, Scan scan) {
+             std::function<DType(const Op &, DType)> result, Scan scan, bool reversible = false) {
+  std::vector<AttrSpec> attrs = {dimAttr(), dtypeAttr()};
+  if (reversible) attrs.push_back({"reverse", AttrKind::Bool, Attr(false)});
   r.add(OpDef{
       .name = std::move(name),
       .summary = std::move(summary),
       .operands = {{"self"}},
-      .attrs = {dimAttr(), dtypeAttr()},
+      .attrs = std::move(attrs),
       .traits = kNoTraits,
       .infer =
           [result](const Op &op) {
@@ -633,8 +620,12 @@ void addScan(OpRegistry &r, std::string name, std::string summary,
             Ints dims = x.rank() == 0 ? Ints{} : Ints{normDim(attrInt(op, "dim"), x.rank())};
             Groups g = groupBy(src.sizes(), dims, true);
             Tensor res = Tensor::empty(out, src.sizes());
-            for (size_t k = 0; k < g.size(); ++k)
-              scan(src, res, g.members(k));
+            const Attr *rev = op.attrOrNull("reverse");
+            for (size_t k = 0; k < g.size(); ++k) {
+              Ints m = g.members(k);
+              if (rev && rev->asBool()) std::reverse(m.begin(), m.end());
+              scan(src, res, m);
+            }
             return Results{RtValue(res)};
           },
   });
@@ -651,8 +642,7 @@ void softmaxScan(const Tensor &in, const Tensor &out, const Ints &m, bool log) {
   for (int64_t i : m)
     mx = std::max(mx, in.getDouble(i));
   for (int64_t i : m)
-    if (std::isnan(in.getDouble(i)))
-      mx = kNaN;
+    if (std::isnan(in.getDouble(i))) mx = kNaN;
   double s = 0;
   for (int64_t i : m)
     s += std::exp(in.getDouble(i) - mx);
@@ -685,8 +675,12 @@ void addScans(OpRegistry &r) {
   addScan(r, "log_softmax", "x - max - log(sum(exp(x - max))) along `dim`; floating dtypes",
           softmaxDType,
           [](const Tensor &i, const Tensor &o, const Ints &m) { softmaxScan(i, o, m, true); });
-  addScan(r, "cumsum", "running sum along `dim`; bool/int give i64 unless `dtype`", sumLike,
-          [](const Tensor &i, const Tensor &o, const Ints &m) { cumulativeScan(i, o, m, false); });
+  addScan(
+      r, "cumsum",
+      "running sum along `dim` (from its end with `reverse`); bool/int give i64 unless `dtype`",
+      sumLike,
+      [](const Tensor &i, const Tensor &o, const Ints &m) { cumulativeScan(i, o, m, false); },
+      true);
   addScan(r, "cumprod", "running product along `dim`; bool/int give i64 unless `dtype`", sumLike,
           [](const Tensor &i, const Tensor &o, const Ints &m) { cumulativeScan(i, o, m, true); });
 }
