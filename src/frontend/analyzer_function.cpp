@@ -80,6 +80,16 @@ bool isNone(const VarPtr &v) {
   return o && o->obj.get() == Py_None;
 }
 
+/// `f` of each item of tuple `v` (a tuple of the same type), or of `v` when it is no tuple.
+template <class F> VarPtr eachItem(const VarPtr &v, F &&f) {
+  auto *tuple = as<TupleVar>(v);
+  if (!tuple) return f(v);
+  std::vector<VarPtr> items;
+  for (const VarPtr &item : tuple->items)
+    items.push_back(f(item));
+  return std::make_shared<TupleVar>(std::move(items), tuple->structType);
+}
+
 /// Whether `v` is defined in `block` or in a block nested in it.
 bool definedIn(const Value *v, const Block *block) {
   const Block *b = v->isBlockArgument() ? v->ownerBlock() : v->definingOp()->parentBlock();
@@ -88,6 +98,11 @@ bool definedIn(const Value *v, const Block *block) {
     b = p ? p->parentBlock() : nullptr;
   }
   return b == block;
+}
+
+/// Whether `v` is computed in `block` (or a block nested in it): not one of its arguments.
+bool madeIn(const Value *v, const Block *block) {
+  return definedIn(v, block) && !(v->isBlockArgument() && v->ownerBlock() == block);
 }
 
 /// The parts of a Function the capture calls: forward (and setup_context when the Function
@@ -184,8 +199,9 @@ private:
       Value *v = t->value;
       if (v->isBlockArgument() && v->ownerBlock() == fwd) // an input: apply returns a view
         v = a_.builder().op("alias", {v});
-      else if (t->base)
-        a_.fail("a torch.autograd.Function whose forward returns a view");
+      else if (t->base && !madeIn(t->base->value, fwd))
+        a_.fail("a torch.autograd.Function whose forward returns a view of a tensor it did not "
+                "make");
       outputs_.push_back(v);
     }
     if (const VarPtr *nd = ctx_->find("xjit_non_differentiable"))
@@ -258,12 +274,7 @@ private:
       remapped_[t->value] = arg;
       return arg;
     }
-    if (auto *tuple = as<TupleVar>(v)) {
-      std::vector<VarPtr> items;
-      for (const VarPtr &item : tuple->items)
-        items.push_back(remap(item));
-      return std::make_shared<TupleVar>(std::move(items), tuple->structType);
-    }
+    if (as<TupleVar>(v)) return eachItem(v, [&](const VarPtr &item) { return remap(item); });
     if (auto *list = as<ListVar>(v)) {
       std::vector<VarPtr> items;
       for (const VarPtr &item : list->items)
@@ -393,13 +404,7 @@ VarPtr functionApply(Analyzer &a, PyObject *fn, const std::optional<Source> &fnS
       if (auto *in = as<TensorVar>(arg); in && in->value == t->value) return a.emit1("alias", {r});
     return r;
   };
-  if (auto *tuple = as<TupleVar>(result)) {
-    std::vector<VarPtr> items;
-    for (const VarPtr &item : tuple->items)
-      items.push_back(viewIfInput(item));
-    return std::make_shared<TupleVar>(std::move(items), tuple->structType);
-  }
-  return viewIfInput(result);
+  return eachItem(result, viewIfInput);
 }
 
 } // namespace xjit::frontend

@@ -169,6 +169,30 @@ class Product(torch.autograd.Function):  # gradients only where needs_input_grad
         return gx, gw
 
 
+class OnceSine(torch.autograd.Function):  # @once_differentiable: its wrapper is captured too
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.cos(x) * 2  # not sin's derivative: the user's backward is what counts
+
+
+class DoubledFlat(torch.autograd.Function):  # returns a view of a tensor it made
+    @staticmethod
+    def forward(ctx, x):
+        ctx.shape = x.shape
+        return (x * 2).view(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.view(ctx.shape) * 2
+
+
 class Uncapturable(torch.autograd.Function):  # the backward needs a value in Python
     @staticmethod
     def forward(ctx, x):
@@ -196,6 +220,10 @@ BODIES = {
     "two_outputs": lambda m, x: sum(TwoOutputs.apply(m.fc(x), torch.full((8,), 1.5))) @ m.w,
     "ctx_attribute": lambda m, x: SavesOnCtx.apply(m.fc(x)) @ m.w,
     "needs_input_grad": lambda m, x: Product.apply(x, m.w) + m.fc(x).sum(),
+    "once_differentiable": lambda m, x: OnceSine.apply(m.fc(x)) @ m.w,
+    "view_output": lambda m, x: DoubledFlat.apply(m.fc(x)).view(-1, 8) @ m.w,
+    # No input requires grad: apply records nothing, the forward is inlined under no_grad.
+    "input_without_grad": lambda m, x: SavesOnCtx.apply(x) @ m.w + m.fc(x).sum(),
 }
 
 
