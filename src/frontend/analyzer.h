@@ -400,6 +400,9 @@ public:
   VarPtr castTo(const VarPtr &t, DType dtype);
 };
 
+/// A function's or class's `__qualname__` (else `__name__`, else its type's name).
+std::string qualnameOf(PyObject *fn);
+
 /// `SomeFunction.apply(*args)` of a torch.autograd.Function (analyzer_function.cpp): its forward
 /// inlined where apply records no backward, else the forward and backward as a custom_vjp op;
 /// nullptr: not such a call, or one that cannot be captured (apply then runs as a PyTorch call).

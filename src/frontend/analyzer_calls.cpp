@@ -10,8 +10,6 @@
 
 namespace xjit::frontend {
 
-namespace {
-
 std::string qualnameOf(PyObject *fn) {
   PyObject *q = PyObject_GetAttrString(fn, "__qualname__");
   if (!q) {
@@ -26,6 +24,8 @@ std::string qualnameOf(PyObject *fn) {
   Py_DECREF(q);
   return s;
 }
+
+namespace {
 
 bool hasNonEmpty(PyObject *obj, const char *attr) {
   PyObject *d = PyObject_GetAttrString(obj, attr);

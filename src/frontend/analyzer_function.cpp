@@ -125,11 +125,7 @@ public:
     std::vector<Value *> operands;
     for (const VarPtr &arg : args_.pos)
       if (auto *t = as<TensorVar>(arg)) operands.push_back(t->value);
-    PyRef name = PyRef::steal(PyObject_GetAttrString(fn_.cls, "__qualname__"));
-    if (!name) PyErr_Clear();
-    op_ = a_.builder().createWithTypes(
-        "custom_vjp", operands, {},
-        {{"name", name ? utf8(name.get()) : std::string(Py_TYPE(fn_.cls)->tp_name)}});
+    op_ = a_.builder().createWithTypes("custom_vjp", operands, {}, {{"name", qualnameOf(fn_.cls)}});
     a_.customVjp = op_;
     forward();
     backward();
@@ -319,9 +315,9 @@ private:
 
 /// Runs `capture` with grad disabled (a Function's forward and backward run so), the builder
 /// and the analyzer's gradient flags put back after. A custom_vjp capture that fails is undone
-/// and nullptr returned, so apply is called as a PyTorch function, unless state outside the
-/// regions changed meanwhile (side effects recorded): then the break stands.
-VarPtr captureCustomVjp(Analyzer &a, const FunctionParts &fn, const Args &args) {
+/// and nullptr returned (`why` says why), so apply is called as a PyTorch function, unless
+/// state outside the regions changed meanwhile (side effects recorded): then the break stands.
+VarPtr captureCustomVjp(Analyzer &a, const FunctionParts &fn, const Args &args, std::string &why) {
   Builder &b = a.builder();
   const SourceLoc loc = b.loc();
   const bool cut = a.gradientCut();
@@ -342,7 +338,8 @@ VarPtr captureCustomVjp(Analyzer &a, const FunctionParts &fn, const Args &args) 
     if (a.effects_.size() != effects) a.fail("a torch.autograd.Function with side effects");
     restore();
     return r;
-  } catch (const BreakError &) {
+  } catch (const BreakError &e) {
+    why = e.reason;
     capture.abandon();
     restore();
     if (a.effects_.size() != effects) throw;
@@ -380,7 +377,10 @@ VarPtr functionApply(Analyzer &a, PyObject *fn, const std::optional<Source> &fnS
     if (!args.kw.empty() || !PyFunction_Check(backward.get())) return nullptr;
     parts.backward = member(backward.get(), "backward");
     if (!takesCtx) parts.setupContext = member(setup.get(), "setup_context");
-    return captureCustomVjp(a, parts, args);
+    std::string why;
+    if (VarPtr r = captureCustomVjp(a, parts, args, why)) return r;
+    // Not captured: apply runs as a PyTorch call, named with the reason (autodiff's note).
+    return a.fallbackCall(fn, qualnameOf(cls) + ".apply, not captured: " + why, args);
   }
   // Otherwise apply records nothing: the forward inlined (under no_grad, as apply runs it).
   Args call;

@@ -606,7 +606,11 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
     bool any = std::any_of(op->operands().begin(), op->operands().end(),
                            [&](Value *v) { return needs.count(v) > 0; });
     if (!any) continue;
-    if (op->name() == "external_call") unsupported(*op, "a call into PyTorch (no rule)");
+    if (op->name() == "external_call") {
+      const Attr *name = op->attrOrNull("name");
+      const std::string what = name && !name->asStr().empty() ? " " + name->asStr() : "";
+      unsupported(*op, "a call into PyTorch" + what + " (no rule)");
+    }
     for (size_t ri = 0; ri < op->numResults(); ++ri)
       if (isFloatTensor(op->result(ri)) && autodiff_rules::resultCarriesGradient(*op, ri))
         needs.insert(op->result(ri));
