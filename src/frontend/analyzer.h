@@ -193,6 +193,16 @@ public:
   /// nothing, or makes a tensor computed without gradient a leaf that requires grad
   /// (Capture::gradLeaves).
   void setRequiresGrad(TensorVar &t, const VarPtr &flag);
+  bool gradientCut() const { return cutsGradient_; }
+  void setGradientCut(bool cut) { cutsGradient_ = cut; }
+  void noteRecordedForAutograd() { recordedForAutograd_ = true; }
+  /// Set while a torch.autograd.Function's forward or backward is captured into this
+  /// custom_vjp's regions: an in-place write to a tensor made outside them is a graph break
+  /// there (mark_dirty semantics are not modeled).
+  const Op *customVjp = nullptr;
+  /// Ops of abandoned custom_vjp captures, detached but kept: abstract values may still name
+  /// their values.
+  std::vector<std::unique_ptr<Op>> abandonedOps;
 
   // ---- dataclass instances (analyzer_dataclass.cpp) ----
   /// cls(*args, **kwargs) for a @dataclass: fields bound like its generated __init__, then
@@ -271,6 +281,9 @@ public:
   /// `usedToo`), or nullptr.
   const TensorVar *inputOverlap(const TensorVar &t, bool usedToo) const;
   void assignThroughView(const VarPtr &target, const VarPtr &newValue);
+  /// A graph break for an in-place write to `target` while customVjp is set, unless one of
+  /// its regions made it.
+  void checkFunctionWrite(const Value *target) const;
   /// Reads an input tensor from `src` (deduplicated by source).
   VarPtr tensorInput(PyObject *t, const Source &src);
   /// A constant tensor embedded in the graph (torch.tensor(...) of constants).
@@ -398,6 +411,15 @@ public:
   DimExpr symbolicIndexWithin(const DimExpr &index, const DimExpr &size);
   VarPtr castTo(const VarPtr &t, DType dtype);
 };
+
+/// A function's or class's `__qualname__` (else `__name__`, else its type's name).
+std::string qualnameOf(PyObject *fn);
+
+/// `SomeFunction.apply(*args)` of a torch.autograd.Function (analyzer_function.cpp): its forward
+/// inlined where apply records no backward, else the forward and backward as a custom_vjp op;
+/// nullptr: not such a call, or one that cannot be captured (apply then runs as a PyTorch call).
+VarPtr functionApply(Analyzer &a, PyObject *fn, const std::optional<Source> &fnSource,
+                     const Args &args);
 
 /// The type of the `__exit__` stand-in passed to a resume function that continues inside a
 /// `with torch.no_grad()` block (GradModeExit(restore)); the analyzer reads it as a GradExitVar.

@@ -10,8 +10,6 @@
 
 namespace xjit::frontend {
 
-namespace {
-
 std::string qualnameOf(PyObject *fn) {
   PyObject *q = PyObject_GetAttrString(fn, "__qualname__");
   if (!q) {
@@ -26,6 +24,8 @@ std::string qualnameOf(PyObject *fn) {
   Py_DECREF(q);
   return s;
 }
+
+namespace {
 
 bool hasNonEmpty(PyObject *obj, const char *attr) {
   PyObject *d = PyObject_GetAttrString(obj, attr);
@@ -626,115 +626,6 @@ VarPtr environLookup(Analyzer &a, const VarPtr &self, const std::string &name, c
   return a.constant(r.get());
 }
 
-// ---- torch.autograd.Function.apply ----
-
-// The ctx a Function's forward receives when it is inlined: with grad disabled, apply records
-// nothing for a backward, so neither does this. Anything else a forward asks of ctx (mark_dirty,
-// saved_tensors) is an AttributeError at capture: a graph break.
-PyObject *inlinedFunctionCtxType() {
-  static PyObject *type = [] {
-    PyRef globals = check(PyDict_New(), "dict");
-    PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
-    // Not a library module's name: its instances are modeled (analyzer_instance.cpp), not run.
-    PyRef name = check(PyUnicode_FromString("xjit_function_ctx"), "str");
-    PyDict_SetItemString(globals.get(), "__name__", name.get());
-    PyRef code = check(Py_CompileString("class InlinedFunctionCtx:\n"
-                                        "    def __init__(self, inputs):\n"
-                                        "        self.needs_input_grad = (False,) * inputs\n"
-                                        "    def save_for_backward(self, *tensors):\n"
-                                        "        pass\n"
-                                        "    def save_for_forward(self, *tensors):\n"
-                                        "        pass\n"
-                                        "    def mark_non_differentiable(self, *args):\n"
-                                        "        pass\n"
-                                        "    def set_materialize_grads(self, value):\n"
-                                        "        pass\n",
-                                        "<xjit-function-ctx>", Py_file_input),
-                       "compile InlinedFunctionCtx");
-    check(PyEval_EvalCode(code.get(), globals.get(), globals.get()), "InlinedFunctionCtx");
-    PyObject *t = PyDict_GetItemString(globals.get(), "InlinedFunctionCtx"); // borrowed
-    Py_INCREF(t);
-    return t;
-  }();
-  return type;
-}
-
-// torch.autograd.Function.apply's function and _SingleLevelFunction.setup_context (a Function
-// that overrides setup_context has a forward without ctx).
-struct FunctionApi {
-  PyObject *apply = nullptr, *baseSetupContext = nullptr;
-};
-const FunctionApi &functionApi() {
-  static FunctionApi api = [] {
-    FunctionApi f;
-    PyRef mod = PyRef::steal(PyImport_ImportModule("torch.autograd.function"));
-    PyRef function = mod ? PyRef::steal(PyObject_GetAttrString(mod.get(), "Function")) : PyRef();
-    PyRef single =
-        mod ? PyRef::steal(PyObject_GetAttrString(mod.get(), "_SingleLevelFunction")) : PyRef();
-    PyRef apply =
-        function ? PyRef::steal(PyObject_GetAttrString(function.get(), "apply")) : PyRef();
-    PyRef setup =
-        single ? PyRef::steal(PyObject_GetAttrString(single.get(), "setup_context")) : PyRef();
-    if (!apply || !setup || !PyMethod_Check(apply.get())) {
-      PyErr_Clear();
-      return f;
-    }
-    f.apply = Py_NewRef(PyMethod_GET_FUNCTION(apply.get()));
-    f.baseSetupContext = setup.release();
-    return f;
-  }();
-  return api;
-}
-
-// `SomeFunction.apply(*args)` with grad disabled: the Function's forward inlined (with a stand-in
-// ctx unless it overrides setup_context), so its ops join the graph instead of one PyTorch
-// fallback node (BLOOM's GeLUFunction). An input returned unchanged comes back as a view of it,
-// as apply returns it. With grad enabled apply records a backward: nullptr (the fallback).
-VarPtr inlineFunctionApply(Analyzer &a, PyObject *fn, const std::optional<Source> &fnSource,
-                           const Args &args) {
-  const FunctionApi &api = functionApi();
-  if (!api.apply || !PyMethod_Check(fn) || PyMethod_GET_FUNCTION(fn) != api.apply ||
-      a.gradEnabled())
-    return nullptr;
-  PyObject *cls = PyMethod_GET_SELF(fn);
-  if (!PyType_Check(cls)) return nullptr;
-  PyRef forward = PyRef::steal(PyObject_GetAttrString(cls, "forward"));
-  PyRef setup = PyRef::steal(PyObject_GetAttrString(cls, "setup_context"));
-  if (!forward || !setup || !PyFunction_Check(forward.get())) {
-    PyErr_Clear();
-    return nullptr;
-  }
-  const bool takesCtx =
-      setup.get() == api.baseSetupContext ||
-      (PyMethod_Check(setup.get()) && PyMethod_GET_FUNCTION(setup.get()) == api.baseSetupContext);
-  VarPtr forwardVar =
-      fnSource ? a.wrapSourced(forward.get(),
-                               plus(plus(*fnSource, attrStep("__self__")), attrStep("forward")))
-               : a.constant(forward.get());
-  Args call;
-  if (takesCtx) {
-    Args init;
-    init.pos.push_back(a.constantSteal(PyLong_FromSsize_t(Py_ssize_t(args.pos.size()))));
-    call.pos.push_back(a.call(a.constant(inlinedFunctionCtxType()), init));
-  }
-  call.pos.insert(call.pos.end(), args.pos.begin(), args.pos.end());
-  call.kw = args.kw;
-  VarPtr result = a.call(forwardVar, call);
-  auto viewIfInput = [&](const VarPtr &r) -> VarPtr {
-    auto *t = as<TensorVar>(r);
-    if (!t) return r;
-    for (const VarPtr &arg : args.pos)
-      if (auto *in = as<TensorVar>(arg); in && in->value == t->value) return a.emit1("alias", {r});
-    return r;
-  };
-  if (auto *tuple = as<TupleVar>(result)) {
-    std::vector<VarPtr> items;
-    for (const VarPtr &item : tuple->items)
-      items.push_back(viewIfInput(item));
-    return std::make_shared<TupleVar>(std::move(items), tuple->structType);
-  }
-  return viewIfInput(result);
-}
 } // namespace
 
 VarPtr Analyzer::call(const VarPtr &callable, const Args &args) {
@@ -909,8 +800,9 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
   // constant (wav2vec2's is_fsdp_managed_module asks is_torch_distributed_available()).
   if (isMarkedConstantResult(fn)) return callReal(*this, fn, args, qn);
 
-  // 3c. torch.autograd.Function.apply with grad disabled: its forward, inlined.
-  if (VarPtr r = inlineFunctionApply(*this, fn, fnSource, args)) return r;
+  // 3c. torch.autograd.Function.apply: its forward inlined, or with a gradient to record, its
+  // forward and backward captured as a custom_vjp (analyzer_function.cpp).
+  if (VarPtr r = functionApply(*this, fn, fnSource, args)) return r;
 
   // 4. Python functions: inlined (PyTorch's own helpers on tensors run through a fallback).
   if (PyFunction_Check(fn)) {

@@ -1244,11 +1244,18 @@ void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &v
 // ---------------------------------------------------------------------------------------------
 // In-place writes
 
+void Analyzer::checkFunctionWrite(const Value *target) const {
+  const Op *def = target->definingOp();
+  if (customVjp && !(def && def->isInside(customVjp)))
+    fail("in-place write inside a torch.autograd.Function to a tensor it did not make");
+}
+
 void Analyzer::assignInPlace(const VarPtr &target, const VarPtr &newValue) {
   auto *t = as<TensorVar>(target);
   auto *n = as<TensorVar>(newValue);
   if (!t || !n) throw BreakError("internal: in-place write of a non-tensor", currentLoc(), true);
   if (t->base) return assignThroughView(target, newValue);
+  checkFunctionWrite(t->value);
   if (t->viewOverlaps) fail("in-place write to an expanded input (its elements share memory)");
   if (t->isInput && t->requiresGrad && gradEnabled_)
     fail("in-place write to a leaf tensor that requires grad");
@@ -1275,6 +1282,7 @@ void Analyzer::assignThroughView(const VarPtr &target, const VarPtr &newValue) {
   if (!t->viewOpaque.empty()) fail("in-place write through a view (" + t->viewOpaque + ")");
   if (t->viewOverlaps) fail("in-place write to an expanded view (its elements share memory)");
   const std::shared_ptr<TensorVar> root = t->base;
+  checkFunctionWrite(root->value);
   if (t->viewAssumesContiguousBase) root->stridesRead = true;
   if (root->isInput && root->requiresGrad && gradEnabled_)
     fail("in-place write to a view of a leaf tensor that requires grad");

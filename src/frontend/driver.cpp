@@ -883,7 +883,9 @@ double optimize(CompiledEntry &e, const ScopeOptions &opts, int id, const Source
 #ifdef XJIT_FRONTEND_HAVE_PASSES
   if (opts.backend == Backend::Xjit && passes::namedPipelines().count("inference")) {
     passes::PassManager pm;
-    pm.addPipeline("inference");
+    // A training step keeps its custom autograd Functions (custom_vjp) for autodiff.
+    const bool training = e.training && e.action == EntryAction::RunGraph;
+    pm.addPipeline(training ? "cleanup" : "inference");
     pm.run(g);
   }
 #endif

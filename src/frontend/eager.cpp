@@ -315,6 +315,13 @@ struct Walker {
       if (firstDifference.empty()) bind(op, r);
       return;
     }
+    if (name == "custom_vjp") { // a Function's forward (its saved values dropped)
+      std::vector<PyRef> r = runBlock(*op.region(0), operands);
+      if (!firstDifference.empty()) return;
+      r.resize(op.numResults());
+      bind(op, r);
+      return;
+    }
     if (op.numRegions() > 0)
       throw std::runtime_error("eager: " + op.describe() +
                                " (an op with regions) is not supported");

@@ -91,6 +91,12 @@ private:
       out = runBlock(op->region(in[0].toBool() ? 0 : 1));
     } else if (op->name() == "loop") {
       out = runLoop(op, in);
+    } else if (op->name() == "custom_vjp") { // the forward region; saved values dropped
+      Block *fwd = op->region(0);
+      for (size_t i = 0; i < in.size(); ++i)
+        env_[fwd->argument(i)] = in[i];
+      out = runBlock(fwd);
+      out.resize(op->numResults());
     } else if (op->def().kernel && hasSymbolicSizes(*op)) {
       // Sizes over shape symbols: the kernel runs on a copy with them evaluated.
       ResolvedOp resolved(*op, symbols_);

@@ -216,26 +216,48 @@ size_t Graph::numOps() const {
 }
 
 namespace {
-void cloneBlock(const Block &src, Block &dst, std::unordered_map<const Value *, Value *> &map) {
-  for (const auto &a : src.arguments()) map[a.get()] = dst.addArgument(a->type(), a->name());
-  for (Op *op : src) {
-    std::vector<Value *> operands;
-    for (Value *v : op->operands()) {
-      auto it = map.find(v);
-      operands.push_back(it == map.end() ? v : it->second);
-    }
-    std::vector<Type> types;
-    for (const auto &r : op->results()) types.push_back(r->type());
-    auto copy = std::make_unique<Op>(&op->def(), operands, types, op->attrs(), op->loc());
-    for (size_t i = 0; i < op->numResults(); ++i) {
-      copy->result(i)->setName(op->result(i)->name());
-      map[op->result(i)] = copy->result(i);
-    }
-    for (size_t r = 0; r < op->numRegions(); ++r) cloneBlock(*op->region(r), *copy->region(r), map);
-    dst.push_back(std::move(copy));
+void cloneBlock(const Block &src, Block &dst, std::unordered_map<const Value *, Value *> &map);
+
+std::unique_ptr<Op> cloneOp(const Op &op, std::unordered_map<const Value *, Value *> &map) {
+  std::vector<Value *> operands;
+  for (Value *v : op.operands()) {
+    auto it = map.find(v);
+    operands.push_back(it == map.end() ? v : it->second);
   }
+  std::vector<Type> types;
+  for (const auto &r : op.results())
+    types.push_back(r->type());
+  auto copy = std::make_unique<Op>(&op.def(), operands, types, op.attrs(), op.loc());
+  for (size_t i = 0; i < op.numResults(); ++i) {
+    copy->result(i)->setName(op.result(i)->name());
+    map[op.result(i)] = copy->result(i);
+  }
+  for (size_t r = 0; r < op.numRegions(); ++r)
+    cloneBlock(*op.region(r), *copy->region(r), map);
+  return copy;
+}
+
+void cloneBlock(const Block &src, Block &dst, std::unordered_map<const Value *, Value *> &map) {
+  for (const auto &a : src.arguments())
+    map[a.get()] = dst.addArgument(a->type(), a->name());
+  for (Op *op : src)
+    dst.push_back(cloneOp(*op, map));
 }
 } // namespace
+
+std::vector<Value *> copyBlockOps(const Block &src, Block &dst, Op *before,
+                                  std::unordered_map<const Value *, Value *> &map) {
+  const Op *term = src.terminator();
+  for (Op *op : src)
+    if (op != term) dst.insert(cloneOp(*op, map), before);
+  std::vector<Value *> out;
+  if (term)
+    for (Value *v : term->operands()) {
+      auto it = map.find(v);
+      out.push_back(it == map.end() ? v : it->second);
+    }
+  return out;
+}
 
 std::unique_ptr<Graph> Graph::clone() const {
   auto g = std::make_unique<Graph>(name_);
@@ -245,4 +267,3 @@ std::unique_ptr<Graph> Graph::clone() const {
 }
 
 } // namespace xjit
-

@@ -442,17 +442,18 @@ const std::map<std::string, Rule> &ruleTable() {
       if (symbolic) g = a.bin("div", g, symbolic);
       return {expandReduced(a, g, dims, attrBool(a.op, "keepdim", false), a.x(0))};
     };
+    // A `dtype` attribute casts the input first (BLOOM's f32 attention softmax): the gradient
+    // is computed in the result's dtype and cast back to the input's.
     t["softmax"] = [](RuleArgs &a) -> std::vector<Value *> {
-      requireNoDTypeAttr(a);
       Value *gy = a.mul(a.g, a.out());
       Value *s = a.b.op("sum", {gy}, {{"dims", Ints{a.op.attr("dim").asInt()}}, {"keepdim", true}});
-      return {a.bin("sub", gy, a.mul(a.out(), s))};
+      return {castTo(a.b, a.bin("sub", gy, a.mul(a.out(), s)), a.x(0)->type().dtype())};
     };
     t["log_softmax"] = [](RuleArgs &a) -> std::vector<Value *> {
-      requireNoDTypeAttr(a);
       Value *s =
           a.b.op("sum", {a.g}, {{"dims", Ints{a.op.attr("dim").asInt()}}, {"keepdim", true}});
-      return {a.bin("sub", a.g, a.mul(a.un("exp", a.out()), s))};
+      return {
+          castTo(a.b, a.bin("sub", a.g, a.mul(a.un("exp", a.out()), s)), a.x(0)->type().dtype())};
     };
     // -- linear algebra --
     t["matmul"] = [](RuleArgs &a) { return productRule(a, "matmul"); };
@@ -481,6 +482,21 @@ const std::map<std::string, Rule> &ruleTable() {
         r[0] = beta == 0.0 ? nullptr : sumTo(a, beta == 1.0 ? a.g : a.mul(a.g, a.f(beta)), a.x(0));
       if (a.need[1]) r[1] = a.b.op("mm", {g, a.un("t", a.x(2))});
       if (a.need[2]) r[2] = a.b.op("mm", {a.un("t", a.x(1)), g});
+      return r;
+    };
+    // beta·self + alpha·bmm(b1, b2) (BLOOM's alibi scores): addmm's rule over batches.
+    t["baddbmm"] = [](RuleArgs &a) -> std::vector<Value *> {
+      const Attr *be = a.op.attrOrNull("beta"), *al = a.op.attrOrNull("alpha");
+      const double beta = be ? be->asNumber() : 1.0, alpha = al ? al->asNumber() : 1.0;
+      Value *g = alpha == 1.0 ? a.g : a.mul(a.g, a.f(alpha));
+      auto tr = [&](Value *v) {
+        return a.un("transpose", v, {{"dim0", int64_t(1)}, {"dim1", int64_t(2)}});
+      };
+      std::vector<Value *> r(3, nullptr);
+      if (a.need[0] && beta != 0.0)
+        r[0] = sumTo(a, beta == 1.0 ? a.g : a.mul(a.g, a.f(beta)), a.x(0));
+      if (a.need[1]) r[1] = castTo(a.b, a.b.op("bmm", {g, tr(a.x(2))}), a.x(1)->type().dtype());
+      if (a.need[2]) r[2] = castTo(a.b, a.b.op("bmm", {tr(a.x(1)), g}), a.x(2)->type().dtype());
       return r;
     };
     // -- normalization and embedding --
@@ -547,7 +563,27 @@ const std::map<std::string, Rule> &ruleTable() {
 /// Ops with several results whose rules read RuleArgs::gs.
 bool multiResultRule(std::string_view name) {
   return name == "split" || name == "chunk" || name == "split_with_sizes" || name == "unbind" ||
-         autodiff_rules::nnMultiResultRule(name);
+         name == "custom_vjp" || autodiff_rules::nnMultiResultRule(name);
+}
+
+/// The gradients of a custom_vjp's operands: its backward region copied before `before`, with
+/// the saved values its inlined forward yielded (`yielded`: outputs, then saved) and the
+/// results' gradients, zeros where none reaches a result (PyTorch materializes them so too).
+/// A `none` gradient is none (nullptr).
+std::vector<Value *> customVjpRule(RuleArgs &a, const std::vector<Value *> &yielded, Block *into,
+                                   Op *before) {
+  const Op &op = a.op;
+  const Block &bwd = *op.region(1);
+  const size_t outputs = op.numResults(), saved = yielded.size() - outputs;
+  std::unordered_map<const Value *, Value *> map;
+  for (size_t k = 0; k < saved; ++k)
+    map[bwd.argument(k)] = yielded[outputs + k];
+  for (size_t i = 0; i < outputs; ++i)
+    map[bwd.argument(saved + i)] = a.gs[i] ? a.gs[i] : a.un("zeros_like", yielded[i]);
+  std::vector<Value *> grads = copyBlockOps(bwd, *into, before, map);
+  for (Value *&g : grads)
+    if (g->type().kind() == TypeKind::None) g = nullptr;
+  return grads;
 }
 
 /// Ops whose results never carry a gradient (integer/bool results are already excluded).
@@ -562,7 +598,9 @@ bool stopsGradient(const Op &op) {
 
 void checkDifferentiable(const Graph &g) {
   g.walk([](Op *op) {
-    if (op->numRegions() > 0) unsupported(*op, "control flow is not differentiated");
+    // A custom_vjp's regions are its forward and its rule (their ops are checked in turn).
+    if (op->numRegions() > 0 && op->name() != "custom_vjp")
+      unsupported(*op, "control flow is not differentiated");
     if (op->def().has(kInPlace)) unsupported(*op, "an in-place op");
     // A call into PyTorch is fine while no gradient flows through it (dropout's noise):
     // buildJoint refuses one that a gradient reaches.
@@ -636,7 +674,11 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
     bool any = std::any_of(op->operands().begin(), op->operands().end(),
                            [&](Value *v) { return needs.count(v) > 0; });
     if (!any) continue;
-    if (op->name() == "external_call") unsupported(*op, "a call into PyTorch (no rule)");
+    if (op->name() == "external_call") {
+      const Attr *name = op->attrOrNull("name");
+      const std::string what = name && !name->asStr().empty() ? " " + name->asStr() : "";
+      unsupported(*op, "a call into PyTorch" + what + " (no rule)");
+    }
     for (size_t ri = 0; ri < op->numResults(); ++ri)
       if (isFloatTensor(op->result(ri)) && autodiff_rules::resultCarriesGradient(*op, ri))
         needs.insert(op->result(ri));
@@ -659,6 +701,17 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
       Value *gin = g.addInput(outs[i]->type(), "grad_" + std::to_string(i));
       accumulate(outs[i], gin);
     }
+  auto accumulateAll = [&](Op *op, const std::vector<Value *> &operandGrads) {
+    for (size_t k = 0; k < operandGrads.size() && k < op->numOperands(); ++k)
+      if (operandGrads[k] && needs.count(op->operand(k))) {
+        if (operandGrads[k]->type() != op->operand(k)->type())
+          unsupported(*op, "the gradient of operand " + std::to_string(k) + " has type " +
+                               operandGrads[k]->type().str() + ", not " +
+                               op->operand(k)->type().str());
+        accumulate(op->operand(k), operandGrads[k]);
+      }
+  };
+  std::unordered_set<const Op *> inlined; // custom_vjp ops whose forward is inlined
   for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
     Op *op = *it;
     if (op->numResults() == 0) continue;
@@ -683,20 +736,24 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
       anyNeed |= args.need.back();
     }
     if (!anyNeed) continue;
+    if (op->name() == "custom_vjp") { // the Function's own backward is the rule
+      inlined.insert(op);
+      accumulateAll(op, customVjpRule(args, inlineCustomVjpForward(*op), g.body(), ret));
+      continue;
+    }
     auto rule = ruleTable().find(op->name());
     if (rule == ruleTable().end()) unsupported(*op, "no derivative rule for '" + op->name() + "'");
-    std::vector<Value *> operandGrads = rule->second(args);
-    for (size_t k = 0; k < operandGrads.size() && k < op->numOperands(); ++k)
-      if (operandGrads[k] && args.need[k]) {
-        if (operandGrads[k]->type() != op->operand(k)->type())
-          unsupported(*op, "the gradient of operand " + std::to_string(k) + " has type " +
-                               operandGrads[k]->type().str() + ", not " +
-                               op->operand(k)->type().str());
-        accumulate(op->operand(k), operandGrads[k]);
-      }
+    accumulateAll(op, rule->second(args));
   }
+  // Functions no gradient reached compute their forward like other ops; then none is left.
+  for (Op *op : ops)
+    if (op->name() == "custom_vjp") {
+      if (!inlined.count(op)) inlineCustomVjpForward(*op);
+      g.body()->erase(op);
+    }
   b.setLoc(ret->loc());
-  std::vector<Value *> results = outs;
+  // The outputs again: an inlined custom_vjp's results were replaced in them.
+  std::vector<Value *> results = g.outputs();
   for (size_t i : j.wrt) {
     auto it = grads.find(g.input(i));
     results.push_back(it != grads.end() ? it->second : b.op("zeros_like", {g.input(i)}));

@@ -83,7 +83,8 @@ void addNnRules(std::map<std::string, Rule> &table);
 bool nnMultiResultRule(std::string_view name);
 
 /// False for results that never carry a gradient although they are computed from values that
-/// do: batch_norm_with_update's new running statistics, which eager updates outside autograd.
+/// do: batch_norm_with_update's new running statistics, which eager updates outside autograd,
+/// and a custom_vjp's results that its Function marks non-differentiable.
 bool resultCarriesGradient(const Op &op, size_t result);
 
 } // namespace xjit::passes::autodiff_rules

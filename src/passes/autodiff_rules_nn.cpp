@@ -558,6 +558,12 @@ void addNnRules(std::map<std::string, Rule> &t) {
 bool nnMultiResultRule(std::string_view name) { return name == "batch_norm_with_update"; }
 
 bool resultCarriesGradient(const Op &op, size_t result) {
+  if (op.name() == "custom_vjp") { // ctx.mark_non_differentiable
+    const Attr *nd = op.attrOrNull("non_differentiable");
+    if (!nd) return true;
+    const std::vector<int64_t> &r = nd->asInts();
+    return std::find(r.begin(), r.end(), static_cast<int64_t>(result)) == r.end();
+  }
   return !(op.name() == "batch_norm_with_update" && result > 0);
 }
 

@@ -117,7 +117,7 @@ const Value *viewRoot(const Value *v) {
 /// Ops whose results are fresh tensors (not views of an operand, not forwarded values).
 bool computesFresh(const Op &op) {
   const std::string &n = op.name();
-  return !aliasesOperand(op) && n != "if" && n != "loop" && n != "tuple_get" &&
+  return !aliasesOperand(op) && n != "if" && n != "loop" && n != "custom_vjp" && n != "tuple_get" &&
          n != "tuple_construct";
 }
 } // namespace

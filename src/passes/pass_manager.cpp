@@ -76,7 +76,10 @@ const std::map<std::string, std::string> &namedPipelines() {
   static const std::map<std::string, std::string> pipelines = {
       // Cleanup: shapes first (pins feed folding), canonicalize again after folding and CSE
       // (a folded condition, x - x once CSE merged its operands), DCE last.
-      {"inference", "shape-propagation,canonicalize,constant-fold,cse,canonicalize,dce"},
+      {"cleanup", "shape-propagation,canonicalize,constant-fold,cse,canonicalize,dce"},
+      // Graphs that are not differentiated run custom autograd Functions' forwards inline;
+      // a training step's graph keeps them for autodiff (the frontend runs "cleanup" there).
+      {"inference", "inline-custom-vjp,cleanup"},
   };
   return pipelines;
 }

@@ -10,6 +10,7 @@ bool runCse(Graph &g, PassContext &ctx);              // cse.cpp
 bool runConstantFold(Graph &g, PassContext &ctx);     // constant_fold.cpp
 bool runCanonicalize(Graph &g, PassContext &ctx);     // canonicalize.cpp
 bool runShapePropagation(Graph &g, PassContext &ctx); // shape_propagation.cpp
+bool runInlineCustomVjp(Graph &g, PassContext &ctx);  // inline_custom_vjp.cpp
 std::vector<std::string> canonicalizeRuleNames();     // canonicalize.cpp: its statistics
 // -- semantic passes (freezing, device erasure, functionalization, mixed precision) --
 bool runFreeze(Graph &g, PassContext &ctx);         // freeze.cpp
@@ -55,6 +56,11 @@ const std::vector<PassInfo> &passTable() {
                   "canonicalize_rules.cpp)",
        .statistics = canonicalizeRuleNames(),
        .run = runCanonicalize},
+      {.name = "inline-custom-vjp",
+       .summary = "replaces each custom_vjp (a torch.autograd.Function) by its forward region "
+                  "(graphs that are not differentiated)",
+       .statistics = {"functions-inlined"},
+       .run = runInlineCustomVjp},
       {.name = "shape-propagation",
        .summary = "re-infers result types, pinning shape symbols that broadcasting assumes "
                   "equal to a static dim or to another symbol",

@@ -69,6 +69,9 @@ CASES = [
     Case("matmul_2d", "matmul", [(4, 3), (3, 5)], torch.matmul),
     Case("matmul_batched_broadcast", "matmul", [(2, 4, 3), (3, 5)], torch.matmul),
     Case("matmul_batched", "matmul", [(2, 4, 3), (2, 3, 5)], torch.matmul),
+    Case("baddbmm", "baddbmm", [(2, 1, 5), (2, 4, 3), (2, 3, 5)],
+         lambda s, b1, b2: torch.baddbmm(s, b1, b2, beta=0.5, alpha=2.0),
+         {"beta": 0.5, "alpha": 2.0}),
     Case("mm", "mm", [(4, 3), (3, 5)], torch.mm),
     Case("bmm", "bmm", [(2, 4, 3), (2, 3, 5)], torch.bmm),
     Case("linear", "linear", [(2, 4, 3), (5, 3), (5,)], F.linear),
@@ -231,6 +234,26 @@ def test_rule_matches_autograd(case: Case, dtype: Any, contiguous: bool) -> None
     assert len(got) == 1 + len(leaves)
     for i, (a, b) in enumerate(zip(got[1:], want, strict=True)):
         torch.testing.assert_close(a, b, **tol, msg=lambda m, i=i: f"gradient of input {i}: {m}")
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float64], ids=["same", "f64"])
+def test_softmax_rules_with_a_dtype(op: str, out_dtype: Any) -> None:
+    # F.softmax(x, dim, dtype=...) (BLOOM's attention): the input cast first, the gradient cast
+    # back to the input's dtype.
+    torch.manual_seed(0)
+    g = x_.Graph("g")
+    x = g.add_input("f32[3,4,5]", "x")
+    g.set_outputs(g.add_op(op, [x], {"dim": -1, "dtype": out_dtype}))
+    xs = torch.randn(3, 4, 5)
+    leaf = xs.clone().requires_grad_()
+    out = getattr(F, op)(leaf, -1, dtype=out_dtype)
+    grad = torch.randn(out.shape, dtype=out_dtype)
+    (want,) = torch.autograd.grad(out, [leaf], grad)
+    got = joint_run(g, [xs, grad])
+    torch.testing.assert_close(got[0], out.detach(), rtol=1e-5, atol=1e-6)
+    assert got[1].dtype == torch.float32
+    torch.testing.assert_close(got[1], want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("padding_idx", [-1, 2])

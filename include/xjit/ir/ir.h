@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace xjit {
@@ -240,5 +241,12 @@ private:
   std::string name_;
   std::unique_ptr<Block> body_;
 };
+
+/// Copies the ops of `src` but its terminator into `dst` before `before` (nullptr: at the end),
+/// each operand mapped through `map` (values not in it are used as they are; the copies'
+/// results join it). Returns the terminator's operands, mapped: inlining a region whose block
+/// arguments `map` binds (custom_vjp's forward and backward).
+std::vector<Value *> copyBlockOps(const Block &src, Block &dst, Op *before,
+                                  std::unordered_map<const Value *, Value *> &map);
 
 } // namespace xjit

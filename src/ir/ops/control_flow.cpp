@@ -68,6 +68,54 @@ std::string verifyLoop(const Op &op) {
   }
   return "";
 }
+
+/// custom_vjp: region 0 (forward) takes the operands and yields the results, then the saved
+/// values; region 1 (backward) takes the saved values, then one gradient per result, and yields
+/// one gradient per operand (its type, or none).
+std::string verifyCustomVjp(const Op &op) {
+  const Block *fwd = op.region(0), *bwd = op.region(1);
+  if (fwd->numArguments() != op.numOperands())
+    return "forward region takes " + std::to_string(fwd->numArguments()) + " arguments for " +
+           std::to_string(op.numOperands()) + " operands";
+  for (size_t i = 0; i < op.numOperands(); ++i)
+    if (fwd->argument(i)->type() != op.operand(i)->type())
+      return "forward argument " + std::to_string(i) + " has type " +
+             fwd->argument(i)->type().str() + ", operand " + op.operand(i)->type().str();
+  const Op *fy = fwd->terminator(), *by = bwd->terminator();
+  if (!fy || !by) return ""; // reported as a missing yield
+  const size_t results = op.numResults();
+  if (fy->numOperands() < results)
+    return "forward region yields " + std::to_string(fy->numOperands()) + " values for " +
+           std::to_string(results) + " results";
+  for (size_t i = 0; i < results; ++i)
+    if (fy->operand(i)->type() != op.result(i)->type())
+      return "forward yield " + std::to_string(i) + " has type " + fy->operand(i)->type().str() +
+             ", result " + op.result(i)->type().str();
+  const size_t saved = fy->numOperands() - results;
+  if (bwd->numArguments() != saved + results)
+    return "backward region takes " + std::to_string(bwd->numArguments()) +
+           " arguments, expected " + std::to_string(saved) + " saved values and " +
+           std::to_string(results) + " gradients";
+  for (size_t i = 0; i < saved + results; ++i) {
+    const Type &want = i < saved ? fy->operand(results + i)->type() : op.result(i - saved)->type();
+    if (bwd->argument(i)->type() != want)
+      return "backward argument " + std::to_string(i) + " has type " +
+             bwd->argument(i)->type().str() + ", expected " + want.str();
+  }
+  if (by->numOperands() != op.numOperands())
+    return "backward region yields " + std::to_string(by->numOperands()) + " gradients for " +
+           std::to_string(op.numOperands()) + " operands";
+  for (size_t i = 0; i < op.numOperands(); ++i) {
+    const Type &g = by->operand(i)->type();
+    if (g.kind() != TypeKind::None && g != op.operand(i)->type())
+      return "gradient " + std::to_string(i) + " has type " + g.str() + ", operand " +
+             op.operand(i)->type().str();
+  }
+  for (int64_t r : attrInts(op, "non_differentiable"))
+    if (r < 0 || r >= static_cast<int64_t>(results))
+      return "non_differentiable index " + std::to_string(r) + " out of range";
+  return "";
+}
 } // namespace
 
 namespace {
@@ -120,6 +168,14 @@ void registerControlFlowOps(OpRegistry &r) {
          .operands = {{"max_trip_count"}, {"initial_condition"}, {"carried", true}},
          .verify = verifyLoop,
          .numRegions = 1});
+  r.add({.name = "custom_vjp",
+         .summary = "a torch.autograd.Function: results = forward region(operands); autodiff "
+                    "uses the backward region as the rule, inline-custom-vjp the forward",
+         .operands = {{"inputs", true}},
+         .attrs = {{"name", AttrKind::Str, Attr("")},
+                   {"non_differentiable", AttrKind::Ints, Attr(Attr::Ints{})}},
+         .verify = verifyCustomVjp,
+         .numRegions = 2});
   r.add({.name = "external_call",
          .summary = "calls host function `callee` (registered at run time; results as written)",
          .operands = {{"args", true}},
