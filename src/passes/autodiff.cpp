@@ -629,16 +629,24 @@ std::vector<std::vector<size_t>> reachedInputs(const Graph &g, const std::vector
     bits.resize(words);
     bits[k / 64] |= uint64_t{1} << (k % 64);
   }
-  for (Op *op : *g.body())
+  for (Op *op : *g.body()) {
+    // A custom Function's backward that yields `none` for an input (`return g, None`) does not
+    // connect that input, as autograd does not.
+    const Op *yield = op->name() == "custom_vjp" ? op->region(1)->terminator() : nullptr;
     for (const auto &r : op->results()) {
       if (!needs.count(r.get())) continue;
       std::vector<uint64_t> bits(words);
-      for (Value *v : op->operands())
+      for (size_t k = 0; k < op->numOperands(); ++k) {
+        Value *v = op->operand(k);
+        if (yield && k < yield->numOperands() && yield->operand(k)->type().kind() == TypeKind::None)
+          continue;
         if (auto it = deps.find(v); it != deps.end() && needs.count(v))
           for (size_t w = 0; w < words; ++w)
             bits[w] |= it->second[w];
+      }
       deps[r.get()] = std::move(bits);
     }
+  }
   std::vector<std::vector<size_t>> reach;
   for (const Value *out : outs) {
     std::vector<size_t> &ks = reach.emplace_back();

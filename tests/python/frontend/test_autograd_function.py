@@ -274,3 +274,34 @@ def test_functions_that_cannot_be_captured_keep_pytorchs_apply() -> None:
     # mark_dirty (an in-place forward) on an intermediate: same.
     _, notes = train_step_both(lambda m, x: Dirty.apply(m.fc(x) * 1) @ m.w, torch.randn(4, 8))
     assert "Dirty.apply, not captured: in-place write" in notes[0], notes
+
+
+class ScaleNoWeightGrad(torch.autograd.Function):
+    """x * w whose backward gives w no gradient on purpose (a frozen scale)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, g):
+        (w,) = ctx.saved_tensors
+        return g * w, None
+
+
+def test_an_input_the_backward_gives_none_keeps_none() -> None:
+    # Autograd leaves .grad None for an input whose only path is a Function returning None for
+    # it; a zero tensor instead would make AdamW decay it (gradOutputReach skips that operand).
+    def step(x, w):
+        return ScaleNoWeightGrad.apply(torch.tanh(x), w).sum()
+
+    grads = []
+    for fn in (xjit.jit(step), step):
+        torch.manual_seed(2)
+        x, w = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+        fn(x, w).backward()
+        grads.append((x.grad, w.grad))
+    (gx, gw), (ex, ew) = grads
+    torch.testing.assert_close(gx, ex)
+    assert gw is None and ew is None
