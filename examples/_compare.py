@@ -37,12 +37,17 @@ def _max_abs_err(out: Any, ref: Any) -> float:
     return max((a - b).abs().max().item() for a, b in zip(leaves(out), leaves(ref), strict=True))
 
 
-def compare(name: str, model: torch.nn.Module, *inputs: torch.Tensor, calls: int = 20) -> None:
+def _program_mode_paused() -> contextlib.AbstractContextManager[Any]:
+    """`xjit.jit.paused()` (the hook leaves these frames alone), or nothing without xjit."""
     try:
         from xjit.jit import paused
     except ImportError:
-        paused = contextlib.nullcontext
-    with paused():
+        return contextlib.nullcontext()
+    return paused()
+
+
+def compare(name: str, model: torch.nn.Module, *inputs: torch.Tensor, calls: int = 20) -> None:
+    with _program_mode_paused():
         _compare(name, model, inputs, calls)
 
 
@@ -83,11 +88,7 @@ def compare_training(
     """Fine-tunes `model` (its forward returns `.loss`) and an eager copy side by side on the same
     batch for `steps` optimizer steps, the random draws (dropout) seeded alike per step; prints
     the time per step, the first step's (compile) time and the largest loss difference."""
-    try:
-        from xjit.jit import paused
-    except ImportError:
-        paused = contextlib.nullcontext
-    with paused():
+    with _program_mode_paused():
         _compare_training(name, model, batch, make_optimizer, steps)
 
 

@@ -468,36 +468,6 @@ def test_parameters_the_loss_does_not_reach_get_no_gradient() -> None:
     assert not the_graph()["runs_in_python"], the_graph()["note"]
 
 
-@pytest.mark.parametrize("form", ["plain", "causal", "float_mask", "bool_mask"])
-def test_attention_with_dropout_trains_with_eagers_draws(form: str) -> None:
-    # Eager's CPU runs ATen's math path for dropout_p > 0; the frontend lowers it op by op with
-    # the noise drawn by PyTorch on the probabilities' shape, so outputs, gradients and the
-    # generator's state after the call are eager's.
-    mask = {"float_mask": torch.randn(2, 1, 6, 6), "bool_mask": torch.rand(6, 6) > 0.3}.get(form)
-
-    def attend(q: Any, k: Any, v: Any) -> Any:
-        return F.scaled_dot_product_attention(
-            q * 1.5, k, v, attn_mask=mask, dropout_p=0.25, is_causal=form == "causal"
-        )
-
-    torch.manual_seed(0)
-    qkv = [torch.randn(2, 3, 6, 4, requires_grad=True) for _ in range(3)]
-    ref = [t.detach().clone().requires_grad_() for t in qkv]
-    results = []
-    for fn, args in ((xjit.jit(attend), qkv), (attend, ref)):
-        torch.manual_seed(7)
-        out = fn(*args)
-        results.append((out, torch.rand(3)))  # the generator advanced by the same draws
-        out.backward(torch.linspace(-1, 1, out.numel()).view(out.shape))
-    (got, after_got), (want, after_want) = results
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(after_got, after_want, rtol=0, atol=0)
-    for a, b in zip(qkv, ref, strict=True):
-        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
-    graph = the_graph()
-    assert graph["note"].startswith("training step: forward"), graph["note"]
-
-
 def _task_model(name: str) -> tuple[Any, dict[str, Any]]:
     """transformers' task heads, tiny, in train() mode with their default dropout, and a batch
     with padding and labels (the loss is computed in forward)."""
