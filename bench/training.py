@@ -3,11 +3,15 @@
 
 Each backend trains its own copy of the same model (same weights, same batch); the steps are
 interleaved in one process, round-robin; the figure is the median step time after warm-up.
+Each compiling backend compiles the model and, as PyTorch's compiled-optimizer recipe does, a
+function calling `opt.step()` (Inductor: torch.compile, xjit: xjit.jit); `--eager-optimizer`
+runs the optimizer step in eager PyTorch for every backend instead (the figures before
+session 15).
 Also: the first step's time (capture + compile of forward and backward), and the largest
 relative difference of the losses against eager's over the steps taken.
 
     python bench/training.py [--cases train-mlp/b64,train-gpt/b8] [--backends eager,inductor,xjit]
-                             [--repeats 15] [--threads N] [--timer wall|cpu]
+                             [--repeats 15] [--threads N] [--timer wall|cpu] [--eager-optimizer]
                              [--out bench/results/training.json]
 
 --timer cpu times each step in CPU seconds of the process (all threads): on a loaded machine it
@@ -41,10 +45,20 @@ from bench.models import TRAINING_CASES, TrainingCase  # noqa: E402
 class Trainer:
     """One backend's model copy, optimizer and step; the losses it saw."""
 
-    def __init__(self, case: TrainingCase, backend: str, model: torch.nn.Module, batch: Any) -> None:
+    def __init__(
+        self, case: TrainingCase, backend: str, model: torch.nn.Module, batch: Any, compile_optimizer: bool
+    ) -> None:
         self.model = copy.deepcopy(model)
         self.forward = make_backend(backend, self.model)
         self.opt = case.make_optimizer(self.model)
+        opt = self.opt
+
+        def optimizer_step() -> None:
+            opt.step()
+
+        # PyTorch's recipe for a compiled optimizer step ("Compiling the optimizer with
+        # torch.compile"): the step in a function the backend compiles.
+        self.optimizer_step = make_backend(backend, optimizer_step) if compile_optimizer else opt.step
         self.case, self.batch = case, batch
         self.losses: list[float] = []
 
@@ -54,7 +68,7 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         loss = self.case.loss(self.forward(x), y)
         loss.backward()
-        self.opt.step()
+        self.optimizer_step()
         self.losses.append(loss.item())
 
     def phased_step(self, clock: Any) -> list[float]:
@@ -71,7 +85,7 @@ class Trainer:
         t.append(clock())
         loss.backward()
         t.append(clock())
-        self.opt.step()
+        self.optimizer_step()
         t.append(clock())
         self.losses.append(loss.item())
         return [b - a for a, b in zip(t, t[1:])]
@@ -107,6 +121,7 @@ def run_case(
     inner: int,
     cpu: bool = False,
     phases: bool = False,
+    compile_optimizer: bool = True,
 ) -> dict[str, Any]:
     model, batch = case.build()
     trainers: dict[str, Trainer] = {}
@@ -114,7 +129,7 @@ def run_case(
     errors: dict[str, str] = {}
     for b in backends:
         try:
-            t = Trainer(case, b, model, batch)
+            t = Trainer(case, b, model, batch, compile_optimizer)
             start = time.perf_counter()
             t.step()
             result["backends"][b]["first_step_s"] = time.perf_counter() - start
@@ -180,6 +195,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="torch threads (default: all cores)")
     parser.add_argument("--timer", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--phases", action="store_true", help="also time the step's phases apart")
+    parser.add_argument(
+        "--eager-optimizer",
+        action="store_true",
+        help="run the optimizer step in eager PyTorch for every backend (default: each backend "
+        "compiles it, as PyTorch's compiled-optimizer recipe does)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     setup_threads()
@@ -197,9 +218,16 @@ def main() -> None:
     results = []
     for name in args.cases.split(","):
         r = run_case(
-            TRAINING_CASES[name], backends, args.repeats, args.inner, args.timer == "cpu", args.phases
+            TRAINING_CASES[name],
+            backends,
+            args.repeats,
+            args.inner,
+            args.timer == "cpu",
+            args.phases,
+            not args.eager_optimizer,
         )
         r["threads"], r["timer"] = torch.get_num_threads(), args.timer
+        r["optimizer"] = "eager" if args.eager_optimizer else "compiled"
         print(line(r), flush=True)
         results.append(r)
     if args.out:

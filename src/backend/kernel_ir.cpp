@@ -218,6 +218,8 @@ public:
       const BufferParam &p = k_.buffers[b];
       os_ << (b ? ", " : "") << (p.output ? "out " : "in ") << p.name << ": " << dtypeName(p.dtype)
           << shapeStr(p.sizes);
+      if (p.aliasOf >= 0 && size_t(p.aliasOf) < k_.buffers.size())
+        os_ << " in place of " << k_.buffers[size_t(p.aliasOf)].name;
     }
     if (!k_.scalars.empty()) {
       os_ << "; ";
@@ -402,8 +404,17 @@ public:
   explicit Verifier(const Kernel &k) : k_(k) {}
 
   std::vector<std::string> run() {
-    for (const BufferParam &b : k_.buffers)
+    std::set<int64_t> shared;
+    for (const BufferParam &b : k_.buffers) {
       if (b.name.empty()) fail("a buffer has no name");
+      if (b.aliasOf < 0) continue;
+      if (!b.output || !validBuffer(b.aliasOf) || k_.buffers[size_t(b.aliasOf)].output ||
+          k_.buffers[size_t(b.aliasOf)].dtype != b.dtype ||
+          !(k_.buffers[size_t(b.aliasOf)].sizes == b.sizes) || !shared.insert(b.aliasOf).second)
+        fail("buffer " + b.name +
+             " shares memory with a buffer that is not an input of its dtype and sizes, or one "
+             "another output shares");
+    }
     stmts(k_.body);
     return std::move(errors_);
   }
@@ -653,9 +664,9 @@ std::vector<std::string> verifyKernel(const Kernel &k) {
   const Kernel &g = *k.general;
   bool sameParams = g.buffers.size() == k.buffers.size() && g.scalars.size() == k.scalars.size();
   for (size_t b = 0; sameParams && b < k.buffers.size(); ++b)
-    sameParams = g.buffers[b].dtype == k.buffers[b].dtype &&
-                 g.buffers[b].sizes == k.buffers[b].sizes &&
-                 g.buffers[b].output == k.buffers[b].output;
+    sameParams =
+        g.buffers[b].dtype == k.buffers[b].dtype && g.buffers[b].sizes == k.buffers[b].sizes &&
+        g.buffers[b].output == k.buffers[b].output && g.buffers[b].aliasOf == k.buffers[b].aliasOf;
   for (size_t i = 0; sameParams && i < k.scalars.size(); ++i)
     sameParams = g.scalars[i].dtype == k.scalars[i].dtype;
   if (!sameParams) errors.push_back("the general version has other parameters");

@@ -79,6 +79,21 @@ std::vector<int64_t> outputSizes(const LoweredKernel &lk, const InputShapes &sha
   return sizes;
 }
 
+/// Outputs computed in place of an input (BufferParam::aliasOf): the kernel reads that input
+/// through the output's memory. Where the caller gave the output memory of its own, the input is
+/// copied into it first (the input itself is then not written).
+void bindInPlaceOutputs(const LoweredKernel &lk, std::vector<Tensor> &buffers) {
+  for (int64_t b : lk.outputBuffer) {
+    const int64_t in = lk.kernel.buffers[size_t(b)].aliasOf;
+    if (in < 0) continue;
+    Tensor &out = buffers[size_t(b)];
+    Tensor &source = buffers[size_t(in)];
+    if (source.data() == out.data() && source.strides() == out.strides()) continue;
+    out.copyFrom(source);
+    source = out;
+  }
+}
+
 } // namespace
 
 std::vector<RtValue> runLowered(const LoweredKernel &lk, const CompiledKernel &ck,
@@ -93,6 +108,7 @@ std::vector<RtValue> runLowered(const LoweredKernel &lk, const CompiledKernel &c
     buffers[size_t(lk.outputBuffer[o])] = out;
     outputs.emplace_back(out);
   }
+  bindInPlaceOutputs(lk, buffers);
   ck.run(buffers, scalars);
   return outputs;
 }
@@ -115,6 +131,7 @@ void runLoweredInto(const LoweredKernel &lk, const CompiledKernel &ck,
                                 " does not have the result's dtype and size, or is not contiguous");
     buffers[size_t(lk.outputBuffer[o])] = out;
   }
+  bindInPlaceOutputs(lk, buffers);
   ck.run(buffers, scalars);
 }
 

@@ -17,6 +17,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -63,7 +64,10 @@ const char *libmName(UnaryOp op) {
 
 class Emitter {
 public:
-  Emitter(const Kernel &k, llvm::Module &m) : k_(k), m_(m), ctx_(m.getContext()), b_(ctx_) {}
+  Emitter(const Kernel &k, llvm::Module &m)
+      : k_(k), inPlace_(std::any_of(k.buffers.begin(), k.buffers.end(),
+                                    [](const BufferParam &p) { return p.aliasOf >= 0; })),
+        m_(m), ctx_(m.getContext()), b_(ctx_) {}
 
   void emit(const std::string &symbol) {
     symbol_ = symbol;
@@ -109,7 +113,8 @@ private:
     }
     for (size_t i = 0; i < k_.buffers.size(); ++i) {
       fn_->getArg(unsigned(i))->setName(k_.buffers[i].name);
-      if (!k_.buffers[i].output) fn_->addParamAttr(unsigned(i), llvm::Attribute::ReadOnly);
+      if (!k_.buffers[i].output && !writtenInPlace(int64_t(i)))
+        fn_->addParamAttr(unsigned(i), llvm::Attribute::ReadOnly);
     }
     size_t nb = k_.buffers.size();
     for (unsigned i = unsigned(nb); i < nb + 4; ++i)
@@ -400,8 +405,39 @@ private:
   // ---- statements ----
 
   void stmts(const StmtList &list) {
-    for (const Stmt &s : list)
-      stmt(s);
+    for (size_t i = 0; i < list.size();) {
+      if (!inPlace_ || list[i].kind != StmtKind::Store) {
+        stmt(list[i++]);
+        continue;
+      }
+      // A kernel computing in place (BufferParam::aliasOf): every value of a run of stores is
+      // computed (its loads done) before the first of them stores.
+      memo_.clear();
+      indexMemo_.clear();
+      std::vector<std::pair<Value *, Value *>> run;
+      for (; i < list.size() && list[i].kind == StmtKind::Store; ++i)
+        run.push_back(storeOperands(list[i]));
+      for (auto &[value, ptr] : run)
+        b_.CreateStore(value, ptr);
+    }
+  }
+
+  /// Whether an output computes in place of input buffer `b`.
+  bool writtenInPlace(int64_t b) const {
+    for (const BufferParam &p : k_.buffers)
+      if (p.aliasOf == b) return true;
+    return false;
+  }
+
+  /// A store's value and address; an output computed in place is stored through the pointer
+  /// of the input it shares, so that LLVM sees one buffer read and written at one offset.
+  std::pair<Value *, Value *> storeOperands(const Stmt &s) {
+    const BufferParam &p = k_.buffers[size_t(s.index)];
+    Value *offset = indexExpr(s.a);
+    Value *v = expr(s.b);
+    if (p.dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
+    const int64_t buffer = p.aliasOf >= 0 ? p.aliasOf : s.index;
+    return {v, b_.CreateGEP(memType(p.dtype), fn_->getArg(unsigned(buffer)), offset)};
   }
 
   void stmt(const Stmt &s) {
@@ -427,11 +463,7 @@ private:
       return;
     }
     case StmtKind::Store: {
-      const BufferParam &p = k_.buffers[size_t(s.index)];
-      Value *offset = indexExpr(s.a);
-      Value *v = expr(s.b);
-      if (p.dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
-      Value *ptr = b_.CreateGEP(memType(p.dtype), fn_->getArg(unsigned(s.index)), offset);
+      auto [v, ptr] = storeOperands(s);
       b_.CreateStore(v, ptr);
       return;
     }
@@ -819,6 +851,7 @@ private:
   }
 
   const Kernel &k_;
+  const bool inPlace_; // an output shares an input's memory (BufferParam::aliasOf)
   std::string symbol_;
   int numTasks_ = 0;
   llvm::Module &m_;

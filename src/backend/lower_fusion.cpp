@@ -1557,7 +1557,29 @@ LoweredKernel lowerFusion(const Op &fusion, const LowerOptions &opts) {
     name += "_" + kind->asStr();
   const Block &body = *fusion.region(0);
   if (std::string why = whyNotLowerable(body); !why.empty()) unsupported(why);
-  return lowerBlockUnchecked(body, name, opts, fusion.operands());
+  LoweredKernel lk = lowerBlockUnchecked(body, name, opts, fusion.operands());
+  // Results the reinplace pass computes in an operand's memory (`inplace_operand`, per result
+  // the operand or -1): the output buffer shares that input's (BufferParam::aliasOf).
+  const Attr *inPlace = fusion.attrOrNull("inplace_operand");
+  if (!inPlace || inPlace->kind() != AttrKind::Ints) return lk;
+  auto share = [&](Kernel &k) {
+    for (size_t r = 0; r < inPlace->asInts().size() && r < lk.outputBuffer.size(); ++r) {
+      const int64_t operand = inPlace->asInts()[r];
+      if (operand < 0 || size_t(operand) >= lk.inputBuffer.size()) continue;
+      const int64_t in = lk.inputBuffer[size_t(operand)];
+      BufferParam &out = k.buffers[size_t(lk.outputBuffer[r])];
+      if (in >= 0 && k.buffers[size_t(in)].dtype == out.dtype &&
+          k.buffers[size_t(in)].sizes == out.sizes)
+        out.aliasOf = in;
+    }
+  };
+  share(lk.kernel);
+  if (lk.kernel.general) {
+    auto general = std::make_shared<Kernel>(*lk.kernel.general);
+    share(*general);
+    lk.kernel.general = std::move(general);
+  }
+  return lk;
 }
 
 LoweredKernel lowerElementwiseOp(const Op &op, const LowerOptions &opts) {

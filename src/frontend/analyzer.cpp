@@ -54,7 +54,9 @@ SourceLoc Analyzer::currentLoc() const {
   return {frame_->filename, frame_->line, frame_->qualname};
 }
 
-void Analyzer::fail(const std::string &reason) const {
+void Analyzer::fail(const std::string &reason) const { failWhile(reason, {}); }
+
+void Analyzer::failWhile(const std::string &reason, std::vector<Guard> guards) const {
   // Where it happened, with the chain of inlined calls that led there (innermost first).
   std::string chain;
   int shown = 0;
@@ -75,6 +77,7 @@ void Analyzer::fail(const std::string &reason) const {
     e.rootPc = root->pc;
     e.rootVisit = it == visits_.end() ? 0 : it->second;
   }
+  e.guards = std::move(guards);
   throw e;
 }
 
@@ -858,6 +861,7 @@ AnalyzeResult analyzeFrame(const FrameView &frame, const AnalyzeOptions &opts) {
   PyErr_Fetch(&savedType, &savedValue, &savedTb); // never disturb a pending Python error
   std::optional<AnalyzeStop> stop;      // set once a break in the middle of the frame is found
   std::optional<GraphBreak> firstBreak; // that break
+  std::vector<Guard> breakGuards;       // the guards it holds under (BreakError::guards)
   for (int attempt = 0; attempt < 64; ++attempt) {
     try {
       Analyzer a(frame, opts, specialized);
@@ -869,6 +873,8 @@ AnalyzeResult analyzeFrame(const FrameView &frame, const AnalyzeOptions &opts) {
       if (c.breakPoint) {
         c.breakPoint->reason = firstBreak->reason;
         c.breakPoint->where = firstBreak->where;
+        for (Guard &g : breakGuards)
+          c.guards.push_back(std::move(g));
         result.graphBreak = firstBreak;
       }
       result.capture = std::move(c);
@@ -900,6 +906,7 @@ AnalyzeResult analyzeFrame(const FrameView &frame, const AnalyzeOptions &opts) {
         break;
       }
       firstBreak = result.graphBreak;
+      breakGuards = e.guards;
       result.graphBreak.reset();
       continue;
     } catch (const std::exception &e) {

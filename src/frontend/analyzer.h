@@ -50,6 +50,10 @@ struct BreakError : std::exception {
   // in the middle of the frame stops the capture (-1 / 0: not in the frame's own bytecode).
   int rootPc = -1;
   int rootVisit = 0;
+  // The break holds only while these hold (a state of the caller's objects that later calls
+  // change, such as an optimizer's state made by its first step): the capture that stops at
+  // the break keeps them, so a call that fails them captures the frame again.
+  std::vector<Guard> guards;
 };
 
 /// Thrown when the analysis reaches AnalyzeStop: the capture ends there (a graph break).
@@ -109,6 +113,8 @@ public:
 
   // ---- errors ----
   [[noreturn]] void fail(const std::string &reason) const;
+  /// fail(), for a break that holds only while `guards` do (BreakError::guards).
+  [[noreturn]] void failWhile(const std::string &reason, std::vector<Guard> guards) const;
   SourceLoc currentLoc() const;
 
   // ---- frames (analyzer.cpp) ----
@@ -420,6 +426,10 @@ std::string qualnameOf(PyObject *fn);
 /// nullptr: not such a call, or one that cannot be captured (apply then runs as a PyTorch call).
 VarPtr functionApply(Analyzer &a, PyObject *fn, const std::optional<Source> &fnSource,
                      const Args &args);
+
+/// `opt.step()` of a stock torch.optim SGD, Adam or AdamW as graph ops (analyzer_optim.cpp);
+/// nullptr when `self`/`func` are not such a step (it is then traced like other code).
+VarPtr optimizerStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args);
 
 /// The type of the `__exit__` stand-in passed to a resume function that continues inside a
 /// `with torch.no_grad()` block (GradModeExit(restore)); the analyzer reads it as a GradExitVar.

@@ -642,6 +642,8 @@ VarPtr Analyzer::call(const VarPtr &callable, const Args &args) {
     if (!b->func) return callMethod(b->self, b->name, args);
     if (VarPtr r = environLookup(*this, b->self, b->name, args)) return r;
     if (VarPtr r = moduleChildren(*this, b->self, b->name, b->func, args)) return r;
+    if (b->name == "step")
+      if (VarPtr r = optimizerStep(*this, b->self, b->func, args)) return r;
     Args a2;
     a2.pos.reserve(args.pos.size() + 1);
     a2.pos.push_back(b->self);

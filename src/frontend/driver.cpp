@@ -290,14 +290,46 @@ bool alreadyInPlace(const RtValue &out, const dlpack::DLTensor *target) {
   return true;
 }
 
+bool gradEnabled();
+void setGradMode(bool enabled);
+
+/// Whether `t` is a leaf tensor that requires grad.
+bool leafRequiringGrad(PyObject *t) {
+  static PyObject *requiresGradName = internedStr("requires_grad");
+  static PyObject *isLeafName = internedStr("is_leaf");
+  PyRef rg = checked(PyObject_GetAttr(t, requiresGradName));
+  if (rg.get() != Py_True) return false;
+  PyRef leaf = checked(PyObject_GetAttr(t, isLeafName));
+  return leaf.get() == Py_True;
+}
+
+/// torch._C._increment_version(tensors): what an in-place op does to each tensor it writes.
+void bumpVersions(const std::vector<PyObject *> &tensors) {
+  static PyObject *increment = [] {
+    PyRef c = checked(PyImport_ImportModule("torch._C"));
+    return checked(PyObject_GetAttrString(c.get(), "_increment_version")).release();
+  }();
+  PyRef tuple = checked(PyTuple_New(static_cast<Py_ssize_t>(tensors.size())));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    Py_INCREF(tensors[i]);
+    PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), tensors[i]);
+  }
+  checked(PyObject_CallOneArg(increment, tuple.get()));
+}
+
 void replayEffects(const CompiledEntry &e, const std::vector<RtValue> &outs,
                    std::vector<PyRef> &done, SourceValues &values) {
   static PyObject *appendName = internedStr("append");
   static PyObject *copyName = internedStr("copy_");
+  // Tensors the graph wrote in place: their version counters are bumped as an in-place op
+  // would (autograd's check of saved tensors, the weight cache's tags).
+  std::vector<PyObject *> writtenInPlace;
   for (const EffectPlan &fx : e.effects) {
     if (fx.inPlaceOutput >= 0 &&
-        alreadyInPlace(outs.at(size_t(fx.inPlaceOutput)), values.tensor(fx.target)))
+        alreadyInPlace(outs.at(size_t(fx.inPlaceOutput)), values.tensor(fx.target))) {
+      writtenInPlace.push_back(values.get(fx.target));
       continue;
+    }
     PyRef value = buildOutput(fx.value, outs, done, values);
     PyObject *target = fx.target >= 0 ? values.get(fx.target) : nullptr;
     if (fx.kind != SideEffect::SetGlobal && !target) {
@@ -319,12 +351,22 @@ void replayEffects(const CompiledEntry &e, const std::vector<RtValue> &outs,
     case SideEffect::SetItem: rc = PyObject_SetItem(target, fx.key.get(), value.get()); break;
     case SideEffect::TensorCopy:
       // The graph may already have written the caller's memory in place (zero-copy inputs);
-      // copying a tensor onto memory it shares is then a no-op.
-      checked(PyObject_CallMethodOneArg(target, copyName, value.get()));
+      // copying a tensor onto memory it shares is then a no-op. A leaf that requires grad was
+      // written under no_grad (the analyzer refuses it otherwise; an optimizer step), so it is
+      // copied into under no_grad too.
+      if (gradEnabled() && leafRequiringGrad(target)) {
+        setGradMode(false);
+        PyObject *r = PyObject_CallMethodOneArg(target, copyName, value.get());
+        setGradMode(true);
+        checked(r);
+      } else {
+        checked(PyObject_CallMethodOneArg(target, copyName, value.get()));
+      }
       break;
     }
     if (rc != 0) throw PyErrorSet();
   }
+  if (!writtenInPlace.empty()) bumpVersions(writtenInPlace);
 }
 
 /// The value of the Python int carried by input `i` (Capture::intInputs; its IntSymbol guard

@@ -30,7 +30,18 @@ std::string stepStr(const SourceStep &st) {
   case SourceStep::Global: return "G['" + st.name + "']";
   case SourceStep::Attr: return "." + st.name;
   case SourceStep::Item: return "[" + std::to_string(st.index) + "]";
-  case SourceStep::DictKey: return "[" + reprOf(st.key.get()) + "]";
+  case SourceStep::DictKey: {
+    // Keys that are objects (an optimizer's state is keyed by its parameters) are named by
+    // identity: their repr may be long, and equal reprs must not make two sources one.
+    PyObject *k = st.key.get();
+    if (k && !PyUnicode_Check(k) && !PyLong_Check(k) && !PyBytes_Check(k) && !PyFloat_Check(k) &&
+        !PyTuple_Check(k)) {
+      char id[32];
+      std::snprintf(id, sizeof id, "%p", static_cast<void *>(k));
+      return std::string("[<") + Py_TYPE(k)->tp_name + " at " + id + ">]";
+    }
+    return "[" + reprOf(k) + "]";
+  }
   }
   return "?";
 }

@@ -21,6 +21,7 @@
 #include "mutation_info.h"
 #include "xjit/ir/builder.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -59,7 +60,11 @@ public:
         ret && ret->hasAttr("io.input_of") ? ret->attr("io.input_of").asInts() : Attr::Ints{};
     for (size_t k = 0; k < inputOf.size() && k < ret->numOperands(); ++k) {
       if (inputOf[k] < 0 || size_t(inputOf[k]) >= g_.numInputs()) continue;
-      changed |= reinplaceOutput(ret->operand(k), g_.input(size_t(inputOf[k])));
+      Value *input = g_.input(size_t(inputOf[k]));
+      if (reinplaceOutput(ret->operand(k), input))
+        changed = true;
+      else
+        changed |= reinplaceElementwise(ret->operand(k), input);
     }
     return reinplaceFreshTargets() || changed;
   }
@@ -150,6 +155,56 @@ private:
         if (!aliasesOperand(*u.user) && !u.user->def().isPure()) return false;
       }
     }
+    return true;
+  }
+
+  // A fusion of element-wise ops whose result is written back to an input it reads (an
+  // optimizer's update of a parameter and its state): computed in that input's memory, marked
+  // `inplace_operand` (per result, the operand or -1) for the runtime and the kernel. Only when
+  // the fusion reads the input directly (no view of it), every op in it is element-wise and
+  // every result has the input's shape (one loop nest reads each element before writing it),
+  // and nothing reads the input's old contents after it.
+  bool reinplaceElementwise(Value *output, Value *input) {
+    Op *f = output->definingOp();
+    const Attr *kind = f ? f->attrOrNull("kind") : nullptr;
+    if (!f || f->name() != "fusion" || f->parentBlock() != g_.body() || !kind ||
+        kind->kind() != AttrKind::Str || kind->asStr() != "elementwise" ||
+        !(output->type() == input->type()) || !isStaticShape(input->type().shape()))
+      return false;
+    int64_t operand = -1, result = -1;
+    for (size_t j = 0; j < f->numOperands() && operand < 0; ++j)
+      if (f->operand(j) == input) operand = int64_t(j);
+    for (size_t r = 0; r < f->numResults(); ++r) {
+      if (f->result(r) == output) result = int64_t(r);
+      if (!(f->result(r)->type().shape() == input->type().shape())) return false;
+    }
+    if (operand < 0 || result < 0) return false;
+    const Block &body = *f->region(0);
+    for (Op *op : body)
+      if (op != body.terminator() && !op->def().has(kElementwise) && !op->def().has(kConstantLike))
+        return false;
+    const int at = position_.at(f);
+    for (const Value *a : aliasesOf(input, nullptr)) {
+      for (const Use &u : a->uses()) {
+        Op *top = topLevel(u.user);
+        if (top == f) {
+          if (a != input) return false; // a view of it read by the fusion
+          continue;
+        }
+        if (position_.at(top) > at) return false;
+        const std::string &name = u.user->name();
+        if (name == "if" || name == "loop" || name == "tuple_construct") return false;
+        if (!aliasesOperand(*u.user) && !u.user->def().isPure()) return false;
+      }
+    }
+    Attr::Ints marks = f->hasAttr("inplace_operand") ? f->attr("inplace_operand").asInts()
+                                                     : Attr::Ints(f->numResults(), -1);
+    if (marks.size() != f->numResults() || marks[size_t(result)] >= 0 ||
+        std::find(marks.begin(), marks.end(), operand) != marks.end())
+      return false;
+    marks[size_t(result)] = operand;
+    f->setAttr("inplace_operand", Attr(marks));
+    ctx_.count("fusions-in-place");
     return true;
   }
 

@@ -63,6 +63,9 @@ struct OutputBuffer {
   int32_t arenaTensor = -1;
   DType dtype = DType::F32;
   std::vector<int64_t> sizes;
+  /// The operand whose memory the result is computed in (a fusion's `inplace_operand`, set by
+  /// reinplace for writes to graph inputs), when that operand fits; else -1.
+  int32_t inPlaceOperand = -1;
 };
 
 /// A planned arena slice, materialized per frame as a Tensor on the frame's arena storage.
@@ -318,6 +321,17 @@ struct CompiledGraph::Impl {
     }
   }
 
+  /// The operand a result is computed in, when it is a contiguous tensor of the result's dtype
+  /// and sizes; else null (the result gets its own buffer and the kernel copies the operand
+  /// into it first, launch.cpp).
+  static const Tensor *inPlaceOperand(const OutputBuffer &b, std::span<const RtValue> args) {
+    if (b.inPlaceOperand < 0 || size_t(b.inPlaceOperand) >= args.size()) return nullptr;
+    const RtValue &v = args[size_t(b.inPlaceOperand)];
+    if (!v.isTensor()) return nullptr;
+    const Tensor &t = v.tensor();
+    return t.dtype() == b.dtype && t.sizes() == b.sizes && t.isContiguous() ? &t : nullptr;
+  }
+
   /// Output buffers for an ExecInto instruction: every result must be a tensor of static
   /// shape. Results planned by plan-memory go to their arena slice, except results the plan
   /// updates in place (generated kernels assume their buffers do not alias), which get fresh
@@ -326,6 +340,7 @@ struct CompiledGraph::Impl {
     std::vector<OutputBuffer> bufs;
     const Attr *offsets = op.hasAttr("mem.offset") ? &op.attr("mem.offset") : nullptr;
     const Attr *inplace = op.hasAttr("mem.inplace") ? &op.attr("mem.inplace") : nullptr;
+    const Attr *inPlaceOperand = op.attrOrNull("inplace_operand");
     for (size_t r = 0; r < op.numResults(); ++r) {
       const Type &t = op.result(r)->type();
       if (!t.isTensor() || !isStaticShape(t.shape())) return false;
@@ -335,6 +350,9 @@ struct CompiledGraph::Impl {
         b.sizes.push_back(d.value());
       int64_t offset = offsets && r < offsets->asInts().size() ? offsets->asInts()[r] : -1;
       bool reused = inplace && r < inplace->asInts().size() && inplace->asInts()[r] >= 0;
+      if (inPlaceOperand && inPlaceOperand->kind() == AttrKind::Ints && offset < 0 &&
+          r < inPlaceOperand->asInts().size())
+        b.inPlaceOperand = static_cast<int32_t>(inPlaceOperand->asInts()[r]);
       if (offset >= 0) {
         int64_t bytes = dtypeSize(b.dtype);
         for (int64_t s : b.sizes)
@@ -532,8 +550,12 @@ struct CompiledGraph::Impl {
       f.outs.resize(in.numResults);
       for (uint32_t r = 0; r < in.numResults; ++r) {
         const OutputBuffer &b = outputs[in.outputs + r];
-        f.outs[r] = b.arenaTensor >= 0 ? f.slots[slotRefs[in.results + r]].tensor()
-                                       : target->allocate(b.dtype, b.sizes);
+        if (b.arenaTensor >= 0)
+          f.outs[r] = f.slots[slotRefs[in.results + r]].tensor();
+        else if (const Tensor *operand = inPlaceOperand(b, args))
+          f.outs[r] = *operand; // the result is the operand's memory (reinplace)
+        else
+          f.outs[r] = target->allocate(b.dtype, b.sizes);
       }
       in.exe->runInto(args, f.outs);
       dropArgs(in, f);
@@ -880,7 +902,8 @@ CompiledGraph compileGraph(const Graph &g, backend::Target &target, const Compil
     }
     pm.run(*im->graph);
     bool writesAfter = false;
-    im->graph->walk([&](Op *op) { writesAfter |= op->def().has(kInPlace); });
+    im->graph->walk(
+        [&](Op *op) { writesAfter |= op->def().has(kInPlace) || op->hasAttr("inplace_operand"); });
     im->stats.writesInputsInPlace = writesAfter && !writesInPlace;
   }
   const Graph &cg = *im->graph;

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace xjit::runtime {
 namespace {
 
@@ -41,6 +43,14 @@ void expectEqual(const Tensor &got, const Tensor &want) {
   ASSERT_EQ(got.sizes(), want.sizes());
   for (int64_t i = 0; i < want.numel(); ++i)
     ASSERT_EQ(got.getDouble(i), want.getDouble(i)) << "element " << i;
+}
+
+// Arithmetic: the reference computes in f64 and rounds once, kernels round each f32 op.
+void expectClose(const Tensor &got, const Tensor &want) {
+  ASSERT_EQ(got.sizes(), want.sizes());
+  for (int64_t i = 0; i < want.numel(); ++i)
+    ASSERT_NEAR(got.getDouble(i), want.getDouble(i), 1e-5 * std::abs(want.getDouble(i)) + 1e-6)
+        << "element " << i;
 }
 
 const char *kRowWrite = R"(
@@ -108,6 +118,42 @@ graph @f(%x: f32[8], %v: f32[2], %i: i64[2]) -> (f32[8], f32[]) {
   expectEqual(r.inputs[0].tensor(), before);
   expectEqual(r.outputs[0].tensor(), r.reference[0].tensor());
   expectEqual(r.outputs[1].tensor(), r.reference[1].tensor());
+}
+
+// An optimizer's update: element-wise ops whose results are written back to the inputs they
+// read (a parameter and its momentum buffer). Fused into one kernel that computes both in the
+// inputs' own memory, with the interpreter's values.
+const char *kMomentumStep = R"(
+graph @f(%p: f32[64,33], %g: f32[64,33], %buf: f32[64,33]) -> (f32[64,33], f32[64,33]) {
+  %m = constant() {value = 0.9} : float
+  %b1 = mul(%buf, %m) : f32[64,33]
+  %b2 = add(%b1, %g) : f32[64,33]
+  %p1 = add(%p, %b2) {alpha = -0.01} : f32[64,33]
+  return(%p1, %b2)
+})";
+
+TEST(Reinplace, ElementwiseUpdateIsComputedInTheInputsMemory) {
+  Compiled r = run(kMomentumStep, {0, 2},
+                   {RtValue(iota({64, 33}, 0.5)), RtValue(iota({64, 33}, -0.25)),
+                    RtValue(iota({64, 33}, 0.125))});
+  EXPECT_TRUE(r.inPlace);
+  EXPECT_EQ(r.outputs[0].tensor().data(), r.inputs[0].tensor().data());
+  EXPECT_EQ(r.outputs[1].tensor().data(), r.inputs[2].tensor().data());
+  expectClose(r.outputs[0].tensor(), r.reference[0].tensor());
+  expectClose(r.outputs[1].tensor(), r.reference[1].tensor());
+}
+
+TEST(Reinplace, ElementwiseUpdateOfAStridedInputGetsItsOwnBuffer) {
+  // The runtime hands a kernel only a contiguous operand to compute in; a transposed one is
+  // copied into the result first and left as it was (the caller copies the result back).
+  Tensor p = iota({33, 64}, 0.5).view({64, 33}, {1, 64}, 0);
+  Tensor before = p.contiguousCopy();
+  Compiled r = run(kMomentumStep, {0, 2},
+                   {RtValue(p), RtValue(iota({64, 33}, -0.25)), RtValue(iota({64, 33}, 0.125))});
+  EXPECT_NE(r.outputs[0].tensor().data(), r.inputs[0].tensor().data());
+  expectEqual(r.inputs[0].tensor(), before);
+  expectClose(r.outputs[0].tensor(), r.reference[0].tensor());
+  expectClose(r.outputs[1].tensor(), r.reference[1].tensor());
 }
 
 TEST(Reinplace, MismatchedWriteListIsAnInternalError) {

@@ -20,7 +20,12 @@
 //   -> bool is `!= 0`; int64 -> f32 rounds through f64; f64 -> f16/bf16 rounds through f32).
 //   f16 and bf16 are storage types only: load, store, cast, select, constants and parameters;
 //   lowering computes them in f32 (PyTorch's op-math type) and rounds at op boundaries.
-// - Buffers never overlap when one of them is written (the code generator may assume it).
+// - Buffers never overlap when one of them is written (the code generator may assume it),
+//   except an output that shares an input's memory (BufferParam::aliasOf): the kernel then
+//   computes in place. Such a kernel stores only element-wise values: the value stored at an
+//   element of the output depends on the shared input at that same element only, and a run of
+//   consecutive stores computes all its values before storing any (the code generator orders
+//   it so), so every load of the old contents precedes the store that overwrites them.
 #pragma once
 
 #include "xjit/ir/dim.h"
@@ -199,6 +204,10 @@ struct BufferParam {
   DType dtype;
   Shape sizes; // static dims are compiled in; symbolic ones are read at run time
   bool output = false;
+  /// An output: the input buffer whose memory it is (same dtype, sizes and strides), or -1.
+  /// The kernel reads that input and writes this output through one pointer; a caller that
+  /// hands over separate memory gets the input copied into the output first (launch.cpp).
+  int64_t aliasOf = -1;
   int64_t rank() const { return static_cast<int64_t>(sizes.size()); }
 };
 

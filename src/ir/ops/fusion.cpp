@@ -62,6 +62,19 @@ std::string verifyFusion(const Op &op) {
   if ((kind == "epilogue") != (anchor != nullptr))
     return kind == "epilogue" ? "an epilogue fusion needs an `anchor` attribute"
                               : "only epilogue fusions have an `anchor`";
+  if (const Attr *inPlace = op.attrOrNull("inplace_operand")) {
+    if (kind != "elementwise") return "only elementwise fusions have `inplace_operand`";
+    if (inPlace->asInts().size() != op.numResults())
+      return "inplace_operand has " + std::to_string(inPlace->asInts().size()) + " entries for " +
+             std::to_string(op.numResults()) + " results";
+    for (size_t r = 0; r < op.numResults(); ++r) {
+      const int64_t j = inPlace->asInts()[r];
+      if (j < -1 || j >= int64_t(op.numOperands()) ||
+          (j >= 0 && op.operand(size_t(j))->type() != op.result(r)->type()))
+        return "inplace_operand of result #" + std::to_string(r) +
+               " is not -1 or an operand of the result's type";
+    }
+  }
   if (anchor) {
     const Op *first = firstComputeOp(body);
     if (!first || first->name() != anchor->asStr())
@@ -80,7 +93,10 @@ void registerFusionOps(OpRegistry &r) {
                     "(whose body starts with the `anchor` op, the rest are its post-ops)",
          .operands = {{"inputs", true}},
          .attrs = {{.name = "kind", .kind = AttrKind::Str},
-                   {.name = "anchor", .kind = AttrKind::Str, .optional = true}},
+                   {.name = "anchor", .kind = AttrKind::Str, .optional = true},
+                   // Per result, the operand whose memory it is computed in, or -1 (set by the
+                   // reinplace pass for element-wise groups; the reference kernel ignores it).
+                   {.name = "inplace_operand", .kind = AttrKind::Ints, .optional = true}},
          .kernel =
              [](const Op &op, std::span<const RtValue> in) {
                return interpretBlock(*op.region(0), std::vector<RtValue>(in.begin(), in.end()));

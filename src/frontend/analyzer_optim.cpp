@@ -1,0 +1,290 @@
+// `opt.step()` of a stock torch.optim optimizer (SGD, Adam, AdamW) captured as graph ops: the
+// parameters, gradients, state tensors and hyperparameters are read from the object under
+// guards, and the update is inlined from xjit/_optim.py, which follows torch.optim's
+// single-tensor path op for op. Tracing torch.optim's own step instead would meet its profiler
+// context, grad-mode wrappers, lazy state creation and `step_t.item()` (one graph per step
+// count); the stock classes' updates are few and documented, so they are written once.
+#include "analyzer.h"
+
+namespace xjit::frontend {
+namespace {
+
+enum class OptimizerKind { None, SGD, Adam };
+
+PyRef attr(PyObject *o, const char *name) {
+  PyRef r = PyRef::steal(PyObject_GetAttrString(o, name));
+  if (!r) PyErr_Clear();
+  return r;
+}
+
+/// The code object of `fn` after following its `__wrapped__` chain (null if none).
+PyObject *unwrappedCode(PyObject *fn, int *depth) {
+  PyRef f = PyRef::borrow(fn);
+  *depth = 0;
+  while (PyRef w = attr(f.get(), "__wrapped__")) {
+    f = std::move(w);
+    ++*depth;
+  }
+  return PyFunction_Check(f.get()) ? PyFunction_GET_CODE(f.get()) : nullptr;
+}
+
+/// Which stock optimizer `opt` is, when `fn` (the function `opt.step` calls) is that class's
+/// step as torch.optim wraps it: Optimizer.profile_hook_step's wrapper around
+/// _use_grad_for_differentiable's wrapper around the class's `step`. Subclasses and replaced
+/// steps are traced like other code.
+OptimizerKind stockOptimizer(PyObject *opt, PyObject *fn) {
+  struct Stock {
+    PyObject *sgd = nullptr, *adam = nullptr, *adamw = nullptr;
+    PyObject *sgdStep = nullptr, *adamStep = nullptr; // the raw `step` code objects
+  };
+  static const Stock stock = [] {
+    Stock s;
+    PyRef optim = PyRef::steal(PyImport_ImportModule("torch.optim"));
+    if (!optim) {
+      PyErr_Clear();
+      return s;
+    }
+    auto cls = [&](const char *name) { return attr(optim.get(), name).release(); };
+    s.sgd = cls("SGD");
+    s.adam = cls("Adam");
+    s.adamw = cls("AdamW");
+    auto rawStep = [](PyObject *c) -> PyObject * {
+      if (!c) return nullptr;
+      PyObject *d = reinterpret_cast<PyTypeObject *>(c)->tp_dict;
+      PyObject *step = d ? PyDict_GetItemString(d, "step") : nullptr;
+      int depth = 0;
+      PyObject *code = step ? unwrappedCode(step, &depth) : nullptr;
+      Py_XINCREF(code);
+      return code;
+    };
+    s.sgdStep = rawStep(s.sgd);
+    s.adamStep = rawStep(s.adam);
+    return s;
+  }();
+  PyObject *type = reinterpret_cast<PyObject *>(Py_TYPE(opt));
+  OptimizerKind kind = type == stock.sgd                           ? OptimizerKind::SGD
+                       : type == stock.adam || type == stock.adamw ? OptimizerKind::Adam
+                                                                   : OptimizerKind::None;
+  if (kind == OptimizerKind::None || !PyFunction_Check(fn)) return OptimizerKind::None;
+  auto *wrapper = reinterpret_cast<PyCodeObject *>(PyFunction_GET_CODE(fn));
+  if (utf8(wrapper->co_name) != "wrapper" ||
+      utf8(wrapper->co_qualname).find("profile_hook_step") == std::string::npos)
+    return OptimizerKind::None;
+  int depth = 0;
+  PyObject *code = unwrappedCode(fn, &depth);
+  PyObject *expected = kind == OptimizerKind::SGD ? stock.sgdStep : stock.adamStep;
+  return depth == 2 && code && code == expected ? kind : OptimizerKind::None;
+}
+
+/// A parameter group's hyperparameter, guarded by value at its source.
+struct Group {
+  Analyzer &a;
+  PyObject *dict;
+  Source src;
+
+  PyObject *get(const char *key) const {
+    PyObject *v = PyDict_GetItemString(dict, key);
+    if (!v) a.fail(std::string("optimizer parameter group without '") + key + "'");
+    return v;
+  }
+  PyObject *guarded(const char *key) const {
+    PyObject *v = get(key);
+    PyRef k = PyRef::steal(PyUnicode_FromString(key));
+    a.guardEquals(plus(src, SourceStep{SourceStep::DictKey, 0, "", k}), v);
+    return v;
+  }
+  /// A float hyperparameter (a tensor learning rate or beta would need its value at run time).
+  VarPtr number(const char *key) const {
+    PyObject *v = get(key);
+    if (!PyFloat_Check(v) && !PyLong_Check(v))
+      a.fail(std::string("optimizer hyperparameter '") + key + "' of type " + Py_TYPE(v)->tp_name +
+             " (a float is captured; tensors are not)");
+    guarded(key);
+    return a.constant(v);
+  }
+  bool flag(const char *key) const {
+    PyObject *v = guarded(key);
+    return PyObject_IsTrue(v) == 1;
+  }
+  /// A flag the capture does not model: must be off (None or False).
+  void off(const char *key, const char *what) const {
+    PyObject *v = PyDict_GetItemString(dict, key);
+    if (!v) return;
+    guarded(key);
+    if (v != Py_None && v != Py_False) a.fail(std::string("optimizer with ") + what);
+  }
+};
+
+Source dictKey(const Source &src, PyObject *key) {
+  return plus(src, SourceStep{SourceStep::DictKey, 0, "", PyRef::borrow(key)});
+}
+
+} // namespace
+
+VarPtr optimizerStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args) {
+  auto *selfObj = as<ObjectVar>(self);
+  auto *funcObj = as<ObjectVar>(func);
+  if (!selfObj || !funcObj || !self->source || !args.pos.empty() || !args.kw.empty())
+    return nullptr;
+  PyObject *opt = selfObj->obj.get();
+  OptimizerKind kind = stockOptimizer(opt, funcObj->obj.get());
+  if (kind == OptimizerKind::None) return nullptr;
+  const Source &S = *self->source;
+  const std::string name = Py_TYPE(opt)->tp_name;
+
+  // The object and the step it runs: its type, the class's wrapped step, and its instance
+  // attributes (no `step` of its own, no grad scaler's grad_scale / found_inf).
+  a.guardType(S, reinterpret_cast<PyObject *>(Py_TYPE(opt)));
+  a.guardId(plus(plus(S, attrStep("__class__")), attrStep("step")), funcObj->obj.get());
+  PyRef instanceDict = attr(opt, "__dict__");
+  if (!instanceDict || !PyDict_Check(instanceDict.get())) return nullptr;
+  for (const char *absent : {"step", "grad_scale", "found_inf"})
+    if (PyDict_GetItemString(instanceDict.get(), absent))
+      a.fail(name + " with an instance attribute '" + absent + "'");
+  {
+    Guard g;
+    g.kind = Guard::DictKeysAre;
+    g.source = plus(S, attrStep("__dict__"));
+    g.object = check(PyDict_Keys(instanceDict.get()), "dict.keys()");
+    g.description = sourceKey(g.source) + ": the same " +
+                    std::to_string(PyDict_GET_SIZE(instanceDict.get())) + " attribute names";
+    a.addGuard(std::move(g));
+  }
+  // Step hooks, the optimizer's own and the global ones (optimizer.py's globals, reached
+  // through the wrapper the class's step is).
+  Source wrapperGlobals =
+      plus(plus(plus(S, attrStep("__class__")), attrStep("step")), attrStep("__globals__"));
+  PyObject *globals = PyFunction_GET_GLOBALS(funcObj->obj.get());
+  for (const char *hooks : {"_optimizer_step_pre_hooks", "_optimizer_step_post_hooks"}) {
+    PyRef h = attr(opt, hooks);
+    if (!h || PyObject_Length(h.get()) != 0) {
+      PyErr_Clear();
+      a.fail(name + ".step() with step hooks");
+    }
+    a.guardLen(plus(S, attrStep(hooks)), 0);
+  }
+  for (const char *hooks : {"_global_optimizer_pre_hooks", "_global_optimizer_post_hooks"}) {
+    PyRef key = check(PyUnicode_FromString(hooks), "str");
+    PyObject *h = PyDict_GetItem(globals, key.get());
+    if (!h || PyObject_Length(h) != 0) {
+      PyErr_Clear();
+      a.fail(name + ".step() with global optimizer step hooks");
+    }
+    a.guardLen(dictKey(wrapperGlobals, key.get()), 0);
+  }
+  PyRef defaults = attr(opt, "defaults");
+  if (!defaults || !PyDict_Check(defaults.get())) return nullptr;
+  Group{a, defaults.get(), plus(S, attrStep("defaults"))}.off("differentiable",
+                                                              "differentiable=True");
+
+  PyRef groups = attr(opt, "param_groups");
+  PyRef state = attr(opt, "state");
+  if (!groups || !PyList_CheckExact(groups.get()) || !state || !PyDict_Check(state.get()))
+    return nullptr;
+  const Source groupsSrc = plus(S, attrStep("param_groups"));
+  const Source stateSrc = plus(S, attrStep("state"));
+  a.guardType(groupsSrc, reinterpret_cast<PyObject *>(&PyList_Type));
+  a.guardLen(groupsSrc, PyList_GET_SIZE(groups.get()));
+
+  PyRef xoptim = check(PyImport_ImportModule("xjit._optim"), "import xjit._optim");
+  PyRef update =
+      check(PyObject_GetAttrString(xoptim.get(), kind == OptimizerKind::SGD ? "sgd" : "adam"),
+            "xjit._optim update");
+  const bool gradWas = a.gradEnabled();
+  a.setGradEnabled(false); // the step runs under no_grad (differentiable=False)
+  for (Py_ssize_t gi = 0; gi < PyList_GET_SIZE(groups.get()); ++gi) {
+    PyObject *groupDict = PyList_GET_ITEM(groups.get(), gi);
+    if (!PyDict_CheckExact(groupDict)) a.fail(name + " parameter group that is not a dict");
+    Source gsrc = plus(groupsSrc, SourceStep{SourceStep::Item, gi, "", {}});
+    a.guardType(gsrc, reinterpret_cast<PyObject *>(&PyDict_Type));
+    Group g{a, groupDict, gsrc};
+    g.off("capturable", "capturable=True");
+    g.off("differentiable", "differentiable=True");
+    g.off("fused", "fused=True");
+    Args call;
+    call.kw.emplace_back("lr", g.number("lr"));
+    call.kw.emplace_back("weight_decay", g.number("weight_decay"));
+    call.kw.emplace_back("maximize", a.boolean(g.flag("maximize")));
+    bool amsgrad = false, momentum = false;
+    if (kind == OptimizerKind::Adam) {
+      PyObject *betas = g.get("betas");
+      if (!PyTuple_CheckExact(betas) || PyTuple_GET_SIZE(betas) != 2)
+        a.fail(name + " betas that are not a tuple of two floats");
+      for (Py_ssize_t i = 0; i < 2; ++i)
+        if (!PyFloat_Check(PyTuple_GET_ITEM(betas, i)) && !PyLong_Check(PyTuple_GET_ITEM(betas, i)))
+          a.fail(name + " betas that are not floats");
+      g.guarded("betas");
+      call.kw.emplace_back("beta1", a.constant(PyTuple_GET_ITEM(betas, 0)));
+      call.kw.emplace_back("beta2", a.constant(PyTuple_GET_ITEM(betas, 1)));
+      call.kw.emplace_back("eps", g.number("eps"));
+      amsgrad = g.flag("amsgrad");
+      call.kw.emplace_back("amsgrad", a.boolean(amsgrad));
+      call.kw.emplace_back("decoupled_weight_decay", a.boolean(g.flag("decoupled_weight_decay")));
+    } else {
+      PyObject *m = g.get("momentum");
+      momentum = PyObject_IsTrue(m) == 1;
+      call.kw.emplace_back("momentum", g.number("momentum"));
+      call.kw.emplace_back("dampening", g.number("dampening"));
+      call.kw.emplace_back("nesterov", a.boolean(g.flag("nesterov")));
+    }
+
+    PyObject *params = g.get("params");
+    if (!PyList_CheckExact(params)) a.fail(name + " parameter list that is not a list");
+    PyRef paramsKey = check(PyUnicode_FromString("params"), "str");
+    Source psrc = dictKey(gsrc, paramsKey.get());
+    a.guardType(psrc, reinterpret_cast<PyObject *>(&PyList_Type));
+    a.guardLen(psrc, PyList_GET_SIZE(params));
+    // The update's lists: parameters with a gradient, their gradients and state tensors.
+    std::vector<std::vector<VarPtr>> lists(kind == OptimizerKind::SGD ? 3 : 6);
+    for (Py_ssize_t pi = 0; pi < PyList_GET_SIZE(params); ++pi) {
+      PyObject *p = PyList_GET_ITEM(params, pi);
+      Source src = plus(psrc, SourceStep{SourceStep::Item, pi, "", {}});
+      // The state is keyed by the parameter object itself.
+      a.guardId(src, p);
+      PyRef grad = attr(p, "grad");
+      Source gradSrc = plus(src, attrStep("grad"));
+      if (!grad || grad.get() == Py_None) {
+        a.guardId(gradSrc, Py_None);
+        continue;
+      }
+      if (!isTensor(grad.get())) a.fail(name + " parameter whose .grad is not a tensor");
+      PyObject *st = PyDict_GetItem(state.get(), p); // no defaultdict insertion
+      const bool needsState = kind == OptimizerKind::Adam || momentum;
+      if (needsState && (!st || !PyDict_Check(st) || PyDict_GET_SIZE(st) == 0)) {
+        // The first step makes the state (eager, in Python); the capture after it is reused.
+        Guard len;
+        len.kind = Guard::LenIs;
+        len.source = stateSrc;
+        len.length = PyObject_Length(state.get());
+        len.description = "len(" + sourceKey(stateSrc) + ") == " + std::to_string(len.length);
+        a.failWhile(name + ".step() before its state exists (the first step runs in Python)",
+                    {std::move(len)});
+      }
+      lists[0].push_back(a.wrapSourced(p, src));
+      lists[1].push_back(a.wrapSourced(grad.get(), gradSrc));
+      if (!needsState) continue;
+      Source ssrc = dictKey(stateSrc, p);
+      auto stateTensor = [&](const char *key) {
+        PyObject *t = PyDict_GetItemString(st, key);
+        if (!t || !isTensor(t)) a.fail(name + " state without tensor '" + key + "'");
+        PyRef k = check(PyUnicode_FromString(key), "str");
+        return a.wrapSourced(t, dictKey(ssrc, k.get()));
+      };
+      if (kind == OptimizerKind::SGD) {
+        lists[2].push_back(stateTensor("momentum_buffer"));
+        continue;
+      }
+      lists[2].push_back(stateTensor("exp_avg"));
+      lists[3].push_back(stateTensor("exp_avg_sq"));
+      if (amsgrad) lists[4].push_back(stateTensor("max_exp_avg_sq"));
+      lists[5].push_back(stateTensor("step"));
+    }
+    for (auto &l : lists)
+      call.pos.push_back(std::make_shared<ListVar>(std::move(l)));
+    a.callObject(update.get(), std::nullopt, call);
+  }
+  a.setGradEnabled(gradWas);
+  return a.none();
+}
+
+} // namespace xjit::frontend
