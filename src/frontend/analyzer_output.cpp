@@ -728,18 +728,30 @@ Capture Analyzer::finishWith(
   }
   // A tensor the graph writes must not share memory with another input the graph reads or
   // writes (it would read that one stale): checked at capture (a graph break), guarded here
-  // for later calls.
-  for (const auto &t : inputTensors_) {
-    if (!t->mutated || inputTensors_.size() < 2) continue;
-    Guard g;
-    g.kind = Guard::NoOverlap;
-    g.source = *t->source;
-    for (const auto &u : inputTensors_)
-      if (u != t && (u->usedInGraph || u->mutated)) g.others.push_back(*u->source);
-    if (g.others.empty()) continue;
-    g.description = sourceKey(g.source) + " shares no memory with the other " +
-                    std::to_string(g.others.size()) + " tensor input(s)";
-    guards_.push_back(std::move(g));
+  // for later calls, in one guard over all of them (an optimizer step writes hundreds).
+  {
+    std::vector<Source> written, read;
+    for (const auto &t : inputTensors_)
+      if (t->mutated)
+        written.push_back(*t->source);
+      else if (t->usedInGraph && !t->intCarrier)
+        read.push_back(*t->source);
+    if (!written.empty() && written.size() + read.size() >= 2) {
+      Guard g;
+      g.kind = Guard::NoOverlap;
+      g.source = written.front();
+      g.length = static_cast<int64_t>(written.size());
+      g.others.assign(written.begin() + 1, written.end());
+      g.others.insert(g.others.end(), read.begin(), read.end());
+      g.description = written.size() == 1
+                          ? sourceKey(g.source) + " shares no memory with the other " +
+                                std::to_string(read.size()) + " tensor input(s)"
+                          : "the " + std::to_string(written.size()) +
+                                " tensor inputs written in place share no memory with each "
+                                "other or with the other " +
+                                std::to_string(read.size()) + " tensor input(s)";
+      guards_.push_back(std::move(g));
+    }
   }
   for (Guard &g : guards_) {
     if (g.kind != Guard::TensorMatch) continue;

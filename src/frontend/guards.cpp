@@ -313,14 +313,31 @@ bool GuardSet::checkOne(const Compiled &g, SourceValues &values, std::vector<int
   case Guard::NoOverlap: {
     const dlpack::DLTensor *t = values.tensor(g.slot);
     if (!t) return fail([&] { return "isinstance(" + *src + ", torch.Tensor)"; });
-    std::pair<uintptr_t, uintptr_t> range = byteRange(*t);
-    for (int o : g.others) {
-      const dlpack::DLTensor *u = values.tensor(o);
-      if (!u) continue; // its own guard fails
-      std::pair<uintptr_t, uintptr_t> r = byteRange(*u);
-      if (range.first < range.second && r.first < r.second && range.first < r.second &&
-          r.first < range.second)
-        return fail([&] { return *src + " shares no memory with the other inputs"; });
+    // The byte ranges of all of them, sorted by start: a range overlaps an earlier one exactly
+    // when it starts before the largest end seen so far (of the written ranges, for a range
+    // that is only read).
+    struct Range {
+      uintptr_t lo, hi;
+      bool written;
+    };
+    std::vector<Range> ranges;
+    ranges.reserve(g.others.size() + 1);
+    auto add = [&](const dlpack::DLTensor &d, bool written) {
+      std::pair<uintptr_t, uintptr_t> r = byteRange(d);
+      if (r.first < r.second) ranges.push_back({r.first, r.second, written});
+    };
+    add(*t, true);
+    for (size_t k = 0; k < g.others.size(); ++k)
+      if (const dlpack::DLTensor *u = values.tensor(g.others[k])) // (else its own guard fails)
+        add(*u, int64_t(k) + 1 < g.length);
+    std::sort(ranges.begin(), ranges.end(),
+              [](const Range &a, const Range &b) { return a.lo < b.lo; });
+    uintptr_t endAll = 0, endWritten = 0;
+    for (const Range &r : ranges) {
+      if (r.lo < (r.written ? endAll : endWritten))
+        return fail([&] { return "tensors the graph writes share no memory with other inputs"; });
+      endAll = std::max(endAll, r.hi);
+      if (r.written) endWritten = std::max(endWritten, r.hi);
     }
     return true;
   }

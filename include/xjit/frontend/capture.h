@@ -86,8 +86,9 @@ struct Guard {
     SizeAtMost,    // lhs <= rhs, dim expressions over the shape symbols the entry's tensor
                    // guards bind (a slice bound within its dim, split sizes that sum to it)
                    // -- `source` empty
-    NoOverlap,     // the tensor at `source` (written in place by the graph) shares no memory
-                   // with the tensors at `others` (the graph's other tensor inputs)
+    NoOverlap,     // no tensor the graph writes in place shares memory with another tensor
+                   // input: the tensors at `source` and `others`, of which the first
+                   // `length` are written (one guard per entry: sorted ranges, O(n log n))
     IntSymbol,     // a Python int (exactly int, not bool) of at least 2 that binds the shape
                    // symbol `symbols[0]` (a symbolic int argument, Capture::intInputs), like
                    // a symbolic tensor dim
