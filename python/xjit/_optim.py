@@ -7,12 +7,22 @@ for op, with one difference: the step count stays a tensor, so one graph serves 
 Eager reads it as a Python float (`step_t.item()`) and computes the bias corrections in double
 precision; here they are computed in float64 tensors from the float32 count, which holds exact
 integers far beyond any run's length, and rounded to the parameter's dtype where eager's
-scalar would be.
+scalar would be. A float learning rate comes in the same way, as a 0-d float64 tensor read at
+run time, so that a scheduler's new rate does not make a new graph.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+
+def _scalar(value: Any, like: Any) -> Any:
+    """A hyperparameter as an operand of `like`: a Python number as it is; a 0-d float64 tensor
+    (a learning rate read at run time) rounded to like's dtype, as PyTorch rounds a Python
+    scalar argument of an op on `like`."""
+    if isinstance(value, (int, float)):
+        return value
+    return value.to(like.dtype)
 
 
 def adam(
@@ -41,7 +51,7 @@ def adam(
         step_t += 1
         if weight_decay != 0:
             if decoupled_weight_decay:
-                param.mul_(1 - lr * weight_decay)
+                param.mul_(_scalar(1 - lr * weight_decay, param))
             else:
                 grad = grad.add(param, alpha=weight_decay)
         exp_avg.lerp_(grad, 1 - beta1)
@@ -85,4 +95,5 @@ def sgd(
                 grad = grad.add(buf, alpha=momentum)
             else:
                 grad = buf
-        param.add_(grad, alpha=-lr)
+        # add_(grad, alpha=-lr): ATen computes param + alpha * grad.
+        param.add_(_scalar(-lr, param) * grad)

@@ -93,6 +93,7 @@ struct TensorVar : Var {
   bool usedInGraph = false;               // an input whose value an op reads
   bool stridesRead = false;               // the capture depends on the input's strides (guard them)
   bool intCarrier = false; // the u8[sym] input carrying a symbolic Python int (Capture::intInputs)
+  bool floatCarrier = false; // the f64[] input carrying a Python float (Capture::floatInputs)
   const Type &type() const { return value->type(); }
 };
 

@@ -292,6 +292,9 @@ public:
   void checkFunctionWrite(const Value *target) const;
   /// Reads an input tensor from `src` (deduplicated by source).
   VarPtr tensorInput(PyObject *t, const Source &src);
+  /// The Python float at `src` as a graph input read at run time (a 0-d f64 tensor the driver
+  /// makes per call, Capture::floatInputs), guarded only to be a float.
+  VarPtr floatInput(const Source &src);
   /// A constant tensor embedded in the graph (torch.tensor(...) of constants).
   VarPtr constantTensor(PyObject *t);
   /// Calls a PyTorch function at run time through an external_call op; output types come from
@@ -430,6 +433,10 @@ VarPtr functionApply(Analyzer &a, PyObject *fn, const std::optional<Source> &fnS
 /// `opt.step()` of a stock torch.optim SGD, Adam or AdamW as graph ops (analyzer_optim.cpp);
 /// nullptr when `self`/`func` are not such a step (it is then traced like other code).
 VarPtr optimizerStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args);
+/// The same for `opt.step()` where an LR scheduler has wrapped the step (`fn` the wrapper, read
+/// at `fnSource` = <optimizer>.step); nullptr when it is not that.
+VarPtr scheduledOptimizerStep(Analyzer &a, PyObject *fn, const std::optional<Source> &fnSource,
+                              const Args &args);
 
 /// The type of the `__exit__` stand-in passed to a resume function that continues inside a
 /// `with torch.no_grad()` block (GradModeExit(restore)); the analyzer reads it as a GradExitVar.

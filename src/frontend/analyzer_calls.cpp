@@ -806,6 +806,7 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
   // forward and backward captured as a custom_vjp (analyzer_function.cpp).
   if (VarPtr r = functionApply(*this, fn, fnSource, args)) return r;
 
+  if (VarPtr r = scheduledOptimizerStep(*this, fn, fnSource, args)) return r;
   // 4. Python functions: inlined (PyTorch's own helpers on tensors run through a fallback).
   if (PyFunction_Check(fn)) {
     PyObject *globals = PyFunction_GET_GLOBALS(fn);

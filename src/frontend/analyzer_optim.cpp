@@ -102,6 +102,14 @@ struct Group {
     guarded(key);
     return a.constant(v);
   }
+  /// The learning rate: a float is read at run time (a scheduler changes it every step and
+  /// must not recompile the step); an int is guarded by value.
+  VarPtr learningRate() const {
+    PyObject *v = get("lr");
+    if (!PyFloat_Check(v)) return number("lr");
+    PyRef k = PyRef::steal(PyUnicode_FromString("lr"));
+    return a.floatInput(plus(src, SourceStep{SourceStep::DictKey, 0, "", k}));
+  }
   bool flag(const char *key) const {
     PyObject *v = guarded(key);
     return PyObject_IsTrue(v) == 1;
@@ -119,9 +127,10 @@ Source dictKey(const Source &src, PyObject *key) {
   return plus(src, SourceStep{SourceStep::DictKey, 0, "", PyRef::borrow(key)});
 }
 
-} // namespace
-
-VarPtr optimizerStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args) {
+/// The stock step of `self` (`func` the function its `step` calls); `scheduled`: called through
+/// an LR scheduler's wrapper (an instance attribute `step`).
+VarPtr stockStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args,
+                 bool scheduled) {
   auto *selfObj = as<ObjectVar>(self);
   auto *funcObj = as<ObjectVar>(func);
   if (!selfObj || !funcObj || !self->source || !args.pos.empty() || !args.kw.empty())
@@ -139,7 +148,7 @@ VarPtr optimizerStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const 
   PyRef instanceDict = attr(opt, "__dict__");
   if (!instanceDict || !PyDict_Check(instanceDict.get())) return nullptr;
   for (const char *absent : {"step", "grad_scale", "found_inf"})
-    if (PyDict_GetItemString(instanceDict.get(), absent))
+    if (PyDict_GetItemString(instanceDict.get(), absent) && !(scheduled && absent[0] == 's'))
       a.fail(name + " with an instance attribute '" + absent + "'");
   {
     Guard g;
@@ -202,7 +211,7 @@ VarPtr optimizerStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const 
     g.off("differentiable", "differentiable=True");
     g.off("fused", "fused=True");
     Args call;
-    call.kw.emplace_back("lr", g.number("lr"));
+    call.kw.emplace_back("lr", g.learningRate());
     call.kw.emplace_back("weight_decay", g.number("weight_decay"));
     call.kw.emplace_back("maximize", a.boolean(g.flag("maximize")));
     bool amsgrad = false, momentum = false;
@@ -285,6 +294,46 @@ VarPtr optimizerStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const 
   }
   a.setGradEnabled(gradWas);
   return a.none();
+}
+
+} // namespace
+
+VarPtr optimizerStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args) {
+  return stockStep(a, self, func, args, false);
+}
+
+VarPtr scheduledOptimizerStep(Analyzer &a, PyObject *fn, const std::optional<Source> &fnSource,
+                              const Args &args) {
+  // An LR scheduler replaces `opt.step` by a function of its own (torch.optim.lr_scheduler's
+  // patch_track_step_called): it sets opt._opt_called = True and calls the class's step, the
+  // optimizer held through a weak reference.
+  if (!PyFunction_Check(fn) || !fnSource || fnSource->size() < 2 ||
+      fnSource->back().kind != SourceStep::Attr || fnSource->back().name != "step")
+    return nullptr;
+  PyRef marker = attr(fn, "_wrapped_by_lr_sched");
+  if (marker.get() != Py_True) return nullptr;
+  auto *code = reinterpret_cast<PyCodeObject *>(PyFunction_GET_CODE(fn));
+  PyObject *closure = PyFunction_GET_CLOSURE(fn);
+  PyRef names = attr(reinterpret_cast<PyObject *>(code), "co_freevars");
+  if (!closure || !names || !PyTuple_Check(names.get()) ||
+      PyTuple_GET_SIZE(names.get()) != PyTuple_GET_SIZE(closure))
+    return nullptr;
+  PyObject *func = nullptr, *optRef = nullptr;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(closure); ++i) {
+    const std::string n = utf8(PyTuple_GET_ITEM(names.get(), i));
+    PyObject *cell = PyTuple_GET_ITEM(closure, i);
+    if (n == "func") func = PyCell_GET(cell);
+    if (n == "opt_ref") optRef = PyCell_GET(cell);
+  }
+  if (!func || !optRef || !PyWeakref_Check(optRef)) return nullptr;
+  PyObject *opt = PyWeakref_GetObject(optRef);
+  if (!opt || opt == Py_None) return nullptr;
+  Source optSource(fnSource->begin(), fnSource->end() - 1);
+  a.guardId(optSource, opt);
+  VarPtr self = a.wrapSourced(opt, optSource);
+  VarPtr step = stockStep(a, self, a.constant(func), args, true);
+  if (step) a.setAttr(self, "_opt_called", a.boolean(true));
+  return step;
 }
 
 } // namespace xjit::frontend

@@ -724,6 +724,7 @@ Capture Analyzer::finishWith(
 
   for (const auto &t : inputTensors_) {
     if (t->intCarrier) c.intInputs.push_back(c.inputs.size());
+    if (t->floatCarrier) c.floatInputs.push_back(c.inputs.size());
     c.inputs.push_back(*t->source);
   }
   // A tensor the graph writes must not share memory with another input the graph reads or
@@ -734,7 +735,7 @@ Capture Analyzer::finishWith(
     for (const auto &t : inputTensors_)
       if (t->mutated)
         written.push_back(*t->source);
-      else if (t->usedInGraph && !t->intCarrier)
+      else if (t->usedInGraph && !t->intCarrier && !t->floatCarrier)
         read.push_back(*t->source);
     if (!written.empty() && written.size() + read.size() >= 2) {
       Guard g;

@@ -276,6 +276,20 @@ VarPtr Analyzer::tensorInput(PyObject *t, const Source &src) {
   return tv;
 }
 
+VarPtr Analyzer::floatInput(const Source &src) {
+  const std::string key = sourceKey(src) + "#float";
+  if (auto it = sourceCache_.find(key); it != sourceCache_.end()) return it->second;
+  guardType(src, reinterpret_cast<PyObject *>(&PyFloat_Type));
+  Value *in = graph_->addInput(Type::tensor(DType::F64, {}), inputName(src) + "_float");
+  auto carrier = std::make_shared<TensorVar>(in);
+  carrier->isInput = true;
+  carrier->floatCarrier = true;
+  carrier->source = src;
+  inputTensors_.push_back(carrier);
+  sourceCache_[key] = carrier;
+  return carrier;
+}
+
 VarPtr Analyzer::constantTensor(PyObject *t) {
   Tensor host = importTensor(t).contiguousCopy();
   Value *v = builder_.constantTensor(host);

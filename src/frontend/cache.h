@@ -67,8 +67,9 @@ struct CompiledEntry {
   uint64_t optionsKey = 0;  // the scope options it was compiled under
   std::vector<int> inputSlots;
   std::vector<Type> inputTypes;
-  std::vector<bool> intInputs;  // per input: carries a symbolic Python int (Capture::intInputs)
-  std::unique_ptr<Graph> graph; // what runs (after the pass pipeline)
+  std::vector<bool> intInputs;   // per input: carries a symbolic Python int (Capture::intInputs)
+  std::vector<bool> floatInputs; // per input: carries a Python float (Capture::floatInputs)
+  std::unique_ptr<Graph> graph;  // what runs (after the pass pipeline)
   std::shared_ptr<const runtime::CompiledGraph> compiled; // backend="xjit": graph, compiled
   OutPlan result;
   // The layout eager gives each graph output (output_layout.h), and the outputs that have one

@@ -409,6 +409,43 @@ PyRef torchIntCarrier(int64_t n) {
   return checked(PyObject_CallMethod(byte, "expand", "L", static_cast<long long>(n)));
 }
 
+/// The Python float carried by input `i` (Capture::floatInputs; its guard checked the type).
+double carriedFloat(const CompiledEntry &e, size_t i, PyObject *o) {
+  if (!o || !PyFloat_Check(o))
+    throw InternalFailure{errors::kRun, "graph input " + std::to_string(i) + " (" +
+                                            e.sources.str(e.inputSlots[i]) +
+                                            ") is not the float its guard checked"};
+  return PyFloat_AS_DOUBLE(o);
+}
+
+/// The run-time carrier of a float: a 0-d f64 tensor.
+Tensor floatCarrier(double v) {
+  Tensor t = Tensor::empty(DType::F64, {});
+  t.setDouble(0, v);
+  return t;
+}
+
+/// The same as a torch tensor (backend="eager", --check, the meta walk of output layouts).
+PyRef torchFloatCarrier(double v) {
+  static PyObject *make = [] {
+    PyObject *torch = PyImport_ImportModule("torch");
+    PyObject *f = torch ? PyObject_GetAttrString(torch, "tensor") : nullptr;
+    Py_XDECREF(torch);
+    return f;
+  }();
+  static PyObject *kw = [] {
+    PyObject *torch = PyImport_ImportModule("torch");
+    PyObject *f64 = torch ? PyObject_GetAttrString(torch, "float64") : nullptr;
+    PyObject *d = f64 ? Py_BuildValue("{s:O}", "dtype", f64) : nullptr;
+    Py_XDECREF(torch);
+    Py_XDECREF(f64);
+    return d;
+  }();
+  if (!make || !kw) throw PyErrorSet();
+  PyRef args = checked(Py_BuildValue("(d)", v));
+  return checked(PyObject_Call(make, args.get(), kw));
+}
+
 /// The graph's inputs; with `tags`, also the content tags of its nn.Parameter inputs.
 std::vector<RtValue> fetchInputs(const CompiledEntry &e, SourceValues &values,
                                  backend::ContentTags *tags = nullptr) {
@@ -422,6 +459,10 @@ std::vector<RtValue> fetchInputs(const CompiledEntry &e, SourceValues &values,
                                               e.sources.str(slot) + ") cannot be read"};
     if (e.intInputs[i]) {
       in.emplace_back(intCarrier(carriedInt(e, i, o)));
+      continue;
+    }
+    if (e.floatInputs[i]) {
+      in.emplace_back(floatCarrier(carriedFloat(e, i, o)));
       continue;
     }
     if (e.inputTypes[i].isTensor()) {
@@ -449,6 +490,10 @@ std::vector<PyRef> pythonInputs(const CompiledEntry &e, SourceValues &values, bo
                                               e.sources.str(e.inputSlots[i]) + ") cannot be read"};
     if (e.intInputs[i]) {
       in.push_back(torchIntCarrier(carriedInt(e, i, o)));
+      continue;
+    }
+    if (e.floatInputs[i]) {
+      in.push_back(torchFloatCarrier(carriedFloat(e, i, o)));
       continue;
     }
     in.push_back(copyTensors && isPlainTensor(o) ? checked(PyObject_CallMethodNoArgs(o, cloneName))
@@ -836,6 +881,9 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
   e->intInputs.assign(cap.inputs.size(), false);
   for (size_t i : cap.intInputs)
     if (i < e->intInputs.size()) e->intInputs[i] = true;
+  e->floatInputs.assign(cap.inputs.size(), false);
+  for (size_t i : cap.floatInputs)
+    if (i < e->floatInputs.size()) e->floatInputs[i] = true;
   SourceValues values(e->sources, f);
   // Graphs compute without autograd: where an input requires grad, the entry is only valid
   // for the grad mode seen now, and with grad enabled the frame runs in Python.
@@ -1187,6 +1235,8 @@ PyObject *runChecked(const std::shared_ptr<CompiledEntry> &e, SourceValues &valu
           PyObject *o = values.get(e->inputSlots[i]);
           if (e->intInputs[i]) {
             in.emplace_back(intCarrier(carriedInt(*e, i, o)));
+          } else if (e->floatInputs[i]) {
+            in.emplace_back(floatCarrier(carriedFloat(*e, i, o)));
           } else if (o && isPlainTensor(o)) {
             PyRef copy = checked(PyObject_CallMethodNoArgs(o, cloneName));
             in.emplace_back(importTensor(copy.get()));

@@ -178,6 +178,10 @@ struct Capture {
   /// the driver passes a zero-stride view of one byte with `sym` = the int elements, so the
   /// runtime binds the int's symbol like any tensor dim; the graph reads it with `size`.
   std::vector<size_t> intInputs;
+  /// Inputs that carry a Python float read at run time (an optimizer's learning rate, which a
+  /// scheduler changes every step): the input's type is `f64[]` and the driver passes the
+  /// float as a 0-d tensor; its guard checks only that it is a float.
+  std::vector<size_t> floatInputs;
   std::vector<Guard> guards;
   OutputNode result;
   std::vector<SideEffect> sideEffects;
