@@ -554,6 +554,13 @@ Capture Analyzer::finishAtBreak(Frame &f) {
   }
   const std::vector<int> live = rewrite::argumentLocals(co, state);
   const std::vector<int> cells = rewrite::cellArguments(co, state);
+  // The first argument, which zero-argument super() reads (rewrite::passesFirstArgument).
+  VarPtr first;
+  if (rewrite::passesFirstArgument(co) && !f.locals.empty()) {
+    first = f.locals[0];
+    if (auto *cell = as<CellVar>(first)) first = cell->contents;
+    if (!first) fail("zero-argument super() would read an unbound first argument");
+  }
   // Lists, dicts and dataclass instances made in the frame are rebuilt once per occurrence:
   // one reachable twice (two locals, a local and a side effect's value, nested in a tuple...)
   // would come back as two objects, and a mutation through one would miss the other.
@@ -593,6 +600,7 @@ Capture Analyzer::finishAtBreak(Frame &f) {
       visit(fn->kwdefaults);
     }
   };
+  visit(first);
   for (const VarPtr &v : f.stack)
     visit(v);
   for (int slot : live)
@@ -608,6 +616,7 @@ Capture Analyzer::finishAtBreak(Frame &f) {
   auto arguments = [&](std::vector<Value *> &outputs, std::map<Value *, int64_t> &outputIndex) {
     OutputNode args;
     args.kind = OutputNode::Tuple;
+    if (first) args.children.push_back(outputOf(first, outputs, outputIndex));
     for (const VarPtr &v : f.stack) {
       if (v->kind == VarKind::Null || (v->kind == VarKind::Function && !v->source)) continue;
       if (auto *it = as<IteratorVar>(v)) { // the rest of a loop: a tuple (GET_ITER on resume)

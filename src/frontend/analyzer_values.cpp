@@ -651,8 +651,16 @@ VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
     PyObject *selfType = nullptr;
     if (auto *m = as<ModuleVar>(s->self))
       selfType = reinterpret_cast<PyObject *>(Py_TYPE(m->obj.get()));
-    if (auto *o = as<ObjectVar>(s->self))
-      selfType = reinterpret_cast<PyObject *>(Py_TYPE(o->obj.get()));
+    // super(cls, C) with C a subclass of cls (zero-argument super() in a classmethod): the
+    // lookup starts after cls in C's MRO and binds nothing but classmethods (to C).
+    bool ofClass = false;
+    if (auto *o = as<ObjectVar>(s->self)) {
+      PyObject *obj = o->obj.get();
+      ofClass = PyType_Check(obj) && PyType_Check(s->cls.get()) &&
+                PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(obj),
+                                 reinterpret_cast<PyTypeObject *>(s->cls.get()));
+      selfType = ofClass ? obj : reinterpret_cast<PyObject *>(Py_TYPE(obj));
+    }
     if (auto *inst = as<InstanceVar>(s->self)) selfType = inst->cls.get();
     if (!selfType) fail("super() of a " + typeName(s->self));
     PyObject *mro = reinterpret_cast<PyTypeObject *>(selfType)->tp_mro;
@@ -670,15 +678,19 @@ VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
       if (s->self->kind == VarKind::Instance &&
           cls == reinterpret_cast<PyObject *>(&PyBaseObject_Type) && name == "__init__")
         return std::make_shared<BoundVar>(s->self, nullptr, name);
-      if (PyFunction_Check(v)) return std::make_shared<BoundVar>(s->self, constant(v), name);
+      if (PyFunction_Check(v))
+        return ofClass ? constant(v) : std::make_shared<BoundVar>(s->self, constant(v), name);
       if (Py_TYPE(v) == &PyStaticMethod_Type)
         return constantSteal(PyObject_GetAttrString(v, "__func__"));
       if (Py_TYPE(v) == &PyClassMethod_Type)
         return std::make_shared<BoundVar>(
             constant(selfType), constantSteal(PyObject_GetAttrString(v, "__func__")), name);
-      if (PyCFunction_Check(v) || Py_TYPE(v) == &PyMethodDescr_Type ||
-          Py_TYPE(v) == &PyWrapperDescr_Type)
-        return std::make_shared<BoundVar>(s->self, constant(v), name);
+      if (Py_TYPE(v) == &PyMethodDescr_Type || Py_TYPE(v) == &PyWrapperDescr_Type)
+        return ofClass ? constant(v) : std::make_shared<BoundVar>(s->self, constant(v), name);
+      // Other descriptors (a property: its getter would run) are not modeled; a builtin
+      // function (`act = torch.relu`) is no descriptor: returned as it is, unbound.
+      if (Py_TYPE(v)->tp_descr_get)
+        fail("super() attribute '" + name + "' is a " + Py_TYPE(v)->tp_name);
       return constant(v);
     }
     fail("'super' object has no attribute '" + name + "'");

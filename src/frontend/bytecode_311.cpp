@@ -56,6 +56,20 @@ std::string baseQualname(PyCodeObject *co) {
   return s;
 }
 
+/// Whether `co` may call zero-argument super(): it has arguments and a __class__ free variable
+/// (the compiler adds one to a method that names `super` or `__class__`).
+bool mayCallZeroArgumentSuper(PyCodeObject *co) {
+  if (co->co_argcount == 0) return false;
+  constexpr unsigned char kFree = 0x80; // CO_FAST_FREE
+  const auto *kinds =
+      reinterpret_cast<const unsigned char *>(PyBytes_AS_STRING(co->co_localspluskinds));
+  for (int i = 0; i < co->co_nlocalsplus; ++i)
+    if ((kinds[i] & kFree) && PyUnicode_CompareWithASCIIString(
+                                  PyTuple_GET_ITEM(co->co_localsplusnames, i), "__class__") == 0)
+      return true;
+  return false;
+}
+
 struct Pos {
   int line = -1, endLine = -1, col = -1, endCol = -1; // -1: unknown (None)
 };
@@ -69,6 +83,11 @@ struct Original {
   std::vector<int> plain; // local slots that are neither cells nor free variables
   std::vector<int> cells; // cell variables (made by MAKE_CELL), arguments or not
   std::vector<int> frees; // free variables (COPY_FREE_VARS from the closure)
+  // Zero-argument super() reads the running frame's first local slot (a cell's contents) and
+  // its __class__ free variable: generated code for a code that may call it (a __class__ free
+  // variable) takes the first argument's value as its own first argument.
+  bool passesFirst = false;
+  bool firstIsCell = false;
 
   explicit Original(PyCodeObject *c) : co(c), d(decode(c)) {
     nvars = c->co_nlocals;
@@ -78,6 +97,8 @@ struct Original {
         reinterpret_cast<const unsigned char *>(PyBytes_AS_STRING(c->co_localspluskinds));
     for (int i = 0; i < c->co_nlocalsplus; ++i)
       (kinds[i] & kFree ? frees : kinds[i] & kCell ? cells : plain).push_back(i);
+    passesFirst = mayCallZeroArgumentSuper(c);
+    firstIsCell = passesFirst && (kinds[0] & kCell);
     PyRef it = own(PyObject_CallMethod(reinterpret_cast<PyObject *>(c), "co_positions", nullptr),
                    "co_positions");
     PyRef iter = own(PyObject_GetIter(it.get()), "iter");
@@ -123,6 +144,20 @@ bool usesLocalSlot(int op) {
   case LOAD_CLASSDEREF: return true;
   default: return false;
   }
+}
+
+/// Whether `code` or a function nested in it rebinds the variable `name` held in a cell
+/// (STORE_DEREF / DELETE_DEREF: `self = ...` in the frame, `nonlocal self` in a closure).
+bool rebindsCell(PyCodeObject *code, PyObject *name) {
+  for (const Instr &i : decode(code).instrs)
+    if ((i.opcode == STORE_DEREF || i.opcode == DELETE_DEREF) &&
+        PyUnicode_Compare(PyTuple_GET_ITEM(code->co_localsplusnames, i.arg), name) == 0)
+      return true;
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(code->co_consts); ++k)
+    if (PyObject *c = PyTuple_GET_ITEM(code->co_consts, k);
+        PyCode_Check(c) && rebindsCell(reinterpret_cast<PyCodeObject *>(c), name))
+      return true;
+  return false;
 }
 
 /// Locals (plain slots) live on entry to each instruction: read on some path before written.
@@ -403,7 +438,7 @@ public:
         makeFunction(lf.fn, localFunctionArgs_.at(k), at);
       emit(STORE_FAST, slotMap_.at(size_t(lf.slot)), at);
     }
-    int argi = 0;
+    int argi = o_.passesFirst ? 1 : 0;
     size_t fn = 0;
     for (size_t k = 0; k < s_.stack.size(); ++k) {
       if (s_.stack[k] == Slot::Null) {
@@ -471,7 +506,8 @@ public:
       return false;
     };
     for (int v : o.plain)
-      if (l[size_t(v)] && size_t(v) < s.bound.size() && s.bound[size_t(v)] && !madeAgain(v))
+      if (l[size_t(v)] && size_t(v) < s.bound.size() && s.bound[size_t(v)] && !madeAgain(v) &&
+          !(o.passesFirst && v == 0))
         out.push_back(v);
     return out;
   }
@@ -482,7 +518,8 @@ public:
   static std::vector<int> cellArgumentsOf(const Original &o, const State &s) {
     std::vector<int> out;
     for (int c : o.cells)
-      if (size_t(c) < s.bound.size() && s.bound[size_t(c)]) out.push_back(c);
+      if (size_t(c) < s.bound.size() && s.bound[size_t(c)] && !(o.passesFirst && c == 0))
+        out.push_back(c);
     return out;
   }
 
@@ -505,10 +542,11 @@ private:
 
   bool cellsAsCellvars() const { return breakCode_ && !o_.cells.empty(); }
 
-  /// New local layout: arguments (stack values, live locals, then -- break code -- the bound
-  /// cells' contents), the other plain locals, scratch slots for the break tails, then the
-  /// other cells (break code) and the free variables. A resume code gets the frame's cells as
-  /// free variables before its own: COPY_FREE_VARS fills the last slots from the closure.
+  /// New local layout: arguments (the first argument where zero-argument super() may read it,
+  /// stack values, live locals, then -- break code -- the bound cells' contents), the other
+  /// plain locals, scratch slots for the break tails, then the other cells (break code) and the
+  /// free variables. A resume code gets the frame's cells as free variables before its own:
+  /// COPY_FREE_VARS fills the last slots from the closure.
   void planLocals() {
     PyCodeObject *co = o_.co;
     names_ = own(PyList_New(0), "list");
@@ -516,10 +554,24 @@ private:
     auto add = [&](PyObject *n) {
       if (PyList_Append(names_.get(), n) != 0) error("varnames");
     };
+    slotMap_.assign(size_t(co->co_nlocalsplus), -1);
+    if (o_.passesFirst) {
+      if (s_.bound.empty() || !s_.bound[0])
+        error("zero-argument super() would read an unbound first argument");
+      if (o_.firstIsCell && !breakCode_) {
+        // The cell is a free variable here: slot 0 holds a copy of its contents, which a write
+        // to the cell after the break would leave stale.
+        if (rebindsCell(co, nameOf(0)))
+          error("zero-argument super() reads a first argument whose cell is reassigned");
+        add(own(PyUnicode_FromString("___first"), "str").get());
+      } else {
+        slotMap_[0] = 0; // a plain local, or (break code) a cell argument made by MAKE_CELL
+        add(nameOf(0));
+      }
+    }
     for (size_t k = 0; k < s_.stack.size(); ++k)
       if (s_.stack[k] != Slot::Null && s_.stack[k] != Slot::Function)
         add(own(PyUnicode_FromFormat("___stack%zu", k), "str").get());
-    slotMap_.assign(size_t(co->co_nlocalsplus), -1);
     int next = static_cast<int>(PyList_GET_SIZE(names_.get()));
     for (int v : args_) {
       slotMap_[size_t(v)] = next++;
@@ -649,6 +701,10 @@ private:
     emit(LOAD_CONST, addConst(code.get()), p);
     emit(MAKE_FUNCTION, nclosure ? 8 : 0, p);
     int n = 0;
+    if (o_.passesFirst) {
+      emit(o_.firstIsCell ? LOAD_DEREF : LOAD_FAST, slotMap_.at(0), p);
+      ++n;
+    }
     for (int k = 0; k < d; ++k) {
       Slot slot = su.stack[size_t(k)];
       if (slot == Slot::Null) continue;
@@ -823,6 +879,8 @@ bool canBreakAt(PyCodeObject *code, int offset, std::string *why) {
   }
 }
 
+bool passesFirstArgument(PyCodeObject *code) { return mayCallZeroArgumentSuper(code); }
+
 std::vector<int> argumentLocals(PyCodeObject *code, const State &s) {
   Original o(code);
   return Writer::argumentLocalsOf(o, s);
@@ -882,6 +940,7 @@ bool canBreakAt(PyCodeObject *, int, std::string *why) {
   *why = "no bytecode writer for this CPython version";
   return false;
 }
+bool passesFirstArgument(PyCodeObject *) { unsupported(); }
 std::vector<int> argumentLocals(PyCodeObject *, const State &) { unsupported(); }
 std::vector<int> cellArguments(PyCodeObject *, const State &) { unsupported(); }
 PyRef makeResumeCode(PyCodeObject *, const State &) { unsupported(); }

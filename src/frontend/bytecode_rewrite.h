@@ -16,6 +16,10 @@
 //    calls a fresh resume function for it with the state after the group. The hook never
 //    compiles it.
 //
+// Zero-argument super() reads the running frame's first local slot: both codes of a frame that
+// may call it (passesFirstArgument) take the frame's first argument (its value; a cell's
+// contents) as their own first argument, before the stack values, whether live or not.
+//
 // A frame's cell variables: its break code makes them afresh (the frame never ran: no closure
 // made before the break can be alive, or the state could not have been rebuilt) from arguments;
 // resume codes receive the cells in their closure, as free variables.
@@ -82,6 +86,11 @@ int groupStart(PyCodeObject *code, int offset);
 /// Whether the frame can be resumed at `offset` (not a generator, an instruction group the
 /// writer knows, resume functions not nested too deep). On false, `why` says why.
 bool canBreakAt(PyCodeObject *code, int offset, std::string *why);
+
+/// Whether the break and resume codes of `code` take its first argument's value as their first
+/// argument (it may call zero-argument super(): a __class__ free variable). argumentLocals and
+/// cellArguments then leave slot 0 out.
+bool passesFirstArgument(PyCodeObject *code);
 
 /// Local slots that are arguments of the resume code for `s` (live at s.offset and bound, not
 /// holding one of s.localFunctions), in order; after them (and, for the break code, the cells'
