@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 namespace xjit::frontend {
 namespace {
@@ -52,8 +53,8 @@ void temper(const uint32_t *src, uint32_t *dst, int n) {
 /// the low 53 bits of (hi << 32 | lo) times 2^-53, and bernoulli keeps it when below p; that is
 /// the integer compare m < ceil(p * 2^53), exact.
 template <class T>
-inline __attribute__((always_inline)) void keepBelow(const uint32_t *words, int64_t pairs,
-                                                     uint64_t threshold, T scale, T *out) {
+inline __attribute__((always_inline)) void keepBelowAs(const uint32_t *words, int64_t pairs,
+                                                       uint64_t threshold, T scale, T *out) {
   constexpr uint64_t kMask53 = (uint64_t(1) << 53) - 1;
   for (int64_t j = 0; j < pairs; ++j) {
     const uint64_t m = ((uint64_t(words[2 * j]) << 32) | words[2 * j + 1]) & kMask53;
@@ -61,27 +62,16 @@ inline __attribute__((always_inline)) void keepBelow(const uint32_t *words, int6
   }
 }
 
+/// keepBelowAs for f32 or f64 results (one function: target_clones takes no templates).
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
-void keepBelowF32(const uint32_t *words, int64_t pairs, uint64_t threshold, float scale,
-                  float *out) {
-  keepBelow(words, pairs, threshold, scale, out);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void keepBelowF64(const uint32_t *words, int64_t pairs, uint64_t threshold, double scale,
-                  double *out) {
-  keepBelow(words, pairs, threshold, scale, out);
-}
-
-void keepBelowAny(const uint32_t *w, int64_t n, uint64_t t, float s, float *o) {
-  keepBelowF32(w, n, t, s, o);
-}
-void keepBelowAny(const uint32_t *w, int64_t n, uint64_t t, double s, double *o) {
-  keepBelowF64(w, n, t, s, o);
+void keepBelow(const uint32_t *words, int64_t pairs, uint64_t threshold, double scale, void *out,
+               bool f64) {
+  if (f64)
+    keepBelowAs(words, pairs, threshold, scale, static_cast<double *>(out));
+  else
+    keepBelowAs(words, pairs, threshold, static_cast<float>(scale), static_cast<float *>(out));
 }
 
 template <class T>
@@ -120,7 +110,7 @@ bool draw(uint8_t *bytes, size_t size, double keep, T scale, T *out, int64_t cou
     next += take;
     left -= take;
     const int64_t have = carried + take;
-    keepBelowAny(words, have / 2, threshold, scale, out + done);
+    keepBelow(words, have / 2, threshold, scale, out + done, std::is_same_v<T, double>);
     done += have / 2;
     carried = static_cast<int>(have & 1);
     if (carried) words[0] = words[have - 1];
