@@ -35,6 +35,7 @@ void twistState(uint32_t *p) {
   p[kN - 1] = p[kM - 1] ^ twist(p[kN - 1], p[0]);
 }
 
+/// mt19937's output: n state words tempered into dst.
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
