@@ -1,6 +1,7 @@
 // xjit._frontend: the frame hook's Python surface. xjit.jit / xjit.explain / the CLI
 // (python/xjit/jit.py, explain.py, __main__.py) are thin wrappers over it.
 #include "cache.h"
+#include "dropout_draws.h"
 #include "eval_frame.h"
 #include "events.h"
 #include "tensor_bridge.h"
@@ -8,6 +9,7 @@
 #include "xjit/backend/jit.h"
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -307,6 +309,23 @@ NB_MODULE(_frontend, m) {
       nb::arg("inject") = nb::none(), nb::arg("skip_prefixes") = nb::none(),
       nb::arg("check_compare") = nb::none(), nb::arg("profile") = nb::none(),
       "Process-wide settings (xjit.config).");
+  m.def(
+      "draw_bernoulli_noise",
+      [](nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> state,
+         nb::ndarray<nb::c_contig, nb::device::cpu> out, double keep, double scale) {
+        const auto n = static_cast<int64_t>(out.size());
+        if (out.dtype() == nb::dtype<float>())
+          return drawBernoulliNoise(state.data(), state.size(), keep, static_cast<float>(scale),
+                                    static_cast<float *>(out.data()), n);
+        if (out.dtype() == nb::dtype<double>())
+          return drawBernoulliNoise(state.data(), state.size(), keep, scale,
+                                    static_cast<double *>(out.data()), n);
+        return false;
+      },
+      nb::arg("state"), nb::arg("out"), nb::arg("keep"), nb::arg("scale"),
+      "Fills out (f32/f64, contiguous) with PyTorch's CPU bernoulli_(keep) draws times scale from\n"
+      "state (torch.get_rng_state()'s bytes), advancing it; False if the state is not one it\n"
+      "knows (python/xjit/_dropout.py).");
   // Counters of the process's one backend (libxjit_native.so, shared with _xjit).
   m.def("backend_stats", &backend::backendCounters);
   m.def("settings", [] {

@@ -139,7 +139,35 @@ void requireNoDTypeAttr(const RuleArgs &a) {
     unsupported(a.op, "a dtype attribute (no rule for the conversion)");
 }
 
+/// Whether v is a transposed view whose row dim (-2) is its source's last dim: a `t`, or a
+/// `transpose` / `permute` that moves the source's last dim to -2 (attention's k.transpose(-2,
+/// -1), a weight's W.t()). Its gradient, written row-major, maps back to the source with a
+/// strided last dim.
+bool columnMajorView(const Value *v) {
+  const Op *def = v->definingOp();
+  const int64_t rank = v->type().isTensor() ? v->type().rank() : 0;
+  if (!def || rank < 2 || def->numOperands() != 1) return false;
+  if (def->name() == "t") return rank == 2;
+  if (def->name() == "transpose") {
+    const Attr *d0 = def->attrOrNull("dim0"), *d1 = def->attrOrNull("dim1");
+    if (!d0 || !d1 || d0->kind() != AttrKind::Int || d1->kind() != AttrKind::Int) return false;
+    const int64_t x = normDim(d0->asInt(), rank), y = normDim(d1->asInt(), rank);
+    return std::min(x, y) == rank - 2 && std::max(x, y) == rank - 1;
+  }
+  if (def->name() == "permute") {
+    const Attr *dims = def->attrOrNull("dims");
+    if (!dims || dims->kind() != AttrKind::Ints || int64_t(dims->asInts().size()) != rank)
+      return false;
+    return normDim(dims->asInts()[size_t(rank - 2)], rank) == rank - 1;
+  }
+  return false;
+}
+
 /// matmul-like product gradients: dA = g·Bᵀ, dB = Aᵀ·g, each summed to its operand's shape.
+/// An operand that is a column-major view (columnMajorView) gets its gradient as the transpose
+/// of the transposed product (dBᵀ = gᵀ·A), the same work: then it maps back to the operand's
+/// source contiguous in its last dim (attention's key gradient: the merge of heads that
+/// follows copies 64-float runs instead of single floats, and so does its bias sum).
 std::vector<Value *> productRule(RuleArgs &a, const char *product) {
   Value *A = a.x(0), *B = a.x(1);
   if (A->type().rank() < 2 || B->type().rank() < 2) unsupported(a.op, "a 1-D operand");
@@ -147,8 +175,14 @@ std::vector<Value *> productRule(RuleArgs &a, const char *product) {
     return a.un("transpose", v, {{"dim0", int64_t(-2)}, {"dim1", int64_t(-1)}});
   };
   std::vector<Value *> r(a.op.numOperands(), nullptr);
-  if (a.need[0]) r[0] = sumTo(a, a.b.op(product, {a.g, tr(B)}), A);
-  if (a.need[1]) r[1] = sumTo(a, a.b.op(product, {tr(A), a.g}), B);
+  if (a.need[0])
+    r[0] = sumTo(
+        a, columnMajorView(A) ? tr(a.b.op(product, {B, tr(a.g)})) : a.b.op(product, {a.g, tr(B)}),
+        A);
+  if (a.need[1])
+    r[1] = sumTo(
+        a, columnMajorView(B) ? tr(a.b.op(product, {tr(a.g), A})) : a.b.op(product, {tr(A), a.g}),
+        B);
   return r;
 }
 

@@ -383,3 +383,48 @@ graph @g(%x: f32[6,8], %w1: f32[16,8], %b1: f32[16], %ln_w: f32[16], %ln_b: f32[
     torch.testing.assert_close(loss, want_loss.detach())
     for a, b in zip(grads, want, strict=True):
         torch.testing.assert_close(a, b)
+
+
+
+# name: (op, input shapes, the product of views of the inputs, each input's view in IR with its
+# shape, or None for the input itself)
+PRODUCTS_OF_VIEWS = {
+    "rhs_transposed": ("matmul", [(2, 5, 4), (2, 3, 4)], lambda a, b: a @ b.transpose(1, 2),
+                       [None, ("transpose(%b) {dim0 = 1, dim1 = 2}", (2, 4, 3))]),
+    "rhs_permuted_heads": ("matmul", [(2, 4, 3, 8), (2, 6, 3, 8)],
+                           lambda a, b: a.transpose(1, 2) @ b.permute(0, 2, 3, 1),
+                           [("transpose(%a) {dim0 = 1, dim1 = 2}", (2, 3, 4, 8)),
+                            ("permute(%b) {dims = [0, 2, 3, 1]}", (2, 3, 8, 6))]),
+    "lhs_permuted": ("matmul", [(3, 2, 4), (2, 3, 6)], lambda a, b: a.permute(1, 2, 0) @ b,
+                     [("permute(%a) {dims = [1, 2, 0]}", (2, 4, 3)), None]),
+    "mm_weight_t": ("mm", [(4, 3), (5, 3)], lambda a, b: a @ b.t(), [None, ("t(%b)", (3, 5))]),
+    "both_t": ("mm", [(3, 4), (5, 3)], lambda a, b: a.t() @ b.t(),
+               [("t(%a)", (4, 3)), ("t(%b)", (3, 5))]),
+}
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("name", list(PRODUCTS_OF_VIEWS))
+def test_product_of_transposed_views(name: str, dtype: Any) -> None:
+    # A column-major operand's gradient is computed as the transposed product (autodiff.cpp
+    # columnMajorView); the values must still be autograd's.
+    op, shapes, ref, views = PRODUCTS_OF_VIEWS[name]
+    torch.manual_seed(0)
+    xs = [torch.randn(s, dtype=dtype) for s in shapes]
+    leaves = [x.clone().requires_grad_() for x in xs]
+    out = ref(*leaves)
+    grad = torch.randn(out.shape, dtype=dtype)
+    want = torch.autograd.grad(out, leaves, grad)
+    d = DTYPES[dtype]
+    lines, operands = [], []
+    for view, n in zip(views, "ab"):
+        if view:
+            lines.append(f"  %{n}v = {view[0]} : {ty(d, view[1])}\n")
+        operands.append(f"%{n}v" if view else f"%{n}")
+    result = ty(d, tuple(out.shape))
+    text = (f"graph @g(%a: {ty(d, shapes[0])}, %b: {ty(d, shapes[1])}) -> ({result}) {{\n"
+            + "".join(lines)
+            + f"  %y = {op}({operands[0]}, {operands[1]}) : {result}\n  return(%y)\n}}")
+    got = x_.compile(x_.parse(text), pipeline="autodiff{wrt=all part=joint}").run([*xs, grad], "torch")
+    torch.testing.assert_close(got[1], want[0])
+    torch.testing.assert_close(got[2], want[1])
