@@ -56,6 +56,14 @@ def loss_of(m: torch.nn.Module, i: int) -> torch.Tensor:
     return (m(x) * torch.randn(4, 8, generator=g)).sum()
 
 
+def step_both(runs: Any, i: int) -> None:
+    """One step of each (model, optimizer, step function) on batch i."""
+    for m, o, s in runs:
+        o.zero_grad()
+        loss_of(m, i).backward()
+        s()
+
+
 def assert_same(m_eager: torch.nn.Module, m_xjit: torch.nn.Module, o_eager: Opt, o_xjit: Opt) -> None:
     for a, b in zip(m_eager.parameters(), m_xjit.parameters()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
@@ -76,10 +84,7 @@ def train(config: str, steps: int = 6) -> tuple[Any, ...]:
         o_xjit.step()
 
     for i in range(steps):
-        for m, o, s in ((m_eager, o_eager, o_eager.step), (m_xjit, o_xjit, step)):
-            o.zero_grad()
-            loss_of(m, i).backward()
-            s()
+        step_both(((m_eager, o_eager, o_eager.step), (m_xjit, o_xjit, step)), i)
         assert_same(m_eager, m_xjit, o_eager, o_xjit)
     return m_eager, m_xjit, o_eager, o_xjit, step
 
@@ -132,10 +137,7 @@ def test_learning_rate_change_is_seen() -> None:
     m_eager, m_xjit, o_eager, o_xjit, step = train("adamw", steps=2)
     for o in (o_eager, o_xjit):
         o.param_groups[0]["lr"] = 0.5  # a scheduler's change: a guard fails, the step recompiles
-    for m, o, s in ((m_eager, o_eager, o_eager.step), (m_xjit, o_xjit, step)):
-        o.zero_grad()
-        loss_of(m, 7).backward()
-        s()
+    step_both(((m_eager, o_eager, o_eager.step), (m_xjit, o_xjit, step)), 7)
     assert_same(m_eager, m_xjit, o_eager, o_xjit)
 
 
@@ -145,10 +147,7 @@ def test_parameter_gaining_a_gradient() -> None:
     for m in (m_eager, m_xjit):
         list(m)[3].bias.requires_grad_(True)
     for i in (3, 4):
-        for m, o, s in ((m_eager, o_eager, o_eager.step), (m_xjit, o_xjit, step)):
-            o.zero_grad()
-            loss_of(m, i).backward()
-            s()
+        step_both(((m_eager, o_eager, o_eager.step), (m_xjit, o_xjit, step)), i)
         assert_same(m_eager, m_xjit, o_eager, o_xjit)
 
 
@@ -157,10 +156,7 @@ def test_step_hooks_run() -> None:
     seen: list[str] = []
     for o, tag in ((o_eager, "eager"), (o_xjit, "xjit")):
         o.register_step_pre_hook(lambda opt, args, kwargs, tag=tag: seen.append(tag))
-    for m, o, s in ((m_eager, o_eager, o_eager.step), (m_xjit, o_xjit, step)):
-        o.zero_grad()
-        loss_of(m, 5).backward()
-        s()
+    step_both(((m_eager, o_eager, o_eager.step), (m_xjit, o_xjit, step)), 5)
     assert seen == ["eager", "xjit"]
     assert_same(m_eager, m_xjit, o_eager, o_xjit)
 
@@ -197,10 +193,7 @@ def test_unmodeled_options_stay_right(make: Callable[[Any], Opt]) -> None:
         o_xjit.step()
 
     for i in range(3):
-        for m, o, s in ((m_eager, o_eager, o_eager.step), (m_xjit, o_xjit, step)):
-            o.zero_grad()
-            loss_of(m, i).backward()
-            s()
+        step_both(((m_eager, o_eager, o_eager.step), (m_xjit, o_xjit, step)), i)
     for a, b in zip(m_eager.parameters(), m_xjit.parameters()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
 
@@ -214,10 +207,7 @@ def test_state_replaced_by_load_state_dict() -> None:
         for a, b in zip(m_eager.parameters(), m_xjit.parameters()):
             b.copy_(a)
     for i in (4, 5):
-        for m, o, s in ((m_eager, o_eager, o_eager.step), (m_xjit, o_xjit, step)):
-            o.zero_grad()
-            loss_of(m, i).backward()
-            s()
+        step_both(((m_eager, o_eager, o_eager.step), (m_xjit, o_xjit, step)), i)
         assert_same(m_eager, m_xjit, o_eager, o_xjit)
 
 
@@ -232,10 +222,7 @@ def test_scheduled_learning_rate_needs_no_recompile(config: str) -> None:
     step = xjit.jit(lambda: o_xjit.step())
     misses = []
     for i in range(6):
-        for m, o, s in ((m_eager, o_eager, o_eager.step), (m_xjit, o_xjit, step)):
-            o.zero_grad()
-            loss_of(m, i).backward()
-            s()
+        step_both(((m_eager, o_eager, o_eager.step), (m_xjit, o_xjit, step)), i)
         for sched in schedules:
             sched.step()
         assert_same(m_eager, m_xjit, o_eager, o_xjit)
