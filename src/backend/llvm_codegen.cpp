@@ -253,7 +253,8 @@ private:
     // Pairwise (slot c += slot c + w, for w = 1, 2, 4, ...) on this thread: the result does not
     // depend on how chunks were spread, and a sum's error grows with log2(chunks), not chunks.
     if (!sumCascadeEnabled()) return combineChunksInOrder(s, chunks, slots);
-    emitDoublingLoop(chunks, [&](Value *w) {
+    auto doubled = [&](Value *w) { return b_.CreateShl(w, 1, "", true, true); };
+    emitLoopOver(b_.getInt64(1), chunks, doubled, [&](Value *w) {
       Value *twice = b_.CreateShl(w, 1);
       Value *pairs = b_.CreateSDiv(b_.CreateAdd(chunks, b_.CreateSub(w, b_.getInt64(1))), twice);
       emitCountedLoop(b_.getInt64(0), pairs, [&](Value *j) {
@@ -292,26 +293,6 @@ private:
     });
   }
 
-  /// `for (w = 1; w < limit; w *= 2) body(w)`, a plain loop.
-  void emitDoublingLoop(Value *limit, const std::function<void(Value *)> &body) {
-    BasicBlock *pre = b_.GetInsertBlock();
-    BasicBlock *header = BasicBlock::Create(ctx_, "levels", fn_);
-    BasicBlock *bodyBB = BasicBlock::Create(ctx_, "level", fn_);
-    BasicBlock *exit = BasicBlock::Create(ctx_, "levels.done", fn_);
-    b_.CreateBr(header);
-    b_.SetInsertPoint(header);
-    llvm::PHINode *w = b_.CreatePHI(b_.getInt64Ty(), 2, "w");
-    w->addIncoming(b_.getInt64(1), pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(w, limit), bodyBB, exit);
-    b_.SetInsertPoint(bodyBB);
-    body(w);
-    Value *next = b_.CreateShl(w, 1, "", /*HasNUW=*/true, /*HasNSW=*/true);
-    llvm::BranchInst *latch = b_.CreateBr(header);
-    latch->setMetadata(llvm::LLVMContext::MD_loop, loopMetadata(false, false));
-    w->addIncoming(next, b_.GetInsertBlock());
-    b_.SetInsertPoint(exit);
-  }
-
   /// A parallel reduction's task over chunks [begin, end): each chunk's iterations reduce into
   /// the task's accumulators, reset to the identity first, then stored in the chunk's slots.
   void emitReductionChunks(const Stmt &s, Value *begin, Value *end) {
@@ -343,6 +324,15 @@ private:
   /// when asked).
   void emitCountedLoop(Value *begin, Value *end, const std::function<void(Value *)> &body,
                        int64_t step = 1, bool vectorize = false) {
+    auto next = [&](Value *c) {
+      return b_.CreateAdd(c, b_.getInt64(uint64_t(step)), "", true, true);
+    };
+    emitLoopOver(begin, end, next, body, vectorize);
+  }
+
+  /// `for (c = begin; c < end; c = next(c)) body(c)`, a plain loop (not unrolled).
+  void emitLoopOver(Value *begin, Value *end, const std::function<Value *(Value *)> &next,
+                    const std::function<void(Value *)> &body, bool vectorize = false) {
     BasicBlock *pre = b_.GetInsertBlock();
     BasicBlock *header = BasicBlock::Create(ctx_, "chunks", fn_);
     BasicBlock *bodyBB = BasicBlock::Create(ctx_, "chunk", fn_);
@@ -354,11 +344,10 @@ private:
     b_.CreateCondBr(b_.CreateICmpSLT(c, end), bodyBB, exit);
     b_.SetInsertPoint(bodyBB);
     body(c);
-    Value *next = b_.CreateAdd(c, b_.getInt64(uint64_t(step)), "", /*HasNUW=*/true,
-                               /*HasNSW=*/true);
+    Value *following = next(c);
     llvm::BranchInst *latch = b_.CreateBr(header);
     latch->setMetadata(llvm::LLVMContext::MD_loop, loopMetadata(vectorize, false));
-    c->addIncoming(next, b_.GetInsertBlock());
+    c->addIncoming(following, b_.GetInsertBlock());
     b_.SetInsertPoint(exit);
   }
 
