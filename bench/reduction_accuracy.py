@@ -74,7 +74,7 @@ def time_cases(repeats: int) -> None:
     print(f"{'case':<24} {'xjit us':>9} {'spread':>13} {'eager us':>9}")
     for name, shape, fn in SPEED:
         x = torch.randn(shape) + 3
-        compiled = xjit.jit(fn, fullgraph=True)
+        compiled = xjit.jit(fn, fullgraph=True, dynamic=False)
         row = []
         for f in (compiled, fn):
             with torch.no_grad():
@@ -106,7 +106,7 @@ def rel_err(y: object, ref: object) -> float:
 
 def measure(case: str, n: int, offset: float, seeds: int) -> tuple[float, float]:
     shape_of, fn = CASES[case]
-    compiled = xjit.jit(fn, fullgraph=True)
+    compiled = xjit.jit(fn, fullgraph=True, dynamic=False)  # static shapes at every size
     ex, ee = [], []
     for seed in range(seeds):
         g = torch.Generator().manual_seed(seed)

@@ -85,7 +85,8 @@ std::vector<CascadedSum> cascadedSums(const Kernel &k, const Stmt &loop) {
 }
 
 std::vector<int64_t> cascadeBlocks(const Stmt &loop) {
-  int64_t block = containsLoop(loop.body) ? kSumFanIn : kSumBlock;
+  // A scalar loop (not vectorized: the general version) has one partial sum, not 32.
+  int64_t block = containsLoop(loop.body) || !loop.vectorize ? kSumFanIn : kSumBlock;
   bool isStatic = loop.a && loop.a->kind == ExprKind::Const;
   std::vector<int64_t> blocks;
   // (12 levels of 32 reach past any int64 extent.)

@@ -37,8 +37,9 @@ struct CascadedSum {
 std::vector<CascadedSum> cascadedSums(const Kernel &k, const Stmt &loop);
 
 /// Iterations per block of each level of the cascade for a summing `loop`, largest first
-/// (empty: no blocks, the loop sums into a fresh accumulator as a whole). An innermost loop's
-/// blocks are kSumBlock, kSumBlock * kSumFanIn, ...; an outer loop's kSumFanIn, kSumFanIn^2, ...;
+/// (empty: no blocks, the loop sums into a fresh accumulator as a whole). An innermost
+/// vectorized loop's blocks are kSumBlock, kSumBlock * kSumFanIn, ...; an outer or scalar loop's
+/// kSumFanIn, kSumFanIn^2, ...;
 /// only those shorter than a static extent, kSumLevels of them for a symbolic one.
 std::vector<int64_t> cascadeBlocks(const Stmt &loop);
 
