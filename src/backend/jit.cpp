@@ -16,6 +16,7 @@
 #include "dnnl_library.h"
 #include "llvm_engine.h"
 #include "runtime_util.h"
+#include "sum_cascade.h"
 #include "xjit/backend/compile_cache.h"
 #include "xjit/backend/content_tags.h"
 #include "xjit/backend/release_memory.h"
@@ -262,7 +263,8 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const Kernel &k, const Compil
     impl_->knowHost();
     key = compileCacheKey({printed ? *printed : printKernel(k), k.name, impl_->cpu, impl_->features,
                            compilerIdentity(), pipelineName(opts.pipeline),
-                           pipelineOverride ? pipelineOverride : "", impl_->llvmArgs});
+                           pipelineOverride ? pipelineOverride : "", impl_->llvmArgs,
+                           sumCascadeEnabled() ? "" : "XJIT_SUM_CASCADE=0"});
     // Distinct kernels of one name share a batch's JITDylib: the key makes their symbols differ.
     symbol += "_" + key.substr(0, 16);
     {

@@ -8,6 +8,8 @@
 // rounded by hand so every target rounds alike), f32 float, f64 double.
 #include "llvm_codegen.h"
 
+#include "sum_cascade.h"
+
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/tensor.h"
 
@@ -246,10 +248,45 @@ private:
     for (size_t i = 0; i < nb; ++i)
       b_.CreateStore(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, inData, i)),
                      b_.CreateConstInBoundsGEP1_64(ptr, data, i));
-    for (size_t p = 0; p < slots.size(); ++p)
+    for (size_t p = 0; p < slots.size(); ++p) {
       b_.CreateStore(slots[p], b_.CreateConstInBoundsGEP1_64(ptr, data, nb + p));
+      // Chunk 0's slot holds the identity when there are no chunks (n == 0).
+      auto [acc, combine] = s.partials[p];
+      b_.CreateStore(combineIdentity(combine, k_.accs[size_t(acc)].dtype), slots[p]);
+    }
     callParallel(s, data, chunks, work);
-    // In chunk order, on this thread: the result does not depend on how chunks were spread.
+    // Pairwise (slot c += slot c + w, for w = 1, 2, 4, ...) on this thread: the result does not
+    // depend on how chunks were spread, and a sum's error grows with log2(chunks), not chunks.
+    if (!sumCascadeEnabled()) return combineChunksInOrder(s, chunks, slots);
+    auto doubled = [&](Value *w) { return b_.CreateShl(w, 1, "", true, true); };
+    emitLoopOver(b_.getInt64(1), chunks, doubled, [&](Value *w) {
+      Value *twice = b_.CreateShl(w, 1);
+      Value *pairs = b_.CreateSDiv(b_.CreateAdd(chunks, b_.CreateSub(w, b_.getInt64(1))), twice);
+      emitCountedLoop(b_.getInt64(0), pairs, [&](Value *j) {
+        Value *c = b_.CreateMul(j, twice);
+        for (size_t p = 0; p < slots.size(); ++p) {
+          auto [acc, combine] = s.partials[p];
+          llvm::Type *t = regType(k_.accs[size_t(acc)].dtype);
+          Value *to = b_.CreateInBoundsGEP(t, slots[p], c);
+          Value *from = b_.CreateInBoundsGEP(t, slots[p], b_.CreateAdd(c, w));
+          Value *v = combineValues(combine, k_.accs[size_t(acc)].dtype, b_.CreateLoad(t, to),
+                                   b_.CreateLoad(t, from));
+          b_.CreateStore(v, to);
+        }
+      });
+    });
+    for (size_t p = 0; p < slots.size(); ++p) {
+      auto [acc, combine] = s.partials[p];
+      DType d = k_.accs[size_t(acc)].dtype;
+      Value *slot = accSlots_[size_t(acc)];
+      Value *part = b_.CreateLoad(regType(d), slots[p]);
+      b_.CreateStore(combineValues(combine, d, b_.CreateLoad(regType(d), slot), part), slot);
+    }
+  }
+
+  /// XJIT_SUM_CASCADE=0: the chunks' slots combined into the accumulators in chunk order.
+  void combineChunksInOrder(const Stmt &s, Value *chunks,
+                            const std::vector<llvm::AllocaInst *> &slots) {
     emitCountedLoop(b_.getInt64(0), chunks, [&](Value *c) {
       for (size_t p = 0; p < slots.size(); ++p) {
         auto [acc, combine] = s.partials[p];
@@ -288,8 +325,19 @@ private:
     });
   }
 
-  /// `for c in [begin, end): body(c)`, kept as a plain loop (not vectorized or unrolled).
-  void emitCountedLoop(Value *begin, Value *end, const std::function<void(Value *)> &body) {
+  /// `for c in [begin, end) step step: body(c)`, a plain loop (not unrolled; vectorized only
+  /// when asked).
+  void emitCountedLoop(Value *begin, Value *end, const std::function<void(Value *)> &body,
+                       int64_t step = 1, bool vectorize = false) {
+    auto next = [&](Value *c) {
+      return b_.CreateAdd(c, b_.getInt64(uint64_t(step)), "", true, true);
+    };
+    emitLoopOver(begin, end, next, body, vectorize);
+  }
+
+  /// `for (c = begin; c < end; c = next(c)) body(c)`, a plain loop (not unrolled).
+  void emitLoopOver(Value *begin, Value *end, const std::function<Value *(Value *)> &next,
+                    const std::function<void(Value *)> &body, bool vectorize = false) {
     BasicBlock *pre = b_.GetInsertBlock();
     BasicBlock *header = BasicBlock::Create(ctx_, "chunks", fn_);
     BasicBlock *bodyBB = BasicBlock::Create(ctx_, "chunk", fn_);
@@ -301,10 +349,10 @@ private:
     b_.CreateCondBr(b_.CreateICmpSLT(c, end), bodyBB, exit);
     b_.SetInsertPoint(bodyBB);
     body(c);
-    Value *next = b_.CreateAdd(c, b_.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
+    Value *following = next(c);
     llvm::BranchInst *latch = b_.CreateBr(header);
-    latch->setMetadata(llvm::LLVMContext::MD_loop, loopMetadata(false, false));
-    c->addIncoming(next, b_.GetInsertBlock());
+    latch->setMetadata(llvm::LLVMContext::MD_loop, loopMetadata(vectorize, false));
+    c->addIncoming(following, b_.GetInsertBlock());
     b_.SetInsertPoint(exit);
   }
 
@@ -495,8 +543,110 @@ private:
     }
   }
 
-  /// The loop `for i in [start, n)`.
+  /// The loop `for i in [start, n)`. A loop that sums floats across its iterations is a
+  /// cascade (sum_cascade.h): it sums into fresh accumulators, added to the old values after it,
+  /// in blocks that do the same, level by level. A vectorized loop keeps a few partial sums
+  /// that each add their share in order, so a long sum's error grew with its length (BN
+  /// statistics over N*H*W: 100x eager's); the cascade's grows with the levels, like ATen's.
   void emitFor(const Stmt &s, Value *start, Value *n) {
+    std::vector<CascadedSum> sums;
+    if (sumCascadeEnabled()) sums = cascadedSums(k_, s);
+    if (sums.empty()) return emitLoop(s, start, n);
+    emitCascade(s, start, n, sums, cascadeBlocks(s));
+  }
+
+  void emitCascade(const Stmt &s, Value *start, Value *n, const std::vector<CascadedSum> &sums,
+                   llvm::ArrayRef<int64_t> blocks) {
+    std::vector<FreshSum> fresh = startSums(s, sums);
+    if (blocks.empty()) {
+      emitLoop(s, start, n);
+    } else {
+      Value *size = b_.getInt64(uint64_t(blocks.front()));
+      emitCountedLoop(
+          start, n,
+          [&](Value *lo) {
+            Value *hi = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin,
+                                                 b_.CreateAdd(lo, size, "", false, true), n);
+            emitCascade(s, lo, hi, sums, blocks.drop_front());
+          },
+          blocks.front());
+    }
+    finishSums(fresh);
+  }
+
+  /// A summed accumulator's value before a level of the cascade: a register, or a copy of the
+  /// lanes [0, lanes).
+  struct FreshSum {
+    int64_t acc;
+    Value *saved;
+    Value *lanes = nullptr;
+  };
+
+  /// Saves the accumulators' values and sets them to 0.
+  std::vector<FreshSum> startSums(const Stmt &s, const std::vector<CascadedSum> &sums) {
+    std::vector<FreshSum> out;
+    for (const CascadedSum &sum : sums) {
+      const AccDecl &a = k_.accs[size_t(sum.acc)];
+      llvm::Type *t = regType(a.dtype);
+      llvm::AllocaInst *slot = accSlots_[size_t(sum.acc)];
+      if (!a.lanes) {
+        out.push_back({sum.acc, b_.CreateLoad(t, slot)});
+        b_.CreateStore(llvm::Constant::getNullValue(t), slot);
+        continue;
+      }
+      Value *lanes = b_.getInt64(uint64_t(a.lanes));
+      if (sum.laneLoop && boundOutside(sum.laneLoop->a, s.index))
+        lanes = indexExpr(sum.laneLoop->a);
+      llvm::AllocaInst *saved = nullptr;
+      {
+        llvm::IRBuilderBase::InsertPointGuard guard(b_);
+        b_.SetInsertPoint(&fn_->getEntryBlock(), fn_->getEntryBlock().getFirstInsertionPt());
+        saved = b_.CreateAlloca(t, b_.getInt64(uint64_t(a.lanes)), "saved." + a.name);
+      }
+      emitCountedLoop(
+          b_.getInt64(0), lanes,
+          [&](Value *l) {
+            Value *p = b_.CreateInBoundsGEP(t, slot, l);
+            b_.CreateStore(b_.CreateLoad(t, p), b_.CreateInBoundsGEP(t, saved, l));
+            b_.CreateStore(llvm::Constant::getNullValue(t), p);
+          },
+          1, true);
+      out.push_back({sum.acc, saved, lanes});
+    }
+    return out;
+  }
+
+  /// Adds the saved values to the accumulators (in that order: not reassociated).
+  void finishSums(const std::vector<FreshSum> &fresh) {
+    for (const FreshSum &f : fresh) {
+      llvm::AllocaInst *slot = accSlots_[size_t(f.acc)];
+      llvm::Type *t = slot->getAllocatedType();
+      if (!f.lanes) {
+        b_.CreateStore(b_.CreateFAdd(f.saved, b_.CreateLoad(t, slot)), slot);
+        continue;
+      }
+      emitCountedLoop(
+          b_.getInt64(0), f.lanes,
+          [&](Value *l) {
+            Value *p = b_.CreateInBoundsGEP(t, slot, l);
+            Value *old = b_.CreateLoad(t, b_.CreateInBoundsGEP(t, f.saved, l));
+            b_.CreateStore(b_.CreateFAdd(old, b_.CreateLoad(t, p)), p);
+          },
+          1, true);
+    }
+  }
+
+  /// Whether every loop variable `e` reads is bound here and is not `inner`'s.
+  bool boundOutside(const Expr &e, int64_t inner) {
+    if (!e) return true;
+    if (e->kind == ExprKind::Var && (e->index == inner || !vars_[size_t(e->index)])) return false;
+    for (const Expr &a : e->args)
+      if (!boundOutside(a, inner)) return false;
+    return true;
+  }
+
+  /// The loop `for i in [start, n)` itself.
+  void emitLoop(const Stmt &s, Value *start, Value *n) {
     BasicBlock *pre = b_.GetInsertBlock();
     BasicBlock *header = BasicBlock::Create(ctx_, "loop" + std::to_string(s.index), fn_);
     BasicBlock *body = BasicBlock::Create(ctx_, "body" + std::to_string(s.index), fn_);

@@ -8,6 +8,7 @@
 #include "lower_internal.h"
 #include "ops/movement_util.h" // resolveSlice
 #include "ops/op_util.h"
+#include "sum_cascade.h"
 #include "xjit/ir/diagnostics.h"
 
 #include <algorithm>
@@ -1142,9 +1143,16 @@ private:
       }
       Expr sum = reduceRow(name + "_sum", a, constFloat(a, 0), BinaryOp::Add, xa);
       Expr mean = binary(BinaryOp::Div, sum, rowCount(a));
-      Expr m2 = reduceRow(name + "_m2", a, constFloat(a, 0), BinaryOp::Add,
+      // var / std sum the squared deviations of f32 in f64, as eager's CPU kernel accumulates
+      // (in f32, even cascaded, their error was 2-5x eager's on randn + 3); layer_norm's are
+      // f32 like eager's.
+      bool wide = (info.kind == red::Kind::Var || info.kind == red::Kind::Std) && a == DType::F32 &&
+                  sumCascadeEnabled();
+      DType m2Type = wide ? DType::F64 : a;
+      Expr m2 = reduceRow(name + "_m2", m2Type, constFloat(m2Type, 0), BinaryOp::Add,
                           [&](const std::vector<Expr> &idx) {
-                            Expr dev = binary(BinaryOp::Sub, xa(idx), atLane(mean));
+                            Expr dev = binary(BinaryOp::Sub, cast(m2Type, xa(idx)),
+                                              cast(m2Type, atLane(mean)));
                             return binary(BinaryOp::Mul, dev, dev);
                           });
       st.a = mean;
@@ -1245,7 +1253,7 @@ private:
     if (!info.rowOp) {
       Expr v = st.a;
       if (info.kind == red::Kind::Var || info.kind == red::Kind::Std) {
-        DType a = v->dtype;
+        DType a = st.b->dtype;
         // sum((x - mean)^2) / max(0, N - correction), as the reference.
         Expr denom = binary(
             BinaryOp::Max,

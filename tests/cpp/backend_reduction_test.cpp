@@ -433,6 +433,50 @@ TEST(BackendReduction, StridedInputsAndNaN) {
   EXPECT_EQ(check(*g, {RtValue(x)}), "");
 }
 
+/// The largest |got - ref| / |ref| over the elements of f32 results.
+double maxRelativeError(const Tensor &got, const Tensor &ref) {
+  double worst = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i)
+    worst =
+        std::max(worst, std::abs(got.getDouble(i) - ref.getDouble(i)) / std::abs(ref.getDouble(i)));
+  return worst;
+}
+
+// Long f32 sums of values with a nonzero mean (uniform on [2, 4)) against the reference's f64:
+// the code generator cascades them (sum_cascade.h), so each result is within a few f32 ulps;
+// summed in order by a few vector partials (XJIT_SUM_CASCADE=0) the error grows with the length
+// (these fail then: 0.5e-6 to 3e-5). var / std sum their squares in f64.
+TEST(BackendReduction, LongSumsStayWithinAFewUlps) {
+  const OneOpCase cases[] = {
+      {"sum", "f32[3,1000003]", "{dims = [1]}", "f32[3]"},          // blocks, levels, a tail
+      {"mean", "f32[2,3,250,250]", "{dims = [0, 2, 3]}", "f32[3]"}, // batch-norm statistics
+      {"sum", "f32[50000,40]", "{dims = [0]}", "f32[40]"},          // lanes
+      {"sum", "f32[1200,1000]", "{dims = [0, 1]}", "f32[]"},        // parallel chunks
+      {"var", "f32[2,1000000]", "{dims = [1], correction = 1}", "f32[2]"},
+  };
+  std::mt19937 rng(5);
+  for (const OneOpCase &c : cases) {
+    auto g = parseGraph(oneOp(c.op, c.in, c.attrs, c.out));
+    LoweredKernel lk = lowerElementwiseBlock(*g->body(), g->name(), {});
+    auto ck = Jit::instance().compile(lk.kernel);
+    const Type &t = g->input(0)->type();
+    std::vector<int64_t> sizes;
+    for (const DimExpr &d : t.shape())
+      sizes.push_back(d.value());
+    Tensor x = Tensor::empty(DType::F32, sizes);
+    for (int64_t i = 0; i < x.numel(); ++i)
+      x.setDouble(i, std::uniform_real_distribution<double>(2, 4)(rng));
+    std::vector<RtValue> inputs = {RtValue(x)};
+    std::vector<RtValue> got = runLowered(lk, *ck, inputs);
+    std::vector<RtValue> ref = interpret(*g, inputs);
+    EXPECT_LE(maxRelativeError(got[0].tensor(), ref[0].tensor()), 3e-7) << c.op << " " << c.in;
+  }
+  // var's squared deviations are summed in an f64 accumulator.
+  auto g = parseGraph(oneOp("var", "f32[4,100]", "{dims = [1], correction = 1}", "f32[4]"));
+  LoweredKernel lk = lowerElementwiseBlock(*g->body(), g->name(), {});
+  EXPECT_NE(printKernel(lk.kernel).find("_m2: f64"), std::string::npos) << printKernel(lk.kernel);
+}
+
 TEST(BackendReduction, EmptyRowsFailLikeTheReference) {
   auto g = parseGraph(R"(graph @e(%x: f32[3,s0]) -> (f32[3], f32[3]) {
   %m = amax(%x) {dims = [1]} : f32[3]

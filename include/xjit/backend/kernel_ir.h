@@ -177,7 +177,8 @@ struct Stmt {
   /// The iterations are cut into min(extent, kReductionChunks) contiguous chunks, a number that
   /// does not depend on the threads; each chunk reduces into its own copies of these
   /// accumulators, starting from the combine op's identity, and after the loop the copies are
-  /// combined into the accumulators in chunk order: the same result on any number of threads.
+  /// combined pairwise in a fixed order, then into the accumulators: the same result on any
+  /// number of threads.
   std::vector<std::pair<int64_t, BinaryOp>> partials;
   Expr a, b;             // For: extent and (parallel) the work of one iteration in elements;
                          // If/Assert: cond; Store: offset, value; InitAcc: init; Reduce: value
