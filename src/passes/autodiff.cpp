@@ -53,7 +53,10 @@ Value *castTo(Builder &b, Value *v, DType d) {
 
 /// Sums a broadcast gradient back to the shape (and dtype) of the operand it flowed from.
 Value *sumTo(RuleArgs &a, Value *g, const Value *operand) {
-  const Type &t = operand->type();
+  return sumToType(a, g, operand->type());
+}
+
+Value *sumToType(RuleArgs &a, Value *g, const Type &t) {
   const Shape &gs = g->type().shape(), &ts = t.shape();
   if (gs.size() < ts.size()) unsupported(a.op, "gradient of lower rank than its operand");
   const size_t lead = gs.size() - ts.size();
@@ -174,15 +177,22 @@ std::vector<Value *> productRule(RuleArgs &a, const char *product) {
   auto tr = [&](Value *v) {
     return a.un("transpose", v, {{"dim0", int64_t(-2)}, {"dim1", int64_t(-1)}});
   };
+  // The transposed gradient is summed over the broadcast dims before it is transposed back:
+  // a sum over them reads a transposed view strided (a [1, N, K] weight gradient of a batch of
+  // one: 1.6 ms instead of 0.14).
+  auto transposedType = [](const Value *v) {
+    const Type &t = v->type();
+    Shape s = t.shape();
+    std::swap(s[s.size() - 2], s[s.size() - 1]);
+    return Type::tensor(t.dtype(), s, t.device());
+  };
   std::vector<Value *> r(a.op.numOperands(), nullptr);
   if (a.need[0])
-    r[0] = sumTo(
-        a, columnMajorView(A) ? tr(a.b.op(product, {B, tr(a.g)})) : a.b.op(product, {a.g, tr(B)}),
-        A);
+    r[0] = columnMajorView(A) ? tr(sumToType(a, a.b.op(product, {B, tr(a.g)}), transposedType(A)))
+                              : sumTo(a, a.b.op(product, {a.g, tr(B)}), A);
   if (a.need[1])
-    r[1] = sumTo(
-        a, columnMajorView(B) ? tr(a.b.op(product, {tr(a.g), A})) : a.b.op(product, {tr(A), a.g}),
-        B);
+    r[1] = columnMajorView(B) ? tr(sumToType(a, a.b.op(product, {tr(a.g), A}), transposedType(B)))
+                              : sumTo(a, a.b.op(product, {tr(A), a.g}), B);
   return r;
 }
 

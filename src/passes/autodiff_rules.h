@@ -54,6 +54,8 @@ Value *castTo(Builder &b, Value *v, DType d);
 
 /// Sums a broadcast gradient back to the shape (and dtype) of the operand it flowed from.
 Value *sumTo(RuleArgs &a, Value *g, const Value *operand);
+/// The same, to type `t` (a gradient summed before a transpose back to its operand's layout).
+Value *sumToType(RuleArgs &a, Value *g, const Type &t);
 /// The gradient of a tensor operand i (nullptr when it needs none or is a Python scalar).
 Value *gradFor(RuleArgs &a, size_t i, Value *g);
 /// The reduced dims of a sum/mean-like op, normalized and sorted (all dims when empty).
