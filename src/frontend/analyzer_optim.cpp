@@ -6,6 +6,8 @@
 // count); the stock classes' updates are few and documented, so they are written once.
 #include "analyzer.h"
 
+#include <string_view>
+
 namespace xjit::frontend {
 namespace {
 
@@ -76,6 +78,13 @@ OptimizerKind stockOptimizer(PyObject *opt, PyObject *fn) {
   return depth == 2 && code && code == expected ? kind : OptimizerKind::None;
 }
 
+Source dictKey(const Source &src, PyObject *key) {
+  return plus(src, SourceStep{SourceStep::DictKey, 0, "", PyRef::borrow(key)});
+}
+Source dictKey(const Source &src, const char *key) {
+  return plus(src, SourceStep{SourceStep::DictKey, 0, "", check(PyUnicode_FromString(key), "str")});
+}
+
 /// A parameter group's hyperparameter, guarded by value at its source.
 struct Group {
   Analyzer &a;
@@ -89,8 +98,7 @@ struct Group {
   }
   PyObject *guarded(const char *key) const {
     PyObject *v = get(key);
-    PyRef k = PyRef::steal(PyUnicode_FromString(key));
-    a.guardEquals(plus(src, SourceStep{SourceStep::DictKey, 0, "", k}), v);
+    a.guardEquals(dictKey(src, key), v);
     return v;
   }
   /// A float hyperparameter (a tensor learning rate or beta would need its value at run time).
@@ -107,8 +115,7 @@ struct Group {
   VarPtr learningRate() const {
     PyObject *v = get("lr");
     if (!PyFloat_Check(v)) return number("lr");
-    PyRef k = PyRef::steal(PyUnicode_FromString("lr"));
-    return a.floatInput(plus(src, SourceStep{SourceStep::DictKey, 0, "", k}));
+    return a.floatInput(dictKey(src, "lr"));
   }
   bool flag(const char *key) const {
     PyObject *v = guarded(key);
@@ -122,10 +129,6 @@ struct Group {
     if (v != Py_None && v != Py_False) a.fail(std::string("optimizer with ") + what);
   }
 };
-
-Source dictKey(const Source &src, PyObject *key) {
-  return plus(src, SourceStep{SourceStep::DictKey, 0, "", PyRef::borrow(key)});
-}
 
 /// The stock step of `self` (`func` the function its `step` calls); `scheduled`: called through
 /// an LR scheduler's wrapper (an instance attribute `step`).
@@ -147,9 +150,9 @@ VarPtr stockStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args
   a.guardId(plus(plus(S, attrStep("__class__")), attrStep("step")), funcObj->obj.get());
   PyRef instanceDict = attr(opt, "__dict__");
   if (!instanceDict || !PyDict_Check(instanceDict.get())) return nullptr;
-  for (const char *absent : {"step", "grad_scale", "found_inf"})
-    if (PyDict_GetItemString(instanceDict.get(), absent) && !(scheduled && absent[0] == 's'))
-      a.fail(name + " with an instance attribute '" + absent + "'");
+  for (std::string_view absent : {"step", "grad_scale", "found_inf"})
+    if (PyDict_GetItemString(instanceDict.get(), absent.data()) && !(scheduled && absent == "step"))
+      a.fail(name + " with an instance attribute '" + std::string(absent) + "'");
   {
     Guard g;
     g.kind = Guard::DictKeysAre;
@@ -173,13 +176,12 @@ VarPtr stockStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args
     a.guardLen(plus(S, attrStep(hooks)), 0);
   }
   for (const char *hooks : {"_global_optimizer_pre_hooks", "_global_optimizer_post_hooks"}) {
-    PyRef key = check(PyUnicode_FromString(hooks), "str");
-    PyObject *h = PyDict_GetItem(globals, key.get());
+    PyObject *h = PyDict_GetItemString(globals, hooks);
     if (!h || PyObject_Length(h) != 0) {
       PyErr_Clear();
       a.fail(name + ".step() with global optimizer step hooks");
     }
-    a.guardLen(dictKey(wrapperGlobals, key.get()), 0);
+    a.guardLen(dictKey(wrapperGlobals, hooks), 0);
   }
   PyRef defaults = attr(opt, "defaults");
   if (!defaults || !PyDict_Check(defaults.get())) return nullptr;
@@ -239,8 +241,7 @@ VarPtr stockStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args
 
     PyObject *params = g.get("params");
     if (!PyList_CheckExact(params)) a.fail(name + " parameter list that is not a list");
-    PyRef paramsKey = check(PyUnicode_FromString("params"), "str");
-    Source psrc = dictKey(gsrc, paramsKey.get());
+    Source psrc = dictKey(gsrc, "params");
     a.guardType(psrc, reinterpret_cast<PyObject *>(&PyList_Type));
     a.guardLen(psrc, PyList_GET_SIZE(params));
     // The update's lists: parameters with a gradient, their gradients and state tensors.
@@ -276,8 +277,7 @@ VarPtr stockStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args
       auto stateTensor = [&](const char *key) {
         PyObject *t = PyDict_GetItemString(st, key);
         if (!t || !isTensor(t)) a.fail(name + " state without tensor '" + key + "'");
-        PyRef k = check(PyUnicode_FromString(key), "str");
-        return a.wrapSourced(t, dictKey(ssrc, k.get()));
+        return a.wrapSourced(t, dictKey(ssrc, key));
       };
       if (kind == OptimizerKind::SGD) {
         lists[2].push_back(stateTensor("momentum_buffer"));
