@@ -324,6 +324,7 @@ void replayEffects(const CompiledEntry &e, const std::vector<RtValue> &outs,
   // Tensors the graph wrote in place: their version counters are bumped as an in-place op
   // would (autograd's check of saved tensors, the weight cache's tags).
   std::vector<PyObject *> writtenInPlace;
+  int grad = -1; // torch.is_grad_enabled(), asked once a copy needs it
   for (const EffectPlan &fx : e.effects) {
     if (fx.inPlaceOutput >= 0 &&
         alreadyInPlace(outs.at(size_t(fx.inPlaceOutput)), values.tensor(fx.target))) {
@@ -354,7 +355,8 @@ void replayEffects(const CompiledEntry &e, const std::vector<RtValue> &outs,
       // copying a tensor onto memory it shares is then a no-op. A leaf that requires grad was
       // written under no_grad (the analyzer refuses it otherwise; an optimizer step), so it is
       // copied into under no_grad too.
-      if (gradEnabled() && leafRequiringGrad(target)) {
+      if (grad < 0) grad = gradEnabled() ? 1 : 0;
+      if (grad == 1 && leafRequiringGrad(target)) {
         setGradMode(false);
         PyObject *r = PyObject_CallMethodOneArg(target, copyName, value.get());
         setGradMode(true);
@@ -425,27 +427,6 @@ Tensor floatCarrier(double v) {
   return t;
 }
 
-/// The same as a torch tensor (backend="eager", --check, the meta walk of output layouts).
-PyRef torchFloatCarrier(double v) {
-  static PyObject *make = [] {
-    PyObject *torch = PyImport_ImportModule("torch");
-    PyObject *f = torch ? PyObject_GetAttrString(torch, "tensor") : nullptr;
-    Py_XDECREF(torch);
-    return f;
-  }();
-  static PyObject *kw = [] {
-    PyObject *torch = PyImport_ImportModule("torch");
-    PyObject *f64 = torch ? PyObject_GetAttrString(torch, "float64") : nullptr;
-    PyObject *d = f64 ? Py_BuildValue("{s:O}", "dtype", f64) : nullptr;
-    Py_XDECREF(torch);
-    Py_XDECREF(f64);
-    return d;
-  }();
-  if (!make || !kw) throw PyErrorSet();
-  PyRef args = checked(Py_BuildValue("(d)", v));
-  return checked(PyObject_Call(make, args.get(), kw));
-}
-
 /// The graph's inputs; with `tags`, also the content tags of its nn.Parameter inputs.
 std::vector<RtValue> fetchInputs(const CompiledEntry &e, SourceValues &values,
                                  backend::ContentTags *tags = nullptr) {
@@ -493,7 +474,7 @@ std::vector<PyRef> pythonInputs(const CompiledEntry &e, SourceValues &values, bo
       continue;
     }
     if (e.floatInputs[i]) {
-      in.push_back(torchFloatCarrier(carriedFloat(e, i, o)));
+      in.push_back(exportTensor(floatCarrier(carriedFloat(e, i, o))));
       continue;
     }
     in.push_back(copyTensors && isPlainTensor(o) ? checked(PyObject_CallMethodNoArgs(o, cloneName))
