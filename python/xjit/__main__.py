@@ -123,8 +123,7 @@ class _Hook:
         from xjit.jit import _options, config
 
         if self.opts.dump:
-            os.makedirs(self.opts.dump, exist_ok=True)
-            config.dump_dir = os.path.abspath(self.opts.dump)
+            config.dump_dir = self.opts.dump
         if self.opts.explain:
             _frontend.set_recording(True)
         jit_module: Any = sys.modules["xjit.jit"]  # `import xjit.jit as m` gives the function

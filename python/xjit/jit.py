@@ -95,6 +95,9 @@ class Config:
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in self._fields:
             raise AttributeError(f"xjit.config has no setting {name!r}")
+        if name == "dump_dir" and value:  # as --dump does: the dumps need the folder
+            os.makedirs(value, exist_ok=True)
+            value = os.path.abspath(value)
         _frontend.configure(**{name: value})
         self._values[name] = value
 

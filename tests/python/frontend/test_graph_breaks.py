@@ -347,6 +347,12 @@ def test_log_and_dump_rewritten_bytecode(tmp_path: Any, capsys: Any) -> None:
     assert "CALL" in text and "print_middle" in text
 
 
+def test_dump_dir_is_made_when_missing(tmp_path: Any) -> None:
+    config.dump_dir = str(tmp_path / "new" / "dumps")  # as --dump DIR: the folder is made
+    xjit.jit(print_middle, backend="interp")(x34(), io.StringIO())
+    assert list((tmp_path / "new" / "dumps").glob("*.xir"))
+
+
 def write_method(x, out):
     y = x * 2
     out.write("hi")  # BREAK: a C method bound to an argument
