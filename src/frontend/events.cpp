@@ -30,7 +30,7 @@ void dumpGraph(const Graph &g, int id, const SourceLoc &loc, const std::string &
   const std::string prefix = dumpPrefix(id, loc);
   if (prefix.empty()) return;
   std::ofstream out(prefix + "." + stage + ".xir");
-  out << "# " << shortLoc(loc) << " (" << loc.file << ")\n" << printGraph(g);
+  out << "// " << shortLoc(loc) << " (" << loc.file << ")\n" << printGraph(g);
 }
 
 PyClasses &pyClasses() {

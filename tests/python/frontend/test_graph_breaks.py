@@ -350,7 +350,10 @@ def test_log_and_dump_rewritten_bytecode(tmp_path: Any, capsys: Any) -> None:
 def test_dump_dir_is_made_when_missing(tmp_path: Any) -> None:
     config.dump_dir = str(tmp_path / "new" / "dumps")  # as --dump DIR: the folder is made
     xjit.jit(print_middle, backend="interp")(x34(), io.StringIO())
-    assert list((tmp_path / "new" / "dumps").glob("*.xir"))
+    dumped = list((tmp_path / "new" / "dumps").glob("*.xir"))
+    assert dumped
+    for path in dumped:  # the dumps are IR text that parses back (xjit-opt reads them)
+        xjit.ir.parse(path.read_text())
 
 
 def write_method(x, out):
