@@ -25,6 +25,7 @@
 #include "semantic_util.h"
 
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -156,9 +157,12 @@ private:
     if (!t || t->dtype() != DType::Bool || t->rank() < 2) return false;
     const int64_t rows = t->size(t->rank() - 2), cols = t->size(t->rank() - 1);
     if (t->numel() != rows * cols) return false;
+    // On the bytes (a bool is one byte, 0 or 1), not per element through getDouble.
+    Tensor dense = t->isContiguous() ? *t : t->contiguousCopy();
+    const auto *p = reinterpret_cast<const uint8_t *>(dense.data());
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j)
-        if ((t->getDouble(i * cols + j) != 0) != (j > i)) return false;
+        if ((p[i * cols + j] != 0) != (j > i)) return false;
     return true;
   }
 

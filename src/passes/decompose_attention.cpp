@@ -16,7 +16,10 @@
 #include "xjit/ir/builder.h"
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <map>
+#include <tuple>
 #include <vector>
 
 namespace xjit::passes {
@@ -30,25 +33,45 @@ bool attrBoolOr(const Op &op, std::string_view name, bool dflt) {
 /// A constant bool [L, S] tensor, true where key j > query i (what is_causal masks).
 Tensor causalMask(int64_t l, int64_t s) {
   Tensor t = Tensor::empty(DType::Bool, {l, s});
+  auto *p = reinterpret_cast<uint8_t *>(t.data());
   for (int64_t i = 0; i < l; ++i)
     for (int64_t j = 0; j < s; ++j)
-      t.setDouble(i * s + j, j > i ? 1.0 : 0.0);
+      p[i * s + j] = j > i;
   return t;
 }
+
+/// logical_not of a constant bool tensor, on its bytes (a bool is one byte, 0 or 1): per
+/// element through Tensor::getDouble it was most of this pass's time on LLaMA's [128,128]
+/// masks.
+Tensor negatedMask(const Tensor &mask) {
+  Tensor in = mask.isContiguous() ? mask : mask.contiguousCopy();
+  Tensor out = Tensor::empty(DType::Bool, mask.sizes());
+  const auto *p = reinterpret_cast<const uint8_t *>(in.data());
+  auto *q = reinterpret_cast<uint8_t *>(out.data());
+  for (int64_t i = 0, n = mask.numel(); i < n; ++i)
+    q[i] = p[i] == 0;
+  return out;
+}
+
+/// The constants this pass makes, one per mask and block: every layer of a model gets the
+/// same mask, so its negation (and causal-products' check of it) is made once.
+struct MaskConstants {
+  std::map<std::pair<const Value *, const Block *>, Value *> negated;
+  std::map<std::tuple<int64_t, int64_t, const Block *>, Value *> causal;
+};
 
 /// Where a bool mask (true: attend) masks: logical_not(mask), computed here for a constant mask
 /// (transformers' causal masks are constants after folding), so that causal-products sees the
 /// triangle and no kernel negates it per call.
-Value *maskedWhere(Builder &b, Value *mask) {
+Value *maskedWhere(Builder &b, Value *mask, const Block *block, MaskConstants &made) {
   const Tensor *t = constantTensor(mask);
-  if (!t) return b.op("logical_not", {mask});
-  Tensor negated = Tensor::empty(DType::Bool, t->sizes());
-  for (int64_t i = 0; i < t->numel(); ++i)
-    negated.setDouble(i, t->getDouble(i) == 0 ? 1.0 : 0.0);
-  return b.constantTensor(negated);
+  if (!t || t->dtype() != DType::Bool) return b.op("logical_not", {mask});
+  Value *&c = made.negated[{mask, block}];
+  if (!c) c = b.constantTensor(negatedMask(*t));
+  return c;
 }
 
-bool decompose(Op *op, PassContext &ctx) {
+bool decompose(Op *op, PassContext &ctx, MaskConstants &made) {
   Value *q = op->operand(0), *k = op->operand(1), *v = op->operand(2);
   auto optional = [&](size_t i) {
     return op->numOperands() > i && op->operand(i)->type().isTensor() ? op->operand(i) : nullptr;
@@ -82,11 +105,15 @@ bool decompose(Op *op, PassContext &ctx) {
     return ninf;
   };
   if (mask && mask->type().dtype() == DType::Bool)
-    scores = b.op("masked_fill", {scores, maskedWhere(b, mask), minusInf()});
+    scores =
+        b.op("masked_fill", {scores, maskedWhere(b, mask, op->parentBlock(), made), minusInf()});
   else if (mask)
     scores = b.op("add", {scores, mask});
-  if (causal)
-    scores = b.op("masked_fill", {scores, b.constantTensor(causalMask(*l, *s)), minusInf()});
+  if (causal) {
+    Value *&c = made.causal[{*l, *s, op->parentBlock()}];
+    if (!c) c = b.constantTensor(causalMask(*l, *s));
+    scores = b.op("masked_fill", {scores, c, minusInf()});
+  }
   Value *probs = b.op("softmax", {scores}, {{"dim", int64_t(-1)}});
   if (mask) { // a mask can make a row all -inf (is_causal alone never masks key 0)
     Value *rowMax = b.op("amax", {scores}, {{"dims", std::vector<int64_t>{-1}}, {"keepdim", true}});
@@ -103,8 +130,9 @@ bool decompose(Op *op, PassContext &ctx) {
 
 bool runDecomposeAttention(Graph &g, PassContext &ctx) {
   bool changed = false;
+  MaskConstants made;
   for (Op *op : opsNamed(g, "scaled_dot_product_attention"))
-    changed |= decompose(op, ctx);
+    changed |= decompose(op, ctx, made);
   return changed;
 }
 
