@@ -100,15 +100,7 @@ VarPtr callReal(Analyzer &a, PyObject *fn, const Args &args, const std::string &
     }
   }
   PyObject *r = PyObject_Call(fn, pos.get(), kw.get());
-  if (!r) {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    std::string msg = type ? reinterpret_cast<PyTypeObject *>(type)->tp_name : "error";
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
-    a.fail(name + "() raises " + msg);
-  }
+  if (!r) a.fail(name + "() raises " + takePyErrorType());
   // A fresh list ("a.b".split("."), sorted(...)) is abstract like a list display, so it can be
   // iterated, indexed and mutated; its items are constants.
   if (PyList_CheckExact(r)) {

@@ -214,15 +214,7 @@ VarPtr Analyzer::binaryOp(int nb, const VarPtr &a, const VarPtr &b) {
                   : PyNumber_Power(pa.get(), pb.get(), Py_None);
     else
       r = pyBinary(nb)(pa.get(), pb.get());
-    if (!r) {
-      PyObject *type, *value, *tb;
-      PyErr_Fetch(&type, &value, &tb);
-      std::string msg = type ? reinterpret_cast<PyTypeObject *>(type)->tp_name : "error";
-      Py_XDECREF(type);
-      Py_XDECREF(value);
-      Py_XDECREF(tb);
-      fail(std::string("'") + binaryOpName(nb) + "' raises " + msg);
-    }
+    if (!r) fail(std::string("'") + binaryOpName(nb) + "' raises " + takePyErrorType());
     if (PySet_CheckExact(r)) return frameSet(PyRef::steal(r)); // s | t, or s itself for s |= t
     return constantSteal(r);
   }

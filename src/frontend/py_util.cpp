@@ -21,6 +21,16 @@ std::string takePyErrorMessage() {
   return out;
 }
 
+std::string takePyErrorType() {
+  PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+  PyErr_Fetch(&type, &value, &tb);
+  std::string name = type ? reinterpret_cast<PyTypeObject *>(type)->tp_name : "error";
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  return name;
+}
+
 std::string utf8(PyObject *s) {
   if (!s || !PyUnicode_Check(s)) return "";
   const char *c = PyUnicode_AsUTF8(s);

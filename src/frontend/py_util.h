@@ -23,6 +23,8 @@ inline PyRef checked(PyObject *o) {
 
 /// The pending Python exception as "TypeError: message" (cleared), for diagnostics.
 std::string takePyErrorMessage();
+/// The pending Python exception's type name, "TypeError" (cleared); "error" when none is set.
+std::string takePyErrorType();
 
 /// The contents of a str object; "" for anything else (or a str that cannot be encoded: the
 /// error is cleared).
