@@ -20,39 +20,47 @@ from xjit import _frontend
 
 
 def noise(like: torch.Tensor, p: float, feature: bool = False) -> torch.Tensor:
-    """ATen's _dropout_impl on CPU: empty_like(x).bernoulli_(1 - p).div_(1 - p), for a
-    contiguous x (`like` has x's shape, dtype and device; only those are read). `feature`
-    (dropout1d/2d/3d, feature_dropout): one draw per channel, the noise [N, C, 1, ...] that
-    make_feature_noise shapes. On the meta device (the compiler's shape walks) it draws nothing
+    """ATen's _dropout_impl on CPU: empty_like(x).bernoulli_(1 - p).div_(1 - p) (`like` is
+    empty_like(x): its shape, dtype, device and strides are read). bernoulli_ fills in memory
+    order, and empty_like keeps a dense x's strides (a transposed or channels_last x: another
+    mask than a contiguous draw), so the noise is drawn into empty_like(like). Compiled graphs
+    pass a contiguous `like` of x's dims in eager's memory order and permute the noise back
+    (the external_call's `layout_of`, output_layout.h). `feature` (dropout1d/2d/3d,
+    feature_dropout): one draw per channel, the contiguous noise [N, C, 1, ...] that
+    make_feature_noise makes. On the meta device (the compiler's shape walks) it draws nothing
     from the generator."""
-    shape = (*like.shape[:2], *([1] * (like.dim() - 2))) if feature else like.shape
-    return _draw(shape, like, p)
+    if feature:
+        shape = (*like.shape[:2], *([1] * (like.dim() - 2)))
+        return _draw(torch.empty(shape, dtype=like.dtype, device=like.device), p)
+    return _draw(torch.empty_like(like), p)
 
 
 def attention_noise(query: torch.Tensor, key: torch.Tensor, p: float, enable_gqa: bool) -> torch.Tensor:
     """The noise of F.scaled_dot_product_attention(..., dropout_p=p): on CPU eager takes the math
     path and applies at::dropout to the softmax weights [.., L, S] (their batch dims: query's and
-    key's broadcast, key's heads repeated to query's under enable_gqa). `query` and `key` give
-    shapes and dtype only. The op multiplies its weights by this noise."""
+    key's broadcast, key's heads repeated to query's under enable_gqa; contiguous, as softmax of
+    a matmul is). `query` and `key` give shapes and dtype only. The op multiplies its weights by
+    this noise."""
     key_batch = list(key.shape[:-2])
     if enable_gqa and query.dim() >= 3 and key.dim() >= 3:
         key_batch[-1] = query.shape[-3]
     batch = torch.broadcast_shapes(tuple(query.shape[:-2]), tuple(key_batch))
-    return _draw((*batch, query.shape[-2], key.shape[-2]), query, p)
+    shape = (*batch, query.shape[-2], key.shape[-2])
+    return _draw(torch.empty(shape, dtype=query.dtype, device=query.device), p)
 
 
-def _draw(shape: tuple[int, ...] | torch.Size, like: torch.Tensor, p: float) -> torch.Tensor:
-    """ATen's _dropout_impl: empty(shape).bernoulli_(1 - p).div_(1 - p) in like's dtype."""
+def _draw(out: torch.Tensor, p: float) -> torch.Tensor:
+    """ATen's _dropout_impl: out.bernoulli_(1 - p).div_(1 - p), drawn in out's memory order (out
+    is dense from offset 0, as empty and empty_like make it)."""
     keep = 1 - p
-    if like.device.type == "cpu":
-        scale = _checked_scale(keep, like.dtype)
+    if out.device.type == "cpu":
+        scale = _checked_scale(keep, out.dtype)
         if scale is not None:
-            out = torch.empty(shape, dtype=like.dtype)
             state = torch.get_rng_state()
-            if _frontend.draw_bernoulli_noise(state, out, keep, scale):
+            if _frontend.draw_bernoulli_noise(state, out.as_strided((out.numel(),), (1,)), keep, scale):
                 torch.set_rng_state(state)
                 return out
-    return torch.empty(shape, dtype=like.dtype, device=like.device).bernoulli_(keep).div_(keep)
+    return out.bernoulli_(keep).div_(keep)
 
 
 _NATIVE = os.environ.get("XJIT_NATIVE_DROPOUT", "1") != "0"

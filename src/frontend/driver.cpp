@@ -702,9 +702,11 @@ std::vector<int64_t> intsOf(const PyRef &seq) {
 /// The layouts eager gives the graph's outputs (output_layout.h), from the inputs of this call;
 /// the tensor inputs' layout classes are guarded, so a later call with inputs laid out otherwise
 /// (a transposed one, channels_last) recompiles. Where a tensor output's layout cannot be
-/// derived, the entry runs in Python (eager's layout is then not known).
+/// derived, the entry runs in Python (eager's layout is then not known). `callOrders` gets the
+/// layouts dropout's noise is drawn in (layoutCallsInEagersOrder).
 void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
-                   const std::vector<PyRef> &fallbacks, std::vector<Guard> &guards) {
+                   const std::vector<PyRef> &fallbacks, std::vector<Guard> &guards,
+                   std::map<const Op *, std::vector<int>> &callOrders) {
   // XJIT_NO_OUTPUT_LAYOUTS=1: outputs as the graph makes them, as before layouts were kept
   // (for A/B benchmarks of their cost only: strides may then differ from eager's).
   static const bool off = [] {
@@ -774,6 +776,7 @@ void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
     e.pythonReason = layouts.reason;
   }
   e.outputLayouts = std::move(layouts.outputs);
+  callOrders = std::move(layouts.callOrders);
   for (Guard &guard : guards) {
     if (guard.kind != Guard::TensorMatch) continue;
     const int slot = e.sources.add(guard.source);
@@ -899,7 +902,11 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
       e->pythonReason = why;
     }
   }
-  deriveLayouts(*e, g, values, cap.fallbackCallables, guards);
+  std::map<const Op *, std::vector<int>> callOrders;
+  deriveLayouts(*e, g, values, cap.fallbackCallables, guards, callOrders);
+  // Dropout's noise drawn in eager's memory order of its input (a transposed or channels_last
+  // input: another mask than a contiguous draw), on every backend.
+  if (e->action == EntryAction::RunGraph) layoutCallsInEagersOrder(g, callOrders);
   e->guards = std::make_unique<GuardSet>(guards, e->sources);
   e->guardText = e->guards->descriptions();
   e->result = planOutput(cap.result, *e, g);

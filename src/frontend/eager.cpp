@@ -130,7 +130,8 @@ struct Walker {
   bool check = false;
   bool meta = false;                         // runMeta: meta tensors, layouts only
   std::unordered_set<const Value *> unknown; // meta: values whose layout is not known
-  std::string eagerRaises;     // meta: the first op eager raises at (a view of the wrong strides)
+  std::string eagerRaises; // meta: the first op eager raises at (a view of the wrong strides)
+  std::map<const Op *, PyRef> *laidOut = nullptr; // meta: runMeta's `laidOut`
   std::string firstDifference; // check: set at the first op that differs, then the walk stops
   std::unordered_map<const Value *, PyRef> values;
   // Shape symbols bound by the graph inputs, for ops with symbolic sizes (computed on first use).
@@ -235,6 +236,10 @@ struct Walker {
     for (Value *v : op.operands())
       operandsKnown = operandsKnown && !unknown.count(v);
     if (operandsKnown) {
+      if (laidOut && op.name() == "external_call")
+        if (const Attr *k = op.attrOrNull("layout_of"); k && k->asInt() >= 0)
+          if (size_t(k->asInt()) < op.numOperands())
+            (*laidOut)[&op] = get(op.operand(size_t(k->asInt())));
       try {
         runOpWith(op, eagerModule().runOpMeta);
         return;
@@ -405,9 +410,10 @@ std::vector<PyRef> runEager(const Graph &g, const std::vector<PyRef> &inputs,
 
 std::vector<PyRef> runMeta(const Graph &g, const std::vector<PyRef> &inputs,
                            const ExternalCallables &externals, std::vector<bool> &unknown,
-                           std::string &eagerRaises) {
+                           std::string &eagerRaises, std::map<const Op *, PyRef> *laidOut) {
   Walker w{externals};
   w.meta = true;
+  w.laidOut = laidOut;
   w.body = g.body(); // shape symbols bind from the real inputs
   w.inputs = inputs;
   std::vector<PyRef> metaInputs;

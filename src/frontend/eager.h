@@ -43,10 +43,13 @@ std::vector<PyRef> runEager(const Graph &g, const std::vector<PyRef> &inputs,
 /// on meta tensors at capture) run on the meta tensors too; one that fails makes its results
 /// unknown (it may return a view). `eagerRaises` is set (to the op and PyTorch's message) where
 /// eager itself would raise: a `view` its operand's strides do not allow (the graph's view
-/// copies). Throws PyErrorSet only for an interrupt.
+/// copies). `laidOut` (optional) gets, for each external_call with `layout_of` >= 0 the walk ran
+/// on known operands, that operand's meta tensor: the layout eager gives it. Throws PyErrorSet
+/// only for an interrupt.
 std::vector<PyRef> runMeta(const Graph &g, const std::vector<PyRef> &inputs,
                            const ExternalCallables &externals, std::vector<bool> &unknown,
-                           std::string &eagerRaises);
+                           std::string &eagerRaises,
+                           std::map<const Op *, PyRef> *laidOut = nullptr);
 
 /// --check: walks `g` as runEager does and, for every op, also runs it in the reference
 /// interpreter on the same operands. Returns "" when every op agrees, else a description of the

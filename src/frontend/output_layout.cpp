@@ -11,6 +11,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -561,6 +562,7 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
       }
       return true;
     }
+    // (An external_call also needs the walk for dropout's noise: the layout it draws in.)
     if (op->numRegions() > 0 || op->name() == "external_call") return stop();
     bool allIdentity = true, anyStrided = false, anyUnknown = false;
     std::vector<const std::vector<int> *> operands;
@@ -899,17 +901,81 @@ int computeOutputsInLayouts(Graph &g, const std::vector<OutputLayout> &layouts,
   return rewritten;
 }
 
+int layoutCallsInEagersOrder(Graph &g, const std::map<const Op *, std::vector<int>> &callOrders) {
+  std::vector<Op *> calls;
+  g.walk([&](Op *op) {
+    if (callOrders.count(op)) calls.push_back(op);
+  });
+  int rewritten = 0;
+  for (Op *call : calls) {
+    const std::vector<int> &order = callOrders.at(call);
+    const size_t k = size_t(call->attr("layout_of").asInt());
+    Value *like = call->operand(k);
+    const Shape &shape = like->type().shape();
+    if (call->numResults() != 1 || !(call->result(0)->type().shape() == shape))
+      throw std::runtime_error("internal: " + call->describe() +
+                               " is laid out like an operand of another shape");
+    if (order.size() != shape.size() ||
+        contiguousIgnoringOnes(shape, order, identity(int64_t(shape.size()))))
+      continue; // (size-1 dims do not change the memory order)
+    Op *likeDef = like->definingOp();
+    Value *x = likeDef && likeDef->name() == "empty_like" ? likeDef->operand(0) : like;
+    const std::vector<int64_t> dims(order.begin(), order.end());
+    std::vector<int64_t> inverse(dims.size());
+    for (size_t d = 0; d < dims.size(); ++d)
+      inverse[size_t(dims[d])] = int64_t(d);
+    Builder before(call->parentBlock(), call);
+    before.setLoc(call->loc());
+    Value *permutedLike =
+        before.op("empty_like", {before.op("permute", {x}, {{"dims", Attr(dims)}})});
+    call->setOperand(k, permutedLike);
+    Value *noise = call->result(0);
+    noise->setType(noise->type().withShape(permutedLike->type().shape()));
+    Builder after(call->parentBlock(), call->next());
+    after.setLoc(call->loc());
+    Op *back = after.create("permute", {noise}, {{"dims", Attr(inverse)}});
+    noise->replaceAllUsesWith(back->result(0));
+    back->setOperand(0, noise);
+    if (likeDef && !like->hasUses()) likeDef->parentBlock()->erase(likeDef);
+    ++rewritten;
+  }
+  return rewritten;
+}
+
 OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inputs,
                                   const ExternalCallables &externals, bool symbolic) {
   OutputLayouts r;
   std::vector<bool> unknown;
   std::string eagerRaises;
-  std::vector<PyRef> outs = runMeta(g, inputs, externals, unknown, eagerRaises);
+  std::map<const Op *, PyRef> laidOut;
+  std::vector<PyRef> outs = runMeta(g, inputs, externals, unknown, eagerRaises, &laidOut);
   if (!eagerRaises.empty()) {
     r.derived = false;
     r.reason = "eager raises at " + eagerRaises;
     return r;
   }
+  // The layout eager gives each layout_of operand (dropout's empty_like(x)): the draws follow it.
+  g.walk([&](Op *op) {
+    const Attr *k = op->name() == "external_call" ? op->attrOrNull("layout_of") : nullptr;
+    if (!k || k->asInt() < 0 || !r.derived) return;
+    auto it = laidOut.find(op);
+    PyRef info = it == laidOut.end()
+                     ? PyRef()
+                     : checked(PyObject_CallOneArg(eagerModule().layoutOf, it->second.get()));
+    std::vector<int> order;
+    if (info && info.get() != Py_None && PyLong_AsLongLong(PyTuple_GET_ITEM(info.get(), 2)) == 0)
+      order = denseOrder(intsOf(PyTuple_GET_ITEM(info.get(), 0)),
+                         intsOf(PyTuple_GET_ITEM(info.get(), 1)));
+    if (PyErr_Occurred()) throw PyErrorSet();
+    if (order.empty() && op->operand(size_t(k->asInt()))->type().rank() > 1) {
+      r.derived = false;
+      r.reason = "the layout eager gives the operand of " + op->describe() +
+                 " (which it draws in) could not be derived";
+      return;
+    }
+    r.callOrders[op] = std::move(order);
+  });
+  if (!r.derived) return r;
   for (size_t i = 0; i < outs.size(); ++i) {
     OutputLayout l;
     if (unknown[i]) {

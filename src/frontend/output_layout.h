@@ -9,6 +9,7 @@
 #include "xjit/ir/interpreter.h"
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 namespace xjit::frontend {
@@ -29,10 +30,13 @@ struct OutputLayout {
 
 /// What the capture found: one layout per graph output, or `derived` false where the meta walk
 /// could not tell an output's layout (the entry then runs in Python, with `reason`).
+/// `callOrders`: for each external_call with `layout_of` >= 0 (dropout's noise), the dense dim
+/// order eager gives that operand (layoutCallsInEagersOrder).
 struct OutputLayouts {
   std::vector<OutputLayout> outputs;
   bool derived = true;
   std::string reason;
+  std::map<const Op *, std::vector<int>> callOrders;
 };
 
 /// Walks the captured graph `g` on meta tensors made from `inputs` (runMeta) and records each
@@ -72,6 +76,16 @@ const Value *writtenThroughView(const Op &op);
 /// after the run (inLayout). Returns the number of outputs rewritten.
 int computeOutputsInLayouts(Graph &g, const std::vector<OutputLayout> &layouts,
                             const std::vector<size_t> &which);
+
+/// Rewrites each external_call of `callOrders` whose operand k = `layout_of` eager lays out in a
+/// dense order other than contiguous (the graph's: a fresh result is contiguous): the call gets
+/// empty_like(permute(x, order)) for its operand empty_like(x), a like of x's dims in eager's
+/// memory order, and its result (of that operand's shape) is permuted back. A call that fills
+/// its result in memory order (dropout's noise: bernoulli_ on empty_like(x), whose strides are
+/// a dense x's) then draws what eager draws for a transposed or channels_last x. Returns the
+/// number of calls rewritten; throws std::runtime_error for a call whose result is not of its
+/// operand's shape.
+int layoutCallsInEagersOrder(Graph &g, const std::map<const Op *, std::vector<int>> &callOrders);
 
 /// The dim order whose dense strides are exactly `strides`; empty when there is none.
 std::vector<int> denseOrder(const std::vector<int64_t> &sizes, const std::vector<int64_t> &strides);

@@ -1286,7 +1286,12 @@ LOWER(lowerDropout) { // F.dropout(input, p, training, inplace): identity unless
     Shape shape = inType.shape(); // feature: [N, C, 1, ...]
     for (size_t d = 2; feature && d < shape.size(); ++d)
       shape[d] = DimExpr(1);
-    return a.emit1("mul", {b.at("input"), dropoutNoise(a, "noise", args, inType.withShape(shape))});
+    VarPtr noise = dropoutNoise(a, "noise", args, inType.withShape(shape));
+    // Eager's bernoulli_ fills empty_like(input) in memory order: the driver gives the call a
+    // like in eager's order of the input's dims (layoutNoiseInEagersOrder). Channel noise is
+    // made contiguous by eager whatever the input's layout.
+    if (!feature) a.irValue(noise)->definingOp()->setAttr("layout_of", Attr(int64_t(0)));
+    return a.emit1("mul", {b.at("input"), noise});
   }
   // PyTorch draws the mask at run time (same random stream as eager).
   PyRef fn = check(PyObject_GetAttrString(

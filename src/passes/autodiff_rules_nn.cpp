@@ -394,10 +394,10 @@ std::vector<Value *> batchNormRule(RuleArgs &a) {
   if (training) {
     // The forward's own statistics (decompose-batch-norm builds the same ops, which CSE
     // merges): saved from the forward, as eager saves its mean and 1/std.
-    Value *mean = perChannel(a.b, "mean", x);
+    const BatchStatistics stats = batchStatistics(a.b, x);
+    Value *mean = stats.mean;
     centered = a.bin("sub", x, mean);
-    rstd =
-        a.un("rsqrt", a.bin("add", perChannel(a.b, "mean", a.mul(centered, centered)), a.f(eps)));
+    rstd = a.un("rsqrt", a.bin("add", stats.var, a.f(eps)));
     if (a.computeInForward) {
       a.computeInForward->push_back(mean);
       a.computeInForward->push_back(rstd);

@@ -12,14 +12,14 @@
 // evaluates (x - mean) / sqrt(var + eps) * w + b in double.
 // Training mode (batch_norm with training=true, batch_norm_with_update: a training step's
 // forward) decomposes the same way with the batch statistics, as PyTorch's CPU kernel computes
-// them: mean and biased variance per channel (native reductions, each in two stages:
-// perChannel in semantic_util.h), alpha = w / sqrt(var +
-// eps), beta = b - mean * alpha, y = x * alpha + beta; batch_norm_with_update's new running
-// statistics are (1 - m) * running + m * batch statistic, the variance unbiased (x n / (n-1)).
-// Not bit for bit with eager, which accumulates in double: within f32 rounding of it.
-// Left alone: missing running stats in eval mode, a training batch of one value per channel
-// (eager raises; the reference kernel raises too), dtypes other than f32/f64 (f16/bf16 inputs
-// have f32 parameters and round once in the reference), parameters of another dtype than x.
+// them: mean and biased variance per channel accumulated in f64 as eager's are (native
+// reductions, each in two stages: batchStatistics in semantic_util.h), alpha = w / sqrt(var +
+// eps), beta = b - mean * alpha in f64 rounded once, y = x * alpha + beta; batch_norm_with_update's
+// new running statistics are (1 - m) * running + m * batch statistic, the variance unbiased (x n /
+// (n-1)). Not bit for bit with eager: within f32 rounding of it. Left alone: missing running stats
+// in eval mode, a training batch of one value per channel (eager raises; the reference kernel
+// raises too), dtypes other than f32/f64 (f16/bf16 inputs have f32 parameters and round once in the
+// reference), parameters of another dtype than x.
 #include "passes.h"
 #include "semantic_util.h"
 
@@ -100,13 +100,18 @@ bool decomposeTraining(Op *bn, PassContext &ctx) {
   std::vector<int64_t> perChannelShape(size_t(xt.rank()), 1);
   perChannelShape[1] = channels;
   auto channelwise = [&](Value *v) { return b.op("reshape", {v}, {{"shape", perChannelShape}}); };
-  Value *mean = perChannel(b, "mean", x); // [1, C, 1...]
-  Value *centered = b.op("sub", {x, mean});
-  Value *var = perChannel(b, "mean", b.op("mul", {centered, centered}));
+  const BatchStatistics stats = batchStatistics(b, x); // [1, C, 1...]
+  Value *mean = stats.mean, *var = stats.var;
   Value *alpha = b.op("rsqrt", {b.op("add", {var, b.constantFloat(eps)})});
   if (present(*bn, 1)) alpha = b.op("mul", {alpha, channelwise(bn->operand(1))});
-  Value *beta = b.op("neg", {b.op("mul", {mean, alpha})});
-  if (present(*bn, 2)) beta = b.op("add", {channelwise(bn->operand(2)), beta});
+  // beta = bias - mean * alpha from the f64 mean, rounded once: x * alpha is about mean * alpha
+  // where the mean is large against the deviation, so beta's rounding is the output's error.
+  auto wide = [&](Value *v) {
+    return v->type().dtype() == DType::F64 ? v : b.op("cast", {v}, {{"dtype", DType::F64}});
+  };
+  Value *beta = b.op("neg", {b.op("mul", {stats.wideMean, wide(alpha)})});
+  if (present(*bn, 2)) beta = b.op("add", {wide(channelwise(bn->operand(2))), beta});
+  if (xt.dtype() != DType::F64) beta = b.op("cast", {beta}, {{"dtype", xt.dtype()}});
   Value *y = b.op("add", {b.op("mul", {x, alpha}), beta});
   std::vector<Value *> results = {y};
   if (update) {

@@ -73,7 +73,7 @@ void replaceOp(Op *op, const std::vector<Value *> &replacements) {
     if (!erased.count(d)) eraseIfDead(d, erased);
 }
 
-Value *perChannel(Builder &b, std::string_view reduce, Value *v) {
+Value *perChannel(Builder &b, std::string_view reduce, Value *v, std::optional<DType> accumulate) {
   constexpr int64_t kTwoStageMinValues = int64_t(1) << 16;
   const Type &t = v->type();
   const int64_t rank = t.rank();
@@ -81,7 +81,9 @@ Value *perChannel(Builder &b, std::string_view reduce, Value *v) {
   for (int64_t d = 2; d < rank; ++d)
     spatial.push_back(d);
   auto over = [&](Value *x, std::vector<int64_t> dims) {
-    return b.op(reduce, {x}, {{"dims", dims}, {"keepdim", true}});
+    AttrMap attrs{{"dims", dims}, {"keepdim", true}};
+    if (accumulate && x->type().dtype() != *accumulate) attrs.emplace("dtype", Attr(*accumulate));
+    return b.op(reduce, {x}, std::move(attrs));
   };
   // Small activations stay one kernel: a second kernel costs more than a thread saves there.
   int64_t count = 1;
@@ -93,6 +95,17 @@ Value *perChannel(Builder &b, std::string_view reduce, Value *v) {
   }
   // (A mean of the per-sample means is the mean: every sample has as many values.)
   return over(over(v, spatial), {0});
+}
+
+BatchStatistics batchStatistics(Builder &b, Value *x) {
+  const DType dt = x->type().dtype();
+  BatchStatistics s;
+  s.wideMean = perChannel(b, "mean", x, DType::F64);
+  s.mean = dt == DType::F64 ? s.wideMean : b.op("cast", {s.wideMean}, {{"dtype", dt}});
+  Value *centered = b.op("sub", {x, s.mean});
+  s.var = perChannel(b, "mean", b.op("mul", {centered, centered}), DType::F64);
+  if (dt != DType::F64) s.var = b.op("cast", {s.var}, {{"dtype", dt}});
+  return s;
 }
 
 std::optional<std::vector<int64_t>> staticSizes(const Value *v) {

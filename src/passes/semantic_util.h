@@ -45,6 +45,19 @@ std::vector<Op *> opsNamed(Graph &g, std::string_view name);
 /// splits over threads (one pass over a channels-last activation keeping only its channels,
 /// blocked along them, has a single row: one thread), and the f32 sums are shorter. Batch
 /// norm's decomposition and its derivative rule build the same ops, which CSE then merges.
-Value *perChannel(Builder &b, std::string_view reduce, Value *v);
+/// `accumulate` (a mean's dtype attribute): the reductions add in that dtype.
+Value *perChannel(Builder &b, std::string_view reduce, Value *v,
+                  std::optional<DType> accumulate = std::nullopt);
+
+/// Batch norm's batch statistics of x [N, C, ...] per channel, [1, C, 1, ...], accumulated in
+/// f64 as eager accumulates them (in f32, the mean's error, times the mean's size over the
+/// deviation's, gave the normalized output up to 2.7x eager's error against f64): `wideMean`
+/// (f64), `mean` it rounded to x's dtype (eager's saved mean), `var` the biased variance of
+/// x - mean in x's dtype. The decomposition and the derivative rule build the same ops, which
+/// CSE merges.
+struct BatchStatistics {
+  Value *wideMean, *mean, *var;
+};
+BatchStatistics batchStatistics(Builder &b, Value *x);
 
 } // namespace xjit::passes

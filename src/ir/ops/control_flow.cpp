@@ -177,9 +177,12 @@ void registerControlFlowOps(OpRegistry &r) {
          .verify = verifyCustomVjp,
          .numRegions = 2});
   r.add({.name = "external_call",
-         .summary = "calls host function `callee` (registered at run time; results as written)",
+         .summary = "calls host function `callee` (registered at run time; results as written); "
+                    "layout_of >= 0: the result takes operand layout_of's strides",
          .operands = {{"args", true}},
-         .attrs = {{"callee", AttrKind::Int}, {"name", AttrKind::Str, Attr("")}},
+         .attrs = {{"callee", AttrKind::Int},
+                   {"name", AttrKind::Str, Attr("")},
+                   {"layout_of", AttrKind::Int, Attr(int64_t(-1))}},
          .traits = kSideEffect, // an arbitrary host function: never removed or reordered
          .kernel = [](const Op &op, std::span<const RtValue> in) {
            const ExternalFn *fn = lookupExternalFunction(attrInt(op, "callee"));
