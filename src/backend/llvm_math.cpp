@@ -271,12 +271,12 @@ Value *erfF32(IRBuilder<> &b, Value *x) {
 }
 
 Value *sigmoidF32(IRBuilder<> &b, Value *x) {
+  // 1 / (1 + e) for x >= 0, e / (1 + e) for x < 0 (e = exp(-|x|) tiny instead of 1 / (1 + inf)):
+  // one division with the numerator selected, not two divisions and a select of their results
+  // (same roundings). NaN takes 1 / NaN.
   Value *e = expF32(b, b.CreateFNeg(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x)));
-  Value *denom = b.CreateFAdd(f32(b, 1.f), e);
-  Value *pos = b.CreateFDiv(f32(b, 1.f), denom);
-  Value *neg = b.CreateFDiv(e, denom);
-  // x < 0: e / (1 + e) with e = exp(x) tiny instead of 1 / (1 + inf); NaN takes `pos` (NaN).
-  return b.CreateSelect(b.CreateFCmpOLT(x, f32(b, 0)), neg, pos);
+  Value *num = b.CreateSelect(b.CreateFCmpOLT(x, f32(b, 0)), e, f32(b, 1.f));
+  return b.CreateFDiv(num, b.CreateFAdd(f32(b, 1.f), e));
 }
 
 } // namespace xjit::backend::math
