@@ -228,16 +228,23 @@ def children_peak_rss_mb() -> float:
 
 
 def print_kernel_cases(
-    cases: Mapping[str, tuple[Callable[..., Any], tuple[Any, ...]]],
+    cases: Mapping[str, tuple[Any, ...]],
     backends: list[str],
     repeats: int,
     inner: int,
     strides: bool = False,
 ) -> None:
     """One line per case: each backend's median thread CPU time per call (interleaved), its ratio
-    to eager, xjit's largest error and, with `strides`, whether its output strides differ."""
-    for name, (fn, inputs) in cases.items():
-        fns, outputs, errors = prepare(backends, fn, inputs)
+    to eager, xjit's largest error and, with `strides`, whether its output strides differ. A case
+    is (fn, inputs) or (fn, inputs, eager_fn): eager then times eager_fn (PyTorch's own kernel for
+    what the compilers see as its decomposition, such as aten.gelu_backward)."""
+    for name, (fn, inputs, *eager_fn) in cases.items():
+        fns, outputs, errors = {}, {}, {}
+        for b in backends:
+            f, o, e = prepare([b], eager_fn[0] if eager_fn and b == "eager" else fn, inputs)
+            fns.update(f)
+            outputs.update(o)
+            errors.update(e)
         samples = interleave(fns, repeats, inner, errors, thread_time_per_call)
         med = {b: statistics.median(s) * 1e6 for b, s in samples.items()}
         line = f"{name}:"

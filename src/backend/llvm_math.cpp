@@ -155,16 +155,22 @@ Value *atan2F32(IRBuilder<> &b, Value *y, Value *x) {
   return b.CreateSelect(b.CreateFCmpUNO(x, y), quietNaN(b), r);
 }
 
-namespace {} // namespace
+namespace {
 
-Value *expF32(IRBuilder<> &b, Value *x) {
+/// Which ends of exp's range a caller's argument can reach (its clamps are skipped otherwise).
+enum class ExpRange { Any, NonPositive, NonNegative };
+
+Value *expF32In(IRBuilder<> &b, Value *x, ExpRange range) {
   // exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln2 / 2. x is clamped to where the result
   // is neither certainly infinite nor certainly zero, and 2^n is applied as two factors so that
-  // results in the subnormal range round once, like the exact result.
-  Value *isNan = b.CreateFCmpUNO(x, x);
-  Value *xc = b.CreateSelect(isNan, f32(b, 0), x);
-  xc = b.CreateSelect(b.CreateFCmpOLT(xc, f32(b, -104.f)), f32(b, -104.f), xc);
-  xc = b.CreateSelect(b.CreateFCmpOGT(xc, f32(b, 89.f)), f32(b, 89.f), xc);
+  // results in the subnormal range round once, like the exact result. NaN passes the clamps (a
+  // select keeps x when the compare is false); its n converts to poison, and the last select
+  // returns x in its place.
+  Value *xc = x;
+  if (range != ExpRange::NonNegative)
+    xc = b.CreateSelect(b.CreateFCmpOLT(xc, f32(b, -104.f)), f32(b, -104.f), xc);
+  if (range != ExpRange::NonPositive)
+    xc = b.CreateSelect(b.CreateFCmpOGT(xc, f32(b, 89.f)), f32(b, 89.f), xc);
   Value *n = b.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven,
                                     b.CreateFMul(xc, f32(b, 1.44269504088896341f)));
   Value *r = madd(b, n, f32(b, -0.693359375f), xc); // ln 2 in two parts (Cody-Waite)
@@ -177,8 +183,12 @@ Value *expF32(IRBuilder<> &b, Value *x) {
   Value *n1 = b.CreateAShr(ni, 1);
   Value *n2 = b.CreateSub(ni, n1);
   Value *res = b.CreateFMul(b.CreateFMul(y, pow2(b, n1)), pow2(b, n2));
-  return b.CreateSelect(isNan, x, res);
+  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, res);
 }
+
+} // namespace
+
+Value *expF32(IRBuilder<> &b, Value *x) { return expF32In(b, x, ExpRange::Any); }
 
 Value *logF32(IRBuilder<> &b, Value *x) {
   // x = m * 2^e with m in [sqrt(0.5), sqrt(2)); log(x) = log1p(m - 1) + e * ln 2. Subnormal x is
@@ -245,7 +255,7 @@ Value *tanhF32(IRBuilder<> &b, Value *x) {
                     {-5.70498872745E-3f, 2.06390887954E-2f, -5.37397155531E-2f, 1.33314422036E-1f,
                      -3.33332819422E-1f});
   Value *small = madd(b, b.CreateFMul(p, z), x, x);
-  Value *e = expF32(b, b.CreateFMul(ax, f32(b, 2.f)));
+  Value *e = expF32In(b, b.CreateFMul(ax, f32(b, 2.f)), ExpRange::NonNegative);
   Value *large = b.CreateFSub(f32(b, 1.f), b.CreateFDiv(f32(b, 2.f), b.CreateFAdd(e, f32(b, 1.f))));
   Value *r = b.CreateSelect(b.CreateFCmpOLT(ax, f32(b, 0.625f)), small, large);
   return b.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, r, x);
@@ -271,12 +281,13 @@ Value *erfF32(IRBuilder<> &b, Value *x) {
 }
 
 Value *sigmoidF32(IRBuilder<> &b, Value *x) {
-  Value *e = expF32(b, b.CreateFNeg(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x)));
-  Value *denom = b.CreateFAdd(f32(b, 1.f), e);
-  Value *pos = b.CreateFDiv(f32(b, 1.f), denom);
-  Value *neg = b.CreateFDiv(e, denom);
-  // x < 0: e / (1 + e) with e = exp(x) tiny instead of 1 / (1 + inf); NaN takes `pos` (NaN).
-  return b.CreateSelect(b.CreateFCmpOLT(x, f32(b, 0)), neg, pos);
+  // 1 / (1 + e) for x >= 0, e / (1 + e) for x < 0 (e = exp(-|x|) tiny instead of 1 / (1 + inf)):
+  // one division with the numerator selected, not two divisions and a select of their results
+  // (same roundings). NaN takes 1 / NaN.
+  Value *e = expF32In(b, b.CreateFNeg(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x)),
+                      ExpRange::NonPositive);
+  Value *num = b.CreateSelect(b.CreateFCmpOLT(x, f32(b, 0)), e, f32(b, 1.f));
+  return b.CreateFDiv(num, b.CreateFAdd(f32(b, 1.f), e));
 }
 
 } // namespace xjit::backend::math

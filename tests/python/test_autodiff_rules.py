@@ -349,6 +349,30 @@ def test_where_and_masked_fill_rules() -> None:
     torch.testing.assert_close(got[2], want[1])
 
 
+def test_gelu_tanh_against_float64() -> None:
+    # gelu(x, approximate="tanh") and its gradient in f32 against float64 autograd, relative
+    # error, over [-12, 12]: the forward as x * sigmoid(2u) and the gradient from exp(-2|u|)
+    # have no cancellation (eager's 0.5 x (1 + tanh u) and 1 - tanh(u)^2 are off by up to 1.5e-4
+    # relative for x < -3 and 3e-6 absolute for x in 4..9).
+    n = 1 << 16
+    g = x_.Graph("g")
+    x = g.add_input(f"f32[{n}]", "x")
+    g.set_outputs(g.add_op("gelu", [x], {"approximate": "tanh"}))
+    xs = torch.linspace(-12, 12, n)
+    grad = torch.ones(n)
+    leaf = xs.double().requires_grad_()
+    # x sigmoid(2u) = 0.5 x (1 + tanh u): F.gelu's own form cancels to 0 below x = -6 in f64 too.
+    k = (2 / torch.pi) ** 0.5
+    want_out = leaf * torch.sigmoid(2 * k * (leaf + 0.044715 * leaf**3))
+    (want,) = torch.autograd.grad(want_out, [leaf], grad.double())
+    got = joint_run(g, [xs, grad])
+    # Relative error grows with |x| in the tail (exp(2u) amplifies the rounding of u ~ x^3 by 2|u|,
+    # up to 50 at x = -8); below 1e-30 the f32 results are subnormal or zero: absolute there.
+    torch.testing.assert_close(got[0].double(), want_out.detach(), rtol=3e-5, atol=1e-30)
+    # The gradient is zero near x = -0.75 (gelu's minimum): absolute there.
+    torch.testing.assert_close(got[1].double(), want, rtol=3e-5, atol=1e-7)
+
+
 def test_split_graphs_reproduce_the_joint_gradients() -> None:
     # forward (outputs + saved) then backward (saved, saved inputs, grads): the protocol the
     # frontend's autograd.Function follows, on a small MLP with a layer_norm.
