@@ -888,6 +888,9 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
       if (!why.empty()) {
         e->action = EntryAction::RunPython;
         e->pythonReason = "an input requires grad while grad mode is enabled and " + why;
+        // The reasons that stay with this frame: what it calls can train compiled.
+        e->calleesCompile =
+            (cap.breakPoint || cap.cutsGradient || cap.gradModeAtExit >= 0) && !moduleSelf(f);
       }
     }
   }
@@ -1300,6 +1303,7 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
     ++events().counters.cacheHits;
   }
   if (e->action == EntryAction::RunPython) {
+    if (e->calleesCompile) return evalDefault();
     // A frame running in Python (autograd through its parameters): the forwards of library
     // modules it calls would each be captured only to run in Python for the same reason; they
     // are not compiled while it runs (eval_frame.cpp).
