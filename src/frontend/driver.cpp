@@ -879,7 +879,7 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     if (grad && !cap.autogradFree) {
       // A training step: compiled forward and backward graphs under a torch.autograd.Function
       // (training.h) where the capture allows it, else the frame runs under eager autograd.
-      std::string why = trainingRefusal(cap, opts.backend == Backend::Xjit, opts.check);
+      std::string why = trainingRefusal(cap, f.code, opts.backend == Backend::Xjit, opts.check);
       if (why.empty()) {
         e->training = newTrainingStep(*e, values);
         why = gradLeafRefusal(g, cap.gradLeaves, e->training->requiresGrad);
@@ -973,7 +973,10 @@ double optimize(CompiledEntry &e, const ScopeOptions &opts, int id, const Source
     }
     return msSince(t0);
   }
-  if (opts.backend == Backend::Xjit && !compileNative(e, loc, id)) throw PyErrorSet();
+  // An entry that runs in Python never runs its graph: no native code for it.
+  if (opts.backend == Backend::Xjit && e.action == EntryAction::RunGraph &&
+      !compileNative(e, loc, id))
+    throw PyErrorSet();
   return msSince(t0);
 }
 
