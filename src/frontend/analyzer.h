@@ -438,8 +438,9 @@ VarPtr optimizerStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const 
 VarPtr optimizerStepCall(Analyzer &a, PyObject *fn, const Args &args);
 /// Whether `fn(opt)` is the stock step of SGD, Adam or AdamW `opt` (eval_frame.cpp).
 bool isStockOptimizerStep(PyObject *opt, PyObject *fn);
-/// `opt.zero_grad(set_to_none=...)` of an optimizer with torch.optim's own zero_grad: the
-/// gradients set to None or zeroed; nullptr when it is not that.
+/// `opt.zero_grad(set_to_none=...)` of an optimizer with torch.optim's own zero_grad (the
+/// gradients set to None or zeroed), or `model.zero_grad()` of a module with nn.Module's (set to
+/// None); nullptr when it is not that.
 VarPtr optimizerZeroGrad(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args);
 /// The same for `opt.step()` where an LR scheduler has wrapped the step (`fn` the wrapper, read
 /// at `fnSource` = <optimizer>.step); nullptr when it is not that.

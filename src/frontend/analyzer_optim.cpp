@@ -7,6 +7,8 @@
 #include "analyzer.h"
 #include "tensor_bridge.h"
 
+#include <algorithm>
+#include <set>
 #include <string_view>
 
 namespace xjit::frontend {
@@ -100,6 +102,16 @@ Source dictKey(const Source &src, const char *key) {
   return plus(src, SourceStep{SourceStep::DictKey, 0, "", check(PyUnicode_FromString(key), "str")});
 }
 
+/// Guards that the dict at `src` keeps the keys `dict` has now.
+void guardDictKeys(Analyzer &a, const Source &src, PyObject *dict) {
+  Guard g;
+  g.kind = Guard::DictKeysAre;
+  g.source = src;
+  g.object = check(PyDict_Keys(dict), "dict.keys()");
+  g.description = sourceKey(src) + ": the same " + std::to_string(PyDict_GET_SIZE(dict)) + " keys";
+  a.addGuard(std::move(g));
+}
+
 /// A parameter group's hyperparameter, guarded by value at its source.
 struct Group {
   Analyzer &a;
@@ -170,15 +182,7 @@ VarPtr stockStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args
     if (PyDict_GetItemString(instanceDict.get(), absent.data()) &&
         !(instanceStep && absent == "step"))
       a.fail(name + " with an instance attribute '" + std::string(absent) + "'");
-  {
-    Guard g;
-    g.kind = Guard::DictKeysAre;
-    g.source = plus(S, attrStep("__dict__"));
-    g.object = check(PyDict_Keys(instanceDict.get()), "dict.keys()");
-    g.description = sourceKey(g.source) + ": the same " +
-                    std::to_string(PyDict_GET_SIZE(instanceDict.get())) + " attribute names";
-    a.addGuard(std::move(g));
-  }
+  guardDictKeys(a, plus(S, attrStep("__dict__")), instanceDict.get());
   // Step hooks, the optimizer's own and the global ones (optimizer.py's globals, reached
   // through the wrapper the class's step is).
   Source wrapperGlobals =
@@ -346,15 +350,7 @@ VarPtr zeroGrad(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args 
   if (!instanceDict || !PyDict_Check(instanceDict.get()) ||
       PyDict_GetItemString(instanceDict.get(), "zero_grad"))
     return nullptr;
-  {
-    Guard g;
-    g.kind = Guard::DictKeysAre;
-    g.source = plus(S, attrStep("__dict__"));
-    g.object = check(PyDict_Keys(instanceDict.get()), "dict.keys()");
-    g.description = sourceKey(g.source) + ": the same " +
-                    std::to_string(PyDict_GET_SIZE(instanceDict.get())) + " attribute names";
-    a.addGuard(std::move(g));
-  }
+  guardDictKeys(a, plus(S, attrStep("__dict__")), instanceDict.get());
   PyRef groups = attr(opt, "param_groups");
   if (!groups || !PyList_CheckExact(groups.get())) return nullptr;
   const Source groupsSrc = plus(S, attrStep("param_groups"));
@@ -396,6 +392,69 @@ VarPtr zeroGrad(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args 
   return a.none();
 }
 
+/// The parameters of module `m` (at `src`) and of its submodules, each once, with their sources
+/// (named_parameters' walk); the guards keep the module tree and its parameters as they are.
+void moduleParameters(Analyzer &a, PyObject *m, const Source &src, std::set<PyObject *> &modules,
+                      std::vector<std::pair<PyObject *, Source>> &params) {
+  if (!modules.insert(m).second) return;
+  PyRef own = attr(m, "_parameters"), children = attr(m, "_modules");
+  if (!own || !children || !PyDict_Check(own.get()) || !PyDict_Check(children.get()))
+    a.fail("module.zero_grad() of a module without _parameters / _modules dicts");
+  for (auto [dict, field] : {std::pair{own.get(), "_parameters"}, {children.get(), "_modules"}}) {
+    const Source dsrc = plus(src, attrStep(field));
+    guardDictKeys(a, dsrc, dict);
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+      if (!PyUnicode_Check(key)) a.fail("module.zero_grad() of a module with a non-str name");
+      const Source item = dictKey(dsrc, key);
+      a.guardId(item, value);
+      if (value == Py_None) continue;
+      if (dict == children.get()) {
+        moduleParameters(a, value, item, modules, params);
+      } else if (std::none_of(params.begin(), params.end(),
+                              [&](const auto &p) { return p.first == value; })) {
+        params.emplace_back(value, item);
+      }
+    }
+  }
+}
+
+/// nn.Module.zero_grad() / zero_grad(set_to_none=True) of a module whose class keeps nn.Module's:
+/// each parameter's `.grad` set to None, as Optimizer.zero_grad does (zeroGrad). Zeroing in
+/// place (`set_to_none=False`) is traced like other code (a graph break at parameters()).
+VarPtr moduleZeroGrad(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args) {
+  auto *mod = as<ModuleVar>(self);
+  auto *funcObj = as<ObjectVar>(func);
+  if (!mod || !funcObj || !self->source || args.pos.size() + args.kw.size() > 1) return nullptr;
+  PyRef base = attr(torchModuleType(), "zero_grad");
+  if (!base || funcObj->obj.get() != base.get()) return nullptr;
+  const VarPtr *flag = args.pos.empty() ? args.find("set_to_none") : &args.pos[0];
+  if (!args.kw.empty() && !flag) return nullptr;
+  if (flag) {
+    PyRef v = a.asPython(*flag);
+    if (v.get() != Py_True) return nullptr;
+  }
+  PyObject *m = mod->obj.get();
+  const Source &S = *self->source;
+  PyRef instanceDict = attr(m, "__dict__");
+  // A DataParallel replica (`_is_replica`) only warns: not modeled.
+  if (!instanceDict || !PyDict_Check(instanceDict.get()) ||
+      PyDict_GetItemString(instanceDict.get(), "_is_replica") ||
+      PyDict_GetItemString(instanceDict.get(), "zero_grad"))
+    return nullptr;
+  a.guardId(plus(plus(S, attrStep("__class__")), attrStep("zero_grad")), base.get());
+  guardDictKeys(a, plus(S, attrStep("__dict__")), instanceDict.get());
+  std::set<PyObject *> modules;
+  std::vector<std::pair<PyObject *, Source>> params;
+  moduleParameters(a, m, S, modules, params);
+  for (const auto &[p, src] : params) {
+    a.recordEffect({SideEffect::SetAttr, src, "grad", {}, a.none()});
+    a.attrOverlay[{p, "grad"}] = a.none();
+  }
+  return a.none();
+}
+
 } // namespace
 
 VarPtr optimizerStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args) {
@@ -403,7 +462,8 @@ VarPtr optimizerStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const 
 }
 
 VarPtr optimizerZeroGrad(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args) {
-  return zeroGrad(a, self, func, args);
+  return self->kind == VarKind::Module ? moduleZeroGrad(a, self, func, args)
+                                       : zeroGrad(a, self, func, args);
 }
 
 VarPtr optimizerStepCall(Analyzer &a, PyObject *fn, const Args &args) {

@@ -890,7 +890,7 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
         e->pythonReason = "an input requires grad while grad mode is enabled and " + why;
         // The reasons that stay with this frame: what it calls can train compiled.
         e->calleesCompile =
-            (cap.breakPoint || cap.cutsGradient || cap.gradModeAtExit >= 0) && !moduleSelf(f);
+            (cap.breakPoint || cap.cutsGradient || cap.gradModeAtExit >= 0) && !isModuleMethod(f);
       }
     }
   }

@@ -95,6 +95,12 @@ bool codeNamed(PyCodeObject *code, const char *name) {
   return n && std::strcmp(n, name) == 0;
 }
 
+} // namespace
+
+bool isModuleMethod(const FrameView &f) { return moduleSelf(f) || codeNamed(f.code, "forward"); }
+
+namespace {
+
 /// A module's constructor (`__init__` of an nn.Module, user code or not) is not a root: it runs
 /// once per instance, and the analyzer does not construct modules, so a capture of it would be
 /// a chain of graph breaks (one per submodule it makes) for nothing to compile.

@@ -51,6 +51,9 @@ PyObject *handleFrame(const FrameView &f, EvalDefault evalDefault);
 /// The frame's first argument if it is a torch.nn.Module (the `self` of a module method),
 /// else nullptr (borrowed).
 PyObject *moduleSelf(const FrameView &f);
+/// Whether the frame is a module's method (moduleSelf) or named `forward` (a resume function of
+/// one passes other values first).
+bool isModuleMethod(const FrameView &f);
 /// The options in force for this thread (scope, else program), or nullptr.
 inline const ScopeOptions *activeOptions();
 

@@ -79,8 +79,8 @@ for i in range(10):
 print("hook calls", len(seen), "lr", sched.get_last_lr())
 """
 
-# What must stay in Python: an optimizer subclass with its own zero_grad, a step pre-hook, and
-# model.zero_grad() (nn.Module's, which walks a parameters() generator).
+# What must stay in Python: an optimizer subclass with its own zero_grad and a step pre-hook;
+# with model.zero_grad() between two backward passes.
 CUSTOM = """\
 import torch, torch.nn as nn
 torch.manual_seed(0)
@@ -256,3 +256,41 @@ def test_zero_grad_of_a_subclass_that_overrides_it_is_its_own() -> None:
 
     f(torch.ones(2))
     assert all(p.grad is not None for p in m.parameters())
+
+
+def test_module_zero_grad_is_captured() -> None:
+    torch.manual_seed(0)
+    shared = torch.nn.Linear(3, 3)
+    m = torch.nn.Sequential(shared, torch.nn.Sequential(torch.nn.ReLU(), shared), torch.nn.Linear(3, 1))
+    m[2].bias = None  # a None entry in _parameters
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        m.zero_grad()
+        return x - 1
+
+    m(torch.randn(2, 3)).sum().backward()
+    assert all(p.grad is not None for p in m.parameters())
+    report = xjit.explain(f)(torch.ones(2))
+    assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+    assert all(p.grad is None for p in m.parameters())
+    # A parameter added later is seen (the module's _parameters keys are guarded).
+    m[2].bias = torch.nn.Parameter(torch.zeros(1))
+    m(torch.randn(2, 3)).sum().backward()
+    compiled = xjit.jit(f)
+    compiled(torch.ones(2))
+    assert all(p.grad is None for p in m.parameters())
+
+
+def test_module_zero_grad_in_place_still_zeroes() -> None:
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 2)
+    m(torch.randn(4, 3)).sum().backward()
+    grads = [p.grad for p in m.parameters()]
+
+    @xjit.jit
+    def f(x: torch.Tensor) -> torch.Tensor:
+        m.zero_grad(set_to_none=False)  # not modeled: traced (a graph break), as eager
+        return x * 3
+
+    f(torch.ones(2))
+    assert all(p.grad is g and not g.any() for p, g in zip(m.parameters(), grads))
