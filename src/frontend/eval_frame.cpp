@@ -281,6 +281,7 @@ PyObject *evalWithoutLibraryRoots(EvalDefault evalDefault) {
 /// object for every optimizer class), or nullptr.
 PyCodeObject *optimizerStepWrapperCode() {
   static PyCodeObject *code = [] {
+    BusyScope busy; // an import running code would re-enter the hook (and this initializer)
     PyCodeObject *found = nullptr;
     PyObject *mod = PyImport_ImportModule("torch.optim.optimizer");
     PyObject *cls = mod ? PyObject_GetAttrString(mod, "Optimizer") : nullptr;
@@ -328,6 +329,7 @@ PyObject *runOptimizerStep(const FrameView &f, const ScopeOptions &opts, EvalDef
     if (fromBreakCode) return evalDefault();
   }
   static PyObject *step = [] {
+    BusyScope busy;
     PyObject *mod = PyImport_ImportModule("xjit._optim");
     PyObject *fn = mod ? PyObject_GetAttrString(mod, "step") : nullptr; // kept for good
     Py_XDECREF(mod);
