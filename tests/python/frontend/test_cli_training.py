@@ -286,3 +286,16 @@ def test_module_zero_grad_in_place_still_zeroes() -> None:
 
     f(torch.ones(2))
     assert all(p.grad is g and not g.any() for p, g in zip(m.parameters(), grads))
+
+
+def test_optimizer_made_from_a_parameters_generator_gets_the_parameters() -> None:
+    # The capture breaks inside model.parameters() (a generator) and resumes with the generator
+    # on the stack; AdamW(...) is a PyTorch fallback whose meta run at capture consumed it, so
+    # the break code made an optimizer of an exhausted generator ("empty parameter list").
+    m = torch.nn.Linear(3, 2)
+
+    def make(model: torch.nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    opt = xjit.jit(make)(m)
+    assert [id(p) for p in opt.param_groups[0]["params"]] == [id(p) for p in m.parameters()]
