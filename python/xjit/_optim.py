@@ -97,3 +97,11 @@ def sgd(
                 grad = buf
         # add_(grad, alpha=-lr): ATen computes param + alpha * grad.
         param.add_(_scalar(-lr, param) * grad)
+
+
+def step(step_fn: Any, optimizer: Any) -> Any:
+    """``optimizer.step()`` of a stock SGD, Adam or AdamW called from Python while xjit's hook is
+    on: the hook runs this frame instead of torch.optim's step wrapper (library code, never
+    compiled itself), and its capture is the stock update, as for ``xjit.jit(lambda:
+    opt.step())`` (src/frontend/eval_frame.cpp ``runOptimizerStep``)."""
+    return step_fn(optimizer)

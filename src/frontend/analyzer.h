@@ -433,6 +433,15 @@ VarPtr functionApply(Analyzer &a, PyObject *fn, const std::optional<Source> &fnS
 /// `opt.step()` of a stock torch.optim SGD, Adam or AdamW as graph ops (analyzer_optim.cpp);
 /// nullptr when `self`/`func` are not such a step (it is then traced like other code).
 VarPtr optimizerStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args);
+/// `step(opt)` where `step` is a stock optimizer's step function (the class's `step` called as a
+/// function: what the hook compiles for `opt.step()` called from Python, xjit/_optim.py `step`).
+VarPtr optimizerStepCall(Analyzer &a, PyObject *fn, const Args &args);
+/// Whether `fn(opt)` is the stock step of SGD, Adam or AdamW `opt` (eval_frame.cpp).
+bool isStockOptimizerStep(PyObject *opt, PyObject *fn);
+/// `opt.zero_grad(set_to_none=...)` of an optimizer with torch.optim's own zero_grad (the
+/// gradients set to None or zeroed), or `model.zero_grad()` of a module with nn.Module's (set to
+/// None); nullptr when it is not that.
+VarPtr optimizerZeroGrad(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args);
 /// The same for `opt.step()` where an LR scheduler has wrapped the step (`fn` the wrapper, read
 /// at `fnSource` = <optimizer>.step); nullptr when it is not that.
 VarPtr scheduledOptimizerStep(Analyzer &a, PyObject *fn, const std::optional<Source> &fnSource,

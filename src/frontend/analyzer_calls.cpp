@@ -636,6 +636,8 @@ VarPtr Analyzer::call(const VarPtr &callable, const Args &args) {
     if (VarPtr r = moduleChildren(*this, b->self, b->name, b->func, args)) return r;
     if (b->name == "step")
       if (VarPtr r = optimizerStep(*this, b->self, b->func, args)) return r;
+    if (b->name == "zero_grad")
+      if (VarPtr r = optimizerZeroGrad(*this, b->self, b->func, args)) return r;
     Args a2;
     a2.pos.reserve(args.pos.size() + 1);
     a2.pos.push_back(b->self);
@@ -799,6 +801,7 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
   if (VarPtr r = functionApply(*this, fn, fnSource, args)) return r;
 
   if (VarPtr r = scheduledOptimizerStep(*this, fn, fnSource, args)) return r;
+  if (VarPtr r = optimizerStepCall(*this, fn, args)) return r;
   // 4. Python functions: inlined (PyTorch's own helpers on tensors run through a fallback).
   if (PyFunction_Check(fn)) {
     PyObject *globals = PyFunction_GET_GLOBALS(fn);

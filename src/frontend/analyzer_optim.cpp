@@ -5,7 +5,10 @@
 // context, grad-mode wrappers, lazy state creation and `step_t.item()` (one graph per step
 // count); the stock classes' updates are few and documented, so they are written once.
 #include "analyzer.h"
+#include "tensor_bridge.h"
 
+#include <algorithm>
+#include <set>
 #include <string_view>
 
 namespace xjit::frontend {
@@ -30,15 +33,15 @@ PyObject *unwrappedCode(PyObject *fn, int *depth) {
   return PyFunction_Check(f.get()) ? PyFunction_GET_CODE(f.get()) : nullptr;
 }
 
-/// Which stock optimizer `opt` is, when `fn` (the function `opt.step` calls) is that class's
-/// step as torch.optim wraps it: Optimizer.profile_hook_step's wrapper around
-/// _use_grad_for_differentiable's wrapper around the class's `step`. Subclasses and replaced
-/// steps are traced like other code.
-OptimizerKind stockOptimizer(PyObject *opt, PyObject *fn) {
-  struct Stock {
-    PyObject *sgd = nullptr, *adam = nullptr, *adamw = nullptr;
-    PyObject *sgdStep = nullptr, *adamStep = nullptr; // the raw `step` code objects
-  };
+/// The stock classes, their raw `step` code objects and Optimizer.zero_grad as torch.optim
+/// defines it (wrapped by torch._disable_dynamo), read once.
+struct Stock {
+  PyObject *sgd = nullptr, *adam = nullptr, *adamw = nullptr;
+  PyObject *sgdStep = nullptr, *adamStep = nullptr; // the raw `step` code objects
+  PyObject *zeroGrad = nullptr;                     // Optimizer.zero_grad (the wrapper)
+};
+
+const Stock &stockTable() {
   static const Stock stock = [] {
     Stock s;
     PyRef optim = PyRef::steal(PyImport_ImportModule("torch.optim"));
@@ -61,8 +64,22 @@ OptimizerKind stockOptimizer(PyObject *opt, PyObject *fn) {
     };
     s.sgdStep = rawStep(s.sgd);
     s.adamStep = rawStep(s.adam);
+    if (PyRef base = attr(optim.get(), "Optimizer")) {
+      PyObject *d = reinterpret_cast<PyTypeObject *>(base.get())->tp_dict;
+      s.zeroGrad = d ? PyDict_GetItemString(d, "zero_grad") : nullptr;
+      Py_XINCREF(s.zeroGrad);
+    }
     return s;
   }();
+  return stock;
+}
+
+/// Which stock optimizer `opt` is, when `fn` (the function `opt.step` calls) is that class's
+/// step as torch.optim wraps it: Optimizer.profile_hook_step's wrapper around
+/// _use_grad_for_differentiable's wrapper around the class's `step`. Subclasses and replaced
+/// steps are traced like other code.
+OptimizerKind stockOptimizer(PyObject *opt, PyObject *fn) {
+  const Stock &stock = stockTable();
   PyObject *type = reinterpret_cast<PyObject *>(Py_TYPE(opt));
   OptimizerKind kind = type == stock.sgd                           ? OptimizerKind::SGD
                        : type == stock.adam || type == stock.adamw ? OptimizerKind::Adam
@@ -83,6 +100,16 @@ Source dictKey(const Source &src, PyObject *key) {
 }
 Source dictKey(const Source &src, const char *key) {
   return plus(src, SourceStep{SourceStep::DictKey, 0, "", check(PyUnicode_FromString(key), "str")});
+}
+
+/// Guards that the dict at `src` keeps the keys `dict` has now.
+void guardDictKeys(Analyzer &a, const Source &src, PyObject *dict) {
+  Guard g;
+  g.kind = Guard::DictKeysAre;
+  g.source = src;
+  g.object = check(PyDict_Keys(dict), "dict.keys()");
+  g.description = sourceKey(src) + ": the same " + std::to_string(PyDict_GET_SIZE(dict)) + " keys";
+  a.addGuard(std::move(g));
 }
 
 /// A parameter group's hyperparameter, guarded by value at its source.
@@ -130,10 +157,11 @@ struct Group {
   }
 };
 
-/// The stock step of `self` (`func` the function its `step` calls); `scheduled`: called through
-/// an LR scheduler's wrapper (an instance attribute `step`).
+/// The stock step of `self` (`func` the function its `step` calls); `instanceStep`: an instance
+/// attribute `step` does not matter (called through an LR scheduler's wrapper, which is that
+/// attribute, or as the class's function `func(opt)`).
 VarPtr stockStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args,
-                 bool scheduled) {
+                 bool instanceStep) {
   auto *selfObj = as<ObjectVar>(self);
   auto *funcObj = as<ObjectVar>(func);
   if (!selfObj || !funcObj || !self->source || !args.pos.empty() || !args.kw.empty())
@@ -151,17 +179,10 @@ VarPtr stockStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args
   PyRef instanceDict = attr(opt, "__dict__");
   if (!instanceDict || !PyDict_Check(instanceDict.get())) return nullptr;
   for (std::string_view absent : {"step", "grad_scale", "found_inf"})
-    if (PyDict_GetItemString(instanceDict.get(), absent.data()) && !(scheduled && absent == "step"))
+    if (PyDict_GetItemString(instanceDict.get(), absent.data()) &&
+        !(instanceStep && absent == "step"))
       a.fail(name + " with an instance attribute '" + std::string(absent) + "'");
-  {
-    Guard g;
-    g.kind = Guard::DictKeysAre;
-    g.source = plus(S, attrStep("__dict__"));
-    g.object = check(PyDict_Keys(instanceDict.get()), "dict.keys()");
-    g.description = sourceKey(g.source) + ": the same " +
-                    std::to_string(PyDict_GET_SIZE(instanceDict.get())) + " attribute names";
-    a.addGuard(std::move(g));
-  }
+  guardDictKeys(a, plus(S, attrStep("__dict__")), instanceDict.get());
   // Step hooks, the optimizer's own and the global ones (optimizer.py's globals, reached
   // through the wrapper the class's step is).
   Source wrapperGlobals =
@@ -251,6 +272,9 @@ VarPtr stockStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args
       Source src = plus(psrc, SourceStep{SourceStep::Item, pi, "", {}});
       // The state is keyed by the parameter object itself.
       a.guardId(src, p);
+      // A zero_grad() earlier in the capture changed .grad after the object was read.
+      if (a.attrOverlay.count({p, "grad"}))
+        a.fail(name + ".step() after zero_grad() in the same capture");
       PyRef grad = attr(p, "grad");
       Source gradSrc = plus(src, attrStep("grad"));
       if (!grad || grad.get() == Py_None) {
@@ -296,10 +320,161 @@ VarPtr stockStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args
   return a.none();
 }
 
+/// Optimizer.zero_grad(set_to_none) of any optimizer whose class keeps the base class's: each
+/// parameter's `.grad` set to None (a side effect, replayed after the graph; setting None where
+/// it is None already changes nothing, so the gradients need no guards), or zeroed in place.
+/// Eager runs it under torch._disable_dynamo, which is what made it a graph break.
+VarPtr zeroGrad(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args) {
+  auto *selfObj = as<ObjectVar>(self);
+  auto *funcObj = as<ObjectVar>(func);
+  const Stock &stock = stockTable();
+  if (!selfObj || !funcObj || !self->source || !stock.zeroGrad ||
+      funcObj->obj.get() != stock.zeroGrad || args.pos.size() + args.kw.size() > 1)
+    return nullptr;
+  const VarPtr *flag = args.pos.empty() ? args.find("set_to_none") : &args.pos[0];
+  if (!args.kw.empty() && !flag) return nullptr;
+  bool setToNone = true;
+  if (flag) {
+    PyRef v = a.asPython(*flag);
+    if (!v || !PyBool_Check(v.get())) return nullptr;
+    setToNone = v.get() == Py_True;
+  }
+  PyObject *opt = selfObj->obj.get();
+  const Source &S = *self->source;
+  const std::string name = Py_TYPE(opt)->tp_name;
+  // The method found is the base class's (no override, no instance attribute: the attribute
+  // names are guarded as for the step).
+  a.guardType(S, reinterpret_cast<PyObject *>(Py_TYPE(opt)));
+  a.guardId(plus(plus(S, attrStep("__class__")), attrStep("zero_grad")), stock.zeroGrad);
+  PyRef instanceDict = attr(opt, "__dict__");
+  if (!instanceDict || !PyDict_Check(instanceDict.get()) ||
+      PyDict_GetItemString(instanceDict.get(), "zero_grad"))
+    return nullptr;
+  guardDictKeys(a, plus(S, attrStep("__dict__")), instanceDict.get());
+  PyRef groups = attr(opt, "param_groups");
+  if (!groups || !PyList_CheckExact(groups.get())) return nullptr;
+  const Source groupsSrc = plus(S, attrStep("param_groups"));
+  a.guardType(groupsSrc, reinterpret_cast<PyObject *>(&PyList_Type));
+  a.guardLen(groupsSrc, PyList_GET_SIZE(groups.get()));
+  for (Py_ssize_t gi = 0; gi < PyList_GET_SIZE(groups.get()); ++gi) {
+    PyObject *group = PyList_GET_ITEM(groups.get(), gi);
+    PyObject *params = PyDict_CheckExact(group) ? PyDict_GetItemString(group, "params") : nullptr;
+    if (!params || !PyList_CheckExact(params)) a.fail(name + ".zero_grad() of an unusual group");
+    const Source gsrc = plus(groupsSrc, SourceStep{SourceStep::Item, gi, "", {}});
+    a.guardType(gsrc, reinterpret_cast<PyObject *>(&PyDict_Type));
+    const Source psrc = dictKey(gsrc, "params");
+    a.guardType(psrc, reinterpret_cast<PyObject *>(&PyList_Type));
+    a.guardLen(psrc, PyList_GET_SIZE(params));
+    for (Py_ssize_t pi = 0; pi < PyList_GET_SIZE(params); ++pi) {
+      PyObject *p = PyList_GET_ITEM(params, pi);
+      const Source src = plus(psrc, SourceStep{SourceStep::Item, pi, "", {}});
+      a.guardId(src, p);
+      if (setToNone) {
+        a.recordEffect({SideEffect::SetAttr, src, "grad", {}, a.none()});
+        a.attrOverlay[{p, "grad"}] = a.none();
+        continue;
+      }
+      // p.grad.zero_() (eager first detaches a gradient that has a history, which a capture
+      // would have to model: such a gradient is a graph break).
+      PyRef grad = attr(p, "grad");
+      const Source gradSrc = plus(src, attrStep("grad"));
+      if (!grad || grad.get() == Py_None) {
+        a.guardId(gradSrc, Py_None);
+        continue;
+      }
+      if (!isTensor(grad.get()) || requiresGrad(grad.get()) != 0)
+        a.fail(name + ".zero_grad(set_to_none=False) of a gradient that requires grad");
+      VarPtr g = a.wrapSourced(grad.get(), gradSrc);
+      a.callMethod(g, "zero_", {});
+      a.attrOverlay[{p, "grad"}] = g;
+    }
+  }
+  return a.none();
+}
+
+/// The parameters of module `m` (at `src`) and of its submodules, each once, with their sources
+/// (named_parameters' walk); the guards keep the module tree and its parameters as they are.
+void moduleParameters(Analyzer &a, PyObject *m, const Source &src, std::set<PyObject *> &modules,
+                      std::vector<std::pair<PyObject *, Source>> &params) {
+  if (!modules.insert(m).second) return;
+  PyRef own = attr(m, "_parameters"), children = attr(m, "_modules");
+  if (!own || !children || !PyDict_Check(own.get()) || !PyDict_Check(children.get()))
+    a.fail("module.zero_grad() of a module without _parameters / _modules dicts");
+  for (auto [dict, field] : {std::pair{own.get(), "_parameters"}, {children.get(), "_modules"}}) {
+    const Source dsrc = plus(src, attrStep(field));
+    guardDictKeys(a, dsrc, dict);
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+      if (!PyUnicode_Check(key)) a.fail("module.zero_grad() of a module with a non-str name");
+      const Source item = dictKey(dsrc, key);
+      a.guardId(item, value);
+      if (value == Py_None) continue;
+      if (dict == children.get()) {
+        moduleParameters(a, value, item, modules, params);
+      } else if (std::none_of(params.begin(), params.end(),
+                              [&](const auto &p) { return p.first == value; })) {
+        params.emplace_back(value, item);
+      }
+    }
+  }
+}
+
+/// nn.Module.zero_grad() / zero_grad(set_to_none=True) of a module whose class keeps nn.Module's:
+/// each parameter's `.grad` set to None, as Optimizer.zero_grad does (zeroGrad). Zeroing in
+/// place (`set_to_none=False`) is traced like other code (a graph break at parameters()).
+VarPtr moduleZeroGrad(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args) {
+  auto *mod = as<ModuleVar>(self);
+  auto *funcObj = as<ObjectVar>(func);
+  if (!mod || !funcObj || !self->source || args.pos.size() + args.kw.size() > 1) return nullptr;
+  PyRef base = attr(torchModuleType(), "zero_grad");
+  if (!base || funcObj->obj.get() != base.get()) return nullptr;
+  const VarPtr *flag = args.pos.empty() ? args.find("set_to_none") : &args.pos[0];
+  if (!args.kw.empty() && !flag) return nullptr;
+  if (flag) {
+    PyRef v = a.asPython(*flag);
+    if (v.get() != Py_True) return nullptr;
+  }
+  PyObject *m = mod->obj.get();
+  const Source &S = *self->source;
+  PyRef instanceDict = attr(m, "__dict__");
+  // A DataParallel replica (`_is_replica`) only warns: not modeled.
+  if (!instanceDict || !PyDict_Check(instanceDict.get()) ||
+      PyDict_GetItemString(instanceDict.get(), "_is_replica") ||
+      PyDict_GetItemString(instanceDict.get(), "zero_grad"))
+    return nullptr;
+  a.guardId(plus(plus(S, attrStep("__class__")), attrStep("zero_grad")), base.get());
+  guardDictKeys(a, plus(S, attrStep("__dict__")), instanceDict.get());
+  std::set<PyObject *> modules;
+  std::vector<std::pair<PyObject *, Source>> params;
+  moduleParameters(a, m, S, modules, params);
+  for (const auto &[p, src] : params) {
+    a.recordEffect({SideEffect::SetAttr, src, "grad", {}, a.none()});
+    a.attrOverlay[{p, "grad"}] = a.none();
+  }
+  return a.none();
+}
+
 } // namespace
 
 VarPtr optimizerStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args) {
   return stockStep(a, self, func, args, false);
+}
+
+VarPtr optimizerZeroGrad(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args) {
+  return self->kind == VarKind::Module ? moduleZeroGrad(a, self, func, args)
+                                       : zeroGrad(a, self, func, args);
+}
+
+VarPtr optimizerStepCall(Analyzer &a, PyObject *fn, const Args &args) {
+  if (args.pos.size() != 1 || !args.kw.empty()) return nullptr;
+  auto *opt = as<ObjectVar>(args.pos[0]);
+  if (!opt || stockOptimizer(opt->obj.get(), fn) == OptimizerKind::None) return nullptr;
+  return stockStep(a, args.pos[0], a.constant(fn), {}, true);
+}
+
+bool isStockOptimizerStep(PyObject *opt, PyObject *fn) {
+  return stockOptimizer(opt, fn) != OptimizerKind::None;
 }
 
 VarPtr scheduledOptimizerStep(Analyzer &a, PyObject *fn, const std::optional<Source> &fnSource,

@@ -1362,6 +1362,11 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
     PyRef p = asPython(v);
     if (!p || v->kind == VarKind::Module)
       fail("PyTorch fallback " + name + " with a " + typeName(v) + " argument");
+    // The meta run below would consume it (`AdamW(model.parameters())`: the break code then
+    // made the optimizer of an exhausted generator, "empty parameter list").
+    if (PyIter_Check(p.get()))
+      fail("PyTorch fallback " + name + " with an iterator argument (" + Py_TYPE(p.get())->tp_name +
+           ")");
     t.kind = ArgTemplate::Constant;
     t.constant = p;
     return t;

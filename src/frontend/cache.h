@@ -64,7 +64,11 @@ struct CompiledEntry {
   std::vector<std::string> guardText;
   EntryAction action = EntryAction::RunGraph;
   std::string pythonReason; // RunPython: why
-  uint64_t optionsKey = 0;  // the scope options it was compiled under
+  // RunPython for a reason of this frame's own (a graph break in a loop, a gradient it stops, a
+  // grad-mode change), the frame not a module's method (a training loop): the library model
+  // forwards it calls compile as frames of their own (eval_frame.cpp libraryRootsOff).
+  bool calleesCompile = false;
+  uint64_t optionsKey = 0; // the scope options it was compiled under
   std::vector<int> inputSlots;
   std::vector<Type> inputTypes;
   std::vector<bool> intInputs;   // per input: carries a symbolic Python int (Capture::intInputs)

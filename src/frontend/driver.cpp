@@ -882,7 +882,7 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     if (grad && !cap.autogradFree) {
       // A training step: compiled forward and backward graphs under a torch.autograd.Function
       // (training.h) where the capture allows it, else the frame runs under eager autograd.
-      std::string why = trainingRefusal(cap, opts.backend == Backend::Xjit, opts.check);
+      std::string why = trainingRefusal(cap, f.code, opts.backend == Backend::Xjit, opts.check);
       if (why.empty()) {
         e->training = newTrainingStep(*e, values);
         why = gradLeafRefusal(g, cap.gradLeaves, e->training->requiresGrad);
@@ -891,6 +891,9 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
       if (!why.empty()) {
         e->action = EntryAction::RunPython;
         e->pythonReason = "an input requires grad while grad mode is enabled and " + why;
+        // The reasons that stay with this frame: what it calls can train compiled.
+        e->calleesCompile =
+            (cap.breakPoint || cap.cutsGradient || cap.gradModeAtExit >= 0) && !isModuleMethod(f);
       }
     }
   }
@@ -977,7 +980,10 @@ double optimize(CompiledEntry &e, const ScopeOptions &opts, int id, const Source
     }
     return msSince(t0);
   }
-  if (opts.backend == Backend::Xjit && !compileNative(e, loc, id)) throw PyErrorSet();
+  // An entry that runs in Python never runs its graph: no native code for it.
+  if (opts.backend == Backend::Xjit && e.action == EntryAction::RunGraph &&
+      !compileNative(e, loc, id))
+    throw PyErrorSet();
   return msSince(t0);
 }
 
@@ -1307,6 +1313,7 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
     ++events().counters.cacheHits;
   }
   if (e->action == EntryAction::RunPython) {
+    if (e->calleesCompile) return evalDefault();
     // A frame running in Python (autograd through its parameters): the forwards of library
     // modules it calls would each be captured only to run in Python for the same reason; they
     // are not compiled while it runs (eval_frame.cpp).

@@ -1,5 +1,7 @@
 #include "eval_frame.h"
 
+#include "analyzer.h"
+#include "bytecode_rewrite.h"
 #include "events.h"
 
 #include <algorithm>
@@ -10,6 +12,23 @@
 namespace xjit::frontend {
 
 const ScopeOptions *gProgramOptions = nullptr;
+
+PyObject *moduleSelf(const FrameView &f) {
+  if (f.code->co_argcount < 1 || f.nlocalsplus < 1 || !f.localsplus[0]) return nullptr;
+  static PyObject *moduleType = nullptr; // torch.nn.Module (torch is imported by now)
+  if (!moduleType) {
+    PyObject *mod = PyImport_ImportModule("torch.nn.modules.module");
+    moduleType = mod ? PyObject_GetAttrString(mod, "Module") : nullptr; // kept for good
+    Py_XDECREF(mod);
+    if (!moduleType || !PyType_Check(moduleType)) {
+      Py_CLEAR(moduleType);
+      PyErr_Clear();
+      return nullptr;
+    }
+  }
+  PyObject *self = f.localsplus[0];
+  return PyObject_TypeCheck(self, reinterpret_cast<PyTypeObject *>(moduleType)) ? self : nullptr;
+}
 
 namespace {
 
@@ -70,30 +89,17 @@ SkipReason skipReason(PyCodeObject *code) {
   return SkipReason::None;
 }
 
-/// The frame's first argument if it is a torch.nn.Module (the `self` of a module method),
-/// else nullptr (borrowed).
-PyObject *moduleSelf(const FrameView &f) {
-  if (f.code->co_argcount < 1 || f.nlocalsplus < 1 || !f.localsplus[0]) return nullptr;
-  static PyObject *moduleType = nullptr; // torch.nn.Module (torch is imported by now)
-  if (!moduleType) {
-    PyObject *mod = PyImport_ImportModule("torch.nn.modules.module");
-    moduleType = mod ? PyObject_GetAttrString(mod, "Module") : nullptr; // kept for good
-    Py_XDECREF(mod);
-    if (!moduleType || !PyType_Check(moduleType)) {
-      Py_CLEAR(moduleType);
-      PyErr_Clear();
-      return nullptr;
-    }
-  }
-  PyObject *self = f.localsplus[0];
-  return PyObject_TypeCheck(self, reinterpret_cast<PyTypeObject *>(moduleType)) ? self : nullptr;
-}
-
 bool codeNamed(PyCodeObject *code, const char *name) {
   const char *n = PyUnicode_AsUTF8(code->co_name);
   if (!n) PyErr_Clear();
   return n && std::strcmp(n, name) == 0;
 }
+
+} // namespace
+
+bool isModuleMethod(const FrameView &f) { return moduleSelf(f) || codeNamed(f.code, "forward"); }
+
+namespace {
 
 /// A module's constructor (`__init__` of an nn.Module, user code or not) is not a root: it runs
 /// once per instance, and the analyzer does not construct modules, so a capture of it would be
@@ -271,9 +277,82 @@ PyObject *evalWithoutLibraryRoots(EvalDefault evalDefault) {
   return r;
 }
 
+/// The code of torch.optim's step wrapper (Optimizer.profile_hook_step's `wrapper`, one code
+/// object for every optimizer class), or nullptr.
+PyCodeObject *optimizerStepWrapperCode() {
+  static PyCodeObject *code = [] {
+    BusyScope busy; // an import running code would re-enter the hook (and this initializer)
+    PyCodeObject *found = nullptr;
+    PyObject *mod = PyImport_ImportModule("torch.optim.optimizer");
+    PyObject *cls = mod ? PyObject_GetAttrString(mod, "Optimizer") : nullptr;
+    PyObject *fn = cls ? PyObject_GetAttrString(cls, "profile_hook_step") : nullptr;
+    PyObject *outer = fn && PyFunction_Check(fn) ? PyFunction_GET_CODE(fn) : nullptr;
+    PyObject *consts = outer ? reinterpret_cast<PyCodeObject *>(outer)->co_consts : nullptr;
+    for (Py_ssize_t i = 0; consts && i < PyTuple_GET_SIZE(consts); ++i) {
+      PyObject *c = PyTuple_GET_ITEM(consts, i);
+      if (PyCode_Check(c) && codeNamed(reinterpret_cast<PyCodeObject *>(c), "wrapper")) {
+        found = reinterpret_cast<PyCodeObject *>(c);
+        Py_INCREF(c); // kept for good
+      }
+    }
+    Py_XDECREF(fn);
+    Py_XDECREF(cls);
+    Py_XDECREF(mod);
+    PyErr_Clear();
+    return found;
+  }();
+  return code;
+}
+
+/// `opt.step()` of a stock SGD, Adam or AdamW called from Python (a training loop that runs in
+/// Python, or at module level): its frame is torch.optim's wrapper, library code that is never a
+/// root, so it runs as xjit/_optim.py's `step(fn, opt)` instead, a root whose capture is the
+/// stock update (analyzer_optim.cpp), compiled as `xjit.jit(lambda: opt.step())` would be. Any
+/// other call of the wrapper, and the wrapper's frames while such a step runs, run as written.
+PyObject *runOptimizerStep(const FrameView &f, const ScopeOptions &opts, EvalDefault evalDefault) {
+  ThreadState &ts = threadState();
+  if (ts.optimizerSteps || opts.fullgraph || settings().strict || f.nlocalsplus < 2 || !f.function)
+    return evalDefault();
+  PyObject *args = f.localsplus[0], *kwargs = f.localsplus[1]; // wrapper(*args, **kwargs)
+  if (!args || !PyTuple_CheckExact(args) || PyTuple_GET_SIZE(args) != 1 || !kwargs ||
+      !PyDict_Check(kwargs) || PyDict_GET_SIZE(kwargs) != 0)
+    return evalDefault();
+  PyObject *opt = PyTuple_GET_ITEM(args, 0);
+  if (!isStockOptimizerStep(opt, f.function) || otherTracerActive()) return evalDefault();
+  // Called by a frame's break code, the step is the breaking call: its capture just failed (the
+  // first step, which makes the state; hooks): it runs as written. (The caller is still the
+  // thread's current frame: the new frame starts being evaluated after the hook.)
+  if (PyFrameObject *caller = PyEval_GetFrame()) {
+    PyCodeObject *code = PyFrame_GetCode(caller);
+    const bool fromBreakCode = rewrite::isBreakCode(code);
+    Py_DECREF(code);
+    if (fromBreakCode) return evalDefault();
+  }
+  static PyObject *step = [] {
+    BusyScope busy;
+    PyObject *mod = PyImport_ImportModule("xjit._optim");
+    PyObject *fn = mod ? PyObject_GetAttrString(mod, "step") : nullptr; // kept for good
+    Py_XDECREF(mod);
+    try {
+      if (fn && PyFunction_Check(fn))
+        ensureCache(reinterpret_cast<PyCodeObject *>(PyFunction_GET_CODE(fn))).forceRoot = true;
+    } catch (const PyErrorSet &) {
+      Py_CLEAR(fn);
+    }
+    PyErr_Clear();
+    return fn;
+  }();
+  if (!step) return evalDefault();
+  ++ts.optimizerSteps;
+  PyObject *r = PyObject_CallFunctionObjArgs(step, f.function, opt, nullptr);
+  --ts.optimizerSteps;
+  return r;
+}
+
 PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
   if (!torchImported()) return evalDefault();
   const ScopeOptions *opts = activeOptions();
+  if (f.code == optimizerStepWrapperCode()) return runOptimizerStep(f, *opts, evalDefault);
   CodeCache *c = lookupCache(f.code);
   if (!c) {
     const SkipReason skip = skipReason(f.code);

@@ -19,6 +19,8 @@ struct ThreadState {
   int libraryRootsOff = 0;            // frames running in Python for autograd or past the
                                       // recompile limit: library model forwards they call are
                                       // not compiled meanwhile (eval_frame.cpp)
+  int optimizerSteps = 0;             // optimizer steps run through xjit/_optim.py `step`
+                                      // (eval_frame.cpp): their own frames run as written
 };
 ThreadState &threadState();
 
@@ -46,6 +48,12 @@ bool hookInstalled();
 /// The hook's decision for one frame, called by the version layer when this thread is enabled
 /// and not busy. Returns the frame's result (nullptr: an exception is set).
 PyObject *handleFrame(const FrameView &f, EvalDefault evalDefault);
+/// The frame's first argument if it is a torch.nn.Module (the `self` of a module method),
+/// else nullptr (borrowed).
+PyObject *moduleSelf(const FrameView &f);
+/// Whether the frame is a module's method (moduleSelf) or named `forward` (a resume function of
+/// one passes other values first).
+bool isModuleMethod(const FrameView &f);
 /// The options in force for this thread (scope, else program), or nullptr.
 inline const ScopeOptions *activeOptions();
 

@@ -2,6 +2,7 @@
 // run by a torch.autograd.Function (python/xjit/_training.py), as AOTAutograd does.
 #include "training.h"
 
+#include "analyzer_bytecode.h"
 #include "events.h"
 #include "native_backend.h"
 #include "py_util.h"
@@ -157,16 +158,36 @@ template <class F> PyObject *pyCall(F &&f) {
   }
 }
 
+/// Whether the instruction at `offset` is inside a loop of `code`: a backward jump after it
+/// lands at or before it.
+[[maybe_unused]] bool breaksInsideLoop(PyCodeObject *code, int offset) {
+  try {
+    const bc::DecodedCode d = bc::decode(code);
+    for (const bc::Instr &in : d.instrs)
+      if (bc::isBackwardJump(in.opcode) && in.offset > offset && in.target <= offset) return true;
+    return false;
+  } catch (const std::exception &) {
+    PyErr_Clear();
+    return true; // unreadable: as if it were (the frame runs in Python)
+  }
+}
+
 } // namespace
 
-std::string trainingRefusal(const Capture &cap, bool xjitBackend, bool check) {
+std::string trainingRefusal(const Capture &cap, PyCodeObject *code, bool xjitBackend, bool check) {
 #ifndef XJIT_FRONTEND_HAVE_PASSES
-  (void)cap, (void)xjitBackend, (void)check;
+  (void)cap, (void)code, (void)xjitBackend, (void)check;
   return "this build has no passes (autodiff)";
 #else
   if (!xjitBackend) return "training steps compile with backend='xjit' only";
   if (check) return "--check runs training frames in Python";
-  if (cap.breakPoint) return "the frame has a graph break";
+  // A break after the forward (at `loss.backward()`) is what a step function does: the graph
+  // before it trains compiled, the break code runs backward, the rest resumes. Inside a loop
+  // every iteration would resume in a new function (nested, up to 16, each compiling the
+  // forward again): such a frame runs in Python and the model and optimizer step it calls
+  // compile as frames of their own (CompiledEntry::calleesCompile).
+  if (cap.breakPoint && breaksInsideLoop(code, cap.breakPoint->offset))
+    return "the frame has a graph break inside a loop";
   // Side effects are replayed after the forward, as in inference: a tensor they store (a
   // hidden state appended to a list) is an output of the autograd Function like the result,
   // so it carries its gradient. In-place writes to tensors the caller sees (batch_norm's

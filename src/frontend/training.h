@@ -21,9 +21,10 @@ struct TrainingStep {
   std::string summary; // for explain: "training step: forward N ops, backward M ops, ..."
 };
 
-/// Why the capture cannot run as a compiled training step ("" when it can): graph breaks, side
-/// effects, gradient cuts (detach, no_grad regions), a backend other than "xjit", --check.
-std::string trainingRefusal(const Capture &cap, bool xjitBackend, bool check);
+/// Why the capture cannot run as a compiled training step ("" when it can): a graph break inside
+/// a loop of `code` (the frame's), gradient cuts (detach, no_grad regions), a grad-mode change,
+/// a backend other than "xjit", --check.
+std::string trainingRefusal(const Capture &cap, PyCodeObject *code, bool xjitBackend, bool check);
 
 /// Why the graph's outputs would not require grad as in eager ("" when they would): an output
 /// that one of `leaves` (Capture::gradLeaves) reaches and no input whose `requiresGrad` is set
