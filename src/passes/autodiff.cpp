@@ -707,6 +707,19 @@ std::vector<std::vector<size_t>> reachedInputs(const Graph &g, const std::vector
   return reach;
 }
 
+/// The gradient of an input no gradient reaches: zeros of its static shape, so the backward
+/// does not read the input (its training Function would save it, and the caller writing it
+/// in place before backward, e.g. `v += w` after a graph break, would then raise); zeros_like
+/// when its shape is symbolic (the sizes come from the input).
+Value *zerosGradient(Builder &b, Value *input) {
+  const Type &t = input->type();
+  if (!isStaticShape(t.shape())) return b.op("zeros_like", {input});
+  std::vector<int64_t> shape;
+  for (const DimExpr &d : t.shape())
+    shape.push_back(*d.staticValue());
+  return b.op("zeros", {}, {{"shape", shape}, {"dtype", t.dtype()}});
+}
+
 Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
   Joint j;
   j.graph = src.clone();
@@ -814,7 +827,7 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
   std::vector<Value *> results = g.outputs();
   for (size_t i : j.wrt) {
     auto it = grads.find(g.input(i));
-    results.push_back(it != grads.end() ? it->second : b.op("zeros_like", {g.input(i)}));
+    results.push_back(it != grads.end() ? it->second : zerosGradient(b, g.input(i)));
   }
   ret->setOperands(results);
   // Causal attention's backward products, marked here: after the partition the backward sees

@@ -520,3 +520,23 @@ def test_hugging_face_task_models_fine_tune_compiled(name: str) -> None:
     assert 1 <= len(graphs) <= 2 and not fe.events()["breaks"], graphs
     for graph in graphs:
         assert graph["note"].startswith("training step: forward"), graph["note"]
+
+
+def _written_after_break(a: Any) -> Any:
+    v1 = torch.maximum(a, a[..., :1])
+    v2 = a + v1
+    v3 = torch.gather(v1, 0, v1.argsort(0)[..., :1])
+    v9 = v3 * v3.abs().max().item()  # graph break: v2 and v3 live into the resume function
+    v2 += v3  # an in-place write of a value the resumed graph takes but does not differentiate
+    return v9
+
+
+def test_in_place_write_of_a_resumed_value_before_backward() -> None:
+    """Fuzz seed 381: the resumed graph's backward read v2 only for its zero gradient's shape,
+    so its Function saved v2 and `v2 += v3` made backward raise (eager does not)."""
+    a = torch.randn(4, requires_grad=True)
+    _written_after_break(a).sum().backward()
+    want = a.grad.clone()
+    a.grad = None
+    xjit.jit(_written_after_break)(a).sum().backward()
+    torch.testing.assert_close(a.grad, want)
