@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -85,8 +86,11 @@ std::string sameValues(const std::vector<RtValue> &a, const std::vector<RtValue>
     if (a[i].isTensor() && !a[i].tensor().equals(b[i].tensor()))
       return "output " + std::to_string(i) + " differs";
     if (!a[i].isTensor() && a[i].isList() == b[i].isList() && !a[i].isList() && !a[i].isNone() &&
-        !a[i].isStr() && a[i].toDouble() != b[i].toDouble())
-      return "scalar output " + std::to_string(i) + " differs";
+        !a[i].isStr()) {
+      const double x = a[i].toDouble(), y = b[i].toDouble();
+      if (x != y && !(std::isnan(x) && std::isnan(y))) // NaN equal to NaN, as for tensors
+        return "scalar output " + std::to_string(i) + " differs";
+    }
   }
   return "";
 }
