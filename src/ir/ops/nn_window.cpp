@@ -207,6 +207,44 @@ std::vector<T> maxPool(const std::vector<T> &x, int64_t planes, const std::array
 }
 
 template <class T>
+void maxPoolBackward(const T *x, const T *g, T *dx, int64_t batch, int64_t channels,
+                     const std::array<Taps, 3> &t, const PlaneStrides &xs, const PlaneStrides &gs,
+                     const PlaneStrides &dxs) {
+  auto window = [&](int64_t n, int64_t c, size_t d, size_t h, size_t w) {
+    const auto &pd = t[0].pos[d], &ph = t[1].pos[h], &pw = t[2].pos[w];
+    if (pd.empty() || ph.empty() || pw.empty()) return;
+    const T *xp = x + n * xs.batch + c * xs.channel;
+    T best = -std::numeric_limits<T>::infinity();
+    int64_t bd = pd[0], bh = ph[0], bw = pw[0]; // PyTorch starts from the window's first tap
+    for (int64_t id : pd)
+      for (int64_t ih : ph)
+        for (int64_t iw : pw) {
+          T v = xp[id * xs.spatial[0] + ih * xs.spatial[1] + iw * xs.spatial[2]];
+          if (v > best || std::isnan(v)) {
+            best = v;
+            bd = id, bh = ih, bw = iw;
+          }
+        }
+    const int64_t go = n * gs.batch + c * gs.channel + static_cast<int64_t>(d) * gs.spatial[0] +
+                       static_cast<int64_t>(h) * gs.spatial[1] +
+                       static_cast<int64_t>(w) * gs.spatial[2];
+    dx[n * dxs.batch + c * dxs.channel + bd * dxs.spatial[0] + bh * dxs.spatial[1] +
+       bw * dxs.spatial[2]] += g[go];
+  };
+  for (int64_t n = 0; n < batch; ++n) {
+    if (xs.channel == 1) {
+      forEachWindow(t, [&](int64_t, size_t d, size_t h, size_t w) {
+        for (int64_t c = 0; c < channels; ++c)
+          window(n, c, d, h, w);
+      });
+      continue;
+    }
+    for (int64_t c = 0; c < channels; ++c)
+      forEachWindow(t, [&](int64_t, size_t d, size_t h, size_t w) { window(n, c, d, h, w); });
+  }
+}
+
+template <class T>
 std::vector<T> avgPool(const std::vector<T> &x, int64_t planes, const std::array<Taps, 3> &t,
                        bool countIncludePad, int64_t divisor) {
   int64_t inVol = t[0].inSize * t[1].inSize * t[2].inSize, outVol = outVolume(t);
@@ -296,6 +334,12 @@ template std::vector<double> maxPool(const std::vector<double> &, int64_t,
                                      const std::array<Taps, 3> &, std::vector<int64_t> *);
 template std::vector<int64_t> maxPool(const std::vector<int64_t> &, int64_t,
                                       const std::array<Taps, 3> &, std::vector<int64_t> *);
+template void maxPoolBackward(const float *, const float *, float *, int64_t, int64_t,
+                              const std::array<Taps, 3> &, const PlaneStrides &,
+                              const PlaneStrides &, const PlaneStrides &);
+template void maxPoolBackward(const double *, const double *, double *, int64_t, int64_t,
+                              const std::array<Taps, 3> &, const PlaneStrides &,
+                              const PlaneStrides &, const PlaneStrides &);
 template std::vector<double> avgPool(const std::vector<double> &, int64_t,
                                      const std::array<Taps, 3> &, bool, int64_t);
 template std::vector<int64_t> avgPool(const std::vector<int64_t> &, int64_t,
