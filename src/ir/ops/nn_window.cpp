@@ -210,38 +210,48 @@ template <class T>
 void maxPoolBackward(const T *x, const T *g, T *dx, int64_t batch, int64_t channels,
                      const std::array<Taps, 3> &t, const PlaneStrides &xs, const PlaneStrides &gs,
                      const PlaneStrides &dxs) {
-  auto window = [&](int64_t n, int64_t c, size_t d, size_t h, size_t w) {
-    const auto &pd = t[0].pos[d], &ph = t[1].pos[h], &pw = t[2].pos[w];
-    if (pd.empty() || ph.empty() || pw.empty()) return;
-    const T *xp = x + n * xs.batch + c * xs.channel;
-    T best = -std::numeric_limits<T>::infinity();
-    int64_t bd = pd[0], bh = ph[0], bw = pw[0]; // PyTorch starts from the window's first tap
-    for (int64_t id : pd)
-      for (int64_t ih : ph)
-        for (int64_t iw : pw) {
-          T v = xp[id * xs.spatial[0] + ih * xs.spatial[1] + iw * xs.spatial[2]];
-          if (v > best || std::isnan(v)) {
-            best = v;
-            bd = id, bh = ih, bw = iw;
-          }
+  // One window position for every channel at once (its taps' offsets found once; contiguous
+  // reads when x is channels-last), then each channel's g added at its pick.
+  std::vector<int64_t> xOff, dxOff; // per in-bounds tap, in PyTorch's scan order
+  auto window = [&](int64_t n, size_t d, size_t h, size_t w) {
+    xOff.clear();
+    dxOff.clear();
+    for (int64_t id : t[0].pos[d])
+      for (int64_t ih : t[1].pos[h])
+        for (int64_t iw : t[2].pos[w]) {
+          xOff.push_back(id * xs.spatial[0] + ih * xs.spatial[1] + iw * xs.spatial[2]);
+          dxOff.push_back(id * dxs.spatial[0] + ih * dxs.spatial[1] + iw * dxs.spatial[2]);
         }
-    const int64_t go = n * gs.batch + c * gs.channel + static_cast<int64_t>(d) * gs.spatial[0] +
-                       static_cast<int64_t>(h) * gs.spatial[1] +
-                       static_cast<int64_t>(w) * gs.spatial[2];
-    dx[n * dxs.batch + c * dxs.channel + bd * dxs.spatial[0] + bh * dxs.spatial[1] +
-       bw * dxs.spatial[2]] += g[go];
-  };
-  for (int64_t n = 0; n < batch; ++n) {
-    if (xs.channel == 1) {
-      forEachWindow(t, [&](int64_t, size_t d, size_t h, size_t w) {
-        for (int64_t c = 0; c < channels; ++c)
-          window(n, c, d, h, w);
-      });
-      continue;
+    const size_t taps = xOff.size();
+    if (taps == 0) return;
+    const int64_t *off = xOff.data();
+    const T *xp = x + n * xs.batch;
+    const T *gp = g + n * gs.batch + static_cast<int64_t>(d) * gs.spatial[0] +
+                  static_cast<int64_t>(h) * gs.spatial[1] + static_cast<int64_t>(w) * gs.spatial[2];
+    T *dp = dx + n * dxs.batch;
+    for (int64_t l = 0; l < channels; ++l) {
+      const T *xl = xp + l * xs.channel;
+      // Branch-free scans (a data-dependent branch per tap mispredicted ~1 in 3 and took 4x
+      // longer): the maximum, then its first tap; a window holding NaN: its last NaN.
+      T best = -std::numeric_limits<T>::infinity();
+      bool nan = false;
+      for (size_t j = 0; j < taps; ++j) {
+        const T v = xl[off[j]];
+        best = v > best ? v : best;
+        nan |= v != v;
+      }
+      size_t pick = 0; // an all -inf window: its first tap, where PyTorch's scan starts
+      if (!nan)
+        for (size_t j = taps; j-- > 0;)
+          pick = xl[off[j]] == best ? j : pick;
+      else
+        for (size_t j = 0; j < taps; ++j)
+          pick = xl[off[j]] != xl[off[j]] ? j : pick;
+      dp[l * dxs.channel + dxOff[pick]] += gp[l * gs.channel];
     }
-    for (int64_t c = 0; c < channels; ++c)
-      forEachWindow(t, [&](int64_t, size_t d, size_t h, size_t w) { window(n, c, d, h, w); });
-  }
+  };
+  for (int64_t n = 0; n < batch; ++n)
+    forEachWindow(t, [&](int64_t, size_t d, size_t h, size_t w) { window(n, d, h, w); });
 }
 
 template <class T>

@@ -69,7 +69,7 @@ struct PlaneStrides {
 /// max_pool's gradient: dx (zero-filled) gets each g[n, c, o] added at o's window argmax, found
 /// as maxPool finds it (the first maximum; a later NaN moves it). Per element of dx the adds
 /// come in output order, as in PyTorch's backward, so the sums round alike. Channels innermost
-/// when x's channel stride is 1 (a channels-last buffer).
+/// (x's contiguous dim when it is a channels-last buffer).
 template <class T>
 void maxPoolBackward(const T *x, const T *g, T *dx, int64_t batch, int64_t channels,
                      const std::array<Taps, 3> &t, const PlaneStrides &xs, const PlaneStrides &gs,
