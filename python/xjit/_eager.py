@@ -572,6 +572,23 @@ def _pool(kind: str, nd: int, with_indices: bool = False) -> Row:
     return row
 
 
+def _max_pool_backward(nd: int) -> Row:
+    """max_pool{nd}d_backward(grad_output, input): max_pool's input gradient, by autograd."""
+    fn = getattr(F, f"max_pool{nd}d")
+
+    def row(x: list[Any], a: Attrs) -> Any:
+        stride = _nd(a.get("stride"), nd) or None
+        kernel, padding = _nd(a["kernel_size"], nd), _nd(a.get("padding", [0]), nd)
+        with torch.enable_grad():
+            leaf = x[1].detach().requires_grad_()
+            out = fn(leaf, kernel, stride, padding, _nd(a.get("dilation", [1]), nd),
+                     ceil_mode=bool(a.get("ceil_mode")))
+            (dx,) = torch.autograd.grad(out, leaf, x[0])
+        return dx
+
+    return row
+
+
 def _adaptive(kind: str, nd: int, with_indices: bool = False) -> Row:
     fn = getattr(F, f"adaptive_{kind}_pool{nd}d")
 
@@ -594,6 +611,7 @@ for _d in (1, 2, 3):
     TABLE[f"conv{_d}d_weight"] = _conv_weight(_d)
     TABLE[f"max_pool{_d}d"] = _pool("max", _d)
     TABLE[f"max_pool{_d}d_with_indices"] = _pool("max", _d, True)
+    TABLE[f"max_pool{_d}d_backward"] = _max_pool_backward(_d)
     TABLE[f"avg_pool{_d}d"] = _pool("avg", _d)
     TABLE[f"adaptive_avg_pool{_d}d"] = _adaptive("avg", _d)
     TABLE[f"adaptive_max_pool{_d}d"] = _adaptive("max", _d)

@@ -11,8 +11,8 @@
 //              input, else a depthwise conv_transpose with a window of ones (ceil_mode: each
 //              window's own divisor, a constant, and the transposed convolution cropped)
 //   max_pool:  the first maximum of a window gets the whole gradient (eager's tie-break): a
-//              compare-and-select when the windows tile the input, else scatter_add of g at
-//              max_pool_with_indices' indices
+//              compare-and-select when the windows tile the input, else max_pool_backward
+//              (f32, f64; other dtypes: scatter_add of g at max_pool_with_indices' indices)
 //   batch_norm, group_norm: PyTorch's backward formulas; group_norm recomputes its statistics
 //              from x, training-mode batch_norm saves the forward's (computeInForward).
 // Only channels-first (layout "nchw") batched inputs with static shapes are covered: autodiff
@@ -352,9 +352,17 @@ std::vector<Value *> maxPoolRule(RuleArgs &a) {
   const size_t nd = spatialRank(a.op);
   requireBatchedChannelsFirst(a, nd);
   if (Value *dx = tiledMaxPoolGradient(a, nd)) return {dx};
-  // The forward's argmax again (the windows' first maximum, as eager's backward uses), then
-  // each gradient element added at the input element it came from.
   AttrMap attrs = a.op.attrs();
+  attrs.erase("layout"); // channels-first here (requireBatchedChannelsFirst)
+  const DType dt = a.x(0)->type().dtype();
+  if (dt == DType::F32 || dt == DType::F64) {
+    // Other windows (overlapping, padded, dilated, ceil_mode): max_pool_backward finds each
+    // window's argmax again from x and adds g there, one pass with no saved indices.
+    Op *grad = a.b.create(a.op.name() + "_backward", {a.g, a.x(0)}, attrs);
+    return {grad->result(0)};
+  }
+  // Other dtypes: the forward's argmax again (the windows' first maximum, as eager's backward
+  // uses), then each gradient element added at the input element it came from.
   Op *pool = a.b.create(a.op.name() + "_with_indices", {a.x(0)}, attrs);
   const Ints xs = staticShape(a.op, a.x(0));
   const Ints flat = {xs[0], xs[1], -1};

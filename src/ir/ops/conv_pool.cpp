@@ -426,6 +426,72 @@ std::vector<RtValue> poolKernel(const Op &op, std::span<const RtValue> in, size_
   return r;
 }
 
+// ---- max pooling's gradient ----
+// max_pool{1,2,3}d_backward(grad_output, input): the gradient of max_pool's input, each window's
+// gradient added at its argmax (found again from the input: no indices are saved).
+
+/// The input's shape, with grad_output checked against max_pool's output shape for it.
+Shape maxPoolBackwardShape(const std::string &op, size_t nd, const PoolConfig &c, const Shape &x,
+                           const Shape &gy) {
+  if (x.size() != nd + 2)
+    inferFail(op + ": input must be batched [N, C, spatial...], got shape " + shapeStr(x));
+  Shape out = poolShape(op, nd, PoolKind::Max, c, x);
+  std::string msg = op + ": grad_output of shape " + shapeStr(gy) +
+                    " is not max_pool's output shape " + shapeStr(out);
+  if (gy.size() != out.size()) inferFail(msg);
+  for (size_t d = 0; d < gy.size(); ++d)
+    checkDimEq(gy[d], out[d], msg);
+  return x;
+}
+
+std::vector<Type> maxPoolBackwardInfer(const Op &op, size_t nd) {
+  const Type &gy = tensorOperand(op, 0), &x = tensorOperand(op, 1);
+  if (x.dtype() != DType::F32 && x.dtype() != DType::F64)
+    inferFail(op.name() + ": input must be f32 or f64");
+  requireSameDType(op.name(), "grad_output", gy, "input", x);
+  maxPoolBackwardShape(op.name(), nd, poolConfig(op, nd, PoolKind::Max), x.shape(), gy.shape());
+  return {x};
+}
+
+/// Strides of a [N, C, spatial...] tensor, lifted to three spatial dims.
+PlaneStrides planeStrides(const Tensor &t, size_t nd) {
+  PlaneStrides s{.batch = t.strides()[0], .channel = t.strides()[1]};
+  for (size_t d = 0; d < nd; ++d)
+    s.spatial[3 - nd + d] = t.strides()[2 + d];
+  return s;
+}
+
+std::vector<RtValue> maxPoolBackwardKernel(const Op &op, std::span<const RtValue> in, size_t nd) {
+  const Tensor &gy = in[0].tensor(), &x = in[1].tensor();
+  PoolConfig c = poolConfig(op, nd, PoolKind::Max);
+  atRuntime([&] {
+    return maxPoolBackwardShape(op.name(), nd, c, shapeOf(x.sizes()), shapeOf(gy.sizes()));
+  });
+  const std::vector<int64_t> &xs = x.sizes(), &os = gy.sizes();
+  std::vector<Taps> taps;
+  for (size_t d = 0; d < nd; ++d)
+    taps.push_back(
+        windowTaps(xs[2 + d], os[2 + d], c.kernel[d], c.stride[d], c.padding[d], c.dilation[d]));
+  std::array<Taps, 3> t = liftTaps(std::move(taps));
+  // dx in x's memory order: a channels-last x (a conv net's activations) gets a channels-last
+  // dx, so both are read and written channels innermost.
+  const bool last = x.strides()[1] == 1 && xs[1] > 1;
+  Tensor dx = Tensor::empty(x.dtype(), last ? permuted(xs, channelPerm(xs.size(), nd, true)) : xs);
+  if (last) dx = channelView(dx, nd, false);
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    maxPoolBackward<T>(reinterpret_cast<const T *>(x.data()),
+                       reinterpret_cast<const T *>(gy.data()), reinterpret_cast<T *>(dx.data()),
+                       xs[0], xs[1], t, planeStrides(x, nd), planeStrides(gy, nd),
+                       planeStrides(dx, nd));
+  };
+  if (x.dtype() == DType::F32)
+    run(float{});
+  else
+    run(double{});
+  return {dx};
+}
+
 // ---- rows ----
 
 std::vector<AttrSpec> ints(std::initializer_list<std::pair<const char *, Attr::Ints>> specs) {
@@ -557,6 +623,27 @@ void addPoolRows(OpRegistry &r, size_t nd) {
                  "output_size -1 keeps the input size. Floating dtypes.");
 }
 
+void addMaxPoolBackwardRow(OpRegistry &r, size_t nd) {
+  std::string d = std::to_string(nd) + "d";
+  std::vector<AttrSpec> attrs = {{.name = "kernel_size", .kind = AttrKind::Ints}};
+  for (AttrSpec &a : ints({{"stride", {}}, {"padding", {0}}, {"dilation", {1}}}))
+    attrs.push_back(a);
+  attrs.push_back({.name = "ceil_mode", .kind = AttrKind::Bool, .defaultValue = Attr(false)});
+  r.add(
+      {.name = "max_pool" + d + "_backward",
+       .summary = "The gradient of max_pool" + d +
+                  "'s input [N, C, ...] (f32 or f64, channels-first) for its output's "
+                  "gradient grad_output: each window's gradient added at the window's first "
+                  "maximum (a later NaN moves it), as PyTorch's backward; window attributes "
+                  "as max_pool" +
+                  d + "'s.",
+       .operands = {{"grad_output"}, {"input"}},
+       .attrs = attrs,
+       .infer = [nd](const Op &op) { return maxPoolBackwardInfer(op, nd); },
+       .kernel = [nd](const Op &op,
+                      std::span<const RtValue> in) { return maxPoolBackwardKernel(op, in, nd); }});
+}
+
 } // namespace
 
 void registerConvPoolOps(OpRegistry &r) {
@@ -564,6 +651,7 @@ void registerConvPoolOps(OpRegistry &r) {
     addConvRows(r, nd);
     addConvWeightRow(r, nd);
     addPoolRows(r, nd);
+    addMaxPoolBackwardRow(r, nd);
   }
 }
 

@@ -60,6 +60,20 @@ std::array<Taps, 3> liftTaps(std::vector<Taps> taps);
 template <class T>
 std::vector<T> maxPool(const std::vector<T> &x, int64_t planes, const std::array<Taps, 3> &t,
                        std::vector<int64_t> *indices);
+/// Element (n, c, d, h, w) of a strided [N, C, spatial...] tensor lifted to three spatial dims
+/// (a lower-rank op's leading spatial strides are 0): n*batch + c*channel + spatial . (d, h, w).
+struct PlaneStrides {
+  int64_t batch = 0, channel = 0;
+  Dims3 spatial{0, 0, 0};
+};
+/// max_pool's gradient: dx (zero-filled) gets each g[n, c, o] added at o's window argmax, found
+/// as maxPool finds it (the first maximum; a later NaN moves it). Per element of dx the adds
+/// come in output order, as in PyTorch's backward, so the sums round alike. Channels innermost
+/// (x's contiguous dim when it is a channels-last buffer).
+template <class T>
+void maxPoolBackward(const T *x, const T *g, T *dx, int64_t batch, int64_t channels,
+                     const std::array<Taps, 3> &t, const PlaneStrides &xs, const PlaneStrides &gs,
+                     const PlaneStrides &dxs);
 /// Sum over each window divided by: divisor if > 0, else the padded window size
 /// (countIncludePad) or the number of in-bounds taps. Integer T divides truncating to zero.
 template <class T>
