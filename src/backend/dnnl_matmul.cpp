@@ -14,15 +14,12 @@
 #include "xjit/backend/content_tags.h"
 #include "xjit/ir/op_registry.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <sstream>
 #include <string_view>
-#include <thread>
 
 namespace xjit::backend::dnnl_kernels {
 namespace {
@@ -41,40 +38,6 @@ void preferGemm(dnnl::matmul::primitive_desc &pd) {
       return;
     }
   } while (probe.next_impl());
-}
-
-/// oneDNN's gemm:jit implementation makes all of its kernels at its first call in a process:
-/// ~29 ms of LLaMA's first run at 2 threads (a 2x2 dnnl_sgemm in a fresh process: 28-30 ms).
-/// Causal blocks run on it (brgemm refuses their strided blocks), so compiling a causal
-/// product starts that work once on a thread of its own (one OpenMP thread: no second team),
-/// which the compile and the first run's earlier instructions overlap; a first call that gets
-/// there sooner waits for it inside oneDNN. The thread is joined at exit. `XJIT_GEMM_WARMUP=0`
-/// turns it off (for A/B runs).
-class GemmWarmUp {
-public:
-  void start() {
-    std::call_once(once_, [this] {
-      const char *v = std::getenv("XJIT_GEMM_WARMUP");
-      if (v && std::string_view(v) == "0") return;
-      worker_ = std::thread([] {
-        omp_set_num_threads(1);
-        float a[4] = {}, b[4] = {}, c[4] = {};
-        dnnl_sgemm('N', 'N', 2, 2, 2, 1.f, a, 2, b, 2, 0.f, c, 2);
-      });
-    });
-  }
-  ~GemmWarmUp() {
-    if (worker_.joinable()) worker_.join();
-  }
-
-private:
-  std::once_flag once_;
-  std::thread worker_;
-};
-
-void warmUpGemm() {
-  static GemmWarmUp warmUp;
-  warmUp.start();
 }
 
 /// matmul's `causal` attribute (the causal-products pass): which operand is triangular.
@@ -599,16 +562,6 @@ private:
 
 } // namespace
 
-/// Whether a causal product runs in blocks (CausalMatmulPlan): its blocked extent is at least
-/// two blocks, or not known before run time.
-static bool hasCausalBlocks(const Op &op, Causal causal) {
-  const Shape &lhs = op.operand(0)->type().shape(), &rhs = op.operand(1)->type().shape();
-  if (lhs.size() < 2 || rhs.size() < 2) return false;
-  const DimExpr &extent = causal == Causal::RhsLower ? rhs.back() : lhs[lhs.size() - 2];
-  std::optional<int64_t> n = extent.staticValue();
-  return !n || *n >= 2 * causalBlockRows();
-}
-
 std::string whyNotMatmul(const CallIR &call) {
   const Op &op = *call.anchor;
   if (op.attrOrNull("causal") && (call.operands[0].constant || call.operands[1].constant ||
@@ -654,7 +607,6 @@ std::unique_ptr<LibraryKernel> makeMatmulKernel(const CallIR &call) {
                  : m == "lhs_upper" ? Causal::LhsUpper
                  : m == "rhs_lower" ? Causal::RhsLower
                                     : Causal::None; // the verifier rejects other values
-      if (s.causal != Causal::None && hasCausalBlocks(op, s.causal)) warmUpGemm();
     }
     if (s.name == "linear" && call.operands.size() > 2) s.bias = call.operands[2];
   }

@@ -212,28 +212,3 @@ def test_nan_line_of_the_triangular_operand(
     cg = ir.compile(ir.parse(_graph(mode, a_sizes, b_sizes, tuple(want.shape), "f32")))
     (got,) = cg.run([a, b], framework="torch")
     torch.testing.assert_close(torch.as_tensor(got), want, rtol=1e-5, atol=1e-5, equal_nan=True)
-
-
-@pytest.mark.parametrize("run", [False, True], ids=["exit-at-once", "run-at-once"])
-def test_gemm_warm_up_thread_ends_with_the_process(run: bool) -> None:
-    """Compiling a blocked causal product starts oneDNN's gemm kernels on a thread of its own
-    (dnnl_matmul.cpp): a process that exits right after the compile, or runs the product while
-    that thread still works, ends normally with the right values."""
-    import subprocess
-    import sys
-
-    a, b = (2, 3, 130, 130), (2, 3, 130, 8)
-    script = f"""
-import torch, xjit.ir as ir
-g = torch.Generator().manual_seed(0)
-a, b = torch.tril(torch.randn({a}, generator=g)), torch.randn({b}, generator=g)
-cg = ir.compile(ir.parse('''{_graph("lhs_lower", a, b, (2, 3, 130, 8), "f32")}'''))
-if {run}:
-    (got,) = cg.run([a, b], framework="torch")
-    torch.testing.assert_close(torch.as_tensor(got), a @ b, rtol=1e-5, atol=1e-5)
-print("done")
-"""
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "done" and "Error" not in out.stderr
