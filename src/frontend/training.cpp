@@ -186,6 +186,12 @@ std::string trainingRefusal(const Capture &cap, PyCodeObject *code, bool xjitBac
   // every iteration would resume in a new function (nested, up to 16, each compiling the
   // forward again): such a frame runs in Python and the model and optimizer step it calls
   // compile as frames of their own (CompiledEntry::calleesCompile).
+  // Any other break (`.item()`, a print) splits a differentiable computation: the resumed code
+  // keeps building eager's autograd graph on the Function's outputs, and its in-place writes
+  // meet what the Function saved (fuzz seed 1013: a copy_ into a view after the break raised at
+  // backward where eager does not). Such frames run in Python, as before session 16.
+  if (cap.breakPoint && cap.breakPoint->reason.rfind("tensor.backward()", 0) != 0)
+    return "the frame has a graph break other than at tensor.backward()";
   if (cap.breakPoint && breaksInsideLoop(code, cap.breakPoint->offset))
     return "the frame has a graph break inside a loop";
   // Side effects are replayed after the forward, as in inference: a tensor they store (a

@@ -540,3 +540,33 @@ def test_in_place_write_of_a_resumed_value_before_backward() -> None:
     a.grad = None
     xjit.jit(_written_after_break)(a).sum().backward()
     torch.testing.assert_close(a.grad, want)
+
+
+def _copied_into_view_after_break(a0: Any, a1: Any) -> Any:
+    v1 = a1 * 0.5 + a1 * 2
+    if v1.float().sum().item() > 0:  # graph break in the middle of the differentiable part
+        v2 = v1 - 1
+    else:
+        v2 = v1 * 3
+    v3 = torch.sin(v2)
+    v2.add_(1)
+    v5 = v3 / (v2.abs() + 1)
+    v8 = v3.movedim(0, -1)
+    v8.copy_(torch.minimum(a0.amax(0), a0.amax(0)))
+    return v8, v1, v5
+
+
+def test_break_inside_the_differentiable_part_runs_in_python() -> None:
+    """Fuzz seed 1013: a frame that breaks at .item() between differentiable ops trained as a
+    compiled graph plus eager code, whose in-place writes then met what the graph's Function
+    saved (backward raised). Only a break at tensor.backward() trains across a break."""
+    def run(fn: Any) -> list[Any]:
+        x0 = torch.randn(3, generator=torch.Generator().manual_seed(1013), dtype=torch.float64)
+        x1 = x0[:1]
+        x0.requires_grad_(True)
+        outs = fn(x0, x1)
+        loss = sum((o * (i + 1)).sum() for i, o in enumerate(outs))
+        return list(torch.autograd.grad(loss, [x0]))
+
+    torch.testing.assert_close(run(xjit.jit(_copied_into_view_after_break)),
+                               run(_copied_into_view_after_break))
