@@ -695,8 +695,8 @@ VarPtr Analyzer::tensorMethod(const VarPtr &t, const std::string &name, const Ar
                                                              : boolean(true));
     return t;
   }
-  if (name == "backward" || name == "register_hook" || name == "retain_grad")
-    fail("tensor." + name + "() (autograd)");
+  if (name == "backward") fail(std::string(BreakPoint::kAtBackward) + " (autograd)");
+  if (name == "register_hook" || name == "retain_grad") fail("tensor." + name + "() (autograd)");
   if (name == "data_ptr" || name == "untyped_storage" || name == "storage")
     fail("tensor." + name + "()");
   if (name == "cpu") {

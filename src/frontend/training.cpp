@@ -182,16 +182,16 @@ std::string trainingRefusal(const Capture &cap, PyCodeObject *code, bool xjitBac
   if (!xjitBackend) return "training steps compile with backend='xjit' only";
   if (check) return "--check runs training frames in Python";
   // A break after the forward (at `loss.backward()`) is what a step function does: the graph
-  // before it trains compiled, the break code runs backward, the rest resumes. Inside a loop
-  // every iteration would resume in a new function (nested, up to 16, each compiling the
-  // forward again): such a frame runs in Python and the model and optimizer step it calls
-  // compile as frames of their own (CompiledEntry::calleesCompile).
-  // Any other break (`.item()`, a print) splits a differentiable computation: the resumed code
-  // keeps building eager's autograd graph on the Function's outputs, and its in-place writes
-  // meet what the Function saved (fuzz seed 1013: a copy_ into a view after the break raised at
-  // backward where eager does not). Such frames run in Python, as before session 16.
-  if (cap.breakPoint && cap.breakPoint->reason.rfind("tensor.backward()", 0) != 0)
+  // before it trains compiled, the break code runs backward, the rest resumes. Any other break
+  // (`.item()`, a print) splits a differentiable computation: the resumed code keeps building
+  // eager's autograd graph on the Function's outputs, and its in-place writes meet what the
+  // Function saved (fuzz seed 1013: a copy_ into a view after the break raised at backward
+  // where eager does not); such frames run in Python, as before session 16.
+  if (cap.breakPoint && !cap.breakPoint->reason.starts_with(BreakPoint::kAtBackward))
     return "the frame has a graph break other than at tensor.backward()";
+  // Inside a loop every iteration would resume in a new function (nested, up to 16, each
+  // compiling the forward again): such a frame runs in Python and the model and optimizer step
+  // it calls compile as frames of their own (CompiledEntry::calleesCompile).
   if (cap.breakPoint && breaksInsideLoop(code, cap.breakPoint->offset))
     return "the frame has a graph break inside a loop";
   // Side effects are replayed after the forward, as in inference: a tensor they store (a

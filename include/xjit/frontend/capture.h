@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace xjit::frontend {
@@ -162,6 +163,9 @@ struct SideEffect {
 /// globals and closure), sets the grad mode to `gradEnabled`, and calls it: it runs the breaking
 /// instruction in Python and continues in a resume function, which the hook compiles in turn.
 struct BreakPoint {
+  /// How the reason of a break at `tensor.backward()` starts (the one break a training step
+  /// compiles across: training.cpp).
+  static constexpr std::string_view kAtBackward = "tensor.backward()";
   int offset = 0;  // the breaking instruction (group) in the frame's code
   PyRef breakCode; // a code object (bytecode_rewrite.h); never compiled by the hook
   bool gradEnabled = true;
