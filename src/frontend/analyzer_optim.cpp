@@ -8,6 +8,7 @@
 #include "tensor_bridge.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -320,25 +321,52 @@ VarPtr stockStep(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args
   return a.none();
 }
 
+/// zero_grad's one argument, set_to_none (default True), when it is a known bool.
+std::optional<bool> setToNoneArg(Analyzer &a, const Args &args) {
+  if (args.pos.size() + args.kw.size() > 1) return std::nullopt;
+  const VarPtr *flag = args.pos.empty() ? args.find("set_to_none") : &args.pos[0];
+  if (!flag) return args.kw.empty() ? std::optional<bool>(true) : std::nullopt;
+  PyRef v = a.asPython(*flag);
+  if (!v || !PyBool_Check(v.get())) return std::nullopt;
+  return v.get() == Py_True;
+}
+
+/// One parameter's part of zero_grad: `.grad` set to None (a side effect, replayed after the
+/// graph; setting None where it is None already changes nothing, so the gradient needs no guard)
+/// or, for set_to_none=False, zeroed in place. Eager first detaches a gradient that has a
+/// history, which a capture would have to model: such a gradient is a graph break (`who`).
+void clearGrad(Analyzer &a, PyObject *p, const Source &src, bool setToNone,
+               const std::string &who) {
+  if (setToNone) {
+    a.recordEffect({SideEffect::SetAttr, src, "grad", {}, a.none()});
+    a.attrOverlay[{p, "grad"}] = a.none();
+    return;
+  }
+  PyRef grad = attr(p, "grad");
+  const Source gradSrc = plus(src, attrStep("grad"));
+  if (!grad || grad.get() == Py_None) {
+    a.guardId(gradSrc, Py_None);
+    return;
+  }
+  if (!isTensor(grad.get()) || requiresGrad(grad.get()) != 0)
+    a.fail(who + " of a gradient that requires grad");
+  VarPtr g = a.wrapSourced(grad.get(), gradSrc);
+  a.callMethod(g, "zero_", {});
+  a.attrOverlay[{p, "grad"}] = g;
+}
+
 /// Optimizer.zero_grad(set_to_none) of any optimizer whose class keeps the base class's: each
-/// parameter's `.grad` set to None (a side effect, replayed after the graph; setting None where
-/// it is None already changes nothing, so the gradients need no guards), or zeroed in place.
-/// Eager runs it under torch._disable_dynamo, which is what made it a graph break.
+/// parameter's gradient cleared (clearGrad). Eager runs it under torch._disable_dynamo, which is
+/// what made it a graph break.
 VarPtr zeroGrad(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args) {
   auto *selfObj = as<ObjectVar>(self);
   auto *funcObj = as<ObjectVar>(func);
   const Stock &stock = stockTable();
   if (!selfObj || !funcObj || !self->source || !stock.zeroGrad ||
-      funcObj->obj.get() != stock.zeroGrad || args.pos.size() + args.kw.size() > 1)
+      funcObj->obj.get() != stock.zeroGrad)
     return nullptr;
-  const VarPtr *flag = args.pos.empty() ? args.find("set_to_none") : &args.pos[0];
-  if (!args.kw.empty() && !flag) return nullptr;
-  bool setToNone = true;
-  if (flag) {
-    PyRef v = a.asPython(*flag);
-    if (!v || !PyBool_Check(v.get())) return nullptr;
-    setToNone = v.get() == Py_True;
-  }
+  std::optional<bool> setToNone = setToNoneArg(a, args);
+  if (!setToNone) return nullptr;
   PyObject *opt = selfObj->obj.get();
   const Source &S = *self->source;
   const std::string name = Py_TYPE(opt)->tp_name;
@@ -369,24 +397,7 @@ VarPtr zeroGrad(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args 
       PyObject *p = PyList_GET_ITEM(params, pi);
       const Source src = plus(psrc, SourceStep{SourceStep::Item, pi, "", {}});
       a.guardId(src, p);
-      if (setToNone) {
-        a.recordEffect({SideEffect::SetAttr, src, "grad", {}, a.none()});
-        a.attrOverlay[{p, "grad"}] = a.none();
-        continue;
-      }
-      // p.grad.zero_() (eager first detaches a gradient that has a history, which a capture
-      // would have to model: such a gradient is a graph break).
-      PyRef grad = attr(p, "grad");
-      const Source gradSrc = plus(src, attrStep("grad"));
-      if (!grad || grad.get() == Py_None) {
-        a.guardId(gradSrc, Py_None);
-        continue;
-      }
-      if (!isTensor(grad.get()) || requiresGrad(grad.get()) != 0)
-        a.fail(name + ".zero_grad(set_to_none=False) of a gradient that requires grad");
-      VarPtr g = a.wrapSourced(grad.get(), gradSrc);
-      a.callMethod(g, "zero_", {});
-      a.attrOverlay[{p, "grad"}] = g;
+      clearGrad(a, p, src, *setToNone, name + ".zero_grad(set_to_none=False)");
     }
   }
   return a.none();
@@ -420,21 +431,16 @@ void moduleParameters(Analyzer &a, PyObject *m, const Source &src, std::set<PyOb
   }
 }
 
-/// nn.Module.zero_grad() / zero_grad(set_to_none=True) of a module whose class keeps nn.Module's:
-/// each parameter's `.grad` set to None, as Optimizer.zero_grad does (zeroGrad). Zeroing in
-/// place (`set_to_none=False`) is traced like other code (a graph break at parameters()).
+/// nn.Module.zero_grad(set_to_none) of a module whose class keeps nn.Module's: each parameter's
+/// gradient cleared as Optimizer.zero_grad does (clearGrad), in named_parameters' order.
 VarPtr moduleZeroGrad(Analyzer &a, const VarPtr &self, const VarPtr &func, const Args &args) {
   auto *mod = as<ModuleVar>(self);
   auto *funcObj = as<ObjectVar>(func);
-  if (!mod || !funcObj || !self->source || args.pos.size() + args.kw.size() > 1) return nullptr;
+  if (!mod || !funcObj || !self->source) return nullptr;
   PyRef base = attr(torchModuleType(), "zero_grad");
   if (!base || funcObj->obj.get() != base.get()) return nullptr;
-  const VarPtr *flag = args.pos.empty() ? args.find("set_to_none") : &args.pos[0];
-  if (!args.kw.empty() && !flag) return nullptr;
-  if (flag) {
-    PyRef v = a.asPython(*flag);
-    if (v.get() != Py_True) return nullptr;
-  }
+  std::optional<bool> setToNone = setToNoneArg(a, args);
+  if (!setToNone) return nullptr;
   PyObject *m = mod->obj.get();
   const Source &S = *self->source;
   PyRef instanceDict = attr(m, "__dict__");
@@ -448,10 +454,8 @@ VarPtr moduleZeroGrad(Analyzer &a, const VarPtr &self, const VarPtr &func, const
   std::set<PyObject *> modules;
   std::vector<std::pair<PyObject *, Source>> params;
   moduleParameters(a, m, S, modules, params);
-  for (const auto &[p, src] : params) {
-    a.recordEffect({SideEffect::SetAttr, src, "grad", {}, a.none()});
-    a.attrOverlay[{p, "grad"}] = a.none();
-  }
+  for (const auto &[p, src] : params)
+    clearGrad(a, p, src, *setToNone, "module.zero_grad(set_to_none=False)");
   return a.none();
 }
 

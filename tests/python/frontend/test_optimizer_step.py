@@ -233,3 +233,42 @@ def test_scheduled_learning_rate_needs_no_recompile(config: str) -> None:
     assert misses[1] == misses[-1], misses
     report = xjit.explain(step)()
     assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+@pytest.mark.parametrize("owner", ["module", "optimizer"])
+def test_zero_grad_in_a_compiled_step(owner: str, set_to_none: bool) -> None:
+    """zero_grad() of a module or an optimizer, either way, is modeled (no graph break): the
+    gradients are cleared or zeroed in their own memory, and the training matches eager's."""
+    runs = []
+    for compiled in (False, True):
+        m = model()
+        o = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+        owner_obj = m if owner == "module" else o
+
+        def step(i: int, m: torch.nn.Module = m, o: Opt = o, z: Any = owner_obj) -> None:
+            z.zero_grad(set_to_none=set_to_none)
+            loss_of(m, i).backward()
+            o.step()
+
+        runs.append((m, o, step, xjit.jit(lambda z=owner_obj: z.zero_grad(set_to_none=set_to_none))))
+    (m_e, o_e, step_e, _), (m_x, o_x, step_x, zero_x) = runs
+    for i in range(3):
+        step_e(i)
+        step_x(i)
+    grads = [p.grad for p in m_x.parameters()]
+    pointers = [g.data_ptr() for g in grads]
+    report = xjit.explain(zero_x)()
+    assert report.graph_break_count == 0, str(report)
+    m_e.zero_grad(set_to_none=set_to_none)
+    for p, g, ptr in zip(m_x.parameters(), grads, pointers):
+        if set_to_none:
+            assert p.grad is None
+        else:
+            assert p.grad is g and g.data_ptr() == ptr and not g.any()
+    loss_of(m_e, 5).backward()
+    loss_of(m_x, 5).backward()
+    o_e.step()
+    o_x.step()
+    for a, b in zip(m_e.parameters(), m_x.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
