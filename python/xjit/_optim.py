@@ -13,6 +13,8 @@ run time, so that a scheduler's new rate does not make a new graph.
 
 from __future__ import annotations
 
+import types
+import weakref
 from typing import Any
 
 
@@ -105,3 +107,18 @@ def step(step_fn: Any, optimizer: Any) -> Any:
     compiled itself), and its capture is the stock update, as for ``xjit.jit(lambda:
     opt.step())`` (src/frontend/eval_frame.cpp ``runOptimizerStep``)."""
     return step_fn(optimizer)
+
+
+_step_frames: weakref.WeakKeyDictionary[Any, types.FunctionType] = weakref.WeakKeyDictionary()
+
+
+def step_of(optimizer: Any) -> types.FunctionType:
+    """``step`` with a code object of its own for each optimizer (made at its first step, gone
+    with it): a frame's compiled entries and recompile limit are per code object, so a program
+    with many optimizers compiles each one's step once instead of passing the limit of one
+    shared frame."""
+    fn = _step_frames.get(optimizer)
+    if fn is None:
+        fn = types.FunctionType(step.__code__.replace(), step.__globals__, step.__name__)
+        _step_frames[optimizer] = fn
+    return fn

@@ -328,23 +328,34 @@ PyObject *runOptimizerStep(const FrameView &f, const ScopeOptions &opts, EvalDef
     Py_DECREF(code);
     if (fromBreakCode) return evalDefault();
   }
-  static PyObject *step = [] {
+  static PyObject *stepOf = [] {
     BusyScope busy;
     PyObject *mod = PyImport_ImportModule("xjit._optim");
-    PyObject *fn = mod ? PyObject_GetAttrString(mod, "step") : nullptr; // kept for good
+    PyObject *fn = mod ? PyObject_GetAttrString(mod, "step_of") : nullptr; // kept for good
     Py_XDECREF(mod);
-    try {
-      if (fn && PyFunction_Check(fn))
-        ensureCache(reinterpret_cast<PyCodeObject *>(PyFunction_GET_CODE(fn))).forceRoot = true;
-    } catch (const PyErrorSet &) {
-      Py_CLEAR(fn);
-    }
     PyErr_Clear();
     return fn;
   }();
+  if (!stepOf) return evalDefault();
+  // This optimizer's own copy of xjit._optim.step (its own cache and recompile limit).
+  PyRef step;
+  {
+    BusyScope busy;
+    step = PyRef::steal(PyObject_CallOneArg(stepOf, opt));
+    try {
+      if (step && PyFunction_Check(step.get()))
+        ensureCache(reinterpret_cast<PyCodeObject *>(PyFunction_GET_CODE(step.get()))).forceRoot =
+            true;
+      else
+        step = PyRef();
+    } catch (const PyErrorSet &) {
+      step = PyRef();
+    }
+    PyErr_Clear();
+  }
   if (!step) return evalDefault();
   ++ts.optimizerSteps;
-  PyObject *r = PyObject_CallFunctionObjArgs(step, f.function, opt, nullptr);
+  PyObject *r = PyObject_CallFunctionObjArgs(step.get(), f.function, opt, nullptr);
   --ts.optimizerSteps;
   return r;
 }

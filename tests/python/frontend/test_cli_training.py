@@ -105,6 +105,27 @@ print("zeroed", CountingAdam.zeroed, "hook calls", len(calls))
 """
 
 
+# More optimizers than the recompile limit (8), each stepped from Python: every optimizer's step
+# is a frame of its own (xjit._optim.step_of), so each compiles once.
+MANY_OPTIMIZERS = """\
+import torch, torch.nn as nn
+torch.manual_seed(0)
+models = [nn.Linear(6, 3) for _ in range(11)]
+opts = [torch.optim.Adam(m.parameters(), lr=1e-2) if i % 2 else torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for i, m in enumerate(models)]
+x = torch.randn(5, 6)
+def train(steps):
+    for i in range(steps):
+        total = 0.0
+        for m, opt in zip(models, opts):
+            opt.zero_grad()
+            loss = m(x).square().mean()
+            loss.backward()
+            opt.step()
+            total += loss.item()
+        print("loss", repr(total))
+train(4)
+"""
+
 def _env() -> dict[str, str]:
     path = os.pathsep.join([str(Path(xjit.__file__).parent.parent), *sys.path])
     env = {k: v for k, v in os.environ.items() if not k.startswith("XJIT_")}
@@ -273,19 +294,26 @@ def test_module_zero_grad_is_captured() -> None:
     assert all(p.grad is None for p in m.parameters())
 
 
-def test_module_zero_grad_in_place_still_zeroes() -> None:
+def test_module_zero_grad_in_place_is_captured() -> None:
     torch.manual_seed(0)
-    m = torch.nn.Linear(3, 2)
+    m = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 2))
     m(torch.randn(4, 3)).sum().backward()
+    m[1].bias.grad = None  # a parameter without a gradient: skipped, as eager
     grads = [p.grad for p in m.parameters()]
 
-    @xjit.jit
     def f(x: torch.Tensor) -> torch.Tensor:
-        m.zero_grad(set_to_none=False)  # not modeled: traced (a graph break), as eager
+        m.zero_grad(set_to_none=False)  # each gradient zeroed in place (it was a graph break)
         return x * 3
 
-    f(torch.ones(2))
-    assert all(p.grad is g and not g.any() for p, g in zip(m.parameters(), grads))
+    report = xjit.explain(f)(torch.ones(2))
+    assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+    assert all(p.grad is g and (g is None or not g.any()) for p, g in zip(m.parameters(), grads))
+    # Gradients again: the compiled entry zeroes the same tensors.
+    m(torch.randn(4, 3)).sum().backward()
+    assert m[1].bias.grad is not None
+    compiled = xjit.jit(f)
+    compiled(torch.ones(2))
+    assert all(p.grad is not None and not p.grad.any() for p in m.parameters())
 
 
 def test_optimizer_made_from_a_parameters_generator_gets_the_parameters() -> None:
@@ -299,3 +327,10 @@ def test_optimizer_made_from_a_parameters_generator_gets_the_parameters() -> Non
 
     opt = xjit.jit(make)(m)
     assert [id(p) for p in opt.param_groups[0]["params"]] == [id(p) for p in m.parameters()]
+
+
+def test_more_optimizers_than_the_recompile_limit_each_compile(tmp_path: Path) -> None:
+    report = _compare(MANY_OPTIMIZERS, tmp_path)
+    assert "running it in Python from now on" not in report, report
+    steps = [g for g in _graphs(report) if g.startswith("step at _optim.py")]
+    assert len(steps) == 11, report
