@@ -117,7 +117,9 @@ void zeroRow(T *dn, int64_t id, int64_t ih, int64_t channels, int64_t width,
   }
 }
 
-/// The windows of output row (od, oh).
+/// The windows of an output row whose taps span input rows pd x ph, offsets taken from input
+/// row (pd[0], ph[0]). Rows whose pd and ph are the same steps apart (all but the clipped
+/// ones at the edges) share them.
 void rowTaps(const MaxPoolGradPlan &p, const std::vector<int64_t> &pd,
              const std::vector<int64_t> &ph, RowTaps &r) {
   r.x.clear();
@@ -127,11 +129,23 @@ void rowTaps(const MaxPoolGradPlan &p, const std::vector<int64_t> &pd,
     for (int64_t id : pd)
       for (int64_t ih : ph)
         for (int64_t iw : pw) {
-          r.x.push_back(id * p.xs.spatial[0] + ih * p.xs.spatial[1] + iw * p.xs.spatial[2]);
-          r.dx.push_back(id * p.dxs.spatial[0] + ih * p.dxs.spatial[1] + iw * p.dxs.spatial[2]);
+          const int64_t d = id - pd[0], h = ih - ph[0];
+          r.x.push_back(d * p.xs.spatial[0] + h * p.xs.spatial[1] + iw * p.xs.spatial[2]);
+          r.dx.push_back(d * p.dxs.spatial[0] + h * p.dxs.spatial[1] + iw * p.dxs.spatial[2]);
         }
     r.start.push_back(r.x.size());
   }
+}
+
+/// pd and ph as steps from their first element: equal keys, equal rowTaps.
+void rowKey(const std::vector<int64_t> &pd, const std::vector<int64_t> &ph,
+            std::vector<int64_t> &key) {
+  key.clear();
+  for (int64_t id : pd)
+    key.push_back(id - pd[0]);
+  key.push_back(-1);
+  for (int64_t ih : ph)
+    key.push_back(ih - ph[0]);
 }
 
 /// kDense: x and dx hold the channels contiguously (channels-last): each window runs over
@@ -145,6 +159,7 @@ template <class T, bool kDense>
   const int64_t height = t[1].inSize, width = t[2].inSize, rows = t[0].inSize * height;
   const size_t outW = t[2].pos.size();
   RowTaps r;
+  std::vector<int64_t> key, rKey; // r's rowKey
   for (int64_t u = begin; u < end; ++u) {
     const int64_t n = u / p.blocks(), c0 = u % p.blocks() * p.channelBlock,
                   channels = std::min(p.channels, c0 + p.channelBlock) - c0;
@@ -164,7 +179,13 @@ template <class T, bool kDense>
         const std::vector<int64_t> &pd = t[0].pos[od], &ph = t[1].pos[oh];
         if (pd.empty() || ph.empty()) continue;
         zeroTo(pd.back() * height + ph.back() + 1);
-        rowTaps(p, pd, ph, r);
+        rowKey(pd, ph, key);
+        if (key != rKey) {
+          rowTaps(p, pd, ph, r);
+          rKey.swap(key);
+        }
+        const T *xr = xn + pd[0] * p.xs.spatial[0] + ph[0] * p.xs.spatial[1];
+        T *dr = dn + pd[0] * p.dxs.spatial[0] + ph[0] * p.dxs.spatial[1];
         const T *gr = gn + int64_t(od) * p.gs.spatial[0] + int64_t(oh) * p.gs.spatial[1];
         if constexpr (kDense) {
           for (size_t ow = 0; ow < outW; ++ow) {
@@ -174,21 +195,21 @@ template <class T, bool kDense>
             if (taps == 0) continue;
             int64_t c = 0;
             for (; c + 4 * kLanes <= channels; c += 4 * kLanes)
-              windowVectors<T, 4>(xn + c, gw + c * p.gs.channel, p.gs.channel, dn + c, xo, dxo,
+              windowVectors<T, 4>(xr + c, gw + c * p.gs.channel, p.gs.channel, dr + c, xo, dxo,
                                   taps);
             for (; c + kLanes <= channels; c += kLanes)
-              windowVectors<T, 1>(xn + c, gw + c * p.gs.channel, p.gs.channel, dn + c, xo, dxo,
+              windowVectors<T, 1>(xr + c, gw + c * p.gs.channel, p.gs.channel, dr + c, xo, dxo,
                                   taps);
             for (; c < channels; ++c)
-              windowChannel(xn + c, gw[c * p.gs.channel], dn + c, xo, dxo, taps);
+              windowChannel(xr + c, gw[c * p.gs.channel], dr + c, xo, dxo, taps);
           }
         } else {
           for (int64_t c = 0; c < channels; ++c)
             for (size_t ow = 0; ow < outW; ++ow)
               if (const size_t taps = r.start[ow + 1] - r.start[ow])
-                windowChannel(xn + c * p.xs.channel,
+                windowChannel(xr + c * p.xs.channel,
                               gr[c * p.gs.channel + int64_t(ow) * p.gs.spatial[2]],
-                              dn + c * p.dxs.channel, r.x.data() + r.start[ow],
+                              dr + c * p.dxs.channel, r.x.data() + r.start[ow],
                               r.dx.data() + r.start[ow], taps);
         }
       }
@@ -232,5 +253,70 @@ template void maxPoolBackward(const float *, const float *, float *, const MaxPo
                               int64_t, int64_t);
 template void maxPoolBackward(const double *, const double *, double *, const MaxPoolGradPlan &,
                               int64_t, int64_t);
+
+// TEMPORARY (A/B measurement, removed before the final commit): session 16's kernel.
+namespace {
+template <class F> void forEachWindowOld(const std::array<Taps, 3> &t, F &&f) {
+  int64_t o = 0;
+  for (size_t d = 0; d < t[0].pos.size(); ++d)
+    for (size_t h = 0; h < t[1].pos.size(); ++h)
+      for (size_t w = 0; w < t[2].pos.size(); ++w)
+        f(o++, d, h, w);
+}
+} // namespace
+template <class T>
+void maxPoolBackwardOld(const T *x, const T *g, T *dx, int64_t batch, int64_t channels,
+                        const std::array<Taps, 3> &t, const PlaneStrides &xs,
+                        const PlaneStrides &gs, const PlaneStrides &dxs) {
+  // One window position for every channel at once (its taps' offsets found once; contiguous
+  // reads when x is channels-last), then each channel's g added at its pick.
+  std::vector<int64_t> xOff, dxOff; // per in-bounds tap, in PyTorch's scan order
+  auto window = [&](int64_t n, size_t d, size_t h, size_t w) {
+    xOff.clear();
+    dxOff.clear();
+    for (int64_t id : t[0].pos[d])
+      for (int64_t ih : t[1].pos[h])
+        for (int64_t iw : t[2].pos[w]) {
+          xOff.push_back(id * xs.spatial[0] + ih * xs.spatial[1] + iw * xs.spatial[2]);
+          dxOff.push_back(id * dxs.spatial[0] + ih * dxs.spatial[1] + iw * dxs.spatial[2]);
+        }
+    const size_t taps = xOff.size();
+    if (taps == 0) return;
+    const int64_t *off = xOff.data();
+    const T *xp = x + n * xs.batch;
+    const T *gp = g + n * gs.batch + static_cast<int64_t>(d) * gs.spatial[0] +
+                  static_cast<int64_t>(h) * gs.spatial[1] + static_cast<int64_t>(w) * gs.spatial[2];
+    T *dp = dx + n * dxs.batch;
+    for (int64_t l = 0; l < channels; ++l) {
+      const T *xl = xp + l * xs.channel;
+      // Branch-free scans (a data-dependent branch per tap mispredicted ~1 in 3 and took 4x
+      // longer): the maximum, then its first tap; a window holding NaN: its last NaN.
+      T best = -std::numeric_limits<T>::infinity();
+      bool nan = false;
+      for (size_t j = 0; j < taps; ++j) {
+        const T v = xl[off[j]];
+        best = v > best ? v : best;
+        nan |= v != v;
+      }
+      size_t pick = 0; // an all -inf window: its first tap, where PyTorch's scan starts
+      if (!nan)
+        for (size_t j = taps; j-- > 0;)
+          pick = xl[off[j]] == best ? j : pick;
+      else
+        for (size_t j = 0; j < taps; ++j)
+          pick = xl[off[j]] != xl[off[j]] ? j : pick;
+      dp[l * dxs.channel + dxOff[pick]] += gp[l * gs.channel];
+    }
+  };
+  for (int64_t n = 0; n < batch; ++n)
+    forEachWindowOld(t, [&](int64_t, size_t d, size_t h, size_t w) { window(n, d, h, w); });
+}
+
+template void maxPoolBackwardOld(const float *, const float *, float *, int64_t, int64_t,
+                                 const std::array<Taps, 3> &, const PlaneStrides &,
+                                 const PlaneStrides &, const PlaneStrides &);
+template void maxPoolBackwardOld(const double *, const double *, double *, int64_t, int64_t,
+                                 const std::array<Taps, 3> &, const PlaneStrides &,
+                                 const PlaneStrides &, const PlaneStrides &);
 
 } // namespace xjit::ops::nn
