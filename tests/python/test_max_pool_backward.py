@@ -157,6 +157,11 @@ THREADED = [
     ((3, 80, 20, 18), {"kernel_size": 3, "stride": 1, "padding": 1}),  # 3 images: 6 blocks
     ((2, 70, 25, 23), {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True}),
     ((1, 64, 10, 12, 12), {"kernel_size": 3, "stride": 2, "padding": 1}),
+    # channels-first rows of 16+ interior windows taken as vectors: stride 3 with dilation (an
+    # element by element load), and 1-d (stride 2: two loads and a shuffle)
+    ((1, 40, 30, 70), {"kernel_size": (2, 3), "stride": (2, 3), "padding": 1,
+                       "dilation": (1, 2)}),
+    ((4, 32, 600), {"kernel_size": 3, "stride": 2, "padding": 1}),
 ]
 
 
@@ -171,7 +176,9 @@ def test_threaded_units_match_eager_bitwise(shape: tuple[int, ...], kw: dict[str
     torch.manual_seed(0)
     nd = len(shape) - 2
     x = make_input(shape, dtype, kind)
-    if layout == "channels_last":
+    if layout == "channels_last" and nd == 1:
+        x = x.transpose(1, 2).contiguous().transpose(1, 2)
+    elif layout == "channels_last":
         x = x.to(memory_format=torch.channels_last if nd == 2 else torch.channels_last_3d)
     g = torch.randn(pool_fn(nd)(x, **kw).shape, dtype=dtype)
     dt = "f32" if dtype == torch.float32 else "f64"

@@ -17,6 +17,10 @@ namespace {
 struct RowTaps {
   std::vector<int64_t> x, dx;
   std::vector<size_t> start;
+  /// Windows [lo, hi) have every tap and are translations of each other: window w + 1's taps
+  /// are window w's plus xStep in x, dxStep in dx (all windows but the clipped edge ones).
+  size_t lo = 0, hi = 0;
+  int64_t xStep = 0, dxStep = 0;
 };
 
 /// One channel of one window: the argmax (branch-free: a branch per tap mispredicted ~1 in 3
@@ -53,11 +57,6 @@ template <class T, int kVectors>
   using M = decltype(V{} != V{});
   constexpr int kLanes = 64 / sizeof(T);
   constexpr T kNaN = std::numeric_limits<T>::quiet_NaN();
-  auto load = [](const T *p) {
-    V v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  };
   V best[kVectors], gv[kVectors];
   M nan[kVectors];
   for (int k = 0; k < kVectors; ++k) {
@@ -68,7 +67,8 @@ template <class T, int kVectors>
   }
   for (size_t j = 0; j < n; ++j)
     for (int k = 0; k < kVectors; ++k) {
-      const V v = load(x + xo[j] + k * kLanes);
+      V v;
+      std::memcpy(&v, x + xo[j] + k * kLanes, sizeof v);
       best[k] = v > best[k] ? v : best[k];
       nan[k] |= v != v;
     }
@@ -85,8 +85,11 @@ template <class T, int kVectors>
   // The first tap equal to the maximum: once hit, the lane's maximum becomes NaN.
   for (size_t j = 0; j < n; ++j)
     for (int k = 0; k < kVectors; ++k) {
-      const auto hit = load(x + xo[j] + k * kLanes) == best[k];
-      V d = load(dx + dxo[j] + k * kLanes) + (hit ? gv[k] : V{});
+      V v, d;
+      std::memcpy(&v, x + xo[j] + k * kLanes, sizeof v);
+      std::memcpy(&d, dx + dxo[j] + k * kLanes, sizeof d);
+      const auto hit = v == best[k];
+      d += hit ? gv[k] : V{};
       std::memcpy(dx + dxo[j] + k * kLanes, &d, sizeof d);
       best[k] = hit ? V{} + kNaN : best[k];
     }
@@ -100,6 +103,65 @@ template <class T, int kVectors>
             pick = x[xo[j] + l] != x[xo[j] + l] ? j : pick;
           dx[dxo[pick] + l] += gv[k][c];
         }
+}
+
+/// Channels-first: kLanes neighbouring windows of one channel from an interior run (RowTaps),
+/// lane l being window w + l, whose taps are window w's shifted by l * step in x (loaded as a
+/// vector: one load for step 1, two and a shuffle for step 2, else element by element). The
+/// same picks as windowChannel; the adds go lane by lane in output order, since neighbouring
+/// windows may pick the same element.
+template <class T, int kStep>
+[[gnu::always_inline]] inline void windowsAlongRow(const T *x, const T *g, int64_t gStep, T *dx,
+                                                   const int64_t *xo, const int64_t *dxo, size_t n,
+                                                   int64_t step, int64_t dxStep) {
+  using V [[gnu::vector_size(64)]] = T;
+  using M = decltype(V{} != V{});
+  using Index = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>; // M's lanes
+  constexpr int kLanes = 64 / sizeof(T);
+  constexpr T kNaN = std::numeric_limits<T>::quiet_NaN();
+  // Step 2: lanes p[0], p[2], ... p[2 * kLanes - 2] from a = p[0, kLanes) and
+  // b = p[kLanes - 1, 2 * kLanes - 1) (not one further: the buffer may end there).
+  M evens;
+  for (int l = 0; l < kLanes; ++l)
+    evens[l] = 2 * l < kLanes ? 2 * l : 2 * l + 1;
+  auto load = [&](V &v, const T *p) { // by reference: a vector return would change the ABI
+    if constexpr (kStep == 1) {
+      std::memcpy(&v, p, sizeof v);
+    } else if constexpr (kStep == 2) {
+      V a, b;
+      std::memcpy(&a, p, sizeof a);
+      std::memcpy(&b, p + kLanes - 1, sizeof b);
+      v = __builtin_shuffle(a, b, evens);
+    } else {
+      for (int l = 0; l < kLanes; ++l)
+        v[l] = p[l * step];
+    }
+  };
+  V best = V{} - std::numeric_limits<T>::infinity(), gv;
+  for (int l = 0; l < kLanes; ++l)
+    gv[l] = g[l * gStep];
+  M nan = best != best, pick = nan;
+  for (size_t j = 0; j < n; ++j) {
+    V v;
+    load(v, x + xo[j]);
+    best = v > best ? v : best;
+    nan |= v != v;
+  }
+  best = nan ? V{} + kNaN : best; // equal to no tap: those lanes are picked below
+  for (size_t j = 0; j < n; ++j) {
+    V v;
+    load(v, x + xo[j]);
+    const auto hit = v == best;
+    pick = hit ? M{} + Index(j) : pick;
+    best = hit ? V{} + kNaN : best;
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    size_t j = size_t(pick[l]);
+    if (nan[l]) // a window holding NaN: its last NaN
+      for (size_t k = 0; k < n; ++k)
+        j = x[xo[k] + l * step] != x[xo[k] + l * step] ? k : j;
+    dx[dxo[j] + l * dxStep] += gv[l];
+  }
 }
 
 /// Zero-fills input row (id, ih) of dx for `channels` channels from dn.
@@ -135,6 +197,26 @@ void rowTaps(const MaxPoolGradPlan &p, const std::vector<int64_t> &pd,
         }
     r.start.push_back(r.x.size());
   }
+  // The interior run: the windows with the most taps, while each is its predecessor shifted.
+  size_t most = 0, windows = r.start.size() - 1;
+  for (size_t w = 0; w < windows; ++w)
+    most = std::max(most, r.start[w + 1] - r.start[w]);
+  r.lo = r.hi = 0;
+  for (size_t w = 0; w < windows && r.hi == 0; ++w)
+    if (r.start[w + 1] - r.start[w] == most) r.lo = w, r.hi = w + 1;
+  if (r.hi == 0 || r.hi >= windows) return;
+  r.xStep = r.x[r.start[r.lo + 1]] - r.x[r.start[r.lo]];
+  r.dxStep = r.dx[r.start[r.lo + 1]] - r.dx[r.start[r.lo]];
+  auto shifted = [&](size_t w) {
+    if (r.start[w + 1] - r.start[w] != most) return false;
+    for (size_t j = 0; j < most; ++j)
+      if (r.x[r.start[w] + j] != r.x[r.start[w - 1] + j] + r.xStep ||
+          r.dx[r.start[w] + j] != r.dx[r.start[w - 1] + j] + r.dxStep)
+        return false;
+    return true;
+  };
+  while (r.hi < windows && shifted(r.hi))
+    ++r.hi;
 }
 
 /// pd and ph as steps from their first element: equal keys, equal rowTaps.
@@ -204,13 +286,28 @@ template <class T, bool kDense>
               windowChannel(xr + c, gw[c * p.gs.channel], dr + c, xo, dxo, taps);
           }
         } else {
-          for (int64_t c = 0; c < channels; ++c)
-            for (size_t ow = 0; ow < outW; ++ow)
-              if (const size_t taps = r.start[ow + 1] - r.start[ow])
-                windowChannel(xr + c * p.xs.channel,
-                              gr[c * p.gs.channel + int64_t(ow) * p.gs.spatial[2]],
-                              dr + c * p.dxs.channel, r.x.data() + r.start[ow],
-                              r.dx.data() + r.start[ow], taps);
+          for (int64_t c = 0; c < channels; ++c) {
+            const T *xc = xr + c * p.xs.channel, *gc = gr + c * p.gs.channel;
+            T *dc = dr + c * p.dxs.channel;
+            for (size_t ow = 0; ow < outW;) {
+              const int64_t *xo = r.x.data() + r.start[ow], *dxo = r.dx.data() + r.start[ow];
+              const size_t taps = r.start[ow + 1] - r.start[ow];
+              const T *gw = gc + int64_t(ow) * p.gs.spatial[2];
+              if (ow >= r.lo && ow + kLanes <= r.hi) {
+                if (r.xStep == 1)
+                  windowsAlongRow<T, 1>(xc, gw, p.gs.spatial[2], dc, xo, dxo, taps, 1, r.dxStep);
+                else if (r.xStep == 2)
+                  windowsAlongRow<T, 2>(xc, gw, p.gs.spatial[2], dc, xo, dxo, taps, 2, r.dxStep);
+                else
+                  windowsAlongRow<T, 0>(xc, gw, p.gs.spatial[2], dc, xo, dxo, taps, r.xStep,
+                                        r.dxStep);
+                ow += kLanes;
+                continue;
+              }
+              if (taps) windowChannel(xc, *gw, dc, xo, dxo, taps);
+              ++ow;
+            }
+          }
         }
       }
     zeroTo(rows);
