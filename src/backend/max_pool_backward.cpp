@@ -8,8 +8,6 @@
 #include "xjit/backend/host_buffers.h"
 #include "xjit/backend/jit.h" // parallelParts, parallelRanges
 
-#include <cstdlib> // TEMPORARY
-
 namespace xjit::backend {
 namespace {
 
@@ -48,7 +46,6 @@ bool isMaxPoolBackward(const Op &op) {
 }
 
 std::string whyNotMaxPoolBackward(const Op &op) {
-  if (std::getenv("XJIT_POOL_OLD")) return "TEMPORARY A/B: the reference kernel";
   DType t = op.operand(1)->type().dtype();
   return t == DType::F32 || t == DType::F64 ? "" : op.name() + ": f32 and f64 only";
 }

@@ -5,7 +5,6 @@
 // inference (symbolic dims) and the kernels (run-time sizes); the kernels are in nn_window.cpp.
 #include "nn_window.h"
 
-#include <cstdlib> // TEMPORARY
 #include <numeric>
 
 namespace xjit {
@@ -655,19 +654,6 @@ Tensor maxPoolBackwardDx(const MaxPoolGradAttrs &a, const Tensor &gy, const Tens
       std::max<int64_t>(1, ceilDiv(plan.channels, 16)));
   plan.channelBlock = std::max<int64_t>(1, ceilDiv(ceilDiv(plan.channels, perBatch), 16) * 16);
   if (plan.batch == 0 || plan.channels == 0) return dx;
-  if (std::getenv("XJIT_POOL_OLD")) { // TEMPORARY (A/B)
-    if (x.dtype() == DType::F32)
-      maxPoolBackwardOld(reinterpret_cast<const float *>(x.data()),
-                         reinterpret_cast<const float *>(gy.data()),
-                         reinterpret_cast<float *>(dx.data()), plan.batch, plan.channels,
-                         plan.taps, plan.xs, plan.gs, plan.dxs);
-    else
-      maxPoolBackwardOld(reinterpret_cast<const double *>(x.data()),
-                         reinterpret_cast<const double *>(gy.data()),
-                         reinterpret_cast<double *>(dx.data()), plan.batch, plan.channels,
-                         plan.taps, plan.xs, plan.gs, plan.dxs);
-    return dx;
-  }
   run(plan.units(), [&](int64_t begin, int64_t end) {
     if (x.dtype() == DType::F32)
       maxPoolBackward(reinterpret_cast<const float *>(x.data()),

@@ -96,10 +96,6 @@ struct MaxPoolGradAttrs {
   PoolConfig window;
 };
 MaxPoolGradAttrs maxPoolGradAttrs(const Op &op);
-template <class T> // TEMPORARY (A/B)
-void maxPoolBackwardOld(const T *x, const T *g, T *dx, int64_t batch, int64_t channels,
-                     const std::array<Taps, 3> &t, const PlaneStrides &xs, const PlaneStrides &gs,
-                     const PlaneStrides &dxs);
 /// Runs fn(begin, end) over ranges that together cover [0, units) once: in one call, or
 /// split over threads.
 using UnitRunner =
