@@ -1,8 +1,9 @@
 // Convolutions and poolings over 1, 2 and 3 spatial dims: conv{1,2,3}d, conv_transpose{1,2,3}d,
 // conv{1,2,3}d_weight (conv's weight gradient), max_pool{1,2,3}d (+ _with_indices),
-// avg_pool{1,2,3}d, adaptive_avg_pool{1,2,3}d and adaptive_max_pool{1,2,3}d (+ _with_indices).
-// Inputs are [N, C, spatial...] or unbatched [C, spatial...]. The shape rules below serve both
-// inference (symbolic dims) and the kernels (run-time sizes); the kernels are in nn_window.cpp.
+// avg_pool{1,2,3}d, adaptive_avg_pool{1,2,3}d and adaptive_max_pool{1,2,3}d (+ _with_indices),
+// max_pool{1,2,3}d_backward. Inputs are [N, C, spatial...] or unbatched [C, spatial...]. The
+// shape rules below serve both inference (symbolic dims) and the kernels (run-time sizes); the
+// kernels are in nn_window.cpp, max_pool's gradient in max_pool_backward.cpp.
 #include "nn_window.h"
 
 #include <numeric>
