@@ -1,6 +1,7 @@
 // The CPU Target: regions that lower to loop kernels (elementwise and reduction) are compiled
 // with the ORC JIT, library calls go to oneDNN; memory is host memory.
 #include "dnnl_library.h"
+#include "max_pool_backward.h"
 #include "shared_executables.h"
 
 #include "ops/movement_util.h" // catSizes, catInto
@@ -58,14 +59,6 @@ private:
 /// Everything a CpuExecutable does with its inputs: the loop IR (`printed`, and its general
 /// version) and how region inputs and outputs map to the kernel's parameters. Empty: never
 /// shared.
-/// Uninitialized host memory for a result (the kernels write every element).
-Tensor hostTensor(DType dtype, const std::vector<int64_t> &sizes) {
-  int64_t n = 1;
-  for (int64_t s : sizes)
-    n *= s;
-  return Tensor(hostBuffer(n * dtypeSize(dtype)), dtype, sizes, contiguousStrides(sizes));
-}
-
 /// A lone cat or stack: each operand copied into its slice of the result by Tensor's strided copy
 /// (runs of contiguous elements, tiled transpositions), into the runtime's planned buffer. A loop
 /// kernel per operand was slower where an operand is a transposed view (the GPT step's key
@@ -180,6 +173,7 @@ public:
                  ? ""
                  : op.name() + ": no operands, or the result is not a tensor";
     if (op.name() == "cumsum") return whyNotScan(op);
+    if (isMaxPoolBackward(op)) return whyNotMaxPoolBackward(op);
     return whyNotElementwise(op);
   }
 
@@ -188,6 +182,7 @@ public:
       throw Error(ErrorKind::Internal, "cpu target cannot compile " + op.describe() + ": " + why);
     if (dnnl_kernels::isLibraryCall(op)) return dnnlLibrary().compile(op, opts);
     if (op.name() == "cat" || op.name() == "stack") return std::make_shared<CatExecutable>(op);
+    if (isMaxPoolBackward(op)) return makeMaxPoolBackwardExecutable(op);
     // Release builds verify a kernel only when LLVM compiles it (a hit skips it, lower.h).
 #ifdef NDEBUG
     const LowerOptions lower{.verify = false};

@@ -96,4 +96,11 @@ int64_t cachedHostBufferBytes() {
   return static_cast<int64_t>(c.bytes);
 }
 
+Tensor hostTensor(DType dtype, const std::vector<int64_t> &sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes)
+    n *= s;
+  return Tensor(hostBuffer(n * dtypeSize(dtype)), dtype, sizes, contiguousStrides(sizes));
+}
+
 } // namespace xjit::backend

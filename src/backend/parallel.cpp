@@ -57,13 +57,31 @@ std::atomic<uint64_t> gSplits{0};
 unsigned kernelThreads() { return unsigned(availableThreads()); }
 uint64_t parallelSplits() { return gSplits.load(); }
 
+int64_t parallelParts(int64_t n, int64_t work) {
+  if (n <= 0) return 1;
+  int64_t total = n * std::max<int64_t>(work, 1);
+  int64_t parts = std::min<int64_t>({int64_t(availableThreads()), n, total / kMinWorkPerThread});
+  return parts <= 1 || omp_in_parallel() ? 1 : parts;
+}
+
+void parallelRanges(int64_t n, int64_t parts, const std::function<void(int64_t, int64_t)> &fn) {
+  parts = std::min(parts, n);
+  if (parts <= 1) {
+    if (n > 0) fn(0, n);
+    return;
+  }
+  ++gSplits;
+#pragma omp parallel for num_threads(int(parts)) schedule(static, 1)
+  for (int64_t i = 0; i < parts; ++i)
+    fn(n * i / parts, n * (i + 1) / parts);
+}
+
 extern "C" int32_t xjit_rt_parallel_for(ParallelTask task, void *const *data, const int64_t *sizes,
                                         const int64_t *strides, const uint64_t *scalars, int64_t n,
                                         int64_t work) {
   if (n <= 0) return 0;
-  int64_t total = n * std::max<int64_t>(work, 1);
-  int64_t parts = std::min<int64_t>({int64_t(availableThreads()), n, total / kMinWorkPerThread});
-  if (parts <= 1 || omp_in_parallel()) return task(data, sizes, strides, scalars, 0, n);
+  const int64_t parts = parallelParts(n, work);
+  if (parts <= 1) return task(data, sizes, strides, scalars, 0, n);
   ++gSplits;
   std::vector<int32_t> codes(size_t(parts), 0);
   auto begin = [&](int64_t i) { return n * i / parts; };

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
 namespace xjit::backend {
 namespace {
@@ -361,6 +363,29 @@ TEST(BackendParallel, TheFirstFailingRangeInOrderGivesTheCode) {
   codes[3000] = 0;
   EXPECT_EQ(
       xjit_rt_parallel_for(failAtMarkedIterations, data, nullptr, nullptr, nullptr, n, 1 << 12), 7);
+}
+
+// Native kernels written in C++ (the max-pool gradient) split their work with parallelParts
+// and parallelRanges: the same rule as the compiled loops, every index once.
+TEST(BackendParallel, NativeRangesFollowTheLoopsRule) {
+  EXPECT_EQ(parallelParts(1000, 1), 1); // below 32K elements per extra thread
+  EXPECT_EQ(parallelParts(0, 1), 1);
+  const int64_t parts = parallelParts(int64_t(1) << 20, 1);
+  EXPECT_EQ(parts, std::min<int64_t>(kernelThreads(), 32));
+  const int64_t n = 1001;
+  std::vector<std::atomic<int>> hits(n);
+  uint64_t before = parallelSplits();
+  parallelRanges(n, 3, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      hits[size_t(i)].fetch_add(1);
+  });
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(hits[size_t(i)].load(), 1) << i;
+  EXPECT_EQ(parallelSplits(), before + 1);
+  int calls = 0;
+  parallelRanges(1, 4, [&](int64_t begin, int64_t end) { calls += begin == 0 && end == 1; });
+  EXPECT_EQ(calls, 1); // at most n ranges: one, on the calling thread
+  EXPECT_EQ(parallelSplits(), before + 1);
 }
 
 } // namespace

@@ -147,3 +147,53 @@ def test_max_pool_backward_infers_and_rejects() -> None:
     gi = graph.add_input("f16[2,3,5,5]", "gh")
     with pytest.raises(Exception, match="f32 or f64"):
         graph.add_op("max_pool2d_backward", [gi, xi], attrs)
+
+
+# Shapes large enough for the CPU target to split the kernel over 2 threads (a thread per 32K
+# elements of x): units of a batch element's block of channels. Channel counts that leave
+# vectors of 4, 1 and single channels (f32 vectors hold 16, f64 8) in each unit.
+THREADED = [
+    ((1, 64, 40, 40), {"kernel_size": 3, "stride": 2, "padding": 1}),  # 2 blocks of 32
+    ((3, 80, 20, 18), {"kernel_size": 3, "stride": 1, "padding": 1}),  # 3 images: 6 blocks
+    ((2, 70, 25, 23), {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True}),
+    ((1, 64, 10, 12, 12), {"kernel_size": 3, "stride": 2, "padding": 1}),
+    # channels-first rows of 16+ interior windows taken as vectors: stride 3 with dilation (an
+    # element by element load), and 1-d (stride 2: two loads and a shuffle)
+    ((1, 40, 30, 70), {"kernel_size": (2, 3), "stride": (2, 3), "padding": 1,
+                       "dilation": (1, 2)}),
+    ((4, 32, 600), {"kernel_size": 3, "stride": 2, "padding": 1}),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("kind", ["random", "ties", "nonfinite"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("layout", ["channels_last", "channels_first"])
+@pytest.mark.parametrize("shape,kw", THREADED, ids=[str(i) for i in range(len(THREADED))])
+def test_threaded_units_match_eager_bitwise(shape: tuple[int, ...], kw: dict[str, Any],
+                                            layout: str, dtype: Any, kind: str,
+                                            threads: int) -> None:
+    torch.manual_seed(0)
+    nd = len(shape) - 2
+    x = make_input(shape, dtype, kind)
+    if layout == "channels_last" and nd == 1:
+        x = x.transpose(1, 2).contiguous().transpose(1, 2)
+    elif layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last if nd == 2 else torch.channels_last_3d)
+    g = torch.randn(pool_fn(nd)(x, **kw).shape, dtype=dtype)
+    dt = "f32" if dtype == torch.float32 else "f64"
+    graph = x_.Graph("g")
+    gin = graph.add_input(f"{dt}[{','.join(map(str, g.shape))}]", "g")
+    xin = graph.add_input(f"{dt}[{','.join(map(str, shape))}]", "x")
+    graph.set_outputs(graph.add_op(f"max_pool{nd}d_backward", [gin, xin], attrs_of(kw)))
+    compiled = x_.compile(graph)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        (got,) = compiled.run([g, x], framework="torch")
+        _, want = eager(x, g, kw)
+    finally:
+        torch.set_num_threads(before)
+    same(got, want)
+    # dx keeps x's layout: the kernel reads and writes channels innermost in both.
+    assert got.stride() == x.stride()

@@ -13,6 +13,9 @@ namespace xjit::backend {
 /// the buffers of the same size released earlier when there is one.
 std::shared_ptr<Storage> hostBuffer(int64_t nbytes);
 
+/// A contiguous tensor of uninitialized host memory (hostBuffer), for results written whole.
+Tensor hostTensor(DType dtype, const std::vector<int64_t> &sizes);
+
 /// Frees the released large buffers kept for reuse (releaseCompilerMemory calls it; tests).
 void dropCachedHostBuffers();
 

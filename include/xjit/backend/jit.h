@@ -7,6 +7,7 @@
 #include "xjit/backend/kernel_ir.h"
 #include "xjit/ir/value.h"
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -154,6 +155,12 @@ private:
 unsigned kernelThreads();
 /// How many parallel loops this process has split across threads (tests, --explain).
 uint64_t parallelSplits();
+/// How many ranges the parallel loops cut n iterations of `work` elements each into: one per
+/// kMinWorkPerThread elements up to kernelThreads(); 1 inside a parallel region (parallel.cpp).
+int64_t parallelParts(int64_t n, int64_t work);
+/// Runs fn(begin, end) over `parts` ranges that cover [0, n) (at most n), one per thread of the
+/// kernel pool; fn must not throw. Native kernels written in C++ thread themselves with it.
+void parallelRanges(int64_t n, int64_t parts, const std::function<void(int64_t, int64_t)> &fn);
 /// Process-wide totals of Jit::compile (tests, benchmarks of warm starts).
 struct JitTotals {
   /// Kernels compiled with LLVM (every compile that was not a cache hit): a second process

@@ -1,9 +1,12 @@
 // Convolutions and poolings over 1, 2 and 3 spatial dims: conv{1,2,3}d, conv_transpose{1,2,3}d,
 // conv{1,2,3}d_weight (conv's weight gradient), max_pool{1,2,3}d (+ _with_indices),
-// avg_pool{1,2,3}d, adaptive_avg_pool{1,2,3}d and adaptive_max_pool{1,2,3}d (+ _with_indices).
-// Inputs are [N, C, spatial...] or unbatched [C, spatial...]. The shape rules below serve both
-// inference (symbolic dims) and the kernels (run-time sizes); the kernels are in nn_window.cpp.
+// avg_pool{1,2,3}d, adaptive_avg_pool{1,2,3}d and adaptive_max_pool{1,2,3}d (+ _with_indices),
+// max_pool{1,2,3}d_backward. Inputs are [N, C, spatial...] or unbatched [C, spatial...]. The
+// shape rules below serve both inference (symbolic dims) and the kernels (run-time sizes); the
+// kernels are in nn_window.cpp, max_pool's gradient in max_pool_backward.cpp.
 #include "nn_window.h"
+
+#include <numeric>
 
 namespace xjit {
 namespace {
@@ -300,11 +303,6 @@ enum class PoolKind { Max, Avg, AdaptiveMax, AdaptiveAvg };
 bool isAdaptive(PoolKind k) { return k == PoolKind::AdaptiveMax || k == PoolKind::AdaptiveAvg; }
 bool isMax(PoolKind k) { return k == PoolKind::Max || k == PoolKind::AdaptiveMax; }
 
-struct PoolConfig {
-  std::vector<int64_t> kernel, stride, padding, dilation, outputSize;
-  bool ceil = false;
-};
-
 PoolConfig poolConfig(const Op &op, size_t nd, PoolKind kind) {
   PoolConfig c;
   if (isAdaptive(kind)) {
@@ -453,43 +451,11 @@ std::vector<Type> maxPoolBackwardInfer(const Op &op, size_t nd) {
   return {x};
 }
 
-/// Strides of a [N, C, spatial...] tensor, lifted to three spatial dims.
-PlaneStrides planeStrides(const Tensor &t, size_t nd) {
-  PlaneStrides s{.batch = t.strides()[0], .channel = t.strides()[1]};
-  for (size_t d = 0; d < nd; ++d)
-    s.spatial[3 - nd + d] = t.strides()[2 + d];
-  return s;
-}
-
-std::vector<RtValue> maxPoolBackwardKernel(const Op &op, std::span<const RtValue> in, size_t nd) {
-  const Tensor &gy = in[0].tensor(), &x = in[1].tensor();
-  PoolConfig c = poolConfig(op, nd, PoolKind::Max);
-  atRuntime([&] {
-    return maxPoolBackwardShape(op.name(), nd, c, shapeOf(x.sizes()), shapeOf(gy.sizes()));
-  });
-  const std::vector<int64_t> &xs = x.sizes(), &os = gy.sizes();
-  std::vector<Taps> taps;
-  for (size_t d = 0; d < nd; ++d)
-    taps.push_back(
-        windowTaps(xs[2 + d], os[2 + d], c.kernel[d], c.stride[d], c.padding[d], c.dilation[d]));
-  std::array<Taps, 3> t = liftTaps(std::move(taps));
-  // dx in x's memory order: a channels-last x (a conv net's activations) gets a channels-last
-  // dx, so both are read and written channels innermost.
-  const bool last = x.strides()[1] == 1 && xs[1] > 1;
-  Tensor dx = Tensor::empty(x.dtype(), last ? permuted(xs, channelPerm(xs.size(), nd, true)) : xs);
-  if (last) dx = channelView(dx, nd, false);
-  auto run = [&](auto zero) {
-    using T = decltype(zero);
-    maxPoolBackward<T>(reinterpret_cast<const T *>(x.data()),
-                       reinterpret_cast<const T *>(gy.data()), reinterpret_cast<T *>(dx.data()),
-                       xs[0], xs[1], t, planeStrides(x, nd), planeStrides(gy, nd),
-                       planeStrides(dx, nd));
-  };
-  if (x.dtype() == DType::F32)
-    run(float{});
-  else
-    run(double{});
-  return {dx};
+std::vector<RtValue> maxPoolBackwardKernel(const Op &op, std::span<const RtValue> in) {
+  // The reference kernel: the units one after the other.
+  return {maxPoolBackwardDx(
+      maxPoolGradAttrs(op), in[0].tensor(), in[1].tensor(), Tensor::empty, 1,
+      [](int64_t units, const std::function<void(int64_t, int64_t)> &fn) { fn(0, units); })};
 }
 
 // ---- rows ----
@@ -629,22 +595,80 @@ void addMaxPoolBackwardRow(OpRegistry &r, size_t nd) {
   for (AttrSpec &a : ints({{"stride", {}}, {"padding", {0}}, {"dilation", {1}}}))
     attrs.push_back(a);
   attrs.push_back({.name = "ceil_mode", .kind = AttrKind::Bool, .defaultValue = Attr(false)});
-  r.add(
-      {.name = "max_pool" + d + "_backward",
-       .summary = "The gradient of max_pool" + d +
-                  "'s input [N, C, ...] (f32 or f64, channels-first) for its output's "
-                  "gradient grad_output: each window's gradient added at the window's first "
-                  "maximum (a later NaN moves it), as PyTorch's backward; window attributes "
-                  "as max_pool" +
-                  d + "'s.",
-       .operands = {{"grad_output"}, {"input"}},
-       .attrs = attrs,
-       .infer = [nd](const Op &op) { return maxPoolBackwardInfer(op, nd); },
-       .kernel = [nd](const Op &op,
-                      std::span<const RtValue> in) { return maxPoolBackwardKernel(op, in, nd); }});
+  r.add({.name = "max_pool" + d + "_backward",
+         .summary = "The gradient of max_pool" + d +
+                    "'s input [N, C, ...] (f32 or f64, channels-first) for its output's "
+                    "gradient grad_output: each window's gradient added at the window's first "
+                    "maximum (a later NaN moves it), as PyTorch's backward; window attributes "
+                    "as max_pool" +
+                    d + "'s.",
+         .operands = {{"grad_output"}, {"input"}},
+         .attrs = attrs,
+         .infer = [nd](const Op &op) { return maxPoolBackwardInfer(op, nd); },
+         .kernel = maxPoolBackwardKernel});
 }
 
 } // namespace
+
+namespace ops::nn {
+
+/// Strides of a [N, C, spatial...] tensor, lifted to three spatial dims.
+static PlaneStrides planeStrides(const Tensor &t, size_t nd) {
+  PlaneStrides s{.batch = t.strides()[0], .channel = t.strides()[1]};
+  for (size_t d = 0; d < nd; ++d)
+    s.spatial[3 - nd + d] = t.strides()[2 + d];
+  return s;
+}
+
+MaxPoolGradAttrs maxPoolGradAttrs(const Op &op) {
+  const size_t nd = static_cast<size_t>(op.name()[8] - '0'); // max_pool{1,2,3}d_backward
+  return {.op = op.name(), .nd = nd, .window = poolConfig(op, nd, PoolKind::Max)};
+}
+
+Tensor maxPoolBackwardDx(const MaxPoolGradAttrs &a, const Tensor &gy, const Tensor &x,
+                         const std::function<Tensor(DType, std::vector<int64_t>)> &allocate,
+                         int64_t parts, const UnitRunner &run) {
+  const size_t nd = a.nd;
+  const PoolConfig &c = a.window;
+  atRuntime(
+      [&] { return maxPoolBackwardShape(a.op, nd, c, shapeOf(x.sizes()), shapeOf(gy.sizes())); });
+  const std::vector<int64_t> &xs = x.sizes(), &os = gy.sizes();
+  std::vector<Taps> taps;
+  for (size_t d = 0; d < nd; ++d)
+    taps.push_back(
+        windowTaps(xs[2 + d], os[2 + d], c.kernel[d], c.stride[d], c.padding[d], c.dilation[d]));
+  // dx in x's memory order: a channels-last x (a conv net's activations) gets a channels-last
+  // dx, so both are read and written channels innermost.
+  const bool last = x.strides()[1] == 1 && xs[1] > 1;
+  Tensor dx = allocate(x.dtype(), last ? permuted(xs, channelPerm(xs.size(), nd, true)) : xs);
+  if (last) dx = channelView(dx, nd, false);
+  MaxPoolGradPlan plan{.taps = liftTaps(std::move(taps)),
+                       .xs = planeStrides(x, nd),
+                       .gs = planeStrides(gy, nd),
+                       .dxs = planeStrides(dx, nd),
+                       .batch = xs[0],
+                       .channels = xs[1]};
+  // At least `parts` units, in equal numbers per part when the batch allows (3 images on 2
+  // threads: 2 channel blocks each), blocks of whole cache lines of channels.
+  const int64_t perBatch = std::clamp<int64_t>(
+      parts / std::gcd(std::max<int64_t>(plan.batch, 1), std::max<int64_t>(parts, 1)), 1,
+      std::max<int64_t>(1, ceilDiv(plan.channels, 16)));
+  plan.channelBlock = std::max<int64_t>(1, ceilDiv(ceilDiv(plan.channels, perBatch), 16) * 16);
+  if (plan.batch == 0 || plan.channels == 0) return dx;
+  run(plan.units(), [&](int64_t begin, int64_t end) {
+    if (x.dtype() == DType::F32)
+      maxPoolBackward(reinterpret_cast<const float *>(x.data()),
+                      reinterpret_cast<const float *>(gy.data()),
+                      reinterpret_cast<float *>(dx.data()), plan, begin, end);
+    else
+      maxPoolBackward(reinterpret_cast<const double *>(x.data()),
+                      reinterpret_cast<const double *>(gy.data()),
+                      reinterpret_cast<double *>(dx.data()), plan, begin, end);
+  });
+  return dx;
+}
+
+} // namespace ops::nn
 
 void registerConvPoolOps(OpRegistry &r) {
   for (size_t nd = 1; nd <= 3; ++nd) {

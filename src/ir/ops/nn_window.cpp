@@ -207,54 +207,6 @@ std::vector<T> maxPool(const std::vector<T> &x, int64_t planes, const std::array
 }
 
 template <class T>
-void maxPoolBackward(const T *x, const T *g, T *dx, int64_t batch, int64_t channels,
-                     const std::array<Taps, 3> &t, const PlaneStrides &xs, const PlaneStrides &gs,
-                     const PlaneStrides &dxs) {
-  // One window position for every channel at once (its taps' offsets found once; contiguous
-  // reads when x is channels-last), then each channel's g added at its pick.
-  std::vector<int64_t> xOff, dxOff; // per in-bounds tap, in PyTorch's scan order
-  auto window = [&](int64_t n, size_t d, size_t h, size_t w) {
-    xOff.clear();
-    dxOff.clear();
-    for (int64_t id : t[0].pos[d])
-      for (int64_t ih : t[1].pos[h])
-        for (int64_t iw : t[2].pos[w]) {
-          xOff.push_back(id * xs.spatial[0] + ih * xs.spatial[1] + iw * xs.spatial[2]);
-          dxOff.push_back(id * dxs.spatial[0] + ih * dxs.spatial[1] + iw * dxs.spatial[2]);
-        }
-    const size_t taps = xOff.size();
-    if (taps == 0) return;
-    const int64_t *off = xOff.data();
-    const T *xp = x + n * xs.batch;
-    const T *gp = g + n * gs.batch + static_cast<int64_t>(d) * gs.spatial[0] +
-                  static_cast<int64_t>(h) * gs.spatial[1] + static_cast<int64_t>(w) * gs.spatial[2];
-    T *dp = dx + n * dxs.batch;
-    for (int64_t l = 0; l < channels; ++l) {
-      const T *xl = xp + l * xs.channel;
-      // Branch-free scans (a data-dependent branch per tap mispredicted ~1 in 3 and took 4x
-      // longer): the maximum, then its first tap; a window holding NaN: its last NaN.
-      T best = -std::numeric_limits<T>::infinity();
-      bool nan = false;
-      for (size_t j = 0; j < taps; ++j) {
-        const T v = xl[off[j]];
-        best = v > best ? v : best;
-        nan |= v != v;
-      }
-      size_t pick = 0; // an all -inf window: its first tap, where PyTorch's scan starts
-      if (!nan)
-        for (size_t j = taps; j-- > 0;)
-          pick = xl[off[j]] == best ? j : pick;
-      else
-        for (size_t j = 0; j < taps; ++j)
-          pick = xl[off[j]] != xl[off[j]] ? j : pick;
-      dp[l * dxs.channel + dxOff[pick]] += gp[l * gs.channel];
-    }
-  };
-  for (int64_t n = 0; n < batch; ++n)
-    forEachWindow(t, [&](int64_t, size_t d, size_t h, size_t w) { window(n, d, h, w); });
-}
-
-template <class T>
 std::vector<T> avgPool(const std::vector<T> &x, int64_t planes, const std::array<Taps, 3> &t,
                        bool countIncludePad, int64_t divisor) {
   int64_t inVol = t[0].inSize * t[1].inSize * t[2].inSize, outVol = outVolume(t);
@@ -344,12 +296,6 @@ template std::vector<double> maxPool(const std::vector<double> &, int64_t,
                                      const std::array<Taps, 3> &, std::vector<int64_t> *);
 template std::vector<int64_t> maxPool(const std::vector<int64_t> &, int64_t,
                                       const std::array<Taps, 3> &, std::vector<int64_t> *);
-template void maxPoolBackward(const float *, const float *, float *, int64_t, int64_t,
-                              const std::array<Taps, 3> &, const PlaneStrides &,
-                              const PlaneStrides &, const PlaneStrides &);
-template void maxPoolBackward(const double *, const double *, double *, int64_t, int64_t,
-                              const std::array<Taps, 3> &, const PlaneStrides &,
-                              const PlaneStrides &, const PlaneStrides &);
 template std::vector<double> avgPool(const std::vector<double> &, int64_t,
                                      const std::array<Taps, 3> &, bool, int64_t);
 template std::vector<int64_t> avgPool(const std::vector<int64_t> &, int64_t,

@@ -7,6 +7,7 @@
 #include "nn_util.h"
 
 #include <array>
+#include <functional>
 
 namespace xjit::ops::nn {
 
@@ -66,14 +67,46 @@ struct PlaneStrides {
   int64_t batch = 0, channel = 0;
   Dims3 spatial{0, 0, 0};
 };
-/// max_pool's gradient: dx (zero-filled) gets each g[n, c, o] added at o's window argmax, found
-/// as maxPool finds it (the first maximum; a later NaN moves it). Per element of dx the adds
-/// come in output order, as in PyTorch's backward, so the sums round alike. Channels innermost
-/// (x's contiguous dim when it is a channels-last buffer).
+/// max_pool's gradient, cut into units that own disjoint parts of dx: unit u is batch element
+/// u / blocks and channels [b * channelBlock, (b + 1) * channelBlock) for b = u % blocks. So
+/// units run in any order or on any threads with the same result, with no atomics.
+struct MaxPoolGradPlan {
+  std::array<Taps, 3> taps;
+  PlaneStrides xs, gs, dxs;
+  int64_t batch = 0, channels = 0, channelBlock = 1;
+  int64_t blocks() const { return ceilDiv(channels, channelBlock); }
+  int64_t units() const { return batch * blocks(); }
+};
+/// Units [begin, end) of max_pool's gradient: each writes its part of dx (zeros, then every
+/// g[n, c, o] added at o's window argmax, found as maxPool finds it: the first maximum; a
+/// window holding NaN, its last NaN). Per element of dx the adds come in output order, as in
+/// PyTorch's backward, so the sums round alike (max_pool_backward.cpp).
 template <class T>
-void maxPoolBackward(const T *x, const T *g, T *dx, int64_t batch, int64_t channels,
-                     const std::array<Taps, 3> &t, const PlaneStrides &xs, const PlaneStrides &gs,
-                     const PlaneStrides &dxs);
+void maxPoolBackward(const T *x, const T *g, T *dx, const MaxPoolGradPlan &plan, int64_t begin,
+                     int64_t end);
+/// A pooling op's window attributes, per spatial dim (adaptive pooling: outputSize only).
+struct PoolConfig {
+  std::vector<int64_t> kernel, stride, padding, dilation, outputSize;
+  bool ceil = false;
+};
+/// max_pool{1,2,3}d_backward's attributes, read (and checked) once.
+struct MaxPoolGradAttrs {
+  std::string op;
+  size_t nd = 0;
+  PoolConfig window;
+};
+MaxPoolGradAttrs maxPoolGradAttrs(const Op &op);
+/// Runs fn(begin, end) over ranges that together cover [0, units) once: in one call, or
+/// split over threads.
+using UnitRunner =
+    std::function<void(int64_t units, const std::function<void(int64_t, int64_t)> &fn)>;
+/// max_pool{1,2,3}d_backward(gy, x) (f32 or f64; the shapes are checked): dx in x's
+/// memory order (channels-last for a channels-last x), its buffer from `allocate` (every
+/// element is written, so it may come uninitialized), computed as at least `parts` units when
+/// the batch and channels allow, which `run` runs.
+Tensor maxPoolBackwardDx(const MaxPoolGradAttrs &attrs, const Tensor &gy, const Tensor &x,
+                         const std::function<Tensor(DType, std::vector<int64_t>)> &allocate,
+                         int64_t parts, const UnitRunner &run);
 /// Sum over each window divided by: divisor if > 0, else the padded window size
 /// (countIncludePad) or the number of in-bounds taps. Integer T divides truncating to zero.
 template <class T>
