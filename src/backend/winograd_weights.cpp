@@ -3,7 +3,6 @@
 
 #include "xjit/backend/jit.h"
 
-#include <algorithm>
 #include <cstring>
 
 namespace xjit::backend::dnnl_kernels {
@@ -140,14 +139,13 @@ std::optional<WinogradWeightLayout> planWinogradWeights(const dnnl::memory::desc
 
 void transformWinogradWeights(const WinogradWeightLayout &w, const float *src, float *dst) {
   const int64_t blocks = w.oc / w.ocBlock, work = blocks * w.ic;
-  // Split over threads only when each gets at least ~32K output elements (as parallel.cpp's
-  // kernels do); kernelThreads() is 1 in a forked child, where OpenMP's pool is gone.
-  const int64_t elements = work * w.alpha * w.alpha * w.ocBlock;
-  const int threads =
-      static_cast<int>(std::min<int64_t>(kernelThreads(), std::max<int64_t>(1, elements >> 15)));
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (int64_t job = 0; job < work; ++job)
-    transformBlock(w, src, dst, job / w.ic, job % w.ic);
+  // Split over threads as the compiled kernels are (parallel.cpp's minimum work per thread; one
+  // range in a forked child, where OpenMP's pool is gone).
+  parallelRanges(work, parallelParts(work, w.alpha * w.alpha * w.ocBlock),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t job = begin; job < end; ++job)
+                     transformBlock(w, src, dst, job / w.ic, job % w.ic);
+                 });
 }
 
 } // namespace xjit::backend::dnnl_kernels
