@@ -56,9 +56,6 @@ private:
   const LinkBatch *batch_; // the batch that links ck_, if any (compared, never dereferenced)
 };
 
-/// Everything a CpuExecutable does with its inputs: the loop IR (`printed`, and its general
-/// version) and how region inputs and outputs map to the kernel's parameters. Empty: never
-/// shared.
 /// A lone cat or stack: each operand copied into its slice of the result by Tensor's strided copy
 /// (runs of contiguous elements, tiled transpositions), into the runtime's planned buffer. A loop
 /// kernel per operand was slower where an operand is a transposed view (the GPT step's key
@@ -116,6 +113,9 @@ private:
   DType dtype_;
 };
 
+/// Everything a CpuExecutable does with its inputs: the loop IR (`printed`, and its general
+/// version) and how region inputs and outputs map to the kernel's parameters. Empty: never
+/// shared.
 std::string sharingKey(const LoweredKernel &lk, const std::string &printed,
                        const TargetOptions &opts) {
   if (opts.keepText) return "";
