@@ -114,11 +114,14 @@ VarPtr callReal(Analyzer &a, PyObject *fn, const Args &args, const std::string &
 }
 
 /// A torch.nn module without parameters, buffers or submodules built from constants inside the
-/// frame (`loss_fct = CrossEntropyLoss()` in Hugging Face's task heads): built once at capture
-/// and inlined like the caller's modules. It has no source, so returning or storing it fails
-/// (a later call would get this object, not a new one). Null when it does not qualify.
+/// frame (`loss_fct = CrossEntropyLoss()` in Hugging Face's task heads), or a transformers
+/// activation module (`ACT2FN["silu"]` builds a new one at every lookup: Mamba's conv path):
+/// built once at capture and inlined like the caller's modules. It has no source, so returning
+/// or storing it fails (a later call would get this object, not a new one). Null when it does
+/// not qualify.
 VarPtr statelessTorchModule(Analyzer &a, PyObject *fn, const Args &args, const std::string &qn) {
-  if (moduleNameOf(fn).rfind("torch.nn.modules.", 0) != 0) return nullptr;
+  const std::string mod = moduleNameOf(fn);
+  if (mod.rfind("torch.nn.modules.", 0) != 0 && mod != "transformers.activations") return nullptr;
   for (const VarPtr &v : args.pos)
     if (v->kind == VarKind::Tensor) return nullptr;
   for (const auto &kv : args.kw)

@@ -203,6 +203,28 @@ bool otherTracerActive() {
   return returnsSomething(p.jitTracingState) || returnsSomething(p.dynamoCallback);
 }
 
+/// Whether torch.autocast is on (any device): a graph computes in the dtypes it was captured
+/// with, while eager under autocast casts matmuls and convolutions to the lower precision, so
+/// such a frame runs in Python (which is also what lets the analyzer fold
+/// torch.is_autocast_enabled() to False). One C call.
+bool autocastActive() {
+  static PyObject *probe = [] {
+    PyObject *c = PyDict_GetItemString(PyImport_GetModuleDict(), "torch._C"); // borrowed
+    PyObject *fn = c ? PyObject_GetAttrString(c, "_is_any_autocast_enabled") : nullptr;
+    PyErr_Clear();
+    return fn; // kept for good
+  }();
+  if (!probe) return false;
+  PyObject *r = PyObject_CallNoArgs(probe);
+  if (!r) {
+    PyErr_Clear();
+    return false;
+  }
+  const bool on = r == Py_True;
+  Py_DECREF(r);
+  return on;
+}
+
 } // namespace
 
 ThreadState &threadState() {
@@ -379,7 +401,7 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
       return evalDefault();
     c->state = CodeCache::Active; // no tensor work so far: capture it again (driver.cpp)
   }
-  if (otherTracerActive()) return evalDefault();
+  if (otherTracerActive() || autocastActive()) return evalDefault();
 
   // Guard checks may run Python (__eq__, properties): nothing is captured meanwhile.
   const uint64_t key = opts->key();

@@ -2572,7 +2572,10 @@ VarPtr Analyzer::callTorchFunction(PyObject *fn, const Args &args) {
       // Library code asks whether a compiler traces it: xjit does (and compiled code must take
       // the compile-friendly paths), but it is neither TorchScript nor FX tracing nor export.
       static const char *const trueFns[] = {"is_compiling", "is_dynamo_compiling"};
+      // Frames run compiled only with autocast off (eval_frame.cpp autocastActive).
       static const char *const falseFns[] = {"is_scripting",
+                                             "is_autocast_enabled",
+                                             "_is_any_autocast_enabled",
                                              "is_tracing",
                                              "is_exporting",
                                              "has_torch_function",

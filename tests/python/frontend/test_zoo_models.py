@@ -238,3 +238,43 @@ def test_weight_norm_is_captured(dim: int | None, style: str) -> None:
     assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
     assert all("external_call" not in g.ops for g in report.graphs), str(report)
     torch.testing.assert_close(report.output, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_transformers_activation_lookup_is_captured() -> None:
+    # ACT2FN[name] builds a new activation module per lookup (an OrderedDict subclass whose
+    # __getitem__ instantiates the class stored under the key): Mamba's conv path. The guard on
+    # the stored class reads the dict's own storage, as the capture did.
+    activations = pytest.importorskip("transformers.activations")
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return activations.ACT2FN["silu"](x) + activations.ACT2FN["gelu"](x)
+
+    x = torch.randn(4, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", xjit.XjitWarning)
+        report = xjit.explain(f)(x)
+        again = xjit.jit(f)(x)
+    assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+    assert all("external_call" not in g.ops for g in report.graphs), str(report)
+    torch.testing.assert_close(report.output, f(x), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(again, f(x), rtol=1e-6, atol=1e-6)
+
+
+def test_frames_under_autocast_run_as_eager() -> None:
+    # A graph computes in the dtypes it was captured with; eager under autocast computes the
+    # matmul in bfloat16. Compiled frames are skipped while autocast is on, so
+    # torch.is_autocast_enabled() folds to False in a capture (nn.MultiheadAttention asks).
+    def f(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, bool, bool]:
+        return torch.relu(x @ w), torch.is_autocast_enabled(), torch.is_autocast_enabled("cpu")
+
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    compiled = xjit.jit(f)
+    report = xjit.explain(compiled)(x, w)
+    assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+    assert report.output[1:] == (False, False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, want = compiled(x, w), f(x, w)
+    assert got[0].dtype == want[0].dtype == torch.bfloat16
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    assert got[1:] == want[1:] == (False, True)
+    torch.testing.assert_close(compiled(x, w)[0], f(x, w)[0], rtol=1e-6, atol=1e-6)
