@@ -626,8 +626,9 @@ def _unet_code(s: Size) -> Built:
 
         def embed_time(self, t: torch.Tensor) -> torch.Tensor:
             half = self.ch0 // 2
-            freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float32) / half)
-            args = t[:, None].float() * freqs[None]
+            dtype = self.stem.weight.dtype  # float64 in the training check's reference copy
+            freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=dtype) / half)
+            args = t[:, None].to(dtype) * freqs[None]
             return self.time_mlp(torch.cat([torch.sin(args), torch.cos(args)], dim=-1))
 
         def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:

@@ -259,6 +259,7 @@ VarPtr Analyzer::tensorInput(PyObject *t, const Source &src) {
   }
   if (PyErr_Occurred()) PyErr_Clear();
   inputTensors_.push_back(tv);
+  inputObjects_.emplace_back(PyRef::borrow(t), tv);
   // The TensorMatch guard is completed in finish() (strides only if the capture read them).
   Guard g;
   g.kind = Guard::TensorMatch;

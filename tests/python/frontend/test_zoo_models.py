@@ -278,3 +278,30 @@ def test_frames_under_autocast_run_as_eager() -> None:
     torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
     assert got[1:] == want[1:] == (False, True)
     torch.testing.assert_close(compiled(x, w)[0], f(x, w)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_rnn_modules_weight_check_is_captured() -> None:
+    # nn.GRU/LSTM check before each call that their flat weights are still their parameters
+    # (`ref() is not getattr(self, name)` over weak references): the referent is the parameter
+    # input, the weak reference and the parameter guarded by identity. Replacing a parameter
+    # (eager then rebuilds the flat weights) recompiles.
+    torch.manual_seed(0)
+    gru = nn.GRU(8, 8, batch_first=True)
+    lstm = nn.LSTM(8, 4, num_layers=2, batch_first=True, bidirectional=True)
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y, _ = gru(x)
+        z, (h, _) = lstm(y)
+        return z, h
+
+    x = torch.randn(2, 5, 8)
+    compiled = xjit.jit(f)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", xjit.XjitWarning)
+        report = xjit.explain(compiled)(x)
+        assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+        for got, want in zip(report.output, f(x), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        gru.weight_hh_l0 = nn.Parameter(torch.randn_like(gru.weight_hh_l0))
+        for got, want in zip(compiled(x), f(x), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
