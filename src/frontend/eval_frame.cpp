@@ -203,26 +203,37 @@ bool otherTracerActive() {
   return returnsSomething(p.jitTracingState) || returnsSomething(p.dynamoCallback);
 }
 
-/// Whether torch.autocast is on (any device): a graph computes in the dtypes it was captured
-/// with, while eager under autocast casts matmuls and convolutions to the lower precision, so
-/// such a frame runs in Python (which is also what lets the analyzer fold
-/// torch.is_autocast_enabled() to False). One C call.
-bool autocastActive() {
-  static PyObject *probe = [] {
+/// Whether torch.autocast is on (any device) or a TorchDispatchMode is pushed: a graph computes
+/// in the dtypes it was captured with, while eager under autocast casts matmuls and
+/// convolutions to the lower precision, and a dispatch mode (a FLOP counter, a tracer) must see
+/// the frame's ops; such a frame runs in Python. This is also what lets the analyzer fold
+/// torch.is_autocast_enabled() to False and the dispatch mode stack to empty. Two C calls.
+bool autocastOrDispatchModeActive() {
+  struct Probes {
+    PyObject *autocast = nullptr; // torch._C._is_any_autocast_enabled
+    PyObject *modes = nullptr;    // torch._C._len_torch_dispatch_stack
+  };
+  static Probes p = [] {
+    Probes q;
     PyObject *c = PyDict_GetItemString(PyImport_GetModuleDict(), "torch._C"); // borrowed
-    PyObject *fn = c ? PyObject_GetAttrString(c, "_is_any_autocast_enabled") : nullptr;
+    q.autocast = c ? PyObject_GetAttrString(c, "_is_any_autocast_enabled") : nullptr;
     PyErr_Clear();
-    return fn; // kept for good
+    q.modes = c ? PyObject_GetAttrString(c, "_len_torch_dispatch_stack") : nullptr;
+    PyErr_Clear();
+    return q; // kept for good
   }();
-  if (!probe) return false;
-  PyObject *r = PyObject_CallNoArgs(probe);
-  if (!r) {
-    PyErr_Clear();
-    return false;
-  }
-  const bool on = r == Py_True;
-  Py_DECREF(r);
-  return on;
+  auto answer = [](PyObject *probe) {
+    if (!probe) return false;
+    PyObject *r = PyObject_CallNoArgs(probe);
+    if (!r) {
+      PyErr_Clear();
+      return false;
+    }
+    const bool on = r != Py_False && !(PyLong_CheckExact(r) && PyLong_AsLong(r) == 0);
+    Py_DECREF(r);
+    return on;
+  };
+  return answer(p.autocast) || answer(p.modes);
 }
 
 } // namespace
@@ -401,7 +412,7 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
       return evalDefault();
     c->state = CodeCache::Active; // no tensor work so far: capture it again (driver.cpp)
   }
-  if (otherTracerActive() || autocastActive()) return evalDefault();
+  if (otherTracerActive() || autocastOrDispatchModeActive()) return evalDefault();
 
   // Guard checks may run Python (__eq__, properties): nothing is captured meanwhile.
   const uint64_t key = opts->key();

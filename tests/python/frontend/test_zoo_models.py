@@ -305,3 +305,52 @@ def test_rnn_modules_weight_check_is_captured() -> None:
         gru.weight_hh_l0 = nn.Parameter(torch.randn_like(gru.weight_hh_l0))
         for got, want in zip(compiled(x), f(x), strict=True):
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_multihead_attention_module_is_one_graph(need_weights: bool) -> None:
+    # nn.MultiheadAttention asks torch.is_autocast_enabled() and for the dispatch mode stack
+    # (both folded: such frames run in Python), and its need_weights=False result is
+    # (output, None) from a PyTorch fallback: the None is kept out of the graph.
+    torch.manual_seed(0)
+    attn = nn.MultiheadAttention(16, 4, batch_first=True).eval()
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return attn(x, x, x, need_weights=need_weights)
+
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", xjit.XjitWarning)
+        want = f(x)
+        report = xjit.explain(f)(x)
+    assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+    got = report.output
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6)
+    if need_weights:
+        torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-6)
+    else:
+        assert got[1] is None and want[1] is None
+
+
+def test_frames_under_a_dispatch_mode_run_as_eager() -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            self.ops.append(str(func.overloadpacket.__name__))
+            return func(*args, **(kwargs or {}))
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x * 2)
+
+    x = torch.randn(4)
+    compiled = xjit.jit(f)
+    compiled(x)  # compiled outside the mode
+    with Count() as mode:
+        got = compiled(x)
+    assert mode.ops == ["mul", "relu"], mode.ops
+    torch.testing.assert_close(got, f(x), rtol=0, atol=0)
