@@ -53,8 +53,17 @@ TESTED = [
     "wav2vec2",
     "bloom",  # its GELU is an autograd.Function: inlined under no_grad
     "mobilenet",
+    "gpt2-cache",  # use_cache=True: the output holds a DynamicCache
+    "mamba",  # the selective scan's Python loop over the sequence, unrolled
 ]
-CODE_MODELS = {"mobilenet", "convnext"}  # written in bench/zoo.py, not transformers
+# One graph with no break, right values, warnings none, but PyTorch fallback nodes: the targets.
+WITH_FALLBACKS = {
+    "mobilevit": {"torch.nn.functional.interpolate"},  # a one-pixel depthwise conv (oneDNN)
+    "unet": {"torch.nn.functional.interpolate", "torch._VariableFunctionsClass._native_multi_head_attention"},
+    "rnn": {"torch._VariableFunctionsClass.gru", "torch._VariableFunctionsClass.lstm"},
+    "qwen2-moe": {"torch._VariableFunctionsClass.histc", "grouped_mm_fallback"},
+}
+CODE_MODELS = {"mobilenet", "convnext", "unet", "rnn"}  # written in bench/zoo.py, not transformers
 TRAINED = [
     "bart",  # attention with dropout_p > 0 in an encoder and a decoder
     "gpt-neo",
@@ -102,6 +111,27 @@ def test_zoo_model_is_one_graph_and_matches_eager(name: str) -> None:
         pytest.importorskip("transformers")
     model, kwargs = zoo.build(name, zoo.TINY)
     _compile_and_check(model, kwargs)
+
+
+@pytest.mark.parametrize("name", sorted(WITH_FALLBACKS))
+def test_zoo_model_with_fallbacks_is_one_graph_and_matches_eager(name: str) -> None:
+    if name not in CODE_MODELS:
+        pytest.importorskip("transformers")
+    model, kwargs = zoo.build(name, zoo.TINY)
+    with torch.no_grad():
+        ref = model(**kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", xjit.XjitWarning)
+            report = xjit.explain(xjit.jit(model))(**kwargs)
+    assert [b.reason for b in report.graph_breaks] == []
+    assert report.graph_count == 1 and not report.graphs[0].runs_in_python, str(report)
+    # transformers' custom op is named after its pybind11 record: its last part only.
+    targets = {
+        "grouped_mm_fallback" if t.endswith(".grouped_mm_fallback") else t
+        for t in zoo.fallback_targets(report)
+    }
+    assert targets <= WITH_FALLBACKS[name], targets
+    _assert_close(report.output, ref)
 
 
 @pytest.mark.parametrize("name", TRAINED)
