@@ -100,7 +100,8 @@ def _xjit_drop_nones(call, nones):
         r = call(*ops)
         if tuple(i for i, x in enumerate(r) if x is None) != nones:
             raise RuntimeError("a PyTorch fallback returned None at other positions than at capture")
-        return tuple(x for x in r if x is not None)
+        kept = tuple(x for x in r if x is not None)
+        return kept[0] if len(kept) == 1 else kept  # one result: a tensor, as other fallbacks
     dropped.__qualname__ = dropped.__name__ = call.__name__
     dropped.__wrapped__ = call.__wrapped__
     return dropped

@@ -384,3 +384,27 @@ def test_frames_under_a_dispatch_mode_run_as_eager() -> None:
         got = compiled(x)
     assert mode.ops == ["mul", "relu"], mode.ops
     torch.testing.assert_close(got, f(x), rtol=0, atol=0)
+
+
+def test_multihead_attention_trains_like_eager() -> None:
+    # In training the module takes F.multi_head_attention_forward, a PyTorch fallback (output,
+    # None): its one tensor comes back as a tensor, so the meta run that derives output layouts
+    # works; the step runs in Python for want of the fallback's derivative, named in the note.
+    torch.manual_seed(0)
+    attn = nn.MultiheadAttention(16, 4, batch_first=True)
+    x = torch.randn(2, 5, 16)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return attn(x, x, x, need_weights=False)[0]
+
+    want = f(x)
+    want.square().sum().backward()
+    grads = [p.grad.clone() for p in attn.parameters()]
+    attn.zero_grad()
+    report = xjit.explain(f)(x)
+    report.output.square().sum().backward()
+    (graph,) = report.graphs
+    assert "multi_head_attention_forward (no rule)" in graph.note, graph.note
+    torch.testing.assert_close(report.output, want, rtol=1e-6, atol=1e-6)
+    for p, g in zip(attn.parameters(), grads, strict=True):
+        torch.testing.assert_close(p.grad, g, rtol=1e-6, atol=1e-6)
