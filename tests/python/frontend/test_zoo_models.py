@@ -73,6 +73,9 @@ TRAINED = [
     "wav2vec2",  # requires_grad = True on a view of its input; weight norm
     "mobilenet",  # batch norm in train() mode: running statistics written back
     "convnext",
+    "mixtral",  # experts as batched matmuls; the router's topk
+    "qwen2-moe",
+    "mamba",
 ]
 
 
