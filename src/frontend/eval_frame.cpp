@@ -158,6 +158,19 @@ bool torchImported() {
   return seen;
 }
 
+/// `test(probe())`; false when the probe is missing or raises.
+template <class Test> bool probeSays(PyObject *probe, Test test) {
+  if (!probe) return false;
+  PyObject *r = PyObject_CallNoArgs(probe);
+  if (!r) {
+    PyErr_Clear();
+    return false;
+  }
+  const bool yes = test(r);
+  Py_DECREF(r);
+  return yes;
+}
+
 /// Whether another tracer of PyTorch programs is running in this thread, so that the frame must
 /// run exactly as written: torch.jit.trace's tracer records the ops the frame runs (a compiled
 /// graph would hide them: the trace would hold its outputs as constants); torch.fx's symbolic
@@ -189,18 +202,9 @@ bool otherTracerActive() {
   }
   if (p.fxGlobals && PyDict_GetItemString(p.fxGlobals, "_is_fx_tracing_flag") == Py_True)
     return true;
-  auto returnsSomething = [](PyObject *probe) {
-    if (!probe) return false;
-    PyObject *r = PyObject_CallNoArgs(probe);
-    if (!r) {
-      PyErr_Clear();
-      return false;
-    }
-    const bool something = r != Py_None;
-    Py_DECREF(r);
-    return something;
-  };
-  return returnsSomething(p.jitTracingState) || returnsSomething(p.dynamoCallback);
+  auto returnsSomething = [](PyObject *r) { return r != Py_None; };
+  return probeSays(p.jitTracingState, returnsSomething) ||
+         probeSays(p.dynamoCallback, returnsSomething);
 }
 
 /// Whether torch.autocast is on (any device) or a TorchDispatchMode is pushed: a graph computes
@@ -222,18 +226,10 @@ bool autocastOrDispatchModeActive() {
     PyErr_Clear();
     return q; // kept for good
   }();
-  auto answer = [](PyObject *probe) {
-    if (!probe) return false;
-    PyObject *r = PyObject_CallNoArgs(probe);
-    if (!r) {
-      PyErr_Clear();
-      return false;
-    }
-    const bool on = r != Py_False && !(PyLong_CheckExact(r) && PyLong_AsLong(r) == 0);
-    Py_DECREF(r);
-    return on;
+  auto on = [](PyObject *r) {
+    return r != Py_False && !(PyLong_CheckExact(r) && PyLong_AsLong(r) == 0);
   };
-  return answer(p.autocast) || answer(p.modes);
+  return probeSays(p.autocast, on) || probeSays(p.modes, on);
 }
 
 } // namespace
