@@ -5,7 +5,9 @@ repeat_kv reshape that plan-memory took for a copy), GPT-J (repeat_interleave), 
 autograd.Function GELU) and a
 MobileNet-style CNN with depthwise convs, with random weights, through xjit.jit (native backend)
 under torch.no_grad() in eval mode: one graph, no graph breaks, no PyTorch fallback nodes, no
-warnings, and the output of three calls equal to eager's. Plus the two small patterns behind
+warnings, and the output of three calls equal to eager's; WITH_FALLBACKS (session 17: MobileViT, a
+UNet and a GRU/LSTM model written in bench/zoo.py, Qwen2-MoE) likewise but keeping the PyTorch
+fallback nodes listed. Plus the two small patterns behind
 what the zoo found broken: torch.finfo/iinfo in a captured frame (a graph break in T5 and
 GPT-Neo), and permute(...).contiguous().view(...) (canonicalize dropped the contiguous, so the
 native view failed at run time: GPT-Neo and Swin ran in Python with a warning).
