@@ -1,8 +1,8 @@
 """Models beyond the benchmark suite: does xjit work on *their* model?
 
 Builds small models from Hugging Face transformers config classes (random weights, nothing
-downloaded) plus a few models written here (CNNs, a GRU/LSTM model, a UNet block), and runs each under xjit.jit: inference, fp32,
-batch 1, sequence 64. For each: graphs, graph breaks with their reasons, PyTorch fallback
+downloaded) plus a few models written here (CNNs, a GRU/LSTM model, a UNet block), and runs
+each under xjit.jit: inference, fp32, batch 1, sequence 64. For each: graphs, graph breaks with their reasons, PyTorch fallback
 nodes, warnings, error vs eager over 3 calls, and the steady speedup vs eager (median of
 interleaved calls; indicative only on a shared machine).
 
