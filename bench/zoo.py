@@ -1,8 +1,8 @@
 """Models beyond the benchmark suite: does xjit work on *their* model?
 
 Builds small models from Hugging Face transformers config classes (random weights, nothing
-downloaded) plus a few CNNs written here, and runs each under xjit.jit: inference, fp32,
-batch 1, sequence 64. For each: graphs, graph breaks with their reasons, PyTorch fallback
+downloaded) plus a few models written here (CNNs, a GRU/LSTM model, a UNet block), and runs
+each under xjit.jit: inference, fp32, batch 1, sequence 64. For each: graphs, graph breaks with their reasons, PyTorch fallback
 nodes, warnings, error vs eager over 3 calls, and the steady speedup vs eager (median of
 interleaved calls; indicative only on a shared machine).
 
@@ -478,6 +478,176 @@ def _resnet_hf(s: Size) -> Built:
     return ResNetModel(c), {"pixel_values": _pixels(s)}
 
 
+def _mixtral(s: Size) -> Built:
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    # Top-2 of 4 experts: the router's topk and the experts' data-dependent dispatch.
+    c = MixtralConfig(
+        **_decoder(s, _gated_ffn(s) // 16 * 8), num_key_value_heads=s.heads // 2, num_local_experts=4, num_experts_per_tok=2
+    )
+    return MixtralForCausalLM(c), {"input_ids": _tokens(s)}
+
+
+def _qwen2_moe(s: Size) -> Built:
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    # Top-2 of 4 experts plus a sigmoid-gated shared expert.
+    c = Qwen2MoeConfig(
+        **_decoder(s, _gated_ffn(s)),
+        num_key_value_heads=s.heads // 2,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=_gated_ffn(s) // 16 * 8,  # grouped_mm: rows of 16-byte multiples
+        shared_expert_intermediate_size=_gated_ffn(s) // 16 * 8,
+    )
+    return Qwen2MoeForCausalLM(c), {"input_ids": _tokens(s)}
+
+
+def _gpt2_cache(s: Size) -> Built:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    # use_cache=True: the output carries the key/value cache (a DynamicCache object).
+    c = GPT2Config(
+        vocab_size=s.vocab, n_embd=s.hidden, n_layer=s.layers, n_head=s.heads, n_positions=2 * s.seq, use_cache=True
+    )
+    return GPT2LMHeadModel(c), {"input_ids": _tokens(s)}
+
+
+def _mamba(s: Size) -> Built:
+    from transformers import MambaConfig, MambaForCausalLM
+
+    # Without the CUDA kernels, the selective scan is a Python loop over the sequence (unrolled:
+    # one graph). use_associative_scan (the config's default) takes torch's associative_scan
+    # instead whenever a compiler traces the model, which xjit cannot capture (graph breaks in
+    # torch.utils._pytree; docs/perf.md "Session 17").
+    c = MambaConfig(
+        vocab_size=s.vocab,
+        hidden_size=s.hidden,
+        num_hidden_layers=s.layers,
+        state_size=8,
+        use_cache=False,
+        use_associative_scan=False,
+    )
+    return MambaForCausalLM(c), {"input_ids": _tokens(s)}
+
+
+def _segformer(s: Size) -> Built:
+    from transformers import SegformerConfig, SegformerForSemanticSegmentation
+
+    # Overlapping patch-embedding convs, attention with spatially reduced keys (a strided conv),
+    # a depthwise conv in the MLP, and the decode head's bilinear upsampling and concatenation.
+    c = SegformerConfig(
+        hidden_sizes=[16, 32, 64, 128], num_attention_heads=[1, 2, 2, 4], depths=[1, 1, 1, 1], decoder_hidden_size=64
+    )
+    return SegformerForSemanticSegmentation(c), {"pixel_values": _pixels(s)}
+
+
+def _mobilevit(s: Size) -> Built:
+    from transformers import MobileViTConfig, MobileViTModel
+
+    # Inverted-residual convs, then transformers over unfolded patches (reshapes, interpolate).
+    c = MobileViTConfig(
+        image_size=s.image, hidden_sizes=[48, 64, 80], neck_hidden_sizes=[8, 8, 16, 16, 32, 32, 96], num_attention_heads=2
+    )
+    return MobileViTModel(c), {"pixel_values": _pixels(s)}
+
+
+def _rnn_code(s: Size) -> Built:
+    """A GRU and a bidirectional two-layer LSTM (nn modules, batch_first) over embeddings, then a
+    classifier on the last step."""
+    import torch
+    from torch import nn
+
+    class Recurrent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(s.vocab, s.hidden)
+            self.gru = nn.GRU(s.hidden, s.hidden, batch_first=True)
+            self.lstm = nn.LSTM(s.hidden, s.hidden // 2, num_layers=2, batch_first=True, bidirectional=True)
+            self.head = nn.Linear(s.hidden, 10)
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            x, _ = self.gru(self.embed(input_ids))
+            y, (h, _) = self.lstm(x)
+            return self.head(y[:, -1] + h[-2:].transpose(0, 1).flatten(1))
+
+    return Recurrent(), {"input_ids": _tokens(s)}
+
+
+def _unet_code(s: Size) -> Built:
+    """A UNet-style diffusion block written here: convs, GroupNorm, SiLU, a timestep embedding,
+    self-attention over the pixels at the bottom, nearest upsampling and skip concatenation."""
+    import math
+
+    import torch
+    from torch import nn
+
+    class ResBlock(nn.Module):
+        def __init__(self, cin: int, cout: int, temb: int) -> None:
+            super().__init__()
+            self.norm1 = nn.GroupNorm(8, cin)
+            self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
+            self.time = nn.Linear(temb, cout)
+            self.norm2 = nn.GroupNorm(8, cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+            self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+
+        def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            h = self.conv1(nn.functional.silu(self.norm1(x)))
+            h = h + self.time(nn.functional.silu(t))[:, :, None, None]
+            h = self.conv2(nn.functional.silu(self.norm2(h)))
+            return self.skip(x) + h
+
+    class Attention(nn.Module):
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            self.norm = nn.GroupNorm(8, c)
+            self.attn = nn.MultiheadAttention(c, 4, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, c, h, w = x.shape
+            y = self.norm(x).flatten(2).transpose(1, 2)
+            y, _ = self.attn(y, y, y, need_weights=False)
+            return x + y.transpose(1, 2).reshape(b, c, h, w)
+
+    class UNet(nn.Module):
+        def __init__(self, ch: tuple[int, ...] = (32, 64, 64)) -> None:
+            super().__init__()
+            temb = 4 * ch[0]
+            self.ch0 = ch[0]
+            self.time_mlp = nn.Sequential(nn.Linear(ch[0], temb), nn.SiLU(), nn.Linear(temb, temb))
+            self.stem = nn.Conv2d(3, ch[0], 3, padding=1)
+            self.down = nn.ModuleList(ResBlock(a, b, temb) for a, b in zip(ch, ch[1:]))
+            self.pool = nn.ModuleList(nn.Conv2d(b, b, 3, 2, 1) for b in ch[1:])
+            self.mid = ResBlock(ch[-1], ch[-1], temb)
+            self.attn = Attention(ch[-1])
+            self.up = nn.ModuleList(ResBlock(2 * b, a, temb) for a, b in reversed(list(zip(ch, ch[1:]))))
+            self.out = nn.Sequential(nn.GroupNorm(8, ch[0]), nn.SiLU(), nn.Conv2d(ch[0], 3, 3, padding=1))
+
+        def embed_time(self, t: torch.Tensor) -> torch.Tensor:
+            half = self.ch0 // 2
+            dtype = self.stem.weight.dtype  # float64 in the training check's reference copy
+            freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=dtype) / half)
+            args = t[:, None].to(dtype) * freqs[None]
+            return self.time_mlp(torch.cat([torch.sin(args), torch.cos(args)], dim=-1))
+
+        def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            temb = self.embed_time(t)
+            h = self.stem(x)
+            skips = []
+            for block, pool in zip(self.down, self.pool):
+                h = block(h, temb)
+                skips.append(h)
+                h = pool(h)
+            h = self.attn(self.mid(h, temb))
+            for block in self.up:
+                h = nn.functional.interpolate(h, scale_factor=2.0, mode="nearest")
+                h = block(torch.cat([h, skips.pop()], dim=1), temb)
+            return self.out(h)
+
+    return UNet(), {"x": _pixels(s), "t": torch.tensor([37])}
+
+
 MODELS: dict[str, Callable[[Size], Built]] = {
     "distilbert": _distilbert,
     "roberta": _roberta,
@@ -507,6 +677,14 @@ MODELS: dict[str, Callable[[Size], Built]] = {
     "wav2vec2": _wav2vec2,
     "efficientnet": _efficientnet,
     "resnet-hf": _resnet_hf,
+    "mixtral": _mixtral,
+    "qwen2-moe": _qwen2_moe,
+    "gpt2-cache": _gpt2_cache,
+    "mamba": _mamba,
+    "segformer": _segformer,
+    "mobilevit": _mobilevit,
+    "rnn": _rnn_code,
+    "unet": _unet_code,
 }
 
 

@@ -36,7 +36,8 @@ FLOOR = 1e-6  # ... or this much, whichever is larger
 ZERO_GRAD = 1e-10  # a float64 gradient norm below this fraction of the largest is rounding: ~0
 DROPOUT_NOISE = "F.dropout's noise"  # the fallback node compiled dropout draws through
 
-# Randomness switched off for a model, and why (shown in the table's notes).
+# What is changed in a model before its step (randomness switched off, another implementation
+# that float64 takes), and why (shown in the table's notes).
 ADJUSTMENTS: dict[str, tuple[str, Any]] = {
     "wav2vec2": (
         "SpecAugment and LayerDrop off (config.mask_time_prob = config.layerdrop = 0): the time "
@@ -45,6 +46,14 @@ ADJUSTMENTS: dict[str, tuple[str, Any]] = {
         "step to Python",
         lambda m: (setattr(m.config, "mask_time_prob", 0.0), setattr(m.config, "layerdrop", 0.0)),
     ),
+    **{
+        name: (
+            "experts as batched matmuls (set_experts_implementation('batched_mm')): the default "
+            "grouped_mm takes no float64, which the reference copy needs",
+            lambda m: m.set_experts_implementation("batched_mm"),
+        )
+        for name in ("mixtral", "qwen2-moe")
+    },
 }
 
 aten = torch.ops.aten

@@ -16,12 +16,27 @@
 #include "xjit/backend/content_tags.h"
 #include "xjit/ir/op_registry.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 #include <type_traits>
 
 namespace xjit::backend::dnnl_kernels {
 namespace {
+
+/// Whether oneDNN 2.6's channels-last kernel for a grouped convolution (brdgmm_dw) would get
+/// a per-channel binary post-op wrong: it does when the whole output is one pixel (batch 1,
+/// 1x1) and the stride is above 1 (MobileViT's last stage at small images: 0.2-0.8 relative
+/// error; tests/python/test_conv_single_pixel.py). Such a convolution runs in the blocked
+/// layout (jit_dw), whose reorders cost nothing at this size. `dstDims` are oneDNN's.
+bool channelsLastMisreadsBinary(const Dims &dstDims, int64_t groups,
+                                const std::vector<PostOp> &post) {
+  int64_t pixels = 1;
+  for (size_t d = 0; d < dstDims.size(); ++d)
+    if (d != 1) pixels *= dstDims[d];
+  return pixels == 1 && groups > 1 &&
+         std::any_of(post.begin(), post.end(), [](const PostOp &p) { return p.binary; });
+}
 
 struct ConvSpec {
   std::string name;
@@ -361,7 +376,8 @@ private:
     // materializes binary post-op operands). A dense channels-last input starts at plain.
     enum Layout { Winograd, Blocked16, Any, Plain };
     std::vector<Layout> attempts = {Blocked16, Any, Plain};
-    if (s_.channelsLast && isDense(X)) attempts = {Plain};
+    if (s_.channelsLast && isDense(X) && !channelsLastMisreadsBinary(ds, g, s_.post))
+      attempts = {Plain};
     // Winograd (its own blocked layouts, reordered in and out) comes first where it pays.
     if (allowWinograd && winogradPays(X, W, xs, out, strides, dilates))
       attempts.insert(attempts.begin(), Winograd);

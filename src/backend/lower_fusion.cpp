@@ -94,6 +94,21 @@ std::string whyNotGather(const Op &op) {
   return "";
 }
 
+/// index with one integer index tensor on dim 0 (`x[idx]`, MoE token gathers) reads self at
+/// the loaded index (negative ones wrap, checked per element): static sizes. Other forms
+/// (several indices, a leading `None`) stay the reference kernel.
+std::string whyNotIndex(const Op &op) {
+  if (op.numOperands() != 2) return "index: only one index tensor (x[idx])";
+  const Type &self = op.operand(0)->type(), &index = op.operand(1)->type();
+  if (!self.isTensor() || self.rank() == 0 || !index.isTensor())
+    return "index: needs a tensor of rank >= 1 and an index tensor";
+  if (index.dtype() != DType::I64 && index.dtype() != DType::I32) return "index: integer index";
+  for (const Shape *s : {&self.shape(), &index.shape()})
+    for (const DimExpr &d : *s)
+      if (!d.isStatic()) return "index: symbolic sizes";
+  return "";
+}
+
 /// pad reads a padded dim through its mode's index map (reflect, replicate, circular): static,
 /// non-empty padded dims.
 std::string whyNotPad(const Op &op) {
@@ -563,6 +578,7 @@ private:
     const Shape &resultShape = v->type().shape();
     if (kViewOps.count(op->name())) return valueAt(op->operand(0), viewIndex(*op, idx));
     if (op->name() == "gather") return gatherAt(*op, idx);
+    if (op->name() == "index") return indexAt(*op, idx);
     if (op->name() == "pad") return padAt(*op, idx);
     std::vector<Expr> operands;
     for (size_t i = 0; i < op->numOperands(); ++i) {
@@ -1331,6 +1347,23 @@ private:
     return valueAt(op.operand(0), at_idx);
   }
 
+  /// index (whyNotIndex): the result's leading dims walk the index tensor, the rest self's
+  /// trailing dims; self is read at the loaded index, wrapped if negative.
+  Expr indexAt(const Op &op, const std::vector<Expr> &idx) {
+    if (!reductions_.empty()) unsupported(op.describe() + ": index in a reduction kernel");
+    const size_t k = size_t(op.operand(1)->type().rank());
+    const int64_t n = op.operand(0)->type().shape()[0].value();
+    Expr at = cast(DType::I64, valueAt(op.operand(1), {idx.begin(), idx.begin() + k}));
+    Expr ok = binary(BinaryOp::And, compare(CmpOp::Ge, at, constIdx(-n)),
+                     compare(CmpOp::Lt, at, constIdx(n)));
+    elementChecks_.push_back(assertTrue(
+        ok, errorId(op, "index out of bounds for dimension 0 with size " + std::to_string(n))));
+    std::vector<Expr> src = {
+        select(compare(CmpOp::Lt, at, constIdx(0)), addIdx(at, constIdx(n)), at)};
+    src.insert(src.end(), idx.begin() + k, idx.end());
+    return valueAt(op.operand(0), src);
+  }
+
   /// pad: the input at each padded dim's source index under reflect, replicate or circular
   /// (whyNotPad leaves constant pads to the reference kernel).
   Expr padAt(const Op &op, const std::vector<Expr> &idx) {
@@ -1511,6 +1544,7 @@ std::string whyNotElementwise(const Op &op) {
   }
   if (kViewOps.count(op.name())) return whyNotView(op);
   if (op.name() == "gather") return whyNotGather(op);
+  if (op.name() == "index") return whyNotIndex(op);
   if (op.name() == "pad") return whyNotPad(op);
   std::string why;
   return ew::supports(op, &why) ? "" : why;

@@ -189,6 +189,7 @@ public:
   // ---- calls (analyzer_calls.cpp) ----
   VarPtr call(const VarPtr &callable, const Args &args);
   VarPtr callObject(PyObject *fn, const std::optional<Source> &fnSource, const Args &args);
+  VarPtr callWeakref(PyObject *ref, const std::optional<Source> &refSource, const Args &args);
   VarPtr callModule(const VarPtr &module, const Args &args);
   VarPtr callMethod(const VarPtr &self, const std::string &name, const Args &args);
   VarPtr makeFunction(Frame &f, int flags);
@@ -326,6 +327,9 @@ public:
   // Capture being built.
   std::vector<PendingEffect> effects_;
   std::vector<std::shared_ptr<TensorVar>> inputTensors_;
+  /// The input tensors by the object each source held at capture (the first source of each):
+  /// what a weak reference to one of them dereferences to (callWeakref).
+  std::vector<std::pair<PyRef, std::shared_ptr<TensorVar>>> inputObjects_;
   std::vector<PyRef> fallbacks_;
 
 private:

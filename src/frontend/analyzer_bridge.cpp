@@ -91,21 +91,35 @@ def _xjit_make_fallback(fn, args, kwargs):
     call.__qualname__ = call.__name__ = "xjit_fallback_" + getattr(fn, "__name__", "call")
     call.__wrapped__ = fn
     return call
+
+def _xjit_drop_nones(call, nones):
+    # The tensors of a tuple result that holds None at `nones`, as at capture (F.multi_head_
+    # attention_forward's weights with need_weights=False); None elsewhere raises, and the
+    # frame runs in Python.
+    def dropped(*ops):
+        r = call(*ops)
+        if tuple(i for i, x in enumerate(r) if x is None) != nones:
+            raise RuntimeError("a PyTorch fallback returned None at other positions than at capture")
+        kept = tuple(x for x in r if x is not None)
+        return kept[0] if len(kept) == 1 else kept  # one result: a tensor, as other fallbacks
+    dropped.__qualname__ = dropped.__name__ = call.__name__
+    dropped.__wrapped__ = call.__wrapped__
+    return dropped
 )PY";
 
-PyObject *fallbackMaker() {
-  static PyObject *maker = [] {
-    PyRef globals = check(PyDict_New(), "dict");
-    PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
+PyObject *fallbackHelper(const char *name) {
+  static PyObject *globals = [] {
+    PyObject *g = check(PyDict_New(), "dict").release(); // kept for good
+    PyDict_SetItemString(g, "__builtins__", PyEval_GetBuiltins());
     PyRef code = check(Py_CompileString(kFallbackSource, "<xjit-fallback>", Py_file_input),
                        "compiling the fallback helper");
-    check(PyEval_EvalCode(code.get(), globals.get(), globals.get()), "fallback helper");
-    PyObject *f = PyDict_GetItemString(globals.get(), "_xjit_make_fallback");
-    Py_INCREF(f);
-    return f;
+    check(PyEval_EvalCode(code.get(), g, g), "fallback helper");
+    return g;
   }();
-  return maker;
+  return PyDict_GetItemString(globals, name); // borrowed, alive with `globals`
 }
+
+PyObject *fallbackMaker() { return fallbackHelper("_xjit_make_fallback"); }
 
 PyRef templateToPython(const ArgTemplate &t) {
   switch (t.kind) {
@@ -258,6 +272,15 @@ PyRef makeFallbackCallable(PyObject *fn, const std::vector<ArgTemplate> &args,
   }
   return check(PyObject_CallFunctionObjArgs(fallbackMaker(), fn, a.get(), kw.get(), nullptr),
                "making a fallback callable");
+}
+
+PyRef dropNones(PyObject *callable, const std::vector<Py_ssize_t> &nones) {
+  PyRef positions = check(PyTuple_New(static_cast<Py_ssize_t>(nones.size())), "tuple");
+  for (size_t i = 0; i < nones.size(); ++i)
+    PyTuple_SET_ITEM(positions.get(), static_cast<Py_ssize_t>(i), PyLong_FromSsize_t(nones[i]));
+  return check(PyObject_CallFunctionObjArgs(fallbackHelper("_xjit_drop_nones"), callable,
+                                            positions.get(), nullptr),
+               "wrapping a fallback callable");
 }
 
 PyRef metaTensor(DType dtype, const std::vector<int64_t> &sizes) {

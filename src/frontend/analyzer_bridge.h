@@ -77,6 +77,9 @@ struct ArgTemplate {
 /// A Python callable `f(*operands)` that calls fn(*args, **kwargs) with the templates filled in.
 PyRef makeFallbackCallable(PyObject *fn, const std::vector<ArgTemplate> &args,
                            const std::vector<std::pair<std::string, ArgTemplate>> &kwargs);
+/// `callable` (a fallback callable whose tuple result holds None at `nones`) returning the
+/// tensors only; None at other positions at run time raises.
+PyRef dropNones(PyObject *callable, const std::vector<Py_ssize_t> &nones);
 /// torch.empty(sizes, dtype=..., device="meta") for fallback shape inference.
 PyRef metaTensor(DType dtype, const std::vector<int64_t> &sizes);
 

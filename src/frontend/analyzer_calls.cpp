@@ -114,11 +114,14 @@ VarPtr callReal(Analyzer &a, PyObject *fn, const Args &args, const std::string &
 }
 
 /// A torch.nn module without parameters, buffers or submodules built from constants inside the
-/// frame (`loss_fct = CrossEntropyLoss()` in Hugging Face's task heads): built once at capture
-/// and inlined like the caller's modules. It has no source, so returning or storing it fails
-/// (a later call would get this object, not a new one). Null when it does not qualify.
+/// frame (`loss_fct = CrossEntropyLoss()` in Hugging Face's task heads), or a transformers
+/// activation module (`ACT2FN["silu"]` builds a new one at every lookup: Mamba's conv path):
+/// built once at capture and inlined like the caller's modules. It has no source, so returning
+/// or storing it fails (a later call would get this object, not a new one). Null when it does
+/// not qualify.
 VarPtr statelessTorchModule(Analyzer &a, PyObject *fn, const Args &args, const std::string &qn) {
-  if (moduleNameOf(fn).rfind("torch.nn.modules.", 0) != 0) return nullptr;
+  const std::string mod = moduleNameOf(fn);
+  if (mod.rfind("torch.nn.modules.", 0) != 0 && mod != "transformers.activations") return nullptr;
   for (const VarPtr &v : args.pos)
     if (v->kind == VarKind::Tensor) return nullptr;
   for (const auto &kv : args.kw)
@@ -652,9 +655,31 @@ VarPtr Analyzer::call(const VarPtr &callable, const Args &args) {
   }
 }
 
+/// `ref()` of a weak reference the frame reaches (nn.RNNBase's check that its flat weights are
+/// still its parameters: `ref() is not getattr(self, name)`): the referent is an input tensor
+/// of this capture, reached through its own source. The weak reference is guarded by identity
+/// (it always refers to the same object, or to None once that died) and the tensor's source by
+/// identity too, so at run time `ref()` is the object at that source, and `is` compares alike.
+VarPtr Analyzer::callWeakref(PyObject *ref, const std::optional<Source> &refSource,
+                             const Args &args) {
+  if (!args.pos.empty() || !args.kw.empty()) fail("calling a weak reference with arguments");
+  if (!refSource) fail("calling a weak reference the frame cannot reach");
+  guardId(*refSource, ref);
+  PyObject *referent = PyWeakref_GetObject(ref); // borrowed
+  if (referent == Py_None) return none();        // dead, and stays dead
+  for (auto &[obj, tv] : inputObjects_)
+    if (obj.get() == referent) {
+      guardId(*tv->source, referent);
+      return tv;
+    }
+  fail(std::string("calling a weak reference to a ") + Py_TYPE(referent)->tp_name +
+       " that is not an input tensor of the frame");
+}
+
 VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource, const Args &args) {
   // 1. The torch op table (torch.*, Tensor.*, F.*).
   if (VarPtr r = callTorchFunction(fn, args)) return r;
+  if (PyWeakref_CheckRefExact(fn)) return callWeakref(fn, fnSource, args);
 
   // 1b. functools.partial(f, *args, **kw) made in the frame, every argument a Python object
   // known at capture time (constants and guarded objects: `partial(F.gelu, approximate="tanh")`):

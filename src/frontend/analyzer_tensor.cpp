@@ -259,6 +259,7 @@ VarPtr Analyzer::tensorInput(PyObject *t, const Source &src) {
   }
   if (PyErr_Occurred()) PyErr_Clear();
   inputTensors_.push_back(tv);
+  inputObjects_.emplace_back(PyRef::borrow(t), tv);
   // The TensorMatch guard is completed in finish() (strides only if the capture read them).
   Guard g;
   g.kind = Guard::TensorMatch;
@@ -1410,10 +1411,18 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
   }
   PyRef result = PyRef::steal(res);
   std::vector<PyObject *> outs;
+  std::vector<Py_ssize_t> nones; // None items of a tuple result (beside tensors)
   bool seq = PyTuple_Check(result.get()) || PyList_Check(result.get());
   if (seq) {
-    for (Py_ssize_t i = 0; i < PySequence_Size(result.get()); ++i)
-      outs.push_back(PySequence_Fast_GET_ITEM(result.get(), i));
+    for (Py_ssize_t i = 0; i < PySequence_Size(result.get()); ++i) {
+      PyObject *item = PySequence_Fast_GET_ITEM(result.get(), i);
+      if (item == Py_None && PyTuple_Check(result.get()))
+        nones.push_back(i);
+      else
+        outs.push_back(item);
+    }
+    if (!nones.empty() && outs.empty()) fail("PyTorch fallback " + name + " returns only None");
+    if (!nones.empty()) callable = dropNones(callable.get(), nones);
   } else {
     outs.push_back(result.get());
   }
@@ -1485,6 +1494,8 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
     }
   }
   if (!seq) return rs[0];
+  for (Py_ssize_t i : nones)
+    rs.insert(rs.begin() + i, none());
   if (PyList_Check(result.get())) return std::make_shared<ListVar>(std::move(rs));
   PyRef type = PyTuple_CheckExact(result.get())
                    ? PyRef()

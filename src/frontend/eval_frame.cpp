@@ -158,6 +158,19 @@ bool torchImported() {
   return seen;
 }
 
+/// `test(probe())`; false when the probe is missing or raises.
+template <class Test> bool probeSays(PyObject *probe, Test test) {
+  if (!probe) return false;
+  PyObject *r = PyObject_CallNoArgs(probe);
+  if (!r) {
+    PyErr_Clear();
+    return false;
+  }
+  const bool yes = test(r);
+  Py_DECREF(r);
+  return yes;
+}
+
 /// Whether another tracer of PyTorch programs is running in this thread, so that the frame must
 /// run exactly as written: torch.jit.trace's tracer records the ops the frame runs (a compiled
 /// graph would hide them: the trace would hold its outputs as constants); torch.fx's symbolic
@@ -189,18 +202,34 @@ bool otherTracerActive() {
   }
   if (p.fxGlobals && PyDict_GetItemString(p.fxGlobals, "_is_fx_tracing_flag") == Py_True)
     return true;
-  auto returnsSomething = [](PyObject *probe) {
-    if (!probe) return false;
-    PyObject *r = PyObject_CallNoArgs(probe);
-    if (!r) {
-      PyErr_Clear();
-      return false;
-    }
-    const bool something = r != Py_None;
-    Py_DECREF(r);
-    return something;
+  auto returnsSomething = [](PyObject *r) { return r != Py_None; };
+  return probeSays(p.jitTracingState, returnsSomething) ||
+         probeSays(p.dynamoCallback, returnsSomething);
+}
+
+/// Whether torch.autocast is on (any device) or a TorchDispatchMode is pushed: a graph computes
+/// in the dtypes it was captured with, while eager under autocast casts matmuls and
+/// convolutions to the lower precision, and a dispatch mode (a FLOP counter, a tracer) must see
+/// the frame's ops; such a frame runs in Python. This is also what lets the analyzer fold
+/// torch.is_autocast_enabled() to False and the dispatch mode stack to empty. Two C calls.
+bool autocastOrDispatchModeActive() {
+  struct Probes {
+    PyObject *autocast = nullptr; // torch._C._is_any_autocast_enabled
+    PyObject *modes = nullptr;    // torch._C._len_torch_dispatch_stack
   };
-  return returnsSomething(p.jitTracingState) || returnsSomething(p.dynamoCallback);
+  static Probes p = [] {
+    Probes q;
+    PyObject *c = PyDict_GetItemString(PyImport_GetModuleDict(), "torch._C"); // borrowed
+    q.autocast = c ? PyObject_GetAttrString(c, "_is_any_autocast_enabled") : nullptr;
+    PyErr_Clear();
+    q.modes = c ? PyObject_GetAttrString(c, "_len_torch_dispatch_stack") : nullptr;
+    PyErr_Clear();
+    return q; // kept for good
+  }();
+  auto on = [](PyObject *r) {
+    return r != Py_False && !(PyLong_CheckExact(r) && PyLong_AsLong(r) == 0);
+  };
+  return probeSays(p.autocast, on) || probeSays(p.modes, on);
 }
 
 } // namespace
@@ -390,7 +419,7 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
       return evalDefault();
     c->state = CodeCache::Active; // no tensor work so far: capture it again (driver.cpp)
   }
-  if (otherTracerActive()) return evalDefault();
+  if (otherTracerActive() || autocastOrDispatchModeActive()) return evalDefault();
 
   // Guard checks may run Python (__eq__, properties): nothing is captured meanwhile.
   const uint64_t key = opts->key();

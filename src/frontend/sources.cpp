@@ -219,7 +219,10 @@ PyObject *SourceValues::evaluate(const SourceTable::Node &n, PyObject *parent) {
     return PyObject_GetAttr(parent, n.name.get());
   case SourceStep::Item: return getItem(parent, n.index, n.key.get());
   case SourceStep::DictKey:
-    if (PyDict_CheckExact(parent)) {
+    // A dict subclass's own storage, as the analyzer read it: an overridden __getitem__ (the
+    // analyzer inlines it) may compute something else, e.g. transformers' ACT2FN builds a new
+    // module per lookup from the class stored under the key.
+    if (PyDict_Check(parent)) {
       PyObject *v = PyDict_GetItemWithError(parent, n.key.get());
       Py_XINCREF(v);
       return v;

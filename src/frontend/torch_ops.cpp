@@ -2572,7 +2572,11 @@ VarPtr Analyzer::callTorchFunction(PyObject *fn, const Args &args) {
       // Library code asks whether a compiler traces it: xjit does (and compiled code must take
       // the compile-friendly paths), but it is neither TorchScript nor FX tracing nor export.
       static const char *const trueFns[] = {"is_compiling", "is_dynamo_compiling"};
+      // Frames run compiled only with autocast off and no dispatch mode pushed (eval_frame.cpp
+      // autocastOrDispatchModeActive).
       static const char *const falseFns[] = {"is_scripting",
+                                             "is_autocast_enabled",
+                                             "_is_any_autocast_enabled",
                                              "is_tracing",
                                              "is_exporting",
                                              "has_torch_function",
@@ -2584,6 +2588,7 @@ VarPtr Analyzer::callTorchFunction(PyObject *fn, const Args &args) {
       for (const char *f : falseFns)
         if (qn == f || qn == std::string("_") + f) return boolean(false);
       if (qn == "_get_tracing_state") return none();
+      if (qn == "_len_torch_dispatch_stack") return integer(0);
     }
     return nullptr;
   }

@@ -613,7 +613,8 @@ const std::map<std::string, Rule> &ruleTable() {
 /// Ops with several results whose rules read RuleArgs::gs.
 bool multiResultRule(std::string_view name) {
   return name == "split" || name == "chunk" || name == "split_with_sizes" || name == "unbind" ||
-         name == "custom_vjp" || autodiff_rules::nnMultiResultRule(name);
+         name == "custom_vjp" || name == "topk" || name == "sort" ||
+         autodiff_rules::nnMultiResultRule(name);
 }
 
 /// The gradients of a custom_vjp's operands: its backward region copied before `before`, with

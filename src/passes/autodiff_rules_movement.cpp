@@ -9,6 +9,7 @@
 //                 replication_pad_backward)
 //   roll, flip:   the same op with the opposite shifts / the same dims
 //   index_select, index: g added at the indices read (scatter_add, index_put accumulate)
+//   topk, sort:   g of the values scattered into zeros at their indices (each element once)
 //   cumsum:       the reverse cumsum of g (cumsum{reverse}, one native scan)
 #include "autodiff_rules.h"
 
@@ -221,6 +222,15 @@ std::vector<Value *> cumsumRule(RuleArgs &a) {
   return {castTo(a.b, dx, x->type().dtype())};
 }
 
+/// topk / sort: values[..., j] = x[..., indices[..., j]] along dim, each element of x at most
+/// once, so g goes back to where it was read (scatter_add into zeros; Mixtral's router).
+std::vector<Value *> selectedValuesRule(RuleArgs &a) {
+  Value *g = a.gs.at(0); // the indices (result 1) are integers: no gradient
+  if (!g) return {nullptr};
+  Value *zeros = a.un("zeros_like", a.x(0));
+  return {a.b.op("scatter_add", {zeros, a.op.result(1), g}, {{"dim", a.op.attr("dim").asInt()}})};
+}
+
 } // namespace
 
 void addMovementRules(std::map<std::string, Rule> &t) {
@@ -233,6 +243,7 @@ void addMovementRules(std::map<std::string, Rule> &t) {
   t["index_select"] = indexSelectRule;
   t["index"] = indexRule;
   t["cumsum"] = cumsumRule;
+  t["topk"] = t["sort"] = selectedValuesRule;
 }
 
 } // namespace xjit::passes::autodiff_rules

@@ -142,12 +142,24 @@ private:
   /// Whether `cand` (sorted positions) may become one group: within the size limit, spanning
   /// no op with side effects (its members move to its last position), and contracting it keeps
   /// the graph of groups acyclic: no path leaves the candidate and comes back. The search
-  /// treats existing groups as single nodes; ops after the candidate's last position reach it
-  /// only through a group that started earlier, so everything else there is pruned.
+  /// treats existing groups as single nodes. Edges lead to later positions, so a path comes
+  /// back only through a group whose members span backwards; past `bound`, where every group
+  /// that starts at or before it also ends, none does and the search is pruned. (Pruning past
+  /// the candidate's last position instead missed a path through an ungrouped op into a group
+  /// that started earlier: the UNet block's group-norm backward, "fusion groups form a cycle".)
   bool legal(const std::vector<int> &cand) {
     if (cand.size() > static_cast<size_t>(opts_.maxSize)) return false;
     int lo = cand.front(), hi = cand.back();
     if (impureBefore_[hi] - impureBefore_[lo + 1] != 0) return false;
+    int bound = hi;
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (const Group &g : groups_)
+        if (g.alive && g.lo <= bound && g.hi > bound) {
+          bound = g.hi;
+          grew = true;
+        }
+    }
     ++gen_;
     for (int c : cand)
       inCand_[c] = gen_;
@@ -155,8 +167,8 @@ private:
     auto visit = [&](int x) -> bool { // true: a cycle
       if (inCand_[x] == gen_) return true;
       if (visited_[x] == gen_) return false;
+      if (x > bound) return false;
       int g = groupOf_[x];
-      if (x > hi && (g < 0 || groups_[g].lo > hi)) return false;
       visited_[x] = gen_;
       stack.push_back(x);
       if (g >= 0)

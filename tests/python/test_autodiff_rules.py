@@ -452,3 +452,27 @@ def test_product_of_transposed_views(name: str, dtype: Any) -> None:
     got = x_.compile(x_.parse(text), pipeline="autodiff{wrt=all part=joint}").run([*xs, grad], "torch")
     torch.testing.assert_close(got[1], want[0])
     torch.testing.assert_close(got[2], want[1])
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("topk", {"k": 3, "dim": -1, "largest": True, "sorted": True}),
+    ("topk", {"k": 2, "dim": 0, "largest": False, "sorted": True}),
+    ("sort", {"dim": 1, "descending": True}),
+])
+def test_topk_and_sort_rules_scatter_back(op: str, attrs: dict[str, Any]) -> None:
+    # The values' gradient goes back to the elements they were read from (Mixtral's router).
+    torch.manual_seed(4)
+    xv = torch.randn(4, 6)
+    g = x_.Graph("g")
+    x = g.add_input("f32[4,6]", "x")
+    values = g.add_op(op, [x], attrs)
+    g.set_outputs(values[:1])  # the values; the indices get no gradient
+    leaf = xv.clone().requires_grad_()
+    if op == "topk":
+        out = torch.topk(leaf, attrs["k"], dim=attrs["dim"], largest=attrs["largest"]).values
+    else:
+        out = torch.sort(leaf, dim=attrs["dim"], descending=attrs["descending"]).values
+    grad = torch.randn(out.shape)
+    (want,) = torch.autograd.grad(out, [leaf], grad)
+    got = x_.compile(g, pipeline="autodiff{wrt=0 part=joint}").run([xv, grad], "torch")
+    torch.testing.assert_close(got[1], want)

@@ -61,6 +61,42 @@ def test_gather_out_of_bounds_raises(bad: int) -> None:
     assert str(err.value).count("'gather'") == 1, err.value  # named once
 
 
+def _index(x: torch.Tensor, index: torch.Tensor) -> object:
+    out = _ty(torch.empty(tuple(index.shape) + tuple(x.shape[1:]), dtype=x.dtype))
+    return _compile(f"""
+graph @f(%x: {_ty(x)}, %i: {_ty(index)}) -> ({out}) {{
+  %y = index(%x, %i) : {out}
+  return(%y)
+}}""")
+
+
+@pytest.mark.parametrize("index_shape", [(7,), (2, 5), ()])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=["i64", "i32"])
+def test_index_with_one_tensor_matches_torch(
+    index_shape: tuple[int, ...], layout: str, index_dtype: torch.dtype
+) -> None:
+    # x[idx] (MoE token gathers): rows of self at the loaded index, negative ones wrapped.
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 9, 17, generator=g)
+    if layout == "transposed":
+        x = x.transpose(0, 2).contiguous().transpose(0, 2)
+    index = torch.randint(-6, 6, index_shape, generator=g).to(index_dtype)
+    (got,) = _index(x, index)(x, index)  # type: ignore[operator]
+    torch.testing.assert_close(got, x[index.long()], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("bad", [-7, 6, 1 << 40], ids=["negative", "size", "huge"])
+def test_index_out_of_bounds_raises(bad: int) -> None:
+    x = torch.randn(6, 9)
+    index = torch.randint(0, 6, (8,))
+    index[3] = bad
+    with pytest.raises(IndexError, match="out of bounds"):
+        x[index]
+    with pytest.raises(Exception, match="index.*out of bounds for dimension 0 with size 6"):
+        _index(x, index)(x, index)  # type: ignore[operator]
+
+
 @pytest.mark.parametrize(
     "shape,repeats",
     [
