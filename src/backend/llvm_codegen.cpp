@@ -24,6 +24,7 @@
 #include <functional>
 #include <limits>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace xjit::backend {
 
@@ -454,20 +455,50 @@ private:
 
   void stmts(const StmtList &list) {
     for (size_t i = 0; i < list.size();) {
-      if (!inPlace_ || list[i].kind != StmtKind::Store) {
+      if (list[i].kind != StmtKind::Store) {
         stmt(list[i++]);
         continue;
       }
-      // A kernel computing in place (BufferParam::aliasOf): every value of a run of stores is
-      // computed (its loads done) before the first of them stores.
+      size_t end = i;
+      while (end < list.size() && list[end].kind == StmtKind::Store)
+        ++end;
+      // A run of stores shares one memo: a value the fusion shares between outputs (each state
+      // of an unrolled recurrence is an output and the next one's operand) is computed once,
+      // not once per output that uses it. A kernel computing in place (BufferParam::aliasOf)
+      // computes every value (its loads done) before the first store; otherwise the run goes
+      // store by store, unless a store writes a buffer that the run reads.
       memo_.clear();
       indexMemo_.clear();
+      if (!inPlace_ && storesReadBack(list, i, end)) {
+        for (; i < end; ++i)
+          stmt(list[i]);
+        continue;
+      }
       std::vector<std::pair<Value *, Value *>> run;
-      for (; i < list.size() && list[i].kind == StmtKind::Store; ++i)
+      for (; i < end; ++i) {
         run.push_back(storeOperands(list[i]));
-      for (auto &[value, ptr] : run)
-        b_.CreateStore(value, ptr);
+        if (!inPlace_) b_.CreateStore(run.back().first, run.back().second);
+      }
+      if (inPlace_)
+        for (auto &[value, ptr] : run)
+          b_.CreateStore(value, ptr);
     }
+  }
+
+  /// Whether a store of list[begin, end) writes a buffer that a store of the run loads.
+  static bool storesReadBack(const StmtList &list, size_t begin, size_t end) {
+    std::unordered_set<int64_t> written;
+    for (size_t i = begin; i < end; ++i)
+      written.insert(list[i].index);
+    std::unordered_set<const ExprNode *> seen;
+    std::function<bool(const Expr &)> reads = [&](const Expr &e) {
+      if (!e || !seen.insert(e.get()).second) return false;
+      if (e->kind == ExprKind::Load && written.count(e->index)) return true;
+      return std::any_of(e->args.begin(), e->args.end(), reads);
+    };
+    for (size_t i = begin; i < end; ++i)
+      if (reads(list[i].a) || reads(list[i].b)) return true;
+    return false;
   }
 
   /// Whether an output computes in place of input buffer `b`.
