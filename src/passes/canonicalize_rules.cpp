@@ -411,6 +411,76 @@ bool keepsCopyOfStridedView(const Op &op, const Rewriter &rw) {
          rw.escapes(op.result(0), true);
 }
 
+/// A zero `pad` along one dim only: its operand, that dim and the operand's [start, end) there.
+struct PaddedRun {
+  Value *inner;
+  int64_t dim, start, end;
+};
+
+std::optional<PaddedRun> paddedRun(const Value *v) {
+  Op *pad = producer(v, {"pad"});
+  if (!pad || numberAttr(*pad, "value", 0.0) != 0.0) return std::nullopt;
+  if (const Attr *m = pad->attrOrNull("mode"); m && m->asStr() != "constant") return std::nullopt;
+  const Type &t = v->type();
+  if (!isStaticShape(t.shape())) return std::nullopt;
+  const Attr *amounts = pad->attrOrNull("pad"); // (before, after) pairs from the last dim
+  if (!amounts || amounts->kind() != AttrKind::Ints) return std::nullopt;
+  const std::vector<int64_t> &pairs = amounts->asInts();
+  std::optional<PaddedRun> run;
+  for (size_t k = 0; 2 * k + 1 < pairs.size(); ++k) {
+    const int64_t d = t.rank() - 1 - int64_t(k), before = pairs[2 * k], after = pairs[2 * k + 1];
+    if (before == 0 && after == 0) continue;
+    if (run || d < 0 || before < 0 || after < 0) return std::nullopt; // two dims, or a crop
+    run = PaddedRun{pad->operand(0), d, before, t.shape()[size_t(d)].value() - after};
+  }
+  return run;
+}
+
+// add(pad(a), pad(b)) of zero pads along the same dim whose runs do not overlap: a and b side
+// by side -> pad(cat(a, zeros of the gap, b)), a cat operand of that dim spliced in. Autodiff
+// accumulates a select's or slice's gradient as a full-size pad per use: a tensor read at each
+// step of an unrolled loop (Mamba's scan: 64 selects) summed 64 full tensors; now one cat.
+// Exact except signed zero: a -0.0 of a or b next to the other's padding stays -0.0 (+0.0 in
+// eager's sum).
+bool addDisjointPads(Op &op, Rewriter &rw) {
+  if (op.numOperands() != 2 || numberAttr(op, "alpha", 1.0) != 1.0) return false;
+  const Type &t = op.result(0)->type();
+  if (op.operand(0)->type() != t || op.operand(1)->type() != t) return false;
+  std::optional<PaddedRun> a = paddedRun(op.operand(0)), b = paddedRun(op.operand(1));
+  if (!a || !b || a->dim != b->dim) return false;
+  if (b->start < a->start) std::swap(a, b);
+  if (a->end > b->start) return false; // they overlap
+  const int64_t d = a->dim;
+  std::vector<Value *> pieces;
+  auto append = [&](Value *v) {
+    Op *cat = producer(v, {"cat"});
+    const int64_t rank = v->type().rank();
+    if (cat && cat->numOperands() > 0 && (intAttr(*cat, "dim", 0) + rank) % rank == d)
+      pieces.insert(pieces.end(), cat->operands().begin(), cat->operands().end());
+    else
+      pieces.push_back(v);
+  };
+  append(a->inner);
+  if (b->start > a->end) {
+    std::vector<int64_t> gap;
+    for (const DimExpr &e : t.shape())
+      gap.push_back(e.value());
+    gap[size_t(d)] = b->start - a->end;
+    Value *zeros = rw.create("zeros", {}, {{"shape", Attr(gap)}, {"dtype", Attr(t.dtype())}});
+    if (!zeros) return false;
+    pieces.push_back(zeros);
+  }
+  append(b->inner);
+  Value *joined = rw.create("cat", pieces, {{"dim", d}});
+  if (!joined) return false;
+  const int64_t size = t.shape()[size_t(d)].value();
+  if (a->start == 0 && b->end == size) return rw.replace(joined);
+  std::vector<int64_t> pad(size_t(2 * (t.rank() - d)), 0);
+  pad[pad.size() - 2] = a->start;
+  pad[pad.size() - 1] = size - b->end;
+  return rw.replace(rw.create("pad", {joined}, {{"pad", Attr(pad)}}));
+}
+
 // clone(x), cat([x]), dropout in eval mode or with p = 0 -> x (copies of x; the guards in
 // Rewriter::replace keep them when either side is written in place).
 bool copyNoop(Op &op, Rewriter &rw) {
@@ -554,6 +624,10 @@ const std::vector<CanonicalizeRule> &canonicalizeRules() {
   static const std::vector<CanonicalizeRule> rules = {
       {"mul-by-one", {"mul"}, mulByOne, "x*1, 1*x -> x"},
       {"add-zero", {"add", "sub"}, addZero, "x+0, 0+x, x-0 -> x (float: -0.0+0 keeps -0.0)"},
+      {"add-disjoint-pads",
+       {"add"},
+       addDisjointPads,
+       "pad(a) + pad(b), zero pads along one dim, disjoint -> pad(cat(a, zeros, b))"},
       {"sub-self", {"sub"}, subSelf, "x-x -> 0 for integer dtypes"},
       {"div-by-one", {"div"}, divByOne, "x/1 -> x"},
       {"div-to-mul", {"div"}, divToMul, "x/c -> x*(1/c) for c = ±2^k (bit-identical)"},

@@ -570,3 +570,34 @@ def test_break_inside_the_differentiable_part_runs_in_python() -> None:
 
     torch.testing.assert_close(run(xjit.jit(_copied_into_view_after_break)),
                                run(_copied_into_view_after_break))
+
+
+@pytest.mark.parametrize("steps", [6, 5])
+def test_gradient_of_a_tensor_read_step_by_step(steps: int) -> None:
+    """A recurrence over selects and slices of one tensor per step (Mamba's scan as a Python
+    loop): the gradients the selects leave are one cat (the add-disjoint-pads rule), not a sum
+    of full-size pads; with 5 of 6 steps read, a zero gap. Gradients equal eager's."""
+
+    def scan(a: Any, b: Any, c: Any) -> Any:
+        h = torch.zeros(a.shape[0], a.shape[2])
+        ys = []
+        for i in range(steps):
+            h = h * a[:, i, :] + b[:, i : i + 1, :].squeeze(1)
+            ys.append((h * c[:, i, :]).sum(-1))
+        return torch.stack(ys, 1)
+
+    g = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(3, 6, 8, generator=g, requires_grad=True) for _ in range(3)]
+    twins = [t.detach().clone().requires_grad_(True) for t in inputs]
+    weight = torch.randn(3, steps, generator=g)
+    compiled = xjit.jit(scan)
+    for _ in range(2):  # the second call runs the compiled step
+        for t in (*inputs, *twins):
+            t.grad = None
+        (scan(*inputs) * weight).sum().backward()
+        report = xjit.explain(compiled)(*twins)
+        (compiled(*twins) * weight).sum().backward()
+        for want, got in zip(inputs, twins):
+            torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-6)
+    assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+    assert "training step" in str(report), str(report)
