@@ -18,6 +18,7 @@
 
 #include "xjit/ir/builder.h"
 
+#include <algorithm>
 #include <optional>
 
 namespace xjit::passes {
@@ -142,6 +143,57 @@ bool decompose(Op *op, bool columns, PassContext &ctx) {
   return true;
 }
 
+/// Whether v is a view of a value with its last two dims swapped (transpose, t, mT-like
+/// permute): a reduction over its last dim then reads strided memory.
+bool lastDimsSwapped(const Value *v) {
+  const Op *op = v->definingOp();
+  if (!op || op->numOperands() != 1) return false;
+  const int64_t rank = v->type().rank();
+  auto norm = [rank](int64_t d) { return d < 0 ? d + rank : d; };
+  if (op->name() == "t") return rank == 2;
+  if (op->name() == "transpose") {
+    int64_t a = norm(op->attr("dim0").asInt()), b = norm(op->attr("dim1").asInt());
+    return std::max(a, b) == rank - 1 && std::min(a, b) == rank - 2;
+  }
+  if (op->name() == "permute") {
+    const Ints &d = op->attr("dims").asInts();
+    return d.size() >= 2 && norm(d[d.size() - 1]) == rank - 2 && norm(d[d.size() - 2]) == rank - 1;
+  }
+  return false;
+}
+
+/// Elements at which a column product over a strided inner dim stays a decomposition.
+constexpr int64_t kStridedColumnElements = int64_t(1) << 16;
+
+/// A (batched) matmul with a single column, both operands of rank >= 2 with static shapes:
+/// [..., M, K] x [..., K, 1] is sum(A * Bᵀ, -1) (a reduction over A's rows, within rounding),
+/// broadcasting the batch dims as matmul does. The library's call costs ~10 us for a few
+/// hundred flops (Mamba's scan: ssm_state @ C_i per step, 1,300 calls per forward); as loop ops
+/// they fuse with what makes their operands. A column product over a strided inner dim (A a
+/// transposed view) is kept for the library past kStridedColumnElements. (An inner dim of 1,
+/// the outer product, as a broadcast multiply made Mamba's training step slower: its fusions
+/// with the states' updates lowered as 32x8 tiles; 43-46 -> 50 ms, so those stay library calls.)
+bool decomposeSmallProduct(Op *op, PassContext &ctx) {
+  if (op->name() != "matmul" && op->name() != "bmm") return false;
+  Value *a = op->operand(0), *b = op->operand(1);
+  const Type &ta = a->type(), &tb = b->type(), &result = op->result(0)->type();
+  if (!ta.isTensor() || !tb.isTensor() || ta.rank() < 2 || tb.rank() < 2 ||
+      !floatingMatch(ta, tb) || !isStaticShape(ta.shape()) || !isStaticShape(tb.shape()) ||
+      !isStaticShape(result.shape()))
+    return false;
+  const int64_t k = ta.shape()[size_t(ta.rank() - 1)].value();
+  const int64_t n = tb.shape()[size_t(tb.rank() - 1)].value();
+  if (n != 1 || k == 1) return false;
+  if (lastDimsSwapped(a) && numelOf(ta.shape()).value() > kStridedColumnElements) return false;
+  Builder bld(op->parentBlock(), op);
+  bld.setLoc(op->loc());
+  Value *row = bld.op("transpose", {b}, {{"dim0", int64_t(-2)}, {"dim1", int64_t(-1)}});
+  Value *y = bld.op("sum", {bld.op("mul", {a, row})}, {{"dims", Ints{-1}}, {"keepdim", true}});
+  if (!replaceIfSameType(op, y)) return false;
+  ctx.count("column-products");
+  return true;
+}
+
 } // namespace
 
 bool runDecomposeMatvec(Graph &g, PassContext &ctx) {
@@ -150,6 +202,9 @@ bool runDecomposeMatvec(Graph &g, PassContext &ctx) {
   for (const char *name : {"linear", "matmul", "mm", "addmm"})
     for (Op *op : opsNamed(g, name))
       changed |= decompose(op, columns, ctx);
+  for (const char *name : {"matmul", "bmm"})
+    for (Op *op : opsNamed(g, name))
+      changed |= decomposeSmallProduct(op, ctx);
   return changed;
 }
 

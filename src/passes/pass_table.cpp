@@ -121,11 +121,12 @@ const std::vector<PassInfo> &passTable() {
       {.name = "decompose-matvec",
        .summary = "rewrites f32/f64 linear/matmul/mm/addmm of a single input row as a multiply "
                   "and a sum over the features (one fused loop kernel streaming the weight "
-                  "instead of a library GEMM call)",
+                  "instead of a library GEMM call); a batched matmul with a single column as a "
+                  "multiply and a row sum",
        .options = {{"columns", "false",
                     "also rewrite a [K, N] rhs that is not a transpose (a reduction over its "
                     "outer dim)"}},
-       .statistics = {"rows-decomposed", "columns-decomposed"},
+       .statistics = {"rows-decomposed", "columns-decomposed", "column-products"},
        .run = runDecomposeMatvec},
       {.name = "layout",
        .summary = "runs chains of convolutions/poolings and the elementwise ops between them "

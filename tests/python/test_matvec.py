@@ -97,3 +97,31 @@ def test_batch_one_mlp_matches_eager() -> None:
     before = library_plans()
     run(model, x)
     assert library_plans() == before
+
+
+@pytest.mark.parametrize(
+    "a_shape,b_shape,transpose_a",
+    [
+        ((1, 512, 8), (1, 8, 1), False),  # Mamba's scan: state @ C_i per step
+        ((2, 33, 17), (17, 1), False),  # a 2-D column against a batch
+        ((1, 512, 8), (1, 512, 1), True),  # the column product's gradient: A^T g (strided)
+        ((6, 70), (70, 1), False),
+    ],
+)
+def test_single_column_products(
+    a_shape: tuple[int, ...], b_shape: tuple[int, ...], transpose_a: bool
+) -> None:
+    g = torch.Generator().manual_seed(len(a_shape) + a_shape[-1])
+    a = torch.randn(a_shape, generator=g)
+    b = torch.randn(b_shape, generator=g)
+    if transpose_a:
+        a = a.transpose(-2, -1)
+    before = library_plans()
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(torch.matmul(x, y)) + 1
+
+    run(step, a, b)
+    assert library_plans() == before  # a loop kernel, not a library call
+    a[(0,) * a.dim()] = float("nan")
+    run(step, a, b)
