@@ -542,6 +542,32 @@ def test_in_place_write_of_a_resumed_value_before_backward() -> None:
     torch.testing.assert_close(a.grad, want)
 
 
+def _scaled_by_argmax(a: Any, b: Any) -> Any:
+    return a.sin() * b.argmax()  # b requires grad, but no gradient reaches it
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_in_place_write_of_an_unreached_input_before_backward(dynamic: bool) -> None:
+    """The backward built b's zero gradient from b's shape; with symbolic shapes it read b
+    (zeros_like), so the Function saved b and writing b before backward raised (eager does
+    not). Now a stride-0 carrier of b's shape binds the symbols."""
+    fn = xjit.jit(_scaled_by_argmax, dynamic=dynamic)
+    for n in (4, 5, 7):
+        grads = []
+        for f in (_scaled_by_argmax, fn):
+            gen = torch.Generator().manual_seed(n)
+            a = torch.randn(n, 3, generator=gen).requires_grad_(True)
+            w = torch.randn(n, 2, generator=gen).requires_grad_(True)
+            b = w * 1  # not a leaf: it may be written in place
+            y = f(a, b)
+            b.add_(1)
+            y.sum().backward()
+            grads.append((a.grad, w.grad))
+        torch.testing.assert_close(grads[1], grads[0])
+    graphs = fe.events()["graphs"]
+    assert graphs and all(g["note"].startswith("training step: forward") for g in graphs), graphs
+
+
 def _copied_into_view_after_break(a0: Any, a1: Any) -> Any:
     v1 = a1 * 0.5 + a1 * 2
     if v1.float().sum().item() > 0:  # graph break in the middle of the differentiable part
