@@ -637,14 +637,13 @@ std::vector<Value *> customVjpRule(RuleArgs &a, const std::vector<Value *> &yiel
   return grads;
 }
 
-/// Ops whose results never carry a gradient (integer/bool results are already excluded).
+/// Ops whose results never carry a gradient (integer/bool results are already excluded): those
+/// that read only their operands' shapes (zeros_like, new_zeros, size).
 bool stopsGradient(const Op &op) {
-  static const std::set<std::string, std::less<>> stops = {"zeros_like", "ones_like", "full_like",
-                                                           "empty_like", "size"};
   // An in-place fill of a tensor autograd tracks (`t.zero_()`, `t[...] = 7`; the frontend marks
   // it): eager records it, so the result requires grad and its gradient to t is zero.
   if (op.hasAttr("autodiff.fill")) return false;
-  return stops.count(op.name()) > 0;
+  return op.def().has(kShapeOnly);
 }
 
 void checkDifferentiable(const Graph &g) {

@@ -221,6 +221,36 @@ def test_tied_maxima_get_eagers_gradient(which: str) -> None:
     torch.testing.assert_close(a.grad, b.grad)
 
 
+def _filled_new_zeros(x: Any) -> Any:
+    v = x.var(0, keepdim=True)
+    a = v.new_zeros(v.shape)
+    a[...] = 7  # a fill of a tensor autograd does not track
+    return (a,)
+
+
+def _new_tensors(x: Any) -> Any:
+    v = x.var(0, keepdim=True)
+    b = v.new_ones(2)
+    b.zero_()
+    return b, torch.zeros_like(v), v.new_full((3,), 2.0), b.requires_grad, x.new_zeros(x.shape) + x
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("fn", [_filled_new_zeros, _new_tensors], ids=["fill", "several"])
+def test_new_tensors_of_a_tracked_tensor_do_not_require_grad(fn: Any, dynamic: bool) -> None:
+    """Fuzz seed 10090: `v.new_zeros(v.shape)` of a v that requires grad was taken to require
+    grad, so `[...] = 7` on it was recorded as a tracked fill and the output required grad; and
+    new_zeros/new_ones/new_full reached by a gradient had no rule (the frame ran in Python)."""
+    x = torch.randn(5, requires_grad=True)
+    want, got = fn(x), xjit.jit(fn, dynamic=dynamic)(x)
+    flags = [t.requires_grad if isinstance(t, torch.Tensor) else t for t in want]
+    assert [t.requires_grad if isinstance(t, torch.Tensor) else t for t in got] == flags
+    for w, g in zip(want, got, strict=True):
+        torch.testing.assert_close(g, w)
+    graphs = fe.events()["graphs"]
+    assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
+
+
 def test_in_place_op_on_an_intermediate_trains() -> None:
     x = torch.randn(6, requires_grad=True)
     xjit.jit(_in_place)(x).backward()
