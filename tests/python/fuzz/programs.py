@@ -399,6 +399,14 @@ def op_layers(g: "Generator") -> str | None:
     return f"{g.new()} = {r.choice(forms)}"
 
 
+def _small_ints(x: str, t: Any, k: int) -> str:
+    """Integers in [0, k) from x's values: a NaN or infinity made 0 first (their conversion to
+    an integer is undefined behaviour, which eager and xjit need not agree on)."""
+    if t.dtype in FLOAT:
+        return f"({x}.nan_to_num(0.0, 0.0, 0.0).clamp(-99, 99).long().abs() % {k})"
+    return f"({x}.long().abs() % {k})"
+
+
 def op_misc(g: "Generator") -> str | None:
     """Tensor ops models use that the other families do not draw: shifts, tiling, sorting,
     scans, padding, scatters, fused arithmetic, clamps with tensor bounds."""
@@ -411,7 +419,7 @@ def op_misc(g: "Generator") -> str | None:
     forms = [f"torch.roll({x}, 1, {d})", f"{x}.repeat({', '.join(['2'] + ['1'] * (n - 1))})",
              f"{x}.tile(2)", f"{x}.sort({d}).values", f"{x}.sort({d}, descending=True).indices",
              f"torch.diff({x}, dim={d})", f"F.pad({x}, (1, 2))", f"F.pad({x}, (0, 1), value=-1.5)",
-             f"{x}.flip({d})", f"{x}.prod({d})", f"F.one_hot({x}.long().abs() % 4, 4)"]
+             f"{x}.flip({d})", f"{x}.prod({d})", f"F.one_hot({_small_ints(x, t, 4)}, 4)"]
     if n >= 2:
         forms += [f"torch.triu({x})", f"torch.tril({x}, -1)"]
     if t.dtype in FLOAT:
@@ -429,9 +437,10 @@ def op_misc(g: "Generator") -> str | None:
         except RuntimeError:
             pass
     if t.shape[d] > 0:
-        idx = f"({x}.long().abs() % {t.shape[d]})"
-        forms += [f"torch.zeros_like({x}).scatter_add({d}, {idx}, {x})",
-                  f"{x}.scatter({d}, {idx}.flip({d}), {x} * 2)"]
+        # scatter: distinct indices along d (eager leaves which duplicate wins undefined)
+        perm = f"torch.arange({t.shape[d]}).flip(0).reshape({tuple(t.shape[d] if i == d else 1 for i in range(n))})"
+        forms += [f"torch.zeros_like({x}).scatter_add({d}, {_small_ints(x, t, t.shape[d])}, {x})",
+                  f"{x}.scatter({d}, {perm}, {x} * 2)"]
     if n == 1 and t.dtype in (torch.float32, torch.float64):
         forms.append(f"torch.outer({x}, {x}.flip(0))")
     if n == 2 and t.dtype in (torch.float32, torch.float64):
