@@ -417,7 +417,7 @@ def op_misc(g: "Generator") -> str | None:
     n, r = t.dim(), g.rng
     d = r.randrange(n)
     forms = [f"torch.roll({x}, 1, {d})", f"{x}.repeat({', '.join(['2'] + ['1'] * (n - 1))})",
-             f"{x}.tile(2)", f"{x}.sort({d}).values", f"{x}.sort({d}, descending=True).indices",
+             f"{x}.tile(2)", f"{x}.sort({d}).values", f"{x}.sort(dim={d}, descending=True, stable=True).indices",
              f"torch.diff({x}, dim={d})", f"F.pad({x}, (1, 2))", f"F.pad({x}, (0, 1), value=-1.5)",
              f"{x}.flip({d})", f"{x}.prod({d})", f"F.one_hot({_small_ints(x, t, 4)}, 4)"]
     if n >= 2:
