@@ -741,7 +741,15 @@ VarPtr Analyzer::tensorMethod(const VarPtr &t, const std::string &name, const Ar
       result = castTo(result, ty.dtype());
       if (as<TensorVar>(result)->type().shape() != ty.shape())
         result = emit1("expand", {result}, {{"shape", Attr(shape)}});
-      result = emit1("clone", {result});
+      // A copy into a tensor autograd tracks is recorded by eager: the old value gets a zero
+      // gradient and the result requires grad (fuzz seed 12789). where(true, src, t) says so
+      // and survives canonicalize (src - 0 would not), as functionalize's copy_ does.
+      auto *tv = as<TensorVar>(t);
+      if (gradEnabled_ && tv->requiresGrad)
+        result =
+            emit1("where", {emit1("ones_like", {t}, {{"dtype", Attr(DType::Bool)}}), result, t});
+      else
+        result = emit1("clone", {result});
     } else {
       result = tensorMethod(t, base, args);
     }

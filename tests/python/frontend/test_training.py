@@ -251,6 +251,39 @@ def test_new_tensors_of_a_tracked_tensor_do_not_require_grad(fn: Any, dynamic: b
     assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
 
 
+def _copied_over(a: Any, b: Any, src: Any) -> Any:
+    v = a * 2
+    v.copy_(src)  # eager records the copy: a's gradient is zeros, not None
+    w = b + 1
+    w.copy_(torch.tensor([-0.0, 1.0, float("nan")]))  # a source without grad
+    return v * 3, w
+
+
+def test_copy_into_a_tracked_tensor_is_recorded() -> None:
+    """Fuzz seed 12789: `v.copy_(src)` of a v derived from an input requiring grad gave that
+    input a None gradient (eager: zeros), and the result of copying a source without grad did
+    not require grad (eager's does)."""
+    def run(fn: Any) -> Any:
+        torch.manual_seed(0)
+        a, b = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+        src = torch.randn((), requires_grad=True)
+        outs = fn(a, b, src)
+        loss = outs[0].sum() + outs[1].nansum()
+        grads = torch.autograd.grad(loss, [a, b, src], allow_unused=True)
+        return [o.requires_grad for o in outs], [o.detach() for o in outs], grads
+
+    want_flags, want, want_grads = run(_copied_over)
+    flags, got, grads = run(xjit.jit(_copied_over))
+    assert flags == want_flags
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert torch.equal(got[1].signbit(), want[1].signbit())
+    assert [g is None for g in grads] == [g is None for g in want_grads]
+    torch.testing.assert_close([g for g in grads if g is not None],
+                               [g for g in want_grads if g is not None])
+    graphs = fe.events()["graphs"]
+    assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
+
+
 def test_in_place_op_on_an_intermediate_trains() -> None:
     x = torch.randn(6, requires_grad=True)
     xjit.jit(_in_place)(x).backward()
