@@ -542,6 +542,21 @@ VarPtr Analyzer::markTrackedFill(VarPtr fill, const VarPtr &t) {
   return fill;
 }
 
+VarPtr Analyzer::wholeWrite(const VarPtr &t, const VarPtr &v) {
+  auto *tv = as<TensorVar>(t);
+  // where(true, v, t) survives canonicalize (v - 0 would not); functionalize's copy_ is the same.
+  if (gradEnabled_ && tv->requiresGrad) // fuzz seed 12789
+    return emit1("where", {emit1("ones_like", {t}, {{"dtype", Attr(DType::Bool)}}), v, t});
+  if (isStaticShape(tv->type().shape())) {
+    std::vector<int64_t> shape;
+    for (const DimExpr &d : tv->type().shape())
+      shape.push_back(d.value());
+    if (as<TensorVar>(v)->type().shape() == tv->type().shape()) return emit1("clone", {v});
+    return emit1("clone", {emit1("expand", {v}, {{"shape", Attr(shape)}})});
+  }
+  return emit1("clone", {emit1("expand_as", {v, t})});
+}
+
 VarPtr Analyzer::castTo(const VarPtr &t, DType dtype) {
   auto *tv = as<TensorVar>(t);
   if (!tv || tv->type().dtype() == dtype) return t;
@@ -735,21 +750,7 @@ VarPtr Analyzer::tensorMethod(const VarPtr &t, const std::string &name, const Ar
       result = args.pos[0];
       if (result->kind != VarKind::Tensor) fail("copy_() from a " + typeName(result));
       if (!isStaticShape(ty.shape())) fail("copy_() with dynamic shapes");
-      std::vector<int64_t> shape;
-      for (const DimExpr &d : ty.shape())
-        shape.push_back(d.value());
-      result = castTo(result, ty.dtype());
-      if (as<TensorVar>(result)->type().shape() != ty.shape())
-        result = emit1("expand", {result}, {{"shape", Attr(shape)}});
-      // A copy into a tensor autograd tracks is recorded by eager: the old value gets a zero
-      // gradient and the result requires grad (fuzz seed 12789). where(true, src, t) says so
-      // and survives canonicalize (src - 0 would not), as functionalize's copy_ does.
-      auto *tv = as<TensorVar>(t);
-      if (gradEnabled_ && tv->requiresGrad)
-        result =
-            emit1("where", {emit1("ones_like", {t}, {{"dtype", Attr(DType::Bool)}}), result, t});
-      else
-        result = emit1("clone", {result});
+      result = wholeWrite(t, castTo(result, ty.dtype()));
     } else {
       result = tensorMethod(t, base, args);
     }
@@ -1177,14 +1178,11 @@ void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &v
       if (hintOf(dv) != hintOf(dt)) fail("x[:] = value: shape mismatch");
       assumeEqual(dv, dt, "assigned value's size");
     }
-    assignInPlace(t, emit1("clone", {emit1("expand_as", {v, t})}));
+    assignInPlace(t, wholeWrite(t, v));
     return;
   }
   if (first < 0) { // x[...] = v / x[:] = v
-    std::vector<int64_t> shape;
-    for (const DimExpr &d : ty.shape())
-      shape.push_back(d.value());
-    assignInPlace(t, emit1("clone", {emit1("expand", {v}, {{"shape", Attr(shape)}})}));
+    assignInPlace(t, wholeWrite(t, v));
     return;
   }
   // Index tensors for dims first..last: ints as 0-d tensors, tensors as given, slices as aranges

@@ -251,25 +251,27 @@ def test_new_tensors_of_a_tracked_tensor_do_not_require_grad(fn: Any, dynamic: b
     assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
 
 
-def _copied_over(a: Any, b: Any, src: Any) -> Any:
+def _copied_over(a: Any, b: Any, c: Any, src: Any) -> Any:
     v = a * 2
     v.copy_(src)  # eager records the copy: a's gradient is zeros, not None
     w = b + 1
     w.copy_(torch.tensor([-0.0, 1.0, float("nan")]))  # a source without grad
-    return v * 3, w
+    u = c * 3
+    u[...] = torch.ones(3)  # the same write as a setitem
+    return v * 3, w, u
 
 
 def test_copy_into_a_tracked_tensor_is_recorded() -> None:
     """Fuzz seed 12789: `v.copy_(src)` of a v derived from an input requiring grad gave that
     input a None gradient (eager: zeros), and the result of copying a source without grad did
-    not require grad (eager's does)."""
+    not require grad (eager's does); `u[...] = t` likewise."""
     def run(fn: Any) -> Any:
         torch.manual_seed(0)
-        a, b = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+        a, b, c = (torch.randn(3, requires_grad=True) for _ in range(3))
         src = torch.randn((), requires_grad=True)
-        outs = fn(a, b, src)
-        loss = outs[0].sum() + outs[1].nansum()
-        grads = torch.autograd.grad(loss, [a, b, src], allow_unused=True)
+        outs = fn(a, b, c, src)
+        loss = outs[0].sum() + outs[1].nansum() + outs[2].sum()
+        grads = torch.autograd.grad(loss, [a, b, c, src], allow_unused=True)
         return [o.requires_grad for o in outs], [o.detach() for o in outs], grads
 
     want_flags, want, want_grads = run(_copied_over)
