@@ -286,6 +286,26 @@ def test_copy_into_a_tracked_tensor_is_recorded() -> None:
     assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
 
 
+def _expanded_as(a: Any, b: Any) -> Any:
+    v = b.narrow(0, 0, 2)
+    return (a * 2).sum().expand_as(v), v * 3  # v gives the first output only its shape
+
+
+def test_expand_as_takes_only_the_shape_of_its_argument() -> None:
+    """Fuzz seed 963: `s.expand_as(v)` of a v requiring grad required grad (eager's does not)
+    and gave v's input a gradient through it."""
+    def run(fn: Any) -> Any:
+        a, b = torch.randn(3), torch.randn(4, requires_grad=True)
+        outs = fn(a, b)
+        (grad,) = torch.autograd.grad(outs[1].sum(), [b])
+        return [o.requires_grad for o in outs], grad
+
+    assert run(xjit.jit(_expanded_as))[0] == run(_expanded_as)[0]
+    torch.testing.assert_close(run(xjit.jit(_expanded_as))[1], run(_expanded_as)[1])
+    graphs = fe.events()["graphs"]
+    assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
+
+
 def test_in_place_op_on_an_intermediate_trains() -> None:
     x = torch.randn(6, requires_grad=True)
     xjit.jit(_in_place)(x).backward()
