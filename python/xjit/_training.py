@@ -10,16 +10,20 @@ import torch
 
 from . import _frontend
 
-# (saved_inputs, grad_outputs, wrt, num_outputs, reach): which graph inputs the backward reads,
-# which outputs have a gradient, which inputs get one, how many of the forward's results are
-# outputs, and for each grad_outputs entry the positions in wrt of the inputs it depends on.
-Info = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int, tuple[tuple[int, ...], ...]]
+# (saved_inputs, grad_outputs, wrt, num_outputs, reach, shape_inputs): which graph inputs the
+# backward reads, which outputs have a gradient, which inputs get one, how many of the forward's
+# results are outputs, for each grad_outputs entry the positions in wrt of the inputs it depends
+# on, and the inputs whose shapes alone the backward needs (their symbols bind its sizes).
+Info = tuple[
+    tuple[int, ...], tuple[int, ...], tuple[int, ...], int, tuple[tuple[int, ...], ...],
+    tuple[int, ...],
+]
 
 
 class CompiledStep(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, step: object, info: Info, *inputs: Any) -> tuple[Any, ...]:
-        saved_inputs, grad_outputs, _wrt, num_outputs, _reach = info
+        saved_inputs, grad_outputs, _wrt, num_outputs, _reach, shape_inputs = info
         results = _frontend.training_forward(step, list(inputs))
         outputs, saved = results[:num_outputs], results[num_outputs:]
         ctx.step, ctx.info, ctx.num_inputs = step, info, len(inputs)
@@ -31,6 +35,12 @@ class CompiledStep(torch.autograd.Function):
         # eager. Intermediates stay private to this node.
         ctx.save_for_backward(*(inputs[i] for i in saved_inputs))
         ctx.intermediates = saved
+        # A shape's carrier: one zero seen through stride 0, not the input (which the caller may
+        # then write in place without making backward raise).
+        ctx.shape_carriers = [
+            torch.zeros((), dtype=inputs[i].dtype, device=inputs[i].device).expand(inputs[i].shape)
+            for i in shape_inputs
+        ]
         with_grad = set(grad_outputs)
         ctx.mark_non_differentiable(
             *(o for i, o in enumerate(outputs) if i not in with_grad and isinstance(o, torch.Tensor))
@@ -39,7 +49,7 @@ class CompiledStep(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        _saved_inputs, grad_outputs, wrt, _n, reach = ctx.info
+        _saved_inputs, grad_outputs, wrt, _n, reach, _shape_inputs = ctx.info
         if torch.is_grad_enabled():  # create_graph=True: the gradients would need a backward
             raise RuntimeError(
                 "xjit: double backward (create_graph=True) through a compiled training step is "
@@ -57,7 +67,7 @@ class CompiledStep(torch.autograd.Function):
             else:
                 reached.update(reach[k])
             output_grads.append(g)
-        values = [*ctx.intermediates, *ctx.saved_tensors, *output_grads]
+        values = [*ctx.intermediates, *ctx.saved_tensors, *ctx.shape_carriers, *output_grads]
         input_grads = _frontend.training_backward(ctx.step, values)
         result: list[torch.Tensor | None] = [None] * (2 + ctx.num_inputs)
         for j, i in enumerate(wrt):

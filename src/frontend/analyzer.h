@@ -256,6 +256,10 @@ public:
   /// requires grad: autograd records eager's in-place fill (a zero gradient), so the result still
   /// requires grad and t's inputs get zeros, not None.
   VarPtr markTrackedFill(VarPtr fill, const VarPtr &t);
+  /// t's new value after a write of all of it from `v` (cast to t's dtype; broadcast to t's
+  /// shape here): a fresh copy, or where(true, v, t) when t requires grad, as autograd records
+  /// eager's copy (a zero gradient to t's old value, the result requiring grad).
+  VarPtr wholeWrite(const VarPtr &t, const VarPtr &v);
   VarPtr emit1(std::string_view op, const std::vector<VarPtr> &operands, AttrMap attrs = {},
                bool view = false) {
     return emit(op, operands, std::move(attrs), view).at(0);

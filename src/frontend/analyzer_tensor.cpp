@@ -516,6 +516,9 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
   recordedForAutograd_ = recordedForAutograd_ || rg;
   cutsGradient_ = cutsGradient_ || (!gradEnabled_ && anyRequiresGrad(operands));
+  // A result made from its operands' shapes alone (x.new_zeros(3), zeros_like) does not require
+  // grad, as in eager (fuzz seed 10090: a fill of it was then recorded as a tracked fill).
+  rg = rg && !op->def().has(kShapeOnly);
   std::vector<VarPtr> out;
   for (size_t i = 0; i < op->numResults(); ++i) {
     VarPtr r = wrapIr(op->result(i), rg);
@@ -538,6 +541,21 @@ VarPtr Analyzer::markTrackedFill(VarPtr fill, const VarPtr &t) {
     if (Op *def = as<TensorVar>(fill)->value->definingOp())
       def->setAttr("autodiff.fill", Attr(true));
   return fill;
+}
+
+VarPtr Analyzer::wholeWrite(const VarPtr &t, const VarPtr &v) {
+  auto *tv = as<TensorVar>(t);
+  // where(true, v, t) survives canonicalize (v - 0 would not); functionalize's copy_ is the same.
+  if (gradEnabled_ && tv->requiresGrad) // fuzz seed 12789
+    return emit1("where", {emit1("ones_like", {t}, {{"dtype", Attr(DType::Bool)}}), v, t});
+  if (isStaticShape(tv->type().shape())) {
+    std::vector<int64_t> shape;
+    for (const DimExpr &d : tv->type().shape())
+      shape.push_back(d.value());
+    if (as<TensorVar>(v)->type().shape() == tv->type().shape()) return emit1("clone", {v});
+    return emit1("clone", {emit1("expand", {v}, {{"shape", Attr(shape)}})});
+  }
+  return emit1("clone", {emit1("expand_as", {v, t})});
 }
 
 VarPtr Analyzer::castTo(const VarPtr &t, DType dtype) {
@@ -733,13 +751,7 @@ VarPtr Analyzer::tensorMethod(const VarPtr &t, const std::string &name, const Ar
       result = args.pos[0];
       if (result->kind != VarKind::Tensor) fail("copy_() from a " + typeName(result));
       if (!isStaticShape(ty.shape())) fail("copy_() with dynamic shapes");
-      std::vector<int64_t> shape;
-      for (const DimExpr &d : ty.shape())
-        shape.push_back(d.value());
-      result = castTo(result, ty.dtype());
-      if (as<TensorVar>(result)->type().shape() != ty.shape())
-        result = emit1("expand", {result}, {{"shape", Attr(shape)}});
-      result = emit1("clone", {result});
+      result = wholeWrite(t, castTo(result, ty.dtype()));
     } else {
       result = tensorMethod(t, base, args);
     }
@@ -1167,14 +1179,11 @@ void Analyzer::tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &v
       if (hintOf(dv) != hintOf(dt)) fail("x[:] = value: shape mismatch");
       assumeEqual(dv, dt, "assigned value's size");
     }
-    assignInPlace(t, emit1("clone", {emit1("expand_as", {v, t})}));
+    assignInPlace(t, wholeWrite(t, v));
     return;
   }
   if (first < 0) { // x[...] = v / x[:] = v
-    std::vector<int64_t> shape;
-    for (const DimExpr &d : ty.shape())
-      shape.push_back(d.value());
-    assignInPlace(t, emit1("clone", {emit1("expand", {v}, {{"shape", Attr(shape)}})}));
+    assignInPlace(t, wholeWrite(t, v));
     return;
   }
   // Index tensors for dims first..last: ints as 0-d tensors, tensors as given, slices as aranges

@@ -592,6 +592,15 @@ LOWER(
   return a.emit1(row.op, {b.at("input")}, {{row.mapping, Attr(v)}});
 }
 
+LOWER(lowerExpandAs) {
+  // `other` gives only its shape: as an attribute where it is static, so neither requires_grad
+  // nor autodiff sees other as an operand (fuzz seed 963: x.expand_as(y) of a y requiring grad
+  // required grad and gave y's input a zero gradient; eager: neither).
+  const TensorVar &other = tensorOf(a, b.at("other"), "other");
+  if (!isStaticShape(other.type().shape())) return a.emit1(row.op, {b.at("input"), b.at("other")});
+  return a.emit1("expand", {b.at("input")}, {{"shape", makeSizeAttr(other.type().shape())}});
+}
+
 LOWER(lowerExpand) {
   const TensorVar &t = tensorOf(a, b.at("input"), "input");
   std::vector<VarPtr> items = shapeArgs(a, b, "size");
@@ -1984,7 +1993,7 @@ const std::vector<TorchRow> &table() {
        "input, repeats, dim=None, *, output_size=None", "reshape", "", lowerRepeatInterleave},
       {"torch.flip Tensor.flip", "input, *dims", "flip", "", lowerFlip},
       {"Tensor.expand", "input, *size", "expand", "", lowerExpand},
-      {"Tensor.expand_as", "input, other", "expand_as", "input other"},
+      {"Tensor.expand_as", "input, other", "expand_as", "", lowerExpandAs},
       {"torch.transpose torch.swapaxes torch.swapdims Tensor.transpose Tensor.swapaxes "
        "Tensor.swapdims",
        "input, dim0, dim1", "transpose", "input | dim0 dim1"},

@@ -302,7 +302,7 @@ std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id) {
     throw PyErrorSet();
   }
   e.training->capsule = PyRef::steal(capsule);
-  PyRef info = checked(PyTuple_New(5));
+  PyRef info = checked(PyTuple_New(6));
   PyTuple_SET_ITEM(info.get(), 0, indexTuple(ad.savedInputs).release());
   PyTuple_SET_ITEM(info.get(), 1, indexTuple(ad.gradOutputs).release());
   PyTuple_SET_ITEM(info.get(), 2, indexTuple(ad.wrt).release());
@@ -312,6 +312,7 @@ std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id) {
     PyTuple_SET_ITEM(reach.get(), static_cast<Py_ssize_t>(k),
                      indexTuple(ad.gradOutputReach[k]).release());
   PyTuple_SET_ITEM(info.get(), 4, reach.release());
+  PyTuple_SET_ITEM(info.get(), 5, indexTuple(ad.shapeInputs).release());
   e.training->info = std::move(info);
   e.training->summary = "training step: forward " + std::to_string(forwardOps) + " ops (" +
                         std::to_string(ad.numSaved) + " values saved for backward), backward " +

@@ -15,6 +15,7 @@
 #include "xjit/ir/builder.h"
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/op_registry.h"
+#include "xjit/ir/sym_attr.h"
 #include "xjit/passes/autodiff.h"
 
 #include <algorithm>
@@ -637,14 +638,13 @@ std::vector<Value *> customVjpRule(RuleArgs &a, const std::vector<Value *> &yiel
   return grads;
 }
 
-/// Ops whose results never carry a gradient (integer/bool results are already excluded).
+/// Ops whose results never carry a gradient (integer/bool results are already excluded): those
+/// that read only their operands' shapes (zeros_like, new_zeros, size).
 bool stopsGradient(const Op &op) {
-  static const std::set<std::string, std::less<>> stops = {"zeros_like", "ones_like", "full_like",
-                                                           "empty_like", "size"};
   // An in-place fill of a tensor autograd tracks (`t.zero_()`, `t[...] = 7`; the frontend marks
   // it): eager records it, so the result requires grad and its gradient to t is zero.
   if (op.hasAttr("autodiff.fill")) return false;
-  return stops.count(op.name()) > 0;
+  return op.def().has(kShapeOnly);
 }
 
 void checkDifferentiable(const Graph &g) {
@@ -708,17 +708,24 @@ std::vector<std::vector<size_t>> reachedInputs(const Graph &g, const std::vector
   return reach;
 }
 
-/// The gradient of an input no gradient reaches: zeros of its static shape, so the backward
-/// does not read the input (its training Function would save it, and the caller writing it
-/// in place before backward, e.g. `v += w` after a graph break, would then raise); zeros_like
-/// when its shape is symbolic (the sizes come from the input).
+/// The gradient of an input no gradient reaches: zeros of its shape, so the backward does not
+/// read the input (its training Function would save it, and the caller writing it in place
+/// before backward, e.g. `v += w` after a graph break, would then raise). A symbolic shape is
+/// the op's symbolic size; differentiate() passes the backward a carrier that binds its symbols.
 Value *zerosGradient(Builder &b, Value *input) {
   const Type &t = input->type();
-  if (!isStaticShape(t.shape())) return b.op("zeros_like", {input});
-  std::vector<int64_t> shape;
-  for (const DimExpr &d : t.shape())
-    shape.push_back(*d.staticValue());
-  return b.op("zeros", {}, {{"shape", shape}, {"dtype", t.dtype()}});
+  return b.op("zeros", {}, {{"shape", makeSizeAttr(t.shape())}, {"dtype", t.dtype()}});
+}
+
+/// The symbols that dims of `t` equal to one symbol bind (those a graph input binds).
+std::set<std::string> boundSymbols(const Type &t) {
+  std::set<std::string> names;
+  if (!t.isTensor()) return names;
+  SymbolBindings any;
+  bindShapeSymbols(t.shape(), std::vector<int64_t>(t.shape().size(), 0), any);
+  for (const auto &[sym, v] : any)
+    names.insert(sym);
+  return names;
 }
 
 Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
@@ -934,8 +941,29 @@ AutodiffGraphs differentiate(const Graph &src, const std::vector<bool> &requires
     return ox != oy ? ox < oy : x->index() < y->index();
   });
 
+  // Symbols the backward's sizes name that none of its inputs binds (an unreached input's zeros
+  // gradient of a symbolic shape): a forward input binding each is passed as a shape carrier.
+  std::set<std::string> bound;
+  for (const Value *v : savedValues)
+    bound.merge(boundSymbols(v->type()));
+  for (size_t i : savedInputs)
+    bound.merge(boundSymbols(g.input(i)->type()));
+  for (size_t i = j.numInputs; i < g.numInputs(); ++i)
+    bound.merge(boundSymbols(g.input(i)->type()));
+  std::set<std::string> unbound;
+  for (const Op *op : bwd)
+    for (std::string &sym : symbolicSizeSymbols(*op))
+      if (!bound.count(sym)) unbound.insert(std::move(sym));
+  std::vector<size_t> shapeInputs;
+  for (size_t i = 0; i < j.numInputs && !unbound.empty(); ++i) {
+    std::set<std::string> syms = boundSymbols(g.input(i)->type());
+    if (std::erase_if(unbound, [&](const std::string &s) { return syms.count(s) > 0; }))
+      shapeInputs.push_back(i);
+  }
+
   AutodiffGraphs r;
   r.numOutputs = j.numOutputs;
+  r.shapeInputs = shapeInputs;
   r.numSaved = savedValues.size();
   r.savedInputs.assign(savedInputs.begin(), savedInputs.end());
   r.gradOutputs = j.gradOutputs;
@@ -962,6 +990,8 @@ AutodiffGraphs differentiate(const Graph &src, const std::vector<bool> &requires
     bmap[v] = r.backward->addInput(v->type(), v->name().empty() ? "saved" : v->name());
   for (size_t i : r.savedInputs)
     bmap[g.input(i)] = r.backward->addInput(g.input(i)->type(), g.input(i)->name());
+  for (size_t i : r.shapeInputs) // (bmap keeps the input itself: no op reads the carrier)
+    r.backward->addInput(g.input(i)->type(), g.input(i)->name() + "_shape");
   for (size_t i = j.numInputs; i < g.numInputs(); ++i)
     bmap[g.input(i)] = r.backward->addInput(g.input(i)->type(), g.input(i)->name());
   for (Op *op : *g.body())

@@ -112,13 +112,15 @@ std::vector<Value *> nanToNumRule(RuleArgs &a) {
 // ---- binary and ternary elementwise (broadcasting: sumTo) ----
 
 /// maximum / minimum: g to the larger (smaller) operand, half to each where they are equal.
+/// As in eager, an operand gets none only where the other one wins, so where either is NaN
+/// (no comparison holds) both get g.
 std::vector<Value *> extremumRule(RuleArgs &a, const char *wins) {
   Value *x = a.x(0), *y = a.x(1);
   Value *half = a.mul(a.g, a.f(0.5));
   Value *tie = a.bin("eq", x, y);
-  auto share = [&](Value *won) { return where(a, won, a.g, where(a, tie, half, a.f(0.0))); };
-  return {a.need[0] ? gradFor(a, 0, share(a.bin(wins, x, y))) : nullptr,
-          a.need[1] ? gradFor(a, 1, share(a.bin(wins, y, x))) : nullptr};
+  auto share = [&](Value *lost) { return where(a, lost, a.f(0.0), where(a, tie, half, a.g)); };
+  return {a.need[0] ? gradFor(a, 0, share(a.bin(wins, y, x))) : nullptr,
+          a.need[1] ? gradFor(a, 1, share(a.bin(wins, x, y))) : nullptr};
 }
 
 std::vector<Value *> addcmulRule(RuleArgs &a) {

@@ -106,7 +106,7 @@ const char *attrKindName(AttrKind k) {
 }
 
 nb::dict opInfo(const std::string &name) {
-  static constexpr std::array<std::pair<OpTrait, const char *>, 8> kTraits{{
+  static constexpr std::array<std::pair<OpTrait, const char *>, 9> kTraits{{
       {kElementwise, "elementwise"},
       {kReduction, "reduction"},
       {kView, "view"},
@@ -115,6 +115,7 @@ nb::dict opInfo(const std::string &name) {
       {kCommutative, "commutative"},
       {kTerminator, "terminator"},
       {kConstantLike, "constant_like"},
+      {kShapeOnly, "shape_only"},
   }};
   const OpDef &def = lookupOp(name);
   nb::list operands, attrs, traits;

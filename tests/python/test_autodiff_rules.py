@@ -330,6 +330,27 @@ def test_tied_extrema_share_the_gradient(op: str) -> None:
         torch.testing.assert_close(got[2], want[1])
 
 
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_extrema_of_a_nan_give_both_operands_the_gradient(op: str) -> None:
+    # Fuzz seed 6520: eager masks out only the operand that compares as losing; with a NaN no
+    # comparison holds, so both operands get the whole gradient (the rule gave both zero).
+    nan = float("nan")
+    xv = torch.tensor([nan, 1.0, nan, 2.0, 3.0])
+    yv = torch.tensor([0.5, nan, nan, 2.0, -1.0])
+    g = x_.Graph("g")
+    x = g.add_input("f32[5]", "x")
+    y = g.add_input("f32[5]", "y")
+    g.set_outputs(g.add_op(op, [x, y]))
+    lx, ly = xv.clone().requires_grad_(), yv.clone().requires_grad_()
+    out = getattr(torch, op)(lx, ly)
+    grad = torch.randn(out.shape)
+    want = torch.autograd.grad(out, [lx, ly], grad)
+    got = x_.compile(g, pipeline="autodiff{wrt=all part=joint}").run([xv, yv, grad], "torch")
+    torch.testing.assert_close(got[0], out.detach(), equal_nan=True)
+    torch.testing.assert_close(got[1], want[0])
+    torch.testing.assert_close(got[2], want[1])
+
+
 def test_where_and_masked_fill_rules() -> None:
     torch.manual_seed(0)
     g = x_.Graph("g")

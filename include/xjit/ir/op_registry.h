@@ -25,6 +25,7 @@ enum OpTrait : uint32_t {
   kCommutative = 1u << 5,  // first two operands may be swapped
   kTerminator = 1u << 6,   // ends a block (return, yield)
   kConstantLike = 1u << 7, // result is fully given by attributes
+  kShapeOnly = 1u << 8,    // reads only its operands' shapes and dtypes (zeros_like, size)
 };
 
 /// An operand slot. A variadic slot takes zero or more values (only the last slot may be

@@ -30,6 +30,10 @@ struct AutodiffGraphs {
   size_t numOutputs = 0;           // g's outputs (forward results before the saved ones)
   size_t numSaved = 0;             // forward results after g's outputs
   std::vector<size_t> savedInputs; // inputs of g the backward reads, in its input order
+  /// Inputs of g whose shapes only the backward needs (symbols of a symbolic size no other
+  /// backward input binds): it takes a carrier of each, a tensor of that shape (stride 0 will
+  /// do), after the saved inputs, so the Function need not save the input itself.
+  std::vector<size_t> shapeInputs;
   std::vector<size_t> gradOutputs; // outputs of g that have a gradient (float, depend on wrt)
   std::vector<size_t> wrt;         // inputs of g whose gradients backward returns
   /// For each gradOutputs entry, the positions in wrt of the inputs it depends on: a wrt input

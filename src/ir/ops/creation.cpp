@@ -235,7 +235,7 @@ OpDef fillRow(std::string name, std::string summary, ShapeFrom from, Fill fill) 
           .summary = std::move(summary),
           .operands = std::move(operands),
           .attrs = std::move(attrs),
-          .traits = from == ShapeFrom::Attr ? kConstantLike : kNoTraits,
+          .traits = from == ShapeFrom::Attr ? kConstantLike : kShapeOnly,
           .infer = [from, fill](const Op &op) -> std::vector<Type> {
             return {fillType(op, from, fill)};
           },
@@ -257,6 +257,7 @@ OpDef queryRow(std::string name, std::string summary, std::vector<AttrSpec> attr
           .summary = std::move(summary),
           .operands = {{"self"}},
           .attrs = std::move(attrs),
+          .traits = kShapeOnly,
           .infer = [](const Op &op) -> std::vector<Type> {
             const Type &t = tensorOperand(op, 0);
             if (op.name() == "size") {

@@ -221,6 +221,91 @@ def test_tied_maxima_get_eagers_gradient(which: str) -> None:
     torch.testing.assert_close(a.grad, b.grad)
 
 
+def _filled_new_zeros(x: Any) -> Any:
+    v = x.var(0, keepdim=True)
+    a = v.new_zeros(v.shape)
+    a[...] = 7  # a fill of a tensor autograd does not track
+    return (a,)
+
+
+def _new_tensors(x: Any) -> Any:
+    v = x.var(0, keepdim=True)
+    b = v.new_ones(2)
+    b.zero_()
+    return b, torch.zeros_like(v), v.new_full((3,), 2.0), b.requires_grad, x.new_zeros(x.shape) + x
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("fn", [_filled_new_zeros, _new_tensors], ids=["fill", "several"])
+def test_new_tensors_of_a_tracked_tensor_do_not_require_grad(fn: Any, dynamic: bool) -> None:
+    """Fuzz seed 10090: `v.new_zeros(v.shape)` of a v that requires grad was taken to require
+    grad, so `[...] = 7` on it was recorded as a tracked fill and the output required grad; and
+    new_zeros/new_ones/new_full reached by a gradient had no rule (the frame ran in Python)."""
+    x = torch.randn(5, requires_grad=True)
+    want, got = fn(x), xjit.jit(fn, dynamic=dynamic)(x)
+    flags = [t.requires_grad if isinstance(t, torch.Tensor) else t for t in want]
+    assert [t.requires_grad if isinstance(t, torch.Tensor) else t for t in got] == flags
+    for w, g in zip(want, got, strict=True):
+        torch.testing.assert_close(g, w)
+    graphs = fe.events()["graphs"]
+    assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
+
+
+def _copied_over(a: Any, b: Any, c: Any, src: Any) -> Any:
+    v = a * 2
+    v.copy_(src)  # eager records the copy: a's gradient is zeros, not None
+    w = b + 1
+    w.copy_(torch.tensor([-0.0, 1.0, float("nan")]))  # a source without grad
+    u = c * 3
+    u[...] = torch.ones(3)  # the same write as a setitem
+    return v * 3, w, u
+
+
+def test_copy_into_a_tracked_tensor_is_recorded() -> None:
+    """Fuzz seed 12789: `v.copy_(src)` of a v derived from an input requiring grad gave that
+    input a None gradient (eager: zeros), and the result of copying a source without grad did
+    not require grad (eager's does); `u[...] = t` likewise."""
+    def run(fn: Any) -> Any:
+        torch.manual_seed(0)
+        a, b, c = (torch.randn(3, requires_grad=True) for _ in range(3))
+        src = torch.randn((), requires_grad=True)
+        outs = fn(a, b, c, src)
+        loss = outs[0].sum() + outs[1].nansum() + outs[2].sum()
+        grads = torch.autograd.grad(loss, [a, b, c, src], allow_unused=True)
+        return [o.requires_grad for o in outs], [o.detach() for o in outs], grads
+
+    want_flags, want, want_grads = run(_copied_over)
+    flags, got, grads = run(xjit.jit(_copied_over))
+    assert flags == want_flags
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert torch.equal(got[1].signbit(), want[1].signbit())
+    assert [g is None for g in grads] == [g is None for g in want_grads]
+    torch.testing.assert_close([g for g in grads if g is not None],
+                               [g for g in want_grads if g is not None])
+    graphs = fe.events()["graphs"]
+    assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
+
+
+def _expanded_as(a: Any, b: Any) -> Any:
+    v = b.narrow(0, 0, 2)
+    return (a * 2).sum().expand_as(v), v * 3  # v gives the first output only its shape
+
+
+def test_expand_as_takes_only_the_shape_of_its_argument() -> None:
+    """Fuzz seed 963: `s.expand_as(v)` of a v requiring grad required grad (eager's does not)
+    and gave v's input a gradient through it."""
+    def run(fn: Any) -> Any:
+        a, b = torch.randn(3), torch.randn(4, requires_grad=True)
+        outs = fn(a, b)
+        (grad,) = torch.autograd.grad(outs[1].sum(), [b])
+        return [o.requires_grad for o in outs], grad
+
+    assert run(xjit.jit(_expanded_as))[0] == run(_expanded_as)[0]
+    torch.testing.assert_close(run(xjit.jit(_expanded_as))[1], run(_expanded_as)[1])
+    graphs = fe.events()["graphs"]
+    assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
+
+
 def test_in_place_op_on_an_intermediate_trains() -> None:
     x = torch.randn(6, requires_grad=True)
     xjit.jit(_in_place)(x).backward()
@@ -540,6 +625,32 @@ def test_in_place_write_of_a_resumed_value_before_backward() -> None:
     a.grad = None
     xjit.jit(_written_after_break)(a).sum().backward()
     torch.testing.assert_close(a.grad, want)
+
+
+def _scaled_by_argmax(a: Any, b: Any) -> Any:
+    return a.sin() * b.argmax()  # b requires grad, but no gradient reaches it
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_in_place_write_of_an_unreached_input_before_backward(dynamic: bool) -> None:
+    """The backward built b's zero gradient from b's shape; with symbolic shapes it read b
+    (zeros_like), so the Function saved b and writing b before backward raised (eager does
+    not). Now a stride-0 carrier of b's shape binds the symbols."""
+    fn = xjit.jit(_scaled_by_argmax, dynamic=dynamic)
+    for n in (4, 5, 7):
+        grads = []
+        for f in (_scaled_by_argmax, fn):
+            gen = torch.Generator().manual_seed(n)
+            a = torch.randn(n, 3, generator=gen).requires_grad_(True)
+            w = torch.randn(n, 2, generator=gen).requires_grad_(True)
+            b = w * 1  # not a leaf: it may be written in place
+            y = f(a, b)
+            b.add_(1)
+            y.sum().backward()
+            grads.append((a.grad, w.grad))
+        torch.testing.assert_close(grads[1], grads[0])
+    graphs = fe.events()["graphs"]
+    assert graphs and all(g["note"].startswith("training step: forward") for g in graphs), graphs
 
 
 def _copied_into_view_after_break(a0: Any, a1: Any) -> Any:

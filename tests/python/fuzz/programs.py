@@ -337,6 +337,122 @@ def op_nn(g: "Generator") -> str | None:
     return f"{g.new()} = {g.rng.choice(forms)}"
 
 
+def _weight(t: Any, *shape: int) -> str:
+    """A deterministic weight of `shape` in t's dtype (f32/f64), values in [-1, 1]."""
+    n = 1
+    for d in shape:
+        n *= d
+    dt = "" if t.dtype == torch.float32 else ", dtype=torch.float64"
+    return f"torch.linspace(-1, 1, {n}{dt}).reshape({', '.join(map(str, shape))})"
+
+
+def op_layers(g: "Generator") -> str | None:
+    """Network layers: convolutions, pooling, batch/group/RMS norm, attention, losses."""
+    x = g.pick(lambda t: _is_float(t) and t.dtype in (torch.float32, torch.float64)
+               and 2 <= t.dim() <= 4 and t.numel() > 0)
+    if x is None:
+        return None
+    t = g.env[x]
+    n, r = t.dim(), g.rng
+    forms = [f"F.rms_norm({x}, {x}.shape[-1:], eps=1e-6)", f"F.hardswish({x})", f"F.mish({x})"]
+    if n in (2, 3):  # conv1d / pool1d: [(N,) C, L]
+        c, length = t.shape[-2], t.shape[-1]
+        k, co, pad = r.choice([1, 2, 3]), r.choice([1, 2, 4]), r.choice([0, 1])
+        if k <= length + 2 * pad:
+            forms += [f"F.conv1d({x}, {_weight(t, co, c, k)}, padding={pad})",
+                      f"F.conv1d({x}, {_weight(t, co, c, k)}, {_weight(t, co)}, stride=2)"]
+        if length >= 2:
+            forms += [f"F.max_pool1d({x}, 2)", f"F.avg_pool1d({x}, 2, ceil_mode=True)"]
+        forms.append(f"F.adaptive_avg_pool1d({x}, 1)")
+    if n in (3, 4):  # conv2d / pool2d: [(N,) C, H, W]
+        c, h, w = t.shape[-3], t.shape[-2], t.shape[-1]
+        k, co = r.choice([1, 3]), r.choice([1, 2, 4])
+        if k <= min(h, w) + 2:
+            forms += [f"F.conv2d({x}, {_weight(t, co, c, k, k)}, padding=1)",
+                      f"F.conv2d({x}, {_weight(t, co, c, k, k)}, {_weight(t, co)}, stride=2, padding=1)"]
+        if min(h, w) >= 2:
+            forms += [f"F.max_pool2d({x}, 2)", f"F.avg_pool2d({x}, 2)",
+                      f"F.max_pool2d({x}, 3, stride=2, padding=1)" if min(h, w) >= 3 else f"F.max_pool2d({x}, 2)"]
+        forms.append(f"F.adaptive_avg_pool2d({x}, 1)")
+    if n >= 2:  # batch / group norm: [N, C, ...]
+        c = t.shape[1]
+        forms += [
+            f"F.batch_norm({x}, {_weight(t, c)}.abs(), {_weight(t, c)}.abs() + 1, "
+            f"{_weight(t, c)}, None, training=False)",
+            f"F.batch_norm({x}, None, None, training=True)",
+        ]
+        if c > 0:
+            groups = r.choice([d for d in (1, 2, 4) if c % d == 0])
+            forms.append(f"F.group_norm({x}, {groups})")
+    if n >= 3 or (n == 2 and r.random() < 0.5):  # attention: [..., L, E]
+        forms += [f"F.scaled_dot_product_attention({x}, {x}, {x})",
+                  f"F.scaled_dot_product_attention({x}, {x} * 0.5, {x}, is_causal=True)"]
+    y = g.pick(lambda u: _is_float(u) and u.shape == t.shape and u.dtype == t.dtype)
+    if y is not None:
+        forms += [f"F.mse_loss({x}, {y})", f"F.l1_loss({x}, {y}, reduction='sum')",
+                  f"F.smooth_l1_loss({x}, {y})",
+                  f"F.binary_cross_entropy_with_logits({x}, torch.sigmoid({y}))"]
+    if n == 2 and t.shape[1] > 0:
+        forms += [f"F.cross_entropy({x}, {x}.argmin(-1))",
+                  f"F.cross_entropy({x}, {x}.argmax(-1), label_smoothing=0.1)",
+                  f"F.nll_loss(F.log_softmax({x}, -1), {x}.argmin(-1), reduction='sum')"]
+    return f"{g.new()} = {r.choice(forms)}"
+
+
+def _small_ints(x: str, t: Any, k: int) -> str:
+    """Integers in [0, k) from x's values: a NaN or infinity made 0 first (their conversion to
+    an integer is undefined behaviour, which eager and xjit need not agree on)."""
+    if t.dtype in FLOAT:
+        return f"({x}.nan_to_num(0.0, 0.0, 0.0).clamp(-99, 99).long().abs() % {k})"
+    return f"({x}.long().abs() % {k})"
+
+
+def op_misc(g: "Generator") -> str | None:
+    """Tensor ops models use that the other families do not draw: shifts, tiling, sorting,
+    scans, padding, scatters, fused arithmetic, clamps with tensor bounds."""
+    x = g.pick(lambda t: _is_tensor(t) and t.dim() >= 1 and t.dtype != torch.bool)
+    if x is None:
+        return None
+    t = g.env[x]
+    n, r = t.dim(), g.rng
+    d = r.randrange(n)
+    forms = [f"torch.roll({x}, 1, {d})", f"{x}.repeat({', '.join(['2'] + ['1'] * (n - 1))})",
+             f"{x}.tile(2)", f"{x}.sort({d}).values", f"{x}.sort(dim={d}, descending=True, stable=True).indices",
+             f"torch.diff({x}, dim={d})", f"F.pad({x}, (1, 2))", f"F.pad({x}, (0, 1), value=-1.5)",
+             f"{x}.flip({d})", f"{x}.prod({d})", f"F.one_hot({_small_ints(x, t, 4)}, 4)"]
+    if n >= 2:
+        forms += [f"torch.triu({x})", f"torch.tril({x}, -1)"]
+    if t.dtype in FLOAT:
+        forms += [f"torch.cumprod({x}.clamp(-2, 2), {d})", f"torch.std_mean({x}, {d})[0]",
+                  f"torch.lerp({x}, {x}.flip({d}), 0.3)", f"torch.addcmul({x}, {x}, {x}, value=0.5)",
+                  f"{x}.pow({x}.abs().clamp(max=2))", f"torch.logaddexp({x}, {x} * 2)"]
+        if n >= 2 and t.shape[-1] >= 2:
+            forms.append(f"F.pad({x}, (1, 1), mode='reflect')")
+    y = g.pick(lambda u: _is_tensor(u) and u.dtype == t.dtype and u is not t and u.dim() <= n)
+    if y is not None:
+        try:
+            if torch.broadcast_shapes(g.env[y].shape, t.shape) == t.shape:
+                forms += [f"{y}.expand_as({x})", f"torch.clamp({x}, min={y})",
+                          f"torch.clamp({x}, {y}, {y} + 1)"]
+        except RuntimeError:
+            pass
+    if t.shape[d] > 0:
+        # scatter: distinct indices along d (eager leaves which duplicate wins undefined)
+        perm = f"torch.arange({t.shape[d]}).flip(0).reshape({tuple(t.shape[d] if i == d else 1 for i in range(n))})"
+        forms += [f"torch.zeros_like({x}).scatter_add({d}, {_small_ints(x, t, t.shape[d])}, {x})",
+                  f"{x}.scatter({d}, {perm}, {x} * 2)"]
+    if n == 1 and t.dtype in (torch.float32, torch.float64):
+        forms.append(f"torch.outer({x}, {x}.flip(0))")
+    if n == 2 and t.dtype in (torch.float32, torch.float64):
+        k = t.shape[1]
+        forms += [f"torch.addmm({_weight(t, k)}, {x}.t(), {x})",
+                  f"torch.einsum('ij,kj->ik', {x}, {x})"]
+    if n == 3 and t.dtype in (torch.float32, torch.float64):
+        forms.append(f"torch.baddbmm({x}, {x}, {x}.transpose(1, 2)[..., :{t.shape[2]}], alpha=0.5)"
+                     if t.shape[1] == t.shape[2] else f"torch.bmm({x}, {x}.transpose(1, 2))")
+    return f"{g.new()} = {r.choice(forms)}"
+
+
 def op_combine(g: "Generator") -> str | None:
     a = g.pick(lambda t: _is_tensor(t) and t.dim() >= 1)
     if a is None:
@@ -434,6 +550,7 @@ def op_control(g: "Generator") -> str | None:
 OPS: list[tuple[Op, int]] = [
     (op_unary, 10), (op_binary, 10), (op_reduce, 5), (op_view, 10), (op_matmul, 3),
     (op_nn, 3), (op_combine, 5), (op_inplace, 8), (op_control, 2), (op_create, 2),
+    (op_layers, 3), (op_misc, 5),
 ]
 
 
