@@ -474,14 +474,18 @@ private:
           stmt(list[i]);
         continue;
       }
-      std::vector<std::pair<Value *, Value *>> run;
-      for (; i < end; ++i) {
-        run.push_back(storeOperands(list[i]));
-        if (!inPlace_) b_.CreateStore(run.back().first, run.back().second);
-      }
-      if (inPlace_)
-        for (auto &[value, ptr] : run)
+      if (!inPlace_) {
+        for (; i < end; ++i) {
+          auto [value, ptr] = storeOperands(list[i]);
           b_.CreateStore(value, ptr);
+        }
+        continue;
+      }
+      std::vector<std::pair<Value *, Value *>> run;
+      for (; i < end; ++i)
+        run.push_back(storeOperands(list[i]));
+      for (auto &[value, ptr] : run)
+        b_.CreateStore(value, ptr);
     }
   }
 

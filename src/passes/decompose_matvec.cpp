@@ -39,23 +39,28 @@ bool floatingMatch(const Type &a, const Type &b) {
   return a.dtype() == b.dtype() && (a.dtype() == DType::F32 || a.dtype() == DType::F64);
 }
 
-/// W when v is the transpose of a 2-D W (t, transpose of its two dims, permute [1, 0]).
-Value *transposedFrom(Value *v) {
-  Op *op = v->definingOp();
-  // Any one-operand op gets here (an `if` on a bool condition too): check the type first.
-  if (!op || op->numOperands() != 1 || !op->operand(0)->type().isTensor() ||
-      op->operand(0)->type().rank() != 2)
-    return nullptr;
-  auto norm = [](int64_t d) { return d < 0 ? d + 2 : d; };
-  bool swaps = false;
-  if (op->name() == "t") swaps = true;
-  if (op->name() == "transpose")
-    swaps = norm(op->attr("dim0").asInt()) != norm(op->attr("dim1").asInt());
+/// Whether v is a view of a value with its last two dims swapped (transpose, t, mT-like
+/// permute): a reduction over its last dim then reads strided memory.
+bool lastDimsSwapped(const Value *v) {
+  const Op *op = v->definingOp();
+  if (!op || op->numOperands() != 1) return false;
+  const int64_t rank = v->type().rank();
+  auto norm = [rank](int64_t d) { return d < 0 ? d + rank : d; };
+  if (op->name() == "t") return rank == 2;
+  if (op->name() == "transpose") {
+    int64_t a = norm(op->attr("dim0").asInt()), b = norm(op->attr("dim1").asInt());
+    return std::max(a, b) == rank - 1 && std::min(a, b) == rank - 2;
+  }
   if (op->name() == "permute") {
     const Ints &d = op->attr("dims").asInts();
-    swaps = d.size() == 2 && norm(d[0]) == 1 && norm(d[1]) == 0;
+    return d.size() >= 2 && norm(d[d.size() - 1]) == rank - 2 && norm(d[d.size() - 2]) == rank - 1;
   }
-  return swaps ? op->operand(0) : nullptr;
+  return false;
+}
+
+/// W when v is the transpose of a 2-D W (t, transpose of its two dims, permute [1, 0]).
+Value *transposedFrom(Value *v) {
+  return v->type().rank() == 2 && lastDimsSwapped(v) ? v->definingOp()->operand(0) : nullptr;
 }
 
 double attrNumberOr(const Op &op, std::string_view name, double dflt) {
@@ -141,25 +146,6 @@ bool decompose(Op *op, bool columns, PassContext &ctx) {
   if (!replaceIfSameType(op, y)) return false;
   ctx.count(p->rowForm ? "rows-decomposed" : "columns-decomposed");
   return true;
-}
-
-/// Whether v is a view of a value with its last two dims swapped (transpose, t, mT-like
-/// permute): a reduction over its last dim then reads strided memory.
-bool lastDimsSwapped(const Value *v) {
-  const Op *op = v->definingOp();
-  if (!op || op->numOperands() != 1) return false;
-  const int64_t rank = v->type().rank();
-  auto norm = [rank](int64_t d) { return d < 0 ? d + rank : d; };
-  if (op->name() == "t") return rank == 2;
-  if (op->name() == "transpose") {
-    int64_t a = norm(op->attr("dim0").asInt()), b = norm(op->attr("dim1").asInt());
-    return std::max(a, b) == rank - 1 && std::min(a, b) == rank - 2;
-  }
-  if (op->name() == "permute") {
-    const Ints &d = op->attr("dims").asInts();
-    return d.size() >= 2 && norm(d[d.size() - 1]) == rank - 2 && norm(d[d.size() - 2]) == rank - 1;
-  }
-  return false;
 }
 
 /// Elements at which a column product over a strided inner dim stays a decomposition.
