@@ -213,7 +213,7 @@ bool otherTracerActive() {
 /// Python (autocast on for another device). This is what lets the analyzer fold the dispatch
 /// mode stack to empty and torch.is_autocast_enabled() to the capture's state. Two C calls while
 /// autocast is off, six while it is on.
-std::optional<uint32_t> autocastKeyUnlessDispatchMode() {
+std::optional<uint32_t> autocastKeyUnlessDispatchMode(std::string *why) {
   struct Probes {
     PyObject *autocast = nullptr; // torch._C._is_any_autocast_enabled
     PyObject *modes = nullptr;    // torch._C._len_torch_dispatch_stack
@@ -232,9 +232,22 @@ std::optional<uint32_t> autocastKeyUnlessDispatchMode() {
   };
   if (probeSays(p.modes, on)) return std::nullopt;
   if (!probeSays(p.autocast, on)) return 0u;
-  std::optional<AutocastState> s = ambientAutocast();
+  std::optional<AutocastState> s = ambientAutocast(why);
   if (!s) return std::nullopt;
   return s->key();
+}
+
+/// xjit.explain lists a frame that runs in Python because of the autocast state (once per run
+/// of frames in a row).
+void noteAutocastRefusal(PyCodeObject *code, const std::string &why) {
+  EventLog &log = events();
+  if (!log.recording) return;
+  SourceLoc loc = codeLoc(code);
+  const std::string reason = "the frame runs in Python: " + why;
+  if (!log.breaks.empty() && log.breaks.back().frame.function == loc.function &&
+      log.breaks.back().frame.line == loc.line && log.breaks.back().reason == reason)
+    return;
+  log.breaks.push_back({loc, loc, reason, false, "", false});
 }
 
 } // namespace
@@ -425,8 +438,12 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
     c->state = CodeCache::Active; // no tensor work so far: capture it again (driver.cpp)
   }
   if (otherTracerActive()) return evalDefault();
-  const std::optional<uint32_t> autocastKey = autocastKeyUnlessDispatchMode();
-  if (!autocastKey) return evalDefault();
+  std::string autocastRefusal;
+  const std::optional<uint32_t> autocastKey = autocastKeyUnlessDispatchMode(&autocastRefusal);
+  if (!autocastKey) {
+    if (!autocastRefusal.empty()) noteAutocastRefusal(f.code, autocastRefusal);
+    return evalDefault();
+  }
 
   // Guard checks may run Python (__eq__, properties): nothing is captured meanwhile.
   const uint64_t key = opts->key();

@@ -11,29 +11,29 @@ elementwise kernels keep f32 intermediates where eager rounds after each op, as 
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-import torch.nn.functional as F
-from torch import nn
 
-import xjit
+torch = pytest.importorskip("torch")
+pytest.importorskip("xjit._frontend")
+import torch.nn.functional as F  # noqa: E402
+import xjit  # noqa: E402
+from frontend_fixtures import clean  # noqa: E402, F401 (autouse fixture)
+from torch import nn  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[3]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from bench.common import leaves  # noqa: E402
+from bench.models import GPTBlock  # noqa: E402
 
 LOW = {"bf16": torch.bfloat16, "f16": torch.float16}
 UNIT = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
-
-
-def leaves(out: Any) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, dict):
-        return [t for v in out.values() for t in leaves(v)]
-    if isinstance(out, (list, tuple)):
-        return [t for v in out for t in leaves(v)]
-    return []
 
 
 def normwise(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -62,25 +62,6 @@ def compile_under(
         again = compiled(*args)
         want = fn(*args)
     return report, again, want
-
-
-class Block(nn.Module):
-    """A pre-norm transformer block: attention through F.scaled_dot_product_attention."""
-
-    def __init__(self, d: int = 32, heads: int = 4) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
 
 class ConvNet(nn.Module):
@@ -133,7 +114,7 @@ def test_mlp_with_promotion_and_fp32_ops(low: torch.dtype) -> None:
 @pytest.mark.parametrize("low", LOW.values(), ids=LOW.keys())
 def test_transformer_block(low: torch.dtype) -> None:
     torch.manual_seed(0)
-    block = Block().eval()
+    block = GPTBlock(32, 4).eval()
     x = torch.randn(2, 8, 32)
     report, again, want = compile_under(block, (x,), low)
     assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
@@ -305,3 +286,24 @@ def test_training_step_under_autocast() -> None:
     for g, w, p in zip(got_grads, want_grads, f32.parameters(), strict=True):
         assert g.dtype == w.dtype == torch.float32
         assert normwise(g, p.grad) <= max(1.5 * normwise(w, p.grad), 2.0**-8)
+
+
+def test_autocast_on_another_device_runs_as_eager() -> None:
+    # CUDA's autocast state (set without a GPU): the frame runs in Python, explain says why.
+    lin = nn.Linear(8, 8)
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        return torch.relu(lin(x)), torch.is_autocast_enabled()
+
+    x = torch.randn(4, 8)
+    torch.set_autocast_enabled("cuda", True)
+    try:
+        with torch.no_grad():
+            report = xjit.explain(f)(x)
+            want = f(x)
+    finally:
+        torch.set_autocast_enabled("cuda", False)
+    assert report.graph_count == 0, str(report)
+    assert any("another device" in b.reason for b in report.graph_breaks), str(report)
+    assert report.output[1] is want[1] is True
+    torch.testing.assert_close(report.output[0], want[0], rtol=0, atol=0)
