@@ -1,4 +1,4 @@
-"""Inference under torch.autocast("cpu"): eager f32, eager autocast and xjit under autocast in
+"""Inference under torch.autocast("cpu"): eager f32, xjit f32, eager autocast and xjit under autocast in
 one process, interleaved round-robin; medians and spread, and each result's normwise error
 against eager f32 (max|out - f32| / max|f32|, worst output).
 
@@ -58,7 +58,12 @@ def main() -> None:
 
             return run
 
-        fns = {"eager f32": lambda: model(*inputs), "eager amp": amp(model), "xjit amp": amp(compiled)}
+        fns = {
+            "eager f32": lambda: model(*inputs),
+            "xjit f32": lambda: compiled(*inputs),
+            "eager amp": amp(model),
+            "xjit amp": amp(compiled),
+        }
         with torch.no_grad():
             outs = {n: [f() for _ in range(3)][-1] for n, f in fns.items()}
             errors: dict[str, str] = {}
