@@ -104,7 +104,7 @@ const std::vector<PassInfo> &passTable() {
        .statistics = {"attentions-decomposed"},
        .run = runDecomposeAttention},
       {.name = "widen-half-products",
-       .summary = "runs f16 linear/matmul/mm/bmm/addmm/baddbmm/addbmm/convolutions on f32 "
+       .summary = "runs f16 linear/matmul/mm/bmm/addmm/baddbmm/convolutions on f32 "
                   "operands cast from f16, the result cast back (library kernels where the "
                   "CPU has no f16 products; same values)",
        .statistics = {"products-widened"},

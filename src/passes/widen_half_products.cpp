@@ -1,36 +1,19 @@
-// Half-precision products in f32: a linear, matmul, mm, bmm, addmm, baddbmm, addbmm or
-// convolution whose floating operands are all f16 gets them cast to f32 and its result cast back
-// to f16, so that it runs on the f32 library kernels: oneDNN has no f16 products on CPUs without
-// AVX512-FP16 (torch.autocast(dtype=torch.float16) on BERT-base ran every linear on the
-// reference kernel, 75-350 ms each). The same values as an f16 product with f32 accumulation:
-// every f16 value is an f32 value, and the result is rounded to f16 once.
+// Half-precision products in f32: a linear, matmul, mm, bmm, addmm, baddbmm or convolution
+// (fuse_rules::isLibraryProduct) whose floating operands are all f16 gets them cast to f32 and
+// its result cast back to f16, so that it runs on the f32 library kernels: oneDNN has no f16
+// products on CPUs without AVX512-FP16 (torch.autocast(dtype=torch.float16) on BERT-base ran
+// every linear on the reference kernel, 75-350 ms each). The same values as an f16 product with
+// f32 accumulation: every f16 value is an f32 value, and the result is rounded to f16 once.
+#include "fuse_rules.h"
 #include "passes.h"
 #include "semantic_util.h"
 
 #include "xjit/ir/builder.h"
 
-#include <set>
-#include <string>
+#include <vector>
 
 namespace xjit::passes {
 namespace {
-
-bool isProduct(const std::string &n) {
-  static const std::set<std::string, std::less<>> kOps = {"linear",
-                                                          "matmul",
-                                                          "mm",
-                                                          "bmm",
-                                                          "addmm",
-                                                          "baddbmm",
-                                                          "addbmm",
-                                                          "conv1d",
-                                                          "conv2d",
-                                                          "conv3d",
-                                                          "conv_transpose1d",
-                                                          "conv_transpose2d",
-                                                          "conv_transpose3d"};
-  return kOps.count(n) > 0;
-}
 
 bool widen(Op *op, PassContext &ctx) {
   if (op->numResults() != 1 || !op->result()->type().isTensor() ||
@@ -58,7 +41,7 @@ bool widen(Op *op, PassContext &ctx) {
 bool runWidenHalfProducts(Graph &g, PassContext &ctx) {
   std::vector<Op *> ops;
   g.walk([&](Op *op) {
-    if (isProduct(op->name())) ops.push_back(op);
+    if (fuse_rules::isLibraryProduct(op->name())) ops.push_back(op);
   });
   bool changed = false;
   for (Op *op : ops)
