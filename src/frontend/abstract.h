@@ -5,6 +5,7 @@
 // Python's: a list appended to through one name is seen through every other.
 #pragma once
 
+#include "autocast.h"
 #include "xjit/frontend/capture.h"
 #include "xjit/ir/ir.h"
 
@@ -18,24 +19,26 @@
 namespace xjit::frontend {
 
 enum class VarKind : uint8_t {
-  Null,      // the NULL that CPython pushes below a callable (PUSH_NULL, LOAD_GLOBAL bit 0)
-  Object,    // a Python object known at capture time
-  Tensor,    // a torch.Tensor computed by (or fed into) the graph
-  SymInt,    // a Python int derived from a symbolic tensor size
-  Tuple,     // a tuple (or torch.Size / a structseq) of abstract values
-  List,      // a list of abstract values (mutable)
-  Dict,      // a dict with constant keys (mutable)
-  Slice,     // slice(start, stop, step) of abstract values
-  Module,    // a torch.nn.Module instance
-  Function,  // a function made by MAKE_FUNCTION during the analysis (closure of abstract cells)
-  Bound,     // a bound method: `self` plus a function, or a builtin method name of `self`
-  Cell,      // a closure cell
-  Iterator,  // an iterator over a known sequence of abstract values (unrolled loops)
-  GradMode,  // torch.no_grad() / enable_grad() / set_grad_enabled(b) context manager
-  GradExit,  // the __exit__ of such a context manager: restores the previous grad mode
-  Super,     // super() bound to a class and an instance
-  Dataclass, // an instance of a @dataclass built during the analysis (e.g. a ModelOutput)
-  Instance,  // an instance of a plain Python class built during the analysis (e.g. a KV cache)
+  Null,         // the NULL that CPython pushes below a callable (PUSH_NULL, LOAD_GLOBAL bit 0)
+  Object,       // a Python object known at capture time
+  Tensor,       // a torch.Tensor computed by (or fed into) the graph
+  SymInt,       // a Python int derived from a symbolic tensor size
+  Tuple,        // a tuple (or torch.Size / a structseq) of abstract values
+  List,         // a list of abstract values (mutable)
+  Dict,         // a dict with constant keys (mutable)
+  Slice,        // slice(start, stop, step) of abstract values
+  Module,       // a torch.nn.Module instance
+  Function,     // a function made by MAKE_FUNCTION during the analysis (closure of abstract cells)
+  Bound,        // a bound method: `self` plus a function, or a builtin method name of `self`
+  Cell,         // a closure cell
+  Iterator,     // an iterator over a known sequence of abstract values (unrolled loops)
+  GradMode,     // torch.no_grad() / enable_grad() / set_grad_enabled(b) context manager
+  GradExit,     // the __exit__ of such a context manager: restores the previous grad mode
+  AutocastMode, // torch.autocast("cpu", ...) context manager (autocast.h)
+  AutocastExit, // its __exit__: restores the previous autocast state
+  Super,        // super() bound to a class and an instance
+  Dataclass,    // an instance of a @dataclass built during the analysis (e.g. a ModelOutput)
+  Instance,     // an instance of a plain Python class built during the analysis (e.g. a KV cache)
 };
 
 struct Var {
@@ -184,6 +187,18 @@ struct GradExitVar : Var {
   static constexpr VarKind Kind = VarKind::GradExit;
   explicit GradExitVar(bool r) : Var(VarKind::GradExit), restore(r) {}
   bool restore;
+};
+
+struct AutocastModeVar : Var {
+  static constexpr VarKind Kind = VarKind::AutocastMode;
+  explicit AutocastModeVar(AutocastState s) : Var(VarKind::AutocastMode), state(s) {}
+  AutocastState state;
+};
+
+struct AutocastExitVar : Var {
+  static constexpr VarKind Kind = VarKind::AutocastExit;
+  explicit AutocastExitVar(AutocastState r) : Var(VarKind::AutocastExit), restore(r) {}
+  AutocastState restore;
 };
 
 struct SuperVar : Var {

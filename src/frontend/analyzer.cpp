@@ -43,6 +43,8 @@ Analyzer::Analyzer(const FrameView &frame, const AnalyzeOptions &opts,
   PyRef enabled = check(PyObject_CallMethod(torchModule(), "is_grad_enabled", nullptr),
                         "torch.is_grad_enabled()");
   gradEnabled_ = enabled.get() == Py_True;
+  std::optional<AutocastState> autocast = ambientAutocast(&autocastRefusal_);
+  if (autocast) autocast_ = entryAutocast_ = *autocast;
 }
 
 Analyzer::~Analyzer() = default;
@@ -116,6 +118,7 @@ Capture Analyzer::run() {
   PyCodeObject *co = view_.code;
   if (co->co_flags & (kCoGenerator | kCoCoroutine | kCoAsyncGenerator | kCoIterableCoroutine))
     fail("generator or coroutine function");
+  if (!autocastRefusal_.empty()) fail(autocastRefusal_);
   Frame f;
   f.code = PyRef::borrow(reinterpret_cast<PyObject *>(co));
   f.decoded = decodedFor(f.code.get());
@@ -790,8 +793,15 @@ VarPtr Analyzer::runFrame(Frame &f) {
     // ---- with / raise / import ----
     case BEFORE_WITH: {
       VarPtr mgr = pop();
+      if (auto *m = as<AutocastModeVar>(mgr)) {
+        push(std::make_shared<AutocastExitVar>(autocast_));
+        autocast_ = m->state;
+        push(none());
+        break;
+      }
       auto *g = as<GradModeVar>(mgr);
-      if (!g) fail("with-statement on " + typeName(mgr) + " (only torch.no_grad/enable_grad)");
+      if (!g)
+        fail("with-statement on " + typeName(mgr) + " (only torch.no_grad/enable_grad/autocast)");
       push(std::make_shared<GradExitVar>(gradEnabled_));
       gradEnabled_ = g->enabled;
       push(none());

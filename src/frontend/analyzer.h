@@ -194,6 +194,17 @@ public:
   VarPtr callMethod(const VarPtr &self, const std::string &name, const Args &args);
   VarPtr makeFunction(Frame &f, int flags);
   bool gradEnabled() const { return gradEnabled_; }
+
+  // ---- torch.autocast (analyzer_autocast.cpp) ----
+  const AutocastState &autocastState() const { return autocast_; }
+  /// `args` of the PyTorch function named by `targets` (TorchRow::targets, or one name) with
+  /// the casts that eager autocast applies to them; `args` unchanged while autocast is off or
+  /// for functions autocast does not list.
+  Args autocastArgs(std::string_view targets, const Args &args);
+  /// torch.autocast / torch.amp.autocast / torch.cpu.amp.autocast constructed (a context
+  /// manager), or torch's autocast queries answered from the capture's state; nullptr for
+  /// other functions.
+  VarPtr autocastCall(PyObject *fn, const std::string &qualname, const Args &args);
   void setGradEnabled(bool e) { gradEnabled_ = e; }
   void noteGradientCut() { cutsGradient_ = true; }
   /// `t.requires_grad = flag` / `t.requires_grad_(flag)`: a graph break unless it changes
@@ -357,6 +368,9 @@ private:
   Builder builder_;
   Frame *frame_ = nullptr;
   bool gradEnabled_ = true;
+  AutocastState autocast_;           // the CPU autocast state ops are captured under
+  AutocastState entryAutocast_;      // at frame entry: the compiled entry is keyed on it
+  std::string autocastRefusal_;      // set: the ambient autocast state cannot be modelled
   bool recordedForAutograd_ = false; // an op was emitted that eager autograd would record
   std::vector<Value *> gradLeaves_;  // Capture::gradLeaves
   bool cutsGradient_ = false;        // Capture::cutsGradient

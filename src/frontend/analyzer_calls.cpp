@@ -651,6 +651,7 @@ VarPtr Analyzer::call(const VarPtr &callable, const Args &args) {
   case VarKind::Module: return callModule(callable, args);
   case VarKind::Instance: return call(getAttr(callable, "__call__"), args);
   case VarKind::GradExit: gradEnabled_ = as<GradExitVar>(callable)->restore; return none();
+  case VarKind::AutocastExit: autocast_ = as<AutocastExitVar>(callable)->restore; return none();
   default: fail("calling a " + typeName(callable));
   }
 }

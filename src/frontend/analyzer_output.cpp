@@ -474,6 +474,8 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
   case VarKind::Bound:
   case VarKind::GradMode:
   case VarKind::GradExit:
+  case VarKind::AutocastMode:
+  case VarKind::AutocastExit:
   case VarKind::Super:
     if (v->source) return fromSource(*v->source);
     fail("the frame returns a " + typeName(v) + " made inside it");
@@ -623,6 +625,9 @@ Capture Analyzer::finishAtBreak(Frame &f) {
         std::vector<VarPtr> rest(it->items.begin() + static_cast<long>(it->pos), it->items.end());
         args.children.push_back(
             outputOf(std::make_shared<TupleVar>(std::move(rest)), outputs, outputIndex));
+      } else if (v->kind == VarKind::AutocastExit) {
+        // The resume code would run the rest of the block without its autocast state.
+        fail("graph break inside a `with torch.autocast(...)` block");
       } else if (auto *g = as<GradExitVar>(v)) { // inside `with torch.no_grad()`
         OutputNode n;
         n.kind = OutputNode::NamedTuple;
@@ -692,6 +697,7 @@ Capture Analyzer::finishWith(
   // The graph runs without autograd either way; the driver sets the mode the frame leaves.
   if (sameGradMode && gradEnabled_ != initialGrad) c.gradModeAtExit = gradEnabled_ ? 1 : 0;
   c.autogradFree = !recordedForAutograd_;
+  c.autocastKey = entryAutocast_.key();
   c.cutsGradient = cutsGradient_;
   c.gradLeaves = gradLeaves_;
   std::vector<Value *> outputs;

@@ -792,7 +792,12 @@ VarPtr Analyzer::tensorBinary(int nb, const VarPtr &a, const VarPtr &b, bool ref
   if (kind == 1) {
     if (base == NB_MATRIX_MULTIPLY && (a->kind != VarKind::Tensor || b->kind != VarKind::Tensor))
       fail("@ with a non-tensor operand");
-    r = emit1(opName, {a, b});
+    if (base == NB_MATRIX_MULTIPLY && !inplace) {
+      Args cast = autocastArgs("matmul", Args{{a, b}, {}});
+      r = emit1(opName, {cast.pos[0], cast.pos[1]});
+    } else {
+      r = emit1(opName, {a, b});
+    }
   } else if (kind == 0) {
     PyRef fn = check(PyObject_GetAttrString(torchModule(), opName), opName);
     Args args;
@@ -1389,6 +1394,14 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
     if (k == "out") fail(name + "(out=...)");
     kw.emplace_back(k, build(v));
   }
+  // Its output types come from a run on meta tensors, which autocast leaves alone, and at run
+  // time it runs under the entry's autocast state, not a `with` block's.
+  if (!resultTypes && (autocast_.enabled || entryAutocast_.enabled) &&
+      std::any_of(operands.begin(), operands.end(), [](const VarPtr &v) {
+        auto *t = as<TensorVar>(v);
+        return t && isFloating(t->type().dtype());
+      }))
+    fail("PyTorch fallback " + name + " under torch.autocast");
   PyRef callable = makeFallbackCallable(fn, pos, kw);
 
   // Output metadata: run the call on meta tensors (random functions with only constant

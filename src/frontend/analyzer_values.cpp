@@ -69,6 +69,8 @@ const char *varKindName(VarKind k) {
   case VarKind::Iterator: return "iterator";
   case VarKind::GradMode: return "grad mode context";
   case VarKind::GradExit: return "grad mode exit";
+  case VarKind::AutocastMode: return "autocast context";
+  case VarKind::AutocastExit: return "autocast exit";
   case VarKind::Super: return "super";
   case VarKind::Dataclass: return "dataclass instance";
   case VarKind::Instance: return "instance";

@@ -97,7 +97,8 @@ struct CompiledEntry {
   // of breakCode, which runs the breaking instruction and the rest of the frame.
   PyRef breakCode;
   bool breakGradEnabled = true;
-  int gradModeAtExit = -1; // Capture::gradModeAtExit
+  int gradModeAtExit = -1;  // Capture::gradModeAtExit
+  uint32_t autocastKey = 0; // Capture::autocastKey: runs only under that autocast state
   uint64_t hits = 0;
   // Set: the graph runs as a compiled training step under autograd (training.h).
   std::shared_ptr<struct TrainingStep> training;

@@ -933,6 +933,7 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     computeOutputsInLayouts(g, e->outputLayouts, e->laidOutOutputs);
   e->eager = opts.backend == Backend::Eager;
   e->gradModeAtExit = cap.gradModeAtExit;
+  e->autocastKey = cap.autocastKey;
   if (cap.breakPoint) {
     e->breakCode = cap.breakPoint->breakCode;
     e->breakGradEnabled = cap.breakPoint->gradEnabled;

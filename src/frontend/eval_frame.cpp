@@ -207,12 +207,13 @@ bool otherTracerActive() {
          probeSays(p.dynamoCallback, returnsSomething);
 }
 
-/// Whether torch.autocast is on (any device) or a TorchDispatchMode is pushed: a graph computes
-/// in the dtypes it was captured with, while eager under autocast casts matmuls and
-/// convolutions to the lower precision, and a dispatch mode (a FLOP counter, a tracer) must see
-/// the frame's ops; such a frame runs in Python. This is also what lets the analyzer fold
-/// torch.is_autocast_enabled() to False and the dispatch mode stack to empty. Two C calls.
-bool autocastOrDispatchModeActive() {
+/// Whether a TorchDispatchMode is pushed (a FLOP counter, a tracer: it must see the frame's
+/// ops), in which case the frame runs in Python, and which autocast state the frame runs under:
+/// the key of the entries it may use (AutocastState::key), or nullopt when the frame runs in
+/// Python (autocast on for another device). This is what lets the analyzer fold the dispatch
+/// mode stack to empty and torch.is_autocast_enabled() to the capture's state. Two C calls while
+/// autocast is off, six while it is on.
+std::optional<uint32_t> autocastKeyUnlessDispatchMode(std::string *why) {
   struct Probes {
     PyObject *autocast = nullptr; // torch._C._is_any_autocast_enabled
     PyObject *modes = nullptr;    // torch._C._len_torch_dispatch_stack
@@ -229,7 +230,24 @@ bool autocastOrDispatchModeActive() {
   auto on = [](PyObject *r) {
     return r != Py_False && !(PyLong_CheckExact(r) && PyLong_AsLong(r) == 0);
   };
-  return probeSays(p.autocast, on) || probeSays(p.modes, on);
+  if (probeSays(p.modes, on)) return std::nullopt;
+  if (!probeSays(p.autocast, on)) return 0u;
+  std::optional<AutocastState> s = ambientAutocast(why);
+  if (!s) return std::nullopt;
+  return s->key();
+}
+
+/// xjit.explain lists a frame that runs in Python because of the autocast state (once per run
+/// of frames in a row).
+void noteAutocastRefusal(PyCodeObject *code, const std::string &why) {
+  EventLog &log = events();
+  if (!log.recording) return;
+  SourceLoc loc = codeLoc(code);
+  const std::string reason = "the frame runs in Python: " + why;
+  if (!log.breaks.empty() && log.breaks.back().frame.function == loc.function &&
+      log.breaks.back().frame.line == loc.line && log.breaks.back().reason == reason)
+    return;
+  log.breaks.push_back({loc, loc, reason, false, "", false});
 }
 
 } // namespace
@@ -419,7 +437,13 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
       return evalDefault();
     c->state = CodeCache::Active; // no tensor work so far: capture it again (driver.cpp)
   }
-  if (otherTracerActive() || autocastOrDispatchModeActive()) return evalDefault();
+  if (otherTracerActive()) return evalDefault();
+  std::string autocastRefusal;
+  const std::optional<uint32_t> autocastKey = autocastKeyUnlessDispatchMode(&autocastRefusal);
+  if (!autocastKey) {
+    if (!autocastRefusal.empty()) noteAutocastRefusal(f.code, autocastRefusal);
+    return evalDefault();
+  }
 
   // Guard checks may run Python (__eq__, properties): nothing is captured meanwhile.
   const uint64_t key = opts->key();
@@ -434,6 +458,10 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
       std::shared_ptr<CompiledEntry> e = c->entries[i];
       if (e->optionsKey != key) {
         why = GuardFailure{-1, "compiled under other xjit.jit options", "", false};
+        continue;
+      }
+      if (e->autocastKey != *autocastKey) {
+        why = GuardFailure{-1, "compiled under another torch.autocast state", "", false};
         continue;
       }
       values.emplace(e->sources, f);

@@ -2578,14 +2578,13 @@ VarPtr Analyzer::callTorchFunction(PyObject *fn, const Args &args) {
       PyErr_Clear();
     }
     if (mod.rfind("torch", 0) == 0) {
+      if (VarPtr r = autocastCall(fn, qn, args)) return r;
       // Library code asks whether a compiler traces it: xjit does (and compiled code must take
       // the compile-friendly paths), but it is neither TorchScript nor FX tracing nor export.
       static const char *const trueFns[] = {"is_compiling", "is_dynamo_compiling"};
-      // Frames run compiled only with autocast off and no dispatch mode pushed (eval_frame.cpp
-      // autocastOrDispatchModeActive).
+      // Frames run compiled only with no dispatch mode pushed (eval_frame.cpp
+      // dispatchModeActive).
       static const char *const falseFns[] = {"is_scripting",
-                                             "is_autocast_enabled",
-                                             "_is_any_autocast_enabled",
                                              "is_tracing",
                                              "is_exporting",
                                              "has_torch_function",
@@ -2602,7 +2601,15 @@ VarPtr Analyzer::callTorchFunction(PyObject *fn, const Args &args) {
     return nullptr;
   }
   std::string what = "torch function";
-  return lowerRows(*this, *rows, args, what);
+  if (!autocast_.enabled) return lowerRows(*this, *rows, args, what);
+  std::string name;
+  if (PyObject *n = PyObject_GetAttrString(fn, "__name__")) {
+    name = PyUnicode_Check(n) ? utf8(n) : "";
+    Py_DECREF(n);
+  } else {
+    PyErr_Clear();
+  }
+  return lowerRows(*this, *rows, autocastArgs(name, args), what);
 }
 
 VarPtr Analyzer::callTensorMethodRow(const std::string &name, const VarPtr &self, const Args &args,
@@ -2615,7 +2622,7 @@ VarPtr Analyzer::callTensorMethodRow(const std::string &name, const VarPtr &self
   a2.pos.push_back(self);
   a2.pos.insert(a2.pos.end(), args.pos.begin(), args.pos.end());
   a2.kw = args.kw;
-  return lowerRows(*this, *rows, a2, "Tensor." + name);
+  return lowerRows(*this, *rows, autocastArgs(name, a2), "Tensor." + name);
 }
 
 VarPtr Analyzer::callModuleRow(const VarPtr &module, const Args &args, bool *found) {

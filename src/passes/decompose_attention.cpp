@@ -1,5 +1,5 @@
-// Attention decomposition: scaled_dot_product_attention on f32 becomes matmul, scale, mask,
-// softmax and matmul, so that a native backend runs the two matmuls on its library kernels
+// Attention decomposition: scaled_dot_product_attention on f32 (bf16/f16) becomes matmul, scale,
+// mask, softmax and matmul, so that a native backend runs the two matmuls on its library kernels
 // (with the scale and mask as epilogues) and the softmax as a fused reduction, instead of the
 // op's reference kernel.
 //
@@ -8,7 +8,8 @@
 // a row whose scores are all -inf gives zeros (torch's safe softmax), not NaN — the decomposition
 // tests amax(row) == -inf, which a NaN score never satisfies, so NaN still propagates.
 // A dropout_noise operand multiplies the softmax weights (eager's at::dropout of them).
-// Left alone: dtypes other than f32 (the reference accumulates in double), enable_gqa with
+// bf16/f16 q, k, v (torch.autocast) are cast to f32 first and the result rounded once.
+// Left alone: other dtypes (the reference accumulates in double), enable_gqa with
 // differing head counts, and is_causal with symbolic sequence lengths.
 #include "passes.h"
 #include "semantic_util.h"
@@ -78,8 +79,9 @@ bool decompose(Op *op, PassContext &ctx, MaskConstants &made) {
   };
   Value *mask = optional(3), *noise = optional(4);
   const Type &qt = q->type();
-  if (qt.dtype() != DType::F32 || k->type().dtype() != DType::F32 ||
-      v->type().dtype() != DType::F32)
+  const DType dt = qt.dtype();
+  if ((dt != DType::F32 && dt != DType::BF16 && dt != DType::F16) || k->type().dtype() != dt ||
+      v->type().dtype() != dt)
     return false;
   if (const Attr *d = op->attrOrNull("dropout_p"); d && d->asNumber() != 0) return false;
   const Shape &qs = qt.shape(), &ks = k->type().shape();
@@ -97,6 +99,15 @@ bool decompose(Op *op, PassContext &ctx, MaskConstants &made) {
 
   Builder b(op->parentBlock(), op);
   b.setLoc(op->loc());
+  if (dt != DType::F32) {
+    // bf16/f16 (torch.autocast's attention): computed in f32 and rounded once, where eager's
+    // flash kernel keeps f32 scores and rounds the weights to the low dtype for the second
+    // product; the two products are small next to a model's linears.
+    auto wide = [&](Value *x) { return b.op("cast", {x}, {{"dtype", DType::F32}}); };
+    q = wide(q), k = wide(k), v = wide(v);
+    if (mask && mask->type().dtype() == dt) mask = wide(mask);
+    if (noise && noise->type().dtype() == dt) noise = wide(noise);
+  }
   Value *kt = b.op("transpose", {k}, {{"dim0", int64_t(-2)}, {"dim1", int64_t(-1)}});
   Value *scores = b.op("mul", {b.op("matmul", {q, kt}), b.constantFloat(scale)});
   Value *ninf = nullptr; // made on first use: only masking needs -inf
@@ -121,6 +132,7 @@ bool decompose(Op *op, PassContext &ctx, MaskConstants &made) {
   }
   if (noise) probs = b.op("mul", {probs, noise});
   Value *out = b.op("matmul", {probs, v});
+  if (dt != DType::F32) out = b.op("cast", {out}, {{"dtype", dt}});
   if (!replaceIfSameType(op, out)) return false;
   ctx.count("attentions-decomposed");
   return true;

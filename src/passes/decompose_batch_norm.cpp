@@ -18,8 +18,9 @@
 // new running statistics are (1 - m) * running + m * batch statistic, the variance unbiased (x n /
 // (n-1)). Not bit for bit with eager: within f32 rounding of it. Left alone: missing running stats
 // in eval mode, a training batch of one value per channel (eager raises; the reference kernel
-// raises too), dtypes other than f32/f64 (f16/bf16 inputs have f32 parameters and round once in the
-// reference), parameters of another dtype than x.
+// raises too), dtypes other than f32/f64 (in eval mode a bf16/f16 input with f32 parameters, as
+// torch.autocast makes, computes x * scale + shift in f32 and rounds once, like eager's kernel),
+// parameters of another dtype than x.
 #include "passes.h"
 #include "semantic_util.h"
 
@@ -34,11 +35,17 @@ bool present(const Op &op, size_t i) {
 
 bool decomposeTraining(Op *bn, PassContext &ctx);
 
-/// An f32/f64 input of rank >= 2 and 1-D weight, bias and statistics of its dtype (where given).
-bool operandsDecompose(const Op &bn) {
+/// An f32/f64 input of rank >= 2 and 1-D weight, bias and statistics of its dtype (where given);
+/// with `lowInput`, also a bf16/f16 input with f32 parameters (torch.autocast's convolutions feed
+/// batch norm bf16 activations).
+bool operandsDecompose(const Op &bn, bool lowInput = false) {
   const Type &xt = bn.operand(0)->type();
   DType dt = xt.dtype();
-  if ((dt != DType::F32 && dt != DType::F64) || xt.rank() < 2) return false;
+  if (lowInput && (dt == DType::BF16 || dt == DType::F16))
+    dt = DType::F32;
+  else if (dt != DType::F32 && dt != DType::F64)
+    return false;
+  if (xt.rank() < 2) return false;
   for (size_t i = 1; i < 5; ++i) {
     if (!present(bn, i)) continue;
     const Type &pt = bn.operand(i)->type();
@@ -54,7 +61,7 @@ bool decompose(Op *bn, PassContext &ctx) {
   if (!present(*bn, 3) || !present(*bn, 4)) return false;
   Value *x = bn->operand(0);
   const Type &xt = x->type();
-  if (!operandsDecompose(*bn)) return false;
+  if (!operandsDecompose(*bn, /*lowInput=*/true)) return false;
   std::optional<int64_t> channels = xt.shape()[1].staticValue();
   if (!channels) return false;
   double eps = bn->attrOrNull("eps")->asNumber();
@@ -73,7 +80,9 @@ bool decompose(Op *bn, PassContext &ctx) {
     scale = b.op("reshape", {scale}, {{"shape", shape}});
     shift = b.op("reshape", {shift}, {{"shape", shape}});
   }
+  // A bf16/f16 x promotes to f32 against the f32 scale; rounded once, as eager's kernel does.
   Value *y = b.op("add", {b.op("mul", {x, scale}), shift});
+  if (y->type().dtype() != xt.dtype()) y = b.op("cast", {y}, {{"dtype", xt.dtype()}});
   if (!replaceIfSameType(bn, y)) return false;
   ctx.count("batch-norms-decomposed");
   return true;

@@ -7,6 +7,7 @@
 #include "xjit/ir/ir.h"
 
 #include <optional>
+#include <string_view>
 #include <vector>
 
 namespace xjit::passes::fuse_rules {
@@ -21,6 +22,8 @@ enum class FuseClass : uint8_t {
 };
 
 FuseClass classify(const Op &op);
+/// matmul/linear/addmm/baddbmm/bmm/mm and the convolutions: library calls (oneDNN) with post-ops.
+bool isLibraryProduct(std::string_view name);
 
 /// The loop structure of a reduction or row op: the full (input) shape and the reduced axes
 /// (sorted, non-negative).

@@ -23,6 +23,7 @@ bool runCausalProducts(Graph &g, PassContext &ctx);     // causal_products.cpp
 bool runDecomposeBatchNorm(Graph &g, PassContext &ctx); // decompose_batch_norm.cpp
 bool runDecomposeGroupNorm(Graph &g, PassContext &ctx); // decompose_group_norm.cpp
 bool runDecomposeMatvec(Graph &g, PassContext &ctx);    // decompose_matvec.cpp
+bool runWidenHalfProducts(Graph &g, PassContext &ctx);  // widen_half_products.cpp
 bool runLayout(Graph &g, PassContext &ctx);             // layout.cpp
 bool runSinkPermutes(Graph &g, PassContext &ctx);       // sink_permutes.cpp
 bool runFuse(Graph &g, PassContext &ctx);               // fuse.cpp
@@ -99,9 +100,15 @@ const std::vector<PassInfo> &passTable() {
       {.name = "decompose-attention",
        .summary = "rewrites f32 scaled_dot_product_attention as matmul, scale, mask, softmax "
                   "and matmul (library matmuls and a fused softmax instead of the reference "
-                  "kernel)",
+                  "kernel); bf16/f16 attention computed so in f32, rounded once",
        .statistics = {"attentions-decomposed"},
        .run = runDecomposeAttention},
+      {.name = "widen-half-products",
+       .summary = "runs f16 linear/matmul/mm/bmm/addmm/baddbmm/convolutions on f32 "
+                  "operands cast from f16, the result cast back (library kernels where the "
+                  "CPU has no f16 products; same values)",
+       .statistics = {"products-widened"},
+       .run = runWidenHalfProducts},
       {.name = "causal-products",
        .summary = "marks matmuls of causal attention with a triangular operand (matmul's "
                   "`causal`), so that the backend skips the blocks that multiply its zeros",
@@ -110,7 +117,7 @@ const std::vector<PassInfo> &passTable() {
       {.name = "decompose-batch-norm",
        .summary = "rewrites eval-mode f32/f64 batch_norm with run-time parameters as x * scale + "
                   "shift over per-channel vectors (convolution post-ops instead of the "
-                  "reference kernel)",
+                  "reference kernel); bf16/f16 inputs with f32 parameters in f32, rounded once",
        .statistics = {"batch-norms-decomposed"},
        .run = runDecomposeBatchNorm},
       {.name = "decompose-group-norm",

@@ -198,8 +198,9 @@ struct Capture {
   std::vector<PyRef> fallbackCallables;
   double captureMilliseconds = 0;
   std::optional<BreakPoint> breakPoint; // set: the capture stops at a graph break
-  int gradModeAtExit = -1; // 0/1: the frame leaves grad mode disabled/enabled (e.g. a resume
-                           // function that exits a `with torch.no_grad()` block); -1: unchanged
+  uint32_t autocastKey = 0; // AutocastState::key() at frame entry: the entry's autocast state
+  int gradModeAtExit = -1;  // 0/1: the frame leaves grad mode disabled/enabled (e.g. a resume
+                            // function that exits a `with torch.no_grad()` block); -1: unchanged
   /// No op of the graph would be recorded by autograd in eager (every op ran with grad mode
   /// disabled or on tensors that do not require grad, e.g. `with torch.no_grad():` inside the
   /// frame): the graph may run even when the frame starts with grad enabled and parameters

@@ -31,6 +31,7 @@ namespace xjit::runtime {
 /// kernels read and write the activations with no reorder between convs (docs/perf.md).
 /// sink-permutes computes outputs that eager lays out permuted (transposed, channels_last) in
 /// that order instead of copying them (docs/frontend.md, *Output layouts*).
+/// widen-half-products runs f16 products on f32 library kernels (none for f16 on most CPUs).
 /// decompose-matvec computes a linear/matmul of one input row (batch 1, a decode step) as a
 /// fused multiply-sum loop instead of a library GEMM call (docs/passes.md).
 /// plan-memory plans no in-place updates: the runtime would give each its own arena slice
@@ -38,8 +39,9 @@ namespace xjit::runtime {
 /// reinplace writes outputs the caller copies back into an input into that input's memory
 /// (CompileOptions::outputWritesInput; a no-op without it).
 inline constexpr const char *kDefaultPipeline =
-    "decompose-attention,causal-products,decompose-batch-norm,decompose-group-norm,"
-    "decompose-matvec,layout,sink-permutes,fuse,reinplace,plan-memory{in-place=false}";
+    "decompose-attention,causal-products,widen-half-products,decompose-batch-norm,"
+    "decompose-group-norm,decompose-matvec,layout,sink-permutes,fuse,reinplace,"
+    "plan-memory{in-place=false}";
 /// kDefaultPipeline, or XJIT_PIPELINE when set (read once; for experiments and debugging).
 const std::string &defaultPipeline();
 

@@ -295,10 +295,10 @@ def test_transformers_activation_lookup_is_captured() -> None:
     torch.testing.assert_close(again, f(x), rtol=1e-6, atol=1e-6)
 
 
-def test_frames_under_autocast_run_as_eager() -> None:
-    # A graph computes in the dtypes it was captured with; eager under autocast computes the
-    # matmul in bfloat16. Compiled frames are skipped while autocast is on, so
-    # torch.is_autocast_enabled() folds to False in a capture (nn.MultiheadAttention asks).
+def test_frames_under_autocast_fold_its_state() -> None:
+    # A capture under autocast casts the matmul's operands as eager does (test_autocast.py);
+    # torch.is_autocast_enabled() folds to the state the entry was captured under
+    # (nn.MultiheadAttention asks): False without autocast.
     def f(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, bool, bool]:
         return torch.relu(x @ w), torch.is_autocast_enabled(), torch.is_autocast_enabled("cpu")
 
