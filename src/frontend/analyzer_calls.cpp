@@ -575,6 +575,7 @@ VarPtr moduleChildren(Analyzer &a, const VarPtr &self, const std::string &name, 
                       const Args &args) {
   if (self->kind != VarKind::Module || (name != "children" && name != "named_children"))
     return nullptr;
+  a.refuseIfShared(self, name + "() (repeats dropped by identity)");
   auto *f = as<ObjectVar>(func);
   if (!f || !args.pos.empty() || !args.kw.empty()) return nullptr;
   PyRef base = check(PyObject_GetAttrString(torchModuleType(), name.c_str()), "Module method");
@@ -1022,8 +1023,11 @@ VarPtr Analyzer::callModule(const VarPtr &module, const Args &args) {
   PyObject *o = m->obj.get();
   static const char *const hooks[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
                                       "_backward_pre_hooks"};
-  for (const char *h : hooks)
+  for (const char *h : hooks) {
     if (hasNonEmpty(o, h)) fail(std::string("module with ") + h);
+    // Another instance may have hooks: a shared module's are guarded empty.
+    if (m->shared) guardLen(plus(*m->source, attrStep(h)), 0);
+  }
   static PyObject *mm = [] {
     return check(PyImport_ImportModule("torch.nn.modules.module"), "import").release();
   }();

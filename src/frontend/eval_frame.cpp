@@ -479,6 +479,24 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
             c->dynamicSources.end())
           c->dynamicSources.push_back(s);
     }
+    if (!c->sharingRefused) {
+      // Another instance of a module's class (a repeated block, one more nn.Linear): the next
+      // entry guards that module by type and what its capture read from it, and serves them all.
+      std::vector<std::string> sharable;
+      {
+        BusyScope busy;
+        const CompiledEntry &last = *c->entries.back();
+        SourceValues now(last.sources, f);
+        sharable = last.guards->sharableModules(now);
+      }
+      for (const std::string &s : sharable)
+        if (std::find(c->sharedModules.begin(), c->sharedModules.end(), s) ==
+            c->sharedModules.end()) {
+          c->sharedModules.push_back(s);
+          if (settings().log & kLogRecompiles)
+            logLine("module " + s + " of " + shortLoc(loc) + " is shared: guarded by type");
+        }
+    }
     if (opts->dynamic == -1) {
       // Automatic dynamic for Python ints (a decoding loop's `start_pos`): every int guarded by
       // value in the latest entry that now holds another int becomes symbolic.
