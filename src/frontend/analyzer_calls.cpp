@@ -1023,10 +1023,14 @@ VarPtr Analyzer::callModule(const VarPtr &module, const Args &args) {
   PyObject *o = m->obj.get();
   static const char *const hooks[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
                                       "_backward_pre_hooks"};
-  for (const char *h : hooks) {
+  for (const char *h : hooks)
     if (hasNonEmpty(o, h)) fail(std::string("module with ") + h);
-    // Another instance may have hooks: a shared module's are guarded empty.
-    if (m->shared) guardLen(plus(*m->source, attrStep(h)), 0);
+  if (m->shared) { // another instance may have hooks
+    Guard g;
+    g.kind = Guard::NoModuleHooks;
+    g.source = *m->source;
+    g.description = sourceKey(g.source) + " has no hooks";
+    addGuard(std::move(g));
   }
   static PyObject *mm = [] {
     return check(PyImport_ImportModule("torch.nn.modules.module"), "import").release();

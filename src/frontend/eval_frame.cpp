@@ -479,7 +479,12 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
             c->dynamicSources.end())
           c->dynamicSources.push_back(s);
     }
-    if (!c->sharingRefused) {
+    // XJIT_NO_MODULE_SHARING=1: one entry per module instance, as before (A/B benchmarks).
+    static const bool noSharing = [] {
+      const char *v = std::getenv("XJIT_NO_MODULE_SHARING");
+      return v && *v && std::string(v) != "0";
+    }();
+    if (!c->sharingRefused && !noSharing) {
       // Another instance of a module's class (a repeated block, one more nn.Linear): the next
       // entry guards that module by type and what its capture read from it, and serves them all.
       std::vector<std::string> sharable;

@@ -231,6 +231,7 @@ std::vector<std::string> GuardSet::descriptions() const {
       break;
     case Guard::NoOverlap: out.push_back(g.description); break;
     case Guard::NotIn: out.push_back(shortRepr(g.object.get()) + " not in " + src); break;
+    case Guard::NoModuleHooks: out.push_back(src + " has no hooks"); break;
     }
   }
   return out;
@@ -325,6 +326,20 @@ bool GuardSet::checkOne(const Compiled &g, SourceValues &values, std::vector<int
     Py_XDECREF(keys);
     return eq == 1 ||
            fail([&] { return "list(" + *src + ".keys()) == " + shortRepr(g.object.get()); });
+  }
+  case Guard::NoModuleHooks: {
+    // The instance dict's own entries: one lookup each, no attribute protocol.
+    static PyObject *const names[] = {
+        internedStr("_forward_hooks"), internedStr("_forward_pre_hooks"),
+        internedStr("_backward_hooks"), internedStr("_backward_pre_hooks")};
+    PyObject **dictPtr = _PyObject_GetDictPtr(v);
+    bool empty = dictPtr && *dictPtr && PyDict_Check(*dictPtr);
+    for (PyObject *name : names) {
+      if (!empty) break;
+      PyObject *hooks = PyDict_GetItemWithError(*dictPtr, name);
+      empty = !hooks || (PyDict_Check(hooks) ? PyDict_GET_SIZE(hooks) == 0 : false);
+    }
+    return empty || fail([&] { return *src + " has no hooks"; });
   }
   case Guard::NotIn: {
     int in = PyDict_Check(v) ? PyDict_Contains(v, g.object.get()) : 1;

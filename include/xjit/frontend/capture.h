@@ -95,6 +95,8 @@ struct Guard {
                    // a symbolic tensor dim
     NotIn,         // `object` (a str) is not a key of x, a dict (a module instance's __dict__
                    // does not shadow a class attribute the capture resolved)
+    NoModuleHooks, // the nn.Module x has no forward, forward-pre, backward or backward-pre
+                   // hooks (its four hook dicts are empty: a module call the capture inlined)
   };
   Kind kind;
   Source source;
