@@ -3,7 +3,8 @@
 A model of N blocks whose forward has a graph break (`.item()`; /work/scratch/inst.py), run as
 `xjit.jit(net)`, each setting in a fresh process (XJIT_NO_CACHE=1: cold compiles), alternating
 XJIT_NO_MODULE_SHARING=1 (one entry per instance, as before session 18) and the default:
-  compile   thread CPU seconds of the first call (every block compiles or runs in Python)
+  compile   thread CPU seconds of the first call (every block compiles or runs in Python), and
+            the capture + compile milliseconds xjit's event log records over all graphs
   steady    median thread CPU ms per call after 3 calls, with eager's in the same process
   graphs    graphs compiled; warn: recompile-limit warnings
 --break float is inst.py's `if y.sum().item() > -1e9` (the resume function receives a float,
@@ -104,6 +105,7 @@ def one_run(blocks: int, float_break: bool, steady_calls: int) -> dict[str, Any]
         "steady_ms": statistics.median(xs),
         "eager_ms": statistics.median(es),
         "graphs": len(fe.events()["graphs"]),
+        "capture_compile_ms": sum(g["capture_ms"] + g["compile_ms"] for g in fe.events()["graphs"]),
         "warn": len(warns),
         "max_err": err,
     }
@@ -176,7 +178,8 @@ def main() -> None:
                 return scale.format(statistics.median(v)) + f" [{scale.format(v[0])}..{scale.format(v[-1])}]"
 
             print(
-                f"{n:3d} blocks {mode:6s}: compile {fmt('compile_s')} s, steady "
+                f"{n:3d} blocks {mode:6s}: compile {fmt('compile_s')} s "
+                f"(capture+compile {fmt('capture_compile_ms', '{:.1f}')} ms), steady "
                 f"{fmt('steady_ms')} ms (eager {fmt('eager_ms')} ms), graphs "
                 f"{rs[0]['graphs']}, warnings {rs[0]['warn']}, max err {max(r['max_err'] for r in rs):.1e}"
             )
