@@ -743,9 +743,10 @@ bool Analyzer::hasAttr(const VarPtr &obj, const std::string &name) {
     if (m->source) {
       // hasattr's answer is a guarded fact: the attribute read (or its absence) must not change.
       if (r) getAttr(obj, name);
-      // Absent from a shared module: from the places Module.__getattr__ looks (the class is
-      // guarded).
-      if (!r && m->shared)
+      // Absent: from the places Module.__getattr__ looks (the class is guarded by the module's
+      // identity or type). Also for a module guarded by identity, which may gain the attribute
+      // (`self.calls = getattr(self, "calls", 0) + 1` read 0 on every call before).
+      if (!r)
         for (const char *where : {"__dict__", "_parameters", "_buffers", "_modules"})
           guardNotIn(plus(*m->source, attrStep(where)), name);
     }

@@ -259,3 +259,45 @@ def test_submodule_of_another_class_recompiles() -> None:
     guards = [r["guard"] for r in fe.events()["recompiles"]]
     assert any(g.startswith("type(L['self'].inner)") for g in guards), guards
 
+
+
+class Optional(nn.Module):
+    def __init__(self, act: bool) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        if act:
+            self.act = nn.Tanh()
+
+    def forward(self, x: Any) -> Any:
+        y = self.lin(x)
+        return self.act(y) if hasattr(self, "act") else y * 2
+
+
+def test_hasattr_answer_is_guarded() -> None:
+    torch.manual_seed(0)
+    mods = [Optional(act) for act in (False, False, True, False, True)]
+    check_each(mods, torch.randn(2, 8))
+    assert fe.code_state(Optional.forward.__code__)["entries"] == 3
+
+
+class Writes(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: Any) -> Any:
+        self.calls = getattr(self, "calls", 0) + 1
+        return self.lin(x) + self.calls
+
+
+def test_attribute_write_keeps_identity_guards() -> None:
+    torch.manual_seed(0)
+    mods = [Writes() for _ in range(3)]
+    ref = copy.deepcopy(mods)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        for _ in range(2):
+            got = each(mods, x)
+            for g, r in zip(got, ref, strict=True):
+                torch.testing.assert_close(g, r(x))
+    assert [m.calls for m in mods] == [r.calls for r in ref] == [2, 2, 2]
