@@ -140,6 +140,7 @@ struct ModuleVar : Var {
   static constexpr VarKind Kind = VarKind::Module;
   explicit ModuleVar(PyRef o) : Var(VarKind::Module), obj(std::move(o)) {}
   PyRef obj;
+  bool shared = false; // guarded by type, not identity (AnalyzeOptions::sharedModules)
 };
 
 struct CellVar : Var {

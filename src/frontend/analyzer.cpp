@@ -872,9 +872,10 @@ AnalyzeResult analyzeFrame(const FrameView &frame, const AnalyzeOptions &opts) {
   std::optional<AnalyzeStop> stop;      // set once a break in the middle of the frame is found
   std::optional<GraphBreak> firstBreak; // that break
   std::vector<Guard> breakGuards;       // the guards it holds under (BreakError::guards)
+  AnalyzeOptions options = opts;        // without sharedModules after a SharingRefused
   for (int attempt = 0; attempt < 64; ++attempt) {
     try {
-      Analyzer a(frame, opts, specialized);
+      Analyzer a(frame, options, specialized);
       a.stopAt = stop;
       Capture c = a.run();
       c.captureMilliseconds =
@@ -891,6 +892,16 @@ AnalyzeResult analyzeFrame(const FrameView &frame, const AnalyzeOptions &opts) {
       break;
     } catch (const SpecializeError &e) {
       specialized.insert(e.symbol);
+      continue;
+    } catch (const SharingRefused &e) {
+      // From the start, with every module guarded by identity (the entry per instance).
+      options.sharedModules.clear();
+      stop.reset();
+      firstBreak.reset();
+      breakGuards.clear();
+      specialized.clear();
+      result = AnalyzeResult{};
+      result.sharingRefused = e.reason;
       continue;
     } catch (const BreakError &e) {
       if (e.internal) {

@@ -59,6 +59,12 @@ struct BreakError : std::exception {
 /// Thrown when the analysis reaches AnalyzeStop: the capture ends there (a graph break).
 struct StopCapture : std::exception {};
 
+/// The capture relies on a shared module (AnalyzeOptions::sharedModules) in a way no guard can
+/// check: analyzeFrame captures the frame again with modules guarded by identity.
+struct SharingRefused {
+  std::string reason;
+};
+
 /// Where a capture that breaks in the middle of the frame stops: before the visit-th execution
 /// of the instruction at `offset` of the captured frame.
 struct AnalyzeStop {
@@ -181,6 +187,13 @@ public:
   void guardId(const Source &src, PyObject *value);
   void guardType(const Source &src, PyObject *type);
   void guardLen(const Source &src, int64_t n);
+  /// `name` not in the dict at `src` (NotIn).
+  void guardNotIn(const Source &src, const std::string &name);
+  /// Whether the module at `src` is guarded by type (at or below a shared module's source).
+  bool sharedSource(const Source &src) const;
+  /// Throws SharingRefused when `v` is a shared module: the capture is about to rely on its
+  /// identity (`what`).
+  void refuseIfShared(const VarPtr &v, const std::string &what) const;
   void recordEffect(PendingEffect e) { effects_.push_back(std::move(e)); }
   /// Attribute assignments made during the analysis (read back before the real object).
   std::map<std::pair<PyObject *, std::string>, VarPtr> attrOverlay;

@@ -575,6 +575,7 @@ VarPtr moduleChildren(Analyzer &a, const VarPtr &self, const std::string &name, 
                       const Args &args) {
   if (self->kind != VarKind::Module || (name != "children" && name != "named_children"))
     return nullptr;
+  a.refuseIfShared(self, name + "() (repeats dropped by identity)");
   auto *f = as<ObjectVar>(func);
   if (!f || !args.pos.empty() || !args.kw.empty()) return nullptr;
   PyRef base = check(PyObject_GetAttrString(torchModuleType(), name.c_str()), "Module method");
@@ -1025,6 +1026,13 @@ VarPtr Analyzer::callModule(const VarPtr &module, const Args &args) {
                                       "_backward_pre_hooks"};
   for (const char *h : hooks)
     if (hasNonEmpty(o, h)) fail(std::string("module with ") + h);
+  if (m->shared) { // another instance may have hooks
+    Guard g;
+    g.kind = Guard::NoModuleHooks;
+    g.source = *m->source;
+    g.description = sourceKey(g.source) + " has no hooks";
+    addGuard(std::move(g));
+  }
   static PyObject *mm = [] {
     return check(PyImport_ImportModule("torch.nn.modules.module"), "import").release();
   }();

@@ -472,7 +472,11 @@ bool Analyzer::isSame(const VarPtr &a, const VarPtr &b) {
     return nullptr;
   };
   PyObject *x = objOf(a), *y = objOf(b);
-  if (x && y) return x == y;
+  if (x && y) {
+    refuseIfShared(a, "`is`");
+    refuseIfShared(b, "`is`");
+    return x == y;
+  }
   if (auto *t = as<TupleVar>(a);
       t && t->items.empty() && y && PyTuple_Check(y) && PyTuple_GET_SIZE(y) == 0)
     return true; // the empty tuple is a singleton
@@ -518,6 +522,7 @@ bool Analyzer::contains(const VarPtr &container, const VarPtr &item) {
   case VarKind::Object: {
     if (container->kind == VarKind::Object)
       if (VarPtr r = callDunder(container, "__contains__", {item})) return truthy(r);
+    refuseIfShared(container, "`in` (only its length is guarded)");
     PyObject *c = container->kind == VarKind::Module ? as<ModuleVar>(container)->obj.get()
                                                      : as<ObjectVar>(container)->obj.get();
     PyRef k = asPython(item);

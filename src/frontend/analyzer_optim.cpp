@@ -437,6 +437,7 @@ VarPtr moduleZeroGrad(Analyzer &a, const VarPtr &self, const VarPtr &func, const
   auto *mod = as<ModuleVar>(self);
   auto *funcObj = as<ObjectVar>(func);
   if (!mod || !funcObj || !self->source) return nullptr;
+  a.refuseIfShared(self, "zero_grad() (parameters collected by identity)");
   PyRef base = attr(torchModuleType(), "zero_grad");
   if (!base || funcObj->obj.get() != base.get()) return nullptr;
   std::optional<bool> setToNone = setToNoneArg(a, args);

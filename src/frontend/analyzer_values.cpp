@@ -144,6 +144,7 @@ bool Analyzer::isModuleObject(PyObject *o) {
 void Analyzer::addGuard(Guard g) {
   std::string key = std::to_string(g.kind) + ":" +
                     (g.kind == Guard::SizeAtMost ? g.lhs + "<=" + g.rhs : sourceKey(g.source));
+  if (g.kind == Guard::NotIn) key += ":" + utf8(g.object.get());
   if (!guardKeys_.insert(key).second) return;
   guards_.push_back(std::move(g));
 }
@@ -185,6 +186,30 @@ void Analyzer::guardLen(const Source &src, int64_t n) {
   addGuard(std::move(g));
 }
 
+void Analyzer::guardNotIn(const Source &src, const std::string &name) {
+  Guard g;
+  g.kind = Guard::NotIn;
+  g.source = src;
+  g.object = check(PyUnicode_FromString(name.c_str()), "str");
+  g.description = "'" + name + "' not in " + sourceKey(src);
+  addGuard(std::move(g));
+}
+
+bool Analyzer::sharedSource(const Source &src) const {
+  if (opts_.sharedModules.empty()) return false;
+  std::string key = sourceKey(src);
+  for (const std::string &root : opts_.sharedModules)
+    if (key.compare(0, root.size(), root) == 0 &&
+        (key.size() == root.size() || key[root.size()] == '.' || key[root.size()] == '['))
+      return true;
+  return false;
+}
+
+void Analyzer::refuseIfShared(const VarPtr &v, const std::string &what) const {
+  if (auto *m = as<ModuleVar>(v); m && m->shared)
+    throw SharingRefused{what + " of module " + sourceKey(*m->source)};
+}
+
 // ---------------------------------------------------------------------------------------------
 // Objects reachable from the frame
 
@@ -206,8 +231,15 @@ VarPtr Analyzer::wrapSourced(PyObject *o, const Source &src) {
     guardEquals(plus(src, SourceStep{SourceStep::Attr, 0, "restore", {}}), restore.get());
     v = std::make_shared<GradExitVar>(restore.get() == Py_True);
   } else if (isModuleObject(o)) {
-    guardId(src, o);
-    v = std::make_shared<ModuleVar>(PyRef::borrow(o));
+    auto m = std::make_shared<ModuleVar>(PyRef::borrow(o));
+    // A shared module: any instance of its class; what the capture reads from it is guarded at
+    // its own source, and a class attribute it resolves is guarded as not shadowed (getAttr).
+    m->shared = sharedSource(src);
+    if (m->shared)
+      guardType(src, reinterpret_cast<PyObject *>(Py_TYPE(o)));
+    else
+      guardId(src, o);
+    v = m;
   } else if (PyTuple_Check(o) || PyList_Check(o)) {
     guardType(src, reinterpret_cast<PyObject *>(Py_TYPE(o)));
     Py_ssize_t n = PySequence_Size(o);
@@ -514,6 +546,11 @@ VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
     bool isMod = obj->kind == VarKind::Module;
     std::optional<Source> classFnSource;
     if (src) classFnSource = plus(plus(*src, attrStep("__class__")), attrStep(name));
+    // Resolved through the (type-guarded) class: another instance must not shadow it.
+    if (isMod && as<ModuleVar>(obj)->shared &&
+        (kind == Found::Property || kind == Found::ClassFunc || kind == Found::StaticMethod ||
+         kind == Found::ClassMethod))
+      guardNotIn(plus(*src, attrStep("__dict__")), name);
     switch (kind) {
     case Found::Property: {
       PyObject *fget = reinterpret_cast<PyObject *>(found);
@@ -708,6 +745,12 @@ bool Analyzer::hasAttr(const VarPtr &obj, const std::string &name) {
     if (m->source) {
       // hasattr's answer is a guarded fact: the attribute read (or its absence) must not change.
       if (r) getAttr(obj, name);
+      // Absent: from the places Module.__getattr__ looks (the class is guarded by the module's
+      // identity or type). Also for a module guarded by identity, which may gain the attribute
+      // (`self.calls = getattr(self, "calls", 0) + 1` read 0 on every call before).
+      if (!r)
+        for (const char *where : {"__dict__", "_parameters", "_buffers", "_modules"})
+          guardNotIn(plus(*m->source, attrStep(where)), name);
     }
     return r != 0;
   }
@@ -750,6 +793,8 @@ void Analyzer::setAttr(const VarPtr &obj, const std::string &name, const VarPtr 
   if (auto *ov = as<ObjectVar>(obj)) o = ov->obj.get();
   if (!o || !obj->source || PyModule_Check(o) || PyType_Check(o) || isScalarConstant(o))
     fail("attribute assignment '" + name + "' on a " + typeName(obj));
+  // The write is read back by object (attrOverlay): two shared modules may be one object.
+  refuseIfShared(obj, "attribute assignment '" + name + "'");
   PyObject *type = reinterpret_cast<PyObject *>(Py_TYPE(o));
   PyObject *d = typeLookup(type, name);
   if (d && Py_TYPE(d) == &PyProperty_Type) fail("assignment to property '" + name + "'");
@@ -807,7 +852,9 @@ PyRef Analyzer::asPython(const VarPtr &v) {
     if (!a || !b || !c) return {};
     return check(PySlice_New(a.get(), b.get(), c.get()), "slice");
   }
-  case VarKind::Module: return as<ModuleVar>(v)->obj;
+  case VarKind::Module:
+    refuseIfShared(v, "the object itself"); // a constant of this very instance
+    return as<ModuleVar>(v)->obj;
   case VarKind::Bound: { // a method of a known object, e.g. for inspect.signature(self.fn)
     auto *b = as<BoundVar>(v);
     if (!b->func) return {};
@@ -1028,7 +1075,8 @@ std::vector<VarPtr> Analyzer::sequenceItems(const VarPtr &v, const char *what) {
         if (PyErr_Occurred()) throwPyError("iterating a module");
         break;
       }
-      if (isDict) { // ModuleDict iterates over its keys
+      if (isDict) { // ModuleDict iterates over its keys (only its length is guarded)
+        refuseIfShared(v, "iterating the keys");
         out.push_back(constant(item.get()));
         continue;
       }

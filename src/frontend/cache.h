@@ -123,7 +123,11 @@ struct CodeCache {
   int compiles = 0;
   bool dynamic = false;                    // automatic dynamic shapes after a size miss
   std::vector<std::string> dynamicSources; // sources whose dims became symbolic
-  std::string lastFailure;                 // the guard that failed on the latest miss
+  // Modules guarded by type from the next capture on (AnalyzeOptions::sharedModules): another
+  // instance of the class of a module an entry guarded by identity reached the frame.
+  std::vector<std::string> sharedModules;
+  bool sharingRefused = false; // a capture relied on module identities: identity guards only
+  std::string lastFailure;     // the guard that failed on the latest miss
   std::string pythonReason;
   bool warned = false;
 };

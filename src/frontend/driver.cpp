@@ -1000,6 +1000,7 @@ bool analyze(const FrameView &f, const CodeCache &cache, const ScopeOptions &opt
   aopts.dynamicShapes = opts.dynamic == 1 || (opts.dynamic == -1 && cache.dynamic);
   if (opts.dynamic == -1) aopts.dynamicSources = cache.dynamicSources;
   aopts.resumeAfterBreaks = !(opts.fullgraph || settings().strict);
+  if (!cache.sharingRefused) aopts.sharedModules = cache.sharedModules;
   Clock::time_point t0 = Clock::now();
   auto internal = [&](std::string reason) {
     *r = AnalyzeResult{};
@@ -1126,6 +1127,11 @@ PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions
     double captureMs = 0;
     AnalyzeResult r;
     if (!analyze(f, cache, opts, loc, &r, &captureMs)) return nullptr;
+    if (!r.sharingRefused.empty()) {
+      cache.sharingRefused = true; // this frame keeps one entry per module instance
+      if (settings().log & kLogRecompiles)
+        logLine("modules of " + shortLoc(loc) + " not shared: " + r.sharingRefused);
+    }
     if (!r.capture) {
       status = onBreak(f, cache, opts, *r.graphBreak);
     } else if (r.capture->breakPoint && !recordResumedBreak(f, *r.graphBreak)) {
@@ -1168,17 +1174,21 @@ PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions
   if (entry->breakCode) {
     // The break code runs in Python; the resume functions it makes are compiled like the frame
     // (also when its file is filtered and the frame was passed to xjit.jit, or is a library
-    // model's forward).
+    // model's forward), and share the modules the frame shares from their first entry (each
+    // entry's break code makes resume functions of its own).
     markSkipped(reinterpret_cast<PyCodeObject *>(entry->breakCode.get()));
     PyObject *consts = reinterpret_cast<PyCodeObject *>(entry->breakCode.get())->co_consts;
+    const bool sharing = !cache.sharingRefused && !cache.sharedModules.empty();
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); ++i)
-      if (PyCode_Check(PyTuple_GET_ITEM(consts, i)) && (cache.forceRoot || cache.libraryRoot) &&
+      if (PyCode_Check(PyTuple_GET_ITEM(consts, i)) &&
+          (cache.forceRoot || cache.libraryRoot || sharing) &&
           rewrite::isResumeCode(reinterpret_cast<PyCodeObject *>(PyTuple_GET_ITEM(consts, i)))) {
         try {
           CodeCache &resume =
               ensureCache(reinterpret_cast<PyCodeObject *>(PyTuple_GET_ITEM(consts, i)));
-          resume.forceRoot = true;
+          resume.forceRoot = resume.forceRoot || cache.forceRoot || cache.libraryRoot;
           resume.libraryRoot = cache.libraryRoot;
+          if (sharing && resume.entries.empty()) resume.sharedModules = cache.sharedModules;
         } catch (const PyErrorSet &) {
           PyErr_Clear();
         }

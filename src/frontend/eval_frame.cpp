@@ -491,36 +491,44 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
     log.recompiles.push_back({loc, why.detail, c->compiles});
     if (settings().log & kLogRecompiles)
       logLine("recompiling " + shortLoc(loc) + ": guard failed: " + why.detail);
+    // What the latest entry's guards say changed (GuardSet::sizeMismatches and the like),
+    // read on this frame, and adding to a list of sources only what it lacks.
+    auto onLatest = [&](std::vector<std::string> (GuardSet::*list)(SourceValues &) const) {
+      BusyScope busy;
+      const CompiledEntry &last = *c->entries.back();
+      SourceValues now(last.sources, f);
+      return (*last.guards.*list)(now);
+    };
+    auto addNew = [](std::vector<std::string> &to, const std::string &s) {
+      if (std::find(to.begin(), to.end(), s) != to.end()) return false;
+      to.push_back(s);
+      return true;
+    };
     if (opts->dynamic == -1 && why.size) {
       // Automatic dynamic shapes: every input dim whose size changed since the latest entry.
       c->dynamic = true;
-      std::vector<std::string> changed;
-      {
-        BusyScope busy;
-        const CompiledEntry &last = *c->entries.back();
-        SourceValues now(last.sources, f);
-        changed = last.guards->sizeMismatches(now);
-      }
+      std::vector<std::string> changed = onLatest(&GuardSet::sizeMismatches);
       if (changed.empty()) changed.push_back(why.source); // no dim found: the whole input
       for (const std::string &s : changed)
-        if (std::find(c->dynamicSources.begin(), c->dynamicSources.end(), s) ==
-            c->dynamicSources.end())
-          c->dynamicSources.push_back(s);
+        addNew(c->dynamicSources, s);
+    }
+    // XJIT_NO_MODULE_SHARING=1: one entry per module instance, as before (A/B benchmarks).
+    static const bool noSharing = [] {
+      const char *v = std::getenv("XJIT_NO_MODULE_SHARING");
+      return v && *v && std::string(v) != "0";
+    }();
+    if (!c->sharingRefused && !noSharing) {
+      // Another instance of a module's class (a repeated block, one more nn.Linear): the next
+      // entry guards that module by type and what its capture read from it, and serves them all.
+      for (const std::string &s : onLatest(&GuardSet::sharableModules))
+        if (addNew(c->sharedModules, s) && (settings().log & kLogRecompiles))
+          logLine("module " + s + " of " + shortLoc(loc) + " is shared: guarded by type");
     }
     if (opts->dynamic == -1) {
       // Automatic dynamic for Python ints (a decoding loop's `start_pos`): every int guarded by
       // value in the latest entry that now holds another int becomes symbolic.
-      std::vector<std::string> changed;
-      {
-        BusyScope busy;
-        const CompiledEntry &last = *c->entries.back();
-        SourceValues now(last.sources, f);
-        changed = last.guards->intMismatches(now);
-      }
-      for (const std::string &s : changed)
-        if (std::find(c->dynamicSources.begin(), c->dynamicSources.end(), s) ==
-            c->dynamicSources.end()) {
-          c->dynamicSources.push_back(s);
+      for (const std::string &s : onLatest(&GuardSet::intMismatches))
+        if (addNew(c->dynamicSources, s)) {
           c->dynamic = true;
           if (settings().log & kLogDynamic)
             logLine("int " + s + " of " + shortLoc(loc) + " changed: symbolic from now on");

@@ -154,6 +154,21 @@ std::vector<std::string> GuardSet::intMismatches(SourceValues &values) const {
   return out;
 }
 
+std::vector<std::string> GuardSet::sharableModules(SourceValues &values) const {
+  std::vector<std::string> out;
+  PyObject *moduleType = reinterpret_cast<PyObject *>(torchHandles().moduleType);
+  for (size_t i = 0; i < guards_.size(); ++i) {
+    const Compiled &g = guards_[i];
+    if (g.kind != Guard::IdIs || !g.object) continue;
+    PyObject *expected = g.weak ? PyWeakref_GET_OBJECT(g.object.get()) : g.object.get();
+    PyObject *v = values.get(g.slot);
+    if (!v || v == expected || expected == Py_None || Py_TYPE(v) != Py_TYPE(expected)) continue;
+    if (PyObject_IsInstance(v, moduleType) == 1) out.push_back(sourceText_[i]);
+  }
+  PyErr_Clear();
+  return out;
+}
+
 namespace {
 /// One line: descriptions may embed multi-line reprs (modules).
 std::string oneLine(std::string s) {
@@ -215,6 +230,8 @@ std::vector<std::string> GuardSet::descriptions() const {
       out.push_back(src + ": int " + symbolNames_[size_t(g.symbols[0])] + " >= 2");
       break;
     case Guard::NoOverlap: out.push_back(g.description); break;
+    case Guard::NotIn: out.push_back(shortRepr(g.object.get()) + " not in " + src); break;
+    case Guard::NoModuleHooks: out.push_back(src + " has no hooks"); break;
     }
   }
   return out;
@@ -309,6 +326,24 @@ bool GuardSet::checkOne(const Compiled &g, SourceValues &values, std::vector<int
     Py_XDECREF(keys);
     return eq == 1 ||
            fail([&] { return "list(" + *src + ".keys()) == " + shortRepr(g.object.get()); });
+  }
+  case Guard::NoModuleHooks: {
+    // The instance dict's own entries: one lookup each, no attribute protocol.
+    static PyObject *const names[] = {
+        internedStr("_forward_hooks"), internedStr("_forward_pre_hooks"),
+        internedStr("_backward_hooks"), internedStr("_backward_pre_hooks")};
+    PyObject **dictPtr = _PyObject_GetDictPtr(v);
+    bool empty = dictPtr && *dictPtr && PyDict_Check(*dictPtr);
+    for (PyObject *name : names) {
+      if (!empty) break;
+      PyObject *hooks = PyDict_GetItemWithError(*dictPtr, name);
+      empty = !hooks || (PyDict_Check(hooks) ? PyDict_GET_SIZE(hooks) == 0 : false);
+    }
+    return empty || fail([&] { return *src + " has no hooks"; });
+  }
+  case Guard::NotIn: {
+    int in = PyDict_Check(v) ? PyDict_Contains(v, g.object.get()) : 1;
+    return in == 0 || fail([&] { return shortRepr(g.object.get()) + " not in " + *src; });
   }
   case Guard::NoOverlap: {
     const dlpack::DLTensor *t = values.tensor(g.slot);

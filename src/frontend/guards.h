@@ -36,6 +36,9 @@ public:
   /// The sources of Equals guards on a Python int whose value is now another int: what
   /// automatic dynamic makes a symbolic int after a miss (bools and floats stay specialized).
   std::vector<std::string> intMismatches(SourceValues &values) const;
+  /// The sources of IdIs guards on an nn.Module that now hold another instance of the same
+  /// class: what a recompile guards by type instead (AnalyzeOptions::sharedModules).
+  std::vector<std::string> sharableModules(SourceValues &values) const;
   /// Human-readable form of each guard.
   std::vector<std::string> descriptions() const;
 

@@ -93,6 +93,10 @@ struct Guard {
     IntSymbol,     // a Python int (exactly int, not bool) of at least 2 that binds the shape
                    // symbol `symbols[0]` (a symbolic int argument, Capture::intInputs), like
                    // a symbolic tensor dim
+    NotIn,         // `object` (a str) is not a key of x, a dict (a module instance's __dict__
+                   // does not shadow a class attribute the capture resolved)
+    NoModuleHooks, // the nn.Module x has no forward, forward-pre, backward or backward-pre
+                   // hooks (its four hook dicts are empty: a module call the capture inlined)
   };
   Kind kind;
   Source source;
@@ -230,6 +234,10 @@ struct GraphBreak {
 struct AnalyzeResult {
   std::optional<Capture> capture;
   std::optional<GraphBreak> graphBreak;
+  /// Not empty: the capture relied on something of a shared module (sharedModules) that no guard
+  /// can check (two modules being one object, a write to one), so this result is a capture with
+  /// every module guarded by identity; the reason.
+  std::string sharingRefused;
 };
 
 /// The frame's inputs as the analyzer sees them (borrowed references; valid during the call).
@@ -259,6 +267,11 @@ struct AnalyzeOptions {
   std::vector<std::string> dynamicSources;
   bool resumeAfterBreaks = true; // capture up to a graph break and resume after it (false: a
                                  // break makes the whole frame run in Python)
+  /// Sources of modules guarded by type instead of identity, and with them every module reached
+  /// from them (its submodules): one entry serves every instance of the class (what the capture
+  /// read from them is guarded at its source). An instance of another class at such a source
+  /// fails the type guard and recompiles.
+  std::vector<std::string> sharedModules;
 };
 
 /// Symbolically executes the frame's bytecode over abstract values. Never throws: internal

@@ -453,23 +453,27 @@ def test_log_passes_times_each_pass_and_code_generation(capfd: Any) -> None:
 
 def test_library_forwards_called_from_python_are_roots_quiet_at_the_limit() -> None:
     """nn.Linear.forward (torch.nn: a filtered file) called from code that runs in Python (a
-    generator expression: never a root) is compiled as a root, one entry per instance (self is
-    guarded by identity); past the recompile limit it runs in Python without a warning."""
+    generator expression: never a root) is compiled as a root (the first instance's entry
+    guards self by identity, the next one by type and serves the other instances of a dtype);
+    past the recompile limit it runs in Python without a warning."""
     from xjit.jit import _options
 
     config.recompile_limit = 2
-    layers = [torch.nn.Linear(4, 4) for _ in range(5)]
-    x = torch.randn(2, 4)
+    dtypes = [torch.float32, torch.float64, torch.float32, torch.float64, torch.bfloat16]
+    layers = [torch.nn.Linear(4, 4, dtype=dt) for dt in dtypes]
+    xs = [torch.randn(2, 4, dtype=dt) for dt in dtypes]
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         opts = _options("interp", "cpu", False, None)
-        got = fe.call(opts, list, ((layer(x) for layer in layers),), {})
-        got += fe.call(opts, list, ((layer(x) for layer in layers),), {})  # cached / Python
-        want = [layer(x) for layer in layers] * 2
+        pairs = list(zip(layers, xs))
+        got = fe.call(opts, list, ((layer(x) for layer, x in pairs),), {})
+        got += fe.call(opts, list, ((layer(x) for layer, x in pairs),), {})  # cached / Python
+        want = [layer(x) for layer, x in pairs] * 2
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w)
     assert not [w for w in caught if issubclass(w.category, xjit.XjitWarning)]
     ev = fe.events()
+    # f32 by identity, f64 shared, f32 shared; bfloat16 is past the limit.
     assert [g["function"] for g in ev["graphs"]] == ["Linear.forward"] * 3, ev["graphs"]
     assert fe.code_state(torch.nn.Linear.forward.__code__)["state"] == "python"
 
