@@ -31,13 +31,15 @@ struct RecurrentCall {
   std::vector<VarPtr> h0; // per layer and direction: [B, H_out]
   std::vector<VarPtr> c0; // LSTM only: [B, H]
   std::vector<DirectionWeights> weights;
-  int64_t layers, directions, steps;
+  int64_t layers, directions;
   double dropout;
   bool train;
 };
 
-VarPtr select(Analyzer &a, const VarPtr &t, int64_t dim, int64_t index) {
-  return a.emit1("select", {t}, {{"dim", Attr(dim)}, {"index", Attr(index)}});
+/// The slices of t along dim 0 as one op: its gradient is one cat, where a select per slice
+/// would pad each slice's gradient to t's size (quadratic in the sequence length).
+std::vector<VarPtr> unbind(Analyzer &a, const VarPtr &t) {
+  return a.emit("unbind", {t}, {{"dim", Attr(int64_t(0))}});
 }
 
 VarPtr linear(Analyzer &a, const VarPtr &x, const VarPtr &w, const VarPtr &b) {
@@ -99,7 +101,6 @@ bool readCall(Analyzer &a, BoundArgs &b, Cell cell, RecurrentCall &rc) {
                          : b.at("input");
   const DimExpr &t = as<TensorVar>(rc.input)->type().shape()[0];
   if (!t.isStatic() || t.value() < 1) return false;
-  rc.steps = t.value();
 
   // Initial states: [layers * directions, B, H] each, split per layer and direction.
   std::vector<VarPtr> states;
@@ -115,10 +116,9 @@ bool readCall(Analyzer &a, BoundArgs &b, Cell cell, RecurrentCall &rc) {
     if (!st || st->type().rank() != 3) return false;
   }
   const int64_t n = rc.layers * rc.directions;
-  for (int64_t i = 0; i < n; ++i) {
-    rc.h0.push_back(select(a, states[0], 0, i));
-    if (cell == Cell::LSTM) rc.c0.push_back(select(a, states[1], 0, i));
-  }
+  rc.h0 = unbind(a, states[0]);
+  if (cell == Cell::LSTM) rc.c0 = unbind(a, states[1]);
+  if (static_cast<int64_t>(rc.h0.size()) != n) return false;
 
   // Weights: w_ih, w_hh[, b_ih, b_hh][, w_hr] per layer and direction.
   std::vector<VarPtr> params = a.sequenceItems(b.at("params"), "RNN weights");
@@ -154,11 +154,11 @@ VarPtr lowerRecurrent(Analyzer &a, BoundArgs &b, const TorchRow &row) {
       VarPtr xg = linear(a, layerInput, w.wIh, w.bIh);
       VarPtr h = rc.h0[static_cast<size_t>(i)];
       VarPtr c = rc.cell == Cell::LSTM ? rc.c0[static_cast<size_t>(i)] : nullptr;
-      std::vector<VarPtr> hs(static_cast<size_t>(rc.steps));
-      for (int64_t s = 0; s < rc.steps; ++s) {
-        const int64_t t = d == 0 ? s : rc.steps - 1 - s;
-        std::tie(h, c) = step(a, rc, w, select(a, xg, 0, t), h, c);
-        hs[static_cast<size_t>(t)] = h;
+      std::vector<VarPtr> xs = unbind(a, xg), hs(xs.size());
+      for (size_t s = 0; s < xs.size(); ++s) {
+        const size_t t = d == 0 ? s : xs.size() - 1 - s;
+        std::tie(h, c) = step(a, rc, w, xs[t], h, c);
+        hs[t] = h;
       }
       outputs.push_back(a.emit1("stack", hs, {{"dim", Attr(int64_t(0))}}));
       hn.push_back(h);

@@ -23,6 +23,7 @@ bool runCausalProducts(Graph &g, PassContext &ctx);     // causal_products.cpp
 bool runDecomposeBatchNorm(Graph &g, PassContext &ctx); // decompose_batch_norm.cpp
 bool runDecomposeGroupNorm(Graph &g, PassContext &ctx); // decompose_group_norm.cpp
 bool runDecomposeMatvec(Graph &g, PassContext &ctx);    // decompose_matvec.cpp
+bool runMergeProductSums(Graph &g, PassContext &ctx);   // merge_product_sums.cpp
 bool runLayout(Graph &g, PassContext &ctx);             // layout.cpp
 bool runSinkPermutes(Graph &g, PassContext &ctx);       // sink_permutes.cpp
 bool runFuse(Graph &g, PassContext &ctx);               // fuse.cpp
@@ -128,6 +129,12 @@ const std::vector<PassInfo> &passTable() {
                     "outer dim)"}},
        .statistics = {"rows-decomposed", "columns-decomposed", "column-products"},
        .run = runDecomposeMatvec},
+      {.name = "merge-product-sums",
+       .summary = "rewrites a sum of f32/f64 mm products with small inner dims (a weight's "
+                  "gradient over the steps of a recurrence) as one mm over the concatenated "
+                  "inner dim",
+       .statistics = {"sums-merged", "products-merged"},
+       .run = runMergeProductSums},
       {.name = "layout",
        .summary = "runs chains of convolutions/poolings and the elementwise ops between them "
                   "channels-last, converting only at a chain's edges",
