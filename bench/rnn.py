@@ -58,6 +58,17 @@ def first_call(fn: Any, *args: Any) -> str:
     )
 
 
+def compare(label: str, eager: Any, compiled: Any, args: argparse.Namespace, notes: str) -> None:
+    """Interleaved CPU-time samples of eager() and compiled(), printed with their ratio."""
+    errors: dict[str, str] = {}
+    s = interleave({"eager": eager, "xjit": compiled}, args.repeats, args.inner, errors, thread_time_per_call)
+    if errors:
+        print(f"{label}: errors {errors}", flush=True)
+        return
+    ratio = statistics.median(s["eager"]) / statistics.median(s["xjit"])
+    print(f"{label}: eager {spread(s['eager'])}, xjit {spread(s['xjit'])} ({ratio:.2f}x); {notes}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=DEFAULT)
@@ -75,38 +86,17 @@ def main() -> None:
             note = first_call(compiled, x)
             want, got = eval_model(x), compiled(x)
             err = max((g - w).abs().max().item() for g, w in zip(leaves(got), leaves(want)))
-            errors: dict[str, str] = {}
-            s = interleave(
-                {"eager": lambda: eval_model(x), "xjit": lambda: compiled(x)},
-                args.repeats,
-                args.inner,
-                errors,
-                thread_time_per_call,
-            )
-        ratio = statistics.median(s["eager"]) / statistics.median(s["xjit"])
-        print(f"{case} inference: eager {spread(s['eager'])}, xjit {spread(s['xjit'])} ({ratio:.2f}x); "
-              f"max abs err {err:.1e}; {note}", flush=True)
+            compare(f"{case} inference", lambda: eval_model(x), lambda: compiled(x), args,
+                    f"max abs err {err:.1e}; {note}")
 
         train_model = model.train()
         compiled_train = xjit.jit(train_model)
-        tnote = first_call(compiled_train, x)
+        note = first_call(compiled_train, x)
         want_g, got_g = training_step(train_model, x, proj), training_step(compiled_train, x, proj)
         gerr = max(((g - w).norm() / w.norm()).item() for g, w in zip(got_g, want_g))
-        s = interleave(
-            {
-                "eager": lambda: training_step(train_model, x, proj),
-                "xjit": lambda: training_step(compiled_train, x, proj),
-            },
-            args.repeats,
-            args.inner,
-            errors,
-            thread_time_per_call,
-        )
-        ratio = statistics.median(s["eager"]) / statistics.median(s["xjit"])
-        print(f"{case} training step: eager {spread(s['eager'])}, xjit {spread(s['xjit'])} "
-              f"({ratio:.2f}x); max relative grad err vs eager {gerr:.1e}; {tnote}", flush=True)
-        if errors:
-            print("errors:", errors)
+        compare(f"{case} training step", lambda: training_step(train_model, x, proj),
+                lambda: training_step(compiled_train, x, proj), args,
+                f"max relative grad err vs eager {gerr:.1e}; {note}")
 
 
 if __name__ == "__main__":
