@@ -190,3 +190,19 @@ def test_symbolic_sequence_length_keeps_pytorchs_gru() -> None:
         for steps in (5, 7):
             xs = torch.randn(steps, BATCH, IN)
             assert_tensors_close(compiled(xs), module(xs))
+
+
+def test_functional_gru_call_is_lowered() -> None:
+    """torch.gru called directly (the overload nn.GRU calls) with weights that are frame inputs."""
+    module, x = build("gru_layers_bidirectional_batch_first")
+    weights = [p.detach() for p in module._flat_weights]
+    h0 = initial_state(module)
+
+    def f(x: torch.Tensor, h0: torch.Tensor, weights: list[torch.Tensor]) -> Any:
+        return torch.gru(x, h0, weights, True, 2, 0.0, False, True, True)
+
+    with torch.no_grad():
+        want = f(x, h0, weights)
+        report = xjit.explain(xjit.jit(f))(x, h0, weights)
+    assert_one_native_graph(report)
+    assert_tensors_close(report.output, want)
