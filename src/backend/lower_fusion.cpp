@@ -350,13 +350,30 @@ private:
     return opts_.lazyGeneral ? emitVariant(Mode::General, shape, outs) : std::move(general);
   }
 
-  /// Whether an input is a slice view (a tiled max-pool gradient reads x[.., a::2, b::2]): not
-  /// dense, so the flat version's check would always fail and the call run the general version;
-  /// the inner-unit version only needs the last dim's unit stride.
+  /// Whether an input is a slice view (a tiled max-pool gradient reads x[.., a::2, b::2]; the
+  /// gates of an LSTM step, chunks of [B, 4H] rows): not dense, so the flat version's check
+  /// would always fail and the call run the general version; the inner-unit version only needs
+  /// the last dim's unit stride.
   bool readsSlice() const {
     return std::any_of(outerInputs_.begin(), outerInputs_.end(), [](const Value *v) {
-      return v->definingOp() && v->definingOp()->name() == "slice";
+      const Op *op = v->definingOp();
+      if (!op) return false;
+      if (op->name() == "slice") return true;
+      return (op->name() == "chunk" || op->name() == "split" || op->name() == "split_with_sizes") &&
+             splitsRows(*op);
     });
+  }
+
+  /// Whether a chunk/split cuts its operand along a dim after one of size > 1: its pieces
+  /// are strided rows.
+  static bool splitsRows(const Op &op) {
+    const Type &t = op.operand(0)->type();
+    const Attr *d = op.attrOrNull("dim");
+    int64_t dim = d ? d->asInt() : 0;
+    if (dim < 0) dim += t.rank();
+    for (int64_t i = 0; i < dim && i < t.rank(); ++i)
+      if (!isStaticOne(t.shape()[size_t(i)])) return true;
+    return false;
   }
 
   /// The fast version under the checks in conds_: with lazyGeneral the checks go to the kernel's

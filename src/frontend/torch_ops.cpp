@@ -173,10 +173,14 @@ bool bind(Analyzer &a, const std::vector<Param> &params, const Args &args, Bound
 
 // ---- argument conversions ----
 
+} // namespace
+
 bool isNoneVar(const VarPtr &v) {
   auto *o = as<ObjectVar>(v);
   return !v || (o && o->obj.get() == Py_None);
 }
+
+namespace {
 
 int64_t toInt(Analyzer &a, const VarPtr &v, const char *what) {
   std::optional<int64_t> i = a.asInt(v);
@@ -1802,6 +1806,10 @@ LOWER(lowerDiff) { // diff(input, n=1, dim=-1, prepend=None, append=None): slice
 
 // ---- the table ----
 
+// torch.lstm and its kin: the overload nn.RNNBase calls on a padded (not packed) input.
+constexpr const char *kRecurrentSignature =
+    "input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first";
+
 const std::vector<TorchRow> &table() {
   static const std::vector<TorchRow> rows = {
       // Unary elementwise (torch.X, Tensor.X).
@@ -1873,6 +1881,12 @@ const std::vector<TorchRow> &table() {
        "softmax", "", lowerSoftmax},
       {"torch.log_softmax Tensor.log_softmax F.log_softmax",
        "input, dim=None, _stacklevel=3, dtype=None", "log_softmax", "", lowerSoftmax},
+      // What nn.LSTM / nn.GRU / nn.RNN call (_VF.lstm is torch.lstm); the PackedSequence
+      // overloads bind the same nine parameters and stay fallback nodes (torch_rnn.cpp).
+      {"torch.lstm", kRecurrentSignature, "lstm", "", lowerRecurrent},
+      {"torch.gru", kRecurrentSignature, "gru", "", lowerRecurrent},
+      {"torch.rnn_tanh", kRecurrentSignature, "rnn_tanh", "", lowerRecurrent},
+      {"torch.rnn_relu", kRecurrentSignature, "rnn_relu", "", lowerRecurrent},
       {"F.dropout", "input, p=0.5, training=True, inplace=False", "dropout", "", lowerDropout},
       {"F.dropout1d", "input, p=0.5, training=True, inplace=False", "dropout1d", "", lowerDropout},
       {"F.dropout2d", "input, p=0.5, training=True, inplace=False", "dropout2d", "", lowerDropout},

@@ -43,6 +43,13 @@ struct TorchRow {
   const char *resultType = "";
 };
 
+/// Whether v is None (or absent).
+bool isNoneVar(const VarPtr &v);
+
+/// torch.lstm / gru / rnn_tanh / rnn_relu unrolled into IR ops (torch_rnn.cpp); nullptr where
+/// the call stays a PyTorch fallback node.
+VarPtr lowerRecurrent(Analyzer &a, BoundArgs &b, const TorchRow &row);
+
 /// Lowering entry points (called by the Analyzer).
 VarPtr lowerTorchRow(Analyzer &a, const TorchRow &row, const Args &args, bool *matched);
 const std::vector<const TorchRow *> *rowsForCallable(PyObject *fn);

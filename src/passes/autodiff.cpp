@@ -739,8 +739,11 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
   checkDifferentiable(g);
   j.numInputs = g.numInputs();
   std::unordered_set<const Value *> needs;
+  // An input no op reads gets no gradient (None, as in eager) rather than a zeros output: an
+  // nn.LSTM's parameters are inputs twice, as `_flat_weights[i]` and as `weight_ih_l0`...
   for (size_t i = 0; i < g.numInputs(); ++i)
-    if (i < requiresGrad.size() && requiresGrad[i] && isFloatTensor(g.input(i))) {
+    if (i < requiresGrad.size() && requiresGrad[i] && isFloatTensor(g.input(i)) &&
+        g.input(i)->hasUses()) {
       needs.insert(g.input(i));
       j.wrt.push_back(i);
     }

@@ -24,6 +24,7 @@ bool runDecomposeBatchNorm(Graph &g, PassContext &ctx); // decompose_batch_norm.
 bool runDecomposeGroupNorm(Graph &g, PassContext &ctx); // decompose_group_norm.cpp
 bool runDecomposeMatvec(Graph &g, PassContext &ctx);    // decompose_matvec.cpp
 bool runWidenHalfProducts(Graph &g, PassContext &ctx);  // widen_half_products.cpp
+bool runMergeProductSums(Graph &g, PassContext &ctx);   // merge_product_sums.cpp
 bool runLayout(Graph &g, PassContext &ctx);             // layout.cpp
 bool runSinkPermutes(Graph &g, PassContext &ctx);       // sink_permutes.cpp
 bool runFuse(Graph &g, PassContext &ctx);               // fuse.cpp
@@ -135,6 +136,12 @@ const std::vector<PassInfo> &passTable() {
                     "outer dim)"}},
        .statistics = {"rows-decomposed", "columns-decomposed", "column-products"},
        .run = runDecomposeMatvec},
+      {.name = "merge-product-sums",
+       .summary = "rewrites a sum of f32/f64 mm products with small inner dims (a weight's "
+                  "gradient over the steps of a recurrence) as one mm over the concatenated "
+                  "inner dim",
+       .statistics = {"sums-merged", "products-merged"},
+       .run = runMergeProductSums},
       {.name = "layout",
        .summary = "runs chains of convolutions/poolings and the elementwise ops between them "
                   "channels-last, converting only at a chain's edges",

@@ -34,13 +34,15 @@ namespace xjit::runtime {
 /// widen-half-products runs f16 products on f32 library kernels (none for f16 on most CPUs).
 /// decompose-matvec computes a linear/matmul of one input row (batch 1, a decode step) as a
 /// fused multiply-sum loop instead of a library GEMM call (docs/passes.md).
+/// merge-product-sums computes a sum of products over small inner dims (a weight's gradient
+/// summed over a recurrence's steps) as one library GEMM (docs/passes.md).
 /// plan-memory plans no in-place updates: the runtime would give each its own arena slice
 /// (kernels do not write over their operands), which no other value can reuse.
 /// reinplace writes outputs the caller copies back into an input into that input's memory
 /// (CompileOptions::outputWritesInput; a no-op without it).
 inline constexpr const char *kDefaultPipeline =
     "decompose-attention,causal-products,widen-half-products,decompose-batch-norm,"
-    "decompose-group-norm,decompose-matvec,layout,sink-permutes,fuse,reinplace,"
+    "decompose-group-norm,merge-product-sums,decompose-matvec,layout,sink-permutes,fuse,reinplace,"
     "plan-memory{in-place=false}";
 /// kDefaultPipeline, or XJIT_PIPELINE when set (read once; for experiments and debugging).
 const std::string &defaultPipeline();

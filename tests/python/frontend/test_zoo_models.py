@@ -5,9 +5,9 @@ repeat_kv reshape that plan-memory took for a copy), GPT-J (repeat_interleave), 
 autograd.Function GELU) and a
 MobileNet-style CNN with depthwise convs, with random weights, through xjit.jit (native backend)
 under torch.no_grad() in eval mode: one graph, no graph breaks, no PyTorch fallback nodes, no
-warnings, and the output of three calls equal to eager's; WITH_FALLBACKS (session 17: MobileViT, a
-UNet and a GRU/LSTM model written in bench/zoo.py, Qwen2-MoE) likewise but keeping the PyTorch
-fallback nodes listed. Plus the two small patterns behind
+warnings, and the output of three calls equal to eager's (since session 18 the GRU/LSTM model
+written in bench/zoo.py too); WITH_FALLBACKS (session 17: MobileViT, a UNet, Qwen2-MoE) likewise
+but keeping the PyTorch fallback nodes listed. Plus the two small patterns behind
 what the zoo found broken: torch.finfo/iinfo in a captured frame (a graph break in T5 and
 GPT-Neo), and permute(...).contiguous().view(...) (canonicalize dropped the contiguous, so the
 native view failed at run time: GPT-Neo and Swin ran in Python with a warning).
@@ -57,12 +57,12 @@ TESTED = [
     "mobilenet",
     "gpt2-cache",  # use_cache=True: the output holds a DynamicCache
     "mamba",  # the selective scan's Python loop over the sequence, unrolled
+    "rnn",  # nn.GRU and a bidirectional nn.LSTM unrolled over the sequence
 ]
 # One graph with no break, right values, warnings none, but PyTorch fallback nodes: the targets.
 WITH_FALLBACKS = {
     "mobilevit": {"torch.nn.functional.interpolate"},  # a one-pixel depthwise conv (oneDNN)
     "unet": {"torch.nn.functional.interpolate", "torch._VariableFunctionsClass._native_multi_head_attention"},
-    "rnn": {"torch._VariableFunctionsClass.gru", "torch._VariableFunctionsClass.lstm"},
     "qwen2-moe": {"torch._VariableFunctionsClass.histc", "grouped_mm_fallback"},
 }
 CODE_MODELS = {"mobilenet", "convnext", "unet", "rnn"}  # written in bench/zoo.py, not transformers
@@ -78,6 +78,7 @@ TRAINED = [
     "mixtral",  # experts as batched matmuls; the router's topk
     "qwen2-moe",
     "mamba",
+    "rnn",
 ]
 
 
