@@ -71,7 +71,8 @@ class Config:
     """Process-wide settings. Environment variables give the defaults:
 
     - ``recompile_limit`` (``XJIT_RECOMPILE_LIMIT``, default 8): recompilations of one frame
-      before it runs in Python for good, with one warning naming the guard that kept failing.
+      before it compiles no more (its entries still serve the calls they match; the others run
+      in Python), with one warning naming the guard that kept failing.
     - ``log`` (``XJIT_LOG``): comma list of graph_breaks, guards, recompiles, graphs, bytecode,
       dynamic (shape specializations) (or all), written to stderr.
     - ``strict`` (``XJIT_STRICT=1``): every graph break or fallback raises XjitCompileError.

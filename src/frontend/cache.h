@@ -118,7 +118,7 @@ struct CodeCache {
   uint8_t noWorkCaptures = 0;
   bool forceRoot = false;        // compiled even if its file is filtered (xjit.jit(fn) on it)
   bool libraryRoot = false;      // a library model's forward called from Python (eval_frame.cpp)
-  bool recompileLimited = false; // in Python for good after the recompile limit
+  bool recompileLimited = false; // past the recompile limit: misses run in Python
   std::vector<std::shared_ptr<CompiledEntry>> entries;
   int compiles = 0;
   bool dynamic = false;                    // automatic dynamic shapes after a size miss

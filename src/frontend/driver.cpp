@@ -1098,10 +1098,12 @@ std::shared_ptr<CompiledEntry> compileCapture(const FrameView &f, Capture &cap,
 } // namespace
 
 bool fallBackToPython(const FrameView &f, CodeCache &cache, const ScopeOptions &opts,
-                      const std::string &message, bool isError) {
-  cache.state = CodeCache::Python;
+                      const std::string &message, bool isError, bool keepEntries) {
   cache.pythonReason = message;
-  cache.entries.clear();
+  if (!keepEntries) {
+    cache.state = CodeCache::Python;
+    cache.entries.clear();
+  }
   ++events().counters.framesInPython;
   if (settings().log & kLogRecompiles) logLine(message);
   if (opts.fullgraph || settings().strict) {

@@ -69,8 +69,9 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &entry, SourceValues &va
                    bool countHit = true);
 
 /// The frame stops being compiled: runs in Python from now on, with a warning (and an error
-/// under fullgraph/strict). Returns false if an exception is now set.
+/// under fullgraph/strict). Returns false if an exception is now set. With keepEntries (the
+/// recompile limit) its compiled entries stay and keep serving the calls they match.
 bool fallBackToPython(const FrameView &f, CodeCache &cache, const ScopeOptions &opts,
-                      const std::string &message, bool isError);
+                      const std::string &message, bool isError, bool keepEntries = false);
 
 } // namespace xjit::frontend

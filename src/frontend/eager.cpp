@@ -105,6 +105,11 @@ PyRef listOf(const std::vector<PyRef> &items) {
 
 /// A Python result of an op with `n` results -> its values.
 std::vector<PyRef> splitResults(PyRef r, size_t n, const Op &op) {
+  // unbind/chunk/split into one piece: PyTorch gives a 1-tuple, the graph one tensor (an LSTM's
+  // initial state of one layer and direction).
+  if (n == 1 && op.result(0)->type().isTensor() && PyTuple_Check(r.get()) &&
+      PyTuple_GET_SIZE(r.get()) == 1)
+    return {PyRef::borrow(PyTuple_GET_ITEM(r.get(), 0))};
   if (n == 1) return {std::move(r)};
   PyRef seq = checked(PySequence_Fast(r.get(), "an op with several results"));
   if (static_cast<size_t>(PySequence_Fast_GET_SIZE(seq.get())) != n)

@@ -476,6 +476,10 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
 
   EventLog &log = events();
   ++log.counters.cacheMisses;
+  // Past the recompile limit the entries still serve the calls they match (as torch.compile's
+  // cache size limit does): the first 8 instances of a block whose resume function specializes
+  // on a float keep their compiled halves. Only the misses run in Python.
+  if (c->recompileLimited) return evalWithoutLibraryRoots(evalDefault);
   if (!c->entries.empty()) {
     c->lastFailure = why.detail;
     SourceLoc loc = codeLoc(f.code);
@@ -483,8 +487,9 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
       std::string msg = "xjit: " + loc.function + " at " + shortLoc({loc.file, loc.line, ""}) +
                         " recompiled " + std::to_string(c->compiles - 1) +
                         " times; last failing guard: " + why.detail +
-                        "; running it in Python from now on";
-      if (!fallBackToPython(f, *c, *opts, msg, /*isError=*/false)) return nullptr;
+                        "; calls its entries do not match run in Python from now on";
+      if (!fallBackToPython(f, *c, *opts, msg, /*isError=*/false, /*keepEntries=*/true))
+        return nullptr;
       c->recompileLimited = true;
       return evalWithoutLibraryRoots(evalDefault);
     }

@@ -227,6 +227,7 @@ NB_MODULE(_frontend, m) {
         d["state"] = !c                              ? "unseen"
                      : isSkippedMarker(c)            ? "skipped"
                      : c->state == CodeCache::Python ? "python"
+                     : c->recompileLimited           ? "limited"
                      : c->state == CodeCache::NoWork ? "no_work"
                                                      : "active";
         d["entries"] = c && !isSkippedMarker(c) ? c->entries.size() : 0;

@@ -135,6 +135,19 @@ bool readCall(Analyzer &a, BoundArgs &b, Cell cell, RecurrentCall &rc) {
     if (projected) w.wHr = p[per - 1];
     rc.weights.push_back(std::move(w));
   }
+  // Eager's f32 nn.LSTM at batch > 1 is oneDNN's fused RNN primitive (one call per layer), which
+  // beats the unrolled steps (0.70x eager at batch 8, hidden 256; docs/perf.md "Session 18");
+  // with no gradient to compute there, PyTorch's op stays (a fallback node). At batch 1 the
+  // per-step products are decompose-matvec's fused loops and the unrolled form wins.
+  if (cell == Cell::LSTM && as<TensorVar>(states[0])->type().shape()[1] != DimExpr(int64_t(1)) &&
+      as<TensorVar>(rc.input)->type().dtype() != DType::F64) {
+    bool needsGrad = as<TensorVar>(rc.input)->requiresGrad;
+    for (const VarPtr &p : params)
+      needsGrad = needsGrad || as<TensorVar>(p)->requiresGrad;
+    for (const VarPtr &s : states)
+      needsGrad = needsGrad || as<TensorVar>(s)->requiresGrad;
+    if (!a.gradEnabled() || !needsGrad) return false;
+  }
   return true;
 }
 

@@ -331,6 +331,6 @@ def test_optimizer_made_from_a_parameters_generator_gets_the_parameters() -> Non
 
 def test_more_optimizers_than_the_recompile_limit_each_compile(tmp_path: Path) -> None:
     report = _compare(MANY_OPTIMIZERS, tmp_path)
-    assert "running it in Python from now on" not in report, report
+    assert "run in Python from now on" not in report, report
     steps = [g for g in _graphs(report) if g.startswith("step at _optim.py")]
     assert len(steps) == 11, report

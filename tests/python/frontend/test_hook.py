@@ -213,8 +213,24 @@ def test_recompile_limit_warns_once_and_runs_in_python() -> None:
     assert len(msgs) == 1, msgs
     assert msgs[0].startswith(f"xjit: add_mul at {THIS_FILE}:")
     assert "recompiled 2 times; last failing guard: L['x'] size(0) == 3; " in msgs[0]
-    assert msgs[0].endswith("running it in Python from now on")
-    assert fe.code_state(add_mul.__code__)["state"] == "python"
+    assert msgs[0].endswith("calls its entries do not match run in Python from now on")
+    assert fe.code_state(add_mul.__code__)["state"] == "limited"
+
+
+def test_entries_past_the_recompile_limit_still_serve_their_calls() -> None:
+    config.recompile_limit = 2
+    compiled = xjit.jit(add_mul, dynamic=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", xjit.XjitWarning)
+        for n in range(1, 6):  # sizes 1-3 compile, 4 and 5 run in Python
+            compiled(torch.randn(n), torch.randn(n))
+    state = fe.code_state(add_mul.__code__)
+    assert state["entries"] == 3 and state["hits"] == 0, state
+    for n in (2, 5, 1):
+        x, y = torch.randn(n), torch.randn(n)
+        torch.testing.assert_close(compiled(x, y), add_mul(x, y))
+    state = fe.code_state(add_mul.__code__)
+    assert state["entries"] == 3 and state["hits"] == 2 and state["compiles"] == 3, state
 
 
 def test_recompile_limit_from_the_environment(tmp_path: Any) -> None:
@@ -475,7 +491,7 @@ def test_library_forwards_called_from_python_are_roots_quiet_at_the_limit() -> N
     ev = fe.events()
     # f32 by identity, f64 shared, f32 shared; bfloat16 is past the limit.
     assert [g["function"] for g in ev["graphs"]] == ["Linear.forward"] * 3, ev["graphs"]
-    assert fe.code_state(torch.nn.Linear.forward.__code__)["state"] == "python"
+    assert fe.code_state(torch.nn.Linear.forward.__code__)["state"] == "limited"
 
 
 def test_library_callees_of_a_frame_past_the_recompile_limit_are_not_roots() -> None:
