@@ -81,6 +81,10 @@ Shape Analyzer::inputShape(const std::vector<int64_t> &sizes, const Source &src,
     return std::find(listed.begin(), listed.end(), key) != listed.end();
   };
   std::string key = dynamic && !listed.empty() ? sourceKey(src) : std::string();
+  // The parameters and buffers of a shared module keep static shapes (torch.compile's
+  // force_parameter_static_shapes): a size that "changed" there is another instance's, and an
+  // instance of other sizes gets an entry of its own (a conv's kernel must be static).
+  if (dynamic && sharedSource(src) && isModuleState(src)) dynamic = false;
   if (dynamic) {
     bool changed = !key.empty() && isListed(key);
     for (size_t i = 0; !key.empty() && !changed && i < sizes.size(); ++i)

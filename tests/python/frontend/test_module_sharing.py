@@ -301,3 +301,37 @@ def test_attribute_write_keeps_identity_guards() -> None:
             for g, r in zip(got, ref, strict=True):
                 torch.testing.assert_close(g, r(x))
     assert [m.calls for m in mods] == [r.calls for r in ref] == [2, 2, 2]
+
+
+class ConvBlock(nn.Module):
+    def __init__(self, channels: int, kernel: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, kernel, padding=kernel // 2)
+
+    def forward(self, x: Any) -> Any:
+        y = self.conv(x)
+        if (y.sum() > -1e9).item():
+            y = y * 2
+        return y + x
+
+
+def test_parameters_of_shared_modules_keep_static_shapes() -> None:
+    """Instances whose weights differ in shape (SegFormer's stages) get entries of their own:
+    automatic dynamic does not make a shared module's weight shape symbolic (a conv's kernel
+    must be static: that was a graph break)."""
+    torch.manual_seed(0)
+    blocks = [ConvBlock(c, k) for c, k in ((4, 3), (8, 5), (4, 3), (8, 5), (4, 5), (8, 3))]
+    xs = {c: torch.randn(1, c, 6, 6) for c in (4, 8)}
+    with torch.no_grad():
+        for _ in range(2):
+            got = fe.call(
+                _options("xjit", "cpu", False, None),
+                list,
+                ((b(xs[b.conv.in_channels]) for b in blocks),),
+                {},
+            )
+            for b, g in zip(blocks, got, strict=True):
+                torch.testing.assert_close(g, b(xs[b.conv.in_channels]), rtol=1e-5, atol=1e-5)
+    events = fe.events()
+    assert not [b for b in events["breaks"] if "static" in b["reason"]], events["breaks"]
+    assert not any("weight" in s for g in events["graphs"] for s in g.get("dynamic", [])), events
