@@ -6,15 +6,11 @@ exits while that thread works or not (docs/runtime.md "Warm start")."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cached_program
 
-import xjit
 
 pytest.importorskip("torch")
 
@@ -50,22 +46,7 @@ if len(sys.argv) > 2:  # exit while the warm-up thread may still work
 
 
 def _run(tmp_path: Path, *args: str, **env_extra: str) -> dict[str, float]:
-    script = tmp_path / "prog.py"
-    script.write_text(PROGRAM)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("XJIT_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(xjit.__file__).parent.parent), *sys.path])
-    env["XJIT_CACHE_DIR"] = str(tmp_path / "cache")
-    env.update(env_extra)
-    flags = ["-S"] if sys.flags.no_site else []
-    proc = subprocess.run(
-        [sys.executable, *flags, str(script), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    stats: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    stats: dict[str, float] = run_cached_program(PROGRAM, tmp_path, *args, **env_extra)
     assert stats["close"]
     return stats
 
