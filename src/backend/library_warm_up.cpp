@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
+#include <sys/resource.h>
 #include <thread>
 #include <unistd.h>
 
@@ -57,6 +58,9 @@ bool startGemmWarmUp() {
     w.owner = ::getpid();
     std::atexit(waitAtExit);
     std::thread([&w] {
+      // The lowest priority: on a busy machine the capture keeps its share of the CPU (the
+      // thread's wait at a gemm product gets it back); a free core runs it all the same.
+      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
       try { // loading the path too: the compile would load it on the calling thread
         dnnlLibrary().makeGemmKernels();
       } catch (...) { // no oneDNN path: the compile that needs it reports that
