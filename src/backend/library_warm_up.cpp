@@ -5,6 +5,7 @@
 
 #include "xjit/backend/compile_cache.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -58,8 +59,8 @@ bool startGemmWarmUp() {
     w.owner = ::getpid();
     std::atexit(waitAtExit);
     std::thread([&w] {
-      // The lowest priority: on a busy machine the capture keeps its share of the CPU (the
-      // thread's wait at a gemm product gets it back); a free core runs it all the same.
+      // The lowest priority: on a busy machine the capture keeps the process's share of the
+      // CPU (a run that waits for the kernels gives it back); a free core runs it all the same.
       ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
       try { // loading the path too: the compile would load it on the calling thread
         dnnlLibrary().makeGemmKernels();
