@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <pthread.h>
 #include <string_view>
 #include <sys/resource.h>
 #include <thread>
@@ -34,8 +35,10 @@ WarmUp &warmUp() {
   return *w;
 }
 
-/// At exit, oneDNN is not torn down under the thread: wait for it (~30 ms at most).
-void waitAtExit() {
+/// Waits for the thread (~30 ms at most): at exit, so that oneDNN is not torn down under it,
+/// and before a fork, so that the child does not inherit oneDNN's once-flag half taken (its
+/// first gemm call would wait for a thread it does not have).
+void waitForThread() {
   WarmUp &w = warmUp();
   if (w.owner != ::getpid()) return;
   std::unique_lock lock(w.mu);
@@ -57,7 +60,8 @@ bool startGemmWarmUp() {
     const char *v = std::getenv("XJIT_GEMM_WARMUP");
     if (v && std::string_view(v) == "0") return;
     w.owner = ::getpid();
-    std::atexit(waitAtExit);
+    std::atexit(waitForThread);
+    ::pthread_atfork(waitForThread, nullptr, nullptr);
     std::thread([&w] {
       // The lowest priority: on a busy machine the capture keeps the process's share of the
       // CPU (a run that waits for the kernels gives it back); a free core runs it all the same.

@@ -19,7 +19,7 @@ std::string gemmMarkKey(const std::string &file, const std::string &function, in
 
 /// Starts, once per process, a thread that loads the oneDNN path and makes gemm's kernels; a
 /// run that reaches a gemm product sooner waits for them inside oneDNN. A process that exits
-/// meanwhile waits for the thread first. XJIT_GEMM_WARMUP=0 turns it off (A/B runs). Returns
+/// or forks meanwhile waits for the thread first. XJIT_GEMM_WARMUP=0 turns it off (A/B runs). Returns
 /// whether this call started it.
 bool startGemmWarmUp();
 /// Whether startGemmWarmUp has run in this process (started the thread or found it off).
