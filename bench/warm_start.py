@@ -17,7 +17,13 @@ first call's wall time and its parts:
   faults    minor page faults of the first call (a later call of the same process has ~0):
             first touch of fresh memory (results, the arena, oneDNN's buffers);
   first_cpu, overhead_cpu  the first call and the overhead in CPU time of the process (all
-            threads): steadier than wall time on a loaded machine (run with --threads 1).
+            threads): steadier than wall time on a loaded machine (run with --threads 1);
+  main_cpu  the first call's CPU time on the calling thread alone: with --threads 1, the work
+            on the first call's critical path (the gemm warm-up's thread, docs/runtime.md
+            "Warm start", moves work off it: process CPU stays, the wall time on an idle
+            machine falls);
+  gemm      oneDNN gemm plans made (a frame with some leaves a mark for the next process) /
+            gemm warm-up threads started (1: a mark from an earlier process was found).
 
 Usage: python bench/warm_start.py [--case bert/b1] [--repeats 3] [--threads N]
                                   [--compare-env NAME=VALUE]
@@ -63,9 +69,11 @@ def child(case: str) -> dict[str, Any]:
         _frontend.set_recording(True)
         faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         start, cpu_start = time.perf_counter(), time.process_time()
+        main_start = time.thread_time()
         fn(*inputs)
         first_ms = (time.perf_counter() - start) * 1e3
         first_cpu_ms = (time.process_time() - cpu_start) * 1e3
+        main_cpu_ms = (time.thread_time() - main_start) * 1e3
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
         _frontend.set_recording(False)
         events = _frontend.events()
@@ -91,10 +99,13 @@ def child(case: str) -> dict[str, Any]:
         "overhead_ms": first_ms - statistics.median(steady),
         "faults": faults,
         "first_cpu_ms": first_cpu_ms,
+        "main_cpu_ms": main_cpu_ms,
         "steady_cpu_ms": statistics.median(steady_cpu),
         "overhead_cpu_ms": first_cpu_ms - statistics.median(steady_cpu),
         "llvm_compilations": stats["llvm_compilations"],
         "cache_links": stats["cache_links"],
+        "gemm_plans": stats.get("library_gemm_plans", 0),
+        "gemm_warm_ups": stats.get("gemm_warm_ups", 0),
     }
 
 
@@ -131,6 +142,7 @@ COLUMNS = (
     "faults",
     "first_cpu_ms",
     "overhead_cpu_ms",
+    "main_cpu_ms",
 )
 
 
@@ -160,11 +172,16 @@ def main() -> None:
             if other_env:
                 other.append(run_child(args.case, cache, args.threads, other_env))
     print(f"{args.case}: {cold['graphs']} graph(s); load average {os.getloadavg()[0]:.1f}")
-    print("phase  " + " ".join(f"{c.removesuffix('_ms'):>12}" for c in COLUMNS) + "   llvm kernels / cached")
+    print(
+        "phase  "
+        + " ".join(f"{c.removesuffix('_ms'):>12}" for c in COLUMNS)
+        + "   llvm kernels / cached   gemm plans / warm-ups"
+    )
     print(
         "cold   "
         + " ".join(f"{cold[c]:12.1f}" for c in COLUMNS)
         + f"   {cold['llvm_compilations']} / {cold['cache_links']}"
+        + f"   {cold['gemm_plans']} / {cold['gemm_warm_ups']}"
     )
     for label, runs in (("warm", warm), ("warm*", other)):
         if not runs:
@@ -174,6 +191,7 @@ def main() -> None:
             f"{label:7s}"
             + " ".join(f"{med[c]:12.1f}" for c in COLUMNS)
             + f"   {runs[-1]['llvm_compilations']} / {runs[-1]['cache_links']}"
+            + f"   {runs[-1]['gemm_plans']} / {runs[-1]['gemm_warm_ups']}"
             + f"   (median of {len(runs)})"
         )
     if other:

@@ -240,8 +240,11 @@ def backend_stats() -> dict[str, float]:
     loop-kernel ops sharing one executable, e.g. an unrolled loop's body at every step),
     ``library_kernels_shared`` (oneDNN calls identical to one already
     compiled and still in use, which share its executable and plans), ``library_plans``
-    (oneDNN primitives made for one call shape) and ``library_generic_plans`` (matmul primitives
-    with run-time sizes, made once a call's sizes vary and used for every later shape), the cache's
+    (oneDNN primitives made for one call shape), ``library_generic_plans`` (matmul primitives
+    with run-time sizes, made once a call's sizes vary and used for every later shape) and
+    ``library_gemm_plans`` (those of either kind on oneDNN's ``gemm:jit``), ``gemm_warm_ups``
+    (1 once a frame's mark from an earlier process started making gemm's kernels ahead on a
+    thread of their own, docs/runtime.md "Warm start"), the cache's
     ``cache_hits``, ``cache_misses``, ``cache_writes``, ``cache_invalid`` (damaged entries) and
     ``cache_evictions`` (entries deleted to keep ``XJIT_CACHE_MAX_MB``); for oneDNN conv/matmul
     weights that need a reorder into the primitive's layout, ``weight_packs`` (a module

@@ -344,4 +344,21 @@ bool compileCacheStore(const std::string &key, std::string_view payload) {
   return true;
 }
 
+static std::filesystem::path markPath(const std::string &key) {
+  return std::filesystem::path(compileCacheDir()) / (key + ".mark");
+}
+
+bool compileCacheMarked(const std::string &key) {
+  struct stat st{};
+  return compileCacheEnabled() && ::stat(markPath(key).c_str(), &st) == 0;
+}
+
+void compileCacheMark(const std::string &key) {
+  if (!compileCacheEnabled()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(compileCacheDir(), ec);
+  int fd = ::open(markPath(key).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) ::close(fd);
+}
+
 } // namespace xjit::backend

@@ -11,6 +11,8 @@
 #include "xjit/ir/op_registry.h"
 #include "xjit/ir/printer.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <limits>
@@ -22,9 +24,17 @@
 
 namespace xjit::backend::dnnl_kernels {
 
-/// oneDNN primitives made per shape, and shape-generic ones (backendCounters).
-extern std::atomic<uint64_t> gPlansMade, gGenericPlansMade;
+/// oneDNN primitives made per shape, and shape-generic ones (backendCounters); those of them
+/// on oneDNN's gemm implementation.
+extern std::atomic<uint64_t> gPlansMade, gGenericPlansMade, gGemmPlansMade;
 namespace {
+
+/// Counts a plan that runs on oneDNN's gemm implementation (its info starts with its name,
+/// "gemm:jit", also for causal blocks).
+void noteGemmPlan(const Plan *plan) {
+  if (plan && plan->info().starts_with("gemm:"))
+    gGemmPlansMade.fetch_add(1, std::memory_order_relaxed);
+}
 
 /// Where value `outer` (an operand of the compiled op) comes from: input `index`, and its
 /// value when a `constant` op defines it.
@@ -326,6 +336,7 @@ private:
     } catch (const KernelError &) {
     }
     if (e.plan) gGenericPlansMade.fetch_add(1, std::memory_order_relaxed);
+    noteGemmPlan(e.plan.get());
     std::unique_lock lock(mu_);
     if (!genericTried_) {
       genericTried_ = true;
@@ -356,6 +367,7 @@ private:
     try {
       Entry e{kernel_->makePlan(inputs), ""};
       gPlansMade.fetch_add(1, std::memory_order_relaxed);
+      noteGemmPlan(e.plan.get());
       return e;
     } catch (const dnnl::error &e) {
       return {nullptr, e.what()};
@@ -437,7 +449,16 @@ std::atomic<uint64_t> gExecutablesShared{0};
 
 } // namespace
 
-std::atomic<uint64_t> gPlansMade{0}, gGenericPlansMade{0};
+std::atomic<uint64_t> gPlansMade{0}, gGenericPlansMade{0}, gGemmPlansMade{0};
+
+/// oneDNN's gemm implementation makes all of its kernels (Xbyak code for every transpose and
+/// beta case, ~29 ms of CPU) at its first call in a process: a 2x2 product makes them. One
+/// OpenMP thread: a caller on a thread of its own starts no second team.
+void makeGemmKernels() {
+  omp_set_num_threads(1);
+  float a[4] = {}, b[4] = {}, c[4] = {};
+  dnnl_sgemm('N', 'N', 2, 2, 2, 1.f, a, 2, b, 2, 0.f, c, 2);
+}
 
 std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &) {
   if (std::string why = whyNotSupported(op); !why.empty())
@@ -479,8 +500,8 @@ std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &) {
 
 extern "C" const xjit::backend::DnnlLibrary *xjit_dnnl_library() {
   using namespace xjit::backend::dnnl_kernels;
-  static const xjit::backend::DnnlLibrary library{&whyNotSupported,    &compile,
-                                                  &gExecutablesShared, &gPlansMade,
-                                                  &gGenericPlansMade,  &weightPackTotals};
+  static const xjit::backend::DnnlLibrary library{
+      &whyNotSupported,   &compile,          &gExecutablesShared, &gPlansMade,
+      &gGenericPlansMade, &weightPackTotals, &gGemmPlansMade,     &makeGemmKernels};
   return &library;
 }

@@ -22,6 +22,10 @@ struct DnnlLibrary {
   /// Executables shared by identical calls; oneDNN primitives made per shape, shape-generic.
   const std::atomic<uint64_t> *kernelsShared, *plansMade, *genericPlansMade;
   WeightPackCounters (*weightPacks)();
+  /// Plans run on oneDNN's gemm implementation (`gemm:jit`), whose kernels are made at its
+  /// first call in a process; and that first call, on a 2x2 product (library_warm_up.h).
+  const std::atomic<uint64_t> *gemmPlansMade;
+  void (*makeGemmKernels)();
 };
 
 /// The path, loaded on first use (throws Error when it cannot be loaded). Never unloaded: its

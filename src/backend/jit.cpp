@@ -19,6 +19,7 @@
 #include "sum_cascade.h"
 #include "xjit/backend/compile_cache.h"
 #include "xjit/backend/content_tags.h"
+#include "xjit/backend/library_warm_up.h"
 #include "xjit/backend/release_memory.h"
 #include "xjit/ir/diagnostics.h"
 #include "xjit/ir/op_registry.h"
@@ -444,6 +445,10 @@ uint64_t libraryGenericPlansMade() {
   const DnnlLibrary *l = loadedDnnlLibrary();
   return l ? l->genericPlansMade->load() : 0;
 }
+uint64_t libraryGemmPlansMade() {
+  const DnnlLibrary *l = loadedDnnlLibrary();
+  return l ? l->gemmPlansMade->load() : 0;
+}
 WeightPackCounters weightPackCounters() {
   const DnnlLibrary *l = loadedDnnlLibrary();
   return l ? l->weightPacks() : WeightPackCounters{};
@@ -477,6 +482,8 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"library_kernels_shared", double(libraryKernelsShared())},
           {"library_plans", double(libraryPlansMade())},
           {"library_generic_plans", double(libraryGenericPlansMade())},
+          {"library_gemm_plans", double(libraryGemmPlansMade())},
+          {"gemm_warm_ups", double(gemmWarmUpsStarted())},
           {"cache_hits", double(c.hits)},
           {"cache_misses", double(c.misses)},
           {"cache_writes", double(c.writes)},

@@ -1124,6 +1124,9 @@ PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions
   const SourceLoc loc = codeLoc(f.code);
   std::shared_ptr<CompiledEntry> entry;
   CompileStatus status = CompileStatus::Entry;
+  const bool native = opts.backend == Backend::Xjit;
+  const uint64_t gemmPlans = native ? gemmPlansBefore() : 0;
+  if (native) warmUpLibrariesFor(loc);
   {
     BusyScope busy;
     double captureMs = 0;
@@ -1212,7 +1215,9 @@ PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions
                       why.detail + "); running it in Python";
     return fallBackToPython(f, cache, opts, msg, true) ? evalDefault() : nullptr;
   }
-  return runEntry(entry, values, cache, opts, evalDefault, /*countHit=*/false);
+  PyObject *out = runEntry(entry, values, cache, opts, evalDefault, /*countHit=*/false);
+  if (native) markGemmUse(loc, gemmPlans);
+  return out;
 }
 
 namespace {

@@ -7,6 +7,9 @@
 #include "xjit/ir/printer.h"
 
 #ifdef XJIT_FRONTEND_HAVE_RUNTIME
+#include "xjit/backend/compile_cache.h"
+#include "xjit/backend/jit.h"
+#include "xjit/backend/library_warm_up.h"
 #include "xjit/backend/release_memory.h"
 #include "xjit/runtime/runtime.h"
 #endif
@@ -79,6 +82,35 @@ bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id, const std::st
   (void)e, (void)loc, (void)id, (void)part;
 #endif
   return true;
+}
+
+uint64_t gemmPlansBefore() {
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+  return backend::libraryGemmPlansMade();
+#else
+  return 0;
+#endif
+}
+
+void warmUpLibrariesFor(const SourceLoc &loc) {
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+  // One stat() per capture until the process has started (or turned off) the warm-up.
+  if (backend::gemmWarmUpRequested() || !backend::compileCacheEnabled()) return;
+  if (backend::compileCacheMarked(backend::gemmMarkKey(loc.file, loc.function, loc.line)))
+    backend::startGemmWarmUp();
+#else
+  (void)loc;
+#endif
+}
+
+void markGemmUse(const SourceLoc &loc, uint64_t before) {
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+  if (backend::libraryGemmPlansMade() <= before || !backend::compileCacheEnabled()) return;
+  std::string key = backend::gemmMarkKey(loc.file, loc.function, loc.line);
+  if (!backend::compileCacheMarked(key)) backend::compileCacheMark(key);
+#else
+  (void)loc, (void)before;
+#endif
 }
 
 std::vector<RtValue> runGraph(const CompiledEntry &e, std::vector<RtValue> inputs) {

@@ -23,6 +23,17 @@ inline constexpr const char *kNativeCompileError = "XJIT-E0103";
 /// IR, assembly); `part` tells a training step's "forward" and "backward" graphs apart.
 bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id, const std::string &part = "");
 
+/// The number of oneDNN gemm plans made so far (0 without the runtime), taken before a capture
+/// for markGemmUse.
+uint64_t gemmPlansBefore();
+/// Before capturing the frame at `loc`: when an earlier process marked it (its graphs ran
+/// oneDNN's gemm implementation), starts making gemm's kernels on a thread of their own, which
+/// the capture and compile overlap (xjit/backend/library_warm_up.h).
+void warmUpLibrariesFor(const SourceLoc &loc);
+/// After a capture's first run: marks the frame for later processes when that compile and run
+/// made gemm plans (more than `before`).
+void markGemmUse(const SourceLoc &loc, uint64_t before);
+
 /// Runs an entry's graph: natively when it was compiled, else in the reference interpreter.
 std::vector<RtValue> runGraph(const CompiledEntry &e, std::vector<RtValue> inputs);
 

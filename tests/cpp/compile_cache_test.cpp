@@ -269,6 +269,36 @@ TEST(CompileCache, DisabledByVariableAndSwitch) {
   EXPECT_FALSE(compileGraph(*testGraph(0.125)).ck->fromCache());
 }
 
+TEST(CompileCache, MarksAreBitsNotEntries) {
+  ScopedCacheDir cache("marks");
+  const std::string key = compileCacheKey({"a mark"});
+  EXPECT_FALSE(compileCacheMarked(key));
+  compileCacheMark(key); // makes the directory
+  EXPECT_TRUE(compileCacheMarked(key));
+  compileCacheMark(key); // again: still one empty file
+  EXPECT_TRUE(compileCacheMarked(key));
+  EXPECT_FALSE(compileCacheMarked(compileCacheKey({"another mark"})));
+  EXPECT_EQ(fs::file_size(cache.dir() / (key + ".mark")), 0u);
+  // Not an entry: no load finds it, no stats count it, the size bound leaves it.
+  CompileCacheStats before = compileCacheStats();
+  EXPECT_FALSE(compileCacheLoad(key).has_value());
+  EXPECT_EQ(cache.entries(), 0u);
+  compileCacheTrim();
+  EXPECT_TRUE(compileCacheMarked(key));
+  EXPECT_EQ(compileCacheStats().writes, before.writes);
+  // Disabled cache: nothing read, nothing written.
+  setenv("XJIT_NO_CACHE", "1", 1);
+  EXPECT_FALSE(compileCacheMarked(key));
+  const std::string other = compileCacheKey({"written while disabled"});
+  compileCacheMark(other);
+  unsetenv("XJIT_NO_CACHE");
+  EXPECT_FALSE(compileCacheMarked(other));
+  // An unwritable location: no mark, no failure.
+  setenv("XJIT_CACHE_DIR", "/proc/xjit-cannot-be-here", 1);
+  compileCacheMark(key);
+  EXPECT_FALSE(compileCacheMarked(key));
+}
+
 /// Sets XJIT_CACHE_MAX_MB for one scope.
 class ScopedMaxMB {
 public:

@@ -58,6 +58,37 @@ if "XJIT_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["XJIT_CACHE_DIR"], ignore_errors=True)
 
 
+def run_cached_program(
+    source: str, tmp_path: Path, *args: str, **env_extra: str
+) -> dict[str, Any]:
+    """Runs `source` as a fresh Python process with the compile cache in tmp_path/cache (and no
+    other XJIT_ variable but env_extra), importing xjit as this process did; returns the JSON
+    object its last line of output prints."""
+    import json
+    import subprocess
+
+    import xjit
+
+    script = tmp_path / "prog.py"
+    script.write_text(source)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XJIT_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(xjit.__file__).parent.parent), *sys.path])
+    env["XJIT_CACHE_DIR"] = str(tmp_path / "cache")
+    env.update(env_extra)
+    # The child imports xjit as this process did (-S: without site's .pth import hooks).
+    flags = ["-S"] if sys.flags.no_site else []
+    proc = subprocess.run(
+        [sys.executable, *flags, str(script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
 def find_tool(name: str) -> str | None:
     """A built tool: $XJIT_<NAME> (xjit-run -> XJIT_RUN), the build dir, or PATH."""
     env = os.environ.get("XJIT_" + name.removeprefix("xjit-").upper().replace("-", "_"))

@@ -5,15 +5,11 @@ bounds the directory (docs/backend.md, "Persistent compile cache")."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cached_program
 
-import xjit
 from xjit import ir
 
 pytest.importorskip("torch")
@@ -40,20 +36,7 @@ print(json.dumps({"close": close, **ir.backend_stats()}))
 
 
 def _run(tmp_path: Path, **env_extra: str) -> dict[str, float]:
-    script = tmp_path / "prog.py"
-    script.write_text(PROGRAM)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("XJIT_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(xjit.__file__).parent.parent), *sys.path])
-    env["XJIT_CACHE_DIR"] = str(tmp_path / "cache")
-    env.update(env_extra)
-    # The child imports xjit as this process did (-S: without site's .pth import hooks).
-    flags = ["-S"] if sys.flags.no_site else []
-    proc = subprocess.run(
-        [sys.executable, *flags, str(script)], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr
-    stats: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return stats
+    return run_cached_program(PROGRAM, tmp_path, **env_extra)
 
 
 def test_second_process_skips_llvm(tmp_path: Path) -> None:
@@ -113,6 +96,8 @@ def test_backend_stats_in_process() -> None:
         "library_kernels_shared",
         "library_plans",
         "library_generic_plans",
+        "library_gemm_plans",
+        "gemm_warm_ups",
         "cache_hits",
         "cache_misses",
         "cache_writes",

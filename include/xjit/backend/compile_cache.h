@@ -60,6 +60,11 @@ uint64_t compileCacheMaxBytes();
 /// Trims the current directory to the bound now (least recently used first); returns the
 /// bytes of entries left. Stores do this by themselves when the directory outgrows the bound.
 uint64_t compileCacheTrim();
+/// Marks: empty files `<dir>/<key>.mark` that carry one bit across processes, for hints that
+/// cost nothing when lost or wrong (library_warm_up.h); not entries (never trimmed, no stats).
+/// Both are no-ops (false) when the cache is disabled.
+bool compileCacheMarked(const std::string &key);
+void compileCacheMark(const std::string &key);
 /// The path of key's entry in the current directory (tests corrupt it on purpose).
 std::string compileCachePath(const std::string &key);
 

@@ -186,6 +186,8 @@ uint64_t libraryKernelsShared();
 /// vary (matmuls with run-time dims).
 uint64_t libraryPlansMade();
 uint64_t libraryGenericPlansMade();
+/// Of those, plans on oneDNN's gemm implementation (library_warm_up.h).
+uint64_t libraryGemmPlansMade();
 
 /// Writes <dir>/<kernel name>.loops, .ll and .s (compiled with keepText); creates dir.
 void dumpKernel(const CompiledKernel &k, const std::string &dir);

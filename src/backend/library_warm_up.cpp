@@ -1,0 +1,87 @@
+// oneDNN's gemm kernels made ahead on a thread of their own (library_warm_up.h).
+#include "xjit/backend/library_warm_up.h"
+
+#include "dnnl_library.h"
+
+#include "xjit/backend/compile_cache.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <pthread.h>
+#include <string_view>
+#include <sys/resource.h>
+#include <thread>
+#include <unistd.h>
+
+namespace xjit::backend {
+namespace {
+
+/// Never destroyed: the thread may outlive static destructors that run before the exit hook.
+struct WarmUp {
+  std::once_flag once;
+  std::atomic<bool> requested{false};
+  std::atomic<uint64_t> started{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  pid_t owner = 0; // a forked child has no such thread
+};
+
+WarmUp &warmUp() {
+  static WarmUp *w = new WarmUp;
+  return *w;
+}
+
+/// Waits for the thread (~30 ms at most): at exit, so that oneDNN is not torn down under it,
+/// and before a fork, so that the child does not inherit oneDNN's once-flag half taken (its
+/// first gemm call would wait for a thread it does not have).
+void waitForThread() {
+  WarmUp &w = warmUp();
+  if (w.owner != ::getpid()) return;
+  std::unique_lock lock(w.mu);
+  w.cv.wait_for(lock, std::chrono::seconds(10), [&] { return w.done; });
+}
+
+} // namespace
+
+std::string gemmMarkKey(const std::string &file, const std::string &function, int line) {
+  return compileCacheKey(
+      {"gemm warm-up mark", compilerIdentity(), file, function, std::to_string(line)});
+}
+
+bool startGemmWarmUp() {
+  WarmUp &w = warmUp();
+  bool now = false;
+  std::call_once(w.once, [&] {
+    w.requested = true;
+    const char *v = std::getenv("XJIT_GEMM_WARMUP");
+    if (v && std::string_view(v) == "0") return;
+    w.owner = ::getpid();
+    std::atexit(waitForThread);
+    ::pthread_atfork(waitForThread, nullptr, nullptr);
+    std::thread([&w] {
+      // The lowest priority: on a busy machine the capture keeps the process's share of the
+      // CPU (a run that waits for the kernels gives it back); a free core runs it all the same.
+      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+      try { // loading the path too: the compile would load it on the calling thread
+        dnnlLibrary().makeGemmKernels();
+      } catch (...) { // no oneDNN path: the compile that needs it reports that
+      }
+      std::lock_guard lock(w.mu);
+      w.done = true;
+      w.cv.notify_all();
+    }).detach();
+    w.started = 1;
+    now = true;
+  });
+  return now;
+}
+
+bool gemmWarmUpRequested() { return warmUp().requested.load(); }
+
+uint64_t gemmWarmUpsStarted() { return warmUp().started.load(); }
+
+} // namespace xjit::backend
