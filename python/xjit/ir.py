@@ -258,7 +258,9 @@ def backend_stats() -> dict[str, float]:
     target machines made for compiles: one per concurrently compiling thread, dropped by each
     release, made again by the next compile); ``llvm_engine_loads``, ``llvm_engine_unloads``
     and ``llvm_engine_load_ms`` (the LLVM engine, libxjit_llvm.so, is loaded by the first
-    compile or cache link after a release and unloaded by the release; docs/backend.md)."""
+    compile or cache link after a release and unloaded by the release, or ahead of that on a
+    thread of its own while a frame with a tensor argument is captured:
+    ``llvm_engine_preloads``; docs/backend.md)."""
     # One backend per process (libxjit_native.so, which both extensions load): its counters
     # cover xjit.jit's kernels and those of xjit.ir.compile.
     stats = {name: value for name, value in _xjit.backend_stats()}

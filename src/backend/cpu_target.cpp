@@ -153,6 +153,20 @@ private:
   LinkBatch links_;
 };
 
+/// Whether a fusion of this lowering is compiled already (by either optimization level).
+bool compiledBefore(const Op &fusion, const LowerOptions &lower) {
+  std::string key = fusionLoweringKey(fusion, lower);
+  return !key.empty() &&
+         (sharedKernelExecutables().find("O;" + key) || sharedKernelExecutables().find("0;" + key));
+}
+
+// Release builds verify a kernel only when LLVM compiles it (a hit skips it, lower.h).
+#ifdef NDEBUG
+constexpr LowerOptions kLowerOptions{.verify = false};
+#else
+constexpr LowerOptions kLowerOptions{};
+#endif
+
 class CpuTarget : public Target {
 public:
   std::string name() const override { return "cpu"; }
@@ -166,8 +180,11 @@ public:
   std::string whyNotSupported(const Op &op) const override {
     // Matmul / conv / pooling and the epilogue groups anchored on them: oneDNN.
     if (dnnl_kernels::isLibraryCall(op)) return dnnlLibrary().whyNotSupported(op);
-    if (op.name() == "fusion")
-      return op.numRegions() == 1 ? whyNotLowerable(*op.region(0)) : "fusion: expected a region";
+    if (op.name() == "fusion") {
+      if (op.numRegions() != 1) return "fusion: expected a region";
+      if (compiledBefore(op, kLowerOptions)) return ""; // lowered before: no probe
+      return whyNotLowerable(*op.region(0));
+    }
     if (op.name() == "cat" || op.name() == "stack")
       return op.numOperands() > 0 && op.result(0)->type().isTensor()
                  ? ""
@@ -178,18 +195,26 @@ public:
   }
 
   std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &opts) override {
-    if (std::string why = whyNotSupported(op); !why.empty())
+    const bool fusion = op.name() == "fusion" && !dnnl_kernels::isLibraryCall(op);
+    // A fusion's lowering does whyNotSupported's checks itself (and throws what they report).
+    if (std::string why = fusion ? "" : whyNotSupported(op); !why.empty())
       throw Error(ErrorKind::Internal, "cpu target cannot compile " + op.describe() + ": " + why);
     if (dnnl_kernels::isLibraryCall(op)) return dnnlLibrary().compile(op, opts);
     if (op.name() == "cat" || op.name() == "stack") return std::make_shared<CatExecutable>(op);
     if (isMaxPoolBackward(op)) return makeMaxPoolBackwardExecutable(op);
-    // Release builds verify a kernel only when LLVM compiles it (a hit skips it, lower.h).
-#ifdef NDEBUG
-    const LowerOptions lower{.verify = false};
-#else
-    const LowerOptions lower{};
-#endif
-    LoweredKernel lk = op.name() == "fusion"   ? lowerFusion(op, lower)
+    const LowerOptions &lower = kLowerOptions;
+    // An identical fusion compiled before (another layer of the model): its executable, without
+    // lowering and printing this one.
+    std::string loweringKey = fusion && !opts.keepText ? fusionLoweringKey(op, lower) : "";
+    if (!loweringKey.empty()) {
+      loweringKey.insert(0, opts.optimize ? "O;" : "0;");
+      if (auto found = sharedKernelExecutables().find(loweringKey);
+          found && static_cast<const CpuExecutable &>(*found).shareableNow()) {
+        noteKernelShared();
+        return found;
+      }
+    }
+    LoweredKernel lk = fusion                  ? lowerFusion(op, lower)
                        : op.name() == "cumsum" ? lowerScan(op, lower)
                                                : lowerElementwiseOp(op, lower);
     // Identical ops (an unrolled loop's body at every step) share one executable: Jit::compile
@@ -200,6 +225,7 @@ public:
       if (auto found = sharedKernelExecutables().find(key);
           found && static_cast<const CpuExecutable &>(*found).shareableNow()) {
         noteKernelShared();
+        if (!loweringKey.empty()) sharedKernelExecutables().insert(loweringKey, found);
         return found;
       }
     auto ck = Jit::instance().compile(
@@ -208,6 +234,7 @@ public:
         &printed);
     auto exe = std::make_shared<CpuExecutable>(std::move(lk), std::move(ck));
     if (!key.empty()) sharedKernelExecutables().insert(key, exe);
+    if (!loweringKey.empty()) sharedKernelExecutables().insert(loweringKey, exe);
     return exe;
   }
 

@@ -225,6 +225,14 @@ bool Jit::releaseEngine() {
   return false;
 }
 
+void Jit::preloadEngine() { Impl::EngineUse use(*instance().impl_); }
+
+bool Jit::engineLoaded() {
+  Impl &impl = *instance().impl_;
+  std::lock_guard<std::mutex> lock(impl.engineMutex);
+  return impl.engine != nullptr;
+}
+
 Jit &Jit::instance() {
   // Never destroyed: compiled kernels held by other static objects may outlive any exit order.
   static Jit *jit = new Jit();
@@ -484,6 +492,7 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"library_generic_plans", double(libraryGenericPlansMade())},
           {"library_gemm_plans", double(libraryGemmPlansMade())},
           {"gemm_warm_ups", double(gemmWarmUpsStarted())},
+          {"llvm_engine_preloads", double(llvmEnginePreloadsStarted())},
           {"cache_hits", double(c.hits)},
           {"cache_misses", double(c.misses)},
           {"cache_writes", double(c.writes)},

@@ -4,6 +4,7 @@
 #include "dnnl_library.h"
 
 #include "xjit/backend/compile_cache.h"
+#include "xjit/backend/jit.h"
 
 #include <atomic>
 #include <chrono>
@@ -79,6 +80,65 @@ bool startGemmWarmUp() {
   });
   return now;
 }
+
+namespace {
+
+/// Never destroyed, as WarmUp.
+struct EnginePreload {
+  std::mutex mu;
+  std::condition_variable cv;
+  int running = 0;
+  bool hooked = false;
+  std::atomic<uint64_t> started{0};
+};
+
+EnginePreload &enginePreload() {
+  static EnginePreload *p = new EnginePreload;
+  return *p;
+}
+
+/// As waitForThread: no exit or fork while the thread is inside dlopen or LLVM's start-up.
+void waitForEnginePreload() {
+  EnginePreload &p = enginePreload();
+  std::unique_lock lock(p.mu);
+  p.cv.wait_for(lock, std::chrono::seconds(10), [&] { return p.running == 0; });
+}
+
+} // namespace
+
+bool preloadLlvmEngine() {
+  static const bool enabled = [] {
+    const char *v = std::getenv("XJIT_PRELOAD");
+    return !(v && std::string_view(v) == "0");
+  }();
+  if (!enabled || Jit::engineLoaded()) return false;
+  EnginePreload &p = enginePreload();
+  {
+    std::lock_guard lock(p.mu);
+    if (p.running > 0) return false;
+    if (!p.hooked) {
+      std::atexit(waitForEnginePreload);
+      ::pthread_atfork(waitForEnginePreload, nullptr, nullptr);
+      p.hooked = true;
+    }
+    ++p.running;
+  }
+  // The default priority, unlike the gemm warm-up's: the compile that follows the capture
+  // waits for this work, so a low priority would only delay it on a busy machine.
+  std::thread([&p] {
+    try {
+      Jit::preloadEngine();
+    } catch (...) { // no engine: the compile that needs it reports that
+    }
+    std::lock_guard lock(p.mu);
+    --p.running;
+    p.cv.notify_all();
+  }).detach();
+  ++p.started;
+  return true;
+}
+
+uint64_t llvmEnginePreloadsStarted() { return enginePreload().started.load(); }
 
 bool gemmWarmUpRequested() { return warmUp().requested.load(); }
 

@@ -224,6 +224,36 @@ std::string sanitize(const std::string &s) {
   return out;
 }
 
+/// The constant op an outer input is folded from (a number constant), or null.
+const Op *foldedConstant(const Value *outer) {
+  const Op *c = outer->definingOp();
+  return c && c->name() == "constant" && !outer->type().isTensor() && whyNotConstant(*c).empty()
+             ? c
+             : nullptr;
+}
+
+/// Whether a chunk/split cuts its operand along a dim after one of size > 1: its pieces are
+/// strided rows.
+bool splitsRows(const Op &op) {
+  const Type &t = op.operand(0)->type();
+  const Attr *d = op.attrOrNull("dim");
+  int64_t dim = d ? d->asInt() : 0;
+  if (dim < 0) dim += t.rank();
+  for (int64_t i = 0; i < dim && i < t.rank(); ++i)
+    if (!isStaticOne(t.shape()[size_t(i)])) return true;
+  return false;
+}
+
+/// Whether an outer input is a slice view (a tiled max-pool gradient reads x[.., a::2, b::2];
+/// the gates of an LSTM step, chunks of [B, 4H] rows): not dense.
+bool isSliceView(const Value *outer) {
+  const Op *op = outer->definingOp();
+  if (!op) return false;
+  if (op->name() == "slice") return true;
+  return (op->name() == "chunk" || op->name() == "split" || op->name() == "split_with_sizes") &&
+         splitsRows(*op);
+}
+
 class Lowering {
 public:
   /// `outerInputs`: the values the inputs are bound to outside the region (a fusion's
@@ -233,11 +263,10 @@ public:
            std::span<Value *const> outerInputs = {})
       : inputs_(std::move(inputs)), outputs_(std::move(outputs)), opts_(opts), name_(name),
         outerInputs_(outerInputs) {
+    // What is read from outside the region (folded constants here, expectedUnitDim and
+    // isSliceView below) is also in fusionLoweringKey.
     for (size_t i = 0; outerInputs.size() == inputs_.size() && i < inputs_.size(); ++i)
-      if (const Op *c = outerInputs[i]->definingOp(); c && c->name() == "constant" &&
-                                                      !outerInputs[i]->type().isTensor() &&
-                                                      whyNotConstant(*c).empty())
-        constantInputs_[i] = c;
+      if (const Op *c = foldedConstant(outerInputs[i])) constantInputs_[i] = c;
     lk_.kernel.name = sanitize(name);
     for (const Op *op : ops)
       ops_.insert(op);
@@ -350,30 +379,10 @@ private:
     return opts_.lazyGeneral ? emitVariant(Mode::General, shape, outs) : std::move(general);
   }
 
-  /// Whether an input is a slice view (a tiled max-pool gradient reads x[.., a::2, b::2]; the
-  /// gates of an LSTM step, chunks of [B, 4H] rows): not dense, so the flat version's check
-  /// would always fail and the call run the general version; the inner-unit version only needs
-  /// the last dim's unit stride.
+  /// Whether an input is a slice view: the flat version's check would always fail and the call
+  /// run the general version; the inner-unit version only needs the last dim's unit stride.
   bool readsSlice() const {
-    return std::any_of(outerInputs_.begin(), outerInputs_.end(), [](const Value *v) {
-      const Op *op = v->definingOp();
-      if (!op) return false;
-      if (op->name() == "slice") return true;
-      return (op->name() == "chunk" || op->name() == "split" || op->name() == "split_with_sizes") &&
-             splitsRows(*op);
-    });
-  }
-
-  /// Whether a chunk/split cuts its operand along a dim after one of size > 1: its pieces
-  /// are strided rows.
-  static bool splitsRows(const Op &op) {
-    const Type &t = op.operand(0)->type();
-    const Attr *d = op.attrOrNull("dim");
-    int64_t dim = d ? d->asInt() : 0;
-    if (dim < 0) dim += t.rank();
-    for (int64_t i = 0; i < dim && i < t.rank(); ++i)
-      if (!isStaticOne(t.shape()[size_t(i)])) return true;
-    return false;
+    return std::any_of(outerInputs_.begin(), outerInputs_.end(), isSliceView);
   }
 
   /// The fast version under the checks in conds_: with lazyGeneral the checks go to the kernel's
@@ -1582,8 +1591,10 @@ LoweredKernel lowerBlockUnchecked(const Block &body, const std::string &name,
 }
 } // namespace
 
-std::string whyNotLowerable(const Block &body) {
-  bool reductions = false;
+namespace {
+/// whyNotLowerable's checks of each op; sets `reductions` when the block has a reduction.
+std::string whyNotLowerableOps(const Block &body, bool &reductions) {
+  reductions = false;
   for (Op *op : body) {
     if (op == body.terminator()) continue;
     if (op->numRegions() > 0) return op->name() + ": has regions";
@@ -1591,7 +1602,13 @@ std::string whyNotLowerable(const Block &body) {
     if (!why.empty()) return op->describe() + ": " + why;
     reductions = reductions || red::isReductionLike(*op);
   }
-  if (!body.terminator()) return "the block has no terminator";
+  return body.terminator() ? "" : "the block has no terminator";
+}
+} // namespace
+
+std::string whyNotLowerable(const Block &body) {
+  bool reductions = false;
+  if (std::string why = whyNotLowerableOps(body, reductions); !why.empty()) return why;
   if (!reductions) return "";
   // The structure of a reduction region (one full shape and reduced dims, outputs of the full
   // or the reduced shape, reduced values read at their own row) is checked by lowering it.
@@ -1615,7 +1632,10 @@ LoweredKernel lowerFusion(const Op &fusion, const LowerOptions &opts) {
   if (const Attr *kind = fusion.attrOrNull("kind"); kind && kind->kind() == AttrKind::Str)
     name += "_" + kind->asStr();
   const Block &body = *fusion.region(0);
-  if (std::string why = whyNotLowerable(body); !why.empty()) unsupported(why);
+  // The structure of a reduction region is checked by lowering it (whyNotLowerable's probe):
+  // here by the lowering itself, which throws what the probe would have reported.
+  bool reductions = false;
+  if (std::string why = whyNotLowerableOps(body, reductions); !why.empty()) unsupported(why);
   LoweredKernel lk = lowerBlockUnchecked(body, name, opts, fusion.operands());
   // Results the reinplace pass computes in an operand's memory (`inplace_operand`, per result
   // the operand or -1): the output buffer shares that input's (BufferParam::aliasOf).
@@ -1639,6 +1659,53 @@ LoweredKernel lowerFusion(const Op &fusion, const LowerOptions &opts) {
     lk.kernel.general = std::move(general);
   }
   return lk;
+}
+
+std::string fusionLoweringKey(const Op &fusion, const LowerOptions &opts) {
+  if (fusion.numRegions() != 1) return "";
+  const Block &body = *fusion.region(0);
+  if (!body.terminator() || body.arguments().size() != fusion.numOperands()) return "";
+  std::string key = "fusion;";
+  key += opts.fastPaths ? 'f' : '-';
+  key += opts.lazyGeneral ? 'l' : '-';
+  key += opts.verify ? 'v' : '-';
+  // The fusion's own attrs but its memory plan's (the runtime's, not the kernel's).
+  for (const auto &[name, attr] : fusion.attrs())
+    if (!name.starts_with("mem.")) key += ";" + name + "=" + attr.str();
+  std::unordered_map<const Value *, size_t> number;
+  auto value = [&](const Value *v) {
+    auto it = number.find(v);
+    key += it == number.end() ? std::string("?") : std::to_string(it->second);
+  };
+  auto define = [&](const Value *v) {
+    number.emplace(v, number.size());
+    key += " " + v->name() + ":" + v->type().str();
+  };
+  // Region inputs with what the lowering reads from the values bound to them outside.
+  for (size_t i = 0; i < body.arguments().size(); ++i) {
+    const Value *outer = fusion.operand(i);
+    define(body.arguments()[i].get());
+    key += "@" + std::to_string(expectedUnitDim(outer)) + (isSliceView(outer) ? "s" : "");
+    if (const Op *c = foldedConstant(outer)) {
+      key += "=const";
+      for (const auto &[name, attr] : c->attrs())
+        key += ";" + name + "=" + attr.str();
+    }
+  }
+  for (const Op *op : body) {
+    key += "\n" + op->name() + "(";
+    for (const Value *v : op->operands()) {
+      value(v);
+      key += ",";
+    }
+    key += ")";
+    if (op->numRegions() > 0) return ""; // not lowerable anyway
+    for (const auto &[name, attr] : op->attrs())
+      key += ";" + name + "=" + attr.str();
+    for (const auto &r : op->results())
+      define(r.get());
+  }
+  return key;
 }
 
 LoweredKernel lowerElementwiseOp(const Op &op, const LowerOptions &opts) {

@@ -1,6 +1,7 @@
 // CPython 3.11 bytecode tables and decoding (see analyzer_bytecode.h).
 #include "analyzer_bytecode.h"
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 
@@ -163,6 +164,24 @@ DecodedCode decode(PyCodeObject *code) {
   const auto *p = reinterpret_cast<const unsigned char *>(PyBytes_AS_STRING(bytes.o));
   Py_ssize_t n = PyBytes_GET_SIZE(bytes.o);
   d.index.assign(static_cast<size_t>(n / 2), -1);
+  // Each instruction's line from one walk of the line table (co_lines): PyCode_Addr2Line walks
+  // it from the start on every call, quadratic in the code's length (4% of GPT-2's capture).
+  std::vector<int> lineAt(static_cast<size_t>(n / 2), -1);
+  if (PyObject *lines =
+          PyObject_CallMethod(reinterpret_cast<PyObject *>(code), "co_lines", nullptr)) {
+    while (PyObject *item = PyIter_Next(lines)) {
+      long start = -1, end = -1;
+      PyObject *line = nullptr;
+      bool ok = PyArg_ParseTuple(item, "llO", &start, &end, &line);
+      if (ok)
+        for (long off = std::max(0L, start); off < end && off / 2 < n / 2; off += 2)
+          lineAt[size_t(off / 2)] = line == Py_None ? -1 : int(PyLong_AsLong(line));
+      Py_DECREF(item);
+      if (!ok) break;
+    }
+    Py_DECREF(lines);
+  }
+  if (PyErr_Occurred()) PyErr_Clear(); // then Addr2Line, per instruction
   int ext = 0;
   std::vector<int> prefixes; // EXTENDED_ARG offsets: jumps may target them
   for (Py_ssize_t i = 0; i + 1 < n;) {
@@ -183,7 +202,8 @@ DecodedCode decode(PyCodeObject *code) {
     in.opcode = op;
     in.arg = arg;
     in.next = offset + 2 + 2 * inlineCacheEntries(op);
-    in.line = PyCode_Addr2Line(code, offset);
+    in.line = lineAt[static_cast<size_t>(offset / 2)];
+    if (in.line < 0) in.line = PyCode_Addr2Line(code, offset);
     if (hasJumpTarget(op)) in.target = isBackwardJump(op) ? in.next - 2 * arg : in.next + 2 * arg;
     d.index[static_cast<size_t>(offset / 2)] = static_cast<int>(d.instrs.size());
     d.instrs.push_back(in);

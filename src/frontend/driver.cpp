@@ -1126,7 +1126,7 @@ PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions
   CompileStatus status = CompileStatus::Entry;
   const bool native = opts.backend == Backend::Xjit;
   const uint64_t gemmPlans = native ? gemmPlansBefore() : 0;
-  if (native) warmUpLibrariesFor(loc);
+  if (native) warmUpLibrariesFor(f, loc);
   {
     BusyScope busy;
     double captureMs = 0;

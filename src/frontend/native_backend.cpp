@@ -1,5 +1,6 @@
 // backend="xjit" execution: compileGraph on the CPU target, the interpreter as the fallback.
 #include "native_backend.h"
+#include "analyzer_bridge.h"
 
 #include "events.h"
 
@@ -92,14 +93,34 @@ uint64_t gemmPlansBefore() {
 #endif
 }
 
-void warmUpLibrariesFor(const SourceLoc &loc) {
+void warmUpLibrariesFor(const FrameView &f, const SourceLoc &loc) {
 #ifdef XJIT_FRONTEND_HAVE_RUNTIME
+  // Frames without a tensor argument rarely compile: they would keep the engine loaded, as
+  // nothing releases it after them. A tensor in *args or **kwargs counts.
+  auto holdsTensor = [](PyObject *o) {
+    if (isTensor(o)) return true;
+    if (PyTuple_Check(o))
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
+        if (isTensor(PyTuple_GET_ITEM(o, i))) return true;
+    if (PyDict_Check(o)) {
+      Py_ssize_t pos = 0;
+      PyObject *key = nullptr, *value = nullptr;
+      while (PyDict_Next(o, &pos, &key, &value))
+        if (isTensor(value)) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < f.nlocalsplus; ++i)
+    if (f.localsplus[i] && holdsTensor(f.localsplus[i])) {
+      backend::preloadLlvmEngine();
+      break;
+    }
   // One stat() per capture until the process has started (or turned off) the warm-up.
   if (backend::gemmWarmUpRequested() || !backend::compileCacheEnabled()) return;
   if (backend::compileCacheMarked(backend::gemmMarkKey(loc.file, loc.function, loc.line)))
     backend::startGemmWarmUp();
 #else
-  (void)loc;
+  (void)f, (void)loc;
 #endif
 }
 

@@ -26,10 +26,12 @@ bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id, const std::st
 /// The number of oneDNN gemm plans made so far (0 without the runtime), taken before a capture
 /// for markGemmUse.
 uint64_t gemmPlansBefore();
-/// Before capturing the frame at `loc`: when an earlier process marked it (its graphs ran
-/// oneDNN's gemm implementation), starts making gemm's kernels on a thread of their own, which
-/// the capture and compile overlap (xjit/backend/library_warm_up.h).
-void warmUpLibrariesFor(const SourceLoc &loc);
+/// Before capturing frame `f` at `loc`: when an argument is a tensor (a capture that will
+/// likely compile) and the LLVM engine is not loaded, starts loading it on a thread of its own;
+/// when an earlier process marked the frame (its graphs ran oneDNN's gemm implementation),
+/// starts making gemm's kernels on another. The capture and compile overlap both
+/// (xjit/backend/library_warm_up.h).
+void warmUpLibrariesFor(const FrameView &f, const SourceLoc &loc);
 /// After a capture's first run: marks the frame for later processes when that compile and run
 /// made gemm plans (more than `before`).
 void markGemmUse(const SourceLoc &loc, uint64_t before);

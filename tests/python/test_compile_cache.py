@@ -98,6 +98,7 @@ def test_backend_stats_in_process() -> None:
         "library_generic_plans",
         "library_gemm_plans",
         "gemm_warm_ups",
+        "llvm_engine_preloads",
         "cache_hits",
         "cache_misses",
         "cache_writes",

@@ -104,6 +104,11 @@ public:
   /// again. Returns false when it was not loaded or a compile or link is using it. For
   /// releaseCompilerMemory, once the compiles are done.
   static bool releaseEngine();
+  /// Loads and starts the LLVM engine now if it is not loaded (the next compile or link finds
+  /// it ready; releaseEngine unloads it as before). For a thread of its own (library_warm_up.h).
+  static void preloadEngine();
+  /// Whether the engine is loaded now.
+  static bool engineLoaded();
 
   ~Jit();
   Jit(const Jit &) = delete;

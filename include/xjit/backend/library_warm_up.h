@@ -19,12 +19,21 @@ std::string gemmMarkKey(const std::string &file, const std::string &function, in
 
 /// Starts, once per process, a thread that loads the oneDNN path and makes gemm's kernels; a
 /// run that reaches a gemm product sooner waits for them inside oneDNN. A process that exits
-/// or forks meanwhile waits for the thread first. XJIT_GEMM_WARMUP=0 turns it off (A/B runs). Returns
-/// whether this call started it.
+/// or forks meanwhile waits for the thread first. XJIT_GEMM_WARMUP=0 turns it off (A/B runs).
+/// Returns whether this call started it.
 bool startGemmWarmUp();
 /// Whether startGemmWarmUp has run in this process (started the thread or found it off).
 bool gemmWarmUpRequested();
 /// Threads started (0 or 1; backendCounters' `gemm_warm_ups`).
 uint64_t gemmWarmUpsStarted();
+
+/// Starts a thread that loads and starts the LLVM engine (~3 ms of dlopen and ~1-2 ms of
+/// start-up, which every compile or cache link needs first) when it is not loaded and no such
+/// thread is running: the capture, single-threaded, overlaps it. The release after a graph's
+/// first run unloads the engine as before. A process that exits or forks meanwhile waits for
+/// the thread first. XJIT_PRELOAD=0 turns it off (A/B runs). Returns whether it started one.
+bool preloadLlvmEngine();
+/// Threads started by preloadLlvmEngine (backendCounters' `llvm_engine_preloads`).
+uint64_t llvmEnginePreloadsStarted();
 
 } // namespace xjit::backend

@@ -65,6 +65,12 @@ LoweredKernel lowerElementwiseBlock(const Block &body, const std::string &name,
                                     const LowerOptions &opts = {});
 /// A `fusion` op: its one region.
 LoweredKernel lowerFusion(const Op &fusion, const LowerOptions &opts = {});
+/// A text that determines lowerFusion(fusion, opts) entirely: the region's ops, attrs, types and
+/// value names, the fusion's attrs but its memory plan's, and what the lowering reads from the
+/// values bound to the region's inputs (folded number constants, the dim expected to have unit
+/// stride, slice views). Equal keys give equal kernels, so a target can share one executable
+/// without lowering again (the 12 layers of GPT-2). "" when there is no such text.
+std::string fusionLoweringKey(const Op &fusion, const LowerOptions &opts = {});
 /// A single op; the region inputs are its operands, the outputs its results.
 LoweredKernel lowerElementwiseOp(const Op &op, const LowerOptions &opts = {});
 
