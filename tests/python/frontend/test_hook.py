@@ -460,7 +460,7 @@ def test_log_passes_times_each_pass_and_code_generation(capfd: Any) -> None:
     err = capfd.readouterr().err
     # One line per pass of the default pipeline, then the code generation of the same graph.
     assert re.search(r"\[xjit passes\] fuse +[0-9.]+ ms  ops \d+ -> \d+", err), err
-    assert re.search(r"\[xjit passes\] codegen +[0-9.]+ ms  kernels compiled \d+", err), err
+    assert re.search(r"\[xjit passes\] codegen +[0-9.]+ ms  cpu [0-9.]+ ms  kernels compiled \d+", err), err
     assert err.index("[xjit passes] fuse") < err.index("[xjit passes] codegen")
 
 
