@@ -104,11 +104,50 @@ static bool holdsSymbolicSize(const VarPtr &v) {
   return false;
 }
 
+VarPtr Analyzer::floatBinary(int base, const VarPtr &a, const VarPtr &b) {
+  // The value at this call, as Python computes it; an int operand must be exactly an int.
+  auto hint = [&](const VarPtr &v) -> std::optional<double> {
+    if (auto *s = as<SymFloatVar>(v)) return s->hint;
+    auto *o = as<ObjectVar>(v);
+    if (o && PyFloat_CheckExact(o->obj.get())) return PyFloat_AS_DOUBLE(o->obj.get());
+    if (o && PyLong_CheckExact(o->obj.get())) {
+      double d = PyLong_AsDouble(o->obj.get());
+      if (d == -1.0 && PyErr_Occurred())
+        PyErr_Clear();
+      else
+        return d;
+    }
+    return std::nullopt;
+  };
+  const VarPtr &sym = a->kind == VarKind::SymFloat ? a : b;
+  std::optional<double> x = hint(a), y = hint(b);
+  static const std::pair<int, const char *> irOps[] = {
+      {NB_ADD, "add"}, {NB_SUBTRACT, "sub"}, {NB_MULTIPLY, "mul"}, {NB_TRUE_DIVIDE, "div"}};
+  const char *irOp = nullptr;
+  for (auto &[k, v] : irOps)
+    if (k == base) irOp = v;
+  // Float arithmetic in the IR is IEEE double arithmetic, as Python's. A division by a float
+  // input is not (Python raises on 0.0, the graph would not): it is guarded by value.
+  if (!x || !y || !irOp || (base == NB_TRUE_DIVIDE && (b->kind == VarKind::SymFloat || *y == 0)))
+    specializeFloat(sym);
+  const double r = base == NB_ADD        ? *x + *y
+                   : base == NB_SUBTRACT ? *x - *y
+                   : base == NB_MULTIPLY ? *x * *y
+                                         : *x / *y;
+  std::vector<std::string> inputs;
+  for (const VarPtr &v : {a, b})
+    if (auto *s = as<SymFloatVar>(v))
+      inputs.insert(inputs.end(), s->inputs.begin(), s->inputs.end());
+  Value *v = builder_.op(irOp, {irValue(a), irValue(b)});
+  return std::make_shared<SymFloatVar>(r, v, std::move(inputs));
+}
+
 VarPtr Analyzer::binaryOp(int nb, const VarPtr &a, const VarPtr &b) {
   if (a->kind == VarKind::Tensor || b->kind == VarKind::Tensor)
     return tensorBinary(nb, a, b, a->kind != VarKind::Tensor);
   const int base = nb >= NB_INPLACE_ADD ? nb - NB_INPLACE_ADD : nb;
   const bool inplace = nb >= NB_INPLACE_ADD;
+  if (a->kind == VarKind::SymFloat || b->kind == VarKind::SymFloat) return floatBinary(base, a, b);
 
   // Symbolic sizes: shape arithmetic stays symbolic where the dim algebra can express it.
   if (a->kind == VarKind::SymInt || b->kind == VarKind::SymInt) {
@@ -341,6 +380,9 @@ std::optional<bool> Analyzer::guardedComparison(int cmp, const VarPtr &a, const 
 
 VarPtr Analyzer::compareOp(int cmp, const VarPtr &a, const VarPtr &b) {
   if (a->kind == VarKind::Tensor || b->kind == VarKind::Tensor) return tensorCompare(cmp, a, b);
+  // Python control flow on a float input: guarded by value.
+  if (a->kind == VarKind::SymFloat) specializeFloat(a);
+  if (b->kind == VarKind::SymFloat) specializeFloat(b);
   if (a->kind == VarKind::SymInt || b->kind == VarKind::SymInt) {
     auto *sa = as<SymIntVar>(a);
     auto *sb = as<SymIntVar>(b);
@@ -450,6 +492,14 @@ VarPtr Analyzer::unaryOp(int opcode, const VarPtr &a) {
     }
     if (opcode == UNARY_POSITIVE) return a;
     specialize(s->expr);
+  }
+  if (auto *s = as<SymFloatVar>(a)) {
+    // -s is s * -1.0 exactly (IEEE negation, -0.0 included); the IR's neg takes tensors only.
+    if (opcode == UNARY_NEGATIVE)
+      return std::make_shared<SymFloatVar>(
+          -s->hint, builder_.op("mul", {s->value, builder_.constantFloat(-1.0)}), s->inputs);
+    if (opcode == UNARY_POSITIVE) return a;
+    specializeFloat(a);
   }
   PyRef p = asPython(a);
   if (!p || !foldable(p.get())) fail("unary operator on a " + typeName(a));

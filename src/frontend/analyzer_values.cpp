@@ -58,6 +58,7 @@ const char *varKindName(VarKind k) {
   case VarKind::Object: return "object";
   case VarKind::Tensor: return "tensor";
   case VarKind::SymInt: return "int";
+  case VarKind::SymFloat: return "float";
   case VarKind::Tuple: return "tuple";
   case VarKind::List: return "list";
   case VarKind::Dict: return "dict";
@@ -219,6 +220,8 @@ VarPtr Analyzer::wrapSourced(PyObject *o, const Source &src) {
   VarPtr v;
   if (VarPtr sym = symbolicInt(o, src)) {
     v = sym;
+  } else if (VarPtr f = symbolicFloat(o, src)) {
+    v = f;
   } else if (isScalarConstant(o) || isConstantTuple(o)) {
     guardEquals(src, o);
     v = constant(o);
@@ -671,6 +674,7 @@ VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
   case VarKind::List:
   case VarKind::Dict:
   case VarKind::SymInt: return std::make_shared<BoundVar>(obj, nullptr, name);
+  case VarKind::SymFloat: specializeFloat(obj); // s.is_integer(), s.real...
   case VarKind::Function: {
     auto *f = as<FunctionVar>(obj);
     if (name == "__name__" || name == "__qualname__")
@@ -867,6 +871,7 @@ PyRef Analyzer::asPython(const VarPtr &v) {
     if (s->expr.isStatic()) return check(PyLong_FromLongLong(s->expr.value()), "int");
     specialize(s->expr);
   }
+  case VarKind::SymFloat: specializeFloat(v);
   default: return {};
   }
 }
@@ -905,6 +910,7 @@ std::optional<double> Analyzer::asNumber(const VarPtr &v) {
   if (auto *o = as<ObjectVar>(v)) {
     if (PyFloat_Check(o->obj.get())) return PyFloat_AS_DOUBLE(o->obj.get());
   }
+  if (v->kind == VarKind::SymFloat) specializeFloat(v);
   if (auto i = asInt(v)) return static_cast<double>(*i);
   return std::nullopt;
 }
@@ -939,6 +945,7 @@ bool Analyzer::truthy(const VarPtr &v) {
     // `if n:` is `n != 0`: decided for a symbol (at least 2), else specialized (compareOp).
     return truthy(compareOp(3, v, integer(0)));
   }
+  case VarKind::SymFloat: specializeFloat(v);
   case VarKind::Tuple: return !as<TupleVar>(v)->items.empty();
   case VarKind::List: return !as<ListVar>(v)->items.empty();
   case VarKind::Dict: return !as<DictVar>(v)->items.empty();

@@ -141,13 +141,15 @@ std::vector<std::string> GuardSet::sizeMismatches(SourceValues &values) const {
   return out;
 }
 
-std::vector<std::string> GuardSet::intMismatches(SourceValues &values) const {
+std::vector<std::string> GuardSet::numberMismatches(SourceValues &values) const {
   std::vector<std::string> out;
   for (size_t i = 0; i < guards_.size(); ++i) {
     const Compiled &g = guards_[i];
-    if (g.kind != Guard::Equals || !g.object || !PyLong_CheckExact(g.object.get())) continue;
+    if (g.kind != Guard::Equals || !g.object) continue;
+    PyTypeObject *type = Py_TYPE(g.object.get());
+    if (type != &PyLong_Type && type != &PyFloat_Type) continue;
     PyObject *v = values.get(g.slot);
-    if (v && PyLong_CheckExact(v) && PyObject_RichCompareBool(v, g.object.get(), Py_EQ) == 0)
+    if (v && Py_TYPE(v) == type && PyObject_RichCompareBool(v, g.object.get(), Py_EQ) == 0)
       out.push_back(sourceText_[i]);
   }
   PyErr_Clear();

@@ -1,8 +1,9 @@
 """Symbolic Python int arguments ("automatic dynamic" for ints, docs/frontend.md "Symbolic int
 arguments"): an int argument whose value changes between calls becomes a symbol (bound by an
 IntSymbol guard and a u8[sym] carrier input), so one capture serves every value of at least 2;
-0, 1, negative ints, bools and floats stay specialized. Every result is checked against eager,
-and the number of compiles against the frontend's counters."""
+0, 1, negative ints and bools stay specialized (floats become graph inputs instead,
+test_float_inputs.py). Every result is checked against eager, and the number of compiles
+against the frontend's counters."""
 
 from __future__ import annotations
 
@@ -206,7 +207,7 @@ def test_dynamic_true_symbolic_from_the_first_call() -> None:
     assert counters()["compiles"] == 3
 
 
-def test_bools_and_floats_stay_specialized() -> None:
+def test_bools_stay_specialized_floats_become_inputs() -> None:
     def f(x: torch.Tensor, flag: bool) -> torch.Tensor:
         return x * 2 if flag else x - 1
 
@@ -216,8 +217,9 @@ def test_bools_and_floats_stay_specialized() -> None:
     def g(x: torch.Tensor, s: float) -> torch.Tensor:
         return x * s
 
+    # A float is a graph input after its first change (test_float_inputs.py).
     run_values(g, [0.5, 2.5, 3.5, 2.5], x12)
-    assert counters()["compiles"] == 5  # one per float value (2 + 3)
+    assert counters()["compiles"] == 4  # 2 + 2
 
 
 def test_int_in_a_list_argument() -> None:
