@@ -120,6 +120,7 @@ struct SymFloatVar : Var {
   double hint;                     // its value in the frame being captured
   Value *value;                    // an IR float computing it
   std::vector<std::string> inputs; // the sources of the float inputs it is computed from
+  std::optional<Source> input;     // where the caller passes it: the float input itself
 };
 
 struct TupleVar : Var {

@@ -435,6 +435,10 @@ public:
   /// `a op b` (op a BINARY_OP code, not in-place) where one side is a float input and neither
   /// is a tensor: add/sub/mul/div of numbers stay in the graph, anything else specializes.
   VarPtr floatBinary(int base, const VarPtr &a, const VarPtr &b);
+  /// `a cmp b` (cmp 0..5: < <= == != > >=) of a float input and a number: its outcome at this
+  /// call, kept as a FloatCompare guard; nullopt where that does not apply (a computed float,
+  /// NaN, another operand), and the float is then guarded by value.
+  std::optional<bool> guardedFloatComparison(int cmp, const VarPtr &a, const VarPtr &b);
   /// Whether a number at `src` is dynamic under the options (automatic dynamic: listed in
   /// dynamicSources; dynamic=True: a frame input, not module state, a global or a default).
   bool dynamicNumber(const Source &src) const;

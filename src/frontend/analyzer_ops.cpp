@@ -3,6 +3,9 @@
 // computed both as dim expressions and as IR scalars; known Python values are folded by calling
 // the real operator.
 #include "analyzer.h"
+#include "events.h"
+
+#include <cmath>
 
 namespace xjit::frontend {
 
@@ -378,11 +381,43 @@ std::optional<bool> Analyzer::guardedComparison(int cmp, const VarPtr &a, const 
   return r;
 }
 
+std::optional<bool> Analyzer::guardedFloatComparison(int cmp, const VarPtr &a, const VarPtr &b) {
+  const bool swapped = a->kind != VarKind::SymFloat;
+  auto *s = as<SymFloatVar>(swapped ? b : a);
+  auto *o = as<ObjectVar>(swapped ? a : b);
+  if (cmp < 0 || cmp > 5 || !s || !s->input || std::isnan(s->hint) || !o ||
+      !(PyFloat_CheckExact(o->obj.get()) || PyLong_CheckExact(o->obj.get())))
+    return std::nullopt;
+  static const int mirrored[] = {Py_GT, Py_GE, Py_EQ, Py_NE, Py_LT, Py_LE}; // b op a
+  static const int negated[] = {Py_GE, Py_GT, Py_NE, Py_EQ, Py_LE, Py_LT};  // not (a op b)
+  static const char *const names[] = {"<", "<=", "==", "!=", ">", ">="};
+  const int op = swapped ? mirrored[cmp] : cmp; // s op number
+  PyRef hint = check(PyFloat_FromDouble(s->hint), "float");
+  const int r = PyObject_RichCompareBool(hint.get(), o->obj.get(), op);
+  if (r < 0) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  // What held at this call (not NaN: the negation of `s > c` is then `s <= c`).
+  Guard g;
+  g.kind = Guard::FloatCompare;
+  g.source = *s->input;
+  g.object = o->obj;
+  g.length = r ? op : negated[op];
+  g.description = sourceKey(*s->input) + " " + names[g.length] + " " + describe(swapped ? a : b) +
+                  " (at " + shortLoc(currentLoc()) + ")";
+  addGuard(std::move(g));
+  return r != 0;
+}
+
 VarPtr Analyzer::compareOp(int cmp, const VarPtr &a, const VarPtr &b) {
   if (a->kind == VarKind::Tensor || b->kind == VarKind::Tensor) return tensorCompare(cmp, a, b);
-  // Python control flow on a float input: guarded by value.
-  if (a->kind == VarKind::SymFloat) specializeFloat(a);
-  if (b->kind == VarKind::SymFloat) specializeFloat(b);
+  // Python control flow on a float input: the branch taken is guarded (FloatCompare) where a
+  // float input meets a number, else the float is guarded by value.
+  if (a->kind == VarKind::SymFloat || b->kind == VarKind::SymFloat) {
+    if (std::optional<bool> r = guardedFloatComparison(cmp, a, b)) return boolean(*r);
+    specializeFloat(a->kind == VarKind::SymFloat ? a : b);
+  }
   if (a->kind == VarKind::SymInt || b->kind == VarKind::SymInt) {
     auto *sa = as<SymIntVar>(a);
     auto *sb = as<SymIntVar>(b);

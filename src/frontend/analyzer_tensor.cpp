@@ -182,7 +182,9 @@ VarPtr Analyzer::symbolicFloat(PyObject *o, const Source &src) {
   if (specialized_.count("float " + key) || !dynamicNumber(src)) return nullptr;
   VarPtr carrier = floatInput(src);
   Value *v = builder_.op("item", {irValue(carrier)});
-  return std::make_shared<SymFloatVar>(PyFloat_AS_DOUBLE(o), v, std::vector<std::string>{key});
+  auto f = std::make_shared<SymFloatVar>(PyFloat_AS_DOUBLE(o), v, std::vector<std::string>{key});
+  f->input = src;
+  return f;
 }
 
 void Analyzer::specializeFloat(const VarPtr &v) const {

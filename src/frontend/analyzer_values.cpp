@@ -146,6 +146,7 @@ void Analyzer::addGuard(Guard g) {
   std::string key = std::to_string(g.kind) + ":" +
                     (g.kind == Guard::SizeAtMost ? g.lhs + "<=" + g.rhs : sourceKey(g.source));
   if (g.kind == Guard::NotIn) key += ":" + utf8(g.object.get());
+  if (g.kind == Guard::FloatCompare) key += ":" + g.description;
   if (!guardKeys_.insert(key).second) return;
   guards_.push_back(std::move(g));
 }
@@ -945,7 +946,8 @@ bool Analyzer::truthy(const VarPtr &v) {
     // `if n:` is `n != 0`: decided for a symbol (at least 2), else specialized (compareOp).
     return truthy(compareOp(3, v, integer(0)));
   }
-  case VarKind::SymFloat: specializeFloat(v);
+  case VarKind::SymFloat: // `if s:` is `s != 0.0`
+    return truthy(compareOp(3, v, constantSteal(PyFloat_FromDouble(0.0))));
   case VarKind::Tuple: return !as<TupleVar>(v)->items.empty();
   case VarKind::List: return !as<ListVar>(v)->items.empty();
   case VarKind::Dict: return !as<DictVar>(v)->items.empty();

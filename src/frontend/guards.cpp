@@ -234,6 +234,9 @@ std::vector<std::string> GuardSet::descriptions() const {
     case Guard::NoOverlap: out.push_back(g.description); break;
     case Guard::NotIn: out.push_back(shortRepr(g.object.get()) + " not in " + src); break;
     case Guard::NoModuleHooks: out.push_back(src + " has no hooks"); break;
+    case Guard::FloatCompare:
+      out.push_back(src + " compares with " + shortRepr(g.object.get()));
+      break;
     }
   }
   return out;
@@ -342,6 +345,10 @@ bool GuardSet::checkOne(const Compiled &g, SourceValues &values, std::vector<int
       empty = !hooks || (PyDict_Check(hooks) ? PyDict_GET_SIZE(hooks) == 0 : false);
     }
     return empty || fail([&] { return *src + " has no hooks"; });
+  }
+  case Guard::FloatCompare: {
+    int r = PyFloat_CheckExact(v) ? PyObject_RichCompareBool(v, g.object.get(), int(g.length)) : 0;
+    return r == 1 || fail([&] { return g.description; });
   }
   case Guard::NotIn: {
     int in = PyDict_Check(v) ? PyDict_Contains(v, g.object.get()) : 1;

@@ -8,46 +8,16 @@ number does), and compiles against the frontend's counters."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
 torch = pytest.importorskip("torch")
 fe = pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
-from frontend_fixtures import clean, counters  # noqa: E402, F401 (autouse fixture)
+from frontend_fixtures import clean, counters, run_values  # noqa: E402, F401 (autouse fixture)
 
 FLOATS = [0.5, 2.5, -1.75, 3.141592653589793, 1e-3, 7.0, -0.0, 1.1, 123.456, 0.1]
-
-
-def run_values(
-    fn: Callable[..., Any],
-    values: Iterable[Any],
-    make_x: Callable[[], torch.Tensor],
-    exact: bool = True,
-    **jit: Any,
-) -> None:
-    """xjit.jit(fn) and fn on (x, v) for each value: results equal (bit for bit if `exact`: no
-    reduction or approximated math function), no warning."""
-    compiled = xjit.jit(fn, **jit)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", xjit.XjitWarning)
-        for v in values:
-            x = make_x()
-            want = fn(x.clone(), v)
-            got = compiled(x.clone(), v)
-            got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
-            assert len(got) == len(want)
-            for g, w in zip(got, want):
-                if isinstance(w, torch.Tensor):
-                    assert g.dtype == w.dtype and g.shape == w.shape, v
-                    if exact:
-                        assert torch.equal(g, w), (v, (g - w).abs().max())
-                    else:
-                        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6, msg=f"value {v}")
-                else:
-                    assert type(g) is type(w) and g == w, (v, g, w)
 
 
 def randn(dtype: torch.dtype = torch.float32) -> Callable[[], torch.Tensor]:
@@ -99,19 +69,19 @@ def test_f32_ops_equal_eager_bit_for_bit(name: str, backend: str) -> None:
     def f(x: torch.Tensor, s: float) -> torch.Tensor:
         return op(x, s)
 
-    run_values(f, FLOATS, randn(), backend=backend)
+    run_values(f, FLOATS, randn(), exact=True, backend=backend)
     assert counters()["compiles"] == 2
     assert counters()["frames_in_python"] == 0
 
 
 @pytest.mark.parametrize("backend", ["xjit", "interp", "eager"])
 def test_pow_by_a_float_input(backend: str) -> None:
-    # pow by a float other than 2 and 3 is an approximated function: within 1e-6 relative of
+    # pow by a float other than 2 and 3 is an approximated function: within f32 tolerance of
     # eager, as for a constant exponent (tests/python/test_constant_exponents.py).
     def f(x: torch.Tensor, s: float) -> torch.Tensor:
         return x.abs() ** s
 
-    run_values(f, FLOATS, randn(), exact=False, backend=backend)
+    run_values(f, FLOATS, randn(), backend=backend)
     assert counters()["compiles"] == 2
 
 
@@ -122,7 +92,7 @@ def test_other_dtypes_times_a_float(dtype: torch.dtype) -> None:
     def f(x: torch.Tensor, s: float) -> torch.Tensor:
         return x * s + x / s
 
-    run_values(f, FLOATS[:6], randn(dtype))
+    run_values(f, FLOATS[:6], randn(dtype), exact=True)
     assert counters()["compiles"] == 2
 
 
@@ -143,25 +113,42 @@ def test_float_returned_and_computed() -> None:
         t = s * 3.0 + 1
         return x * t, t
 
-    run_values(f, FLOATS[:5], randn())
+    run_values(f, FLOATS[:5], randn(), exact=True)
     assert counters()["compiles"] == 2
 
 
-def test_python_control_flow_stays_guarded_by_value() -> None:
+def test_python_comparison_guards_the_branch() -> None:
     def f(x: torch.Tensor, s: float) -> torch.Tensor:
-        if s > 1.0:  # Python needs the value: guarded by value, as before
+        if s > 1.0:  # a FloatCompare guard: `s > 1.0` or `s <= 1.0`, as the call went
             return x * s
+        if 0 == s:
+            return x
         return x - s
 
-    run_values(f, [2.0, 3.0, 0.5, 2.0, 3.0], randn())
-    assert counters()["compiles"] == 3  # 2.0, then 3.0 and 0.5 each guarded by value
+    run_values(f, [2.0, 3.0, 0.5, 0.25, 5.0, 0.0, 0.75, 1.0, 0.0], randn(), exact=True)
+    # 2.0 guarded by value, then one capture per branch: s > 1, s <= 1 and s != 0, s == 0.
+    assert counters()["compiles"] == 4
+    assert counters()["frames_in_python"] == 0
+
+
+def test_truth_value_and_computed_comparisons() -> None:
+    def f(x: torch.Tensor, s: float) -> torch.Tensor:
+        x = x.neg()
+        if s:  # s != 0.0: a branch guard
+            x = x * s
+        if s * 2 > 3:  # a computed float: guarded by value
+            x = x + 1
+        return x
+
+    run_values(f, [2.0, 3.0, 0.5, 0.0, 0.5], randn(), exact=True)
+    assert counters()["compiles"] == 4  # 2.0, 3.0, 0.5 and 0.0 each by value; 0.5 hits
 
 
 def test_int_of_a_float_and_attribute_uses_are_guarded() -> None:
     def f(x: torch.Tensor, s: float) -> torch.Tensor:
         return torch.clamp(x, max=s) + x[: int(s)].sum()
 
-    run_values(f, [2.5, 3.5, 2.5], randn(), exact=False)
+    run_values(f, [2.5, 3.5, 2.5], randn())
     assert counters()["compiles"] == 2
 
 
@@ -169,7 +156,7 @@ def test_dynamic_true_float_input_from_the_first_call() -> None:
     def f(x: torch.Tensor, s: float) -> torch.Tensor:
         return x * s
 
-    run_values(f, FLOATS[:4], randn(), dynamic=True)
+    run_values(f, FLOATS[:4], randn(), exact=True, dynamic=True)
     assert counters()["compiles"] == 1
 
 
@@ -177,7 +164,7 @@ def test_dynamic_false_guards_every_value() -> None:
     def f(x: torch.Tensor, s: float) -> torch.Tensor:
         return x * s
 
-    run_values(f, [0.5, 2.5, 3.5, 2.5], randn(), dynamic=False)
+    run_values(f, [0.5, 2.5, 3.5, 2.5], randn(), exact=True, dynamic=False)
     assert counters()["compiles"] == 3
 
 

@@ -10,44 +10,19 @@ from __future__ import annotations
 import copy
 import sys
 import warnings
-from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 fe = pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
-from frontend_fixtures import clean, counters  # noqa: E402, F401 (autouse fixture)
+from frontend_fixtures import clean, counters, run_values  # noqa: E402, F401 (autouse fixture)
 
 REPO = Path(__file__).resolve().parents[3]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 from bench import meta_decode  # noqa: E402
-
-
-def run_values(
-    fn: Callable[..., Any], values: Iterable[Any], make_x: Callable[[], torch.Tensor], **jit: Any
-) -> None:
-    """Calls xjit.jit(fn) and fn on (x, v) for each value; results must be equal, no warning."""
-    compiled = xjit.jit(fn, **jit)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", xjit.XjitWarning)
-        for v in values:
-            x = make_x()
-            want = fn(x.clone(), v)
-            got = compiled(x.clone(), v)
-            if isinstance(want, tuple):
-                assert isinstance(got, tuple) and len(got) == len(want)
-            else:
-                got, want = (got,), (want,)
-            for g, w in zip(got, want):
-                if isinstance(w, torch.Tensor):
-                    assert g.shape == w.shape, v
-                    torch.testing.assert_close(g, w, msg=f"value {v}")
-                else:
-                    assert type(g) is type(w) and g == w, (v, g, w)
 
 
 def x12() -> torch.Tensor:
