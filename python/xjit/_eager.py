@@ -351,6 +351,8 @@ TABLE.update(
         "numel": lambda x, a: x[0].numel(),
         "dim": lambda x, a: x[0].dim(),
         "size": lambda x, a: x[0].size(a["dim"]),
+        # A float input's carrier (0-d f64); on meta tensors (the layout walk) any number does.
+        "item": lambda x, a: 1.0 if x[0].device.type == "meta" else x[0].item(),
         "tuple_construct": lambda x, a: tuple(x),
         "tuple_get": lambda x, a: x[0][a["index"]],
         "cast": lambda x, a: x[0].to(_dtype(a["dtype"])),

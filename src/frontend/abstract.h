@@ -23,6 +23,7 @@ enum class VarKind : uint8_t {
   Object,       // a Python object known at capture time
   Tensor,       // a torch.Tensor computed by (or fed into) the graph
   SymInt,       // a Python int derived from a symbolic tensor size
+  SymFloat,     // a Python float read at run time (a graph input, Capture::floatInputs)
   Tuple,        // a tuple (or torch.Size / a structseq) of abstract values
   List,         // a list of abstract values (mutable)
   Dict,         // a dict with constant keys (mutable)
@@ -107,6 +108,19 @@ struct SymIntVar : Var {
   DimExpr expr; // over the graph's shape symbols
   int64_t hint; // its value in the frame being captured
   Value *value; // an IR int computing it
+};
+
+/// A Python float the graph reads at run time: ops take it as a scalar operand (a Python
+/// number's type promotion); where Python needs its value the analysis restarts with it
+/// guarded by value (Analyzer::specializeFloat).
+struct SymFloatVar : Var {
+  static constexpr VarKind Kind = VarKind::SymFloat;
+  SymFloatVar(double h, Value *v, std::vector<std::string> k)
+      : Var(VarKind::SymFloat), hint(h), value(v), inputs(std::move(k)) {}
+  double hint;                     // its value in the frame being captured
+  Value *value;                    // an IR float computing it
+  std::vector<std::string> inputs; // the sources of the float inputs it is computed from
+  std::optional<Source> input;     // where the caller passes it: the float input itself
 };
 
 struct TupleVar : Var {

@@ -429,6 +429,21 @@ public:
   /// IntSymbol guard and a carrier input, Capture::intInputs) when the options make it dynamic;
   /// nullptr: it stays a constant guarded by value.
   VarPtr symbolicInt(PyObject *o, const Source &src);
+  /// A Python float at `src` as a run-time input (SymFloatVar over a float carrier) when the
+  /// options make it dynamic, as symbolicInt decides for ints; nullptr: a guarded constant.
+  VarPtr symbolicFloat(PyObject *o, const Source &src);
+  /// `a op b` (op a BINARY_OP code, not in-place) where one side is a float input and neither
+  /// is a tensor: add/sub/mul/div of numbers stay in the graph, anything else specializes.
+  VarPtr floatBinary(int base, const VarPtr &a, const VarPtr &b);
+  /// `a cmp b` (cmp 0..5: < <= == != > >=) of a float input and a number: its outcome at this
+  /// call, kept as a FloatCompare guard; nullopt where that does not apply (a computed float,
+  /// NaN, another operand), and the float is then guarded by value.
+  std::optional<bool> guardedFloatComparison(int cmp, const VarPtr &a, const VarPtr &b);
+  /// Whether a number at `src` is dynamic under the options (automatic dynamic: listed in
+  /// dynamicSources; dynamic=True: a frame input, not module state, a global or a default).
+  bool dynamicNumber(const Source &src) const;
+  /// Restarts the analysis with the float inputs `s` is computed from guarded by value.
+  [[noreturn]] void specializeFloat(const VarPtr &s) const;
   /// Restarts the analysis with the (first) symbol of `e` made static.
   [[noreturn]] void specialize(const DimExpr &e) const;
   int64_t hintOf(const DimExpr &e) const;

@@ -153,6 +153,7 @@ PyRef pyTypeOf(Analyzer &a, const VarPtr &v) {
     return PyRef::borrow(reinterpret_cast<PyObject *>(Py_TYPE(as<ModuleVar>(v)->obj.get())));
   case VarKind::Tensor: return PyRef::borrow(torchTensorType());
   case VarKind::SymInt: return PyRef::borrow(reinterpret_cast<PyObject *>(&PyLong_Type));
+  case VarKind::SymFloat: return PyRef::borrow(reinterpret_cast<PyObject *>(&PyFloat_Type));
   case VarKind::Tuple: {
     auto *t = as<TupleVar>(v);
     return t->structType ? t->structType
@@ -437,6 +438,7 @@ const std::unordered_map<std::string, Builtin> &builtinTable() {
        }},
       {"float",
        [](Analyzer &a, const Args &args) -> VarPtr {
+         if (args.pos.size() == 1 && args.pos[0]->kind == VarKind::SymFloat) return args.pos[0];
          if (args.pos.size() == 1 && args.pos[0]->kind == VarKind::Tensor)
            a.fail("float() of a tensor (reads its data)");
          return callReal(a, reinterpret_cast<PyObject *>(&PyFloat_Type), args, "float");

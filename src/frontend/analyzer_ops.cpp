@@ -3,6 +3,9 @@
 // computed both as dim expressions and as IR scalars; known Python values are folded by calling
 // the real operator.
 #include "analyzer.h"
+#include "events.h"
+
+#include <cmath>
 
 namespace xjit::frontend {
 
@@ -104,11 +107,50 @@ static bool holdsSymbolicSize(const VarPtr &v) {
   return false;
 }
 
+VarPtr Analyzer::floatBinary(int base, const VarPtr &a, const VarPtr &b) {
+  // The value at this call, as Python computes it; an int operand must be exactly an int.
+  auto hint = [&](const VarPtr &v) -> std::optional<double> {
+    if (auto *s = as<SymFloatVar>(v)) return s->hint;
+    auto *o = as<ObjectVar>(v);
+    if (o && PyFloat_CheckExact(o->obj.get())) return PyFloat_AS_DOUBLE(o->obj.get());
+    if (o && PyLong_CheckExact(o->obj.get())) {
+      double d = PyLong_AsDouble(o->obj.get());
+      if (d == -1.0 && PyErr_Occurred())
+        PyErr_Clear();
+      else
+        return d;
+    }
+    return std::nullopt;
+  };
+  const VarPtr &sym = a->kind == VarKind::SymFloat ? a : b;
+  std::optional<double> x = hint(a), y = hint(b);
+  static const std::pair<int, const char *> irOps[] = {
+      {NB_ADD, "add"}, {NB_SUBTRACT, "sub"}, {NB_MULTIPLY, "mul"}, {NB_TRUE_DIVIDE, "div"}};
+  const char *irOp = nullptr;
+  for (auto &[k, v] : irOps)
+    if (k == base) irOp = v;
+  // Float arithmetic in the IR is IEEE double arithmetic, as Python's. A division by a float
+  // input is not (Python raises on 0.0, the graph would not): it is guarded by value.
+  if (!x || !y || !irOp || (base == NB_TRUE_DIVIDE && (b->kind == VarKind::SymFloat || *y == 0)))
+    specializeFloat(sym);
+  const double r = base == NB_ADD        ? *x + *y
+                   : base == NB_SUBTRACT ? *x - *y
+                   : base == NB_MULTIPLY ? *x * *y
+                                         : *x / *y;
+  std::vector<std::string> inputs;
+  for (const VarPtr &v : {a, b})
+    if (auto *s = as<SymFloatVar>(v))
+      inputs.insert(inputs.end(), s->inputs.begin(), s->inputs.end());
+  Value *v = builder_.op(irOp, {irValue(a), irValue(b)});
+  return std::make_shared<SymFloatVar>(r, v, std::move(inputs));
+}
+
 VarPtr Analyzer::binaryOp(int nb, const VarPtr &a, const VarPtr &b) {
   if (a->kind == VarKind::Tensor || b->kind == VarKind::Tensor)
     return tensorBinary(nb, a, b, a->kind != VarKind::Tensor);
   const int base = nb >= NB_INPLACE_ADD ? nb - NB_INPLACE_ADD : nb;
   const bool inplace = nb >= NB_INPLACE_ADD;
+  if (a->kind == VarKind::SymFloat || b->kind == VarKind::SymFloat) return floatBinary(base, a, b);
 
   // Symbolic sizes: shape arithmetic stays symbolic where the dim algebra can express it.
   if (a->kind == VarKind::SymInt || b->kind == VarKind::SymInt) {
@@ -339,8 +381,43 @@ std::optional<bool> Analyzer::guardedComparison(int cmp, const VarPtr &a, const 
   return r;
 }
 
+std::optional<bool> Analyzer::guardedFloatComparison(int cmp, const VarPtr &a, const VarPtr &b) {
+  const bool swapped = a->kind != VarKind::SymFloat;
+  auto *s = as<SymFloatVar>(swapped ? b : a);
+  auto *o = as<ObjectVar>(swapped ? a : b);
+  if (cmp < 0 || cmp > 5 || !s || !s->input || std::isnan(s->hint) || !o ||
+      !(PyFloat_CheckExact(o->obj.get()) || PyLong_CheckExact(o->obj.get())))
+    return std::nullopt;
+  static const int mirrored[] = {Py_GT, Py_GE, Py_EQ, Py_NE, Py_LT, Py_LE}; // b op a
+  static const int negated[] = {Py_GE, Py_GT, Py_NE, Py_EQ, Py_LE, Py_LT};  // not (a op b)
+  static const char *const names[] = {"<", "<=", "==", "!=", ">", ">="};
+  const int op = swapped ? mirrored[cmp] : cmp; // s op number
+  PyRef hint = check(PyFloat_FromDouble(s->hint), "float");
+  const int r = PyObject_RichCompareBool(hint.get(), o->obj.get(), op);
+  if (r < 0) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  // What held at this call (not NaN: the negation of `s > c` is then `s <= c`).
+  Guard g;
+  g.kind = Guard::FloatCompare;
+  g.source = *s->input;
+  g.object = o->obj;
+  g.length = r ? op : negated[op];
+  g.description = sourceKey(*s->input) + " " + names[g.length] + " " + describe(swapped ? a : b) +
+                  " (at " + shortLoc(currentLoc()) + ")";
+  addGuard(std::move(g));
+  return r != 0;
+}
+
 VarPtr Analyzer::compareOp(int cmp, const VarPtr &a, const VarPtr &b) {
   if (a->kind == VarKind::Tensor || b->kind == VarKind::Tensor) return tensorCompare(cmp, a, b);
+  // Python control flow on a float input: the branch taken is guarded (FloatCompare) where a
+  // float input meets a number, else the float is guarded by value.
+  if (a->kind == VarKind::SymFloat || b->kind == VarKind::SymFloat) {
+    if (std::optional<bool> r = guardedFloatComparison(cmp, a, b)) return boolean(*r);
+    specializeFloat(a->kind == VarKind::SymFloat ? a : b);
+  }
   if (a->kind == VarKind::SymInt || b->kind == VarKind::SymInt) {
     auto *sa = as<SymIntVar>(a);
     auto *sb = as<SymIntVar>(b);
@@ -450,6 +527,14 @@ VarPtr Analyzer::unaryOp(int opcode, const VarPtr &a) {
     }
     if (opcode == UNARY_POSITIVE) return a;
     specialize(s->expr);
+  }
+  if (auto *s = as<SymFloatVar>(a)) {
+    // -s is s * -1.0 exactly (IEEE negation, -0.0 included); the IR's neg takes tensors only.
+    if (opcode == UNARY_NEGATIVE)
+      return std::make_shared<SymFloatVar>(
+          -s->hint, builder_.op("mul", {s->value, builder_.constantFloat(-1.0)}), s->inputs);
+    if (opcode == UNARY_POSITIVE) return a;
+    specializeFloat(a);
   }
   PyRef p = asPython(a);
   if (!p || !foldable(p.get())) fail("unary operator on a " + typeName(a));

@@ -339,6 +339,7 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     return graphOutput(t->value);
   }
   case VarKind::SymInt: return graphOutput(as<SymIntVar>(v)->value);
+  case VarKind::SymFloat: return graphOutput(as<SymFloatVar>(v)->value);
   case VarKind::Object: {
     auto *o = as<ObjectVar>(v);
     PyObject *p = o->obj.get();

@@ -134,20 +134,9 @@ VarPtr Analyzer::symbolicInt(PyObject *o, const Source &src) {
   if (overflow || n == -1) PyErr_Clear();
   // 0, 1 and negative ints stay static (a symbol is at least 2, as for dims), as does a value
   // a restart of the analysis specialized (Python control flow needed it: range(n)).
-  if (overflow || n < 2 || specialized_.count(std::to_string(n))) return nullptr;
+  if (overflow || n < 2 || specialized_.count(std::to_string(n)) || !dynamicNumber(src))
+    return nullptr;
   const std::string key = sourceKey(src);
-  const std::vector<std::string> &listed = opts_.dynamicSources;
-  if (!listed.empty()) {
-    // Automatic dynamic: only ints whose value changed between calls.
-    if (std::find(listed.begin(), listed.end(), key) == listed.end()) return nullptr;
-  } else {
-    // dynamic=True: the frame's own inputs, as torch.compile does (ints of modules, globals
-    // and defaults are configuration, specialized).
-    if (isModuleState(src)) return nullptr;
-    for (const SourceStep &s : src)
-      if (s.kind == SourceStep::Attr && (s.name == "__defaults__" || s.name == "__kwdefaults__"))
-        return nullptr;
-  }
   // Its own symbol (no duck sizing with dims of the same size: an int that changes at every
   // call would otherwise be tied to a dim at the first symbolic capture).
   const std::string name = "i" + std::to_string(intSymbols_++);
@@ -169,6 +158,43 @@ VarPtr Analyzer::symbolicInt(PyObject *o, const Source &src) {
   addGuard(std::move(g));
   Value *v = builder_.op("size", {in}, {{"dim", Attr(int64_t{0})}});
   return std::make_shared<SymIntVar>(DimExpr::symbol(name), n, v);
+}
+
+bool Analyzer::dynamicNumber(const Source &src) const {
+  const std::vector<std::string> &listed = opts_.dynamicSources;
+  // Automatic dynamic: only numbers whose value changed between calls.
+  if (!listed.empty())
+    return std::find(listed.begin(), listed.end(), sourceKey(src)) != listed.end();
+  // dynamic=True: the frame's own inputs, as torch.compile does (numbers of modules, globals
+  // and defaults are configuration, specialized).
+  if (isModuleState(src)) return false;
+  for (const SourceStep &s : src)
+    if (s.kind == SourceStep::Attr && (s.name == "__defaults__" || s.name == "__kwdefaults__"))
+      return false;
+  return true;
+}
+
+VarPtr Analyzer::symbolicFloat(PyObject *o, const Source &src) {
+  // As torch.compile's specialize_float=False: a float that changed between calls becomes a
+  // graph input (a 0-d f64 carrier read by `item`), unless a restart specialized it.
+  if (!opts_.dynamicShapes || !PyFloat_CheckExact(o)) return nullptr;
+  const std::string key = sourceKey(src);
+  if (specialized_.count("float " + key) || !dynamicNumber(src)) return nullptr;
+  VarPtr carrier = floatInput(src);
+  Value *v = builder_.op("item", {irValue(carrier)});
+  auto f = std::make_shared<SymFloatVar>(PyFloat_AS_DOUBLE(o), v, std::vector<std::string>{key});
+  f->input = src;
+  return f;
+}
+
+void Analyzer::specializeFloat(const VarPtr &v) const {
+  auto *s = as<SymFloatVar>(v);
+  if (!s || s->inputs.empty())
+    throw BreakError("internal: specializing a float", currentLoc(), true);
+  if (settings().log & kLogDynamic)
+    logLine("specializing float " + s->inputs[0] + " at " + shortLoc(currentLoc()) +
+            "; the capture restarts with it guarded by value");
+  throw SpecializeError("float " + s->inputs[0]);
 }
 
 void Analyzer::specialize(const DimExpr &e) const {
@@ -326,6 +352,7 @@ Value *Analyzer::irValue(const VarPtr &v) {
     return t->value;
   }
   if (auto *s = as<SymIntVar>(v)) return s->value;
+  if (auto *s = as<SymFloatVar>(v)) return s->value;
   if (auto *o = as<ObjectVar>(v)) {
     PyObject *p = o->obj.get();
     if (PyBool_Check(p)) return builder_.constantBool(p == Py_True);
@@ -779,13 +806,13 @@ VarPtr Analyzer::tensorMethod(const VarPtr &t, const std::string &name, const Ar
 // Operators
 
 VarPtr Analyzer::tensorBinary(int nb, const VarPtr &a, const VarPtr &b, bool reflected) {
-  (void)reflected;
   const bool inplace = nb >= NB_INPLACE_ADD;
   const int base = inplace ? nb - NB_INPLACE_ADD : nb;
   const char *opName = nullptr;
   int kind = binaryIrOp(base, &opName);
   for (const VarPtr &v : {a, b}) {
-    if (v->kind == VarKind::Tensor || v->kind == VarKind::SymInt) continue;
+    if (v->kind == VarKind::Tensor || v->kind == VarKind::SymInt || v->kind == VarKind::SymFloat)
+      continue;
     auto *o = as<ObjectVar>(v);
     bool number = o && (PyLong_Check(o->obj.get()) || PyFloat_Check(o->obj.get()));
     if (!number)
@@ -799,6 +826,9 @@ VarPtr Analyzer::tensorBinary(int nb, const VarPtr &a, const VarPtr &b, bool ref
     if (base == NB_MATRIX_MULTIPLY && !inplace) {
       Args cast = autocastArgs("matmul", Args{{a, b}, {}});
       r = emit1(opName, {cast.pos[0], cast.pos[1]});
+    } else if (base == NB_TRUE_DIVIDE && reflected) {
+      // `number / x` is Tensor.__rtruediv__: x.reciprocal() * number (rounds twice, as eager).
+      r = emit1("mul", {emit1("reciprocal", {b}), a});
     } else {
       r = emit1(opName, {a, b});
     }
@@ -829,7 +859,8 @@ VarPtr Analyzer::tensorCompare(int cmp, const VarPtr &a, const VarPtr &b) {
   for (const VarPtr &v : {a, b}) {
     auto *o = as<ObjectVar>(v);
     if (o && o->obj.get() == Py_None && (cmp == 2 || cmp == 3)) return boolean(cmp == 3);
-    if (v->kind == VarKind::Tensor || v->kind == VarKind::SymInt) continue;
+    if (v->kind == VarKind::Tensor || v->kind == VarKind::SymInt || v->kind == VarKind::SymFloat)
+      continue;
     bool number = o && (PyLong_Check(o->obj.get()) || PyFloat_Check(o->obj.get()));
     if (!number) fail(std::string("comparison of a tensor with a ") + typeName(v));
   }

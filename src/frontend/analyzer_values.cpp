@@ -70,6 +70,7 @@ const char *varKindName(VarKind k) {
   case VarKind::Object: return "object";
   case VarKind::Tensor: return "tensor";
   case VarKind::SymInt: return "int";
+  case VarKind::SymFloat: return "float";
   case VarKind::Tuple: return "tuple";
   case VarKind::List: return "list";
   case VarKind::Dict: return "dict";
@@ -157,6 +158,7 @@ void Analyzer::addGuard(Guard g) {
   std::string key = std::to_string(g.kind) + ":" +
                     (g.kind == Guard::SizeAtMost ? g.lhs + "<=" + g.rhs : sourceKey(g.source));
   if (g.kind == Guard::NotIn) key += ":" + utf8(g.object.get());
+  if (g.kind == Guard::FloatCompare) key += ":" + g.description;
   if (!guardKeys_.insert(key).second) return;
   guards_.push_back(std::move(g));
 }
@@ -231,6 +233,8 @@ VarPtr Analyzer::wrapSourced(PyObject *o, const Source &src) {
   VarPtr v;
   if (VarPtr sym = symbolicInt(o, src)) {
     v = sym;
+  } else if (VarPtr f = symbolicFloat(o, src)) {
+    v = f;
   } else if (isScalarConstant(o) || isConstantTuple(o)) {
     guardEquals(src, o);
     v = constant(o);
@@ -683,6 +687,7 @@ VarPtr Analyzer::getAttr(const VarPtr &obj, const std::string &name) {
   case VarKind::List:
   case VarKind::Dict:
   case VarKind::SymInt: return std::make_shared<BoundVar>(obj, nullptr, name);
+  case VarKind::SymFloat: specializeFloat(obj); // s.is_integer(), s.real...
   case VarKind::Function: {
     auto *f = as<FunctionVar>(obj);
     if (name == "__name__" || name == "__qualname__")
@@ -879,6 +884,7 @@ PyRef Analyzer::asPython(const VarPtr &v) {
     if (s->expr.isStatic()) return check(PyLong_FromLongLong(s->expr.value()), "int");
     specialize(s->expr);
   }
+  case VarKind::SymFloat: specializeFloat(v);
   default: return {};
   }
 }
@@ -917,6 +923,7 @@ std::optional<double> Analyzer::asNumber(const VarPtr &v) {
   if (auto *o = as<ObjectVar>(v)) {
     if (PyFloat_Check(o->obj.get())) return PyFloat_AS_DOUBLE(o->obj.get());
   }
+  if (v->kind == VarKind::SymFloat) specializeFloat(v);
   if (auto i = asInt(v)) return static_cast<double>(*i);
   return std::nullopt;
 }
@@ -951,6 +958,8 @@ bool Analyzer::truthy(const VarPtr &v) {
     // `if n:` is `n != 0`: decided for a symbol (at least 2), else specialized (compareOp).
     return truthy(compareOp(3, v, integer(0)));
   }
+  case VarKind::SymFloat: // `if s:` is `s != 0.0`
+    return truthy(compareOp(3, v, constantSteal(PyFloat_FromDouble(0.0))));
   case VarKind::Tuple: return !as<TupleVar>(v)->items.empty();
   case VarKind::List: return !as<ListVar>(v)->items.empty();
   case VarKind::Dict: return !as<DictVar>(v)->items.empty();

@@ -530,13 +530,14 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
           logLine("module " + s + " of " + shortLoc(loc) + " is shared: guarded by type");
     }
     if (opts->dynamic == -1) {
-      // Automatic dynamic for Python ints (a decoding loop's `start_pos`): every int guarded by
-      // value in the latest entry that now holds another int becomes symbolic.
-      for (const std::string &s : onLatest(&GuardSet::intMismatches))
+      // Automatic dynamic for Python ints (a decoding loop's `start_pos`) and floats (a scale
+      // from .item(), a learning rate): every int or float guarded by value in the latest entry
+      // that now holds another number of its type becomes symbolic (a float: a graph input).
+      for (const std::string &s : onLatest(&GuardSet::numberMismatches))
         if (addNew(c->dynamicSources, s)) {
           c->dynamic = true;
           if (settings().log & kLogDynamic)
-            logLine("int " + s + " of " + shortLoc(loc) + " changed: symbolic from now on");
+            logLine("number " + s + " of " + shortLoc(loc) + " changed: symbolic from now on");
         }
     }
   }

@@ -141,13 +141,15 @@ std::vector<std::string> GuardSet::sizeMismatches(SourceValues &values) const {
   return out;
 }
 
-std::vector<std::string> GuardSet::intMismatches(SourceValues &values) const {
+std::vector<std::string> GuardSet::numberMismatches(SourceValues &values) const {
   std::vector<std::string> out;
   for (size_t i = 0; i < guards_.size(); ++i) {
     const Compiled &g = guards_[i];
-    if (g.kind != Guard::Equals || !g.object || !PyLong_CheckExact(g.object.get())) continue;
+    if (g.kind != Guard::Equals || !g.object) continue;
+    PyTypeObject *type = Py_TYPE(g.object.get());
+    if (type != &PyLong_Type && type != &PyFloat_Type) continue;
     PyObject *v = values.get(g.slot);
-    if (v && PyLong_CheckExact(v) && PyObject_RichCompareBool(v, g.object.get(), Py_EQ) == 0)
+    if (v && Py_TYPE(v) == type && PyObject_RichCompareBool(v, g.object.get(), Py_EQ) == 0)
       out.push_back(sourceText_[i]);
   }
   PyErr_Clear();
@@ -232,6 +234,9 @@ std::vector<std::string> GuardSet::descriptions() const {
     case Guard::NoOverlap: out.push_back(g.description); break;
     case Guard::NotIn: out.push_back(shortRepr(g.object.get()) + " not in " + src); break;
     case Guard::NoModuleHooks: out.push_back(src + " has no hooks"); break;
+    case Guard::FloatCompare:
+      out.push_back(src + " compares with " + shortRepr(g.object.get()));
+      break;
     }
   }
   return out;
@@ -340,6 +345,10 @@ bool GuardSet::checkOne(const Compiled &g, SourceValues &values, std::vector<int
       empty = !hooks || (PyDict_Check(hooks) ? PyDict_GET_SIZE(hooks) == 0 : false);
     }
     return empty || fail([&] { return *src + " has no hooks"; });
+  }
+  case Guard::FloatCompare: {
+    int r = PyFloat_CheckExact(v) ? PyObject_RichCompareBool(v, g.object.get(), int(g.length)) : 0;
+    return r == 1 || fail([&] { return g.description; });
   }
   case Guard::NotIn: {
     int in = PyDict_Check(v) ? PyDict_Contains(v, g.object.get()) : 1;

@@ -33,9 +33,10 @@ public:
   /// The dims of tensor guards whose static sizes differ from `values` (rank matching), as
   /// dynamicDimKey()s: what automatic dynamic shapes makes symbolic after a size miss.
   std::vector<std::string> sizeMismatches(SourceValues &values) const;
-  /// The sources of Equals guards on a Python int whose value is now another int: what
-  /// automatic dynamic makes a symbolic int after a miss (bools and floats stay specialized).
-  std::vector<std::string> intMismatches(SourceValues &values) const;
+  /// The sources of Equals guards on a Python int or float whose value is now another number
+  /// of its type: what automatic dynamic makes symbolic after a miss (a symbolic int, a float
+  /// graph input; bools stay specialized).
+  std::vector<std::string> numberMismatches(SourceValues &values) const;
   /// The sources of IdIs guards on an nn.Module that now hold another instance of the same
   /// class: what a recompile guards by type instead (AnalyzeOptions::sharedModules).
   std::vector<std::string> sharableModules(SourceValues &values) const;

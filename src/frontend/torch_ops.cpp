@@ -248,6 +248,7 @@ Attr scalarAttr(Analyzer &a, const VarPtr &v, const char *what) {
     if (PyFloat_Check(p)) return Attr(PyFloat_AS_DOUBLE(p));
   }
   if (v->kind == VarKind::SymInt) return Attr(toInt(a, v, what));
+  if (v->kind == VarKind::SymFloat) a.specializeFloat(v); // an attribute: guarded by value
   a.fail(std::string(what) + " must be a number known at capture time, got " + a.describe(v));
 }
 

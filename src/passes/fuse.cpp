@@ -11,6 +11,7 @@
 // except that cheap producers may be cloned into each consuming group (`duplicate-cheap`).
 // The fused block is then re-sorted stably so every fusion op follows its inputs.
 #include "fuse_rules.h"
+#include "mutation_info.h"
 #include "passes.h"
 
 #include "xjit/ir/diagnostics.h"
@@ -41,6 +42,7 @@ const char *kindName(Kind k) {
 struct FuseOptions {
   int64_t maxSize, minSize;
   bool duplicateCheap;
+  const MutationInfo *mutation; // values written in place: never cloned (duplicateCheap)
 };
 
 struct Group {
@@ -414,6 +416,10 @@ private:
 
   bool copyFits(const Group &g, int p) const {
     if (!readsOutside(g, p)) return false;
+    // A clone recomputes the value where the group runs: after an in-place write of it (a
+    // fill_ between the producer and the group), it would read the value from before the write.
+    for (const auto &r : ops_[p]->results())
+      if (opts_.mutation->mayBeWritten(r.get())) return false;
     if (cls_[p] == FuseClass::Broadcast) return true;
     if (g.kind == Kind::Elementwise) return resultType(p).shape() == g.shape;
     return rowClass(g, resultType(p)) != RowClass::Other;
@@ -646,8 +652,11 @@ bool fuseBlock(Block *b, const FuseOptions &opts, PassContext &ctx) {
 bool runFuse(Graph &g, PassContext &ctx) {
   FuseOptions opts{.maxSize = ctx.intOption("max-group-size"),
                    .minSize = ctx.intOption("min-group-size"),
-                   .duplicateCheap = ctx.boolOption("duplicate-cheap")};
+                   .duplicateCheap = ctx.boolOption("duplicate-cheap"),
+                   .mutation = nullptr};
   if (opts.maxSize < 2) throw Error(ErrorKind::User, "fuse: max-group-size must be at least 2");
+  const MutationInfo mutation(g);
+  opts.mutation = &mutation;
   return fuseBlock(g.body(), opts, ctx);
 }
 

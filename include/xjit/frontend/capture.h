@@ -97,6 +97,9 @@ struct Guard {
                    // does not shadow a class attribute the capture resolved)
     NoModuleHooks, // the nn.Module x has no forward, forward-pre, backward or backward-pre
                    // hooks (its four hook dicts are empty: a module call the capture inlined)
+    FloatCompare,  // x, exactly a float, compares with the number `object` by the Python rich
+                   // comparison `length` (Py_LT...Py_GE) as True: the branch a capture took on
+                   // a float input (`if s > 0:`, Capture::floatInputs)
   };
   Kind kind;
   Source source;

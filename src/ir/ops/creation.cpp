@@ -359,6 +359,37 @@ void registerCreationOps(OpRegistry &r) {
                  [](const Op &, const Tensor &t) { return t.numel(); }));
   r.add(queryRow("dim", "Number of dims (an int)", {},
                  [](const Op &, const Tensor &t) { return t.rank(); }));
+  // A Python number carried into the graph as a 0-d tensor (a float input, Capture::
+  // floatInputs): ops then take it as a scalar operand, promoted as a Python number is.
+  r.add({.name = "item",
+         .summary = "The value of a 0-d tensor as a Python number (float, int or bool)",
+         .operands = {{"self"}},
+         .infer = [](const Op &op) -> std::vector<Type> {
+           const Type &t = tensorOperand(op, 0);
+           if (t.rank() != 0)
+             inferFail("item: expected a 0-d tensor, got " + t.str());
+           switch (dtypeCategory(t.dtype())) {
+           case DTypeCategory::Bool:
+             return {Type::boolTy()};
+           case DTypeCategory::Integer:
+             return {Type::intTy()};
+           case DTypeCategory::Floating:
+             break;
+           }
+           return {Type::floatTy()};
+         },
+         .kernel = [](const Op &op, In in) -> Results {
+           const Tensor &t = tensorIn(op, in, 0);
+           switch (dtypeCategory(t.dtype())) {
+           case DTypeCategory::Bool:
+             return {RtValue(t.getInt(0) != 0)};
+           case DTypeCategory::Integer:
+             return {RtValue(t.getInt(0))};
+           case DTypeCategory::Floating:
+             break;
+           }
+           return {RtValue(t.getDouble(0))};
+         }});
 }
 
 } // namespace xjit

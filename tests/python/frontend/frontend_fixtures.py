@@ -5,7 +5,7 @@ tests that import from it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -48,3 +48,40 @@ def check_layouts(got: Any, want: Any) -> None:
         assert a.shape == b.shape
         assert a.stride() == b.stride(), f"strides {a.stride()} != eager's {b.stride()}"
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def run_values(
+    fn: Callable[..., Any],
+    values: Iterable[Any],
+    make_x: Callable[[], Any],
+    exact: bool = False,
+    **jit: Any,
+) -> None:
+    """Calls xjit.jit(fn) and fn on (x, v) for each value (x from make_x, a copy each): results
+    equal eager's (bit for bit if `exact`, else f32 tolerance), no XjitWarning."""
+    import warnings
+
+    import torch
+
+    import xjit
+
+    compiled = xjit.jit(fn, **jit)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", xjit.XjitWarning)
+        for v in values:
+            x = make_x()
+            want = fn(x.clone(), v)
+            got = compiled(x.clone(), v)
+            if isinstance(want, tuple):
+                assert isinstance(got, tuple) and len(got) == len(want)
+            else:
+                got, want = (got,), (want,)
+            for g, w in zip(got, want):
+                if not isinstance(w, torch.Tensor):
+                    assert type(g) is type(w) and g == w, (v, g, w)
+                elif exact:
+                    assert g.dtype == w.dtype and g.shape == w.shape, v
+                    assert torch.equal(g, w), (v, (g - w).abs().max())
+                else:
+                    assert g.shape == w.shape, v
+                    torch.testing.assert_close(g, w, msg=f"value {v}")

@@ -1,52 +1,28 @@
 """Symbolic Python int arguments ("automatic dynamic" for ints, docs/frontend.md "Symbolic int
 arguments"): an int argument whose value changes between calls becomes a symbol (bound by an
 IntSymbol guard and a u8[sym] carrier input), so one capture serves every value of at least 2;
-0, 1, negative ints, bools and floats stay specialized. Every result is checked against eager,
-and the number of compiles against the frontend's counters."""
+0, 1, negative ints and bools stay specialized (floats become graph inputs instead,
+test_float_inputs.py). Every result is checked against eager, and the number of compiles
+against the frontend's counters."""
 
 from __future__ import annotations
 
 import copy
 import sys
 import warnings
-from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 fe = pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
-from frontend_fixtures import clean, counters  # noqa: E402, F401 (autouse fixture)
+from frontend_fixtures import clean, counters, run_values  # noqa: E402, F401 (autouse fixture)
 
 REPO = Path(__file__).resolve().parents[3]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 from bench import meta_decode  # noqa: E402
-
-
-def run_values(
-    fn: Callable[..., Any], values: Iterable[Any], make_x: Callable[[], torch.Tensor], **jit: Any
-) -> None:
-    """Calls xjit.jit(fn) and fn on (x, v) for each value; results must be equal, no warning."""
-    compiled = xjit.jit(fn, **jit)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", xjit.XjitWarning)
-        for v in values:
-            x = make_x()
-            want = fn(x.clone(), v)
-            got = compiled(x.clone(), v)
-            if isinstance(want, tuple):
-                assert isinstance(got, tuple) and len(got) == len(want)
-            else:
-                got, want = (got,), (want,)
-            for g, w in zip(got, want):
-                if isinstance(w, torch.Tensor):
-                    assert g.shape == w.shape, v
-                    torch.testing.assert_close(g, w, msg=f"value {v}")
-                else:
-                    assert type(g) is type(w) and g == w, (v, g, w)
 
 
 def x12() -> torch.Tensor:
@@ -206,7 +182,7 @@ def test_dynamic_true_symbolic_from_the_first_call() -> None:
     assert counters()["compiles"] == 3
 
 
-def test_bools_and_floats_stay_specialized() -> None:
+def test_bools_stay_specialized_floats_become_inputs() -> None:
     def f(x: torch.Tensor, flag: bool) -> torch.Tensor:
         return x * 2 if flag else x - 1
 
@@ -216,8 +192,9 @@ def test_bools_and_floats_stay_specialized() -> None:
     def g(x: torch.Tensor, s: float) -> torch.Tensor:
         return x * s
 
+    # A float is a graph input after its first change (test_float_inputs.py).
     run_values(g, [0.5, 2.5, 3.5, 2.5], x12)
-    assert counters()["compiles"] == 5  # one per float value (2 + 3)
+    assert counters()["compiles"] == 4  # 2 + 2
 
 
 def test_int_in_a_list_argument() -> None:
