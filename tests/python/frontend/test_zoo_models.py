@@ -58,11 +58,11 @@ TESTED = [
     "gpt2-cache",  # use_cache=True: the output holds a DynamicCache
     "mamba",  # the selective scan's Python loop over the sequence, unrolled
     "rnn",  # nn.GRU and a bidirectional nn.LSTM unrolled over the sequence
+    "unet",  # nearest F.interpolate and nn.MultiheadAttention's fast path as IR ops
 ]
 # One graph with no break, right values, warnings none, but PyTorch fallback nodes: the targets.
 WITH_FALLBACKS = {
     "mobilevit": {"torch.nn.functional.interpolate"},  # a one-pixel depthwise conv (oneDNN)
-    "unet": {"torch.nn.functional.interpolate", "torch._VariableFunctionsClass._native_multi_head_attention"},
     "qwen2-moe": {"torch._VariableFunctionsClass.histc", "grouped_mm_fallback"},
 }
 CODE_MODELS = {"mobilenet", "convnext", "unet", "rnn"}  # written in bench/zoo.py, not transformers
@@ -79,6 +79,7 @@ TRAINED = [
     "qwen2-moe",
     "mamba",
     "rnn",
+    "unet",  # F.multi_head_attention_forward and the upsampling compiled with their gradients
 ]
 
 
