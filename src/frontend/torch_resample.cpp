@@ -2,7 +2,7 @@
 // static spatial sizes: per spatial dim the source indices (and linear weights) are computed at
 // capture exactly as ATen's CPU kernels compute them (aten/src/ATen/native/UpSample.h:
 // nearest_idx, area_pixel_compute_source_index, guard_index_and_lambda), then applied as an
-// integer-factor broadcast (expand + reshape, which fuses) or index_select with a constant index,
+// integer-factor broadcast (expand + reshape) or a gather of a constant index,
 // and for linear modes a weighted sum of the two gathers. Gradients follow from those ops'.
 #include "torch_ops.h"
 
@@ -92,7 +92,7 @@ VarPtr constant1d(Analyzer &a, const std::vector<V> &values, const char *dtype) 
 }
 
 /// x's elements along `dim` at the indices: an integer-factor repeat (i -> i / k) as
-/// unsqueeze + expand + reshape, which fuses into the consumer; otherwise index_select.
+/// unsqueeze + expand + reshape; otherwise a gather.
 VarPtr gather(Analyzer &a, const VarPtr &x, int64_t dim, const std::vector<int64_t> &idx,
               int64_t in) {
   const auto out = static_cast<int64_t>(idx.size());
@@ -115,7 +115,16 @@ VarPtr gather(Analyzer &a, const VarPtr &x, int64_t dim, const std::vector<int64
       return a.emit1("reshape", {e}, {{"shape", makeSizeAttr(shape)}});
     }
   }
-  return a.emit1("index_select", {x, constant1d(a, idx, "int64")}, {{"dim", Attr(dim)}});
+  // gather with the index broadcast to the output's shape: the backend's elementwise gather
+  // kernel (index_select is a reference kernel: 6.2 against 2.4 ms on a [1,64,64,64] 2x
+  // upsampling, one thread).
+  Shape shape = as<TensorVar>(x)->type().shape();
+  std::vector<int64_t> column(shape.size(), 1);
+  column[static_cast<size_t>(dim)] = out;
+  VarPtr index = a.emit1("reshape", {constant1d(a, idx, "int64")}, {{"shape", Attr(column)}});
+  shape[static_cast<size_t>(dim)] = DimExpr(out);
+  index = a.emit1("expand", {index}, {{"shape", makeSizeAttr(shape)}});
+  return a.emit1("gather", {x, index}, {{"dim", Attr(dim)}});
 }
 
 /// The weights of a linear mode along `dim` of a rank-`rank` tensor, shaped to broadcast.

@@ -59,10 +59,10 @@ TESTED = [
     "mamba",  # the selective scan's Python loop over the sequence, unrolled
     "rnn",  # nn.GRU and a bidirectional nn.LSTM unrolled over the sequence
     "unet",  # nearest F.interpolate and nn.MultiheadAttention's fast path as IR ops
+    "mobilevit",  # a one-pixel depthwise conv (oneDNN); bilinear F.interpolate at tiny sizes
 ]
 # One graph with no break, right values, warnings none, but PyTorch fallback nodes: the targets.
 WITH_FALLBACKS = {
-    "mobilevit": {"torch.nn.functional.interpolate"},  # a one-pixel depthwise conv (oneDNN)
     "qwen2-moe": {"torch._VariableFunctionsClass.histc", "grouped_mm_fallback"},
 }
 CODE_MODELS = {"mobilenet", "convnext", "unet", "rnn"}  # written in bench/zoo.py, not transformers
