@@ -153,6 +153,17 @@ std::optional<std::vector<double>> numbers(Analyzer &a, const VarPtr &v, size_t 
   return out;
 }
 
+/// Whether `size` is an int or a sequence of ints (F.interpolate's check: floats raise).
+bool intSizes(Analyzer &a, const VarPtr &v) {
+  PyRef o = a.asPython(v);
+  if (!o) return false;
+  if (!PyTuple_Check(o.get()) && !PyList_Check(o.get())) return PyLong_Check(o.get());
+  PyRef items = check(PySequence_Fast(o.get(), "size"), "size");
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items.get()); ++i)
+    if (!PyLong_Check(PySequence_Fast_GET_ITEM(items.get(), i))) return false;
+  return true;
+}
+
 } // namespace
 
 VarPtr lowerInterpolate(Analyzer &a, BoundArgs &b, const TorchRow &) {
@@ -193,6 +204,7 @@ VarPtr lowerInterpolate(Analyzer &a, BoundArgs &b, const TorchRow &) {
   // unless recompute_scale_factor).
   const bool sized = !isNoneVar(b.at("size")), scaled = !isNoneVar(b.at("scale_factor"));
   if (sized == scaled) return nullptr;
+  if (sized && !intSizes(a, b.at("size"))) return nullptr; // F.interpolate raises TypeError
   std::optional<std::vector<double>> given =
       numbers(a, b.at(sized ? "size" : "scale_factor"), static_cast<size_t>(spatial));
   if (!given) return nullptr;
@@ -202,7 +214,7 @@ VarPtr lowerInterpolate(Analyzer &a, BoundArgs &b, const TorchRow &) {
   std::vector<std::optional<double>> scales;
   for (int64_t i = 0; i < spatial; ++i) {
     const double g = (*given)[static_cast<size_t>(i)];
-    if (sized && g != std::floor(g)) return nullptr;
+    if (!std::isfinite(g) || g <= 0) return nullptr; // PyTorch's op raises
     out.push_back(sized ? static_cast<int64_t>(g)
                         : static_cast<int64_t>(std::floor(static_cast<double>(in[i]) * g)));
     scales.push_back(sized || recompute ? std::nullopt : std::optional<double>(g));

@@ -124,6 +124,22 @@ def test_upsample_module_and_unsupported_modes_keep_eagers_values() -> None:
         torch.testing.assert_close(report.output, f(x), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize(
+    "kw", [{"size": (4.0, 5)}, {"scale_factor": -2.0}, {"scale_factor": 2.0, "size": 3}, {"size": (0, 3)}]
+)
+def test_interpolate_invalid_arguments_raise_like_eager(kw: dict[str, Any]) -> None:
+    """What F.interpolate (or its ATen op) rejects keeps PyTorch's call, which raises."""
+    x = torch.randn(2, 3, 6, 5)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x, **kw) * 2
+
+    with pytest.raises(Exception) as want:
+        f(x)
+    with pytest.raises(type(want.value)):
+        xjit.jit(f)(x)
+
+
 E, HEADS, L, S, B = 16, 4, 5, 7, 3
 
 # (constructor keywords, call form): self-attention unless "cross"; masks are float (additive),
