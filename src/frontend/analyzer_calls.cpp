@@ -842,7 +842,11 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
       tensorArgs |= v->kind == VarKind::Tensor;
     // Module code is inlined like the user's: nn.modules, and parametrizations (weight_norm's
     // _WeightNorm.forward takes the module itself, which a fallback node cannot pass).
-    if (trusted && mod.rfind("torch", 0) == 0 && tensorArgs &&
+    // F._canonical_mask / _none_or_dtype (nn.MultiheadAttention's mask handling: dtype checks
+    // and a bool mask's masked_fill) are inlined too, so that its masks stay in the graph.
+    const bool maskHelper =
+        mod == "torch.nn.functional" && (qn == "_canonical_mask" || qn == "_none_or_dtype");
+    if (trusted && mod.rfind("torch", 0) == 0 && tensorArgs && !maskHelper &&
         mod.rfind("torch.nn.modules", 0) != 0 && mod.rfind("torch.nn.utils.parametriz", 0) != 0)
       return fallbackCall(fn, mod + "." + qn, args);
     std::optional<Source> globalsSource;

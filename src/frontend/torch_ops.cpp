@@ -1632,6 +1632,10 @@ LOWER(lowerEmbedding) {
   return a.emit1("embedding", {b.at("weight"), b.at("input")}, std::move(attrs));
 }
 
+LOWER(lowerIsFloatingPoint) { // a property of the dtype, known at capture
+  return a.boolean(isFloating(tensorOf(a, b.at("input"), "input").type().dtype()));
+}
+
 LOWER(lowerPad) {
   AttrMap attrs{{"pad", Attr(toInts(a, b.at("pad"), "pad"))}};
   PyRef mode = a.asPython(b.at("mode"));
@@ -2063,7 +2067,12 @@ const std::vector<TorchRow> &table() {
        "argsort", "input | dim descending stable"},
       {"torch.topk Tensor.topk", "input, k, dim=-1, largest=True, sorted=True", "topk",
        "input | k dim largest sorted", nullptr, "torch.return_types.topk"},
+      {"torch.is_floating_point", "input", "", "", lowerIsFloatingPoint},
       {"F.pad", "input, pad, mode='constant', value=None", "pad", "", lowerPad},
+      {"F.interpolate",
+       "input, size=None, scale_factor=None, mode='nearest', align_corners=None, "
+       "recompute_scale_factor=None, antialias=False",
+       "interpolate", "", lowerInterpolate},
       {"torch.pixel_shuffle F.pixel_shuffle", "input, upscale_factor", "pixel_shuffle",
        "input | upscale_factor"},
       {"torch.pixel_unshuffle F.pixel_unshuffle", "input, downscale_factor", "pixel_unshuffle",
@@ -2222,6 +2231,17 @@ const std::vector<TorchRow> &table() {
        "input, weight, padding_idx=None, max_norm=None, norm_type=2.0, "
        "scale_grad_by_freq=False, sparse=False",
        "embedding", "", lowerEmbedding},
+      {"torch._native_multi_head_attention",
+       "query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, proj_bias, "
+       "mask=None, need_weights=True, average_attn_weights=True, mask_type=None",
+       "native_multi_head_attention", "", lowerNativeMha},
+      {"F.multi_head_attention_forward",
+       "query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias, bias_k, "
+       "bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias, training=True, "
+       "key_padding_mask=None, need_weights=True, attn_mask=None, use_separate_proj_weight=False, "
+       "q_proj_weight=None, k_proj_weight=None, v_proj_weight=None, static_k=None, static_v=None, "
+       "average_attn_weights=True, is_causal=False",
+       "multi_head_attention_forward", "", lowerMhaForward},
       {"F.scaled_dot_product_attention",
        "query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, "
        "enable_gqa=False",

@@ -50,6 +50,16 @@ bool isNoneVar(const VarPtr &v);
 /// the call stays a PyTorch fallback node.
 VarPtr lowerRecurrent(Analyzer &a, BoundArgs &b, const TorchRow &row);
 
+/// F.interpolate's nearest / nearest-exact / linear modes as gathers (torch_resample.cpp);
+/// nullptr where the call stays a PyTorch fallback node.
+VarPtr lowerInterpolate(Analyzer &a, BoundArgs &b, const TorchRow &row);
+
+/// torch._native_multi_head_attention / F.multi_head_attention_forward (what
+/// nn.MultiheadAttention calls) as projections + scaled_dot_product_attention
+/// (torch_attention.cpp); nullptr where the call stays a PyTorch fallback node.
+VarPtr lowerNativeMha(Analyzer &a, BoundArgs &b, const TorchRow &row);
+VarPtr lowerMhaForward(Analyzer &a, BoundArgs &b, const TorchRow &row);
+
 /// Lowering entry points (called by the Analyzer).
 VarPtr lowerTorchRow(Analyzer &a, const TorchRow &row, const Args &args, bool *matched);
 const std::vector<const TorchRow *> *rowsForCallable(PyObject *fn);

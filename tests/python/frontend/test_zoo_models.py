@@ -58,11 +58,11 @@ TESTED = [
     "gpt2-cache",  # use_cache=True: the output holds a DynamicCache
     "mamba",  # the selective scan's Python loop over the sequence, unrolled
     "rnn",  # nn.GRU and a bidirectional nn.LSTM unrolled over the sequence
+    "unet",  # nearest F.interpolate and nn.MultiheadAttention's fast path as IR ops
+    "mobilevit",  # a one-pixel depthwise conv (oneDNN); bilinear F.interpolate at tiny sizes
 ]
 # One graph with no break, right values, warnings none, but PyTorch fallback nodes: the targets.
 WITH_FALLBACKS = {
-    "mobilevit": {"torch.nn.functional.interpolate"},  # a one-pixel depthwise conv (oneDNN)
-    "unet": {"torch.nn.functional.interpolate", "torch._VariableFunctionsClass._native_multi_head_attention"},
     "qwen2-moe": {"torch._VariableFunctionsClass.histc", "grouped_mm_fallback"},
 }
 CODE_MODELS = {"mobilenet", "convnext", "unet", "rnn"}  # written in bench/zoo.py, not transformers
@@ -79,6 +79,7 @@ TRAINED = [
     "qwen2-moe",
     "mamba",
     "rnn",
+    "unet",  # F.multi_head_attention_forward and the upsampling compiled with their gradients
 ]
 
 
@@ -392,12 +393,15 @@ def test_frames_under_a_dispatch_mode_run_as_eager() -> None:
     torch.testing.assert_close(got, f(x), rtol=0, atol=0)
 
 
-def test_multihead_attention_trains_like_eager() -> None:
-    # In training the module takes F.multi_head_attention_forward, a PyTorch fallback (output,
-    # None): its one tensor comes back as a tensor, so the meta run that derives output layouts
-    # works; the step runs in Python for want of the fallback's derivative, named in the note.
+@pytest.mark.parametrize("zero_attn", [False, True])
+def test_multihead_attention_trains_like_eager(zero_attn: bool) -> None:
+    # In training the module takes F.multi_head_attention_forward, lowered to IR ops (session
+    # 19): one forward and backward graph. With add_zero_attn it stays a PyTorch fallback
+    # (output, None): its one tensor comes back as a tensor, so the meta run that derives output
+    # layouts works; the step runs in Python for want of the fallback's derivative, named in the
+    # note.
     torch.manual_seed(0)
-    attn = nn.MultiheadAttention(16, 4, batch_first=True)
+    attn = nn.MultiheadAttention(16, 4, batch_first=True, add_zero_attn=zero_attn)
     x = torch.randn(2, 5, 16)
 
     def f(x: torch.Tensor) -> torch.Tensor:
@@ -410,7 +414,10 @@ def test_multihead_attention_trains_like_eager() -> None:
     report = xjit.explain(f)(x)
     report.output.square().sum().backward()
     (graph,) = report.graphs
-    assert "multi_head_attention_forward (no rule)" in graph.note, graph.note
+    if zero_attn:
+        assert "multi_head_attention_forward (no rule)" in graph.note, graph.note
+    else:
+        assert graph.note.startswith("training step: forward"), graph.note
     torch.testing.assert_close(report.output, want, rtol=1e-6, atol=1e-6)
     for p, g in zip(attn.parameters(), grads, strict=True):
         torch.testing.assert_close(p.grad, g, rtol=1e-6, atol=1e-6)

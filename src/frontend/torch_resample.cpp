@@ -1,0 +1,247 @@
+// F.interpolate's nearest / nearest-exact / (bi,tri)linear modes decomposed into IR ops over
+// static spatial sizes: per spatial dim the source indices (and linear weights) are computed at
+// capture exactly as ATen's CPU kernels compute them (aten/src/ATen/native/UpSample.h:
+// nearest_idx, area_pixel_compute_source_index, guard_index_and_lambda), then applied as an
+// integer-factor broadcast (expand + reshape) or a gather of a constant index,
+// and for linear modes a weighted sum of the two gathers. Gradients follow from those ops'.
+#include "torch_ops.h"
+
+#include "analyzer.h"
+#include "xjit/ir/sym_attr.h"
+
+#include <cmath>
+
+namespace xjit::frontend {
+
+namespace {
+
+enum class Mode { Nearest, NearestExact, Linear };
+
+/// One spatial dim's resampling: source indices (and, for linear modes, the second index and
+/// the two weights) per output position.
+struct DimPlan {
+  int64_t in = 0, out = 0;
+  std::vector<int64_t> i0, i1;
+  std::vector<double> w0, w1;
+};
+
+/// ATen's compute_scales_value: 1/scale_factor where the caller gave one, else in/out; in the
+/// kernel's precision T (float for nearest; the opmath type for linear).
+template <typename T> T scaleValue(std::optional<double> scale, int64_t in, int64_t out) {
+  return scale && *scale > 0. ? static_cast<T>(1.0 / *scale) : static_cast<T>(in) / out;
+}
+
+DimPlan nearestPlan(Mode mode, int64_t in, int64_t out, std::optional<double> scale) {
+  DimPlan p{in, out, {}, {}, {}, {}};
+  const float s = scaleValue<float>(scale, in, out);
+  for (int64_t d = 0; d < out; ++d) {
+    int64_t src;
+    if (mode == Mode::Nearest) {
+      // nearest_idx: exact shortcuts for equal and doubled sizes, else floorf(d * scale).
+      src = out == in       ? d
+            : out == 2 * in ? d >> 1
+                            : static_cast<int64_t>(std::floor(static_cast<float>(d) * s));
+    } else {
+      // nearest_neighbor_exact_compute_source_index: (d + 0.5) in double, floorf of its float.
+      src = static_cast<int64_t>(std::floor(static_cast<float>((d + 0.5) * s)));
+    }
+    p.i0.push_back(std::min(src, in - 1));
+  }
+  return p;
+}
+
+template <typename T>
+DimPlan linearPlan(int64_t in, int64_t out, bool alignCorners, std::optional<double> scale) {
+  DimPlan p{in, out, {}, {}, {}, {}};
+  // area_pixel_compute_scale
+  const T ratio = alignCorners ? (out > 1 ? static_cast<T>(in - 1) / (out - 1) : T(0))
+                               : scaleValue<T>(scale, in, out);
+  for (int64_t d = 0; d < out; ++d) {
+    if (out == in) { // compute_source_index_and_lambda's copy case
+      p.i0.push_back(d), p.i1.push_back(d), p.w0.push_back(1.0), p.w1.push_back(0.0);
+      continue;
+    }
+    T src = alignCorners ? ratio * static_cast<T>(d)
+                         : ratio * (static_cast<T>(d) + static_cast<T>(0.5)) - static_cast<T>(0.5);
+    if (!alignCorners && src < T(0)) src = T(0);
+    const int64_t i0 = std::min(static_cast<int64_t>(std::floor(src)), in - 1);
+    const T l1 = std::min(std::max(src - static_cast<T>(i0), T(0)), T(1));
+    p.i0.push_back(i0);
+    p.i1.push_back(i0 + (i0 < in - 1 ? 1 : 0));
+    p.w0.push_back(static_cast<double>(T(1) - l1));
+    p.w1.push_back(static_cast<double>(l1));
+  }
+  return p;
+}
+
+/// A 1-d constant tensor of the values, as torch.tensor(values, dtype=dtype) makes it.
+template <typename V>
+VarPtr constant1d(Analyzer &a, const std::vector<V> &values, const char *dtype) {
+  PyRef list = check(PyList_New(static_cast<Py_ssize_t>(values.size())), "list");
+  for (size_t i = 0; i < values.size(); ++i) {
+    PyObject *x = std::is_integral_v<V> ? PyLong_FromLongLong(static_cast<long long>(values[i]))
+                                        : PyFloat_FromDouble(static_cast<double>(values[i]));
+    PyList_SET_ITEM(list.get(), static_cast<Py_ssize_t>(i), check(x, "item").release());
+  }
+  PyRef fn = check(PyObject_GetAttrString(torchModule(), "tensor"), "torch.tensor");
+  PyRef dt = check(PyObject_GetAttrString(torchModule(), dtype), "dtype");
+  PyRef args = check(PyTuple_Pack(1, list.get()), "args");
+  PyRef kw = check(Py_BuildValue("{sO}", "dtype", dt.get()), "kw");
+  PyRef t = check(PyObject_Call(fn.get(), args.get(), kw.get()), "torch.tensor");
+  return a.constantTensor(t.get());
+}
+
+/// x's elements along `dim` at the indices: an integer-factor repeat (i -> i / k) as
+/// unsqueeze + expand + reshape; otherwise a gather.
+VarPtr gather(Analyzer &a, const VarPtr &x, int64_t dim, const std::vector<int64_t> &idx,
+              int64_t in) {
+  const auto out = static_cast<int64_t>(idx.size());
+  bool identity = out == in;
+  for (int64_t d = 0; identity && d < out; ++d)
+    identity = idx[static_cast<size_t>(d)] == d;
+  if (identity) return x;
+  if (out % in == 0) {
+    const int64_t k = out / in;
+    bool repeat = true;
+    for (int64_t d = 0; repeat && d < out; ++d)
+      repeat = idx[static_cast<size_t>(d)] == d / k;
+    if (repeat) {
+      Shape shape = as<TensorVar>(x)->type().shape();
+      VarPtr u = a.emit1("unsqueeze", {x}, {{"dim", Attr(dim + 1)}});
+      std::vector<int64_t> expand(shape.size() + 1, -1);
+      expand[static_cast<size_t>(dim + 1)] = k;
+      VarPtr e = a.emit1("expand", {u}, {{"shape", Attr(expand)}});
+      shape[static_cast<size_t>(dim)] = DimExpr(out);
+      return a.emit1("reshape", {e}, {{"shape", makeSizeAttr(shape)}});
+    }
+  }
+  // gather with the index broadcast to the output's shape: the backend's elementwise gather
+  // kernel (index_select is a reference kernel: 6.2 against 2.4 ms on a [1,64,64,64] 2x
+  // upsampling, one thread).
+  Shape shape = as<TensorVar>(x)->type().shape();
+  std::vector<int64_t> column(shape.size(), 1);
+  column[static_cast<size_t>(dim)] = out;
+  VarPtr index = a.emit1("reshape", {constant1d(a, idx, "int64")}, {{"shape", Attr(column)}});
+  shape[static_cast<size_t>(dim)] = DimExpr(out);
+  index = a.emit1("expand", {index}, {{"shape", makeSizeAttr(shape)}});
+  return a.emit1("gather", {x, index}, {{"dim", Attr(dim)}});
+}
+
+/// The weights of a linear mode along `dim` of a rank-`rank` tensor, shaped to broadcast.
+VarPtr weights(Analyzer &a, const std::vector<double> &w, int64_t dim, int64_t rank,
+               const char *dtype) {
+  VarPtr t = constant1d(a, w, dtype);
+  std::vector<int64_t> shape(static_cast<size_t>(rank - dim), 1);
+  shape[0] = static_cast<int64_t>(w.size());
+  return a.emit1("reshape", {t}, {{"shape", Attr(shape)}});
+}
+
+/// Per-dim floats of an int-or-sequence argument (size / scale_factor), `n` of them.
+std::optional<std::vector<double>> numbers(Analyzer &a, const VarPtr &v, size_t n) {
+  std::vector<VarPtr> items;
+  if (a.asNumber(v))
+    items.assign(n, v);
+  else if (v->kind == VarKind::Tuple || v->kind == VarKind::List || v->kind == VarKind::Object)
+    items = a.sequenceItems(v, "interpolate size");
+  if (items.size() != n) return std::nullopt;
+  std::vector<double> out;
+  for (const VarPtr &i : items) {
+    std::optional<double> x = a.asNumber(i);
+    if (!x) return std::nullopt;
+    out.push_back(*x);
+  }
+  return out;
+}
+
+/// Whether `size` is an int or a sequence of ints (F.interpolate's check: floats raise).
+bool intSizes(Analyzer &a, const VarPtr &v) {
+  PyRef o = a.asPython(v);
+  if (!o) return false;
+  if (!PyTuple_Check(o.get()) && !PyList_Check(o.get())) return PyLong_Check(o.get());
+  PyRef items = check(PySequence_Fast(o.get(), "size"), "size");
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items.get()); ++i)
+    if (!PyLong_Check(PySequence_Fast_GET_ITEM(items.get(), i))) return false;
+  return true;
+}
+
+} // namespace
+
+VarPtr lowerInterpolate(Analyzer &a, BoundArgs &b, const TorchRow &) {
+  auto *x = as<TensorVar>(b.at("input"));
+  if (!x || x->type().rank() < 3 || x->type().rank() > 5 || a.truthy(b.at("antialias")))
+    return nullptr;
+  const Type &ty = x->type();
+  const int64_t rank = ty.rank(), spatial = rank - 2;
+  PyRef modeObj = a.asPython(b.at("mode"));
+  if (!modeObj || !PyUnicode_Check(modeObj.get())) return nullptr;
+  const std::string modeName = utf8(modeObj.get());
+  static const char *const linearModes[] = {"", "linear", "bilinear", "trilinear"};
+  Mode mode;
+  if (modeName == "nearest")
+    mode = Mode::Nearest;
+  else if (modeName == "nearest-exact")
+    mode = Mode::NearestExact;
+  else if (modeName == linearModes[spatial])
+    mode = Mode::Linear;
+  else
+    return nullptr; // area, bicubic, a linear mode of another rank: PyTorch's op (or its error)
+  // Linear modes combine in the opmath type; f16/bf16 would round between the two gathers.
+  if (mode == Mode::Linear && ty.dtype() != DType::F32 && ty.dtype() != DType::F64) return nullptr;
+  bool alignCorners = false;
+  if (!isNoneVar(b.at("align_corners"))) {
+    if (mode != Mode::Linear) return nullptr; // PyTorch raises
+    std::optional<int64_t> ac = a.asInt(b.at("align_corners"));
+    if (!ac) return nullptr;
+    alignCorners = *ac != 0;
+  }
+  std::vector<int64_t> in;
+  for (int64_t d = 2; d < rank; ++d) {
+    const DimExpr &s = ty.shape()[static_cast<size_t>(d)];
+    if (!s.isStatic()) return nullptr;
+    in.push_back(s.value());
+  }
+  // F.interpolate's argument handling: an output size, or scale factors (kept for the kernel
+  // unless recompute_scale_factor).
+  const bool sized = !isNoneVar(b.at("size")), scaled = !isNoneVar(b.at("scale_factor"));
+  if (sized == scaled) return nullptr;
+  if (sized && !intSizes(a, b.at("size"))) return nullptr; // F.interpolate raises TypeError
+  std::optional<std::vector<double>> given =
+      numbers(a, b.at(sized ? "size" : "scale_factor"), static_cast<size_t>(spatial));
+  if (!given) return nullptr;
+  const bool recompute = a.truthy(b.at("recompute_scale_factor"));
+  if (sized && recompute) return nullptr;
+  std::vector<int64_t> out;
+  std::vector<std::optional<double>> scales;
+  for (int64_t i = 0; i < spatial; ++i) {
+    const double g = (*given)[static_cast<size_t>(i)];
+    if (!std::isfinite(g) || g <= 0) return nullptr; // PyTorch's op raises
+    out.push_back(sized ? static_cast<int64_t>(g)
+                        : static_cast<int64_t>(std::floor(static_cast<double>(in[i]) * g)));
+    scales.push_back(sized || recompute ? std::nullopt : std::optional<double>(g));
+    if (out.back() < 1 || in[i] < 1) return nullptr;
+  }
+
+  VarPtr r = b.at("input");
+  const bool f64 = ty.dtype() == DType::F64;
+  for (int64_t i = 0; i < spatial; ++i) {
+    const int64_t dim = i + 2;
+    const auto s = static_cast<size_t>(i);
+    if (mode != Mode::Linear) {
+      r = gather(a, r, dim, nearestPlan(mode, in[s], out[s], scales[s]).i0, in[s]);
+      continue;
+    }
+    DimPlan p = f64 ? linearPlan<double>(in[s], out[s], alignCorners, scales[s])
+                    : linearPlan<float>(in[s], out[s], alignCorners, scales[s]);
+    if (p.i0 == p.i1) { // weights 1 and 0 everywhere
+      r = gather(a, r, dim, p.i0, in[s]);
+      continue;
+    }
+    const char *dt = f64 ? "float64" : "float32";
+    VarPtr lo = a.emit1("mul", {gather(a, r, dim, p.i0, in[s]), weights(a, p.w0, dim, rank, dt)});
+    VarPtr hi = a.emit1("mul", {gather(a, r, dim, p.i1, in[s]), weights(a, p.w1, dim, rank, dt)});
+    r = a.emit1("add", {lo, hi});
+  }
+  return r;
+}
+
+} // namespace xjit::frontend
