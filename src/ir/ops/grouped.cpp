@@ -93,39 +93,29 @@ OpDef histcRow() {
 
 // ---- grouped_mm, grouped_mm_weight ----
 
-void checkOffsets(std::string_view op, const Type &offs, const DimExpr &groups) {
+/// grouped_mm: input [T,K], weight [E,K,N], offs [E] -> [T,N]; grouped_mm_weight: input [T,K],
+/// grad [T,N], offs [E] -> [E,K,N]. offs holds integers.
+std::vector<Type> groupedInfer(const Op &op) {
+  const std::string &name = op.name();
+  const bool weightGrad = name == "grouped_mm_weight";
+  const std::string other = weightGrad ? "grad" : "weight";
+  const Type &x = tensorOperand(op, 0), &y = tensorOperand(op, 1), &offs = tensorOperand(op, 2);
+  if (x.rank() != 2 || y.rank() != (weightGrad ? 2 : 3))
+    inferFail(name + ": expected input [T,K] and " +
+              (weightGrad ? "grad [T,N]" : "weight [E,K,N]") + ", got " + x.str() + " and " +
+              y.str());
+  requireFloating(name, "input", x);
+  requireSameDType(name, "input", x, other, y);
+  checkDimEq(x.shape()[weightGrad ? 0 : 1], y.shape()[weightGrad ? 0 : 1],
+             name + ": input " + x.str() + " and " + other + " " + y.str() + " differ in " +
+                 (weightGrad ? "T" : "K"));
   if (offs.rank() != 1 || !isIntegral(offs.dtype()))
-    inferFail(std::string(op) + ": offs must be a 1-D integer tensor, got " + offs.str());
-  checkDimEq(offs.shape()[0], groups,
-             std::string(op) + ": offs has " + offs.shape()[0].str() + " groups, expected " +
-                 groups.str());
-}
-
-std::vector<Type> groupedMmInfer(const Op &op) {
-  const Type &x = tensorOperand(op, 0), &w = tensorOperand(op, 1), &offs = tensorOperand(op, 2);
-  if (x.rank() != 2 || w.rank() != 3)
-    inferFail("grouped_mm: expected input [T,K] and weight [E,K,N], got " + x.str() + " and " +
-              w.str());
-  requireFloating("grouped_mm", "input", x);
-  requireSameDType("grouped_mm", "input", x, "weight", w);
-  checkDimEq(x.shape()[1], w.shape()[1],
-             "grouped_mm: input " + x.str() + " and weight " + w.str() + " differ in K");
-  checkOffsets("grouped_mm", offs, w.shape()[0]);
-  return {x.withShape({x.shape()[0], w.shape()[2]})};
-}
-
-std::vector<Type> groupedMmWeightInfer(const Op &op) {
-  const Type &x = tensorOperand(op, 0), &g = tensorOperand(op, 1), &offs = tensorOperand(op, 2);
-  if (x.rank() != 2 || g.rank() != 2)
-    inferFail("grouped_mm_weight: expected input [T,K] and grad [T,N], got " + x.str() + " and " +
-              g.str());
-  requireFloating("grouped_mm_weight", "input", x);
-  requireSameDType("grouped_mm_weight", "input", x, "grad", g);
-  checkDimEq(x.shape()[0], g.shape()[0],
-             "grouped_mm_weight: input " + x.str() + " and grad " + g.str() + " differ in T");
-  if (offs.rank() != 1) inferFail("grouped_mm_weight: offs must be 1-D, got " + offs.str());
-  checkOffsets("grouped_mm_weight", offs, offs.shape()[0]);
-  return {x.withShape({offs.shape()[0], x.shape()[1], g.shape()[1]})};
+    inferFail(name + ": offs must be a 1-D integer tensor, got " + offs.str());
+  const DimExpr &groups = offs.shape()[0];
+  if (weightGrad) return {x.withShape({groups, x.shape()[1], y.shape()[1]})};
+  checkDimEq(groups, y.shape()[0],
+             name + ": offs has " + groups.str() + " groups, expected " + y.shape()[0].str());
+  return {x.withShape({x.shape()[0], y.shape()[2]})};
 }
 
 /// out[rows of e] = x[rows of e] · w[e]; rows in no group are 0.
@@ -175,7 +165,7 @@ void registerGroupedOps(OpRegistry &r) {
                  "[E] cumulative row counts (non-decreasing, <= T); rows [offs[e-1], offs[e]) "
                  "times weight[e], rows from offs[E-1] on are 0. Result [T,N].",
       .operands = {{"input"}, {"weight"}, {"offs"}},
-      .infer = groupedMmInfer,
+      .infer = groupedInfer,
       .kernel = groupedMmKernel,
   });
   r.add(OpDef{
@@ -183,7 +173,7 @@ void registerGroupedOps(OpRegistry &r) {
       .summary = "grouped_mm's weight gradient: for each group e, input[rows of e]^T · "
                  "grad[rows of e] (0 for an empty group). Result [E,K,N].",
       .operands = {{"input"}, {"grad"}, {"offs"}},
-      .infer = groupedMmWeightInfer,
+      .infer = groupedInfer,
       .kernel = groupedMmWeightKernel,
   });
 }
