@@ -413,6 +413,33 @@ _CREATION = set(
 )
 
 # ---- linear algebra and nn ----
+TABLE["histc"] = lambda x, a: torch.histc(x[0], bins=a.get("bins", 100), min=a.get("min", 0), max=a.get("max", 0))
+
+
+def _grouped_mm(x: list[Any], a: Attrs, weight_grad: bool = False) -> torch.Tensor:
+    """grouped_mm (weight_grad: grouped_mm_weight) as transformers' loop over the groups' rows."""
+    inp, other, offs = x
+    if weight_grad:
+        out = inp.new_zeros(offs.shape[0], inp.shape[1], other.shape[1])
+    else:
+        out = inp.new_zeros(inp.shape[0], other.shape[2])
+    if inp.is_meta:
+        return out
+    start = 0
+    for e, end in enumerate(offs.tolist()):
+        if end < start or end > inp.shape[0]:
+            raise RuntimeError("grouped_mm: offsets must be non-decreasing within [0, rows]")
+        if weight_grad:
+            out[e] = inp[start:end].T @ other[start:end]
+        else:
+            out[start:end] = inp[start:end] @ other[e]
+        start = end
+    return out
+
+
+TABLE["grouped_mm"] = _grouped_mm
+TABLE["grouped_mm_weight"] = lambda x, a: _grouped_mm(x, a, weight_grad=True)
+
 TABLE.update(
     {
         "matmul": lambda x, a: torch.matmul(x[0], x[1]),

@@ -404,6 +404,7 @@ std::string whyNotSupported(const Op &op) {
   CallIR call;
   if (std::string why = readCall(op, call); !why.empty()) return why;
   const std::string &n = call.anchor->name();
+  if (isGroupedOp(n)) return whyNotGrouped(call); // offs is an integer operand
   if (!dnnlType(call.resultType.dtype()))
     return n + ": oneDNN path serves f32 and bf16, not " +
            std::string(dtypeName(call.resultType.dtype()));
@@ -477,6 +478,7 @@ std::shared_ptr<const Executable> compile(const Op &op, const TargetOptions &) {
   std::unique_ptr<LibraryKernel> k = isMatmulOp(n)       ? makeMatmulKernel(call)
                                      : isConvOp(n)       ? makeConvKernel(call)
                                      : isConvWeightOp(n) ? makeConvWeightKernel(call)
+                                     : isGroupedOp(n)    ? makeGroupedKernel(call)
                                                          : makePoolKernel(call);
   NaNGuard guard;
   guard.nanOnly = isPoolOp(n);

@@ -1,8 +1,9 @@
 // The oneDNN library path of the CPU target: matmul-family ops (matmul, mm, bmm, linear,
 // addmm, baddbmm), forward convolutions (conv1d/2d/3d), convolution weight gradients
-// (conv1d/2d/3d_weight) and poolings, alone or as the anchor of
-// an `epilogue` fusion group (post-ops: bias, activations, binary ops with another tensor or a
-// scalar). cpu_target.cpp routes these ops here; everything else goes to LLVM.
+// (conv1d/2d/3d_weight) and poolings, alone or as the anchor of an `epilogue` fusion group
+// (post-ops: bias, activations, binary ops with another tensor or a scalar), and the grouped
+// products (grouped_mm, grouped_mm_weight; alone). cpu_target.cpp routes these ops here;
+// everything else goes to LLVM.
 #pragma once
 
 #include "dnnl_common.h"
@@ -30,9 +31,11 @@ std::string whyNotMatmul(const CallIR &call);
 std::string whyNotConv(const CallIR &call);
 std::string whyNotPool(const CallIR &call);
 std::string whyNotConvWeight(const CallIR &call);
+std::string whyNotGrouped(const CallIR &call); // dnnl_grouped.cpp
 std::unique_ptr<LibraryKernel> makeMatmulKernel(const CallIR &call);
 std::unique_ptr<LibraryKernel> makeConvKernel(const CallIR &call);
 std::unique_ptr<LibraryKernel> makePoolKernel(const CallIR &call);
 std::unique_ptr<LibraryKernel> makeConvWeightKernel(const CallIR &call);
+std::unique_ptr<LibraryKernel> makeGroupedKernel(const CallIR &call);
 
 } // namespace xjit::backend::dnnl_kernels

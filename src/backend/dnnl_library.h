@@ -43,6 +43,7 @@ bool isMatmulOp(const std::string &name);
 bool isConvOp(const std::string &name);
 bool isPoolOp(const std::string &name);
 bool isConvWeightOp(const std::string &name); // conv{1,2,3}d_weight
+bool isGroupedOp(const std::string &name);    // grouped_mm, grouped_mm_weight
 } // namespace dnnl_kernels
 
 } // namespace xjit::backend

@@ -27,8 +27,10 @@ bool isPoolOp(const std::string &n) {
   return false;
 }
 
+bool isGroupedOp(const std::string &n) { return n == "grouped_mm" || n == "grouped_mm_weight"; }
+
 bool isLibraryOpName(const std::string &n) {
-  return isMatmulOp(n) || isConvOp(n) || isPoolOp(n) || isConvWeightOp(n);
+  return isMatmulOp(n) || isConvOp(n) || isPoolOp(n) || isConvWeightOp(n) || isGroupedOp(n);
 }
 
 bool isLibraryCall(const Op &op) {

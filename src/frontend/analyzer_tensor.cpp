@@ -548,8 +548,9 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   recordedForAutograd_ = recordedForAutograd_ || rg;
   cutsGradient_ = cutsGradient_ || (!gradEnabled_ && anyRequiresGrad(operands));
   // A result made from its operands' shapes alone (x.new_zeros(3), zeros_like) does not require
-  // grad, as in eager (fuzz seed 10090: a fill of it was then recorded as a tracked fill).
-  rg = rg && !op->def().has(kShapeOnly);
+  // grad, as in eager (fuzz seed 10090: a fill of it was then recorded as a tracked fill); nor
+  // do histc's counts (autodiff's stopsGradient).
+  rg = rg && !op->def().has(kShapeOnly) && op->name() != "histc";
   std::vector<VarPtr> out;
   for (size_t i = 0; i < op->numResults(); ++i) {
     VarPtr r = wrapIr(op->result(i), rg);

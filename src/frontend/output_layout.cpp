@@ -444,9 +444,11 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
   };
   // Ops whose CPU kernels always allocate a fresh contiguous result, whatever their operands'
   // layouts (the matmul family; ATen's out-of-place masked_fill, elementwise here, starts from
-  // self.clone(contiguous_format)).
+  // self.clone(contiguous_format); histc; transformers' grouped product fills torch.zeros).
   static const std::set<std::string, std::less<>> freshContiguous = {
-      "matmul", "mm", "bmm", "linear", "addmm", "baddbmm", "contiguous", "masked_fill"};
+      "matmul",  "mm",         "bmm",         "linear",     "addmm",
+      "baddbmm", "contiguous", "masked_fill", "grouped_mm", "grouped_mm_weight",
+      "histc"};
   // Views that keep a contiguous operand contiguous.
   static const std::set<std::string, std::less<>> contiguousViews = {
       "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "alias"};

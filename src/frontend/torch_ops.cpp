@@ -686,6 +686,33 @@ LOWER(lowerProd) {
   return a.emit1("prod", {b.at("input")}, std::move(attrs));
 }
 
+// torch.histc of a float tensor (a mixture-of-experts router counts tokens per expert with it).
+// An integer input (eager raises on CPU) or a range given as a tensor stays a PyTorch fallback.
+LOWER(lowerHistc) {
+  auto *x = as<TensorVar>(b.at("input"));
+  if (!x || (x->type().dtype() != DType::F32 && x->type().dtype() != DType::F64)) return nullptr;
+  AttrMap attrs;
+  for (const char *name : {"bins", "min", "max"}) {
+    const VarPtr &v = b.at(name);
+    if (v->kind == VarKind::Tensor || !a.asNumber(v)) return nullptr;
+    attrs[name] = *name == 'b' ? Attr(toInt(a, v, name)) : scalarAttr(a, v, name);
+  }
+  return a.emit1("histc", {b.at("input")}, std::move(attrs));
+}
+
+// transformers' grouped_mm_fallback(input [T,K], weight [E,K,N], offs [E]): one product per
+// expert over its rows. Other operand forms stay a PyTorch fallback node.
+LOWER(lowerGroupedMm) {
+  auto *x = as<TensorVar>(b.at("input")), *w = as<TensorVar>(b.at("weight"));
+  auto *offs = as<TensorVar>(b.at("offs"));
+  if (!x || !w || !offs) return nullptr;
+  const Type &xt = x->type(), &wt = w->type(), &ot = offs->type();
+  if (xt.rank() != 2 || wt.rank() != 3 || ot.rank() != 1 || !isFloating(xt.dtype()) ||
+      xt.dtype() != wt.dtype() || (ot.dtype() != DType::I32 && ot.dtype() != DType::I64))
+    return nullptr;
+  return a.emit1(row.op, {b.at("input"), b.at("weight"), b.at("offs")});
+}
+
 LOWER(
     lowerStdVar) { // std/var/std_mean/var_mean(input, dim=None, unbiased=None, keepdim, correction)
   AttrMap attrs{{"keepdim", Attr(a.truthy(b.at("keepdim")))}};
@@ -1998,6 +2025,7 @@ const std::vector<TorchRow> &table() {
       {"torch.linalg.vector_norm", "x, ord=2, dim=None, keepdim=False, *, dtype=None", "norm", "",
        lowerVectorNorm},
       {"torch.cumsum Tensor.cumsum", "input, dim, *, dtype=None", "cumsum", "input | dim dtype"},
+      {"torch.histc Tensor.histc", "input, bins=100, min=0, max=0", "histc", "", lowerHistc},
       {"torch.cumprod Tensor.cumprod", "input, dim, *, dtype=None", "cumprod", "input | dim dtype"},
       // Shapes and views.
       {"Tensor.view", "input, *shape", "view", "", lowerView},
@@ -2565,9 +2593,47 @@ const std::unordered_map<PyObject *, ModuleLower> &moduleTable() {
 
 } // namespace
 
+namespace {
+
+/// The name ("ns::op") of a torch.library operator called as `torch.ops.ns.op` or through its
+/// `.default` overload; "" for other callables.
+std::string libraryOperatorName(PyObject *fn) {
+  const std::string type = Py_TYPE(fn)->tp_name;
+  const char *attr = type == "OpOverloadPacket" ? "_qualified_op_name"
+                     : type == "OpOverload"     ? "_name"
+                                                : nullptr;
+  if (!attr) return "";
+  if (type == "OpOverload") {
+    PyRef overload = PyRef::steal(PyObject_GetAttrString(fn, "_overloadname"));
+    if (!overload || !PyUnicode_Check(overload.get()) || utf8(overload.get()) != "default") {
+      PyErr_Clear();
+      return "";
+    }
+  }
+  PyRef name = PyRef::steal(PyObject_GetAttrString(fn, attr));
+  if (!name || !PyUnicode_Check(name.get())) {
+    PyErr_Clear();
+    return "";
+  }
+  return utf8(name.get());
+}
+
+/// torch.library operators of other libraries that have an IR op: transformers' grouped product
+/// of mixture-of-experts layers. nullptr: not one of them, or its arguments do not fit (a
+/// PyTorch fallback node).
+VarPtr lowerLibraryOperator(Analyzer &a, PyObject *fn, const Args &args) {
+  static const TorchRow groupedMm{"", "input, weight, offs", "grouped_mm", "", lowerGroupedMm};
+  if (libraryOperatorName(fn) != "transformers::grouped_mm_fallback") return nullptr;
+  bool matched = false;
+  return lowerTorchRow(a, groupedMm, args, &matched);
+}
+
+} // namespace
+
 VarPtr Analyzer::callTorchFunction(PyObject *fn, const Args &args) {
   const std::vector<const TorchRow *> *rows = rowsForCallable(fn);
   if (!rows) {
+    if (VarPtr r = lowerLibraryOperator(*this, fn, args)) return r;
     // A few torch functions answer questions about the tracing state or grad mode.
     static PyObject *noGrad =
         check(PyObject_GetAttrString(torchModule(), "no_grad"), "no_grad").release();

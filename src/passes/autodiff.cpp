@@ -550,6 +550,16 @@ const std::map<std::string, Rule> &ruleTable() {
       if (a.need[2]) r[2] = castTo(a.b, a.b.op("bmm", {tr(a.x(1)), g}), a.x(2)->type().dtype());
       return r;
     };
+    // Grouped product (mixture-of-experts): per group, g·W_e^T and x_e^T·g; offs has none.
+    t["grouped_mm"] = [](RuleArgs &a) -> std::vector<Value *> {
+      std::vector<Value *> r(3, nullptr);
+      if (a.need[0]) {
+        Value *wt = a.un("transpose", a.x(1), {{"dim0", int64_t(1)}, {"dim1", int64_t(2)}});
+        r[0] = a.b.op("grouped_mm", {a.g, wt, a.x(2)});
+      }
+      if (a.need[1]) r[1] = a.b.op("grouped_mm_weight", {a.x(0), a.g, a.x(2)});
+      return r;
+    };
     // -- normalization and embedding --
     t["layer_norm"] = [](RuleArgs &a) -> std::vector<Value *> {
       Value *x = a.x(0);
@@ -639,12 +649,12 @@ std::vector<Value *> customVjpRule(RuleArgs &a, const std::vector<Value *> &yiel
 }
 
 /// Ops whose results never carry a gradient (integer/bool results are already excluded): those
-/// that read only their operands' shapes (zeros_like, new_zeros, size).
+/// that read only their operands' shapes (zeros_like, new_zeros, size), and histc's counts.
 bool stopsGradient(const Op &op) {
   // An in-place fill of a tensor autograd tracks (`t.zero_()`, `t[...] = 7`; the frontend marks
   // it): eager records it, so the result requires grad and its gradient to t is zero.
   if (op.hasAttr("autodiff.fill")) return false;
-  return op.def().has(kShapeOnly);
+  return op.def().has(kShapeOnly) || op.name() == "histc"; // histc: as in eager
 }
 
 void checkDifferentiable(const Graph &g) {

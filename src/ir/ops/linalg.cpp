@@ -341,6 +341,7 @@ void registerLinalgOps(OpRegistry &r) {
     r.add(formRow(f));
   r.add(outerRow());
   ops::nn::registerLayerOps(r);
+  ops::nn::registerGroupedOps(r);
 }
 
 } // namespace xjit

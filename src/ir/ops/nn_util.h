@@ -18,6 +18,8 @@ namespace xjit::ops::nn {
 // Rows registered from registerLinalgOps but kept in their own file (nn_layers.cpp):
 // embedding, dropout, scaled_dot_product_attention, pixel_shuffle/unshuffle.
 void registerLayerOps(OpRegistry &r);
+// histc, grouped_mm and grouped_mm_weight (grouped.cpp).
+void registerGroupedOps(OpRegistry &r);
 
 // ---- optional operands ----
 /// Operand i is given and is not None.

@@ -312,3 +312,23 @@ for op, fn in [("cumsum", torch.cumsum), ("cumprod", torch.cumprod)]:
         low=-4,
         high=5,
     )
+# histc: ATen's float binning (the max edge in the last bin), its data range when min == max,
+# and the router's integer-valued expert ids (kind="int" values in [0, 4)).
+rows(
+    "histc",
+    lambda x, bins, min=0, max=0: torch.histc(x, bins=bins, min=min, max=max),
+    ("f32", "f64"),
+    [
+        ("range", (50,), {"bins": 7, "min": -2, "max": 2}),
+        ("data", (5, 9), {"bins": 4}),
+    ],
+)
+rows(
+    "histc",
+    lambda x, bins, min=0, max=0: torch.histc(x, bins=bins, min=min, max=max),
+    ("f32", "f64"),
+    [("ids", (40,), {"bins": 4, "min": 0, "max": 3})],
+    kind="int",
+    low=0,
+    high=4,
+)
