@@ -107,6 +107,30 @@ def test_interpolate_gradient_matches_eager(shape: Any, kw: dict[str, Any]) -> N
         torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
 
 
+def test_gathering_maps_keep_pytorchs_op_where_the_input_needs_a_gradient() -> None:
+    # A gather's gradient is a reference scatter_add (25x eager's backward on a bilinear
+    # upsampling): with grad needed, only identity and integer-repeat maps are lowered.
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 8, 8, requires_grad=True)
+
+    def bilinear(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x * 2, scale_factor=2.0, mode="bilinear")
+
+    def nearest2x(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x * 2, scale_factor=2.0, mode="nearest")
+
+    assert external_calls(xjit.explain(xjit.jit(bilinear))(x)) == 1
+    with torch.no_grad():
+        assert external_calls(xjit.explain(xjit.jit(bilinear))(x)) == 0
+    assert external_calls(xjit.explain(xjit.jit(nearest2x))(x)) == 0
+    for f in (bilinear, nearest2x):
+        leaf = x.detach().clone().requires_grad_()
+        xjit.jit(f)(leaf).square().sum().backward()
+        want = x.detach().clone().requires_grad_()
+        f(want).square().sum().backward()
+        torch.testing.assert_close(leaf.grad, want.grad)
+
+
 def test_upsample_module_and_unsupported_modes_keep_eagers_values() -> None:
     """nn.Upsample goes through F.interpolate; bicubic and antialias stay PyTorch's op."""
     x = torch.randn(2, 3, 6, 5)
