@@ -12,6 +12,7 @@
 
 #include "ops/op_util.h"
 #include "xjit/backend/content_tags.h"
+#include "xjit/backend/library_warm_up.h"
 #include "xjit/ir/op_registry.h"
 
 #include <algorithm>
@@ -194,6 +195,32 @@ bool scalarBinaryOperands(const MatmulSpec &s, std::span<const RtValue> in) {
   return true;
 }
 
+/// A product on oneDNN's gemm implementation, planned while the gemm warm-up's thread makes
+/// that implementation's kernels (xjit/backend/library_warm_up.h): until they are made, calls
+/// run `standby`, the product on dense copies of the operands (brgemm, whose small kernels are
+/// made with its primitive), instead of waiting up to ~29 ms for them. The two sum in different
+/// orders: those first calls may differ from later ones in the last bits.
+class GemmStandbyPlan : public Plan {
+public:
+  /// XJIT_GEMM_STANDBY=0: gemm products wait for the kernels as before (A/B runs).
+  static bool enabled() {
+    static const bool on = [] {
+      const char *v = std::getenv("XJIT_GEMM_STANDBY");
+      return !(v && std::string_view(v) == "0");
+    }();
+    return on;
+  }
+  std::unique_ptr<Plan> gemm, standby;
+
+  void run(std::span<const RtValue> in, const Tensor &out) const override {
+    (gemmKernelsPending() ? standby : gemm)->run(in, out);
+  }
+  std::string info() const override {
+    return gemm->info() + " (" + standby->info() +
+           " on dense copies until gemm's kernels are made)";
+  }
+};
+
 /// One primitive for every shape of a matmul whose sizes change from call to call (attention
 /// over a KV cache that grows by a token per decoding step): the rows, columns and inner dim
 /// and the non-unit strides are oneDNN run-time values, bound per call. A primitive per shape
@@ -322,7 +349,9 @@ public:
   }
 
   void run(std::span<const RtValue> in, const Tensor &out) const override {
-    if (skipsNonFinite(in)) return whole->run(in, out);
+    // The blocks run on gemm; `whole` does not wait for its kernels (GemmStandbyPlan).
+    if ((GemmStandbyPlan::enabled() && gemmKernelsPending()) || skipsNonFinite(in))
+      return whole->run(in, out);
     for (const Block &b : blocks)
       b.plan->run(blockInputs(in, b), matrixBlock(out, b.r0, b.r1, b.c0, b.c1));
     const size_t r = out.rank();
@@ -362,7 +391,8 @@ public:
 
   /// The plan of one product; `dstStrides`: the result's strides when it is a view of a
   /// larger result (a causal block), else contiguous.
-  std::unique_ptr<Plan> densePlan(std::span<const RtValue> in, const Dims *dstStridesOf) const {
+  std::unique_ptr<Plan> densePlan(std::span<const RtValue> in, const Dims *dstStridesOf,
+                                  bool denseOnly = false) const {
     Tensor A = tensorOf(s_.lhs, in), B = tensorOf(s_.rhs, in);
     if (!A.defined() || !B.defined()) throw InternalKernelError("matmul: missing operand");
     // A run-time rhs the caller tagged as unchanged between calls (a module's weight) is
@@ -396,7 +426,7 @@ public:
 
     // Attempt 0 reads operands through their strides; attempt 1 (when oneDNN rejects that or
     // only has its reference implementation for it) makes every operand dense first.
-    for (int attempt = 0; attempt < 2; ++attempt) {
+    for (int attempt = denseOnly ? 1 : 0; attempt < 2; ++attempt) {
       bool dense = attempt == 1;
       auto plan = std::make_unique<MatmulPlan>();
       plan->spec = &s_;
@@ -461,9 +491,32 @@ public:
         if (attempt == 1) throw;
         continue;
       }
-      return plan;
+      if (dense || !plan->impl.starts_with("gemm:")) return plan;
+      // Started before the capture where a mark was found; else now, when the host allows.
+      if (hostWaitsAtExit()) startGemmWarmUp(/*atPlan=*/true);
+      // A causal block (a strided result) needs none: its product runs whole meanwhile.
+      if (!GemmStandbyPlan::enabled() || !gemmKernelsPending() || dstStridesOf) return plan;
+      return withStandby(std::move(plan), in);
     }
     throw InternalKernelError("matmul: no oneDNN implementation");
+  }
+
+  /// `gemm` with a plan on dense copies for the calls made before gemm's kernels are ready,
+  /// when oneDNN has one off its gemm implementation.
+  std::unique_ptr<Plan> withStandby(std::unique_ptr<Plan> gemm, std::span<const RtValue> in) const {
+    std::unique_ptr<Plan> standby;
+    try {
+      standby = densePlan(in, nullptr, true);
+    } catch (const dnnl::error &) {
+    } catch (const KernelError &) {
+    }
+    if (!standby || standby->info().starts_with("gemm:")) return gemm;
+    auto plan = std::make_unique<GemmStandbyPlan>();
+    plan->dtype = gemm->dtype;
+    plan->resultSizes = gemm->resultSizes;
+    plan->gemm = std::move(gemm);
+    plan->standby = std::move(standby);
+    return plan;
   }
 
   std::unique_ptr<Plan> causalPlan(std::span<const RtValue> in) const {

@@ -492,6 +492,7 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"library_generic_plans", double(libraryGenericPlansMade())},
           {"library_gemm_plans", double(libraryGemmPlansMade())},
           {"gemm_warm_ups", double(gemmWarmUpsStarted())},
+          {"gemm_warm_ups_at_plans", double(gemmWarmUpsAtPlans())},
           {"llvm_engine_preloads", double(llvmEnginePreloadsStarted())},
           {"cache_hits", double(c.hits)},
           {"cache_misses", double(c.misses)},

@@ -25,9 +25,10 @@ struct WarmUp {
   std::once_flag once;
   std::atomic<bool> requested{false};
   std::atomic<uint64_t> started{0};
+  std::atomic<uint64_t> fromMarks{0}, atPlans{0}; // who started it
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;
+  std::atomic<bool> done{false};
   pid_t owner = 0; // a forked child has no such thread
 };
 
@@ -43,7 +44,7 @@ void waitForThread() {
   WarmUp &w = warmUp();
   if (w.owner != ::getpid()) return;
   std::unique_lock lock(w.mu);
-  w.cv.wait_for(lock, std::chrono::seconds(10), [&] { return w.done; });
+  w.cv.wait_for(lock, std::chrono::seconds(10), [&] { return w.done.load(); });
 }
 
 } // namespace
@@ -53,7 +54,7 @@ std::string gemmMarkKey(const std::string &file, const std::string &function, in
       {"gemm warm-up mark", compilerIdentity(), file, function, std::to_string(line)});
 }
 
-bool startGemmWarmUp() {
+bool startGemmWarmUp(bool atPlan) {
   WarmUp &w = warmUp();
   bool now = false;
   std::call_once(w.once, [&] {
@@ -76,6 +77,7 @@ bool startGemmWarmUp() {
       w.cv.notify_all();
     }).detach();
     w.started = 1;
+    (atPlan ? w.atPlans : w.fromMarks) = 1;
     now = true;
   });
   return now;
@@ -90,6 +92,7 @@ struct EnginePreload {
   int running = 0;
   bool hooked = false;
   std::atomic<uint64_t> started{0};
+  std::atomic<uint64_t> fromMarks{0}, atPlans{0}; // who started it
 };
 
 EnginePreload &enginePreload() {
@@ -142,6 +145,35 @@ uint64_t llvmEnginePreloadsStarted() { return enginePreload().started.load(); }
 
 bool gemmWarmUpRequested() { return warmUp().requested.load(); }
 
-uint64_t gemmWarmUpsStarted() { return warmUp().started.load(); }
+namespace {
+std::atomic<bool> gHostWaitsAtExit{false};
+} // namespace
+
+void hostWaitsForLibraryThreadsAtExit() { gHostWaitsAtExit = true; }
+
+bool hostWaitsAtExit() { return gHostWaitsAtExit.load(); }
+
+namespace {
+std::atomic<int> gPendingForTesting{-1}; // -1: the thread's state
+} // namespace
+
+void setGemmKernelsPendingForTesting(std::optional<bool> pending) {
+  gPendingForTesting.store(pending ? int(*pending) : -1, std::memory_order_release);
+}
+
+bool gemmKernelsPending() {
+  if (int p = gPendingForTesting.load(std::memory_order_acquire); p >= 0) return p == 1;
+  const WarmUp &w = warmUp();
+  return w.started.load(std::memory_order_acquire) != 0 && !w.done.load(std::memory_order_acquire);
+}
+
+uint64_t gemmWarmUpsStarted() { return warmUp().fromMarks.load(); }
+
+uint64_t gemmWarmUpsAtPlans() { return warmUp().atPlans.load(); }
+
+void waitForLibraryThreads() {
+  waitForThread();
+  waitForEnginePreload();
+}
 
 } // namespace xjit::backend

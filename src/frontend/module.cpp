@@ -4,6 +4,7 @@
 #include "dropout_draws.h"
 #include "eval_frame.h"
 #include "events.h"
+#include "native_backend.h"
 #include "tensor_bridge.h"
 #include "training.h"
 #include "xjit/backend/jit.h"
@@ -122,6 +123,10 @@ NB_MODULE(_frontend, m) {
   nb::set_leak_warnings(false);
   pyCall([] {
     initCodeExtra();
+    return 0;
+  });
+  pyCall([] {
+    waitForLibraryThreadsAtExit();
     return 0;
   });
 

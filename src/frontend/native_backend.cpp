@@ -124,6 +124,25 @@ void warmUpLibrariesFor(const FrameView &f, const SourceLoc &loc) {
 #endif
 }
 
+void waitForLibraryThreadsAtExit() {
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+  static PyMethodDef wait = {"_wait_for_library_threads",
+                             [](PyObject *, PyObject *) -> PyObject * {
+                               Py_BEGIN_ALLOW_THREADS backend::waitForLibraryThreads();
+                               Py_END_ALLOW_THREADS Py_RETURN_NONE;
+                             },
+                             METH_NOARGS, nullptr};
+  PyObject *atexit = PyImport_ImportModule("atexit");
+  PyObject *fn = atexit ? PyCFunction_New(&wait, nullptr) : nullptr;
+  PyObject *r = fn ? PyObject_CallMethod(atexit, "register", "O", fn) : nullptr;
+  Py_XDECREF(r);
+  Py_XDECREF(fn);
+  Py_XDECREF(atexit);
+  if (!r) throw PyErrorSet();
+  backend::hostWaitsForLibraryThreadsAtExit();
+#endif
+}
+
 void markGemmUse(const SourceLoc &loc, uint64_t before) {
 #ifdef XJIT_FRONTEND_HAVE_RUNTIME
   if (backend::libraryGemmPlansMade() <= before || !backend::compileCacheEnabled()) return;

@@ -32,6 +32,10 @@ uint64_t gemmPlansBefore();
 /// starts making gemm's kernels on another. The capture and compile overlap both
 /// (xjit/backend/library_warm_up.h).
 void warmUpLibrariesFor(const FrameView &f, const SourceLoc &loc);
+/// Registers a Python atexit callback that waits for the compiler's library threads (the gemm
+/// warm-up, the LLVM preload) before the interpreter's teardown and C++ static destructors,
+/// and tells the backend so (xjit/backend/library_warm_up.h). Sets a Python error on failure.
+void waitForLibraryThreadsAtExit();
 /// After a capture's first run: marks the frame for later processes when that compile and run
 /// made gemm plans (more than `before`).
 void markGemmUse(const SourceLoc &loc, uint64_t before);

@@ -12,6 +12,7 @@
 // is set by the size of the products, not of the result). bf16: the same with 1e-2 (one bf16
 // ulp is 2^-8 ~ 4e-3 relative; the reference rounds once to bf16 after each post-op, oneDNN once
 // at the end, so results may differ by one or two bf16 ulps).
+#include "xjit/backend/library_warm_up.h"
 #include "xjit/backend/target.h"
 #include "xjit/ir/builder.h"
 #include "xjit/ir/interpreter.h"
@@ -327,6 +328,57 @@ graph @scores(%q: f32[2,4,9,16], %k: f32[2,4,9,16], %mask: f32[2,1,1,9]) -> (f32
                              randomTensor(DType::F32, {2, 4, 9, 16}, rng),
                              randomTensor(DType::F32, {2, 1, 1, 9}, rng)};
   EXPECT_EQ(check(*g, in, "attention scores"), 1);
+}
+
+/// q-by-k of attention on q and k split from one [S, 3D] projection (rows 3D apart: oneDNN plans
+/// it on gemm) and a causal probabilities-by-v product (blocks on gemm), while gemm's kernels
+/// are being made (the plans' standby, dense copies on brgemm, or the causal product whole)
+/// and after (gemm itself): both against the interpreter.
+TEST_F(Dnnl, GemmProductsDoNotWaitForGemmKernels) {
+  const char *text = R"(
+graph @attn(%q: f32[2,128,64], %k: f32[2,128,64], %p: f32[2,128,128], %v: f32[2,128,64]) -> (f32[2,128,128], f32[2,128,64]) {
+  %kt = transpose(%k) {dim0 = -2, dim1 = -1} : f32[2,64,128]
+  %s = matmul(%q, %kt) : f32[2,128,128]
+  %o = matmul(%p, %v) {causal = "lhs_lower"} : f32[2,128,64]
+  return(%s, %o)
+})";
+  auto g = parseGraph(text);
+  Tensor qkv = randomTensor(DType::F32, {2, 128, 192}, rng);
+  auto split = [&](int64_t i) { return qkv.view({2, 128, 64}, {128 * 192, 192, 1}, 64 * i); };
+  Tensor p = randomTensor(DType::F32, {2, 128, 128}, rng);
+  for (int64_t m = 0; m < 2; ++m) // lower-triangular probabilities
+    for (int64_t i = 0; i < 128; ++i)
+      for (int64_t j = i + 1; j < 128; ++j)
+        p.setDouble((m * 128 + i) * 128 + j, 0);
+  std::vector<RtValue> in = {split(0), split(1), p, split(2)};
+  std::vector<RtValue> ref = interpret(*g, in);
+  // The plans are made at the first run, while the kernels are pending; the second run finds
+  // them made.
+  setGemmKernelsPendingForTesting(true);
+  std::vector<const Op *> products;
+  for (const Op *op : *g->body())
+    if (op->name() == "matmul") products.push_back(op);
+  ASSERT_EQ(products.size(), 2u);
+  std::vector<std::shared_ptr<const Executable>> exes;
+  for (const Op *op : products)
+    exes.push_back(target->compile(*op));
+  Tensor kt = in[1].tensor().view({2, 64, 128}, {128 * 192, 1, 192}, 64);
+  std::vector<std::vector<RtValue>> operands = {{in[0], kt}, {in[2], in[3]}};
+  for (bool pending : {true, false}) {
+    setGemmKernelsPendingForTesting(pending);
+    for (size_t i = 0; i < 2; ++i) {
+      std::vector<RtValue> got = exes[i]->run(operands[i]);
+      EXPECT_EQ(compare(got[0].tensor(), ref[i].tensor()), "")
+          << "pending " << pending << " #" << i;
+    }
+  }
+  std::string dumps;
+  for (const auto &exe : exes)
+    for (auto &[name, text] : exe->dumpFiles())
+      dumps += text;
+  EXPECT_NE(dumps.find("gemm:jit (brg"), std::string::npos) << dumps; // q-by-k's standby
+  EXPECT_NE(dumps.find("causal blocks"), std::string::npos) << dumps;
+  setGemmKernelsPendingForTesting(std::nullopt);
 }
 
 // ---- convolution ----
