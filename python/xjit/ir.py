@@ -245,7 +245,8 @@ def backend_stats() -> dict[str, float]:
     ``library_gemm_plans`` (those of either kind on oneDNN's ``gemm:jit``), ``gemm_warm_ups``
     (1 once a frame's mark from an earlier process started making gemm's kernels ahead on a
     thread of their own, docs/runtime.md "Warm start"), ``gemm_warm_ups_at_plans`` (1 once a
-    product planned on ``gemm:jit`` started that thread, no mark having done it), the cache's
+    product planned on ``gemm:jit`` started that thread, no mark having done it),
+    ``gemm_kernels_pending`` (1 while that thread is still making them), the cache's
     ``cache_hits``, ``cache_misses``, ``cache_writes``, ``cache_invalid`` (damaged entries) and
     ``cache_evictions`` (entries deleted to keep ``XJIT_CACHE_MAX_MB``); for oneDNN conv/matmul
     weights that need a reorder into the primitive's layout, ``weight_packs`` (a module

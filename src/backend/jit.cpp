@@ -493,6 +493,7 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"library_gemm_plans", double(libraryGemmPlansMade())},
           {"gemm_warm_ups", double(gemmWarmUpsStarted())},
           {"gemm_warm_ups_at_plans", double(gemmWarmUpsAtPlans())},
+          {"gemm_kernels_pending", double(gemmKernelsPending())},
           {"llvm_engine_preloads", double(llvmEnginePreloadsStarted())},
           {"cache_hits", double(c.hits)},
           {"cache_misses", double(c.misses)},
