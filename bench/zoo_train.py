@@ -211,6 +211,18 @@ def _checkable(ge: Any, gx: Any, g64: Any, largest: float) -> bool:
     return ge is not None and gx is not None and g64 is not None and g64.norm().item() > ZERO_GRAD * largest
 
 
+def train_model(name: str, size: Any = None, seed: int = 0) -> tuple[Any, dict[str, Any]]:
+    """bench/zoo.py's model `name` (BENCH size unless `size`) in train() mode with its
+    ADJUSTMENTS applied, and its inputs."""
+    from bench import zoo
+
+    model, kwargs = zoo.build(name, size or zoo.BENCH, seed)
+    model.train()
+    if name in ADJUSTMENTS:
+        ADJUSTMENTS[name][1](model)
+    return model, kwargs
+
+
 def run_one(name: str, rounds: int, timer: str) -> dict[str, Any]:
     """Measure one model's training step in this process; the result as a JSON-able dict."""
     import xjit
@@ -218,11 +230,9 @@ def run_one(name: str, rounds: int, timer: str) -> dict[str, Any]:
     from bench import zoo
 
     result: dict[str, Any] = {"model": name}
-    model, kwargs = zoo.build(name)
-    model.train()
+    model, kwargs = train_model(name)
     if name in ADJUSTMENTS:
-        result["adjusted"], adjust = ADJUSTMENTS[name]
-        adjust(model)
+        result["adjusted"] = ADJUSTMENTS[name][0]
     elif name in F64_ADJUSTMENTS:
         result["adjusted"] = F64_ADJUSTMENTS[name][0]
     result["params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
