@@ -702,10 +702,10 @@ def _randomize_norm_stats(model: Any) -> None:
                 m.running_var.uniform_(0.5, 1.5)
 
 
-def build(name: str, size: Size = BENCH) -> Built:
+def build(name: str, size: Size = BENCH, seed: int = 0) -> Built:
     import torch
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model, kwargs = MODELS[name](size)
     _randomize_norm_stats(model)
     return model.eval(), kwargs

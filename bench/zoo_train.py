@@ -130,13 +130,13 @@ def _rel(a: torch.Tensor, ref: torch.Tensor) -> float:
     return ((a.double() - ref).norm() / ref.norm()).item()
 
 
-def compare(
+def steps(
     model: Any, compiled_model: Any, compiled: Any, kwargs: dict[str, Any], name: str = ""
 ) -> dict[str, Any]:
-    """Runs one seeded step of `model` (eager), of `compiled` (xjit, on `compiled_model`, a deep
-    copy of `model` made before) and of a float64 copy of `model` (under F32Draws, with
-    F64_ADJUSTMENTS[name] applied), and compares losses, gradients and updated buffers. `model`
-    must not have stepped yet."""
+    """One seeded step of `model` (eager), of `compiled` (xjit, on `compiled_model`, a deep copy
+    of `model` made before) and of a float64 copy of `model` (under F32Draws, with
+    F64_ADJUSTMENTS[name] applied): the copy, outputs, losses and the float64 loss's scale.
+    `model` must not have stepped yet."""
     m64 = copy.deepcopy(model).double()
     if name in F64_ADJUSTMENTS:
         F64_ADJUSTMENTS[name][1](m64)
@@ -144,33 +144,50 @@ def compare(
         _, l64, scale64 = step(m64, m64, {k: _f64(v) for k, v in kwargs.items()})
     out_e, l_e, _ = step(model, model, kwargs)
     out_x, l_x, _ = step(compiled_model, compiled, kwargs)
+    return {"m64": m64, "out_e": out_e, "out_x": out_x, "l_e": l_e, "l_x": l_x, "l64": l64, "scale64": scale64}
+
+
+def gradients(model: Any, compiled_model: Any, m64: Any) -> list[tuple[str, Any, Any, Any]]:
+    """(name, eager's, xjit's, float64's gradient) per parameter, after `steps`."""
+    pairs = zip(model.named_parameters(), compiled_model.parameters(), m64.parameters(), strict=True)
+    return [(n, p.grad, px.grad, p64.grad) for (n, p), px, p64 in pairs]
+
+
+def gradient_errors(grads: list[tuple[str, Any, Any, Any]]) -> list[tuple[str, float, float]]:
+    """(name, eager's error, xjit's error) against float64 for each parameter whose float64
+    gradient is not ~0 relative to the largest."""
+    largest = max((g64.norm().item() for _, _, _, g64 in grads if g64 is not None), default=0.0)
+    return [
+        (n, _rel(ge, g64), _rel(gx, g64)) for n, ge, gx, g64 in grads if _checkable(ge, gx, g64, largest)
+    ]
+
+
+def compare(
+    model: Any, compiled_model: Any, compiled: Any, kwargs: dict[str, Any], name: str = ""
+) -> dict[str, Any]:
+    """Runs `steps` and compares losses, gradients and updated buffers."""
+    st = steps(model, compiled_model, compiled, kwargs, name)
+    m64, l64, l_e, l_x = st["m64"], st["l64"], st["l_e"], st["l_x"]
     res: dict[str, Any] = {"problems": []}
-    n_e, n_x = len(grad_outputs(out_e)), len(grad_outputs(out_x))
+    n_e, n_x = len(grad_outputs(st["out_e"])), len(grad_outputs(st["out_x"]))
     if n_e != n_x:
         res["problems"].append(f"{n_x} outputs require grad, eager has {n_e}")
-    res["loss_err_eager"] = abs(l_e.item() - l64.item()) / scale64
-    res["loss_err_xjit"] = abs(l_x.item() - l64.item()) / scale64
-    pairs = zip(model.named_parameters(), compiled_model.parameters(), m64.parameters(), strict=True)
-    grads = [(n, p.grad, px.grad, p64.grad) for (n, p), px, p64 in pairs]
-    norms = [g64.norm().item() for _, _, _, g64 in grads if g64 is not None]
-    largest = max(norms, default=0.0)
-    worst: dict[str, Any] = {"ratio": 0.0}
-    checked = 0
-    for name, ge, gx, g64 in grads:
+    res["loss_err_eager"] = abs(l_e.item() - l64.item()) / st["scale64"]
+    res["loss_err_xjit"] = abs(l_x.item() - l64.item()) / st["scale64"]
+    grads = gradients(model, compiled_model, m64)
+    for name, ge, gx, _ in grads:
         if (ge is None) != (gx is None):
             res["problems"].append(f"{name}: gradient {'missing' if gx is None else 'unexpected'}")
-            continue
-        if g64 is None or ge is None or g64.norm().item() <= ZERO_GRAD * largest:
-            continue
-        checked += 1
-        e_e, e_x = _rel(ge, g64), _rel(gx, g64)
+    errors = gradient_errors(grads)
+    worst: dict[str, Any] = {"ratio": 0.0}
+    for name, e_e, e_x in errors:
         ratio = e_x / max(e_e, FLOOR / FACTOR)
         if ratio > worst["ratio"]:
             worst = {"ratio": ratio, "param": name, "err_xjit": e_x, "err_eager": e_e}
-    res["grads_checked"], res["grads"] = checked, len(grads)
+    res["grads_checked"], res["grads"] = len(errors), len(grads)
     res["grad_worst"] = worst
-    res["grad_err_xjit"] = max((_rel(gx, g64) for _, ge, gx, g64 in grads if _checkable(ge, gx, g64, largest)), default=0.0)
-    res["grad_err_eager"] = max((_rel(ge, g64) for _, ge, gx, g64 in grads if _checkable(ge, gx, g64, largest)), default=0.0)
+    res["grad_err_xjit"] = max((e_x for _, _, e_x in errors), default=0.0)
+    res["grad_err_eager"] = max((e_e for _, e_e, _ in errors), default=0.0)
     bufs = zip(model.named_buffers(), compiled_model.buffers(), m64.buffers(), strict=True)
     buf_worst = 0.0
     for (name, be), bx, b64 in bufs:
@@ -194,6 +211,18 @@ def _checkable(ge: Any, gx: Any, g64: Any, largest: float) -> bool:
     return ge is not None and gx is not None and g64 is not None and g64.norm().item() > ZERO_GRAD * largest
 
 
+def train_model(name: str, size: Any = None, seed: int = 0) -> tuple[Any, dict[str, Any]]:
+    """bench/zoo.py's model `name` (BENCH size unless `size`) in train() mode with its
+    ADJUSTMENTS applied, and its inputs."""
+    from bench import zoo
+
+    model, kwargs = zoo.build(name, size or zoo.BENCH, seed)
+    model.train()
+    if name in ADJUSTMENTS:
+        ADJUSTMENTS[name][1](model)
+    return model, kwargs
+
+
 def run_one(name: str, rounds: int, timer: str) -> dict[str, Any]:
     """Measure one model's training step in this process; the result as a JSON-able dict."""
     import xjit
@@ -201,11 +230,9 @@ def run_one(name: str, rounds: int, timer: str) -> dict[str, Any]:
     from bench import zoo
 
     result: dict[str, Any] = {"model": name}
-    model, kwargs = zoo.build(name)
-    model.train()
+    model, kwargs = train_model(name)
     if name in ADJUSTMENTS:
-        result["adjusted"], adjust = ADJUSTMENTS[name]
-        adjust(model)
+        result["adjusted"] = ADJUSTMENTS[name][0]
     elif name in F64_ADJUSTMENTS:
         result["adjusted"] = F64_ADJUSTMENTS[name][0]
     result["params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)

@@ -15,11 +15,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 
 namespace xjit::backend::dnnl_kernels {
@@ -398,12 +401,25 @@ private:
   mutable Entry generic_;             // its answer: a plan for many shapes, or none
 };
 
+/// XJIT_REFERENCE_PRODUCTS=1 (or `matmul`, `grouped`): a precision experiment (docs/backend.md
+/// "Accuracy"): those products run their reference kernels, which accumulate in f64 and round
+/// once, instead of oneDNN's f32 chains. Read at each compile, so a test can switch it.
+bool referenceProducts(const std::string &anchor) {
+  const char *v = std::getenv("XJIT_REFERENCE_PRODUCTS");
+  if (!v || !*v || std::strcmp(v, "0") == 0) return false;
+  std::string_view which = v;
+  bool all = which == "1" || which == "all";
+  return (isMatmulOp(anchor) && (all || which == "matmul")) ||
+         (isGroupedOp(anchor) && (all || which == "grouped"));
+}
+
 } // namespace
 
 std::string whyNotSupported(const Op &op) {
   CallIR call;
   if (std::string why = readCall(op, call); !why.empty()) return why;
   const std::string &n = call.anchor->name();
+  if (referenceProducts(n)) return n + ": XJIT_REFERENCE_PRODUCTS asks for the reference kernel";
   if (isGroupedOp(n)) return whyNotGrouped(call); // offs is an integer operand
   if (!dnnlType(call.resultType.dtype()))
     return n + ": oneDNN path serves f32 and bf16, not " +

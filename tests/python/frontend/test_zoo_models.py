@@ -146,10 +146,7 @@ def test_zoo_model_with_fallbacks_is_one_graph_and_matches_eager(name: str) -> N
 def test_zoo_model_trains_compiled_and_matches_float64(name: str) -> None:
     if name not in CODE_MODELS:
         pytest.importorskip("transformers")
-    model, kwargs = zoo.build(name, zoo.TINY)
-    model.train()
-    if name in zoo_train.ADJUSTMENTS:
-        zoo_train.ADJUSTMENTS[name][1](model)
+    model, kwargs = zoo_train.train_model(name, zoo.TINY)
     compiled_model = copy.deepcopy(model)
     reports = []
 
