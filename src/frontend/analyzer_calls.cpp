@@ -821,6 +821,15 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
     return acc;
   }
 
+  // 3a. transformers' capture_outputs installs its output-capturing forward hooks on the model
+  // the first time outputs are requested (once: a flag on the model, set under a lock). Run now,
+  // as eager runs it at that call, so that the capture inlines the hooks it installed (their
+  // dicts guarded) instead of breaking at the lock.
+  if (mod == "transformers.utils.output_capturing" && qn == "maybe_install_capturing_hooks") {
+    callReal(*this, fn, args, qn);
+    return none();
+  }
+
   // 3b. Trace-time constants: called now with arguments known at capture time, the result a
   // constant (wav2vec2's is_fsdp_managed_module asks is_torch_distributed_available()).
   if (isMarkedConstantResult(fn)) return callReal(*this, fn, args, qn);
