@@ -478,6 +478,8 @@ public:
 
 /// A function's or class's `__qualname__` (else `__name__`, else its type's name).
 std::string qualnameOf(PyObject *fn);
+/// Whether `obj.attr` exists and has a non-zero len() (errors cleared).
+bool hasNonEmpty(PyObject *obj, const char *attr);
 
 /// `SomeFunction.apply(*args)` of a torch.autograd.Function (analyzer_function.cpp): its forward
 /// inlined where apply records no backward, else the forward and backward as a custom_vjp op;

@@ -25,8 +25,6 @@ std::string qualnameOf(PyObject *fn) {
   return s;
 }
 
-namespace {
-
 bool hasNonEmpty(PyObject *obj, const char *attr) {
   PyObject *d = PyObject_GetAttrString(obj, attr);
   if (!d) {
@@ -38,8 +36,6 @@ bool hasNonEmpty(PyObject *obj, const char *attr) {
   if (n < 0) PyErr_Clear();
   return n > 0;
 }
-
-} // namespace
 
 using Builtin = std::function<VarPtr(Analyzer &, const Args &)>;
 

@@ -33,7 +33,13 @@ VarPtr Analyzer::callModuleWithHooks(const VarPtr &module, const Args &args) {
   const Source &src = *module->source;
   // The hook dicts read as dicts of the caller's: their keys (the handles' ids, in order) are
   // guarded, so adding or removing a hook captures again; the hooks are guarded by identity.
+  // An empty one (most modules have hooks of one kind only) is guarded by its length: no list
+  // of keys made at every call.
   auto hooksOf = [&](const char *attr) {
+    if (!hasNonEmpty(o, attr)) {
+      guardLen(plus(src, attrStep(attr)), 0);
+      return std::make_shared<DictVar>();
+    }
     VarPtr d = containerView(getAttr(module, attr));
     if (!as<DictVar>(d)) fail(std::string("module ") + attr + " that is not a dict");
     return std::static_pointer_cast<DictVar>(d);
