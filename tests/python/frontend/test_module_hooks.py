@@ -244,3 +244,31 @@ def test_hook_reading_a_context_variable() -> None:
             close(g, w)
         close(c(x), m(x))  # inactive again: the first entry
     assert graphs() == 2
+
+
+def test_model_output_item_assignment() -> None:
+    """capture_outputs stores what its hooks collected with `outputs[key] = tuple(...)`: the
+    field is set, and the mapping's order stays eager's (a key set before one already there
+    would be out of the fields' order: a graph break, the frame in Python)."""
+    outputs = pytest.importorskip("transformers.modeling_outputs")
+
+    def in_order(x: Any) -> Any:
+        out = outputs.BaseModelOutput(last_hidden_state=x * 2)
+        out["hidden_states"] = (x, x + 1)
+        return out
+
+    def out_of_order(x: Any) -> Any:
+        out = outputs.BaseModelOutput(last_hidden_state=x * 2)
+        out["attentions"] = (x - 1,)
+        out["hidden_states"] = (x + 1,)
+        return out
+
+    x = torch.randn(2, 3)
+    for fn, graphs_expected in ((in_order, 1), (out_of_order, None)):
+        report = xjit.explain(fn, backend="interp")(x)
+        got, want = report.output, fn(x)
+        if graphs_expected:
+            assert report.graph_count == 1 and not report.graph_breaks, str(report)
+        assert list(got.keys()) == list(want.keys())
+        for g, w in zip(got.to_tuple(), want.to_tuple(), strict=True):
+            torch.testing.assert_close(g, w)
