@@ -204,6 +204,9 @@ public:
   VarPtr callObject(PyObject *fn, const std::optional<Source> &fnSource, const Args &args);
   VarPtr callWeakref(PyObject *ref, const std::optional<Source> &refSource, const Args &args);
   VarPtr callModule(const VarPtr &module, const Args &args);
+  /// A call of a module with forward (pre-)hooks, as nn.Module._call_impl makes it: pre-hooks,
+  /// forward, forward hooks, with the hook dicts guarded (analyzer_hooks.cpp).
+  VarPtr callModuleWithHooks(const VarPtr &module, const Args &args);
   VarPtr callMethod(const VarPtr &self, const std::string &name, const Args &args);
   VarPtr makeFunction(Frame &f, int flags);
   bool gradEnabled() const { return gradEnabled_; }
@@ -244,6 +247,8 @@ public:
   /// The mapping view of a ModelOutput-like instance: (key, value) of the non-None fields.
   std::vector<std::pair<std::string, VarPtr>> dataclassItems(const VarPtr &obj);
   VarPtr dataclassGetItem(const VarPtr &obj, const VarPtr &key);
+  /// `obj[key] = value` on a ModelOutput-like instance: the field `key` set.
+  void dataclassSetItem(const VarPtr &obj, const VarPtr &key, const VarPtr &value);
 
   // ---- instances of plain Python classes (analyzer_instance.cpp) ----
   /// cls(*args, **kwargs) for a plain Python class: __init__ inlined on an abstract instance;
@@ -473,6 +478,8 @@ public:
 
 /// A function's or class's `__qualname__` (else `__name__`, else its type's name).
 std::string qualnameOf(PyObject *fn);
+/// Whether `obj.attr` exists and has a non-zero len() (errors cleared).
+bool hasNonEmpty(PyObject *obj, const char *attr);
 
 /// `SomeFunction.apply(*args)` of a torch.autograd.Function (analyzer_function.cpp): its forward
 /// inlined where apply records no backward, else the forward and backward as a custom_vjp op;

@@ -25,8 +25,6 @@ std::string qualnameOf(PyObject *fn) {
   return s;
 }
 
-namespace {
-
 bool hasNonEmpty(PyObject *obj, const char *attr) {
   PyObject *d = PyObject_GetAttrString(obj, attr);
   if (!d) {
@@ -38,8 +36,6 @@ bool hasNonEmpty(PyObject *obj, const char *attr) {
   if (n < 0) PyErr_Clear();
   return n > 0;
 }
-
-} // namespace
 
 using Builtin = std::function<VarPtr(Analyzer &, const Args &)>;
 
@@ -821,6 +817,15 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
     return acc;
   }
 
+  // 3a. transformers' capture_outputs installs its output-capturing forward hooks on the model
+  // the first time outputs are requested (once: a flag on the model, set under a lock). Run now,
+  // as eager runs it at that call, so that the capture inlines the hooks it installed (their
+  // dicts guarded) instead of breaking at the lock.
+  if (mod == "transformers.utils.output_capturing" && qn == "maybe_install_capturing_hooks") {
+    callReal(*this, fn, args, qn);
+    return none();
+  }
+
   // 3b. Trace-time constants: called now with arguments known at capture time, the result a
   // constant (wav2vec2's is_fsdp_managed_module asks is_torch_distributed_available()).
   if (isMarkedConstantResult(fn)) return callReal(*this, fn, args, qn);
@@ -960,6 +965,28 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
     }
   }
 
+  // 4c. ContextVar.get() (transformers' output-capturing hooks ask whether a collector is
+  // active): the value in the calling context, read at a source of its own and guarded like
+  // any value the frame reaches (None by value, a dict by its keys...).
+  if (PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) &&
+      PyContextVar_CheckExact(PyCFunction_GET_SELF(fn))) {
+    PyObject *var = PyCFunction_GET_SELF(fn);
+    if (std::strcmp(reinterpret_cast<PyCFunctionObject *>(fn)->m_ml->ml_name, "get") != 0)
+      fail("ContextVar." + qn + "()");
+    if (!fnSource) fail("ContextVar.get() of a variable the frame cannot reach");
+    if (!args.kw.empty() || args.pos.size() > 1) fail("ContextVar.get() with these arguments");
+    PyObject *value = nullptr;
+    if (PyContextVar_Get(var, nullptr, &value) < 0) throwPyError("ContextVar.get()");
+    if (!value) {
+      // No value and no default of its own: a guard cannot express "still unset".
+      if (args.pos.empty()) fail("ContextVar.get() of a variable with no value (LookupError)");
+      fail("ContextVar.get(default) of a variable with no value");
+    }
+    PyRef hold = PyRef::steal(value);
+    return wrapSourced(value, plus(plus(*fnSource, attrStep("__self__")),
+                                   SourceStep{SourceStep::ContextValue, 0, "", {}}));
+  }
+
   // 5. Builtin methods of immutable constants ("a,b".split(","), (1, 2).index(2)...).
   if (PyCFunction_Check(fn)) {
     PyObject *self = PyCFunction_GET_SELF(fn);
@@ -1028,17 +1055,8 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
 VarPtr Analyzer::callModule(const VarPtr &module, const Args &args) {
   auto *m = as<ModuleVar>(module);
   PyObject *o = m->obj.get();
-  static const char *const hooks[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
-                                      "_backward_pre_hooks"};
-  for (const char *h : hooks)
+  for (const char *h : {"_backward_hooks", "_backward_pre_hooks"})
     if (hasNonEmpty(o, h)) fail(std::string("module with ") + h);
-  if (m->shared) { // another instance may have hooks
-    Guard g;
-    g.kind = Guard::NoModuleHooks;
-    g.source = *m->source;
-    g.description = sourceKey(g.source) + " has no hooks";
-    addGuard(std::move(g));
-  }
   static PyObject *mm = [] {
     return check(PyImport_ImportModule("torch.nn.modules.module"), "import").release();
   }();
@@ -1046,6 +1064,17 @@ VarPtr Analyzer::callModule(const VarPtr &module, const Args &args) {
                                             "_global_backward_hooks", "_global_backward_pre_hooks"};
   for (const char *h : globalHooks)
     if (hasNonEmpty(mm, h)) fail(std::string("global module hooks (") + h + ")");
+  if (hasNonEmpty(o, "_forward_hooks") || hasNonEmpty(o, "_forward_pre_hooks"))
+    return callModuleWithHooks(module, args); // analyzer_hooks.cpp
+  // A hook registered later (on this instance, or on another one where the module is shared)
+  // captures again. Modules built in the frame (no source) have none.
+  if (m->source) {
+    Guard g;
+    g.kind = Guard::NoModuleHooks;
+    g.source = *m->source;
+    g.description = sourceKey(g.source) + " has no hooks";
+    addGuard(std::move(g));
+  }
   bool found = false;
   VarPtr r = callModuleRow(module, args, &found);
   if (found) return r;

@@ -3,6 +3,9 @@
 // the final field values. transformers' ModelOutput (a dataclass that is also an OrderedDict of
 // its non-None fields, indexable by position or name) is modeled natively.
 #include "analyzer.h"
+#include "torch_ops.h"
+
+#include <algorithm>
 
 namespace xjit::frontend {
 
@@ -113,6 +116,26 @@ VarPtr Analyzer::dataclassGetItem(const VarPtr &obj, const VarPtr &key) {
   for (auto &[name, v] : items)
     values.push_back(v);
   return getItem(std::make_shared<TupleVar>(std::move(values)), key);
+}
+
+void Analyzer::dataclassSetItem(const VarPtr &obj, const VarPtr &key, const VarPtr &value) {
+  auto *d = as<DataclassVar>(obj);
+  PyRef k = asPython(key);
+  const char *cls = reinterpret_cast<PyTypeObject *>(d->cls.get())->tp_name;
+  if (!d->mapping || !k || !PyUnicode_Check(k.get()))
+    fail(std::string("item assignment on a ") + cls);
+  std::string name = utf8(k.get());
+  auto f = std::find_if(d->fields.begin(), d->fields.end(),
+                        [&](const auto &field) { return field.first == name; });
+  // ModelOutput.__setitem__ sets the key and the attribute. The items are modeled as the
+  // non-None fields in declaration order: a new key is appended to the mapping, so it must come
+  // after every key already there, and a None value would be a key the model does not have.
+  if (f == d->fields.end()) fail(std::string(cls) + " item '" + name + "' that is not a field");
+  if (isNoneVar(value)) fail(std::string(cls) + " item '" + name + "' set to None");
+  if (isNoneVar(f->second) &&
+      !std::all_of(f + 1, d->fields.end(), [](const auto &g) { return isNoneVar(g.second); }))
+    fail(std::string(cls) + " item '" + name + "' added before items already set");
+  f->second = value;
 }
 
 VarPtr Analyzer::dataclassAttr(const VarPtr &obj, const std::string &name) {

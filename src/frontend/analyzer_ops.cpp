@@ -764,6 +764,7 @@ void Analyzer::setItem(const VarPtr &obj, const VarPtr &key, const VarPtr &value
     if (d->source) recordEffect({SideEffect::SetItem, *d->source, "", k, value});
     return;
   }
+  if (obj->kind == VarKind::Dataclass) return dataclassSetItem(obj, key, value);
   if ((obj->kind == VarKind::Object || obj->kind == VarKind::Instance) &&
       callDunder(obj, "__setitem__", {key, value}))
     return;

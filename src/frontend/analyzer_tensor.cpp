@@ -30,6 +30,7 @@ std::string inputName(const Source &src) {
     case SourceStep::Global:
     case SourceStep::Attr: part = s.name; break;
     case SourceStep::Item: part = std::to_string(s.index); break;
+    case SourceStep::ContextValue: part = "value"; break;
     case SourceStep::DictKey:
       part = PyUnicode_Check(s.key.get()) ? utf8(s.key.get()) : "key";
       break;

@@ -369,7 +369,7 @@ VarPtr Analyzer::containerView(const VarPtr &v) {
   const Source &src = *o->source;
   VarPtr view;
   if (isDict) {
-    PyRef keys = check(PyDict_Keys(obj), "dict.keys()");
+    PyRef keys = check(dictKeysInOrder(obj), "dict.keys()");
     Guard g;
     g.kind = Guard::DictKeysAre;
     g.source = src;

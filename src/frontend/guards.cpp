@@ -326,7 +326,7 @@ bool GuardSet::checkOne(const Compiled &g, SourceValues &values, std::vector<int
     return PyObject_Length(v) == g.length ||
            fail([&] { return "len(" + *src + ") == " + std::to_string(g.length); });
   case Guard::DictKeysAre: {
-    PyObject *keys = PyDict_Check(v) ? PyDict_Keys(v) : nullptr;
+    PyObject *keys = PyDict_Check(v) ? dictKeysInOrder(v) : nullptr;
     int eq = keys ? PyObject_RichCompareBool(keys, g.object.get(), Py_EQ) : 0;
     Py_XDECREF(keys);
     return eq == 1 ||

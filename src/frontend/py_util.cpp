@@ -52,6 +52,16 @@ std::string moduleNameOf(PyObject *o) {
   return s;
 }
 
+PyObject *dictKeysInOrder(PyObject *d) {
+  if (!PyODict_Check(d)) return PyDict_Keys(d);
+  // OrderedDict's own iterator (C), not a subclass's keys() override.
+  PyObject *it = PyODict_Type.tp_iter(d);
+  if (!it) return nullptr;
+  PyObject *keys = PySequence_List(it);
+  Py_DECREF(it);
+  return keys;
+}
+
 PyObject *internedStr(const char *s) {
   PyObject *o = PyUnicode_InternFromString(s);
   if (!o) throw PyErrorSet();

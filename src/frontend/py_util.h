@@ -36,4 +36,9 @@ std::string moduleNameOf(PyObject *o);
 /// An interned str that lives for the whole process (attribute names looked up in hot paths).
 PyObject *internedStr(const char *s);
 
+/// The keys of dict `d` as a new list, in iteration order: an OrderedDict's own order (what
+/// move_to_end changes, e.g. a hook registered with prepend=True), which its dict storage,
+/// PyDict_Keys, does not follow. Null with an error set on failure.
+PyObject *dictKeysInOrder(PyObject *d);
+
 } // namespace xjit::frontend

@@ -30,6 +30,7 @@ std::string stepStr(const SourceStep &st) {
   case SourceStep::Global: return "G['" + st.name + "']";
   case SourceStep::Attr: return "." + st.name;
   case SourceStep::Item: return "[" + std::to_string(st.index) + "]";
+  case SourceStep::ContextValue: return ".get()";
   case SourceStep::DictKey: {
     // Keys that are objects (an optimizer's state is keyed by its parameters) are named by
     // identity: their repr may be long, and equal reprs must not make two sources one.
@@ -228,6 +229,12 @@ PyObject *SourceValues::evaluate(const SourceTable::Node &n, PyObject *parent) {
       return v;
     }
     return PyObject_GetItem(parent, n.key.get());
+  case SourceStep::ContextValue: {
+    PyObject *v = nullptr; // stays null (a missing value) when the variable has none
+    if (!PyContextVar_CheckExact(parent) || PyContextVar_Get(parent, nullptr, &v) < 0)
+      return nullptr;
+    return v;
+  }
   }
   return nullptr;
 }

@@ -57,13 +57,14 @@ private:
 /// Evaluated at call time to fetch graph inputs and guarded values.
 struct SourceStep {
   enum Kind : uint8_t {
-    Local,      // frame local slot `index` (fast locals, arguments first); `name` for messages
-    Cell,       // the contents of closure cell / free variable slot `index` (localsplus index)
-    CellObject, // the cell object of free variable slot `index` itself (to write cell_contents)
-    Global,     // f_globals[name], falling back to builtins
-    Attr,       // getattr(prev, name)
-    Item,       // prev[index] (list/tuple/ModuleList)
-    DictKey,    // prev[key] with `key` a str or int constant
+    Local,        // frame local slot `index` (fast locals, arguments first); `name` for messages
+    Cell,         // the contents of closure cell / free variable slot `index` (localsplus index)
+    CellObject,   // the cell object of free variable slot `index` itself (to write cell_contents)
+    Global,       // f_globals[name], falling back to builtins
+    Attr,         // getattr(prev, name)
+    Item,         // prev[index] (list/tuple/ModuleList)
+    DictKey,      // prev[key] with `key` a str or int constant
+    ContextValue, // prev.get() of contextvars.ContextVar prev, in the calling context
   };
   Kind kind;
   int64_t index = 0;

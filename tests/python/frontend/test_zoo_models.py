@@ -62,6 +62,7 @@ TESTED = [
     "mobilevit",  # a one-pixel depthwise conv (oneDNN); bilinear F.interpolate at tiny sizes
     "mixtral",  # experts: histc and transformers' grouped_mm_fallback as native ops (session 19)
     "qwen2-moe",
+    "segformer",  # transformers' output-capturing forward hooks inlined (session 20)
 ]
 # One graph with no break, right values, warnings none, but PyTorch fallback nodes: the targets.
 WITH_FALLBACKS: dict[str, set[str]] = {
