@@ -1,0 +1,96 @@
+"""Linear resampling (F.interpolate bilinear/trilinear) under xjit.jit against eager, in one
+process with interleaved repeats: the forward under no_grad, and a forward + backward step
+(the input needs a gradient). Per call: median [10th-90th percentile] of wall time and of the
+process's CPU time (all threads).
+
+    python bench/resample.py [--threads 1] [--repeats 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import torch
+
+import xjit
+
+F = torch.nn.functional
+
+# (name, input shape, F.interpolate keyword arguments)
+CASES = [
+    ("bilinear 32->128", (1, 256, 32, 32), {"size": (128, 128), "mode": "bilinear"}),
+    ("bilinear 32->128 ac", (1, 256, 32, 32), {"size": (128, 128), "mode": "bilinear", "align_corners": True}),
+    ("bilinear x2 cl", (1, 64, 64, 64), {"scale_factor": 2.0, "mode": "bilinear", "channels_last": True}),
+    ("trilinear x2", (1, 16, 16, 32, 32), {"scale_factor": 2.0, "mode": "trilinear"}),
+]
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, float]:
+    w, c = time.perf_counter(), time.process_time()
+    fn()
+    return (time.perf_counter() - w) * 1e3, (time.process_time() - c) * 1e3
+
+
+def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> None:
+    for fn in fns.values():  # warm up: compile, first-touch the buffers
+        fn()
+        fn()
+    samples: dict[str, list[tuple[float, float]]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            samples[name].append(timed(fn))
+
+    def stat(ts: list[float]) -> str:
+        ts = sorted(ts)
+        k = len(ts) // 10
+        return f"{ts[len(ts) // 2]:7.3f} [{ts[k]:.3f}-{ts[-1 - k]:.3f}]"
+
+    for name, s in samples.items():
+        print(f"  {name:34s} wall {stat([w for w, _ in s])}  cpu {stat([c for _, c in s])} ms")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=30)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    for name, shape, kw in CASES:
+        kw = dict(kw)
+        cl = kw.pop("channels_last", False)
+        torch.manual_seed(0)
+        x = torch.randn(*shape)
+        if cl:
+            x = x.contiguous(memory_format=torch.channels_last)
+
+        def f(t: torch.Tensor, kw: dict = kw) -> torch.Tensor:
+            return F.interpolate(t, **kw)
+
+        jf = xjit.jit(f)
+        gy = torch.randn_like(f(x))
+        leaf = x.clone().requires_grad_()
+
+        def step(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], object]:
+            def run() -> object:
+                leaf.grad = None
+                fn(leaf).backward(gy)
+                return leaf.grad
+
+            return run
+
+        def infer(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], object]:
+            def run() -> object:
+                with torch.no_grad():
+                    return fn(x)
+
+            return run
+
+        print(f"{name} {tuple(shape)} {kw}" + (" channels_last" if cl else ""))
+        interleaved({"no_grad eager": infer(f), "no_grad xjit": infer(jf),
+                     "fwd+bwd eager": step(f), "fwd+bwd xjit": step(jf)}, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
