@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import types
 from collections.abc import Callable
 
 import torch
@@ -57,8 +58,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=30)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    for name, shape, kw in CASES:
-        kw = dict(kw)
+    for name, shape, kw0 in CASES:
+        kw = dict(kw0)
         cl = kw.pop("channels_last", False)
         torch.manual_seed(0)
         x = torch.randn(*shape)
@@ -68,7 +69,10 @@ def main() -> None:
         def f(t: torch.Tensor, kw: dict = kw) -> torch.Tensor:
             return F.interpolate(t, **kw)
 
-        jf = xjit.jit(f)
+        # A code object of its own per case: compiled entries and the recompile limit are per
+        # code object, and the cases would share one.
+        code = f.__code__.replace(co_name=f"case{CASES.index((name, shape, kw0))}")
+        jf = xjit.jit(types.FunctionType(code, f.__globals__, code.co_name, f.__defaults__))
         gy = torch.randn_like(f(x))
         leaf = x.clone().requires_grad_()
 

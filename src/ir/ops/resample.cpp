@@ -160,6 +160,22 @@ template <class T, size_t N, bool Fused>
   }
 }
 
+/// spread's neighbours in its order, with their weight products (g's factor): channels-last
+/// units add them a run of channels at a time, in the same order per element.
+template <class T, size_t N>
+[[gnu::always_inline]] inline void corners(const Tap<T> *const *t, int64_t offset, T w,
+                                           int64_t *offsets, T *weights) {
+  const Tap<T> &a = *t[0];
+  if constexpr (N == 1) {
+    offsets[0] = offset + a.o0, weights[0] = w * a.w0;
+    offsets[1] = offset + a.o1, weights[1] = w * a.w1;
+  } else {
+    constexpr size_t half = size_t{1} << (N - 1);
+    corners<T, N - 1>(t + 1, offset + a.o0, w * a.w0, offsets, weights);
+    corners<T, N - 1>(t + 1, offset + a.o1, w * a.w1, offsets + half, weights + half);
+  }
+}
+
 /// Strides of a [N, C, spatial...] tensor, lifted to three spatial dims.
 PlaneStrides liftedStrides(const Tensor &t, size_t nd) {
   PlaneStrides s{.batch = t.strides()[0], .channel = t.strides()[1]};
@@ -182,39 +198,97 @@ template <class T> struct Geometry {
   Dims3 out; // the grid the taps are indexed by (the forward's output)
   int64_t batch = 0, channels = 0, channelBlock = 1;
   bool channelsLast = false;
+  // The channels-first forward's passes (separablePlane): D and H taps with the offsets of
+  // their scratch rows, W taps as `taps`.
+  std::array<std::vector<Tap<T>>, 3> passTaps;
 };
+
+/// Calls body(taps, offset) at every position of the forward's output grid with the offset
+/// along `stride`. The outer dims' taps are local copies, which stores through a T* cannot
+/// alias: the compiler keeps them in registers across the inner loops.
+template <class T, size_t N, class Body>
+[[gnu::always_inline]] inline void forEachPosition(const Geometry<T> &g, const Dims3 &stride,
+                                                   Body &&body) {
+  for (int64_t od = 0; od < g.out[0]; ++od) {
+    const Tap<T> td = g.taps[0][od];
+    for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+      const Tap<T> th = g.taps[1][oh];
+      for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+        const Tap<T> *t[3] = {&td, &th, &g.taps[2][ow]};
+        body(t + 3 - N, od * stride[0] + oh * stride[1] + ow * stride[2]);
+      }
+    }
+  }
+}
+
+/// One channels-first plane of the forward in passes from the innermost dim out: each input
+/// row interpolated along W once (ATen's Interpolate<1>, reused by every output row that reads
+/// it), then those rows combined along H (and D) a whole row at a time, a vector loop. Every
+/// intermediate is the value ATen's nested formula computes, so y is the same bit for bit.
+template <class T, size_t N, bool Fused>
+void separablePlane(const T *xc, T *yc, const Geometry<T> &g, const Dims3 &in, T *scratch) {
+  const int64_t ow = g.out[2], rowsIn = in[0] * in[1];
+  T *alongW = scratch, *alongH = scratch + rowsIn * ow;
+  for (int64_t d = 0; d < in[0]; ++d)
+    for (int64_t h = 0; h < in[1]; ++h) {
+      const T *row = xc + d * g.src.spatial[0] + h * g.src.spatial[1];
+      T *r = alongW + (d * in[1] + h) * ow;
+      for (int64_t w = 0; w < ow; ++w) {
+        const Tap<T> &t = g.taps[2][static_cast<size_t>(w)];
+        r[w] = mulAdd<Fused>(row[t.o0], t.w0, row[t.o1] * t.w1);
+      }
+    }
+  // Rows a0, a1 weighted into dst, elementwise.
+  auto combine = [](const T *a0, const T *a1, const Tap<T> t, T *dst, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = mulAdd<Fused>(a0[i], t.w0, a1[i] * t.w1);
+  };
+  for (int64_t d = 0; d < in[0]; ++d)
+    for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+      const T *plane = alongW + d * in[1] * ow;
+      const Tap<T> t = g.passTaps[1][static_cast<size_t>(oh)];
+      T *dst = N == 3 ? alongH + (d * g.out[1] + oh) * ow : yc + oh * g.dst.spatial[1];
+      combine(plane + t.o0, plane + t.o1, t, dst, ow);
+    }
+  if constexpr (N == 3)
+    for (int64_t od = 0; od < g.out[0]; ++od) {
+      const Tap<T> t = g.passTaps[0][static_cast<size_t>(od)];
+      for (int64_t oh = 0; oh < g.out[1]; ++oh)
+        combine(alongH + t.o0 + oh * ow, alongH + t.o1 + oh * ow, t,
+                yc + od * g.dst.spatial[0] + oh * g.dst.spatial[1], ow);
+    }
+}
 
 /// Units [begin, end) of the forward: y at every output position.
 template <class T, size_t N, bool Fused>
-void forwardUnits(const T *x, T *y, const Geometry<T> &g, int64_t begin, int64_t end) {
+void forwardUnits(const T *x, T *y, const Geometry<T> &g, const Dims3 &in, int64_t begin,
+                  int64_t end) {
+  std::vector<T> scratch;
+  if (N > 1 && !g.channelsLast)
+    scratch.resize(static_cast<size_t>((in[0] * in[1] + in[0] * g.out[1]) * g.out[2]));
   const int64_t blocks = ceilDiv(g.channels, g.channelBlock);
   for (int64_t u = begin; u < end; ++u) {
     const int64_t n = u / blocks, c0 = u % blocks * g.channelBlock,
                   c1 = std::min(g.channels, c0 + g.channelBlock);
     const T *xn = x + n * g.src.batch;
     T *yn = y + n * g.dst.batch;
-    auto at = [&](int64_t od, int64_t oh, int64_t ow, auto &&body) {
-      const Tap<T> *t[3] = {&g.taps[0][od], &g.taps[1][oh], &g.taps[2][ow]};
-      body(t + 3 - N, od * g.dst.spatial[0] + oh * g.dst.spatial[1] + ow * g.dst.spatial[2]);
-    };
-    if (g.channelsLast) { // channels innermost: the same taps for a run of contiguous channels
-      for (int64_t od = 0; od < g.out[0]; ++od)
-        for (int64_t oh = 0; oh < g.out[1]; ++oh)
-          for (int64_t ow = 0; ow < g.out[2]; ++ow)
-            at(od, oh, ow, [&](const Tap<T> *const *t, int64_t o) {
-              for (int64_t c = c0; c < c1; ++c)
-                yn[o + c * g.dst.channel] = lerp<T, N, Fused>(xn + c * g.src.channel, t);
-            });
+    if (g.channelsLast) { // channels innermost (unit stride): a vector loop per position
+      forEachPosition<T, N>(g, g.dst.spatial, [&](const Tap<T> *const *t, int64_t o) {
+        T *ys = yn + o;
+        for (int64_t c = c0; c < c1; ++c)
+          ys[c] = lerp<T, N, Fused>(xn + c, t);
+      });
       continue;
     }
     for (int64_t c = c0; c < c1; ++c) {
       const T *xc = xn + c * g.src.channel;
       T *yc = yn + c * g.dst.channel;
-      for (int64_t od = 0; od < g.out[0]; ++od)
-        for (int64_t oh = 0; oh < g.out[1]; ++oh)
-          for (int64_t ow = 0; ow < g.out[2]; ++ow)
-            at(od, oh, ow,
-               [&](const Tap<T> *const *t, int64_t o) { yc[o] = lerp<T, N, Fused>(xc, t); });
+      if constexpr (N > 1)
+        separablePlane<T, N, Fused>(xc, yc, g, in, scratch.data());
+      else
+        forEachPosition<T, N>(g, g.dst.spatial, [&](const Tap<T> *const *t, int64_t o) {
+          yc[o] = lerp<T, N, Fused>(xc, t);
+        });
     }
   }
 }
@@ -230,34 +304,38 @@ void backwardUnits(const T *gy, T *dx, const Geometry<T> &g, const Dims3 &in, in
                   c1 = std::min(g.channels, c0 + g.channelBlock);
     const T *gn = gy + n * g.src.batch;
     T *dn = dx + n * g.dst.batch;
-    for (int64_t c = c0; c < c1; ++c)
+    // Zeros in memory order: a run of channels per position (channels-last), else planes.
+    const int64_t cs = g.channelsLast ? c1 - c0 : 1;
+    for (int64_t c = c0; c < c1; c += cs)
       for (int64_t d = 0; d < in[0]; ++d)
         for (int64_t h = 0; h < in[1]; ++h)
-          for (int64_t w = 0; w < in[2]; ++w)
-            dn[c * g.dst.channel + d * g.dst.spatial[0] + h * g.dst.spatial[1] +
-               w * g.dst.spatial[2]] = T(0);
-    auto at = [&](int64_t od, int64_t oh, int64_t ow, auto &&body) {
-      const Tap<T> *t[3] = {&g.taps[0][od], &g.taps[1][oh], &g.taps[2][ow]};
-      body(t + 3 - N, od * g.src.spatial[0] + oh * g.src.spatial[1] + ow * g.src.spatial[2]);
-    };
-    if (g.channelsLast) {
-      for (int64_t od = 0; od < g.out[0]; ++od)
-        for (int64_t oh = 0; oh < g.out[1]; ++oh)
-          for (int64_t ow = 0; ow < g.out[2]; ++ow)
-            at(od, oh, ow, [&](const Tap<T> *const *t, int64_t o) {
-              for (int64_t c = c0; c < c1; ++c)
-                spread<T, N, Fused>(dn + c * g.dst.channel, t, T(1), gn[o + c * g.src.channel]);
-            });
+          for (int64_t w = 0; w < in[2]; ++w) {
+            T *z = dn + c * g.dst.channel + d * g.dst.spatial[0] + h * g.dst.spatial[1] +
+                   w * g.dst.spatial[2];
+            std::fill(z, z + cs, T(0));
+          }
+    if (g.channelsLast) { // per output position, each neighbour's run of channels in turn
+      constexpr size_t K = size_t{1} << N;
+      forEachPosition<T, N>(g, g.src.spatial, [&](const Tap<T> *const *t, int64_t o) {
+        int64_t offsets[K];
+        T weights[K];
+        corners<T, N>(t, 0, T(1), offsets, weights);
+        const T *gs = gn + o;
+        for (size_t k = 0; k < K; ++k) {
+          T *q = dn + offsets[k];
+          const T w = weights[k];
+          for (int64_t c = c0; c < c1; ++c)
+            q[c] = mulAdd<Fused>(w, gs[c], q[c]);
+        }
+      });
       continue;
     }
     for (int64_t c = c0; c < c1; ++c) {
       const T *gc = gn + c * g.src.channel;
       T *dc = dn + c * g.dst.channel;
-      for (int64_t od = 0; od < g.out[0]; ++od)
-        for (int64_t oh = 0; oh < g.out[1]; ++oh)
-          for (int64_t ow = 0; ow < g.out[2]; ++ow)
-            at(od, oh, ow,
-               [&](const Tap<T> *const *t, int64_t o) { spread<T, N, Fused>(dc, t, T(1), gc[o]); });
+      forEachPosition<T, N>(g, g.src.spatial, [&](const Tap<T> *const *t, int64_t o) {
+        spread<T, N, Fused>(dc, t, T(1), gc[o]);
+      });
     }
   }
 }
@@ -271,7 +349,7 @@ template <class T, bool Fused>
     if (backward)
       backwardUnits<T, N, Fused>(src, dst, g, in, begin, end);
     else
-      forwardUnits<T, N, Fused>(src, dst, g, begin, end);
+      forwardUnits<T, N, Fused>(src, dst, g, in, begin, end);
   };
   if (nd == 1) body.template operator()<1>();
   if (nd == 2) body.template operator()<2>();
@@ -316,6 +394,7 @@ Tensor runLinearResample(const LinearResampleAttrs &a, const Tensor &src, bool b
   if (src.dtype() != DType::F32 && src.dtype() != DType::F64)
     kernelFail(a.op + ": input must be f32 or f64");
   const std::vector<int64_t> outSizes = sizesOf(out);
+  // Channels innermost when src has them so (dst is allocated alike): unit channel strides.
   const bool last = src.strides()[1] == 1 && ss[1] > 1;
   Tensor dst = allocateLike(src, nd, outSizes, last, allocate);
   // The taps index the forward's output grid and read its input.
@@ -334,6 +413,9 @@ Tensor runLinearResample(const LinearResampleAttrs &a, const Tensor &src, bool b
                   .channelsLast = last};
     g.taps =
         liftedTaps<T>(a, inSpatial, outSpatial, backward ? g.dst.spatial : g.src.spatial, fused);
+    if (!backward && !last) // separablePlane's rows: [in D][in H][out W], [in D][out H][out W]
+      g.passTaps =
+          liftedTaps<T>(a, inSpatial, outSpatial, Dims3{g.out[1] * g.out[2], g.out[2], 1}, fused);
     if (g.batch == 0 || g.channels == 0) return;
     const T *s = reinterpret_cast<const T *>(src.data());
     T *d = reinterpret_cast<T *>(dst.data());
