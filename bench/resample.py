@@ -9,13 +9,16 @@ process's CPU time (all threads).
 from __future__ import annotations
 
 import argparse
-import time
+import sys
 import types
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
-import xjit
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.*, when run as a script
+import xjit  # noqa: E402
+from bench.max_pool_backward import interleaved  # noqa: E402  (wall and CPU time, interleaved)
 
 F = torch.nn.functional
 
@@ -26,30 +29,6 @@ CASES = [
     ("bilinear x2 cl", (1, 64, 64, 64), {"scale_factor": 2.0, "mode": "bilinear", "channels_last": True}),
     ("trilinear x2", (1, 16, 16, 32, 32), {"scale_factor": 2.0, "mode": "trilinear"}),
 ]
-
-
-def timed(fn: Callable[[], object]) -> tuple[float, float]:
-    w, c = time.perf_counter(), time.process_time()
-    fn()
-    return (time.perf_counter() - w) * 1e3, (time.process_time() - c) * 1e3
-
-
-def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> None:
-    for fn in fns.values():  # warm up: compile, first-touch the buffers
-        fn()
-        fn()
-    samples: dict[str, list[tuple[float, float]]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            samples[name].append(timed(fn))
-
-    def stat(ts: list[float]) -> str:
-        ts = sorted(ts)
-        k = len(ts) // 10
-        return f"{ts[len(ts) // 2]:7.3f} [{ts[k]:.3f}-{ts[-1 - k]:.3f}]"
-
-    for name, s in samples.items():
-        print(f"  {name:34s} wall {stat([w for w, _ in s])}  cpu {stat([c for _, c in s])} ms")
 
 
 def main() -> None:
