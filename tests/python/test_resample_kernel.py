@@ -27,6 +27,8 @@ CASES = [
     ((2, 40, 700), [1500], False, [2.15]),
     ((1, 8, 10, 12, 14), [21, 25, 29], False, []),
     ((1, 8, 10, 12, 14), [5, 25, 29], True, []),
+    # f64: the last row's source index 2.9999999999999996 is floored in float (ATen's floorf)
+    ((1, 16, 4, 48), [48, 100], True, []),
 ]
 
 

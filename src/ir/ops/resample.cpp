@@ -37,7 +37,8 @@ LinearTaps<T> linearTaps(int64_t in, int64_t out, bool alignCorners, double scal
             : fused      ? std::fma(ratio, center, -half)
                          : ratio * center - half;
     if (!alignCorners && src < T(0)) src = T(0);
-    const int64_t i0 = std::min(static_cast<int64_t>(std::floor(src)), in - 1);
+    // floorf as ATen's guard_index_and_lambda: f64 indices are floored in float too.
+    const int64_t i0 = std::min(static_cast<int64_t>(std::floor(static_cast<float>(src))), in - 1);
     const T l1 = std::min(std::max(src - static_cast<T>(i0), T(0)), T(1));
     t.i0.push_back(i0);
     t.i1.push_back(i0 + (i0 < in - 1 ? 1 : 0));
