@@ -199,8 +199,8 @@ template <class T> struct Geometry {
   Dims3 out; // the grid the taps are indexed by (the forward's output)
   int64_t batch = 0, channels = 0, channelBlock = 1;
   bool channelsLast = false;
-  // The channels-first forward's passes (separablePlane): D and H taps with the offsets of
-  // their scratch rows, W taps as `taps`.
+  // The channels-first forward's passes (separablePlane): D taps as depths, H taps as
+  // offsets of scratch rows; W taps as `taps`.
   std::array<std::vector<Tap<T>>, 3> passTaps;
 };
 
@@ -224,40 +224,56 @@ template <class T, size_t N, class Body>
 
 /// One channels-first plane of the forward in passes from the innermost dim out: each input
 /// row interpolated along W once (ATen's Interpolate<1>, reused by every output row that reads
-/// it), then those rows combined along H (and D) a whole row at a time, a vector loop. Every
-/// intermediate is the value ATen's nested formula computes, so y is the same bit for bit.
+/// it), then those rows combined along H (and the H-combined planes along D) a whole row at a
+/// time, a vector loop. Every intermediate is the value ATen's nested formula computes, so y is
+/// the same bit for bit. Scratch: one input depth's rows along W [in H][out W], and (3-d) the
+/// two H-combined planes [out H][out W] the current output plane reads, made on demand (the
+/// source depths only grow with the output's), so it stays a few planes for any depth.
 template <class T, size_t N, bool Fused>
 void separablePlane(const T *xc, T *yc, const Geometry<T> &g, const Dims3 &in, T *scratch) {
-  const int64_t ow = g.out[2], rowsIn = in[0] * in[1];
-  T *alongW = scratch, *alongH = scratch + rowsIn * ow;
-  for (int64_t d = 0; d < in[0]; ++d)
+  const int64_t ow = g.out[2], oh = g.out[1];
+  T *alongW = scratch;
+  // Rows a0, a1 weighted into dst, elementwise.
+  auto combine = [ow](const T *a0, const T *a1, const Tap<T> t, T *dst) {
+    for (int64_t i = 0; i < ow; ++i)
+      dst[i] = mulAdd<Fused>(a0[i], t.w0, a1[i] * t.w1);
+  };
+  // Input depth d's rows along W, then combined along H into dst (rows dstRow apart).
+  auto planeAlongH = [&](int64_t d, T *dst, int64_t dstRow) {
     for (int64_t h = 0; h < in[1]; ++h) {
       const T *row = xc + d * g.src.spatial[0] + h * g.src.spatial[1];
-      T *r = alongW + (d * in[1] + h) * ow;
+      T *r = alongW + h * ow;
       for (int64_t w = 0; w < ow; ++w) {
         const Tap<T> &t = g.taps[2][static_cast<size_t>(w)];
         r[w] = mulAdd<Fused>(row[t.o0], t.w0, row[t.o1] * t.w1);
       }
     }
-  // Rows a0, a1 weighted into dst, elementwise.
-  auto combine = [](const T *a0, const T *a1, const Tap<T> t, T *dst, int64_t n) {
-    for (int64_t i = 0; i < n; ++i)
-      dst[i] = mulAdd<Fused>(a0[i], t.w0, a1[i] * t.w1);
+    for (int64_t o = 0; o < oh; ++o) {
+      const Tap<T> t = g.passTaps[1][static_cast<size_t>(o)];
+      combine(alongW + t.o0, alongW + t.o1, t, dst + o * dstRow);
+    }
   };
-  for (int64_t d = 0; d < in[0]; ++d)
-    for (int64_t oh = 0; oh < g.out[1]; ++oh) {
-      const T *plane = alongW + d * in[1] * ow;
-      const Tap<T> t = g.passTaps[1][static_cast<size_t>(oh)];
-      T *dst = N == 3 ? alongH + (d * g.out[1] + oh) * ow : yc + oh * g.dst.spatial[1];
-      combine(plane + t.o0, plane + t.o1, t, dst, ow);
-    }
-  if constexpr (N == 3)
+  if constexpr (N == 2) {
+    planeAlongH(0, yc, g.dst.spatial[1]);
+  } else {
+    T *planes[2] = {scratch + in[1] * ow, scratch + in[1] * ow + oh * ow};
+    int64_t held[2] = {-1, -1};
+    // The H-combined plane of depth d, made in the slot that does not hold `keep`.
+    auto plane = [&](int64_t d, int64_t keep) -> const T * {
+      for (int k = 0; k < 2; ++k)
+        if (held[k] == d) return planes[k];
+      const int k = held[0] == keep ? 1 : held[1] == keep ? 0 : held[0] <= held[1] ? 0 : 1;
+      planeAlongH(d, planes[k], ow);
+      held[k] = d;
+      return planes[k];
+    };
     for (int64_t od = 0; od < g.out[0]; ++od) {
-      const Tap<T> t = g.passTaps[0][static_cast<size_t>(od)];
-      for (int64_t oh = 0; oh < g.out[1]; ++oh)
-        combine(alongH + t.o0 + oh * ow, alongH + t.o1 + oh * ow, t,
-                yc + od * g.dst.spatial[0] + oh * g.dst.spatial[1], ow);
+      const Tap<T> t = g.passTaps[0][static_cast<size_t>(od)]; // offsets are depths here
+      const T *p0 = plane(t.o0, -1), *p1 = plane(t.o1, t.o0);
+      for (int64_t o = 0; o < oh; ++o)
+        combine(p0 + o * ow, p1 + o * ow, t, yc + od * g.dst.spatial[0] + o * g.dst.spatial[1]);
     }
+  }
 }
 
 /// Units [begin, end) of the forward: y at every output position.
@@ -266,7 +282,7 @@ void forwardUnits(const T *x, T *y, const Geometry<T> &g, const Dims3 &in, int64
                   int64_t end) {
   std::vector<T> scratch;
   if (N > 1 && !g.channelsLast)
-    scratch.resize(static_cast<size_t>((in[0] * in[1] + in[0] * g.out[1]) * g.out[2]));
+    scratch.resize(static_cast<size_t>((in[1] + 2 * g.out[1]) * g.out[2]));
   const int64_t blocks = ceilDiv(g.channels, g.channelBlock);
   for (int64_t u = begin; u < end; ++u) {
     const int64_t n = u / blocks, c0 = u % blocks * g.channelBlock,
@@ -414,9 +430,8 @@ Tensor runLinearResample(const LinearResampleAttrs &a, const Tensor &src, bool b
                   .channelsLast = last};
     g.taps =
         liftedTaps<T>(a, inSpatial, outSpatial, backward ? g.dst.spatial : g.src.spatial, fused);
-    if (!backward && !last) // separablePlane's rows: [in D][in H][out W], [in D][out H][out W]
-      g.passTaps =
-          liftedTaps<T>(a, inSpatial, outSpatial, Dims3{g.out[1] * g.out[2], g.out[2], 1}, fused);
+    if (!backward && !last) // separablePlane's: D taps as depths, H taps along [in H][out W]
+      g.passTaps = liftedTaps<T>(a, inSpatial, outSpatial, Dims3{1, g.out[2], 1}, fused);
     if (g.batch == 0 || g.channels == 0) return;
     const T *s = reinterpret_cast<const T *>(src.data());
     T *d = reinterpret_cast<T *>(dst.data());
