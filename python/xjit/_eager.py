@@ -647,6 +647,28 @@ for _d in (1, 2, 3):
     TABLE[f"adaptive_max_pool{_d}d_with_indices"] = _adaptive("max", _d, True)
 
 
+def _linear_resample(name: str, backward: bool) -> Row:
+    """upsample_{linear1d,bilinear2d,trilinear3d}(input) and their _backward(grad_output): ATen's
+    op with the scales it was given ([] or <= 0: none)."""
+    op = getattr(torch.ops.aten, name + ("_backward" if backward else ""))
+
+    def row(x: list[Any], a: Attrs) -> Any:
+        nd = x[0].dim() - 2
+        scales = [s if s > 0 else None for s in a.get("scales") or []] or [None] * nd
+        ac = bool(a.get("align_corners"))
+        if backward:
+            out = list(x[0].shape[2:])
+            return op(x[0], out, [*x[0].shape[:2], *a["input_size"]], ac, *scales)
+        return op(x[0], list(a["output_size"]), ac, *scales)
+
+    return row
+
+
+for _name in ("upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d"):
+    TABLE[_name] = _linear_resample(_name, False)
+    TABLE[_name + "_backward"] = _linear_resample(_name, True)
+
+
 def _batch_norm_with_update(x: list[Any], a: Attrs) -> Any:
     """F.batch_norm(training=True) updating copies of the running statistics: (out, new running
     mean, new running var), the op's functional form (on meta tensors: the layouts)."""

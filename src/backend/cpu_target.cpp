@@ -2,6 +2,7 @@
 // with the ORC JIT, library calls go to oneDNN; memory is host memory.
 #include "dnnl_library.h"
 #include "max_pool_backward.h"
+#include "resample.h"
 #include "shared_executables.h"
 
 #include "ops/movement_util.h" // catSizes, catInto
@@ -191,6 +192,7 @@ public:
                  : op.name() + ": no operands, or the result is not a tensor";
     if (op.name() == "cumsum") return whyNotScan(op);
     if (isMaxPoolBackward(op)) return whyNotMaxPoolBackward(op);
+    if (isLinearResample(op)) return whyNotLinearResample(op);
     return whyNotElementwise(op);
   }
 
@@ -202,6 +204,7 @@ public:
     if (dnnl_kernels::isLibraryCall(op)) return dnnlLibrary().compile(op, opts);
     if (op.name() == "cat" || op.name() == "stack") return std::make_shared<CatExecutable>(op);
     if (isMaxPoolBackward(op)) return makeMaxPoolBackwardExecutable(op);
+    if (isLinearResample(op)) return makeLinearResampleExecutable(op);
     const LowerOptions &lower = kLowerOptions;
     // An identical fusion compiled before (another layer of the model): its executable, without
     // lowering and printing this one.

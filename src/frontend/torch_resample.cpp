@@ -1,9 +1,10 @@
-// F.interpolate's nearest / nearest-exact / (bi,tri)linear modes decomposed into IR ops over
-// static spatial sizes: per spatial dim the source indices (and linear weights) are computed at
-// capture exactly as ATen's CPU kernels compute them (aten/src/ATen/native/UpSample.h:
-// nearest_idx, area_pixel_compute_source_index, guard_index_and_lambda), then applied as an
-// integer-factor broadcast (expand + reshape) or a gather of a constant index,
-// and for linear modes a weighted sum of the two gathers. Gradients follow from those ops'.
+// F.interpolate's nearest / nearest-exact / (bi,tri)linear modes as IR ops over static spatial
+// sizes. Nearest modes: per spatial dim the source indices are computed at capture exactly as
+// ATen's CPU kernels compute them (aten/src/ATen/native/UpSample.h: nearest_idx), then applied
+// as an integer-factor broadcast (expand + reshape) or a gather of a constant index; their
+// gradients follow from those ops'. Linear modes: ATen's op itself (upsample_linear1d,
+// upsample_bilinear2d, upsample_trilinear3d with output_size, align_corners and the scales
+// ATen is given), a one-pass native kernel with a native gradient (src/ir/ops/resample.cpp).
 #include "torch_ops.h"
 
 #include "analyzer.h"
@@ -17,22 +18,15 @@ namespace {
 
 enum class Mode { Nearest, NearestExact, Linear };
 
-/// One spatial dim's resampling: source indices (and, for linear modes, the second index and
-/// the two weights) per output position.
-struct DimPlan {
-  int64_t in = 0, out = 0;
-  std::vector<int64_t> i0, i1;
-  std::vector<double> w0, w1;
-};
-
 /// ATen's compute_scales_value: 1/scale_factor where the caller gave one, else in/out; in the
-/// kernel's precision T (float for nearest; the opmath type for linear).
+/// kernel's precision T (float for nearest).
 template <typename T> T scaleValue(std::optional<double> scale, int64_t in, int64_t out) {
   return scale && *scale > 0. ? static_cast<T>(1.0 / *scale) : static_cast<T>(in) / out;
 }
 
-DimPlan nearestPlan(Mode mode, int64_t in, int64_t out, std::optional<double> scale) {
-  DimPlan p{in, out, {}, {}, {}, {}};
+/// One spatial dim's nearest source index per output position.
+std::vector<int64_t> nearestPlan(Mode mode, int64_t in, int64_t out, std::optional<double> scale) {
+  std::vector<int64_t> p;
   const float s = scaleValue<float>(scale, in, out);
   for (int64_t d = 0; d < out; ++d) {
     int64_t src;
@@ -45,31 +39,7 @@ DimPlan nearestPlan(Mode mode, int64_t in, int64_t out, std::optional<double> sc
       // nearest_neighbor_exact_compute_source_index: (d + 0.5) in double, floorf of its float.
       src = static_cast<int64_t>(std::floor(static_cast<float>((d + 0.5) * s)));
     }
-    p.i0.push_back(std::min(src, in - 1));
-  }
-  return p;
-}
-
-template <typename T>
-DimPlan linearPlan(int64_t in, int64_t out, bool alignCorners, std::optional<double> scale) {
-  DimPlan p{in, out, {}, {}, {}, {}};
-  // area_pixel_compute_scale
-  const T ratio = alignCorners ? (out > 1 ? static_cast<T>(in - 1) / (out - 1) : T(0))
-                               : scaleValue<T>(scale, in, out);
-  for (int64_t d = 0; d < out; ++d) {
-    if (out == in) { // compute_source_index_and_lambda's copy case
-      p.i0.push_back(d), p.i1.push_back(d), p.w0.push_back(1.0), p.w1.push_back(0.0);
-      continue;
-    }
-    T src = alignCorners ? ratio * static_cast<T>(d)
-                         : ratio * (static_cast<T>(d) + static_cast<T>(0.5)) - static_cast<T>(0.5);
-    if (!alignCorners && src < T(0)) src = T(0);
-    const int64_t i0 = std::min(static_cast<int64_t>(std::floor(src)), in - 1);
-    const T l1 = std::min(std::max(src - static_cast<T>(i0), T(0)), T(1));
-    p.i0.push_back(i0);
-    p.i1.push_back(i0 + (i0 < in - 1 ? 1 : 0));
-    p.w0.push_back(static_cast<double>(T(1) - l1));
-    p.w1.push_back(static_cast<double>(l1));
+    p.push_back(std::min(src, in - 1));
   }
   return p;
 }
@@ -138,15 +108,6 @@ VarPtr gather(Analyzer &a, const VarPtr &x, int64_t dim, const std::vector<int64
   return a.emit1("gather", {x, index}, {{"dim", Attr(dim)}});
 }
 
-/// The weights of a linear mode along `dim` of a rank-`rank` tensor, shaped to broadcast.
-VarPtr weights(Analyzer &a, const std::vector<double> &w, int64_t dim, int64_t rank,
-               const char *dtype) {
-  VarPtr t = constant1d(a, w, dtype);
-  std::vector<int64_t> shape(static_cast<size_t>(rank - dim), 1);
-  shape[0] = static_cast<int64_t>(w.size());
-  return a.emit1("reshape", {t}, {{"shape", Attr(shape)}});
-}
-
 /// Per-dim floats of an int-or-sequence argument (size / scale_factor), `n` of them.
 std::optional<std::vector<double>> numbers(Analyzer &a, const VarPtr &v, size_t n) {
   std::vector<VarPtr> items;
@@ -196,7 +157,7 @@ VarPtr lowerInterpolate(Analyzer &a, BoundArgs &b, const TorchRow &) {
     mode = Mode::Linear;
   else
     return nullptr; // area, bicubic, a linear mode of another rank: PyTorch's op (or its error)
-  // Linear modes combine in the opmath type; f16/bf16 would round between the two gathers.
+  // The upsample_*linear* ops take f32 and f64 (ATen computes f16/bf16 in float).
   if (mode == Mode::Linear && ty.dtype() != DType::F32 && ty.dtype() != DType::F64) return nullptr;
   bool alignCorners = false;
   if (!isNoneVar(b.at("align_corners"))) {
@@ -232,42 +193,31 @@ VarPtr lowerInterpolate(Analyzer &a, BoundArgs &b, const TorchRow &) {
     if (out.back() < 1 || in[i] < 1) return nullptr;
   }
 
-  const bool f64 = ty.dtype() == DType::F64;
-  auto plan = [&](size_t s) {
-    return mode != Mode::Linear ? nearestPlan(mode, in[s], out[s], scales[s])
-           : f64                ? linearPlan<double>(in[s], out[s], alignCorners, scales[s])
-                                : linearPlan<float>(in[s], out[s], alignCorners, scales[s]);
-  };
-  // A gather's gradient is a scatter_add, a reference kernel: a bilinear [1,256,32,32] ->
-  // 128x128 training step took 578 ms against eager's 23. Where the input needs a gradient,
-  // only identity and integer-repeat maps (expand + reshape, UNet's 2x nearest) are lowered;
-  // the rest stays PyTorch's op.
-  if (a.gradEnabled() && x->requiresGrad)
-    for (size_t s = 0; s < static_cast<size_t>(spatial); ++s) {
-      DimPlan p = plan(s);
-      for (const std::vector<int64_t> *idx : {&p.i0, &p.i1})
-        if (!idx->empty() && !isIdentity(*idx, in[s]) && !isRepeat(*idx, in[s])) return nullptr;
-    }
-
-  VarPtr r = b.at("input");
-  for (int64_t i = 0; i < spatial; ++i) {
-    const int64_t dim = i + 2;
-    const auto s = static_cast<size_t>(i);
-    if (mode != Mode::Linear) {
-      r = gather(a, r, dim, nearestPlan(mode, in[s], out[s], scales[s]).i0, in[s]);
-      continue;
-    }
-    DimPlan p = f64 ? linearPlan<double>(in[s], out[s], alignCorners, scales[s])
-                    : linearPlan<float>(in[s], out[s], alignCorners, scales[s]);
-    if (p.i0 == p.i1) { // weights 1 and 0 everywhere
-      r = gather(a, r, dim, p.i0, in[s]);
-      continue;
-    }
-    const char *dt = f64 ? "float64" : "float32";
-    VarPtr lo = a.emit1("mul", {gather(a, r, dim, p.i0, in[s]), weights(a, p.w0, dim, rank, dt)});
-    VarPtr hi = a.emit1("mul", {gather(a, r, dim, p.i1, in[s]), weights(a, p.w1, dim, rank, dt)});
-    r = a.emit1("add", {lo, hi});
+  if (mode == Mode::Linear) {
+    if (out == in) return b.at("input"); // ATen copies
+    std::vector<double> scaleAttr;
+    for (const std::optional<double> &s : scales)
+      scaleAttr.push_back(s.value_or(0.0));
+    static const char *const ops[] = {"", "upsample_linear1d", "upsample_bilinear2d",
+                                      "upsample_trilinear3d"};
+    return a.emit1(ops[spatial], {b.at("input")},
+                   {{"output_size", Attr(out)},
+                    {"align_corners", Attr(alignCorners)},
+                    {"scales", Attr(scaleAttr)}});
   }
+  // A gather's gradient is a scatter_add, a reference kernel: where the input needs a
+  // gradient, only identity and integer-repeat maps (expand + reshape, UNet's 2x nearest) are
+  // lowered; the rest stays PyTorch's op.
+  std::vector<std::vector<int64_t>> plans;
+  for (size_t s = 0; s < static_cast<size_t>(spatial); ++s) {
+    plans.push_back(nearestPlan(mode, in[s], out[s], scales[s]));
+    if (a.gradEnabled() && x->requiresGrad && !isIdentity(plans.back(), in[s]) &&
+        !isRepeat(plans.back(), in[s]))
+      return nullptr;
+  }
+  VarPtr r = b.at("input");
+  for (int64_t i = 0; i < spatial; ++i)
+    r = gather(a, r, i + 2, plans[static_cast<size_t>(i)], in[static_cast<size_t>(i)]);
   return r;
 }
 

@@ -13,6 +13,8 @@
 //   max_pool:  the first maximum of a window gets the whole gradient (eager's tie-break): a
 //              compare-and-select when the windows tile the input, else max_pool_backward
 //              (f32, f64; other dtypes: scatter_add of g at max_pool_with_indices' indices)
+//   upsample_linear1d / bilinear2d / trilinear3d: dx = upsample_*_backward(g), the adjoint of
+//              the forward's weighted neighbours, one pass
 //   batch_norm, group_norm: PyTorch's backward formulas; group_norm recomputes its statistics
 //              from x, training-mode batch_norm saves the forward's (computeInForward).
 // Only channels-first (layout "nchw") batched inputs with static shapes are covered: autodiff
@@ -373,6 +375,21 @@ std::vector<Value *> maxPoolRule(RuleArgs &a) {
   return {a.un("reshape", dx, {{"shape", xs}})};
 }
 
+// ---- linear resampling ----
+
+std::vector<Value *> linearResampleRule(RuleArgs &a) {
+  const Shape &xs = a.x(0)->type().shape();
+  Ints spatial;
+  for (size_t d = 2; d < xs.size(); ++d) {
+    if (!xs[d].isStatic()) unsupported(a.op, "a symbolic spatial size");
+    spatial.push_back(xs[d].value());
+  }
+  AttrMap attrs = a.op.attrs();
+  attrs.erase("output_size");
+  attrs["input_size"] = spatial;
+  return {a.b.create(a.op.name() + "_backward", {a.g}, attrs)->result(0)};
+}
+
 // ---- batch_norm ----
 
 /// batch_norm (training: batch statistics; eval: running statistics) and
@@ -559,6 +576,8 @@ void addNnRules(std::map<std::string, Rule> &t) {
     t["adaptive_avg_pool" + d] = adaptiveAvgPoolRule;
     t["max_pool" + d] = maxPoolRule;
   }
+  t["upsample_linear1d"] = t["upsample_bilinear2d"] = t["upsample_trilinear3d"] =
+      linearResampleRule;
   t["batch_norm"] = t["batch_norm_with_update"] = batchNormRule;
   t["group_norm"] = groupNormRule;
 }

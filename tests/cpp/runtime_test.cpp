@@ -86,6 +86,9 @@ std::string compareWithInterpreter(const Graph &g, const CompiledGraph &cg,
     return std::string("compiled graph failed: ") + e.what() +
            (refError.empty() ? "" : " (the interpreter failed too: " + refError + ")");
   }
+  // Random inputs that break a symbolic broadcast assumption fail only where the op runs: the
+  // compiled graph drops an op whose result is unused, the interpreter runs every op.
+  if (refError.find("violate the graph's shape assumptions") != std::string::npos) return "skip";
   if (!refError.empty()) return "the interpreter failed, the compiled graph did not: " + refError;
   if (got.size() != want.size()) return "output counts differ";
   for (size_t i = 0; i < want.size(); ++i)

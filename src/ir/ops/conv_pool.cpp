@@ -9,6 +9,32 @@
 #include <numeric>
 
 namespace xjit {
+
+namespace ops::nn {
+
+std::vector<size_t> channelPerm(size_t rank, size_t nd, bool toLast) {
+  std::vector<size_t> p(rank);
+  for (size_t i = 0; i < rank; ++i)
+    p[i] = i;
+  if (rank != nd + 1 && rank != nd + 2) return p;
+  size_t c = rank - nd - 1;
+  if (toLast) {
+    p.erase(p.begin() + static_cast<ptrdiff_t>(c));
+    p.push_back(c);
+  } else {
+    p.pop_back();
+    p.insert(p.begin() + static_cast<ptrdiff_t>(c), rank - 1);
+  }
+  return p;
+}
+
+Tensor channelView(const Tensor &t, size_t nd, bool toLast) {
+  std::vector<size_t> p = channelPerm(t.sizes().size(), nd, toLast);
+  return t.view(permuted(t.sizes(), p), permuted(t.strides(), p), t.offset());
+}
+
+} // namespace ops::nn
+
 namespace {
 
 using namespace ops;
@@ -54,42 +80,11 @@ bool channelsLast(const Op &op) {
   return l == "nhwc";
 }
 
-/// new[i] = old[perm[i]]: moves the channel dim of a [N, C, spatial...] or [C, spatial...]
-/// shape last, or back. Other ranks are left alone (the shape rules reject them).
-std::vector<size_t> channelPerm(size_t rank, size_t nd, bool toLast) {
-  std::vector<size_t> p(rank);
-  for (size_t i = 0; i < rank; ++i)
-    p[i] = i;
-  if (rank != nd + 1 && rank != nd + 2) return p;
-  size_t c = rank - nd - 1;
-  if (toLast) {
-    p.erase(p.begin() + static_cast<ptrdiff_t>(c));
-    p.push_back(c);
-  } else {
-    p.pop_back();
-    p.insert(p.begin() + static_cast<ptrdiff_t>(c), rank - 1);
-  }
-  return p;
-}
-
-template <class V> V permuted(const V &v, const std::vector<size_t> &perm) {
-  V out;
-  for (size_t i : perm)
-    out.push_back(v[i]);
-  return out;
-}
-
 Shape channelsFirstShape(const Shape &s, size_t nd) {
   return permuted(s, channelPerm(s.size(), nd, false));
 }
 Shape channelsLastShape(const Shape &s, size_t nd) {
   return permuted(s, channelPerm(s.size(), nd, true));
-}
-
-/// A strided view of t with its dims moved to or from channels-last.
-Tensor channelView(const Tensor &t, size_t nd, bool toLast) {
-  std::vector<size_t> p = channelPerm(t.sizes().size(), nd, toLast);
-  return t.view(permuted(t.sizes(), p), permuted(t.strides(), p), t.offset());
 }
 
 /// The kernel's channels-first result in the op's layout (a fresh contiguous tensor).
@@ -648,12 +643,7 @@ Tensor maxPoolBackwardDx(const MaxPoolGradAttrs &a, const Tensor &gy, const Tens
                        .dxs = planeStrides(dx, nd),
                        .batch = xs[0],
                        .channels = xs[1]};
-  // At least `parts` units, in equal numbers per part when the batch allows (3 images on 2
-  // threads: 2 channel blocks each), blocks of whole cache lines of channels.
-  const int64_t perBatch = std::clamp<int64_t>(
-      parts / std::gcd(std::max<int64_t>(plan.batch, 1), std::max<int64_t>(parts, 1)), 1,
-      std::max<int64_t>(1, ceilDiv(plan.channels, 16)));
-  plan.channelBlock = std::max<int64_t>(1, ceilDiv(ceilDiv(plan.channels, perBatch), 16) * 16);
+  plan.channelBlock = channelBlockFor(plan.batch, plan.channels, parts);
   if (plan.batch == 0 || plan.channels == 0) return dx;
   run(plan.units(), [&](int64_t begin, int64_t end) {
     if (x.dtype() == DType::F32)
@@ -677,6 +667,7 @@ void registerConvPoolOps(OpRegistry &r) {
     addPoolRows(r, nd);
     addMaxPoolBackwardRow(r, nd);
   }
+  registerResampleOps(r);
 }
 
 } // namespace xjit

@@ -20,6 +20,9 @@ namespace xjit::ops::nn {
 void registerLayerOps(OpRegistry &r);
 // histc, grouped_mm and grouped_mm_weight (grouped.cpp).
 void registerGroupedOps(OpRegistry &r);
+// upsample_linear1d, upsample_bilinear2d, upsample_trilinear3d and their gradients
+// (resample.cpp), registered from registerConvPoolOps.
+void registerResampleOps(OpRegistry &r);
 
 // ---- optional operands ----
 /// Operand i is given and is not None.
@@ -76,8 +79,7 @@ template <Elem T> Tensor store(std::span<const T> data, DType dtype, std::vector
 
 /// Calls f(double{}) for floating dtypes and f(uint64_t{}) otherwise: the accumulator type.
 template <class F> decltype(auto) withAcc(DType d, F &&f) {
-  if (isFloating(d))
-    return f(double{});
+  if (isFloating(d)) return f(double{});
   return f(uint64_t{});
 }
 

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <functional>
+#include <numeric>
 
 namespace xjit::ops::nn {
 
@@ -67,6 +68,26 @@ struct PlaneStrides {
   int64_t batch = 0, channel = 0;
   Dims3 spatial{0, 0, 0};
 };
+/// new[i] = old[perm[i]]: moves the channel dim of a [N, C, spatial...] or [C, spatial...]
+/// shape last, or back. Other ranks are left alone (the shape rules reject them).
+std::vector<size_t> channelPerm(size_t rank, size_t nd, bool toLast);
+template <class V> V permuted(const V &v, const std::vector<size_t> &perm) {
+  V out;
+  for (size_t i : perm)
+    out.push_back(v[i]);
+  return out;
+}
+/// A strided view of t with its dims moved to or from channels-last.
+Tensor channelView(const Tensor &t, size_t nd, bool toLast);
+/// The channels per unit of a kernel cut into (batch element, channel block) units: at least
+/// `parts` units, in equal numbers per part when the batch allows (3 images on 2 threads: 2
+/// channel blocks each), blocks of whole cache lines (16) of channels.
+inline int64_t channelBlockFor(int64_t batch, int64_t channels, int64_t parts) {
+  const int64_t perBatch = std::clamp<int64_t>(
+      parts / std::gcd(std::max<int64_t>(batch, 1), std::max<int64_t>(parts, 1)), 1,
+      std::max<int64_t>(1, ceilDiv(channels, 16)));
+  return std::max<int64_t>(1, ceilDiv(ceilDiv(channels, perBatch), 16) * 16);
+}
 /// max_pool's gradient, cut into units that own disjoint parts of dx: unit u is batch element
 /// u / blocks and channels [b * channelBlock, (b + 1) * channelBlock) for b = u % blocks. So
 /// units run in any order or on any threads with the same result, with no atomics.

@@ -1,4 +1,5 @@
-"""F.interpolate (nearest, nearest-exact, linear/bilinear/trilinear; src/frontend/torch_resample.cpp)
+"""F.interpolate (nearest, nearest-exact, linear/bilinear/trilinear; src/frontend/torch_resample.cpp;
+the linear modes are upsample_* ops with a native kernel and gradient, test_resample_kernel.py)
 and nn.MultiheadAttention (torch._native_multi_head_attention in eval mode,
 F.multi_head_attention_forward otherwise; src/frontend/torch_attention.cpp) compiled into IR ops:
 values against eager (nearest bit for bit, including ATen's float index rounding at non-integer
@@ -63,6 +64,9 @@ LINEAR = [
     ((2, 3, 7, 9), {"scale_factor": 1.7, "mode": "bilinear", "recompute_scale_factor": True}),
     ((2, 3, 11), {"scale_factor": 2.5, "mode": "linear"}),
     ((1, 2, 3, 4, 5), {"scale_factor": 1.5, "mode": "trilinear", "align_corners": False}),
+    ((2, 3, 9, 7), {"size": (4, 5), "mode": "bilinear"}),  # downsampling, odd sizes
+    ((2, 3, 8), {"size": 5, "mode": "linear", "align_corners": True}),
+    ((1, 2, 5, 7, 6), {"size": (3, 9, 4), "mode": "trilinear", "align_corners": True}),
 ]
 
 
@@ -107,23 +111,58 @@ def test_interpolate_gradient_matches_eager(shape: Any, kw: dict[str, Any]) -> N
         torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
 
 
-def test_gathering_maps_keep_pytorchs_op_where_the_input_needs_a_gradient() -> None:
-    # A gather's gradient is a reference scatter_add (25x eager's backward on a bilinear
-    # upsampling): with grad needed, only identity and integer-repeat maps are lowered.
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize(("shape", "kw"), LINEAR, ids=ids(LINEAR))
+def test_linear_modes_with_a_gradient_are_native(shape: Any, kw: dict[str, Any], dtype: Any,
+                                                 channels_last: bool) -> None:
+    """With the input needing a gradient, the linear modes are one upsample_* op in the forward
+    graph and its native gradient in the backward (no PyTorch op): values and gradients as
+    eager's (f32 within 1e-6, gradients as ATen's backward adds them)."""
+    if channels_last and len(shape) != 4:
+        pytest.skip("channels_last is 4-d")
+    torch.manual_seed(0)
+    x = torch.randn(*shape, dtype=dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn_like(F.interpolate(x, **kw))
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(t * 2, **kw)
+
+    leaf = x.clone().requires_grad_()
+    report = explain(f, leaf)
+    assert_native(report)
+    assert any(k.startswith("upsample_") for k in report.graphs[0].ops), str(report)
+
+    def step(fn: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        leaf = x.clone().requires_grad_()
+        out = fn(leaf)
+        (grad,) = torch.autograd.grad((out * w).sum(), [leaf])
+        return out.detach(), grad
+
+    tol = 1e-6 if dtype == torch.float32 else 1e-12
+    for got, want in zip(step(xjit.jit(f)), step(f), strict=True):
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
+def test_gathering_nearest_maps_keep_pytorchs_op_where_the_input_needs_a_gradient() -> None:
+    # A gather's gradient is a reference scatter_add: with grad needed, only identity and
+    # integer-repeat nearest maps are lowered.
     torch.manual_seed(0)
     x = torch.randn(1, 4, 8, 8, requires_grad=True)
 
-    def bilinear(x: torch.Tensor) -> torch.Tensor:
-        return F.interpolate(x * 2, scale_factor=2.0, mode="bilinear")
+    def nearest17(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x * 2, scale_factor=1.7, mode="nearest")
 
     def nearest2x(x: torch.Tensor) -> torch.Tensor:
         return F.interpolate(x * 2, scale_factor=2.0, mode="nearest")
 
-    assert external_calls(xjit.explain(xjit.jit(bilinear))(x)) == 1
+    assert external_calls(xjit.explain(xjit.jit(nearest17))(x)) == 1
     with torch.no_grad():
-        assert external_calls(xjit.explain(xjit.jit(bilinear))(x)) == 0
+        assert external_calls(xjit.explain(xjit.jit(nearest17))(x)) == 0
     assert external_calls(xjit.explain(xjit.jit(nearest2x))(x)) == 0
-    for f in (bilinear, nearest2x):
+    for f in (nearest17, nearest2x):
         leaf = x.detach().clone().requires_grad_()
         xjit.jit(f)(leaf).square().sum().backward()
         want = x.detach().clone().requires_grad_()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 
 from optable.linalg import INTS, LONG, LOW_LONG, LP, case
@@ -220,3 +221,45 @@ def _pool_cases() -> list[OpCase]:
 
 
 CASES += _pool_cases()
+
+
+# ---- linear resampling: upsample_{linear1d,bilinear2d,trilinear3d} and their gradients,
+# against ATen's ops of those names (F.interpolate's linear modes call them). Attributes:
+# spatial output_size / input_size, align_corners, per-dim scales ([] or <= 0: none).
+_RESAMPLE = {
+    1: ("upsample_linear1d", [
+        ("up", (2, 3, 7), [16], False, []),
+        ("scale", (2, 3, 11), [27], False, [2.5]),
+        ("down_ac", (1, 2, 9), [4], True, []),
+    ]),
+    2: ("upsample_bilinear2d", [
+        ("up", (2, 3, 5, 6), [11, 13], False, []),
+        ("mixed_scale", (1, 2, 7, 9), [3, 24], False, [0.45, 2.7]),
+        ("ac", (2, 2, 4, 5), [9, 3], True, []),
+        ("one_row_ac", (1, 2, 7, 9), [1, 9], True, []),
+    ]),
+    3: ("upsample_trilinear3d", [
+        ("up", (1, 2, 3, 4, 5), [4, 6, 7], False, [1.5, 1.5, 1.5]),
+        ("ac", (1, 2, 3, 3, 4), [5, 2, 4], True, []),
+    ]),
+}
+
+
+def _resample_cases() -> list[OpCase]:
+    out: list[OpCase] = []
+    for nd, (op, rows) in _RESAMPLE.items():
+        fwd = getattr(torch.ops.aten, op)
+        bwd = getattr(torch.ops.aten, op + "_backward")
+        for name, x, size, ac, scales in rows:
+            sc = [s if s > 0 else None for s in scales] or [None] * nd
+            attrs = {"align_corners": ac, "scales": [float(s) for s in scales]}
+            out += case(op, (lambda f, sz, ac, sc: lambda t: f(t, sz, ac, *sc))(fwd, size, ac, sc),
+                        [Arg(x)], {"output_size": size, **attrs}, name=name, dtypes=("f32", "f64"))
+            gy = (*x[:2], *size)
+            out += case(op + "_backward",
+                        (lambda f, sz, full, ac, sc: lambda g: f(g, sz, full, ac, *sc))(bwd, size, list(x), ac, sc),
+                        [Arg(gy)], {"input_size": list(x[2:]), **attrs}, name=name, dtypes=("f32", "f64"))
+    return out
+
+
+CASES += _resample_cases()
