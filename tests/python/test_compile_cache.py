@@ -98,6 +98,8 @@ def test_backend_stats_in_process() -> None:
         "library_generic_plans",
         "library_gemm_plans",
         "gemm_warm_ups",
+        "gemm_warm_ups_at_plans",
+        "gemm_kernels_pending",
         "llvm_engine_preloads",
         "cache_hits",
         "cache_misses",
