@@ -92,7 +92,6 @@ struct EnginePreload {
   int running = 0;
   bool hooked = false;
   std::atomic<uint64_t> started{0};
-  std::atomic<uint64_t> fromMarks{0}, atPlans{0}; // who started it
 };
 
 EnginePreload &enginePreload() {
