@@ -246,7 +246,10 @@ def backend_stats() -> dict[str, float]:
     (1 once a frame's mark from an earlier process started making gemm's kernels ahead on a
     thread of their own, docs/runtime.md "Warm start"), ``gemm_warm_ups_at_plans`` (1 once a
     product planned on ``gemm:jit`` started that thread, no mark having done it),
-    ``gemm_kernels_pending`` (1 while that thread is still making them), the cache's
+    ``gemm_kernels_pending`` (1 while that thread is still making them),
+    ``host_buffers_ahead`` (large buffers a frame's first call needed in an earlier process,
+    faulted in on a thread during this one's capture) and ``host_buffers_ahead_used`` (those a
+    run took), the cache's
     ``cache_hits``, ``cache_misses``, ``cache_writes``, ``cache_invalid`` (damaged entries) and
     ``cache_evictions`` (entries deleted to keep ``XJIT_CACHE_MAX_MB``); for oneDNN conv/matmul
     weights that need a reorder into the primitive's layout, ``weight_packs`` (a module

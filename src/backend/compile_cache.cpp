@@ -361,4 +361,35 @@ void compileCacheMark(const std::string &key) {
   if (fd >= 0) ::close(fd);
 }
 
+static std::filesystem::path notePath(const std::string &key) {
+  return std::filesystem::path(compileCacheDir()) / (key + ".note");
+}
+
+std::optional<std::string> compileCacheNote(const std::string &key) {
+  if (!compileCacheEnabled()) return std::nullopt;
+  int fd = ::open(notePath(key).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+    text.append(buf, size_t(n));
+  ::close(fd);
+  return text;
+}
+
+void compileCacheWriteNote(const std::string &key, std::string_view text) {
+  if (!compileCacheEnabled()) return;
+  std::error_code ec;
+  std::filesystem::path dir = compileCacheDir();
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return;
+  std::string tmp = (dir / (key + ".note.tmp.XXXXXX")).string();
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return;
+  bool ok = writeAll(fd, text.data(), text.size());
+  ok = ::close(fd) == 0 && ok;
+  ::chmod(tmp.c_str(), 0644);
+  if (!ok || ::rename(tmp.c_str(), notePath(key).c_str()) != 0) ::unlink(tmp.c_str());
+}
+
 } // namespace xjit::backend

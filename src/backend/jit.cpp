@@ -19,6 +19,7 @@
 #include "sum_cascade.h"
 #include "xjit/backend/compile_cache.h"
 #include "xjit/backend/content_tags.h"
+#include "xjit/backend/host_buffers.h"
 #include "xjit/backend/library_warm_up.h"
 #include "xjit/backend/release_memory.h"
 #include "xjit/ir/diagnostics.h"
@@ -495,6 +496,8 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"gemm_warm_ups_at_plans", double(gemmWarmUpsAtPlans())},
           {"gemm_kernels_pending", double(gemmKernelsPending())},
           {"llvm_engine_preloads", double(llvmEnginePreloadsStarted())},
+          {"host_buffers_ahead", double(hostBuffersMadeAhead())},
+          {"host_buffers_ahead_used", double(hostBuffersAheadUsed())},
           {"cache_hits", double(c.hits)},
           {"cache_misses", double(c.misses)},
           {"cache_writes", double(c.writes)},

@@ -1127,6 +1127,8 @@ PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions
   const bool native = opts.backend == Backend::Xjit;
   const uint64_t gemmPlans = native ? gemmPlansBefore() : 0;
   if (native) warmUpLibrariesFor(f, loc);
+  std::optional<FirstCallBuffers> buffers;
+  if (native) buffers.emplace(loc);
   {
     BusyScope busy;
     double captureMs = 0;
@@ -1216,7 +1218,10 @@ PyObject *compileAndRun(const FrameView &f, CodeCache &cache, const ScopeOptions
     return fallBackToPython(f, cache, opts, msg, true) ? evalDefault() : nullptr;
   }
   PyObject *out = runEntry(entry, values, cache, opts, evalDefault, /*countHit=*/false);
-  if (native) markGemmUse(loc, gemmPlans);
+  if (native) {
+    markGemmUse(loc, gemmPlans);
+    if (out) buffers->finish();
+  }
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #ifdef XJIT_FRONTEND_HAVE_RUNTIME
 #include "xjit/backend/compile_cache.h"
+#include "xjit/backend/host_buffers.h"
 #include "xjit/backend/jit.h"
 #include "xjit/backend/library_warm_up.h"
 #include "xjit/backend/release_memory.h"
@@ -17,6 +18,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <unordered_set>
 
 namespace xjit::frontend {
 
@@ -150,6 +155,59 @@ void markGemmUse(const SourceLoc &loc, uint64_t before) {
   if (!backend::compileCacheMarked(key)) backend::compileCacheMark(key);
 #else
   (void)loc, (void)before;
+#endif
+}
+
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+struct FirstCallBuffers::State {
+  std::string key;
+  std::optional<std::string> note; // as read before the capture
+  backend::HostBufferRecording recording;
+};
+#else
+struct FirstCallBuffers::State {};
+#endif
+
+FirstCallBuffers::FirstCallBuffers(const SourceLoc &loc) {
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+  if (!backend::compileCacheEnabled()) return;
+  state_ = std::make_unique<State>();
+  state_->key = backend::compileCacheKey({"first-call buffers", backend::compilerIdentity(),
+                                          loc.file, loc.function, std::to_string(loc.line)});
+  state_->note = backend::compileCacheNote(state_->key);
+  // Once per frame and process: a recapture (a recompile, a new module instance) finds the
+  // buffers of the earlier first run released to the cache, or freed with the compiler's memory.
+  static std::mutex mu;
+  static std::unordered_set<std::string> made;
+  std::vector<int64_t> sizes;
+  std::istringstream in(state_->note.value_or(""));
+  for (int64_t n; in >> n && n > 0;)
+    sizes.push_back(n);
+  std::lock_guard lock(mu);
+  if (!sizes.empty() && made.insert(state_->key).second &&
+      backend::makeHostBuffersAhead(std::move(sizes)) &&
+      std::getenv("XJIT_TEST_BUFFERS_AHEAD_WAIT"))
+    backend::waitForHostBuffersAhead(); // tests: the run then takes them for sure
+#else
+  (void)loc;
+#endif
+}
+
+FirstCallBuffers::~FirstCallBuffers() = default;
+
+void FirstCallBuffers::finish() {
+#ifdef XJIT_FRONTEND_HAVE_RUNTIME
+  if (!state_) return;
+  // Under 2 MiB the faults cost a millisecond or so: not worth a note and a thread.
+  constexpr int64_t kMinNotedBytes = int64_t(2) << 20;
+  int64_t total = 0;
+  std::string text;
+  for (int64_t n : state_->recording.sizes()) {
+    total += n;
+    text += std::to_string(n) + " ";
+  }
+  if (total < kMinNotedBytes || state_->note == text) return;
+  backend::compileCacheWriteNote(state_->key, text);
 #endif
 }
 

@@ -7,6 +7,7 @@
 
 #include "xjit/ir/value.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,25 @@ void waitForLibraryThreadsAtExit();
 /// After a capture's first run: marks the frame for later processes when that compile and run
 /// made gemm plans (more than `before`).
 void markGemmUse(const SourceLoc &loc, uint64_t before);
+
+/// Around a frame's capture, compile and first run (backend "xjit", the compile cache on): makes
+/// the large buffers that an earlier process's first call of the frame took (its arena, its
+/// results) on a thread, so that this call's run finds them faulted in (a note in the compile
+/// cache, once per frame and process; xjit/backend/host_buffers.h), and lists the ones this
+/// call takes. finish(), after the first run, writes that list as the frame's note when it
+/// differs from the one read.
+class FirstCallBuffers {
+public:
+  explicit FirstCallBuffers(const SourceLoc &loc);
+  ~FirstCallBuffers();
+  FirstCallBuffers(const FirstCallBuffers &) = delete;
+  FirstCallBuffers &operator=(const FirstCallBuffers &) = delete;
+  void finish();
+
+private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 /// Runs an entry's graph: natively when it was compiled, else in the reference interpreter.
 std::vector<RtValue> runGraph(const CompiledEntry &e, std::vector<RtValue> inputs);

@@ -1,6 +1,8 @@
 // hostBuffer's reuse of large released buffers (src/backend/host_buffers.cpp): a buffer of
 // 1 MiB or more released is handed out again for the next request of the same size (no fresh
 // pages), smaller ones and other sizes are not, and dropCachedHostBuffers empties the cache.
+// Buffers made ahead (a warm start's first-call buffers) are found there by hostBuffer, and a
+// recording lists the large buffers handed out.
 #include "xjit/backend/host_buffers.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +11,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 namespace xjit::backend {
 namespace {
@@ -45,6 +48,56 @@ TEST(HostBuffers, SmallBuffersAreNotKept) {
     std::shared_ptr<Storage> a = hostBuffer(4096);
   }
   EXPECT_EQ(cachedHostBufferBytes(), 0);
+}
+
+bool reuseOff() {
+  const char *v = std::getenv("XJIT_HOST_BUFFER_CACHE");
+  return v && std::string_view(v) == "0";
+}
+
+TEST(HostBuffers, BuffersMadeAheadAreTakenByTheirSize) {
+  if (reuseOff()) GTEST_SKIP() << "XJIT_HOST_BUFFER_CACHE=0";
+  dropCachedHostBuffers();
+  const uint64_t made = hostBuffersMadeAhead(), used = hostBuffersAheadUsed();
+  const int64_t a = (2 << 20) + 100, b = 5 << 20;  // a: rounded up to 64 bytes
+  ASSERT_TRUE(makeHostBuffersAhead({a, b, 4096})); // 4096: too small to keep, skipped
+  waitForHostBuffersAhead();
+  EXPECT_EQ(hostBuffersMadeAhead(), made + 2);
+  EXPECT_EQ(cachedHostBufferBytes(), (a + 63) / 64 * 64 + b);
+  {
+    std::shared_ptr<Storage> x = hostBuffer(a);
+    EXPECT_EQ(hostBuffersAheadUsed(), used + 1);
+    static_cast<char *>(x->data())[a - 1] = 1;
+    EXPECT_EQ(cachedHostBufferBytes(), b);
+  }
+  // Released again: reused as any buffer, no longer counted as made ahead.
+  {
+    std::shared_ptr<Storage> again = hostBuffer(a);
+  }
+  EXPECT_EQ(hostBuffersAheadUsed(), used + 1);
+  dropCachedHostBuffers(); // b, never taken, is freed
+  EXPECT_EQ(cachedHostBufferBytes(), 0);
+  {
+    std::shared_ptr<Storage> y = hostBuffer(b);
+  }
+  EXPECT_EQ(hostBuffersAheadUsed(), used + 1);
+  dropCachedHostBuffers();
+  EXPECT_FALSE(makeHostBuffersAhead({}));
+}
+
+TEST(HostBuffers, RecordingListsLargeBuffersAndNests) {
+  HostBufferRecording outer;
+  {
+    std::shared_ptr<Storage> big = hostBuffer(3 << 20);
+    std::shared_ptr<Storage> small = hostBuffer(4096);
+  }
+  {
+    HostBufferRecording inner;
+    std::shared_ptr<Storage> c = hostBuffer(1 << 20);
+    EXPECT_EQ(inner.sizes(), (std::vector<int64_t>{1 << 20}));
+  }
+  EXPECT_EQ(outer.sizes(), (std::vector<int64_t>{3 << 20, 1 << 20}));
+  dropCachedHostBuffers();
 }
 
 } // namespace

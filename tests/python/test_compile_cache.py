@@ -101,6 +101,8 @@ def test_backend_stats_in_process() -> None:
         "gemm_warm_ups_at_plans",
         "gemm_kernels_pending",
         "llvm_engine_preloads",
+        "host_buffers_ahead",
+        "host_buffers_ahead_used",
         "cache_hits",
         "cache_misses",
         "cache_writes",

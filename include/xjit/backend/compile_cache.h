@@ -65,6 +65,11 @@ uint64_t compileCacheTrim();
 /// Both are no-ops (false) when the cache is disabled.
 bool compileCacheMarked(const std::string &key);
 void compileCacheMark(const std::string &key);
+/// Notes: small files `<dir>/<key>.note` holding a text, hints as marks are (a frame's first
+/// call's buffer sizes, host_buffers.h), written whole (a reader sees an old or a new one).
+/// nullopt when absent or the cache is disabled; writing is a no-op then.
+std::optional<std::string> compileCacheNote(const std::string &key);
+void compileCacheWriteNote(const std::string &key, std::string_view text);
 /// The path of key's entry in the current directory (tests corrupt it on purpose).
 std::string compileCachePath(const std::string &key);
 

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace xjit::backend {
 
@@ -21,5 +23,36 @@ void dropCachedHostBuffers();
 
 /// Bytes of released large buffers kept for reuse now.
 int64_t cachedHostBufferBytes();
+
+/// While one lives, the large buffers (1 MiB or more) that hostBuffer hands out on this thread
+/// are listed, by size: a frame's first call records the buffers it needs (its arena, its
+/// results), and a later process makes them ahead (makeHostBuffersAhead). Nests.
+class HostBufferRecording {
+public:
+  HostBufferRecording();
+  ~HostBufferRecording();
+  HostBufferRecording(const HostBufferRecording &) = delete;
+  HostBufferRecording &operator=(const HostBufferRecording &) = delete;
+  const std::vector<int64_t> &sizes() const { return sizes_; }
+
+private:
+  std::vector<int64_t> sizes_;
+  std::vector<int64_t> *outer_;
+};
+
+/// Starts a thread (below the caller's priority) that allocates buffers of these sizes, writes
+/// a byte per page (the page faults: ~1.5 us per 4 KiB here, 11 ms for GPT-2's logits) and
+/// keeps them for reuse, where hostBuffer finds them: the capture and compile of a warm start
+/// overlap the faults its first run would take. Buffers not taken by the next release of the
+/// compiler's memory (releaseCompilerMemory, after the first run) are freed by it. No-op when
+/// buffers are not reused (XJIT_HOST_BUFFER_CACHE=0), with XJIT_BUFFERS_AHEAD=0, or when the
+/// sizes are empty. Returns whether it started a thread.
+bool makeHostBuffersAhead(std::vector<int64_t> sizes);
+/// Buffers made ahead so far, and how many of them a hostBuffer call took (backendCounters'
+/// `host_buffers_ahead`, `host_buffers_ahead_used`).
+uint64_t hostBuffersMadeAhead();
+uint64_t hostBuffersAheadUsed();
+/// Waits (10 s at most) for a thread of makeHostBuffersAhead to finish (tests).
+void waitForHostBuffersAhead();
 
 } // namespace xjit::backend
