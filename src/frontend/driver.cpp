@@ -964,7 +964,9 @@ double optimize(CompiledEntry &e, const ScopeOptions &opts, int id, const Source
     throw InternalFailure{errors::kCompile, "the captured graph does not verify: " + problems[0]};
 #ifdef XJIT_FRONTEND_HAVE_PASSES
   if (opts.backend == Backend::Xjit && passes::namedPipelines().count("inference")) {
-    passes::PassManager pm;
+    passes::PassManagerOptions pmOpts;
+    pmOpts.log = settings().log & kLogPasses; // then the runtime's own pipeline (compileNative)
+    passes::PassManager pm(pmOpts);
     // A training step keeps its custom autograd Functions (custom_vjp) for autodiff.
     const bool training = e.training && e.action == EntryAction::RunGraph;
     pm.addPipeline(training ? "cleanup" : "inference");
