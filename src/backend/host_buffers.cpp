@@ -63,16 +63,24 @@ bool cacheEnabled() {
   return enabled;
 }
 
-void *takeCached(size_t n) {
+/// A kept buffer of n bytes, or nullptr. One released by an earlier call is taken before one
+/// made ahead (*ahead: it was), as a process without them would have reused the former too.
+void *takeCached(size_t n, bool *ahead) {
+  *ahead = false;
   if (n < kMinCachedBytes || !cacheEnabled()) return nullptr;
   Cache &c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  auto it = c.free.find(n);
-  if (it == c.free.end()) return nullptr;
+  auto [first, last] = c.free.equal_range(n);
+  if (first == last) return nullptr;
+  auto it = std::find_if(first, last, [&](const auto &e) { return !c.ahead.count(e.second); });
+  if (it == last) it = first;
   void *p = it->second;
   c.free.erase(it);
   c.bytes -= n;
-  if (c.ahead.erase(p)) ++c.aheadUsed;
+  if (c.ahead.erase(p)) {
+    ++c.aheadUsed;
+    *ahead = true;
+  }
   return p;
 }
 
@@ -99,8 +107,11 @@ void release(void *p, size_t n) {
 
 std::shared_ptr<Storage> hostBuffer(int64_t nbytes) {
   size_t n = roundedSize(nbytes);
-  if (tRecording && n >= kMinCachedBytes) tRecording->push_back(nbytes);
-  void *p = takeCached(n);
+  bool ahead = false;
+  void *p = takeCached(n, &ahead);
+  // What a process without buffers made ahead takes fresh: a buffer reused within the call
+  // (a size freed and asked again) is not one more to make ahead.
+  if (tRecording && n >= kMinCachedBytes && (!p || ahead)) tRecording->push_back(nbytes);
   if (!p) p = std::aligned_alloc(64, n);
   if (!p) throw std::bad_alloc();
   return std::make_shared<Storage>(p, nbytes, [p, n] { release(p, n); });

@@ -81,15 +81,28 @@ TEST(HostBuffers, BuffersMadeAheadAreTakenByTheirSize) {
     std::shared_ptr<Storage> y = hostBuffer(b);
   }
   EXPECT_EQ(hostBuffersAheadUsed(), used + 1);
+  // A released buffer and one made ahead of the same size: the released one is taken first.
+  ASSERT_TRUE(makeHostBuffersAhead({b}));
+  waitForHostBuffersAhead();
+  {
+    std::shared_ptr<Storage> released = hostBuffer(b);
+    EXPECT_EQ(hostBuffersAheadUsed(), used + 1);
+    std::shared_ptr<Storage> fromAhead = hostBuffer(b);
+    EXPECT_EQ(hostBuffersAheadUsed(), used + 2);
+  }
   dropCachedHostBuffers();
   EXPECT_FALSE(makeHostBuffersAhead({}));
 }
 
 TEST(HostBuffers, RecordingListsLargeBuffersAndNests) {
+  dropCachedHostBuffers();
   HostBufferRecording outer;
   {
     std::shared_ptr<Storage> big = hostBuffer(3 << 20);
     std::shared_ptr<Storage> small = hostBuffer(4096);
+  }
+  if (!reuseOff()) { // reused from the release above: not one more buffer to make ahead
+    std::shared_ptr<Storage> again = hostBuffer(3 << 20);
   }
   {
     HostBufferRecording inner;

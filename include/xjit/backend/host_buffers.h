@@ -24,9 +24,10 @@ void dropCachedHostBuffers();
 /// Bytes of released large buffers kept for reuse now.
 int64_t cachedHostBufferBytes();
 
-/// While one lives, the large buffers (1 MiB or more) that hostBuffer hands out on this thread
-/// are listed, by size: a frame's first call records the buffers it needs (its arena, its
-/// results), and a later process makes them ahead (makeHostBuffersAhead). Nests.
+/// While one lives, the large buffers (1 MiB or more) that hostBuffer hands out fresh on this
+/// thread (or from those made ahead) are listed, by size: a frame's first call records the
+/// buffers it needs (its arena, its results), and a later process makes them ahead
+/// (makeHostBuffersAhead). A buffer reused from an earlier release is not listed. Nests.
 class HostBufferRecording {
 public:
   HostBufferRecording();
