@@ -9,6 +9,7 @@
 #include "xjit/frontend/capture.h"
 #include "xjit/ir/ir.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -133,8 +134,30 @@ struct TupleVar : Var {
 
 struct ListVar : Var {
   static constexpr VarKind Kind = VarKind::List;
-  explicit ListVar(std::vector<VarPtr> i) : Var(VarKind::List), items(std::move(i)) {}
-  std::vector<VarPtr> items;
+  explicit ListVar(std::vector<VarPtr> i) : Var(VarKind::List), items_(std::move(i)) {}
+  /// A list the caller can see (a global, a closure cell, an attribute) whose items are wrapped,
+  /// and its length and items guarded, only when the capture reads them: `load` returns them.
+  /// A list the frame only appends to (a hook collecting outputs) is captured once for any
+  /// length; its appends are replayed after the graph (SideEffect::ListAppend).
+  ListVar(std::function<std::vector<VarPtr>()> load)
+      : Var(VarKind::List), load_(std::move(load)) {}
+  /// The items (wrapping a list read from the caller on first use).
+  std::vector<VarPtr> &items() {
+    if (load_) {
+      auto load = std::move(load_);
+      load_ = nullptr;
+      std::vector<VarPtr> appended = std::move(items_);
+      items_ = load();
+      items_.insert(items_.end(), appended.begin(), appended.end());
+    }
+    return items_;
+  }
+  /// Appends without reading the items.
+  void append(VarPtr v) { items_.push_back(std::move(v)); }
+
+private:
+  std::function<std::vector<VarPtr>()> load_;
+  std::vector<VarPtr> items_; // while load_ is set: the items appended so far
 };
 
 struct DictVar : Var {

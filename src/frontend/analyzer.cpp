@@ -615,7 +615,7 @@ VarPtr Analyzer::runFrame(Frame &f) {
       VarPtr v = pop();
       auto *l = as<ListVar>(peek(static_cast<size_t>(arg)));
       if (!l) fail("internal: LIST_APPEND on a non-list");
-      l->items.push_back(v);
+      l->append(v);
       break;
     }
     case LIST_EXTEND: {
@@ -623,7 +623,7 @@ VarPtr Analyzer::runFrame(Frame &f) {
       auto *l = as<ListVar>(peek(static_cast<size_t>(arg)));
       if (!l) fail("internal: LIST_EXTEND on a non-list");
       for (VarPtr &v : iterate(seq))
-        l->items.push_back(v);
+        l->append(v);
       break;
     }
     case BUILD_MAP: {

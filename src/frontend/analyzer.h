@@ -153,6 +153,9 @@ public:
   /// become graph inputs, modules and functions are guarded by identity, Python scalars by
   /// value, containers by type and length with their items wrapped in turn.
   VarPtr wrapSourced(PyObject *o, const Source &src);
+  /// A list the caller can see, as a ListVar whose length and items are guarded and wrapped only
+  /// when the capture reads them (a list the frame only appends to is captured for any length).
+  VarPtr sourcedList(PyObject *list, const Source &src);
   /// A global of frame f (with guards unless the globals are trusted).
   VarPtr loadGlobal(Frame &f, const std::string &name);
   VarPtr getAttr(const VarPtr &obj, const std::string &name);

@@ -1102,14 +1102,14 @@ VarPtr Analyzer::callMethod(const VarPtr &self, const std::string &name, const A
     };
     if (name == "append") {
       needArgs(1, 1);
-      l->items.push_back(args.pos[0]);
+      l->append(args.pos[0]);
       if (l->source) recordEffect({SideEffect::ListAppend, *l->source, "", {}, args.pos[0]});
       return none();
     }
     if (name == "extend") {
       needArgs(1, 1);
       for (VarPtr &v : iterate(args.pos[0])) {
-        l->items.push_back(v);
+        l->append(v);
         if (l->source) recordEffect({SideEffect::ListAppend, *l->source, "", {}, v});
       }
       return none();
@@ -1117,46 +1117,46 @@ VarPtr Analyzer::callMethod(const VarPtr &self, const std::string &name, const A
     if (name == "pop") {
       needArgs(0, 1);
       mutateSourced("pop");
-      if (l->items.empty()) fail("pop from empty list");
+      if (l->items().empty()) fail("pop from empty list");
       int64_t i = args.pos.empty() ? -1 : asInt(args.pos[0]).value_or(-1);
-      int64_t n = static_cast<int64_t>(l->items.size());
+      int64_t n = static_cast<int64_t>(l->items().size());
       if (i < 0) i += n;
       if (i < 0 || i >= n) fail("pop index out of range");
-      VarPtr v = l->items[static_cast<size_t>(i)];
-      l->items.erase(l->items.begin() + i);
+      VarPtr v = l->items()[static_cast<size_t>(i)];
+      l->items().erase(l->items().begin() + i);
       return v;
     }
     if (name == "insert") {
       needArgs(2, 2);
       mutateSourced("insert");
-      int64_t n = static_cast<int64_t>(l->items.size());
+      int64_t n = static_cast<int64_t>(l->items().size());
       int64_t i = asInt(args.pos[0]).value_or(n);
       if (i < 0) i = std::max<int64_t>(0, i + n);
       i = std::min(i, n);
-      l->items.insert(l->items.begin() + i, args.pos[1]);
+      l->items().insert(l->items().begin() + i, args.pos[1]);
       return none();
     }
     if (name == "clear") {
       needArgs(0, 0);
       mutateSourced("clear");
-      l->items.clear();
+      l->items().clear();
       return none();
     }
     if (name == "reverse") {
       needArgs(0, 0);
       mutateSourced("reverse");
-      std::reverse(l->items.begin(), l->items.end());
+      std::reverse(l->items().begin(), l->items().end());
       return none();
     }
     if (name == "copy") {
       needArgs(0, 0);
-      return std::make_shared<ListVar>(l->items);
+      return std::make_shared<ListVar>(l->items());
     }
     if (name == "index" || name == "count") {
       needArgs(1, 1);
       int64_t count = 0;
-      for (size_t i = 0; i < l->items.size(); ++i) {
-        if (truthy(compareOp(2, l->items[i], args.pos[0]))) {
+      for (size_t i = 0; i < l->items().size(); ++i) {
+        if (truthy(compareOp(2, l->items()[i], args.pos[0]))) {
           if (name == "index") return integer(static_cast<int64_t>(i));
           ++count;
         }

@@ -273,7 +273,7 @@ private:
     if (as<TupleVar>(v)) return eachItem(v, [&](const VarPtr &item) { return remap(item); });
     if (auto *list = as<ListVar>(v)) {
       std::vector<VarPtr> items;
-      for (const VarPtr &item : list->items)
+      for (const VarPtr &item : list->items())
         items.push_back(remap(item));
       return std::make_shared<ListVar>(std::move(items));
     }

@@ -100,7 +100,7 @@ static bool holdsSymbolicSize(const VarPtr &v) {
   if (auto *s = as<SymIntVar>(v)) return !s->expr.isStatic();
   const std::vector<VarPtr> *items = nullptr;
   if (auto *t = as<TupleVar>(v)) items = &t->items;
-  if (auto *l = as<ListVar>(v)) items = &l->items;
+  if (auto *l = as<ListVar>(v)) items = &l->items();
   if (items)
     for (const VarPtr &i : *items)
       if (holdsSymbolicSize(i)) return true;
@@ -190,20 +190,20 @@ VarPtr Analyzer::binaryOp(int nb, const VarPtr &a, const VarPtr &b) {
   // Python containers.
   if (auto *l = as<ListVar>(a)) {
     if (base == NB_ADD && b->kind == VarKind::List) {
-      const auto &bi = as<ListVar>(b)->items;
+      const auto &bi = as<ListVar>(b)->items();
       if (inplace) {
         if (l->source) fail("+= on a list the caller can see");
-        l->items.insert(l->items.end(), bi.begin(), bi.end());
+        l->items().insert(l->items().end(), bi.begin(), bi.end());
         return a;
       }
-      std::vector<VarPtr> items = l->items;
+      std::vector<VarPtr> items = l->items();
       items.insert(items.end(), bi.begin(), bi.end());
       return std::make_shared<ListVar>(std::move(items));
     }
     if (base == NB_ADD && inplace) {
       if (l->source) fail("+= on a list the caller can see");
       for (VarPtr &v : iterate(b))
-        l->items.push_back(v);
+        l->append(v);
       return a;
     }
     if (base == NB_MULTIPLY) {
@@ -211,10 +211,10 @@ VarPtr Analyzer::binaryOp(int nb, const VarPtr &a, const VarPtr &b) {
       if (!n) fail("list * non-int");
       std::vector<VarPtr> items;
       for (int64_t i = 0; i < *n; ++i)
-        items.insert(items.end(), l->items.begin(), l->items.end());
+        items.insert(items.end(), l->items().begin(), l->items().end());
       if (inplace) {
         if (l->source) fail("*= on a list the caller can see");
-        l->items = std::move(items);
+        l->items() = std::move(items);
         return a;
       }
       return std::make_shared<ListVar>(std::move(items));
@@ -646,7 +646,7 @@ VarPtr Analyzer::getItem(const VarPtr &obj, const VarPtr &key) {
   }
   if (obj->kind == VarKind::Tuple || obj->kind == VarKind::List) {
     const std::vector<VarPtr> &items =
-        obj->kind == VarKind::Tuple ? as<TupleVar>(obj)->items : as<ListVar>(obj)->items;
+        obj->kind == VarKind::Tuple ? as<TupleVar>(obj)->items : as<ListVar>(obj)->items();
     if (auto *s = as<SliceVar>(key)) {
       std::vector<VarPtr> out;
       for (size_t i : sliceIndices(*this, *s, items.size()))
@@ -737,8 +737,8 @@ void Analyzer::setItem(const VarPtr &obj, const VarPtr &key, const VarPtr &value
   if (auto *l = as<ListVar>(obj)) {
     std::optional<int64_t> i = asInt(key);
     if (!i) fail("list assignment with a " + typeName(key) + " index");
-    int64_t idx = normIndex(*this, *i, l->items.size(), "list assignment");
-    l->items[static_cast<size_t>(idx)] = value;
+    int64_t idx = normIndex(*this, *i, l->items().size(), "list assignment");
+    l->items()[static_cast<size_t>(idx)] = value;
     if (l->source)
       recordEffect(
           {SideEffect::SetItem, *l->source, "", check(PyLong_FromLongLong(idx), "int"), value});
@@ -776,7 +776,7 @@ void Analyzer::delItem(const VarPtr &obj, const VarPtr &key) {
   if (auto *l = as<ListVar>(obj)) {
     std::optional<int64_t> i = asInt(key);
     if (!i) fail("del with a non-int index");
-    l->items.erase(l->items.begin() + normIndex(*this, *i, l->items.size(), "list deletion"));
+    l->items().erase(l->items().begin() + normIndex(*this, *i, l->items().size(), "list deletion"));
     return;
   }
   if (auto *d = as<DictVar>(obj)) {

@@ -386,7 +386,7 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
   }
   case VarKind::List: {
     if (v->source) return fromSource(*v->source); // the caller's list, mutated by side effects
-    return children(OutputNode::List, as<ListVar>(v)->items);
+    return children(OutputNode::List, as<ListVar>(v)->items());
   }
   case VarKind::Dict: {
     if (v->source) return fromSource(*v->source);
@@ -582,7 +582,7 @@ Capture Analyzer::finishAtBreak(Frame &f) {
         visit(i);
     if (mutableContainer) {
       if (auto *l = as<ListVar>(v))
-        for (const VarPtr &i : l->items)
+        for (const VarPtr &i : l->items())
           visit(i);
       if (auto *d = as<DictVar>(v))
         for (auto &kv : d->items)

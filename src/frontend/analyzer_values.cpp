@@ -256,7 +256,10 @@ VarPtr Analyzer::wrapSourced(PyObject *o, const Source &src) {
     else
       guardId(src, o);
     v = m;
-  } else if (PyTuple_Check(o) || PyList_Check(o)) {
+  } else if (PyList_Check(o)) {
+    guardType(src, reinterpret_cast<PyObject *>(Py_TYPE(o)));
+    v = sourcedList(o, src);
+  } else if (PyTuple_Check(o)) {
     guardType(src, reinterpret_cast<PyObject *>(Py_TYPE(o)));
     Py_ssize_t n = PySequence_Size(o);
     guardLen(src, n);
@@ -266,13 +269,9 @@ VarPtr Analyzer::wrapSourced(PyObject *o, const Source &src) {
       PyRef hold = PyRef::borrow(item);
       items.push_back(wrapSourced(item, plus(src, itemStep(i))));
     }
-    if (PyList_Check(o)) {
-      v = std::make_shared<ListVar>(std::move(items));
-    } else {
-      PyRef type =
-          PyTuple_CheckExact(o) ? PyRef() : PyRef::borrow(reinterpret_cast<PyObject *>(Py_TYPE(o)));
-      v = std::make_shared<TupleVar>(std::move(items), type);
-    }
+    PyRef type =
+        PyTuple_CheckExact(o) ? PyRef() : PyRef::borrow(reinterpret_cast<PyObject *>(Py_TYPE(o)));
+    v = std::make_shared<TupleVar>(std::move(items), type);
   } else if (PyAnySet_CheckExact(o)) {
     // Membership and iteration read its items: they are guarded by value, against a snapshot
     // (the caller may mutate this very set between calls). Items other than constants
@@ -354,6 +353,21 @@ VarPtr Analyzer::wrapSourced(PyObject *o, const Source &src) {
   return v;
 }
 
+VarPtr Analyzer::sourcedList(PyObject *list, const Source &src) {
+  // The analyzer never mutates the caller's list (appends are replayed after the graph), so
+  // its items are the same whenever they are first read.
+  return std::make_shared<ListVar>([this, obj = PyRef::borrow(list), src] {
+    Py_ssize_t n = PyList_GET_SIZE(obj.get());
+    guardLen(src, n);
+    std::vector<VarPtr> items;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyRef item = PyRef::borrow(PyList_GET_ITEM(obj.get(), i));
+      items.push_back(wrapSourced(item.get(), plus(src, itemStep(i))));
+    }
+    return items;
+  });
+}
+
 VarPtr Analyzer::containerView(const VarPtr &v) {
   auto *o = as<ObjectVar>(v);
   if (!o) return v;
@@ -387,18 +401,15 @@ VarPtr Analyzer::containerView(const VarPtr &v) {
                       plus(src, SourceStep{SourceStep::DictKey, 0, "", PyRef::borrow(k)})));
     }
     view = d;
+  } else if (PyList_Check(obj)) {
+    view = sourcedList(obj, src);
   } else {
     Py_ssize_t n = PySequence_Size(obj);
     guardLen(src, n);
     std::vector<VarPtr> items;
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      PyObject *item = PyList_Check(obj) ? PyList_GET_ITEM(obj, i) : PyTuple_GET_ITEM(obj, i);
-      items.push_back(wrapSourced(item, plus(src, itemStep(i))));
-    }
-    if (PyList_Check(obj))
-      view = std::make_shared<ListVar>(std::move(items));
-    else
-      view = std::make_shared<TupleVar>(std::move(items));
+    for (Py_ssize_t i = 0; i < n; ++i)
+      items.push_back(wrapSourced(PyTuple_GET_ITEM(obj, i), plus(src, itemStep(i))));
+    view = std::make_shared<TupleVar>(std::move(items));
   }
   view->source = src;
   sourceCache_[key] = view;
@@ -832,7 +843,7 @@ PyRef Analyzer::asPython(const VarPtr &v) {
   case VarKind::Tuple:
   case VarKind::List: {
     const std::vector<VarPtr> &items =
-        v->kind == VarKind::Tuple ? as<TupleVar>(v)->items : as<ListVar>(v)->items;
+        v->kind == VarKind::Tuple ? as<TupleVar>(v)->items : as<ListVar>(v)->items();
     PyRef out = check(v->kind == VarKind::Tuple ? PyTuple_New(static_cast<Py_ssize_t>(items.size()))
                                                 : PyList_New(static_cast<Py_ssize_t>(items.size())),
                       "container");
@@ -961,7 +972,7 @@ bool Analyzer::truthy(const VarPtr &v) {
   case VarKind::SymFloat: // `if s:` is `s != 0.0`
     return truthy(compareOp(3, v, constantSteal(PyFloat_FromDouble(0.0))));
   case VarKind::Tuple: return !as<TupleVar>(v)->items.empty();
-  case VarKind::List: return !as<ListVar>(v)->items.empty();
+  case VarKind::List: return !as<ListVar>(v)->items().empty();
   case VarKind::Dict: return !as<DictVar>(v)->items.empty();
   case VarKind::Module: {
     PyObject *m = as<ModuleVar>(v)->obj.get();
@@ -1004,7 +1015,7 @@ std::string Analyzer::describe(const VarPtr &v) {
 int64_t Analyzer::length(const VarPtr &v) {
   switch (v->kind) {
   case VarKind::Tuple: return static_cast<int64_t>(as<TupleVar>(v)->items.size());
-  case VarKind::List: return static_cast<int64_t>(as<ListVar>(v)->items.size());
+  case VarKind::List: return static_cast<int64_t>(as<ListVar>(v)->items().size());
   case VarKind::Dict: return static_cast<int64_t>(as<DictVar>(v)->items.size());
   case VarKind::Iterator: {
     auto *it = as<IteratorVar>(v);
@@ -1056,7 +1067,7 @@ int64_t Analyzer::length(const VarPtr &v) {
 std::vector<VarPtr> Analyzer::sequenceItems(const VarPtr &v, const char *what) {
   switch (v->kind) {
   case VarKind::Tuple: return as<TupleVar>(v)->items;
-  case VarKind::List: return as<ListVar>(v)->items;
+  case VarKind::List: return as<ListVar>(v)->items();
   case VarKind::Iterator: {
     auto *it = as<IteratorVar>(v);
     std::vector<VarPtr> rest(it->items.begin() + static_cast<long>(it->pos), it->items.end());
