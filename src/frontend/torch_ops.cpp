@@ -1254,7 +1254,9 @@ LOWER(lowerType) {
 
 LOWER(lowerDetach) {
   VarPtr r = a.emit1("alias", {b.at("input")});
-  if (as<TensorVar>(r)->requiresGrad) a.noteGradientCut(); // autodiff must not see through it
+  // A training step's autodiff stops at it (stopsGradient); canonicalize keeps such an alias.
+  if (as<TensorVar>(r)->requiresGrad)
+    a.irValue(r)->definingOp()->setAttr("autodiff.stop", Attr(true));
   as<TensorVar>(r)->requiresGrad = false;
   return r;
 }

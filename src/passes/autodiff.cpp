@@ -649,8 +649,10 @@ std::vector<Value *> customVjpRule(RuleArgs &a, const std::vector<Value *> &yiel
 }
 
 /// Ops whose results never carry a gradient (integer/bool results are already excluded): those
-/// that read only their operands' shapes (zeros_like, new_zeros, size), and histc's counts.
+/// that read only their operands' shapes (zeros_like, new_zeros, size), histc's counts, and
+/// `x.detach()` (an alias the frontend marks `autodiff.stop`).
 bool stopsGradient(const Op &op) {
+  if (op.hasAttr("autodiff.stop")) return true;
   // An in-place fill of a tensor autograd tracks (`t.zero_()`, `t[...] = 7`; the frontend marks
   // it): eager records it, so the result requires grad and its gradient to t is zero.
   if (op.hasAttr("autodiff.fill")) return false;

@@ -363,8 +363,10 @@ bool sliceIdentity(Op &op, Rewriter &rw) {
   return rw.replace(op.operand(0));
 }
 
-// alias(x) -> x.
-bool aliasNoop(Op &op, Rewriter &rw) { return rw.replace(op.operand(0)); }
+// alias(x) -> x, but for a detach() that a training step's autodiff must stop at.
+bool aliasNoop(Op &op, Rewriter &rw) {
+  return !op.hasAttr("autodiff.stop") && rw.replace(op.operand(0));
+}
 
 // contiguous(x) -> x when x is freshly computed (kernels return contiguous tensors) or when
 // nothing writes x's storage (then a copy and x are indistinguishable).
