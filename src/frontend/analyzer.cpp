@@ -42,7 +42,7 @@ Analyzer::Analyzer(const FrameView &frame, const AnalyzeOptions &opts,
       graph_(std::make_unique<Graph>(utf8(frame.code->co_qualname))), builder_(graph_->body()) {
   PyRef enabled = check(PyObject_CallMethod(torchModule(), "is_grad_enabled", nullptr),
                         "torch.is_grad_enabled()");
-  gradEnabled_ = enabled.get() == Py_True;
+  gradEnabled_ = gradEnabledAtEntry_ = enabled.get() == Py_True;
   std::optional<AutocastState> autocast = ambientAutocast(&autocastRefusal_);
   if (autocast) autocast_ = entryAutocast_ = *autocast;
 }

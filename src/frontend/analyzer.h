@@ -389,6 +389,7 @@ private:
   Builder builder_;
   Frame *frame_ = nullptr;
   bool gradEnabled_ = true;
+  bool gradEnabledAtEntry_ = true;   // a training step's no_grad regions: stopped operands
   AutocastState autocast_;           // the CPU autocast state ops are captured under
   AutocastState entryAutocast_;      // at frame entry: the compiled entry is keyed on it
   std::string autocastRefusal_;      // set: the ambient autocast state cannot be modelled

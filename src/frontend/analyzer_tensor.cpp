@@ -534,10 +534,22 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   if (operands.size() >= 2)
     if (const OpDef *def = OpRegistry::instance().lookup(opName); def && def->has(kElementwise))
       checkSymbolicBroadcast(operands);
+  // A pure op in a torch.no_grad() region of a frame entered with grad enabled (a training
+  // step) reads its operands that require grad through an alias autodiff stops at, as
+  // detach() (autodiff's stopsGradient; canonicalize never looks through an alias). Views and
+  // in-place writes there still send a training step to Python (cutsGradient).
+  const OpDef *def = OpRegistry::instance().lookup(opName);
+  const bool stopOperands = gradEnabledAtEntry_ && !gradEnabled_ && !view && def && def->isPure() &&
+                            !def->has(kView) && !def->has(kInPlace) && !def->has(kSideEffect) &&
+                            anyRequiresGrad(operands);
   std::vector<Value *> vals;
   vals.reserve(operands.size());
-  for (const VarPtr &v : operands)
-    vals.push_back(irValue(v));
+  for (const VarPtr &v : operands) {
+    Value *x = irValue(v);
+    if (auto *tv = as<TensorVar>(v); stopOperands && tv && tv->requiresGrad)
+      x = builder_.create("alias", {x}, {{"autodiff.stop", Attr(true)}})->result(0);
+    vals.push_back(x);
+  }
   Op *op;
   try {
     op = builder_.create(opName, std::move(vals), std::move(attrs));
@@ -547,7 +559,7 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   view = view || op->def().has(kView);
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
   recordedForAutograd_ = recordedForAutograd_ || rg;
-  cutsGradient_ = cutsGradient_ || (!gradEnabled_ && anyRequiresGrad(operands));
+  cutsGradient_ = cutsGradient_ || (!gradEnabled_ && !stopOperands && anyRequiresGrad(operands));
   // A result made from its operands' shapes alone (x.new_zeros(3), zeros_like) does not require
   // grad, as in eager (fuzz seed 10090: a fill of it was then recorded as a tracked fill); nor
   // do histc's counts (autodiff's stopsGradient).

@@ -199,7 +199,8 @@ std::string trainingRefusal(const Capture &cap, PyCodeObject *code, bool xjitBac
   // so it carries its gradient. In-place writes to tensors the caller sees (batch_norm's
   // running statistics) are checked by compileTraining to carry no gradient.
   if (cap.cutsGradient)
-    return "the frame stops a gradient (detach() or a torch.no_grad() region inside it)";
+    return "the frame stops a gradient (a view or an in-place write of a tensor that requires "
+           "grad in a torch.no_grad() region)";
   if (cap.gradModeAtExit >= 0) return "the frame changes grad mode";
   return "";
 #endif
