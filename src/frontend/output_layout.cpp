@@ -435,9 +435,31 @@ const Value *writtenThroughView(const Op &op) {
   return nullptr;
 }
 
-bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
-                         std::vector<OutputLayout> &out, const Op **stoppedAt) {
+namespace {
+
+/// The ops `v` is computed from (its defining op and theirs, transitively).
+std::unordered_set<const Op *> opsComputing(const Value *v) {
+  std::unordered_set<const Op *> ops;
+  std::vector<const Value *> pending{v};
+  while (!pending.empty()) {
+    const Op *def = pending.back()->definingOp();
+    pending.pop_back();
+    if (!def || !ops.insert(def).second) continue;
+    for (const Value *o : def->operands())
+      pending.push_back(o);
+  }
+  return ops;
+}
+
+/// staticOutputLayouts' walk. With `target`, it walks only the ops computing it, a graph input
+/// without an order is left unknown (an op reading it stops the walk), and it ends at target's
+/// defining op with `targetStrides` set to target's strides where known.
+bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
+                 std::vector<OutputLayout> &out, const Op **stoppedAt, const Value *target,
+                 std::optional<std::vector<int64_t>> *targetStrides) {
   const Op *current = nullptr;
+  std::unordered_set<const Op *> slice;
+  if (target) slice = opsComputing(target);
   auto stop = [&] {
     if (stoppedAt) *stoppedAt = current;
     return false;
@@ -545,12 +567,20 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
   const Block &body = *g.body();
   for (size_t i = 0; i < body.numArguments(); ++i) {
     if (!body.argument(i)->type().isTensor()) continue;
-    if (i >= inputOrders.size() || inputOrders[i].size() != size_t(body.argument(i)->type().rank()))
+    if (i >= inputOrders.size() ||
+        inputOrders[i].size() != size_t(body.argument(i)->type().rank())) {
+      if (target) continue;
       return stop();
+    }
     order[body.argument(i)] = inputOrders[i];
+  }
+  if (target && !target->definingOp()) { // an input
+    if (auto strides = exactStrides(target)) *targetStrides = std::move(strides);
+    return targetStrides->has_value();
   }
   for (Op *op : body) {
     current = op;
+    if (target && !slice.count(op)) continue;
     if (op->def().has(kTerminator)) {
       out.clear();
       for (Value *v : op->operands()) {
@@ -801,8 +831,41 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
       if (resultStrided && resultStrides && resultStrides->size() == size_t(t.rank()))
         stridedStrides[op->result(i)] = *resultStrides;
     }
+    if (target && op == target->definingOp()) {
+      *targetStrides = exactStrides(target);
+      return targetStrides->has_value();
+    }
   }
   return stop();
+}
+
+} // namespace
+
+bool stridesAreContiguous(const std::vector<int64_t> &sizes, const std::vector<int64_t> &strides) {
+  return sizes.size() == strides.size() &&
+         stridesContiguous(sizes, strides, identity(int64_t(sizes.size())));
+}
+
+std::optional<std::vector<int64_t>> staticSizesOf(const Type &t) { return staticSizes(t.shape()); }
+
+std::optional<std::vector<int64_t>> reshapeViewStrides(const std::vector<int64_t> &sizes,
+                                                       const std::vector<int64_t> &strides,
+                                                       const std::vector<int64_t> &shape) {
+  return viewStrides(sizes, strides, shape);
+}
+
+bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
+                         std::vector<OutputLayout> &out, const Op **stoppedAt) {
+  return walkLayouts(g, inputOrders, out, stoppedAt, nullptr, nullptr);
+}
+
+std::optional<std::vector<int64_t>>
+staticStridesOf(const Graph &g, const Value *v, const std::vector<std::vector<int>> &inputOrders) {
+  std::vector<OutputLayout> unused;
+  std::optional<std::vector<int64_t>> strides;
+  if (!v->type().isTensor() || !walkLayouts(g, inputOrders, unused, nullptr, v, &strides))
+    return std::nullopt;
+  return strides;
 }
 
 namespace {

@@ -63,6 +63,24 @@ TESTED = [
     "mixtral",  # experts: histc and transformers' grouped_mm_fallback as native ops (session 19)
     "qwen2-moe",
     "segformer",  # transformers' output-capturing forward hooks inlined (session 20)
+    # Session 21: families the zoo did not cover.
+    "llama",  # grouped-query attention, Llama 3's rope scaling
+    "qwen3",  # RMSNorm on each head's queries and keys
+    "phi3",  # fused qkv and gate_up projections split by slicing, partial rotary
+    "gpt-neox",  # partial rotary, parallel residual
+    "stablelm",  # a LayerNorm module per head on queries and keys
+    "olmo2",  # RMSNorm over all heads' queries and keys, post-norms
+    "cohere",  # interleaved rotary, parallel block, logit scale
+    "gpt-bigcode",  # multi-query attention fused in c_attn
+    "mpnet",  # T5-style relative position buckets
+    "pegasus",  # encoder-decoder, sinusoidal positions
+    "dinov2",  # bicubic F.interpolate of the position embeddings (tap matrices, session 21)
+    "beit",  # relative position index written through a contiguous() copy (session 21)
+    "hubert",  # conv feature extractor with LayerNorms, stable layer norm
+    "poolformer",  # 3x3 average pooling without padding counted
+    "levit",  # attention biases indexed by offsets, subsampling attention
+    "rwkv",  # the WKV recurrence's Python loop, unrolled
+    "funnel",  # einsum (session 21), relative shifts by reshape and slice, pooling
 ]
 # One graph with no break, right values, warnings none, but PyTorch fallback nodes: the targets.
 WITH_FALLBACKS: dict[str, set[str]] = {
