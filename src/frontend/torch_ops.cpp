@@ -149,10 +149,28 @@ bool bind(Analyzer &a, const std::vector<Param> &params, const Args &args, Bound
     out.values[params[pi].name] = args.pos[i];
     ++pi;
   }
-  for (auto &[k, v] : args.kw) {
-    bool known = false;
-    for (const Param &p : params)
+  for (auto &[key, v] : args.kw) {
+    std::string k = key;
+    bool known = false, sequence = false;
+    for (const Param &p : params) {
       if (p.name == k && !p.varargs) known = true;
+      // torch.zeros(size=(2, 3)): a `*size` parameter given by keyword, as one sequence.
+      if (p.name == k && p.varargs && out.varargs.empty()) sequence = true;
+    }
+    if (sequence) {
+      out.varargs.push_back(v);
+      continue;
+    }
+    // PyTorch's argument parser takes NumPy's names too: torch.cat(ts, axis=1), keepdims.
+    static const std::pair<const char *, const char *> numpyNames[] = {{"axis", "dim"},
+                                                                       {"keepdims", "keepdim"}};
+    for (const auto &[numpy, torchName] : numpyNames)
+      if (!known && k == numpy)
+        for (const Param &p : params)
+          if (p.name == torchName && !p.varargs) {
+            k = torchName;
+            known = true;
+          }
     if (!known) {
       why = "unexpected keyword argument '" + k + "'";
       return false;

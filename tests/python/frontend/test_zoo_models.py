@@ -80,7 +80,6 @@ TESTED = [
     "poolformer",  # 3x3 average pooling without padding counted
     "levit",  # attention biases indexed by offsets, subsampling attention
     "rwkv",  # the WKV recurrence's Python loop, unrolled
-    "funnel",  # einsum (session 21), relative shifts by reshape and slice, pooling
 ]
 # One graph with no break, right values, warnings none, but PyTorch fallback nodes: the targets.
 WITH_FALLBACKS: dict[str, set[str]] = {
@@ -100,6 +99,8 @@ TRAINED = [
     "mamba",
     "rnn",
     "unet",  # F.multi_head_attention_forward and the upsampling compiled with their gradients
+    "qwen3",  # session 21: q/k norms
+    "beit",  # relative position bias tables indexed by a computed index
 ]
 
 
