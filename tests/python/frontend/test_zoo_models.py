@@ -80,6 +80,7 @@ TESTED = [
     "poolformer",  # 3x3 average pooling without padding counted
     "levit",  # attention biases indexed by offsets, subsampling attention
     "rwkv",  # the WKV recurrence's Python loop, unrolled
+    "funnel",  # einsum (session 21), a relative shift by reshape and slice written in place
 ]
 # One graph with no break, right values, warnings none, but PyTorch fallback nodes: the targets.
 WITH_FALLBACKS: dict[str, set[str]] = {
