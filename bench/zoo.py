@@ -142,11 +142,11 @@ def _t5(s: Size) -> Built:
     return T5Model(c), {"input_ids": _tokens(s), "decoder_input_ids": _tokens(s, seq=s.seq // 4)}
 
 
-def _bart(s: Size) -> Built:
-    from transformers import BartConfig, BartModel
-
+def _bart_like(s: Size) -> dict[str, Any]:
+    """The config fields that BART-style encoder-decoder configs (BART, Pegasus) name alike:
+    half the layers in each side."""
     half = max(1, s.layers // 2)
-    c = BartConfig(
+    return dict(
         vocab_size=s.vocab,
         d_model=s.hidden,
         encoder_layers=half,
@@ -158,7 +158,12 @@ def _bart(s: Size) -> Built:
         max_position_embeddings=2 * s.seq,
         use_cache=False,
     )
-    return BartModel(c), {"input_ids": _tokens(s)}
+
+
+def _bart(s: Size) -> Built:
+    from transformers import BartConfig, BartModel
+
+    return BartModel(BartConfig(**_bart_like(s))), {"input_ids": _tokens(s)}
 
 
 def _opt(s: Size) -> Built:
@@ -444,14 +449,11 @@ def _clip_vision(s: Size) -> Built:
     return CLIPVisionModel(c), {"pixel_values": _pixels(s)}
 
 
-def _wav2vec2(s: Size) -> Built:
-    import torch
-    from transformers import Wav2Vec2Config, Wav2Vec2Model
-
-    half = max(1, s.layers // 2)
-    c = Wav2Vec2Config(
+def _speech_encoder(s: Size) -> dict[str, Any]:
+    """The config fields that wav2vec2-style speech encoders (wav2vec2, Hubert) name alike."""
+    return dict(
         hidden_size=s.hidden,
-        num_hidden_layers=half,
+        num_hidden_layers=max(1, s.layers // 2),
         num_attention_heads=s.heads,
         intermediate_size=s.ffn,
         conv_dim=(s.hidden // 2,) * 3,
@@ -460,8 +462,20 @@ def _wav2vec2(s: Size) -> Built:
         num_conv_pos_embeddings=16,
         num_conv_pos_embedding_groups=4,
     )
-    # The three convs take 80 samples to a frame: 80 * seq samples -> seq - 1 frames.
-    return Wav2Vec2Model(c), {"input_values": torch.randn(1, 80 * s.seq)}
+
+
+def _samples(s: Size) -> Any:
+    """Audio for a speech encoder: its three convs take 80 samples to a frame, so 80 * seq
+    samples make seq - 1 frames."""
+    import torch
+
+    return torch.randn(1, 80 * s.seq)
+
+
+def _wav2vec2(s: Size) -> Built:
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    return Wav2Vec2Model(Wav2Vec2Config(**_speech_encoder(s))), {"input_values": _samples(s)}
 
 
 def _efficientnet(s: Size) -> Built:
@@ -756,20 +770,7 @@ def _pegasus(s: Size) -> Built:
     from transformers import PegasusConfig, PegasusModel
 
     # Encoder-decoder with sinusoidal positions and pre-layer norms.
-    half = max(1, s.layers // 2)
-    c = PegasusConfig(
-        vocab_size=s.vocab,
-        d_model=s.hidden,
-        encoder_layers=half,
-        decoder_layers=half,
-        encoder_attention_heads=s.heads,
-        decoder_attention_heads=s.heads,
-        encoder_ffn_dim=s.ffn,
-        decoder_ffn_dim=s.ffn,
-        max_position_embeddings=2 * s.seq,
-        use_cache=False,
-    )
-    return PegasusModel(c), {"input_ids": _tokens(s), "decoder_input_ids": _tokens(s, seq=s.seq // 4)}
+    return PegasusModel(PegasusConfig(**_bart_like(s))), {"input_ids": _tokens(s), "decoder_input_ids": _tokens(s, seq=s.seq // 4)}
 
 
 def _dinov2(s: Size) -> Built:
@@ -806,24 +807,11 @@ def _beit(s: Size) -> Built:
 
 
 def _hubert(s: Size) -> Built:
-    import torch
     from transformers import HubertConfig, HubertModel
 
-    half = max(1, s.layers // 2)
-    c = HubertConfig(
-        hidden_size=s.hidden,
-        num_hidden_layers=half,
-        num_attention_heads=s.heads,
-        intermediate_size=s.ffn,
-        conv_dim=(s.hidden // 2,) * 3,
-        conv_stride=(5, 4, 4),
-        conv_kernel=(10, 4, 4),
-        num_conv_pos_embeddings=16,
-        num_conv_pos_embedding_groups=4,
-        feat_extract_norm="layer",  # LayerNorm after each conv (wav2vec2 here takes group norm)
-        do_stable_layer_norm=True,
-    )
-    return HubertModel(c), {"input_values": torch.randn(1, 80 * s.seq)}
+    # LayerNorm after each conv (wav2vec2 here takes group norm), pre-norm transformer layers.
+    c = HubertConfig(**_speech_encoder(s), feat_extract_norm="layer", do_stable_layer_norm=True)
+    return HubertModel(c), {"input_values": _samples(s)}
 
 
 def _poolformer(s: Size) -> Built:

@@ -5,7 +5,6 @@ one operand, integer operands) keep PyTorch's op with eager's values."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import pytest
@@ -13,7 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
-from frontend_fixtures import clean  # noqa: E402, F401 (autouse fixture)
+from frontend_fixtures import clean, external_calls  # noqa: E402, F401 (autouse fixture)
+from frontend_fixtures import explain_strict as explain  # noqa: E402
 
 # (equation, operand shapes): Funnel's, attention scores, relative positions, outer and
 # batched products, implicit outputs, ellipses (broadcast too), three operands, one operand.
@@ -43,16 +43,6 @@ CASES = [
 # A batch label broadcast from size 1: ATen's result has strides (1, 2) where the graph's
 # product is contiguous (values equal; a layout left as the graph makes it, docs/frontend.md).
 LAYOUT_DIFFERS = {"bn...,bn...->bn"}
-
-
-def explain(fn: Any, *args: Any) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", xjit.XjitWarning)
-        return xjit.explain(xjit.jit(fn))(*args)
-
-
-def external_calls(report: Any) -> int:
-    return sum(g.ops.get("external_call", 0) for g in report.graphs)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])

@@ -9,7 +9,6 @@ the variants the lowerings leave alone keep PyTorch's op with eager's values."""
 from __future__ import annotations
 
 import copy
-import warnings
 from typing import Any
 
 import pytest
@@ -17,20 +16,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
-from frontend_fixtures import clean, tensors  # noqa: E402, F401 (autouse fixture)
+from frontend_fixtures import clean, external_calls, tensors  # noqa: E402, F401 (autouse fixture)
+from frontend_fixtures import explain_strict as explain  # noqa: E402
 
 nn = torch.nn
 F = torch.nn.functional
-
-
-def explain(fn: Any, *args: Any) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", xjit.XjitWarning)
-        return xjit.explain(xjit.jit(fn))(*args)
-
-
-def external_calls(report: Any) -> int:
-    return sum(g.ops.get("external_call", 0) for g in report.graphs)
 
 
 def assert_native(report: Any) -> None:

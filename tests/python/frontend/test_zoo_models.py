@@ -12,6 +12,10 @@ what the zoo found broken: torch.finfo/iinfo in a captured frame (a graph break 
 GPT-Neo), and permute(...).contiguous().view(...) (canonicalize dropped the contiguous, so the
 native view failed at run time: GPT-Neo and Swin ran in Python with a warning).
 
+Session 21 adds LLaMA, Qwen3, Phi-3, GPT-NeoX, StableLM, OLMo2, Cohere, GPT-BigCode, MPNet,
+Pegasus, DINOv2 (bicubic interpolate), BEiT (a contiguous() copy written in place, meshgrid),
+Hubert, PoolFormer, LeViT, RWKV and Funnel (einsum).
+
 Training: TRAINED (a representative set of the models whose step trains compiled, see
 bench/results/zoo_train.md) take one train() step with dropout on, as `bench/zoo.py --train`
 does (bench/zoo_train.py): one compiled graph, no break, nothing in Python, and the loss, every
