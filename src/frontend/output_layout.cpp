@@ -630,9 +630,11 @@ bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrder
       // dims' strides is their operand's, less the dim a select-like view drops.
       static const std::set<std::string, std::less<>> sliceViews = {
           "slice", "narrow", "chunk", "split", "split_with_sizes", "select", "unbind"};
-      // (A write through a view keeps its base's layout, whatever the values written.)
-      if (const Value *x = writtenThroughView(*op);
-          x && order.count(x) && !strided.count(x) && !unknown.count(x)) {
+      // A write through a view keeps its base's layout, whatever the values written (for a
+      // target: outputs keep the meta walk's exact strides of size-1 dims where values are
+      // unknown).
+      if (const Value *x = writtenThroughView(*op); x && order.count(x) && !strided.count(x) &&
+                                                    !unknown.count(x) && (target || !anyUnknown)) {
         result = order.at(x);
       } else if (anyUnknown || name == "scaled_dot_product_attention") {
         if (op->def().has(kConstantLike) || freshContiguous.count(name)) {

@@ -263,7 +263,12 @@ def test_write_through_reshape_of_computed_tensor(fn: Callable[..., Any], backen
     assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
     for got, want in zip(report.output, fn(sample()), strict=True):
         torch.testing.assert_close(got, want)
-        assert got.stride() == want.stride()
+        # Eager's strides, but for size-1 dims (any stride addresses them alike; the graph's
+        # [4, 1] `z * 1` has (1, 1) where eager keeps y.t()'s (1, 4)).
+        assert [s for s, n in zip(got.stride(), got.shape) if n != 1] == [
+            s for s, n in zip(want.stride(), want.shape) if n != 1
+        ]
+    assert not any(g.runs_in_python for g in report.graphs), str(report)
 
 
 def test_inputs_sharing_memory_are_not_read_stale() -> None:
