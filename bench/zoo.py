@@ -142,11 +142,11 @@ def _t5(s: Size) -> Built:
     return T5Model(c), {"input_ids": _tokens(s), "decoder_input_ids": _tokens(s, seq=s.seq // 4)}
 
 
-def _bart(s: Size) -> Built:
-    from transformers import BartConfig, BartModel
-
+def _bart_like(s: Size) -> dict[str, Any]:
+    """The config fields that BART-style encoder-decoder configs (BART, Pegasus) name alike:
+    half the layers in each side."""
     half = max(1, s.layers // 2)
-    c = BartConfig(
+    return dict(
         vocab_size=s.vocab,
         d_model=s.hidden,
         encoder_layers=half,
@@ -158,7 +158,12 @@ def _bart(s: Size) -> Built:
         max_position_embeddings=2 * s.seq,
         use_cache=False,
     )
-    return BartModel(c), {"input_ids": _tokens(s)}
+
+
+def _bart(s: Size) -> Built:
+    from transformers import BartConfig, BartModel
+
+    return BartModel(BartConfig(**_bart_like(s))), {"input_ids": _tokens(s)}
 
 
 def _opt(s: Size) -> Built:
@@ -444,14 +449,11 @@ def _clip_vision(s: Size) -> Built:
     return CLIPVisionModel(c), {"pixel_values": _pixels(s)}
 
 
-def _wav2vec2(s: Size) -> Built:
-    import torch
-    from transformers import Wav2Vec2Config, Wav2Vec2Model
-
-    half = max(1, s.layers // 2)
-    c = Wav2Vec2Config(
+def _speech_encoder(s: Size) -> dict[str, Any]:
+    """The config fields that wav2vec2-style speech encoders (wav2vec2, Hubert) name alike."""
+    return dict(
         hidden_size=s.hidden,
-        num_hidden_layers=half,
+        num_hidden_layers=max(1, s.layers // 2),
         num_attention_heads=s.heads,
         intermediate_size=s.ffn,
         conv_dim=(s.hidden // 2,) * 3,
@@ -460,8 +462,20 @@ def _wav2vec2(s: Size) -> Built:
         num_conv_pos_embeddings=16,
         num_conv_pos_embedding_groups=4,
     )
-    # The three convs take 80 samples to a frame: 80 * seq samples -> seq - 1 frames.
-    return Wav2Vec2Model(c), {"input_values": torch.randn(1, 80 * s.seq)}
+
+
+def _samples(s: Size) -> Any:
+    """Audio for a speech encoder: its three convs take 80 samples to a frame, so 80 * seq
+    samples make seq - 1 frames."""
+    import torch
+
+    return torch.randn(1, 80 * s.seq)
+
+
+def _wav2vec2(s: Size) -> Built:
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    return Wav2Vec2Model(Wav2Vec2Config(**_speech_encoder(s))), {"input_values": _samples(s)}
 
 
 def _efficientnet(s: Size) -> Built:
@@ -648,6 +662,205 @@ def _unet_code(s: Size) -> Built:
     return UNet(), {"x": _pixels(s), "t": torch.tensor([37])}
 
 
+def _token_ids(i: int) -> dict[str, int]:
+    """Special token ids inside a small vocabulary (some configs default to ids past it)."""
+    return {"bos_token_id": i, "eos_token_id": i, "pad_token_id": i}
+
+
+def _llama(s: Size) -> Built:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    # Grouped-query attention (2 query heads per key/value head) and Llama 3's rope scaling
+    # (frequencies rescaled by wavelength at init: the "llama3" rope type).
+    c = LlamaConfig(
+        **_decoder(s, _gated_ffn(s)),
+        num_key_value_heads=s.heads // 2,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": s.seq,
+        },
+    )
+    return LlamaForCausalLM(c), {"input_ids": _tokens(s)}
+
+
+def _qwen3(s: Size) -> Built:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    # RMSNorm on each head's queries and keys before the rotary embedding.
+    c = Qwen3Config(**_decoder(s, _gated_ffn(s)), num_key_value_heads=s.heads // 2, head_dim=s.hidden // s.heads)
+    return Qwen3ForCausalLM(c), {"input_ids": _tokens(s)}
+
+
+def _phi3(s: Size) -> Built:
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    # Fused qkv and gate_up projections, split by slicing; partial rotary.
+    c = Phi3Config(
+        **_decoder(s, _gated_ffn(s)), **_token_ids(0), num_key_value_heads=s.heads // 2, partial_rotary_factor=0.5
+    )
+    return Phi3ForCausalLM(c), {"input_ids": _tokens(s)}
+
+
+def _gpt_neox(s: Size) -> Built:
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    # Pythia-style: a quarter of each head rotary, parallel attention and MLP residuals.
+    c = GPTNeoXConfig(**_decoder(s, s.ffn), rotary_pct=0.25, use_parallel_residual=True)
+    return GPTNeoXForCausalLM(c), {"input_ids": _tokens(s)}
+
+
+def _stablelm(s: Size) -> Built:
+    from transformers import StableLmConfig, StableLmForCausalLM
+
+    # Per-head LayerNorm on queries and keys (one LayerNorm module per head), partial rotary.
+    c = StableLmConfig(
+        **_decoder(s, _gated_ffn(s)), num_key_value_heads=s.heads // 2, qk_layernorm=True, partial_rotary_factor=0.25
+    )
+    return StableLmForCausalLM(c), {"input_ids": _tokens(s)}
+
+
+def _olmo2(s: Size) -> Built:
+    from transformers import Olmo2Config, Olmo2ForCausalLM
+
+    # RMSNorm over all heads' queries and keys, norms after attention and MLP.
+    c = Olmo2Config(**_decoder(s, _gated_ffn(s)), **_token_ids(0), num_key_value_heads=s.heads // 2)
+    return Olmo2ForCausalLM(c), {"input_ids": _tokens(s)}
+
+
+def _cohere(s: Size) -> Built:
+    from transformers import CohereConfig, CohereForCausalLM
+
+    # Bias-free LayerNorm in float32, parallel attention and MLP, interleaved rotary
+    # (repeat_interleave of cos/sin), tied embeddings with a logit scale.
+    c = CohereConfig(**_decoder(s, _gated_ffn(s)), **_token_ids(0), num_key_value_heads=s.heads // 2)
+    return CohereForCausalLM(c), {"input_ids": _tokens(s)}
+
+
+def _gpt_bigcode(s: Size) -> Built:
+    from transformers import GPTBigCodeConfig, GPTBigCodeForCausalLM
+
+    # StarCoder-style multi-query attention: one key/value head, fused into c_attn.
+    c = GPTBigCodeConfig(
+        vocab_size=s.vocab,
+        n_embd=s.hidden,
+        n_layer=s.layers,
+        n_head=s.heads,
+        n_inner=s.ffn,
+        n_positions=2 * s.seq,
+        multi_query=True,
+        use_cache=False,
+        **_token_ids(0),
+    )
+    return GPTBigCodeForCausalLM(c), {"input_ids": _tokens(s)}
+
+
+def _mpnet(s: Size) -> Built:
+    from transformers import MPNetConfig, MPNetModel
+
+    # T5-style relative position buckets (log-spaced) as an attention bias shared by the layers.
+    c = MPNetConfig(**_encoder(s), max_position_embeddings=2 * s.seq + 2, relative_attention_num_buckets=32)
+    return MPNetModel(c), {"input_ids": _tokens(s)}
+
+
+def _pegasus(s: Size) -> Built:
+    from transformers import PegasusConfig, PegasusModel
+
+    # Encoder-decoder with sinusoidal positions and pre-layer norms.
+    return PegasusModel(PegasusConfig(**_bart_like(s))), {"input_ids": _tokens(s), "decoder_input_ids": _tokens(s, seq=s.seq // 4)}
+
+
+def _dinov2(s: Size) -> Built:
+    from transformers import Dinov2Config, Dinov2Model
+
+    # Position embeddings interpolated (bicubic) to the image, layer scale.
+    c = Dinov2Config(
+        hidden_size=_vit_width(s),
+        num_hidden_layers=s.layers,
+        num_attention_heads=3,
+        mlp_ratio=4,
+        image_size=2 * s.image,  # trained at another size: the interpolation runs
+        patch_size=16 if s.image >= 64 else 8,
+    )
+    return Dinov2Model(c), {"pixel_values": _pixels(s)}
+
+
+def _beit(s: Size) -> Built:
+    from transformers import BeitConfig, BeitModel
+
+    # A learned relative position bias per layer (a table indexed by a buffer), layer scale,
+    # mean pooling.
+    c = BeitConfig(
+        hidden_size=_vit_width(s),
+        num_hidden_layers=s.layers,
+        num_attention_heads=3,
+        intermediate_size=4 * _vit_width(s),
+        image_size=s.image,
+        patch_size=16 if s.image >= 64 else 8,
+        use_relative_position_bias=True,
+        use_mean_pooling=True,
+    )
+    return BeitModel(c), {"pixel_values": _pixels(s)}
+
+
+def _hubert(s: Size) -> Built:
+    from transformers import HubertConfig, HubertModel
+
+    # LayerNorm after each conv (wav2vec2 here takes group norm), pre-norm transformer layers.
+    c = HubertConfig(**_speech_encoder(s), feat_extract_norm="layer", do_stable_layer_norm=True)
+    return HubertModel(c), {"input_values": _samples(s)}
+
+
+def _poolformer(s: Size) -> Built:
+    from transformers import PoolFormerConfig, PoolFormerModel
+
+    # Token mixing by 3x3 average pooling (count_include_pad=False), GroupNorm(1), layer scale.
+    w = s.hidden // 8
+    c = PoolFormerConfig(image_size=s.image, hidden_sizes=[2 * w, 4 * w, 6 * w, 8 * w], depths=[1, 1, 2, 1])
+    return PoolFormerModel(c), {"pixel_values": _pixels(s)}
+
+
+def _levit(s: Size) -> Built:
+    from transformers import LevitConfig, LevitModel
+
+    # Conv stem, attention with a learned bias indexed by offsets, subsampling attention, hardswish.
+    c = LevitConfig(image_size=s.image, hidden_sizes=[64, 128, 192], num_attention_heads=[2, 4, 6], depths=[1, 1, 1])
+    return LevitModel(c), {"pixel_values": _pixels(s)}
+
+
+def _rwkv(s: Size) -> Built:
+    from transformers import RwkvConfig, RwkvForCausalLM
+
+    # Without its CUDA kernel, the WKV recurrence is a Python loop over the sequence.
+    c = RwkvConfig(
+        vocab_size=s.vocab,
+        hidden_size=s.hidden,
+        num_hidden_layers=max(2, s.layers),  # its init divides by layers - 1
+        attention_hidden_size=s.hidden,
+        intermediate_size=s.ffn,
+        context_length=2 * s.seq,
+        use_cache=False,
+    )
+    return RwkvForCausalLM(c), {"input_ids": _tokens(s)}
+
+
+def _funnel(s: Size) -> Built:
+    from transformers import FunnelConfig, FunnelBaseModel
+
+    c = FunnelConfig(
+        vocab_size=s.vocab,
+        block_sizes=[1, 1, 1],
+        d_model=s.hidden,
+        n_head=s.heads,
+        d_head=s.hidden // s.heads,
+        d_inner=s.ffn,
+    )
+    return FunnelBaseModel(c), {"input_ids": _tokens(s)}
+
+
 MODELS: dict[str, Callable[[Size], Built]] = {
     "distilbert": _distilbert,
     "roberta": _roberta,
@@ -685,6 +898,23 @@ MODELS: dict[str, Callable[[Size], Built]] = {
     "mobilevit": _mobilevit,
     "rnn": _rnn_code,
     "unet": _unet_code,
+    "llama": _llama,
+    "qwen3": _qwen3,
+    "phi3": _phi3,
+    "gpt-neox": _gpt_neox,
+    "stablelm": _stablelm,
+    "olmo2": _olmo2,
+    "cohere": _cohere,
+    "gpt-bigcode": _gpt_bigcode,
+    "mpnet": _mpnet,
+    "pegasus": _pegasus,
+    "dinov2": _dinov2,
+    "beit": _beit,
+    "hubert": _hubert,
+    "poolformer": _poolformer,
+    "levit": _levit,
+    "rwkv": _rwkv,
+    "funnel": _funnel,
 }
 
 

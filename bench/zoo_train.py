@@ -47,6 +47,7 @@ ADJUSTMENTS: dict[str, tuple[str, Any]] = {
         lambda m: (setattr(m.config, "mask_time_prob", 0.0), setattr(m.config, "layerdrop", 0.0)),
     ),
 }
+ADJUSTMENTS["hubert"] = ADJUSTMENTS["wav2vec2"]  # the same SpecAugment and LayerDrop
 # What is changed in the float64 reference copy only: eager's default experts (grouped_mm, which
 # under torch.compile-like tracing is transformers' grouped_mm_fallback) take no float64 on CPU,
 # so the reference computes the same experts as batched matmuls (session 19: before, the float32

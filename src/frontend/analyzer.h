@@ -348,6 +348,10 @@ public:
   void touchView(const VarPtr &t);
   /// `view`'s view ops applied to `from` (its base, or a tensor of the base's shape).
   VarPtr replayView(const TensorVar &view, VarPtr from);
+  /// Eager's strides for `v`, a tensor the graph computes, where the layout rules settle them
+  /// from the ops computing it (staticStridesOf; the inputs' dense orders are guarded by their
+  /// layout class); nullopt where they do not.
+  std::optional<std::vector<int64_t>> computedStrides(const Value *v) const;
 
   // ---- torch functions (torch_ops.cpp) ----
   /// Calls a torch function / Tensor method / F.* / module type the op table knows; returns
@@ -363,6 +367,8 @@ public:
   // Capture being built.
   std::vector<PendingEffect> effects_;
   std::vector<std::shared_ptr<TensorVar>> inputTensors_;
+  /// Per graph argument (a tensor input), its dims' order where it is dense (computedStrides).
+  std::vector<std::vector<int>> inputDenseOrders_;
   /// The input tensors by the object each source held at capture (the first source of each):
   /// what a weak reference to one of them dereferences to (callWeakref).
   std::vector<std::pair<PyRef, std::shared_ptr<TensorVar>>> inputObjects_;

@@ -3,6 +3,7 @@
 // writes (expressed functionally) and PyTorch fallback calls.
 #include "analyzer.h"
 #include "events.h"
+#include "output_layout.h"
 #include "tensor_bridge.h"
 
 #include "xjit/ir/op_registry.h"
@@ -10,6 +11,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <set>
 
 namespace xjit::frontend {
@@ -267,6 +270,8 @@ VarPtr Analyzer::tensorInput(PyObject *t, const Source &src) {
   tv->requiresGrad = m->requiresGrad;
   tv->source = src;
   tv->inputStrides = m->strides;
+  inputDenseOrders_.resize(graph_->body()->numArguments());
+  inputDenseOrders_.back() = denseOrder(m->sizes, m->strides);
   // An input with a stride-0 dim (an expanded tensor) has elements that share memory: the
   // graph cannot write it (or a view of it) back, so such writes are graph breaks as writes
   // to an expanded view are; eager writes a view that does not overlap (fuzzer seed 10722).
@@ -443,10 +448,30 @@ bool rootContiguous(const TensorVar &root) {
   return true;
 }
 
+/// What eager's reshape-like op (`name`: reshape, flatten, unflatten, contiguous) makes of a
+/// tensor of `from`'s static sizes and `strides` as `to`: nullopt where it copies, else
+/// whether the view it returns is contiguous.
+std::optional<bool> reshapeViews(std::string_view name, const Type &from, const Type &to,
+                                 const std::vector<int64_t> &strides) {
+  std::optional<std::vector<int64_t>> sizes = staticSizesOf(from), shape = staticSizesOf(to);
+  if (!sizes || !shape || strides.size() != sizes->size()) return std::nullopt;
+  if (name == "contiguous") {
+    if (!stridesAreContiguous(*sizes, strides)) return std::nullopt;
+    return true;
+  }
+  std::optional<std::vector<int64_t>> viewed = reshapeViewStrides(*sizes, strides, *shape);
+  if (!viewed) return std::nullopt;
+  return stridesAreContiguous(*shape, *viewed);
+}
+
 /// Records how view `r` (result `index` of `op`) is made from `src`: its steps from the base,
 /// whether they reproduce it (a reshape PyTorch may copy does not) and its contiguity.
-void recordViewStep(TensorVar &r, TensorVar &src, const Op &op, size_t index,
-                    const std::vector<VarPtr> &operands) {
+/// `srcStrides` gives eager's strides of the op's operand where the layout rules know them
+/// (asked only for a reshape-like op of a view of a computed tensor). Returns true where eager
+/// copies instead (r is then no view).
+bool recordViewStep(TensorVar &r, TensorVar &src, const Op &op, size_t index,
+                    const std::vector<VarPtr> &operands,
+                    const std::function<std::optional<std::vector<int64_t>>()> &srcStrides) {
   static const std::set<std::string, std::less<>> alwaysView = {
       "slice",     "select",  "narrow",           "diagonal", "alias",   "view",  "squeeze",
       "unsqueeze", "permute", "transpose",        "t",        "movedim", "split", "chunk",
@@ -471,6 +496,19 @@ void recordViewStep(TensorVar &r, TensorVar &src, const Op &op, size_t index,
   if (r.viewOpaque.empty()) {
     if (mayCopy.count(name)) {
       contiguous = fromBase ? rootContiguous(src) : src.viewContiguous;
+      // A view of a computed tensor (no input: its strides are not read from a caller's
+      // tensor) whose strides the layout rules know: eager views or copies as they say (BEiT's
+      // `(a - b).permute(1, 2, 0).contiguous()` then written in place is a copy).
+      const TensorVar &root = fromBase ? src : *src.base;
+      if (!contiguous && !root.isInput && op.numResults() == 1)
+        if (std::optional<std::vector<int64_t>> strides = srcStrides()) {
+          std::optional<bool> views =
+              reshapeViews(name, op.operand(0)->type(), op.result(0)->type(), *strides);
+          if (!views) return true;
+          contiguous = *views;
+          r.viewContiguous = contiguous && keepsContiguous.count(name) != 0;
+          return false;
+        }
       if (!contiguous) {
         r.viewOpaque = name + " of a tensor whose strides are unknown at capture";
         r.viewReplays = true;
@@ -486,9 +524,14 @@ void recordViewStep(TensorVar &r, TensorVar &src, const Op &op, size_t index,
   }
   if (name == "expand" || name == "expand_as") r.viewOverlaps = true;
   r.viewContiguous = contiguous && keepsContiguous.count(name) != 0;
+  return false;
 }
 
 } // namespace
+
+std::optional<std::vector<int64_t>> Analyzer::computedStrides(const Value *v) const {
+  return staticStridesOf(*graph_, v, inputDenseOrders_);
+}
 
 VarPtr Analyzer::wrapIr(Value *v, bool requiresGrad) {
   const Type &t = v->type();
@@ -572,7 +615,12 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
         auto *rt = as<TensorVar>(r);
         rt->base = src->base ? src->base : std::static_pointer_cast<TensorVar>(operands[0]);
         rt->baseVersion = rt->base->version;
-        recordViewStep(*rt, *src, *op, i, operands);
+        const Value *from = op->operand(0);
+        if (recordViewStep(*rt, *src, *op, i, operands, [&] { return computedStrides(from); })) {
+          auto copy = std::make_shared<TensorVar>(rt->value); // eager copies: no view
+          copy->requiresGrad = rt->requiresGrad;
+          r = std::move(copy);
+        }
       }
     }
     out.push_back(std::move(r));

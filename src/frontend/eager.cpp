@@ -198,8 +198,14 @@ struct Walker {
     for (Op *op : b)
       position.emplace(op, position.size());
     std::vector<std::vector<const Value *>> drop(position.size());
+    // The meta walk gives a write through a view of x (writtenThroughView) x's tensor: x lives
+    // until that op, though the op reads it only through the write's ops.
+    std::unordered_map<const Value *, size_t> writtenAt;
+    for (Op *op : b)
+      if (const Value *x = writtenThroughView(*op)) writtenAt[x] = position.at(op);
     auto plan = [&](const Value *v) {
       size_t last = 0;
+      if (auto it = writtenAt.find(v); it != writtenAt.end()) last = it->second;
       for (const Use &u : v->uses()) {
         const Op *user = u.user;
         while (user && user->parentBlock() != &b)

@@ -435,9 +435,31 @@ const Value *writtenThroughView(const Op &op) {
   return nullptr;
 }
 
-bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
-                         std::vector<OutputLayout> &out, const Op **stoppedAt) {
+namespace {
+
+/// The ops `v` is computed from (its defining op and theirs, transitively).
+std::unordered_set<const Op *> opsComputing(const Value *v) {
+  std::unordered_set<const Op *> ops;
+  std::vector<const Value *> pending{v};
+  while (!pending.empty()) {
+    const Op *def = pending.back()->definingOp();
+    pending.pop_back();
+    if (!def || !ops.insert(def).second) continue;
+    for (const Value *o : def->operands())
+      pending.push_back(o);
+  }
+  return ops;
+}
+
+/// staticOutputLayouts' walk. With `target`, it walks only the ops computing it, a graph input
+/// without an order is left unknown (an op reading it stops the walk), and it ends at target's
+/// defining op with `targetStrides` set to target's strides where known.
+bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
+                 std::vector<OutputLayout> &out, const Op **stoppedAt, const Value *target,
+                 std::optional<std::vector<int64_t>> *targetStrides) {
   const Op *current = nullptr;
+  std::unordered_set<const Op *> slice;
+  if (target) slice = opsComputing(target);
   auto stop = [&] {
     if (stoppedAt) *stoppedAt = current;
     return false;
@@ -545,264 +567,322 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
   const Block &body = *g.body();
   for (size_t i = 0; i < body.numArguments(); ++i) {
     if (!body.argument(i)->type().isTensor()) continue;
-    if (i >= inputOrders.size() || inputOrders[i].size() != size_t(body.argument(i)->type().rank()))
+    if (i >= inputOrders.size() ||
+        inputOrders[i].size() != size_t(body.argument(i)->type().rank())) {
+      if (target) continue;
       return stop();
+    }
     order[body.argument(i)] = inputOrders[i];
   }
+  if (target && !target->definingOp()) { // an input
+    if (auto strides = exactStrides(target)) *targetStrides = std::move(strides);
+    return targetStrides->has_value();
+  }
   for (Op *op : body) {
-    current = op;
-    if (op->def().has(kTerminator)) {
-      out.clear();
-      for (Value *v : op->operands()) {
-        OutputLayout l;
-        if (v->type().isTensor()) {
-          if (strided.count(v) || unknown.count(v)) return stop();
-          l.kind = OutputLayout::Dense;
-          l.order = order.at(v);
+    {
+      current = op;
+      if (target && !slice.count(op)) continue;
+      if (op->def().has(kTerminator)) {
+        out.clear();
+        for (Value *v : op->operands()) {
+          OutputLayout l;
+          if (v->type().isTensor()) {
+            if (strided.count(v) || unknown.count(v)) goto unknownOp;
+            l.kind = OutputLayout::Dense;
+            l.order = order.at(v);
+          }
+          out.push_back(std::move(l));
         }
-        out.push_back(std::move(l));
+        return true;
       }
-      return true;
-    }
-    // (An external_call also needs the walk for dropout's noise: the layout it draws in.)
-    if (op->numRegions() > 0 || op->name() == "external_call") return stop();
-    bool allIdentity = true, anyStrided = false, anyUnknown = false;
-    std::vector<const std::vector<int> *> operands;
-    for (Value *v : op->operands()) {
-      const Type &t = v->type();
-      if (t.isTensor()) {
-        if (unknown.count(v)) {
-          anyUnknown = true;
-          continue;
-        }
-        auto it = order.find(v);
-        if (it == order.end()) return stop();
-        operands.push_back(&it->second);
-        allIdentity = allIdentity && isIdentity(it->second);
-        anyStrided = anyStrided || strided.count(v) > 0;
-      } else if (!t.isScalar() && t.kind() != TypeKind::None) {
-        return stop(); // a tuple or object may hold tensors of any layout
-      }
-    }
-    const std::string &name = op->name();
-    std::optional<std::vector<int>> result; // the order of every tensor result
-    bool resultStrided = false;
-    StrideRanks resultRanks; // a strided result's stride ranks, where known
-    std::optional<std::vector<int64_t>> resultStrides; // and its strides (static sizes)
-    StrideRanks iterated; // an elementwise result's order (iteratorOrder)
-    const Attr *dimAttr = op->attrOrNull("dim");
-    const int64_t rank0 = operands.empty() ? 0 : int64_t(operands[0]->size());
-    const int64_t dim = dimAttr && dimAttr->kind() == AttrKind::Int
-                            ? (dimAttr->asInt() < 0 ? dimAttr->asInt() + rank0 : dimAttr->asInt())
-                            : -1;
-    // Strided views along `dim` (several results for the split family): the order of their
-    // dims' strides is their operand's, less the dim a select-like view drops.
-    static const std::set<std::string, std::less<>> sliceViews = {
-        "slice", "narrow", "chunk", "split", "split_with_sizes", "select", "unbind"};
-    if (anyUnknown || name == "scaled_dot_product_attention") {
-      if (op->def().has(kConstantLike) || freshContiguous.count(name)) {
-        result.emplace();
-      } else {
-        for (const auto &r : op->results())
-          unknown.insert(r.get());
-        continue;
-      }
-    } else if (const Value *x = writtenThroughView(*op);
-               x && order.count(x) && !strided.count(x) && !unknown.count(x)) {
-      result = order.at(x);
-    } else if (sliceViews.count(name) && operands.size() == 1 && dim >= 0 && dim < rank0) {
-      const bool drops = name == "select" || name == "unbind";
-      std::vector<int> r;
-      for (int d : *operands[0])
-        if (!drops || d != dim) r.push_back(d - (drops && d > dim ? 1 : 0));
-      result = std::move(r);
-      resultStrided = true;
-      // A step other than 1 multiplies the dim's stride: its rank is then unknown.
-      const Attr *step = op->attrOrNull("step");
-      StrideRanks ranks = ranksOf(op->operand(0));
-      const bool unitStep = !step || (step->kind() == AttrKind::Int && step->asInt() == 1);
-      if (ranks && unitStep) {
-        if (drops) ranks->erase(ranks->begin() + dim);
-        resultRanks = std::move(ranks);
-      }
-      auto strides = exactStrides(op->operand(0));
-      if (strides && (unitStep || step->kind() == AttrKind::Int)) {
-        if (!unitStep) (*strides)[size_t(dim)] *= step->asInt();
-        if (drops) strides->erase(strides->begin() + dim);
-        resultStrides = std::move(strides);
-      }
-    } else if ((name == "expand" || name == "expand_as") && !operands.empty() &&
-               op->result(0)->type().rank() >= rank0) {
-      // A broadcast view: the operand's order with the new leading dims outermost, stride 0
-      // where a dim is expanded (TensorIterator orders by the other operands' strides there).
-      const int n = int(op->result(0)->type().rank() - rank0);
-      std::vector<int> r(static_cast<size_t>(n));
-      std::iota(r.begin(), r.end(), 0);
-      for (int d : *operands[0])
-        r.push_back(d + n);
-      result = std::move(r);
-      resultStrided = true;
-      if (StrideRanks ranks = ranksOf(op->operand(0))) {
-        const Shape &from = op->operand(0)->type().shape(), &to = op->result(0)->type().shape();
-        std::vector<int> expanded(size_t(n), -1);
-        for (size_t k = 0; k < from.size(); ++k)
-          expanded.push_back(isStaticOne(from[k]) && !isStaticOne(to[size_t(n) + k]) ? -1
-                                                                                     : (*ranks)[k]);
-        resultRanks = std::move(expanded);
-      }
-      if (auto strides = exactStrides(op->operand(0))) {
-        const Shape &from = op->operand(0)->type().shape(), &to = op->result(0)->type().shape();
-        std::vector<int64_t> expanded(size_t(n), 0);
-        for (size_t k = 0; k < from.size(); ++k)
-          expanded.push_back(
-              isStaticOne(from[k]) && !isStaticOne(to[size_t(n) + k]) ? 0 : (*strides)[k]);
-        resultStrides = std::move(expanded);
-      }
-    } else if (anyStrided && operands.size() == 1 &&
-               (name == "permute" || name == "transpose" || name == "t")) {
-      std::vector<int> r = permutedOrder(*op, *operands[0]);
-      if (r.size() != operands[0]->size()) return stop();
-      result = std::move(r);
-      resultStrided = true;
-      // Operand dim k becomes result dim where[k]: the stride ranks and exact strides follow.
-      const std::vector<int> where = permutedOrder(*op, identity(rank0));
-      auto permute = [&where](const auto &perDim) {
-        std::decay_t<decltype(perDim)> permuted(perDim.size());
-        for (size_t k = 0; k < where.size(); ++k)
-          permuted[size_t(where[k])] = perDim[k];
-        return permuted;
-      };
-      if (StrideRanks ranks = ranksOf(op->operand(0))) resultRanks = permute(*ranks);
-      if (auto strides = exactStrides(op->operand(0))) resultStrides = permute(*strides);
-    } else if (!(allIdentity && !anyStrided) && operands.size() == 1 &&
-               (name == "view" || name == "reshape" || name == "flatten" || name == "unflatten") &&
-               exactStrides(op->operand(0)) && staticSizes(op->result(0)->type().shape())) {
-      // A reshape-like view of a non-contiguous tensor of static sizes: the view's strides where
-      // one can have its shape, else (reshape) a contiguous copy.
-      const std::vector<int64_t> sizes = *staticSizes(op->operand(0)->type().shape());
-      const std::vector<int64_t> shape = *staticSizes(op->result(0)->type().shape());
-      std::optional<std::vector<int64_t>> strides =
-          viewStrides(sizes, *exactStrides(op->operand(0)), shape);
-      if (!strides) {
-        if (name == "view" || name == "unflatten") return stop(); // (eager raises)
-        result.emplace();
-      } else if (std::vector<int> dense = denseOrder(shape, *strides); !dense.empty()) {
-        result = std::move(dense);
-      } else {
-        std::vector<int> byStride = identity(int64_t(shape.size()));
-        std::stable_sort(byStride.begin(), byStride.end(), [&](int a, int b) {
-          return (*strides)[size_t(a)] > (*strides)[size_t(b)];
-        });
-        result = std::move(byStride);
-        resultStrided = true;
-        resultRanks = ranksOfStrides(*strides);
-        resultStrides = std::move(strides);
-      }
-    } else if (anyStrided && allIdentity && operands.size() == 1 && contiguousViews.count(name)) {
-      // Splitting or merging dims of decreasing strides keeps them decreasing (a reshape that
-      // cannot view copies into a contiguous tensor: the same order).
-      result.emplace();
-      resultStrided = true;
-    } else if (anyStrided && operands.size() == 1 && op->numResults() == 1 &&
-               (name == "clone" || name == "cast")) {
-      // (A strided value's strides can be a layout no dim order gives: the meta walk.)
-      result = preserveFormatOrder(op->operand(0));
-      if (!result) return stop();
-    } else if (anyStrided && (op->def().has(kView) || op->def().has(kInPlace) || name == "clone")) {
-      return stop();
-    } else if (name == "cat" && !operands.empty()) {
-      // The output memory format of ATen's cat: channels-last only when every input suggests
-      // it (4-d/5-d inputs in that exact order), else contiguous.
-      const int64_t rank = op->result(0)->type().rank();
-      std::vector<int> channelsLast;
-      if (rank == 4) channelsLast = {0, 2, 3, 1};
-      if (rank == 5) channelsLast = {0, 2, 3, 4, 1};
-      bool allChannelsLast = !channelsLast.empty();
-      for (size_t i = 0; i < op->numOperands() && allChannelsLast; ++i) {
-        const Value *v = op->operand(i);
-        if (!v->type().isTensor()) continue;
-        // suggest_memory_format from the strides where the sizes are static (slices too).
-        if (auto strides = exactStrides(v)) {
-          allChannelsLast = stridesLikeChannelsLast(*staticSizes(v->type().shape()), *strides);
-          continue;
-        }
-        const std::vector<int> &o = order.at(v);
-        if (isIdentity(o)) {
-          allChannelsLast = false;
-          break;
-        }
-        if (o != channelsLast || strided.count(v)) return stop();
-      }
-      if (allChannelsLast)
-        result = channelsLast;
-      else
-        result.emplace();
-    } else if (op->def().has(kConstantLike) || freshContiguous.count(name)) {
-      result.emplace(); // identity, per result rank below
-    } else if (op->def().has(kInPlace) && !operands.empty()) {
-      result = *operands[0];
-    } else if (!operands.empty() && (name == "permute" || name == "transpose" || name == "t")) {
-      std::vector<int> r = permutedOrder(*op, *operands[0]);
-      if (r.size() != operands[0]->size()) return stop();
-      result = std::move(r);
-    } else if (!anyStrided && operands.size() == 1 && (name == "unsqueeze" || name == "squeeze")) {
-      std::optional<std::vector<int>> r =
-          squeezedOrder(*op, *operands[0], op->operand(0)->type().shape());
-      if (!r) return stop();
-      result = std::move(r);
-    } else if (name == "clone" && !operands.empty()) {
-      result = *operands[0]; // preserve_format: a dense operand's order
-    } else if (op->def().has(kElementwise) && name != "cast" && op->numResults() == 1 &&
-               op->result(0)->type().isTensor() && (iterated = iteratorOrder(*op))) {
-      result = std::move(iterated); // broadcasting, mixed orders, strided operands
-    } else if (op->def().has(kElementwise) && name != "cast" && anyStrided) {
-      return stop(); // (the strides of a strided operand's size-1 dims, say: the meta walk)
-    } else if (!allIdentity && op->def().has(kElementwise) && !anyStrided &&
-               op->numResults() == 1 && op->result(0)->type().isTensor()) {
-      // Operands of the result's shape, all dense in one order (so with the same strides; 0-d
-      // ones aside): the result gets their strides, size-1 dims included (where the meta
-      // kernels differ). Except that when every operand is a tensor of the result's shape and
-      // is_contiguous() (which ignores size-1 dims), TensorIterator's fast setup makes a
-      // contiguous result. Broadcasting and mixed orders: the meta walk.
-      const Type &rt = op->result(0)->type();
-      bool fastContiguous = name != "cast"; // (a cast is empty_like(preserve_format) + copy)
+      // (An external_call also needs the walk for dropout's noise: the layout it draws in.)
+      if (op->numRegions() > 0 || op->name() == "external_call") goto unknownOp;
+      bool allIdentity = true, anyStrided = false, anyUnknown = false;
+      std::vector<const std::vector<int> *> operands;
       for (Value *v : op->operands()) {
         const Type &t = v->type();
-        fastContiguous = fastContiguous && t.isTensor() && t.shape() == rt.shape();
-        if (!t.isTensor() || t.rank() == 0) continue;
-        if (!(t.shape() == rt.shape())) return stop();
-        if (result && *result != order.at(v)) return stop();
-        result = order.at(v);
+        if (t.isTensor()) {
+          if (unknown.count(v)) {
+            anyUnknown = true;
+            continue;
+          }
+          auto it = order.find(v);
+          if (it == order.end()) goto unknownOp;
+          operands.push_back(&it->second);
+          allIdentity = allIdentity && isIdentity(it->second);
+          anyStrided = anyStrided || strided.count(v) > 0;
+        } else if (!t.isScalar() && t.kind() != TypeKind::None) {
+          goto unknownOp; // a tuple or object may hold tensors of any layout
+        }
       }
-      if (!result) return stop();
-      // is_contiguous() ignoring size-1 dims: the other dims in increasing order.
-      int last = -1;
-      for (int d : *result) {
-        const DimExpr &n = rt.shape()[size_t(d)];
-        if (n.isStatic() && n.value() == 1) continue;
-        fastContiguous = fastContiguous && d > last;
-        last = d;
+      const std::string &name = op->name();
+      std::optional<std::vector<int>> result; // the order of every tensor result
+      bool resultStrided = false;
+      StrideRanks resultRanks; // a strided result's stride ranks, where known
+      std::optional<std::vector<int64_t>> resultStrides; // and its strides (static sizes)
+      StrideRanks iterated; // an elementwise result's order (iteratorOrder)
+      const Attr *dimAttr = op->attrOrNull("dim");
+      const int64_t rank0 = operands.empty() ? 0 : int64_t(operands[0]->size());
+      const int64_t dim = dimAttr && dimAttr->kind() == AttrKind::Int
+                              ? (dimAttr->asInt() < 0 ? dimAttr->asInt() + rank0 : dimAttr->asInt())
+                              : -1;
+      // Strided views along `dim` (several results for the split family): the order of their
+      // dims' strides is their operand's, less the dim a select-like view drops.
+      static const std::set<std::string, std::less<>> sliceViews = {
+          "slice", "narrow", "chunk", "split", "split_with_sizes", "select", "unbind"};
+      // A write through a view keeps its base's layout, whatever the values written (for a
+      // target: outputs keep the meta walk's exact strides of size-1 dims where values are
+      // unknown).
+      if (const Value *x = writtenThroughView(*op); x && order.count(x) && !strided.count(x) &&
+                                                    !unknown.count(x) && (target || !anyUnknown)) {
+        result = order.at(x);
+      } else if (anyUnknown || name == "scaled_dot_product_attention") {
+        if (op->def().has(kConstantLike) || freshContiguous.count(name)) {
+          result.emplace();
+        } else {
+          for (const auto &r : op->results())
+            unknown.insert(r.get());
+          continue;
+        }
+      } else if (sliceViews.count(name) && operands.size() == 1 && dim >= 0 && dim < rank0) {
+        const bool drops = name == "select" || name == "unbind";
+        std::vector<int> r;
+        for (int d : *operands[0])
+          if (!drops || d != dim) r.push_back(d - (drops && d > dim ? 1 : 0));
+        result = std::move(r);
+        resultStrided = true;
+        // A step other than 1 multiplies the dim's stride: its rank is then unknown.
+        const Attr *step = op->attrOrNull("step");
+        StrideRanks ranks = ranksOf(op->operand(0));
+        const bool unitStep = !step || (step->kind() == AttrKind::Int && step->asInt() == 1);
+        if (ranks && unitStep) {
+          if (drops) ranks->erase(ranks->begin() + dim);
+          resultRanks = std::move(ranks);
+        }
+        auto strides = exactStrides(op->operand(0));
+        if (strides && (unitStep || step->kind() == AttrKind::Int)) {
+          if (!unitStep) (*strides)[size_t(dim)] *= step->asInt();
+          if (drops) strides->erase(strides->begin() + dim);
+          resultStrides = std::move(strides);
+        }
+      } else if ((name == "expand" || name == "expand_as") && !operands.empty() &&
+                 op->result(0)->type().rank() >= rank0) {
+        // A broadcast view: the operand's order with the new leading dims outermost, stride 0
+        // where a dim is expanded (TensorIterator orders by the other operands' strides there).
+        const int n = int(op->result(0)->type().rank() - rank0);
+        std::vector<int> r(static_cast<size_t>(n));
+        std::iota(r.begin(), r.end(), 0);
+        for (int d : *operands[0])
+          r.push_back(d + n);
+        result = std::move(r);
+        resultStrided = true;
+        if (StrideRanks ranks = ranksOf(op->operand(0))) {
+          const Shape &from = op->operand(0)->type().shape(), &to = op->result(0)->type().shape();
+          std::vector<int> expanded(size_t(n), -1);
+          for (size_t k = 0; k < from.size(); ++k)
+            expanded.push_back(
+                isStaticOne(from[k]) && !isStaticOne(to[size_t(n) + k]) ? -1 : (*ranks)[k]);
+          resultRanks = std::move(expanded);
+        }
+        if (auto strides = exactStrides(op->operand(0))) {
+          const Shape &from = op->operand(0)->type().shape(), &to = op->result(0)->type().shape();
+          std::vector<int64_t> expanded(size_t(n), 0);
+          for (size_t k = 0; k < from.size(); ++k)
+            expanded.push_back(
+                isStaticOne(from[k]) && !isStaticOne(to[size_t(n) + k]) ? 0 : (*strides)[k]);
+          resultStrides = std::move(expanded);
+        }
+      } else if (anyStrided && operands.size() == 1 &&
+                 (name == "permute" || name == "transpose" || name == "t")) {
+        std::vector<int> r = permutedOrder(*op, *operands[0]);
+        if (r.size() != operands[0]->size()) goto unknownOp;
+        result = std::move(r);
+        resultStrided = true;
+        // Operand dim k becomes result dim where[k]: the stride ranks and exact strides follow.
+        const std::vector<int> where = permutedOrder(*op, identity(rank0));
+        auto permute = [&where](const auto &perDim) {
+          std::decay_t<decltype(perDim)> permuted(perDim.size());
+          for (size_t k = 0; k < where.size(); ++k)
+            permuted[size_t(where[k])] = perDim[k];
+          return permuted;
+        };
+        if (StrideRanks ranks = ranksOf(op->operand(0))) resultRanks = permute(*ranks);
+        if (auto strides = exactStrides(op->operand(0))) resultStrides = permute(*strides);
+      } else if (!(allIdentity && !anyStrided) && operands.size() == 1 &&
+                 (name == "view" || name == "reshape" || name == "flatten" ||
+                  name == "unflatten") &&
+                 exactStrides(op->operand(0)) && staticSizes(op->result(0)->type().shape())) {
+        // A reshape-like view of a non-contiguous tensor of static sizes: the view's strides where
+        // one can have its shape, else (reshape) a contiguous copy.
+        const std::vector<int64_t> sizes = *staticSizes(op->operand(0)->type().shape());
+        const std::vector<int64_t> shape = *staticSizes(op->result(0)->type().shape());
+        std::optional<std::vector<int64_t>> strides =
+            viewStrides(sizes, *exactStrides(op->operand(0)), shape);
+        if (!strides) {
+          if (name == "view" || name == "unflatten") goto unknownOp; // (eager raises)
+          result.emplace();
+        } else if (std::vector<int> dense = denseOrder(shape, *strides); !dense.empty()) {
+          result = std::move(dense);
+        } else {
+          std::vector<int> byStride = identity(int64_t(shape.size()));
+          std::stable_sort(byStride.begin(), byStride.end(), [&](int a, int b) {
+            return (*strides)[size_t(a)] > (*strides)[size_t(b)];
+          });
+          result = std::move(byStride);
+          resultStrided = true;
+          resultRanks = ranksOfStrides(*strides);
+          resultStrides = std::move(strides);
+        }
+      } else if (anyStrided && allIdentity && operands.size() == 1 && contiguousViews.count(name)) {
+        // Splitting or merging dims of decreasing strides keeps them decreasing (a reshape that
+        // cannot view copies into a contiguous tensor: the same order).
+        result.emplace();
+        resultStrided = true;
+      } else if (anyStrided && operands.size() == 1 && op->numResults() == 1 &&
+                 (name == "clone" || name == "cast")) {
+        // (A strided value's strides can be a layout no dim order gives: the meta walk.)
+        result = preserveFormatOrder(op->operand(0));
+        if (!result) goto unknownOp;
+      } else if (anyStrided &&
+                 (op->def().has(kView) || op->def().has(kInPlace) || name == "clone")) {
+        goto unknownOp;
+      } else if (name == "cat" && !operands.empty()) {
+        // The output memory format of ATen's cat: channels-last only when every input suggests
+        // it (4-d/5-d inputs in that exact order), else contiguous.
+        const int64_t rank = op->result(0)->type().rank();
+        std::vector<int> channelsLast;
+        if (rank == 4) channelsLast = {0, 2, 3, 1};
+        if (rank == 5) channelsLast = {0, 2, 3, 4, 1};
+        bool allChannelsLast = !channelsLast.empty();
+        for (size_t i = 0; i < op->numOperands() && allChannelsLast; ++i) {
+          const Value *v = op->operand(i);
+          if (!v->type().isTensor()) continue;
+          // suggest_memory_format from the strides where the sizes are static (slices too).
+          if (auto strides = exactStrides(v)) {
+            allChannelsLast = stridesLikeChannelsLast(*staticSizes(v->type().shape()), *strides);
+            continue;
+          }
+          const std::vector<int> &o = order.at(v);
+          if (isIdentity(o)) {
+            allChannelsLast = false;
+            break;
+          }
+          if (o != channelsLast || strided.count(v)) goto unknownOp;
+        }
+        if (allChannelsLast)
+          result = channelsLast;
+        else
+          result.emplace();
+      } else if (op->def().has(kConstantLike) || freshContiguous.count(name)) {
+        result.emplace(); // identity, per result rank below
+      } else if (op->def().has(kInPlace) && !operands.empty()) {
+        result = *operands[0];
+      } else if (!operands.empty() && (name == "permute" || name == "transpose" || name == "t")) {
+        std::vector<int> r = permutedOrder(*op, *operands[0]);
+        if (r.size() != operands[0]->size()) goto unknownOp;
+        result = std::move(r);
+      } else if (!anyStrided && operands.size() == 1 &&
+                 (name == "unsqueeze" || name == "squeeze")) {
+        std::optional<std::vector<int>> r =
+            squeezedOrder(*op, *operands[0], op->operand(0)->type().shape());
+        if (!r) goto unknownOp;
+        result = std::move(r);
+      } else if (name == "clone" && !operands.empty()) {
+        result = *operands[0]; // preserve_format: a dense operand's order
+      } else if (op->def().has(kElementwise) && name != "cast" && op->numResults() == 1 &&
+                 op->result(0)->type().isTensor() && (iterated = iteratorOrder(*op))) {
+        result = std::move(iterated); // broadcasting, mixed orders, strided operands
+      } else if (op->def().has(kElementwise) && name != "cast" && anyStrided) {
+        goto unknownOp; // (the strides of a strided operand's size-1 dims, say: the meta walk)
+      } else if (!allIdentity && op->def().has(kElementwise) && !anyStrided &&
+                 op->numResults() == 1 && op->result(0)->type().isTensor()) {
+        // Operands of the result's shape, all dense in one order (so with the same strides; 0-d
+        // ones aside): the result gets their strides, size-1 dims included (where the meta
+        // kernels differ). Except that when every operand is a tensor of the result's shape and
+        // is_contiguous() (which ignores size-1 dims), TensorIterator's fast setup makes a
+        // contiguous result. Broadcasting and mixed orders: the meta walk.
+        const Type &rt = op->result(0)->type();
+        bool fastContiguous = name != "cast"; // (a cast is empty_like(preserve_format) + copy)
+        for (Value *v : op->operands()) {
+          const Type &t = v->type();
+          fastContiguous = fastContiguous && t.isTensor() && t.shape() == rt.shape();
+          if (!t.isTensor() || t.rank() == 0) continue;
+          if (!(t.shape() == rt.shape())) goto unknownOp;
+          if (result && *result != order.at(v)) goto unknownOp;
+          result = order.at(v);
+        }
+        if (!result) goto unknownOp;
+        // is_contiguous() ignoring size-1 dims: the other dims in increasing order.
+        int last = -1;
+        for (int d : *result) {
+          const DimExpr &n = rt.shape()[size_t(d)];
+          if (n.isStatic() && n.value() == 1) continue;
+          fastContiguous = fastContiguous && d > last;
+          last = d;
+        }
+        if (fastContiguous) result.emplace();
+      } else if (allIdentity && (!op->def().has(kView) || contiguousViews.count(name))) {
+        result.emplace(); // contiguous operands, a kernel that allocates its result
+      } else {
+        goto unknownOp; // the meta walk decides
       }
-      if (fastContiguous) result.emplace();
-    } else if (allIdentity && (!op->def().has(kView) || contiguousViews.count(name))) {
-      result.emplace(); // contiguous operands, a kernel that allocates its result
-    } else {
-      return stop(); // the meta walk decides
+      for (size_t i = 0; i < op->numResults(); ++i) {
+        const Type &t = op->result(i)->type();
+        if (!t.isTensor()) continue;
+        std::vector<int> r = result->empty() ? identity(t.rank()) : *result;
+        if (r.size() != size_t(t.rank())) goto unknownOp;
+        order[op->result(i)] = std::move(r);
+        if (resultStrided) strided.insert(op->result(i));
+        if (resultStrided && resultRanks && resultRanks->size() == size_t(t.rank()))
+          stridedRanks[op->result(i)] = *resultRanks;
+        if (resultStrided && resultStrides && resultStrides->size() == size_t(t.rank()))
+          stridedStrides[op->result(i)] = *resultStrides;
+      }
+      if (target && op == target->definingOp()) {
+        *targetStrides = exactStrides(target);
+        return targetStrides->has_value();
+      }
     }
-    for (size_t i = 0; i < op->numResults(); ++i) {
-      const Type &t = op->result(i)->type();
-      if (!t.isTensor()) continue;
-      std::vector<int> r = result->empty() ? identity(t.rank()) : *result;
-      if (r.size() != size_t(t.rank())) return stop();
-      order[op->result(i)] = std::move(r);
-      if (resultStrided) strided.insert(op->result(i));
-      if (resultStrided && resultRanks && resultRanks->size() == size_t(t.rank()))
-        stridedRanks[op->result(i)] = *resultRanks;
-      if (resultStrided && resultStrides && resultStrides->size() == size_t(t.rank()))
-        stridedStrides[op->result(i)] = *resultStrides;
-    }
+    continue;
+  unknownOp:
+    // An op the rules cannot lay out: the walk stops, or, for a target, its results are
+    // unknown and the walk goes on (later ops may not need them: an in-place write through
+    // a view keeps its base's layout whatever the values written).
+    if (!target) return stop();
+    for (const auto &r : op->results())
+      unknown.insert(r.get());
+    if (op == target->definingOp()) return false;
   }
   return stop();
+}
+
+} // namespace
+
+bool stridesAreContiguous(const std::vector<int64_t> &sizes, const std::vector<int64_t> &strides) {
+  return sizes.size() == strides.size() &&
+         stridesContiguous(sizes, strides, identity(int64_t(sizes.size())));
+}
+
+std::optional<std::vector<int64_t>> staticSizesOf(const Type &t) { return staticSizes(t.shape()); }
+
+std::optional<std::vector<int64_t>> reshapeViewStrides(const std::vector<int64_t> &sizes,
+                                                       const std::vector<int64_t> &strides,
+                                                       const std::vector<int64_t> &shape) {
+  return viewStrides(sizes, strides, shape);
+}
+
+bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
+                         std::vector<OutputLayout> &out, const Op **stoppedAt) {
+  return walkLayouts(g, inputOrders, out, stoppedAt, nullptr, nullptr);
+}
+
+std::optional<std::vector<int64_t>>
+staticStridesOf(const Graph &g, const Value *v, const std::vector<std::vector<int>> &inputOrders) {
+  std::vector<OutputLayout> unused;
+  std::optional<std::vector<int64_t>> strides;
+  if (!v->type().isTensor() || !walkLayouts(g, inputOrders, unused, nullptr, v, &strides))
+    return std::nullopt;
+  return strides;
 }
 
 namespace {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 namespace xjit::frontend {
@@ -58,6 +59,26 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
 /// `stoppedAt` (optional) gets the op where the rules stopped, for XJIT_LOG=graphs.
 bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
                          std::vector<OutputLayout> &out, const Op **stoppedAt = nullptr);
+
+/// Eager's strides for `v`, a tensor of the graph `g` (one being captured, say), where the rules
+/// of staticOutputLayouts settle them from the ops computing v alone (static sizes); graph
+/// inputs dense in `inputOrders` (per argument; empty where unknown: an op reading it stops the
+/// rules). nullopt where the rules stop. The capture asks where a reshape or contiguous of a
+/// computed tensor may copy: whether eager views or copies follows from these strides.
+std::optional<std::vector<int64_t>>
+staticStridesOf(const Graph &g, const Value *v, const std::vector<std::vector<int>> &inputOrders);
+
+/// ATen's is_contiguous: the dims of size other than 1 have the compact strides.
+bool stridesAreContiguous(const std::vector<int64_t> &sizes, const std::vector<int64_t> &strides);
+
+/// The sizes of `t` where all are static; nullopt otherwise.
+std::optional<std::vector<int64_t>> staticSizesOf(const Type &t);
+
+/// The strides of a view of `sizes`/`strides` as `shape` (ATen's computeStride); nullopt where
+/// no view has that shape (reshape copies, view raises).
+std::optional<std::vector<int64_t>> reshapeViewStrides(const std::vector<int64_t> &sizes,
+                                                       const std::vector<int64_t> &strides,
+                                                       const std::vector<int64_t> &shape);
 
 /// The tensor x that `op` writes through a view of it, as the analyzer functionalizes such a
 /// write (Analyzer::writeThroughView): `reshape(index_put(reshape(x), values, positions))` back

@@ -2,6 +2,8 @@
 // lowerings of calls whose meaning depends on their arguments.
 #include "torch_ops.h"
 
+#include "output_layout.h"
+
 #include "analyzer.h"
 #include "xjit/ir/op_registry.h"
 #include "xjit/ir/sym_attr.h"
@@ -9,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 #include <sstream>
 #include <unordered_map>
 
@@ -146,10 +149,28 @@ bool bind(Analyzer &a, const std::vector<Param> &params, const Args &args, Bound
     out.values[params[pi].name] = args.pos[i];
     ++pi;
   }
-  for (auto &[k, v] : args.kw) {
-    bool known = false;
-    for (const Param &p : params)
+  for (auto &[key, v] : args.kw) {
+    std::string k = key;
+    bool known = false, sequence = false;
+    for (const Param &p : params) {
       if (p.name == k && !p.varargs) known = true;
+      // torch.zeros(size=(2, 3)): a `*size` parameter given by keyword, as one sequence.
+      if (p.name == k && p.varargs && out.varargs.empty()) sequence = true;
+    }
+    if (sequence) {
+      out.varargs.push_back(v);
+      continue;
+    }
+    // PyTorch's argument parser takes NumPy's names too: torch.cat(ts, axis=1), keepdims.
+    static const std::pair<const char *, const char *> numpyNames[] = {{"axis", "dim"},
+                                                                       {"keepdims", "keepdim"}};
+    for (const auto &[numpy, torchName] : numpyNames)
+      if (!known && k == numpy)
+        for (const Param &p : params)
+          if (p.name == torchName && !p.varargs) {
+            k = torchName;
+            known = true;
+          }
     if (!known) {
       why = "unexpected keyword argument '" + k + "'";
       return false;
@@ -941,6 +962,43 @@ LOWER(lowerMultiResult) { // chunk / unbind: a tuple of views
   return std::make_shared<TupleVar>(std::vector<VarPtr>{r});
 }
 
+/// torch.meshgrid: each 0-/1-d tensor reshaped to its own dim of the grid and expanded over the
+/// others (eager's expanded views). indexing "xy" swaps the first two dims' roles.
+LOWER(lowerMeshgrid) {
+  std::vector<VarPtr> ts = b.varargs;
+  if (ts.size() == 1 && !as<TensorVar>(ts[0])) ts = a.sequenceItems(ts[0], "meshgrid tensors");
+  bool xy = false;
+  if (!isNoneVar(b.at("indexing"))) {
+    PyRef mode = a.asPython(b.at("indexing"));
+    if (!mode || !PyUnicode_Check(mode.get())) return nullptr;
+    const std::string m = utf8(mode.get());
+    if (m != "ij" && m != "xy") return nullptr; // PyTorch raises
+    xy = m == "xy";
+  }
+  if (ts.empty()) return nullptr;
+  Shape grid;
+  for (const VarPtr &t : ts) {
+    const Type &ty = tensorOf(a, t, "meshgrid tensor").type();
+    if (ty.rank() > 1 || ty.dtype() != tensorOf(a, ts[0], "meshgrid tensor").type().dtype())
+      return nullptr; // PyTorch raises
+    grid.push_back(ty.rank() == 0 ? DimExpr(int64_t(1)) : ty.shape()[0]);
+  }
+  std::vector<size_t> place(ts.size());
+  std::iota(place.begin(), place.end(), size_t(0));
+  if (xy && ts.size() >= 2) {
+    std::swap(place[0], place[1]);
+    std::swap(grid[0], grid[1]);
+  }
+  std::vector<VarPtr> out;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    Shape column(ts.size(), DimExpr(int64_t(1)));
+    column[place[i]] = grid[place[i]];
+    VarPtr r = a.emit1("reshape", {ts[i]}, {{"shape", makeSizeAttr(column)}});
+    out.push_back(a.emit1("expand", {r}, {{"shape", makeSizeAttr(grid)}}));
+  }
+  return std::make_shared<TupleVar>(std::move(out));
+}
+
 LOWER(lowerNarrow) {
   const VarPtr &self = b.at("input");
   const Type &t = tensorOf(a, self, "input").type();
@@ -1271,6 +1329,15 @@ LOWER(lowerIdentityOp) { // contiguous / clone in their default memory_format
       if (tv->viewAssumesContiguousBase) tv->base->stridesRead = true;
       return b.at("input");
     }
+  // And of a tensor the graph computed (or a view of one) whose strides the layout rules know
+  // to be contiguous: y.t() of a [1, n] y (the graph's `contiguous` would make other strides).
+  if (row.op == std::string("contiguous"))
+    if (auto *tv = as<TensorVar>(b.at("input"));
+        tv && !tv->isInput && !(tv->base && tv->base->isInput) && tv->viewOpaque.empty())
+      if (std::optional<std::vector<int64_t>> strides = a.computedStrides(a.irValue(b.at("input"))))
+        if (std::optional<std::vector<int64_t>> sizes = staticSizesOf(tv->type());
+            sizes && stridesAreContiguous(*sizes, *strides))
+          return b.at("input");
   // So is contiguous() of an input whose strides are contiguous (size-1 dims ignored, as
   // PyTorch does: a [1, 4] input with strides (1, 1)), guarded on its strides; fuzzer seed
   // 14204: a write through x.contiguous()[:, 0] after a graph break must reach x.
@@ -2068,6 +2135,8 @@ const std::vector<TorchRow> &table() {
       {"torch.unbind Tensor.unbind", "input, dim=0", "unbind", "input | dim", lowerMultiResult},
       {"torch.split Tensor.split", "input, split_size_or_sections, dim=0", "split", "", lowerSplit},
       {"torch.cat torch.concat torch.concatenate", "tensors, dim=0", "cat", "", lowerCatStack},
+      {"torch.einsum", "equation, *operands", "matmul", "", lowerEinsum},
+      {"torch.meshgrid", "*tensors, indexing=None", "expand", "", lowerMeshgrid},
       {"torch.diff Tensor.diff", "input, n=1, dim=-1, prepend=None, append=None", "sub", "",
        lowerDiff},
       {"torch.stack", "tensors, dim=0", "stack", "", lowerCatStack},

@@ -54,6 +54,10 @@ VarPtr lowerRecurrent(Analyzer &a, BoundArgs &b, const TorchRow &row);
 /// nullptr where the call stays a PyTorch fallback node.
 VarPtr lowerInterpolate(Analyzer &a, BoundArgs &b, const TorchRow &row);
 
+/// torch.einsum as permutes, reshapes, sums and matmuls (torch_einsum.cpp); nullptr where the
+/// call stays a PyTorch fallback node.
+VarPtr lowerEinsum(Analyzer &a, BoundArgs &b, const TorchRow &row);
+
 /// torch._native_multi_head_attention / F.multi_head_attention_forward (what
 /// nn.MultiheadAttention calls) as projections + scaled_dot_product_attention
 /// (torch_attention.cpp); nullptr where the call stays a PyTorch fallback node.

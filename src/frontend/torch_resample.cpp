@@ -1,10 +1,12 @@
-// F.interpolate's nearest / nearest-exact / (bi,tri)linear modes as IR ops over static spatial
-// sizes. Nearest modes: per spatial dim the source indices are computed at capture exactly as
-// ATen's CPU kernels compute them (aten/src/ATen/native/UpSample.h: nearest_idx), then applied
+// F.interpolate's nearest / nearest-exact / (bi,tri)linear / bicubic modes as IR ops over static
+// spatial sizes. Nearest modes: per spatial dim the source indices are computed at capture exactly
+// as ATen's CPU kernels compute them (aten/src/ATen/native/UpSample.h: nearest_idx), then applied
 // as an integer-factor broadcast (expand + reshape) or a gather of a constant index; their
 // gradients follow from those ops'. Linear modes: ATen's op itself (upsample_linear1d,
 // upsample_bilinear2d, upsample_trilinear3d with output_size, align_corners and the scales
 // ATen is given), a one-pass native kernel with a native gradient (src/ir/ops/resample.cpp).
+// Bicubic (2-d, no antialias): per spatial dim a constant [out, in] matrix of ATen's taps and
+// weights, applied by matmul (a gradient for free; DINOv2's and ViT's position embeddings).
 #include "torch_ops.h"
 
 #include "analyzer.h"
@@ -16,7 +18,7 @@ namespace xjit::frontend {
 
 namespace {
 
-enum class Mode { Nearest, NearestExact, Linear };
+enum class Mode { Nearest, NearestExact, Linear, Cubic };
 
 /// ATen's compute_scales_value: 1/scale_factor where the caller gave one, else in/out; in the
 /// kernel's precision T (float for nearest).
@@ -59,6 +61,57 @@ VarPtr constant1d(Analyzer &a, const std::vector<V> &values, const char *dtype) 
   PyRef kw = check(Py_BuildValue("{sO}", "dtype", dt.get()), "kw");
   PyRef t = check(PyObject_Call(fn.get(), args.get(), kw.get()), "torch.tensor");
   return a.constantTensor(t.get());
+}
+
+/// One spatial dim of a bicubic resampling as a dense [out, in] matrix (row o: output o's four
+/// taps, indices clamped to the edge, so a row may add weights into one column): ATen's CPU
+/// kernel's indices and weights (UpSampleKernel.cpp compute_indices_weights_cubic: the source
+/// index of area_pixel_compute_source_index with cubic = true, guard_index_and_lambda and
+/// get_cubic_upsample_coefficients with A = -0.75), computed in the kernel's opmath type T.
+template <typename T>
+std::vector<double> cubicMatrix(int64_t in, int64_t out, bool alignCorners,
+                                std::optional<double> scale) {
+  T s;
+  if (alignCorners)
+    s = out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0);
+  else
+    s = scaleValue<T>(scale, in, out);
+  const T A = T(-0.75);
+  auto near = [&](T x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };      // |x| <= 1
+  auto far = [&](T x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; }; // 1 < |x| < 2
+  std::vector<double> m(static_cast<size_t>(out * in), 0.0);
+  for (int64_t o = 0; o < out; ++o) {
+    const T real = alignCorners ? s * static_cast<T>(o) : s * (static_cast<T>(o) + T(0.5)) - T(0.5);
+    const int64_t i = std::min(static_cast<int64_t>(std::floor(real)), in - 1);
+    const T t = std::min(std::max(real - static_cast<T>(i), T(0)), T(1));
+    const T w[4] = {far(t + 1), near(t), near(1 - t), far(2 - t)};
+    for (int64_t k = 0; k < 4; ++k) {
+      const int64_t col = std::max<int64_t>(std::min(i - 1 + k, in - 1), 0);
+      m[static_cast<size_t>(o * in + col)] += static_cast<double>(w[k]);
+    }
+  }
+  return m;
+}
+
+/// x resampled along `dim` by the [out, in] matrix `m`: a matmul (its gradient one too), with
+/// the resampled dim moved last and back.
+VarPtr resampleByMatrix(Analyzer &a, const VarPtr &x, int64_t dim, const std::vector<double> &m,
+                        int64_t in, int64_t out, const char *dtype) {
+  const int64_t rank = as<TensorVar>(x)->type().rank();
+  // m^T [in, out]: x (dim last) @ m^T.
+  std::vector<double> mt(m.size());
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i)
+      mt[static_cast<size_t>(i * out + o)] = m[static_cast<size_t>(o * in + i)];
+  VarPtr w = a.emit1("reshape", {constant1d(a, mt, dtype)},
+                     {{"shape", Attr(std::vector<int64_t>{in, out})}});
+  VarPtr moved = dim == rank - 1
+                     ? x
+                     : a.emit1("transpose", {x}, {{"dim0", Attr(dim)}, {"dim1", Attr(rank - 1)}});
+  VarPtr r = a.emit1("matmul", {moved, w});
+  return dim == rank - 1
+             ? r
+             : a.emit1("transpose", {r}, {{"dim0", Attr(dim)}, {"dim1", Attr(rank - 1)}});
 }
 
 /// Whether the indices keep every element in place.
@@ -155,13 +208,18 @@ VarPtr lowerInterpolate(Analyzer &a, BoundArgs &b, const TorchRow &) {
     mode = Mode::NearestExact;
   else if (modeName == linearModes[spatial])
     mode = Mode::Linear;
+  else if (modeName == "bicubic" && spatial == 2)
+    mode = Mode::Cubic;
   else
-    return nullptr; // area, bicubic, a linear mode of another rank: PyTorch's op (or its error)
-  // The upsample_*linear* ops take f32 and f64 (ATen computes f16/bf16 in float).
-  if (mode == Mode::Linear && ty.dtype() != DType::F32 && ty.dtype() != DType::F64) return nullptr;
+    return nullptr; // area, a linear mode of another rank: PyTorch's op (or its error)
+  // The upsample_*linear* ops take f32 and f64 (ATen computes f16/bf16 in float); the bicubic
+  // matrices are made in the input's dtype.
+  if ((mode == Mode::Linear || mode == Mode::Cubic) && ty.dtype() != DType::F32 &&
+      ty.dtype() != DType::F64)
+    return nullptr;
   bool alignCorners = false;
   if (!isNoneVar(b.at("align_corners"))) {
-    if (mode != Mode::Linear) return nullptr; // PyTorch raises
+    if (mode != Mode::Linear && mode != Mode::Cubic) return nullptr; // PyTorch raises
     std::optional<int64_t> ac = a.asInt(b.at("align_corners"));
     if (!ac) return nullptr;
     alignCorners = *ac != 0;
@@ -204,6 +262,25 @@ VarPtr lowerInterpolate(Analyzer &a, BoundArgs &b, const TorchRow &) {
                    {{"output_size", Attr(out)},
                     {"align_corners", Attr(alignCorners)},
                     {"scales", Attr(scaleAttr)}});
+  }
+  if (mode == Mode::Cubic) {
+    // Separable: each spatial dim's taps as a constant matrix, H's then W's (ATen sums W's
+    // taps first, then H's: the same terms, rounded otherwise, about 1e-7 relative).
+    // (No copy shortcut for equal sizes: eager resamples by a given scale factor.)
+    const bool f64 = ty.dtype() == DType::F64;
+    VarPtr r = b.at("input");
+    for (size_t s = 0; s < 2; ++s) {
+      std::vector<double> m = f64 ? cubicMatrix<double>(in[s], out[s], alignCorners, scales[s])
+                                  : cubicMatrix<float>(in[s], out[s], alignCorners, scales[s]);
+      bool identity = in[s] == out[s];
+      for (int64_t o = 0; identity && o < out[s]; ++o)
+        for (int64_t i = 0; identity && i < in[s]; ++i)
+          identity = m[static_cast<size_t>(o * in[s] + i)] == (o == i ? 1.0 : 0.0);
+      if (identity) continue;
+      r = resampleByMatrix(a, r, static_cast<int64_t>(s) + 2, m, in[s], out[s],
+                           f64 ? "float64" : "float32");
+    }
+    return r;
   }
   // A gather's gradient is a scatter_add, a reference kernel: where the input needs a
   // gradient, only identity and integer-repeat maps (expand + reshape, UNet's 2x nearest) are

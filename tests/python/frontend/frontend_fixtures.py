@@ -22,6 +22,23 @@ def clean() -> Iterator[None]:
     fe.reset()
 
 
+def explain_strict(fn: Any, *args: Any) -> Any:
+    """xjit.explain of xjit.jit(fn) on args, an XjitWarning (an internal failure's fallback)
+    raised as an error."""
+    import warnings
+
+    import xjit
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", xjit.XjitWarning)
+        return xjit.explain(xjit.jit(fn))(*args)
+
+
+def external_calls(report: Any) -> int:
+    """The PyTorch fallback nodes in an explain report's graphs."""
+    return sum(g.ops.get("external_call", 0) for g in report.graphs)
+
+
 def counters() -> dict[str, int]:
     c: dict[str, int] = fe.events()["counters"]
     return c

@@ -1,4 +1,4 @@
-"""F.interpolate (nearest, nearest-exact, linear/bilinear/trilinear; src/frontend/torch_resample.cpp;
+"""F.interpolate (nearest, nearest-exact, linear/bilinear/trilinear, bicubic; src/frontend/torch_resample.cpp;
 the linear modes are upsample_* ops with a native kernel and gradient, test_resample_kernel.py)
 and nn.MultiheadAttention (torch._native_multi_head_attention in eval mode,
 F.multi_head_attention_forward otherwise; src/frontend/torch_attention.cpp) compiled into IR ops:
@@ -9,7 +9,6 @@ the variants the lowerings leave alone keep PyTorch's op with eager's values."""
 from __future__ import annotations
 
 import copy
-import warnings
 from typing import Any
 
 import pytest
@@ -17,20 +16,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
-from frontend_fixtures import clean, tensors  # noqa: E402, F401 (autouse fixture)
+from frontend_fixtures import clean, external_calls, tensors  # noqa: E402, F401 (autouse fixture)
+from frontend_fixtures import explain_strict as explain  # noqa: E402
 
 nn = torch.nn
 F = torch.nn.functional
-
-
-def explain(fn: Any, *args: Any) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", xjit.XjitWarning)
-        return xjit.explain(xjit.jit(fn))(*args)
-
-
-def external_calls(report: Any) -> int:
-    return sum(g.ops.get("external_call", 0) for g in report.graphs)
 
 
 def assert_native(report: Any) -> None:
@@ -146,6 +136,56 @@ def test_linear_modes_with_a_gradient_are_native(shape: Any, kw: dict[str, Any],
         torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
+BICUBIC = [
+    ((1, 8, 7, 7), {"size": (4, 4)}),  # DINOv2's position embeddings, downsampled
+    ((2, 3, 5, 6), {"scale_factor": 2.0}),
+    ((2, 3, 5, 6), {"scale_factor": (1.7, 0.6)}),
+    ((2, 3, 5, 6), {"size": (9, 3), "align_corners": True}),
+    ((2, 3, 5, 6), {"size": (1, 6), "align_corners": True}),
+    ((2, 3, 3, 3), {"scale_factor": 1.3}),  # the same size by a scale: eager still resamples
+    ((2, 3, 3, 3), {"size": (4, 3)}),  # one dim resampled
+    ((2, 3, 5, 6), {"size": (5, 6)}),
+]
+# Eager's bicubic backward passes the gradient through unchanged where the sizes are equal,
+# though its forward resampled by the scale factor (not the adjoint): the graph's gradient is
+# the adjoint of the forward, so these cases compare values only.
+BICUBIC_BACKWARD_COPIES = {"4d-scale_factor=1.3"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize(("shape", "kw"), BICUBIC, ids=ids(BICUBIC))
+def test_bicubic_is_matmuls_and_matches_eager_with_its_gradient(shape: Any, kw: dict[str, Any], dtype: Any) -> None:
+    """Bicubic as constant per-dim tap matrices applied by matmul: values and gradients as
+    eager's (f32 within 1e-5 of their scale, f64 1e-12), one graph, no PyTorch op."""
+    torch.manual_seed(0)
+    x = torch.randn(*shape, dtype=dtype)
+    w = torch.randn_like(F.interpolate(x, mode="bicubic", **kw))
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(t * 2, mode="bicubic", **kw)
+
+    with torch.no_grad():
+        report = explain(f, x)
+    assert_native(report)
+    want = f(x)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    scale = max(want.abs().max().item(), 1.0)
+    torch.testing.assert_close(report.output, want, rtol=tol, atol=tol * scale)
+    leaf = x.clone().requires_grad_()
+    assert_native(explain(f, leaf))
+    if ids([(shape, kw)])[0] in BICUBIC_BACKWARD_COPIES:
+        return
+
+    def step(fn: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        leaf = x.clone().requires_grad_()
+        out = fn(leaf)
+        (grad,) = torch.autograd.grad((out * w).sum(), [leaf])
+        return out.detach(), grad
+
+    for got, want in zip(step(xjit.jit(f)), step(f), strict=True):
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol * max(want.abs().max().item(), 1.0))
+
+
 def test_gathering_nearest_maps_keep_pytorchs_op_where_the_input_needs_a_gradient() -> None:
     # A gather's gradient is a reference scatter_add: with grad needed, only identity and
     # integer-repeat nearest maps are lowered.
@@ -171,12 +211,12 @@ def test_gathering_nearest_maps_keep_pytorchs_op_where_the_input_needs_a_gradien
 
 
 def test_upsample_module_and_unsupported_modes_keep_eagers_values() -> None:
-    """nn.Upsample goes through F.interpolate; bicubic and antialias stay PyTorch's op."""
+    """nn.Upsample goes through F.interpolate; antialias and area stay PyTorch's op."""
     x = torch.randn(2, 3, 6, 5)
     up = nn.Upsample(scale_factor=2, mode="nearest")
     assert_native(explain(up, x))
     torch.testing.assert_close(xjit.jit(up)(x), up(x), rtol=0, atol=0)
-    for kw in ({"scale_factor": 2, "mode": "bicubic"}, {"size": (4, 3), "mode": "bilinear", "antialias": True},
+    for kw in ({"scale_factor": 2, "mode": "bicubic", "antialias": True}, {"size": (4, 3), "mode": "bilinear", "antialias": True},
                {"size": (4, 3), "mode": "area"}):
 
         def f(x: torch.Tensor, kw: dict[str, Any] = kw) -> torch.Tensor:

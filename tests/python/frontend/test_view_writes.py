@@ -193,6 +193,84 @@ def test_reshape_of_a_contiguous_input_is_a_view() -> None:
     assert "strides are unknown" in report.graph_breaks[0].reason, str(report)
 
 
+# ---- views of computed tensors: eager's strides (the layout rules) tell a view from a copy ----
+
+
+def c_contiguous_of_transpose(x):
+    y = x * 2
+    z = y.t().contiguous()  # a copy: writing it leaves y
+    z[0] += 1
+    return y + 0, z * 1
+
+
+def c_reshape_of_transpose(x):
+    y = x - 1
+    z = y.t().reshape(-1)  # a copy
+    z[::3].fill_(0)
+    return y + 0, z * 1
+
+
+def c_reshape_of_contiguous(x):
+    y = x + 1
+    z = y.reshape(2, 8)  # a view: the write reaches y
+    z[:, 0].fill_(0)
+    return y * 1, z + 0
+
+
+def c_contiguous_of_a_row_transposed(x):
+    y = x[:1] * 3  # [1, 4]
+    z = y.t().contiguous()  # [4, 1] is contiguous (size-1 dims aside): y itself
+    z[1:].zero_()
+    return y + 0, z * 1
+
+
+def c_reshape_of_a_transposed_result(x):
+    y = x.t() * 2  # TensorIterator keeps x.t()'s layout: y is transposed
+    z = y.reshape(-1)  # so a copy
+    z[1::2].fill_(0)
+    w = y.t().reshape(-1)  # and this a view
+    w[::5].fill_(-1)
+    return y + 0, z * 1, w * 1
+
+
+def c_relative_position_index(x):
+    # BEiT's relative_position_index (transformers): a permuted difference made contiguous, then
+    # written in place through column views.
+    n = 3
+    coords = torch.flatten(torch.stack(torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")), 1)
+    rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0).contiguous()
+    rel[:, :, 0] += n - 1
+    rel[:, :, 1] += n - 1
+    rel[:, :, 0] *= 2 * n - 1
+    return x.sum() + rel.sum(-1), rel
+
+
+COMPUTED_VIEW_FORMS = [
+    c_contiguous_of_transpose,
+    c_reshape_of_transpose,
+    c_reshape_of_contiguous,
+    c_contiguous_of_a_row_transposed,
+    c_reshape_of_a_transposed_result,
+    c_relative_position_index,
+]
+
+
+@pytest.mark.parametrize("fn", COMPUTED_VIEW_FORMS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("backend", ["interp", "xjit"])
+def test_write_through_reshape_of_computed_tensor(fn: Callable[..., Any], backend: str) -> None:
+    x = sample()
+    report = xjit.explain(fn, backend=backend)(x)
+    assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+    for got, want in zip(report.output, fn(sample()), strict=True):
+        torch.testing.assert_close(got, want)
+        # Eager's strides, but for size-1 dims (any stride addresses them alike; the graph's
+        # [4, 1] `z * 1` has (1, 1) where eager keeps y.t()'s (1, 4)).
+        assert [s for s, n in zip(got.stride(), got.shape) if n != 1] == [
+            s for s, n in zip(want.stride(), want.shape) if n != 1
+        ]
+    assert not any(g.runs_in_python for g in report.graphs), str(report)
+
+
 def test_inputs_sharing_memory_are_not_read_stale() -> None:
     def f(a, b):
         a.add_(1)
@@ -270,3 +348,21 @@ def test_native_backend_writes_through_views() -> None:
         x_e, x_c = sample(), sample()
         torch.testing.assert_close(xjit.jit(fn, backend="xjit")(x_c), fn(x_e))
         torch.testing.assert_close(x_c, x_e)
+
+
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+def test_meshgrid_is_expanded_views(indexing: str) -> None:
+    # torch.meshgrid (a Python function: it was a PyTorch fallback node, whose results' strides
+    # the layout rules cannot know) as reshape + expand of each input, eager's expanded views.
+    def f(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        grids = torch.meshgrid(a, b, c, indexing=indexing)
+        pair = torch.meshgrid([a * 2, b], indexing=indexing)
+        return (*grids, *pair, torch.stack(pair).contiguous())
+
+    args = (torch.randn(3), torch.randn(4), torch.randn(()))
+    report = xjit.explain(f)(*args)
+    assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+    assert all("external_call" not in g.ops for g in report.graphs), str(report)
+    for got, want in zip(report.output, f(*args), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert got.stride() == want.stride()

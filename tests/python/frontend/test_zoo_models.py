@@ -12,6 +12,10 @@ what the zoo found broken: torch.finfo/iinfo in a captured frame (a graph break 
 GPT-Neo), and permute(...).contiguous().view(...) (canonicalize dropped the contiguous, so the
 native view failed at run time: GPT-Neo and Swin ran in Python with a warning).
 
+Session 21 adds LLaMA, Qwen3, Phi-3, GPT-NeoX, StableLM, OLMo2, Cohere, GPT-BigCode, MPNet,
+Pegasus, DINOv2 (bicubic interpolate), BEiT (a contiguous() copy written in place, meshgrid),
+Hubert, PoolFormer, LeViT, RWKV and Funnel (einsum).
+
 Training: TRAINED (a representative set of the models whose step trains compiled, see
 bench/results/zoo_train.md) take one train() step with dropout on, as `bench/zoo.py --train`
 does (bench/zoo_train.py): one compiled graph, no break, nothing in Python, and the loss, every
@@ -63,6 +67,24 @@ TESTED = [
     "mixtral",  # experts: histc and transformers' grouped_mm_fallback as native ops (session 19)
     "qwen2-moe",
     "segformer",  # transformers' output-capturing forward hooks inlined (session 20)
+    # Session 21: families the zoo did not cover.
+    "llama",  # grouped-query attention, Llama 3's rope scaling
+    "qwen3",  # RMSNorm on each head's queries and keys
+    "phi3",  # fused qkv and gate_up projections split by slicing, partial rotary
+    "gpt-neox",  # partial rotary, parallel residual
+    "stablelm",  # a LayerNorm module per head on queries and keys
+    "olmo2",  # RMSNorm over all heads' queries and keys, post-norms
+    "cohere",  # interleaved rotary, parallel block, logit scale
+    "gpt-bigcode",  # multi-query attention fused in c_attn
+    "mpnet",  # T5-style relative position buckets
+    "pegasus",  # encoder-decoder, sinusoidal positions
+    "dinov2",  # bicubic F.interpolate of the position embeddings (tap matrices, session 21)
+    "beit",  # relative position index written through a contiguous() copy (session 21)
+    "hubert",  # conv feature extractor with LayerNorms, stable layer norm
+    "poolformer",  # 3x3 average pooling without padding counted
+    "levit",  # attention biases indexed by offsets, subsampling attention
+    "rwkv",  # the WKV recurrence's Python loop, unrolled
+    "funnel",  # einsum (session 21), a relative shift by reshape and slice written in place
 ]
 # One graph with no break, right values, warnings none, but PyTorch fallback nodes: the targets.
 WITH_FALLBACKS: dict[str, set[str]] = {
@@ -82,6 +104,8 @@ TRAINED = [
     "mamba",
     "rnn",
     "unet",  # F.multi_head_attention_forward and the upsampling compiled with their gradients
+    "qwen3",  # session 21: q/k norms
+    "beit",  # relative position bias tables indexed by a computed index
 ]
 
 

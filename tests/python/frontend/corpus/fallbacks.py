@@ -22,7 +22,8 @@ def unknown_tensor_method(x):
 
 
 def einsum_fallback(x, y):
-    return torch.einsum("ij,kj->ik", x, y) * 2
+    # A diagonal (a label repeated in one operand): the form einsum's lowering leaves to PyTorch.
+    return torch.einsum("ii->i", (x @ y.t())[:, :3]) * 2
 
 
 def functional_python_fallback(x):
