@@ -792,3 +792,20 @@ def test_select_of_a_permuted_sum_beside_a_reshape_that_copies_stays_compiled():
 
     make = lambda b: [torch.randn(4, b, 2, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0)]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=False, batches=[1, 3])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_of_a_transposed_input_is_contiguous_and_its_flatten_a_view(dynamic, training):
+    # seed 6401 (view-copy): CPU batch norm gives a transposed 2-D input a contiguous result
+    # (the input's suggested memory format), its meta kernel the input's strides; the meta walk
+    # took the meta strides, so the graph computed v1 transposed and v1.flatten(), eager's view
+    # of v1, was a copy (a write to v1 missed it).
+    def fn(a):
+        stats = None if training else torch.zeros(a.shape[1])
+        v1 = torch.nn.functional.batch_norm(a, stats, None if stats is None else stats + 1,
+                                            training=training)
+        return v1, v1.flatten()
+
+    make = lambda b: [torch.randn(8, b, generator=torch.Generator().manual_seed(b)).t()]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
