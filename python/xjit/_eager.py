@@ -744,6 +744,7 @@ def compare_op(torch_results: list[Any], interp_results: list[Any]) -> str | Non
 # suggested format). Checked against eager in tests/python/frontend/test_output_strides.py.
 _CHANNELS_LAST_OPS = {f"conv{d}d" for d in (1, 2, 3)} | {f"conv_transpose{d}d" for d in (1, 2, 3)}
 _CHANNELS_LAST_OPS.add("group_norm")
+_SUGGESTED_FORMAT_OPS = {"batch_norm", "batch_norm_with_update"}
 
 
 def _suggested_channels_last(t: Any) -> torch.memory_format | None:
@@ -767,6 +768,15 @@ def run_op_meta(name: str, args: list[Any], attrs: Attrs, result_types: list[str
         for fmt in map(_suggested_channels_last, operands):
             if fmt is not None and r.dim() == args[0].dim():
                 return r.contiguous(memory_format=fmt)
+    if name in _SUGGESTED_FORMAT_OPS:
+        # CPU batch norm allocates its result in the input's suggested memory format
+        # (channels-last, else contiguous); the meta kernel keeps the input's strides (fuzzer
+        # seed 6401: of a transposed 2-D input eager's result is contiguous, so its flatten()
+        # is a view of it).
+        fmt = _suggested_channels_last(args[0]) or torch.contiguous_format
+        if isinstance(r, torch.Tensor):
+            return r.contiguous(memory_format=fmt)
+        return (r[0].contiguous(memory_format=fmt), *r[1:])
     return r
 
 

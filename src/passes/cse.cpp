@@ -1,6 +1,7 @@
 // Common subexpression elimination: merges pure ops with equal names, operands, attributes
 // and result types, reusing a dominating op of an enclosing block inside nested blocks; not
-// two fresh results that both leave the graph (eager returns two tensors).
+// two fresh results (or reshapes, which may copy) that both leave the graph (eager returns two
+// tensors).
 #include "passes.h"
 
 #include "mutation_info.h"
@@ -152,8 +153,13 @@ private:
 
   /// Two fresh results that both leave the graph are two tensors in eager: merged, a write by
   /// the caller (or after a graph break) to one would change the other (`zeros(2), zeros(2)`).
+  /// So are two reshapes (flatten, contiguous) of an operand whose strides allow no view: each
+  /// copies (fuzzer seed 17620: `v2 = a.reshape(-1); v4 = a.reshape(-1); v2[0].zero_()` of a
+  /// transposed `a` zeroed v4 too).
   static bool bothEscape(const Op &keep, const Op &op) {
-    if (aliasesOperand(op)) return false; // views of one storage: writes are shared anyway
+    const bool mayCopy =
+        op.name() == "reshape" || op.name() == "flatten" || op.name() == "contiguous";
+    if (aliasesOperand(op) && !mayCopy) return false; // views of one storage: writes are shared
     for (size_t i = 0; i < op.numResults(); ++i)
       if (escapesGraph(op.result(i)) && escapesGraph(keep.result(i))) return true;
     return false;

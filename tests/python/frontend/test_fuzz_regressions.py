@@ -733,3 +733,79 @@ def test_view_of_a_written_frame_tensor_with_symbolic_steps_after_a_break():
     for b in (3, 4, 5):
         x = torch.randn(b, 2, generator=torch.Generator().manual_seed(b))
         torch.testing.assert_close(compiled(x.clone()), fn(x.clone()))
+
+
+# ---- session 21 ----
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_two_reshapes_that_copy_are_two_tensors(dynamic):
+    # seeds 17620, 18363: `v2 = a.reshape(-1); v4 = a.reshape(-1)` of a transposed input copies
+    # twice in eager; CSE merged the two reshapes (it took them for views of one storage), so a
+    # write to v2 (here after the graph break the write through a may-copy view makes) changed v4.
+    def fn(a):
+        v2 = a.reshape(-1)
+        v4 = a.reshape(-1)
+        v2[0].zero_()
+        return v4, v2
+
+    compiled = xjit.jit(fn, dynamic=dynamic)
+    for b in (3, 4, 5):
+        x = torch.randn(5, b, generator=torch.Generator().manual_seed(b)).t()
+        want, got = fn(x.clone()), compiled(x.clone())
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op", ["reshape", "flatten", "contiguous"])
+def test_returned_reshapes_of_a_transposed_input_do_not_share_memory(op):
+    # The same merge, seen by the caller: both results were one tensor (`alias-outputs`).
+    fn = {
+        "reshape": lambda a: (a.reshape(-1), a.reshape(-1)),
+        "flatten": lambda a: (a.flatten(), a.flatten()),
+        "contiguous": lambda a: (a.contiguous(), a.contiguous()),
+    }[op]
+    make = lambda b: [torch.randn(5, b, generator=torch.Generator().manual_seed(b)).t()]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=False, batches=[3])
+
+
+def test_strided_views_of_a_permuted_result_stay_compiled():
+    # seed 14231 (internal): v3 = (a <= -1)[1:] and v3[:, 1:], strided views of a value eager
+    # lays out transposed (a is), were views of the graph's contiguous result: the copy into
+    # eager's strides would cut them apart, so the frame ran in Python (XJIT-E0101). The viewed
+    # value is now computed in the dim order that gives the views eager's strides.
+    def fn(a):
+        v3 = (a <= -1)[1:]
+        return v3[:, 1:], v3
+
+    make = lambda b: [torch.randn(5, b, generator=torch.Generator().manual_seed(b)).t()]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=False, batches=[4])
+
+
+def test_select_of_a_permuted_sum_beside_a_reshape_that_copies_stays_compiled():
+    # seed 15674 (internal): v2 = v1.select(2, 0) with v1 laid out (1, 2, 0) by eager, and
+    # v1.reshape(-1), which copies in eager; the select is dense, so only the base's order
+    # gives its strides.
+    def fn(a):
+        v1 = a + a[..., :1]
+        return torch.sigmoid(v1).unsqueeze(-1), v1.select(2, 0), v1.reshape(-1)
+
+    make = lambda b: [torch.randn(4, b, 2, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0)]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=False, batches=[1, 3])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_of_a_transposed_input_is_contiguous_and_its_flatten_a_view(dynamic, training):
+    # seed 6401 (view-copy): CPU batch norm gives a transposed 2-D input a contiguous result
+    # (the input's suggested memory format), its meta kernel the input's strides; the meta walk
+    # took the meta strides, so the graph computed v1 transposed and v1.flatten(), eager's view
+    # of v1, was a copy (a write to v1 missed it).
+    def fn(a):
+        stats = None if training else torch.zeros(a.shape[1])
+        v1 = torch.nn.functional.batch_norm(a, stats, None if stats is None else stats + 1,
+                                            training=training)
+        return v1, v1.flatten()
+
+    make = lambda b: [torch.randn(8, b, generator=torch.Generator().manual_seed(b)).t()]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
