@@ -110,6 +110,27 @@ bool writeAll(int fd, const char *data, size_t size) {
   return true;
 }
 
+/// Writes `parts` to a unique temporary file in `dir` (named after `stem`; scans delete stale
+/// ones), then renames it to `path`: readers see the old file or the whole new one (rename is
+/// atomic within a filesystem). False, and nothing left behind, on failure.
+bool writeWhole(const std::filesystem::path &dir, const std::string &stem, const std::string &path,
+                std::initializer_list<std::string_view> parts) {
+  std::string tmp = (dir / (stem + ".tmp.XXXXXX")).string();
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return false;
+  bool ok = true;
+  for (std::string_view part : parts)
+    ok = ok && writeAll(fd, part.data(), part.size());
+  ok = ::close(fd) == 0 && ok;
+  // mkstemp creates 0600; files are as readable as the directory lets them be.
+  ::chmod(tmp.c_str(), 0644);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
 bool isEntryName(const std::string &name) {
   return name.size() == 66 && name.ends_with(".o") &&
          std::all_of(name.begin(), name.end() - 2,
@@ -326,19 +347,9 @@ bool compileCacheStore(const std::string &key, std::string_view payload) {
   h.keyLength = uint32_t(key.size());
   h.payloadLength = payload.size();
   h.payloadHash = llvm::xxh3_64bits(llvm::StringRef(payload.data(), payload.size()));
-  // A unique temporary name in the same directory (rename is atomic only within a filesystem).
-  std::string tmp = (dir / (key + ".tmp.XXXXXX")).string();
-  int fd = ::mkstemp(tmp.data());
-  if (fd < 0) return false;
-  bool ok = writeAll(fd, reinterpret_cast<const char *>(&h), sizeof h) &&
-            writeAll(fd, key.data(), key.size()) && writeAll(fd, payload.data(), payload.size());
-  ok = ::close(fd) == 0 && ok;
-  // mkstemp creates 0600; entries are as readable as the directory lets them be.
-  ::chmod(tmp.c_str(), 0644);
-  if (!ok || ::rename(tmp.c_str(), compileCachePath(key).c_str()) != 0) {
-    ::unlink(tmp.c_str());
+  if (!writeWhole(dir, key, compileCachePath(key),
+                  {std::string_view(reinterpret_cast<const char *>(&h), sizeof h), key, payload}))
     return false;
-  }
   ++gWrites;
   boundCacheSize(dir, sizeof h + key.size() + payload.size());
   return true;
@@ -383,13 +394,7 @@ void compileCacheWriteNote(const std::string &key, std::string_view text) {
   std::filesystem::path dir = compileCacheDir();
   std::filesystem::create_directories(dir, ec);
   if (ec) return;
-  std::string tmp = (dir / (key + ".note.tmp.XXXXXX")).string();
-  int fd = ::mkstemp(tmp.data());
-  if (fd < 0) return;
-  bool ok = writeAll(fd, text.data(), text.size());
-  ok = ::close(fd) == 0 && ok;
-  ::chmod(tmp.c_str(), 0644);
-  if (!ok || ::rename(tmp.c_str(), notePath(key).c_str()) != 0) ::unlink(tmp.c_str());
+  writeWhole(dir, key + ".note", notePath(key).string(), {text});
 }
 
 } // namespace xjit::backend
