@@ -139,7 +139,8 @@ struct ListVar : Var {
   /// and its length and items guarded, only when the capture reads them: `load` returns them.
   /// A list the frame only appends to (a hook collecting outputs) is captured once for any
   /// length; its appends are replayed after the graph (SideEffect::ListAppend).
-  explicit ListVar(std::function<std::vector<VarPtr>()> load) : Var(VarKind::List), load_(std::move(load)) {}
+  explicit ListVar(std::function<std::vector<VarPtr>()> load)
+      : Var(VarKind::List), load_(std::move(load)) {}
   /// The items (wrapping a list read from the caller on first use).
   std::vector<VarPtr> &items() {
     if (load_) {
