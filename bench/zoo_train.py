@@ -67,13 +67,19 @@ _FILLS = {aten.uniform_, aten.normal_, aten.bernoulli_, aten.exponential_, aten.
 
 
 class F32Draws(TorchDispatchMode):
-    """Random numbers of float64 tensors drawn as float32 and widened, so that a float64 copy
-    of a model sees the float32 model's draws (bernoulli_ reads the generator alike in both;
-    rand does not)."""
+    """The float64 reference's step: random numbers of float64 tensors drawn as float32 and
+    widened, so that a float64 copy of a model sees the float32 model's draws (bernoulli_ reads
+    the generator alike in both; rand does not). Also, batch norm's backward gets its gradient
+    in its input's layout: torch 2.13's CPU kernel reads a channels-last gradient of an NCHW
+    input wrongly (LeViT: 5.9 off the decomposed batch norm in float64; docs/perf.md, "Session
+    21: seventeen more zoo families"), and the reference has to be right."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         packet = func.overloadpacket
+        if packet is aten.native_batch_norm_backward and args[0].stride() != args[1].stride():
+            grad = torch.empty_like(args[1]).copy_(args[0])  # empty_like keeps the input's strides
+            return func(grad, *args[1:], **kwargs)
         if packet in _FACTORIES:
             like = args[0] if args and isinstance(args[0], torch.Tensor) else None
             dtype = kwargs.get("dtype") or (like.dtype if like is not None else torch.get_default_dtype())
@@ -353,7 +359,9 @@ def write(results: list[dict[str, Any]], args: Any, header: str) -> None:
         "train() mode, dropout on (torch, numpy and random seeded alike before each copy's step), "
         "fp32. A step: forward, loss = a fixed random projection of every float output that "
         "requires grad, backward; no optimizer step. Errors against a float64 copy of the model "
-        "(its random draws made in float32): loss error relative to the sum of |terms|; gradient "
+        "(its random draws made in float32, and its batch norms' backward given the gradient in the "
+        "input's layout: torch 2.13's CPU kernel is wrong for a channels-last gradient of an NCHW "
+        "input, which eager's own float32 step keeps, so its error shows it, as LeViT's): loss error relative to the sum of |terms|; gradient "
         "error ||g - g64|| / ||g64|| per parameter, the largest over the parameters (those whose "
         f"float64 gradient norm is below {ZERO_GRAD:g} of the largest are skipped: their true "
         "gradient is 0), xjit's with eager's in parentheses; worst grad ratio = the largest over "
