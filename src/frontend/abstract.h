@@ -41,6 +41,7 @@ enum class VarKind : uint8_t {
   Super,        // super() bound to a class and an instance
   Dataclass,    // an instance of a @dataclass built during the analysis (e.g. a ModelOutput)
   Instance,     // an instance of a plain Python class built during the analysis (e.g. a KV cache)
+  Partial,      // functools.partial(f, *args, **kw) made in the frame of abstract values
 };
 
 struct Var {
@@ -206,6 +207,14 @@ struct BoundVar : Var {
   VarPtr self;
   VarPtr func;      // the function to call with self first; nullptr: builtin method `name`
   std::string name; // method name (for builtin methods and messages)
+};
+
+struct PartialVar : Var {
+  static constexpr VarKind Kind = VarKind::Partial;
+  PartialVar() : Var(VarKind::Partial) {}
+  VarPtr func;
+  std::vector<VarPtr> args;
+  std::vector<std::pair<std::string, VarPtr>> kw;
 };
 
 struct IteratorVar : Var {

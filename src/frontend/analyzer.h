@@ -228,8 +228,9 @@ public:
   void noteGradientCut() { cutsGradient_ = true; }
   /// `t.requires_grad = flag` / `t.requires_grad_(flag)`: a graph break unless it changes
   /// nothing, or makes a tensor computed without gradient a leaf that requires grad
-  /// (Capture::gradLeaves).
-  void setRequiresGrad(TensorVar &t, const VarPtr &flag);
+  /// (Capture::gradLeaves). `method`: `requires_grad_()` (which, unlike the attribute, a
+  /// non-leaf that requires grad takes when the flag stays True).
+  void setRequiresGrad(TensorVar &t, const VarPtr &flag, bool method);
   bool gradientCut() const { return cutsGradient_; }
   void setGradientCut(bool cut) { cutsGradient_ = cut; }
   void noteRecordedForAutograd() { recordedForAutograd_ = true; }
@@ -496,6 +497,11 @@ bool hasNonEmpty(PyObject *obj, const char *attr);
 /// nullptr: not such a call, or one that cannot be captured (apply then runs as a PyTorch call).
 VarPtr functionApply(Analyzer &a, PyObject *fn, const std::optional<Source> &fnSource,
                      const Args &args);
+
+/// `torch.utils.checkpoint.checkpoint(fn, *args, ...)` as `fn(*args)` inline, its ops marked for
+/// recompute in a training step's backward (analyzer_checkpoint.cpp); nullptr when `fn` is not
+/// checkpoint.
+VarPtr checkpointCall(Analyzer &a, PyObject *fn, const Args &args);
 
 /// `opt.step()` of a stock torch.optim SGD, Adam or AdamW as graph ops (analyzer_optim.cpp);
 /// nullptr when `self`/`func` are not such a step (it is then traced like other code).

@@ -160,6 +160,7 @@ PyRef pyTypeOf(Analyzer &a, const VarPtr &v) {
   case VarKind::Slice: return PyRef::borrow(reinterpret_cast<PyObject *>(&PySlice_Type));
   case VarKind::Function: return PyRef::borrow(reinterpret_cast<PyObject *>(&PyFunction_Type));
   case VarKind::Bound: return PyRef::borrow(reinterpret_cast<PyObject *>(&PyMethod_Type));
+  case VarKind::Partial: return PyRef::borrow(partialType());
   case VarKind::Dataclass: return as<DataclassVar>(v)->cls;
   case VarKind::Instance: return as<InstanceVar>(v)->cls;
   default: a.fail(std::string("type() of a ") + varKindName(v->kind));
@@ -647,6 +648,17 @@ VarPtr Analyzer::call(const VarPtr &callable, const Args &args) {
     a2.kw = args.kw;
     return call(b->func, a2);
   }
+  case VarKind::Partial: {
+    // The stored arguments first; a keyword of the call wins over a stored one.
+    auto *p = as<PartialVar>(callable);
+    Args a2;
+    a2.pos = p->args;
+    a2.pos.insert(a2.pos.end(), args.pos.begin(), args.pos.end());
+    for (const auto &[k, v] : p->kw)
+      if (!args.find(k)) a2.kw.emplace_back(k, v);
+    a2.kw.insert(a2.kw.end(), args.kw.begin(), args.kw.end());
+    return call(p->func, a2);
+  }
   case VarKind::Module: return callModule(callable, args);
   case VarKind::Instance: return call(getAttr(callable, "__call__"), args);
   case VarKind::GradExit: gradEnabled_ = as<GradExitVar>(callable)->restore; return none();
@@ -684,8 +696,8 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
   // 1b. functools.partial(f, *args, **kw) made in the frame, every argument a Python object
   // known at capture time (constants and guarded objects: `partial(F.gelu, approximate="tanh")`):
   // made now, called through 4b; if it escapes it is made again after each call's graph
-  // (madePartials_), a new object per call as in Python. Other arguments (tensors, containers
-  // or functions made in the frame) stay a graph break.
+  // (madePartials_), a new object per call as in Python. With other arguments (tensors,
+  // containers, modules, functions made in the frame) it is a PartialVar (below).
   if (fn == partialType()) {
     std::vector<PyRef> pos;
     std::vector<std::pair<std::string, PyRef>> kw;
@@ -708,6 +720,16 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
       VarPtr r = constantSteal(made);
       madePartials_[r.get()] = {r, std::move(t), std::move(d)};
       return r;
+    }
+    // Other arguments (a module, tensors: transformers' gradient-checkpointing layers call
+    // checkpoint(partial(forward, self, **kwargs), *args)): an abstract partial, which the frame
+    // may call but not return or store.
+    if (!args.pos.empty()) {
+      auto p = std::make_shared<PartialVar>();
+      p->func = args.pos[0];
+      p->args.assign(args.pos.begin() + 1, args.pos.end());
+      p->kw = args.kw;
+      return p;
     }
   }
 
@@ -833,6 +855,9 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
   // 3c. torch.autograd.Function.apply: its forward inlined, or with a gradient to record, its
   // forward and backward captured as a custom_vjp (analyzer_function.cpp).
   if (VarPtr r = functionApply(*this, fn, fnSource, args)) return r;
+
+  // 3d. Activation checkpointing: the function inlined, its values recomputed in the backward.
+  if (VarPtr r = checkpointCall(*this, fn, args)) return r;
 
   if (VarPtr r = scheduledOptimizerStep(*this, fn, fnSource, args)) return r;
   if (VarPtr r = optimizerStepCall(*this, fn, args)) return r;

@@ -473,6 +473,7 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
   case VarKind::Iterator:
   case VarKind::Function:
   case VarKind::Bound:
+  case VarKind::Partial:
   case VarKind::GradMode:
   case VarKind::GradExit:
   case VarKind::AutocastMode:

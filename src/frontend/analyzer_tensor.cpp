@@ -686,10 +686,14 @@ VarPtr Analyzer::shapeTuple(const VarPtr &t) {
 // ---------------------------------------------------------------------------------------------
 // Attributes and methods
 
-void Analyzer::setRequiresGrad(TensorVar &t, const VarPtr &flag) {
+void Analyzer::setRequiresGrad(TensorVar &t, const VarPtr &flag, bool method) {
   PyRef f = asPython(flag);
   if (!f || !PyBool_Check(f.get()))
     fail("requires_grad set to a value that is not a constant bool");
+  // `requires_grad_(True)` on a tensor that requires grad changes nothing, leaf or not
+  // (transformers' enable_input_require_grads hook on the embeddings' output, with gradient
+  // checkpointing).
+  if (t.requiresGrad && method && f.get() == Py_True) return;
   // A tensor without gradient is a leaf: False changes nothing. One that requires grad is the
   // caller's leaf or a non-leaf (eager raises): Python decides.
   if (t.requiresGrad) fail("requires_grad set on a tensor that requires grad");
@@ -802,9 +806,11 @@ VarPtr Analyzer::tensorMethod(const VarPtr &t, const std::string &name, const Ar
   if (name == "requires_grad_") { // requires_grad_(requires_grad=True) returns the tensor
     auto kw = std::find_if(args.kw.begin(), args.kw.end(),
                            [](const auto &k) { return k.first == "requires_grad"; });
-    setRequiresGrad(*as<TensorVar>(t), !args.pos.empty()     ? args.pos[0]
-                                       : kw != args.kw.end() ? kw->second
-                                                             : boolean(true));
+    setRequiresGrad(*as<TensorVar>(t),
+                    !args.pos.empty()     ? args.pos[0]
+                    : kw != args.kw.end() ? kw->second
+                                          : boolean(true),
+                    /*method=*/true);
     return t;
   }
   if (name == "backward") fail(std::string(BreakPoint::kAtBackward) + " (autograd)");

@@ -78,6 +78,7 @@ const char *varKindName(VarKind k) {
   case VarKind::Module: return "module";
   case VarKind::Function: return "function";
   case VarKind::Bound: return "method";
+  case VarKind::Partial: return "functools.partial";
   case VarKind::Cell: return "cell";
   case VarKind::Iterator: return "iterator";
   case VarKind::GradMode: return "grad mode context";
@@ -808,7 +809,8 @@ bool Analyzer::hasAttr(const VarPtr &obj, const std::string &name) {
 }
 
 void Analyzer::setAttr(const VarPtr &obj, const std::string &name, const VarPtr &value) {
-  if (auto *t = as<TensorVar>(obj); t && name == "requires_grad") return setRequiresGrad(*t, value);
+  if (auto *t = as<TensorVar>(obj); t && name == "requires_grad")
+    return setRequiresGrad(*t, value, /*method=*/false);
   if (auto *d = as<DataclassVar>(obj)) {
     VarPtr *f = d->find(name);
     if (!f) fail("setting attribute '" + name + "' that is not a field of a dataclass");

@@ -1351,6 +1351,16 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
   // --check compares whole frames: a frame that breaks runs in Python (its resume functions
   // are checked as frames of their own).
   if (opts.check) return e->breakCode ? evalDefault() : runChecked(e, values, evalDefault);
+  if (e->training) {
+    bool hooked;
+    try {
+      hooked = savedTensorHooksActive();
+    } catch (const PyErrorSet &) {
+      PyErr_Clear();
+      hooked = true;
+    }
+    if (hooked) return evalDefault();
+  }
   bool graphRan = false;
   bool rejectedValues = false; // a kernel rejected this call's values (ErrorKind::User)
   std::string reason;

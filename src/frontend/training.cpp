@@ -323,6 +323,15 @@ std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id) {
 #endif
 }
 
+bool savedTensorHooksActive() {
+  static PyObject *top = [] {
+    PyRef mod = checked(PyImport_ImportModule("torch._C._autograd"));
+    return checked(PyObject_GetAttrString(mod.get(), "_top_saved_tensors_default_hooks")).release();
+  }();
+  PyRef hooks = checked(PyObject_CallOneArg(top, Py_False));
+  return hooks.get() != Py_None;
+}
+
 std::vector<PyRef> runTraining(const CompiledEntry &e, const std::vector<PyRef> &inputs) {
   static PyObject *run = [] {
     PyRef mod = checked(PyImport_ImportModule("xjit._training"));

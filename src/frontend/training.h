@@ -40,6 +40,12 @@ std::shared_ptr<TrainingStep> newTrainingStep(const CompiledEntry &e, SourceValu
 /// aliasing an input...); then the frame runs in Python. `id`/`loc` name --dump files.
 std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id);
 
+/// Whether saved-tensor hooks are set (torch.autograd.graph.saved_tensors_hooks: checkpoint's
+/// recompute bookkeeping, save_on_cpu): a training entry then runs its frame in Python, since
+/// the hooks would see the compiled step's saved values, not eager's (a checkpointed function
+/// recomputed in eager would not match them).
+bool savedTensorHooksActive();
+
 /// Runs a compiled training entry on the graph inputs: the outputs, recorded by autograd.
 std::vector<PyRef> runTraining(const CompiledEntry &e, const std::vector<PyRef> &inputs);
 

@@ -867,12 +867,29 @@ Op *copyOp(Block *into, const Op *op, std::unordered_map<const Value *, Value *>
   for (const auto &r : op->results())
     types.push_back(r->type());
   auto copy = std::make_unique<Op>(&op->def(), operands, types, op->attrs(), op->loc());
+  copy->removeAttr("autodiff.recompute"); // the partition's mark, done with
   Op *placed = into->push_back(std::move(copy));
   for (size_t i = 0; i < op->numResults(); ++i) {
     placed->result(i)->setName(op->result(i)->name());
     map[op->result(i)] = placed->result(i);
   }
   return placed;
+}
+
+/// Whether the backward recomputes `op`'s results rather than saving them: an op of an
+/// activation-checkpointed region (the frontend marks `autodiff.recompute`), pure, whose results
+/// no forward op outside the region reads (a value leaving the region is saved, as the ops
+/// after it keep it in eager).
+bool recomputedInBackward(const Op &op, const std::unordered_set<const Op *> &fwd) {
+  if (!op.hasAttr("autodiff.recompute") || !op.def().isPure() || op.numRegions() > 0 ||
+      op.name() == "external_call")
+    return false;
+  for (const auto &r : op.results())
+    for (const Use &u : r->uses())
+      if ((fwd.count(u.user) && !u.user->hasAttr("autodiff.recompute")) ||
+          u.user->def().has(kTerminator))
+        return false;
+  return true;
 }
 
 } // namespace
@@ -925,6 +942,7 @@ AutodiffGraphs differentiate(const Graph &src, const std::vector<bool> &requires
   // Backward: every other op the gradients need; forward values it reads are saved (constants,
   // which have no operands, are rebuilt in the backward instead).
   std::vector<const Value *> savedValues;
+  std::unordered_set<const Op *> recomputed; // forward ops the backward runs again
   std::set<size_t> savedInputs;
   std::unordered_set<const Value *> seen;
   work.assign(results.begin() + static_cast<long>(j.numOutputs), results.end());
@@ -938,10 +956,13 @@ AutodiffGraphs differentiate(const Graph &src, const std::vector<bool> &requires
       continue;
     }
     // (A PyTorch call in the forward, e.g. dropout's noise, is saved: calling it again would
-    // draw other random numbers.)
+    // draw other random numbers.) Values of a checkpointed region are recomputed instead.
     if (fwd.count(def) && (def->numOperands() > 0 || def->name() == "external_call")) {
-      savedValues.push_back(v);
-      continue;
+      if (!recomputedInBackward(*def, fwd)) {
+        savedValues.push_back(v);
+        continue;
+      }
+      recomputed.insert(def);
     }
     if (!bwd.insert(def).second) continue;
     for (Value *o : def->operands())
@@ -1009,11 +1030,25 @@ AutodiffGraphs differentiate(const Graph &src, const std::vector<bool> &requires
     r.backward->addInput(g.input(i)->type(), g.input(i)->name() + "_shape");
   for (size_t i = j.numInputs; i < g.numInputs(); ++i)
     bmap[g.input(i)] = r.backward->addInput(g.input(i)->type(), g.input(i)->name());
-  for (Op *op : *g.body())
-    if (op != ret && bwd.count(op)) copyOp(r.backward->body(), op, bmap);
+  // Recomputed ops go right before their first reader, so that a checkpointed region's values
+  // live while its gradients are computed, not through the whole backward.
+  std::function<Value *(const Value *)> ready = [&](const Value *v) -> Value * {
+    if (auto it = bmap.find(v); it != bmap.end()) return it->second;
+    const Op *def = v->definingOp();
+    for (const Value *o : def->operands())
+      ready(o);
+    copyOp(r.backward->body(), def, bmap);
+    return bmap.at(v);
+  };
+  for (Op *op : *g.body()) {
+    if (op == ret || !bwd.count(op) || recomputed.count(op)) continue;
+    for (const Value *o : op->operands())
+      ready(o);
+    copyOp(r.backward->body(), op, bmap);
+  }
   std::vector<Value *> bouts;
   for (size_t i = j.numOutputs; i < results.size(); ++i)
-    bouts.push_back(bmap.at(results[i]));
+    bouts.push_back(ready(results[i]));
   r.backward->body()->push_back(
       std::make_unique<Op>(&ret->def(), bouts, std::vector<Type>{}, AttrMap{}, ret->loc()));
   return r;

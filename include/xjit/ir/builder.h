@@ -14,7 +14,13 @@ class Builder {
 public:
   /// Inserts at the end of `block`, or before `before` when given.
   explicit Builder(Block *block, Op *before = nullptr) : block_(block), before_(before) {}
-  void setInsertionPoint(Block *block, Op *before = nullptr) { block_ = block; before_ = before; }
+  void setInsertionPoint(Block *block, Op *before = nullptr) {
+    block_ = block;
+    before_ = before;
+  }
+  Block *block() const { return block_; }
+  /// The op new ops go before (nullptr: the block's end).
+  Op *insertionBefore() const { return before_; }
   void setLoc(SourceLoc loc) { loc_ = std::move(loc); }
   const SourceLoc &loc() const { return loc_; }
 
