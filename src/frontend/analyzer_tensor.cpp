@@ -1394,6 +1394,8 @@ void Analyzer::assignInPlace(const VarPtr &target, const VarPtr &newValue) {
          " doesn't match the tensor's shape " + shapeStr(t->type().shape()));
   VarPtr nv = castTo(newValue, t->type().dtype());
   t->value = as<TensorVar>(nv)->value;
+  // An in-place op autograd records makes its target require grad (`out[:, t] = h` into zeros).
+  if (gradEnabled_ && as<TensorVar>(nv)->requiresGrad) t->requiresGrad = true;
   t->version++;
   t->mutated = true;
 }
@@ -1429,6 +1431,7 @@ void Analyzer::assignThroughView(const VarPtr &target, const VarPtr &newValue) {
   VarPtr written = emit1("index_put", {flat(root), flat(nv), flat(idx)});
   assignInPlace(root, emit1("reshape", {written}, {{"shape", makeSizeAttr(rootShape)}}));
   t->value = as<TensorVar>(nv)->value;
+  if (gradEnabled_ && as<TensorVar>(nv)->requiresGrad) t->requiresGrad = true;
   t->version++;
   t->baseVersion = root->version;
 }
