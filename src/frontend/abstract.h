@@ -99,6 +99,11 @@ struct TensorVar : Var {
   bool stridesRead = false;               // the capture depends on the input's strides (guard them)
   bool intCarrier = false; // the u8[sym] input carrying a symbolic Python int (Capture::intInputs)
   bool floatCarrier = false; // the f64[] input carrying a Python float (Capture::floatInputs)
+  // An op autograd records read it (or a view of it): eager may have saved it for backward.
+  bool readWithGrad = false;
+  // A leaf that requires grad written under no_grad: the data the caller's tensor gets (`value`
+  // is the same data with its gradient the leaf's; Analyzer::leafWrittenWithoutGrad).
+  Value *leafData = nullptr;
   const Type &type() const { return value->type(); }
 };
 

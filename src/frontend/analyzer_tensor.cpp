@@ -602,6 +602,7 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   view = view || op->def().has(kView);
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
   recordedForAutograd_ = recordedForAutograd_ || rg;
+  if (rg) noteReadWithGrad(operands);
   cutsGradient_ = cutsGradient_ || (!gradEnabled_ && !stopOperands && anyRequiresGrad(operands));
   // A result made from its operands' shapes alone (x.new_zeros(3), zeros_like) does not require
   // grad, as in eager (fuzz seed 10090: a fill of it was then recorded as a tracked fill); nor
@@ -626,6 +627,14 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
     out.push_back(std::move(r));
   }
   return out;
+}
+
+void Analyzer::noteReadWithGrad(const std::vector<VarPtr> &operands) {
+  for (const VarPtr &v : operands)
+    if (auto *t = as<TensorVar>(v); t && t->requiresGrad) {
+      t->readWithGrad = true;
+      if (t->base) t->base->readWithGrad = true;
+    }
 }
 
 VarPtr Analyzer::markTrackedFill(VarPtr fill, const VarPtr &t) {
@@ -1393,11 +1402,46 @@ void Analyzer::assignInPlace(const VarPtr &target, const VarPtr &newValue) {
     fail("in-place result of shape " + shapeStr(n->type().shape()) +
          " doesn't match the tensor's shape " + shapeStr(t->type().shape()));
   VarPtr nv = castTo(newValue, t->type().dtype());
-  t->value = as<TensorVar>(nv)->value;
+  Value *data = as<TensorVar>(nv)->value;
+  const bool leafWrite = t->isInput && t->requiresGrad && gradEnabledAtEntry_;
+  t->value = leafWrite ? leafWrittenWithoutGrad(*t, data) : data;
+  t->leafData = leafWrite ? data : nullptr;
   // An in-place op autograd records makes its target require grad (`out[:, t] = h` into zeros).
   if (gradEnabled_ && as<TensorVar>(nv)->requiresGrad) t->requiresGrad = true;
   t->version++;
   t->mutated = true;
+}
+
+Value *Analyzer::leafWrittenWithoutGrad(TensorVar &leaf, Value *data) {
+  // (Not under grad: assignInPlace refused that.) Eager changes the leaf's data in place (its
+  // version counter too), and what reads the leaf afterwards still gives the leaf its gradient
+  // (`w.clamp_(-1, 1)` before the forward, an EMA of weights). A read with grad before the write
+  // may have saved the old data, which eager's backward then refuses: not compiled. Reads under
+  // no_grad go through aliases autodiff stops at (emit's stopOperands).
+  if (leaf.readWithGrad)
+    fail("an in-place write under torch.no_grad() to a leaf tensor that requires grad, after "
+         "the step read it with grad (eager's backward may refuse the changed leaf)");
+  Value *input = leaf.value;
+  if (!input->isBlockArgument()) { // written before: the leaf_write below
+    const Op *def = input->definingOp();
+    if (!def || def->name() != "custom_vjp" || def->numOperands() != 2)
+      fail("internal: a leaf written under torch.no_grad() is not a graph input");
+    input = def->operand(0);
+  }
+  // custom_vjp(leaf, data): data forward, the gradient to the leaf backward (data gets none).
+  const Type &type = data->type();
+  Op *op = builder_.createWithTypes("custom_vjp", {input, data}, {type},
+                                    {{"name", Attr(std::string("xjit.leaf_write"))}});
+  Block *fwd = op->region(0);
+  fwd->addArgument(type, "leaf");
+  Value *forwardData = fwd->addArgument(type, "data");
+  Builder(fwd).createWithTypes("yield", {forwardData}, {});
+  Block *bwd = op->region(1);
+  Value *grad = bwd->addArgument(type, "grad");
+  Builder back(bwd);
+  Value *none = back.createWithTypes("constant", {}, {Type::none()})->result(0);
+  back.createWithTypes("yield", {grad, none}, {});
+  return op->result(0);
 }
 
 void Analyzer::assignThroughView(const VarPtr &target, const VarPtr &newValue) {
@@ -1587,6 +1631,7 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
                                     {{"callee", Attr(id)}, {"name", Attr(name)}});
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
   recordedForAutograd_ = recordedForAutograd_ || rg;
+  if (rg) noteReadWithGrad(operands);
   cutsGradient_ = cutsGradient_ || (!gradEnabled_ && anyRequiresGrad(operands));
   std::vector<VarPtr> rs;
   for (size_t i = 0; i < op->numResults(); ++i) {
