@@ -101,8 +101,8 @@ struct TensorVar : Var {
   bool floatCarrier = false; // the f64[] input carrying a Python float (Capture::floatInputs)
   // An op autograd records read it (or a view of it): eager may have saved it for backward.
   bool readWithGrad = false;
-  // A leaf that requires grad written under no_grad: the data the caller's tensor gets (`value`
-  // is the same data with its gradient the leaf's; Analyzer::leafWrittenWithoutGrad).
+  // A tensor that requires grad written under no_grad: the data the caller's tensor gets
+  // (`value` is the same data with the gradient the tensor's; Analyzer::writtenWithoutGrad).
   Value *leafData = nullptr;
   const Type &type() const { return value->type(); }
 };

@@ -1403,37 +1403,54 @@ void Analyzer::assignInPlace(const VarPtr &target, const VarPtr &newValue) {
          " doesn't match the tensor's shape " + shapeStr(t->type().shape()));
   VarPtr nv = castTo(newValue, t->type().dtype());
   Value *data = as<TensorVar>(nv)->value;
-  const bool leafWrite = t->isInput && t->requiresGrad && gradEnabledAtEntry_;
-  t->value = leafWrite ? leafWrittenWithoutGrad(*t, data) : data;
-  t->leafData = leafWrite ? data : nullptr;
+  // (An input that requires grad is written here under no_grad only: refused above otherwise.)
+  const bool noGradWrite = t->requiresGrad && !gradEnabled_ && gradEnabledAtEntry_;
+  t->value = noGradWrite ? writtenWithoutGrad(*t, data) : data;
+  t->leafData = noGradWrite ? data : nullptr;
   // An in-place op autograd records makes its target require grad (`out[:, t] = h` into zeros).
   if (gradEnabled_ && as<TensorVar>(nv)->requiresGrad) t->requiresGrad = true;
   t->version++;
   t->mutated = true;
 }
 
-Value *Analyzer::leafWrittenWithoutGrad(TensorVar &leaf, Value *data) {
-  // (Not under grad: assignInPlace refused that.) Eager changes the leaf's data in place (its
-  // version counter too), and what reads the leaf afterwards still gives the leaf its gradient
-  // (`w.clamp_(-1, 1)` before the forward, an EMA of weights). A read with grad before the write
-  // may have saved the old data, which eager's backward then refuses: not compiled. Reads under
-  // no_grad go through aliases autodiff stops at (emit's stopOperands).
-  if (leaf.readWithGrad)
-    fail("an in-place write under torch.no_grad() to a leaf tensor that requires grad, after "
-         "the step read it with grad (eager's backward may refuse the changed leaf)");
-  Value *input = leaf.value;
-  if (!input->isBlockArgument()) { // written before: the leaf_write below
-    const Op *def = input->definingOp();
-    if (!def || def->name() != "custom_vjp" || def->numOperands() != 2)
-      fail("internal: a leaf written under torch.no_grad() is not a graph input");
-    input = def->operand(0);
-  }
-  // custom_vjp(leaf, data): data forward, the gradient to the leaf backward (data gets none).
+namespace {
+
+/// Ops whose eager backward never saves their result: a tensor they made may be written in
+/// place under no_grad and still be differentiated (the others, e.g. tanh, sigmoid, exp,
+/// relu, softmax, save it, and eager's backward refuses it changed).
+bool resultUnsaved(const Op *def) {
+  static const std::set<std::string, std::less<>> ops = {
+      "add",       "sub",        "mul",    "div",     "neg",    "matmul",      "mm",
+      "bmm",       "linear",     "addmm",  "baddbmm", "cat",    "stack",       "clone",
+      "cast",      "to_copy",    "sum",    "mean",    "where",  "masked_fill", "index_put",
+      "embedding", "layer_norm", "conv1d", "conv2d",  "conv3d", "custom_vjp"};
+  return def && ops.count(def->name()) &&
+         (def->name() != "custom_vjp" || def->attr("name").asStr() == "xjit.no_grad_write");
+}
+
+} // namespace
+
+Value *Analyzer::writtenWithoutGrad(TensorVar &t, Value *data) {
+  // Eager changes the tensor's data in place (its version counter too) without recording it:
+  // what reads the tensor afterwards still sends its gradient where the tensor's own went (a
+  // leaf's .grad: `w.clamp_(-1, 1)` before the forward, an EMA of weights; a computed tensor's
+  // producer). An op that read it with grad before, or its producer, may have saved the old
+  // data, which eager's backward then refuses: not compiled. Reads under no_grad go through
+  // aliases autodiff stops at (emit's stopOperands).
+  if (t.readWithGrad)
+    fail("an in-place write under torch.no_grad() to a tensor that requires grad, after the "
+         "step read it with grad (eager's backward may refuse the changed tensor)");
+  if (!t.isInput && !resultUnsaved(t.value->definingOp()))
+    fail("an in-place write under torch.no_grad() to a tensor that requires grad, made by '" +
+         (t.value->definingOp() ? t.value->definingOp()->name() : std::string("?")) +
+         "' (eager's backward may read its old value)");
+  // custom_vjp(tensor, data): data forward; backward, the gradient to the tensor as it was
+  // (data gets none).
   const Type &type = data->type();
-  Op *op = builder_.createWithTypes("custom_vjp", {input, data}, {type},
-                                    {{"name", Attr(std::string("xjit.leaf_write"))}});
+  Op *op = builder_.createWithTypes("custom_vjp", {t.value, data}, {type},
+                                    {{"name", Attr(std::string("xjit.no_grad_write"))}});
   Block *fwd = op->region(0);
-  fwd->addArgument(type, "leaf");
+  fwd->addArgument(type, "tensor");
   Value *forwardData = fwd->addArgument(type, "data");
   Builder(fwd).createWithTypes("yield", {forwardData}, {});
   Block *bwd = op->region(1);

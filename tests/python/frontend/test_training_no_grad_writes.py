@@ -1,9 +1,11 @@
 """In-place writes inside `torch.no_grad()` regions of training steps: a parameter clamped before
-the forward, an EMA of the weights kept in a buffer, a buffer written through a view. The step
-trains compiled where eager's meaning is clear (the written tensor needs no gradient, or a leaf
-that requires grad is written before anything reads it with grad: its later readers still give
-it its gradient, its version counter moves as eager's), and runs in Python, with the reason,
-where it is not (until session 22 a write to a leaf under no_grad gave it no gradient)."""
+the forward, an EMA of the weights kept in a buffer, a buffer written through a view, an
+activation clipped. The step trains compiled where eager's meaning is clear (the written tensor
+needs no gradient, or one that requires grad is written before anything reads it with grad and
+its producer keeps no copy of it: its later readers still send the gradient where its own went,
+its version counter moves), and runs in Python, with the reason, where eager's backward may
+refuse the changed tensor (until session 22 such a write gave the tensor no gradient: a leaf's
+.grad stayed None, a loss over an activation did not require grad)."""
 
 from __future__ import annotations
 
@@ -124,3 +126,43 @@ def test_a_leaf_read_with_grad_then_written_runs_in_python() -> None:
     events = fe.events()
     assert all(g["runs_in_python"] for g in events["graphs"]), events["graphs"]
     assert any("read it with grad" in b["reason"] for b in events["breaks"]), events["breaks"]
+
+
+def _clip_activation(x: Any, w: Any) -> Any:
+    h = x @ w + 1  # add saves nothing: eager's backward allows h to change
+    with torch.no_grad():
+        h.clamp_(-0.5, 0.5)
+    return (h * h).sum()
+
+
+def _clip_saved_activation(x: Any, w: Any) -> Any:
+    h = torch.tanh(x @ w)  # tanh saves its result: eager's backward refuses it changed
+    with torch.no_grad():
+        h.clamp_(-0.5, 0.5)
+    return (h * h).sum()
+
+
+def test_an_activation_written_under_no_grad_keeps_its_producers_gradient() -> None:
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4), torch.randn(4, 5)
+    xs, ys = [x.clone().requires_grad_(), w.clone().requires_grad_()], [x.clone().requires_grad_(),
+                                                                          w.clone().requires_grad_()]
+    got, want = xjit.jit(_clip_activation)(*xs), _clip_activation(*ys)
+    torch.testing.assert_close(got, want)
+    assert got.requires_grad
+    got.backward()
+    want.backward()
+    for a, b in zip(xs, ys, strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+    graphs = fe.events()["graphs"]
+    assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs
+
+
+def test_a_saved_activation_written_under_no_grad_runs_in_python() -> None:
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4).requires_grad_(), torch.randn(4, 5).requires_grad_()
+    got = xjit.jit(_clip_saved_activation)(x, w)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        got.backward()  # as eager: the frame ran in Python
+    events = fe.events()
+    assert any("made by 'tanh'" in b["reason"] for b in events["breaks"]), events["breaks"]
