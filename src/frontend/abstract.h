@@ -101,6 +101,9 @@ struct TensorVar : Var {
   bool floatCarrier = false; // the f64[] input carrying a Python float (Capture::floatInputs)
   // An op autograd records read it (or a view of it): eager may have saved it for backward.
   bool readWithGrad = false;
+  // A view made under no_grad of a tensor that requires grad (or a view of such a view): as in
+  // eager it never carries a gradient, and a write through it with grad enabled raises.
+  bool noGradView = false;
   // A tensor that requires grad written under no_grad: the data the caller's tensor gets
   // (`value` is the same data with the gradient the tensor's; Analyzer::writtenWithoutGrad).
   Value *leafData = nullptr;

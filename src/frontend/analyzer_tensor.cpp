@@ -387,7 +387,11 @@ void Analyzer::touchView(const VarPtr &v) {
     fail("a view is used after its base tensor was written in place (" + t->viewOpaque + ")");
   if (t->viewAssumesContiguousBase) t->base->stridesRead = true;
   t->baseVersion = t->base->version;
-  t->value = as<TensorVar>(replayView(*t, t->base))->value;
+  VarPtr from = t->base;
+  if (t->noGradView && t->base->requiresGrad) // read again, it still carries no gradient
+    from = std::make_shared<TensorVar>(
+        builder_.create("alias", {t->base->value}, {{"autodiff.stop", Attr(true)}})->result(0));
+  t->value = as<TensorVar>(replayView(*t, from))->value;
 }
 
 DimExpr Analyzer::symbolicIndexWithin(const DimExpr &index, const DimExpr &size) {
@@ -577,13 +581,15 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   if (operands.size() >= 2)
     if (const OpDef *def = OpRegistry::instance().lookup(opName); def && def->has(kElementwise))
       checkSymbolicBroadcast(operands);
-  // A pure op in a torch.no_grad() region of a frame entered with grad enabled (a training
-  // step) reads its operands that require grad through an alias autodiff stops at, as
-  // detach() (autodiff's stopsGradient; canonicalize never looks through an alias). Views and
-  // in-place writes there still send a training step to Python (cutsGradient).
+  // A pure op or a view in a torch.no_grad() region of a frame entered with grad enabled (a
+  // training step) reads its operands that require grad through an alias autodiff stops at, as
+  // detach() (autodiff's stopsGradient; canonicalize never looks through an alias); such a view
+  // stays one of its base for writes (TensorVar::noGradView). PyTorch fallbacks there still
+  // send a training step to Python (cutsGradient).
   const OpDef *def = OpRegistry::instance().lookup(opName);
-  const bool stopOperands = gradEnabledAtEntry_ && !gradEnabled_ && !view && def && def->isPure() &&
-                            !def->has(kView) && !def->has(kInPlace) && !def->has(kSideEffect) &&
+  const bool viewOp = view || (def && def->has(kView));
+  const bool stopOperands = gradEnabledAtEntry_ && !gradEnabled_ && def && !def->has(kInPlace) &&
+                            !def->has(kSideEffect) && (viewOp || def->isPure()) &&
                             anyRequiresGrad(operands);
   std::vector<Value *> vals;
   vals.reserve(operands.size());
@@ -616,6 +622,7 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
         auto *rt = as<TensorVar>(r);
         rt->base = src->base ? src->base : std::static_pointer_cast<TensorVar>(operands[0]);
         rt->baseVersion = rt->base->version;
+        rt->noGradView = src->noGradView || stopOperands;
         const Value *from = op->operand(0);
         if (recordViewStep(*rt, *src, *op, i, operands, [&] { return computedStrides(from); })) {
           auto copy = std::make_shared<TensorVar>(rt->value); // eager copies: no view
@@ -631,7 +638,7 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
 
 void Analyzer::noteReadWithGrad(const std::vector<VarPtr> &operands) {
   for (const VarPtr &v : operands)
-    if (auto *t = as<TensorVar>(v); t && t->requiresGrad) {
+    if (auto *t = as<TensorVar>(v); t && (t->requiresGrad || t->noGradView)) {
       t->readWithGrad = true;
       if (t->base) t->base->readWithGrad = true;
     }
@@ -1468,6 +1475,9 @@ void Analyzer::assignThroughView(const VarPtr &target, const VarPtr &newValue) {
   auto *t = as<TensorVar>(target);
   auto *n = as<TensorVar>(newValue);
   touchView(target);
+  if (t->noGradView && gradEnabled_)
+    fail("in-place write with grad enabled to a view made under torch.no_grad() of a tensor "
+         "that requires grad (eager raises)");
   if (!t->viewOpaque.empty()) fail("in-place write through a view (" + t->viewOpaque + ")");
   if (t->viewOverlaps) fail("in-place write to an expanded view (its elements share memory)");
   const std::shared_ptr<TensorVar> root = t->base;

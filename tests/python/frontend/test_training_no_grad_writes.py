@@ -166,3 +166,42 @@ def test_a_saved_activation_written_under_no_grad_runs_in_python() -> None:
         got.backward()  # as eager: the frame ran in Python
     events = fe.events()
     assert any("made by 'tanh'" in b["reason"] for b in events["breaks"]), events["breaks"]
+
+
+class RowReset(nn.Module):
+    """A weight row zeroed and a weight view read under no_grad, in the forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(5, 4))
+
+    def forward(self, x: Any) -> Any:
+        with torch.no_grad():
+            self.weight[0].fill_(0)  # a write through a no_grad view reaches the leaf
+            norm = self.weight.view(-1).abs().max()  # read without gradient
+        return torch.tanh(x @ self.weight) / norm
+
+
+def test_writes_through_no_grad_views_of_a_leaf_train_compiled() -> None:
+    torch.manual_seed(0)
+    model, eager, got, want = _train(RowReset(), steps=3)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model.weight, eager.weight, rtol=1e-5, atol=1e-6)
+    graphs = fe.events()["graphs"]
+    assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
+
+
+def _write_no_grad_view_with_grad(x: Any, w: Any) -> Any:
+    h = x @ w
+    with torch.no_grad():
+        v = h[0]
+    v.mul_(2)  # eager raises: a no_grad view written with grad enabled
+    return h.sum()
+
+
+def test_a_no_grad_view_written_with_grad_raises_as_in_eager() -> None:
+    x, w = torch.randn(3, 4).requires_grad_(), torch.randn(4, 5).requires_grad_()
+    with pytest.raises(RuntimeError, match="no_grad mode"):
+        _write_no_grad_view_with_grad(x, w)
+    with pytest.raises(RuntimeError, match="no_grad mode"):
+        xjit.jit(_write_no_grad_view_with_grad)(x, w)
