@@ -4,6 +4,7 @@ one torch.autograd.Function, so loss.backward() and optimizers work unchanged (d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -78,3 +79,42 @@ class CompiledStep(torch.autograd.Function):
 
 def run(step: object, info: Info, inputs: list[Any]) -> tuple[Any, ...]:
     return CompiledStep.apply(step, info, *inputs)
+
+
+def _slice(x: torch.Tensor, a: dict[str, Any]) -> torch.Tensor:
+    dim = a.get("dim", 0) % x.dim()
+    end = a.get("end")
+    key = (slice(None),) * dim + (
+        slice(a.get("start", 0), None if end is None or end >= 2**62 else end, a.get("step", 1)),
+    )
+    return x[key]
+
+
+# The view ops of the graph (attributes as the IR names them) as eager calls: a view rebuilt
+# by them is eager's view (strides, `_base`, version counter, autograd's view backward).
+_VIEW_STEPS: dict[str, Callable[[torch.Tensor, dict[str, Any]], torch.Tensor]] = {
+    "select": lambda x, a: x.select(a["dim"], a["index"]),
+    "slice": _slice,
+    "narrow": lambda x, a: x.narrow(a["dim"], a["start"], a["length"]),
+    "transpose": lambda x, a: x.transpose(a["dim0"], a["dim1"]),
+    "permute": lambda x, a: x.permute(a["dims"]),
+    "t": lambda x, a: x.t(),
+    "movedim": lambda x, a: x.movedim(a["source"], a["destination"]),
+    "expand": lambda x, a: x.expand(a["shape"]),
+    "squeeze": lambda x, a: x.squeeze(tuple(a["dim"])) if "dim" in a else x.squeeze(),
+    "unsqueeze": lambda x, a: x.unsqueeze(a["dim"]),
+    "diagonal": lambda x, a: x.diagonal(a.get("offset", 0), a.get("dim1", 0), a.get("dim2", 1)),
+    "alias": lambda x, a: x.view_as(x),
+    "detach": lambda x, a: x.detach(),
+    "contiguous": lambda x, a: x.contiguous(),
+    "reshape": lambda x, a: x.reshape(a["shape"]),
+}
+
+
+def output_view(base: torch.Tensor, steps: list[tuple[str, dict[str, Any]]]) -> torch.Tensor:
+    """A graph output that is a view of output `base` (training.h OutputView), made from it as
+    eager made it, after the Function: autograd then carries its gradient through `base`."""
+    x = base
+    for name, attrs in steps:
+        x = _VIEW_STEPS[name](x, attrs)
+    return x

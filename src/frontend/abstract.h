@@ -100,6 +100,14 @@ struct TensorVar : Var {
   bool stridesRead = false;               // the capture depends on the input's strides (guard them)
   bool intCarrier = false; // the u8[sym] input carrying a symbolic Python int (Capture::intInputs)
   bool floatCarrier = false; // the f64[] input carrying a Python float (Capture::floatInputs)
+  // An op autograd records read it (or a view of it): eager may have saved it for backward.
+  bool readWithGrad = false;
+  // A view made under no_grad of a tensor that requires grad (or a view of such a view): as in
+  // eager it never carries a gradient, and a write through it with grad enabled raises.
+  bool noGradView = false;
+  // A tensor that requires grad written under no_grad: the data the caller's tensor gets
+  // (`value` is the same data with the gradient the tensor's; Analyzer::writtenWithoutGrad).
+  Value *leafData = nullptr;
   const Type &type() const { return value->type(); }
 };
 

@@ -317,6 +317,13 @@ public:
   void tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &value);
   /// Makes `target` hold `newValue` (an in-place write): every alias sees it.
   void assignInPlace(const VarPtr &target, const VarPtr &newValue);
+  /// The value a tensor that requires grad holds after `data` is written into it under
+  /// torch.no_grad() in a training step: `data`, whose gradient autodiff gives the tensor as it
+  /// was (a leaf input: its .grad). A graph break where eager's backward may refuse it.
+  Value *writtenWithoutGrad(TensorVar &t, Value *data);
+  /// Marks the tensors (and their views' bases) an op autograd records reads, where they require
+  /// grad or view one that does (TensorVar::readWithGrad).
+  void noteReadWithGrad(const std::vector<VarPtr> &operands);
   /// A graph break where an in-place op on a view reads another view of the same base (eager
   /// rejects overlapping memory, or its result depends on the copy order).
   void checkViewWriteOperands(const VarPtr &target, const std::vector<VarPtr> &operands);

@@ -374,6 +374,7 @@ VarPtr functionApply(Analyzer &a, PyObject *fn, const std::optional<Source> &fnS
   FunctionParts parts{cls, member(forward.get(), "forward"), nullptr, nullptr};
   // With grad enabled and an input that requires grad, apply records the Function's backward.
   if (a.gradEnabled() && a.anyRequiresGrad(args.pos)) {
+    a.noteReadWithGrad(args.pos);
     if (!args.kw.empty() || !PyFunction_Check(backward.get())) return nullptr;
     parts.backward = member(backward.get(), "backward");
     if (!takesCtx) parts.setupContext = member(setup.get(), "setup_context");

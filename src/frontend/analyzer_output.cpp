@@ -715,10 +715,11 @@ Capture Analyzer::finishWith(
     e.target = *t->source;
     OutputNode n;
     n.kind = OutputNode::GraphOutput;
-    auto it = outputIndex.find(t->value);
+    Value *data = t->leafData ? t->leafData : t->value; // a leaf gets its data, not its gradient
+    auto it = outputIndex.find(data);
     if (it == outputIndex.end()) {
-      it = outputIndex.emplace(t->value, static_cast<int64_t>(outputs.size())).first;
-      outputs.push_back(t->value);
+      it = outputIndex.emplace(data, static_cast<int64_t>(outputs.size())).first;
+      outputs.push_back(data);
     }
     n.index = it->second;
     e.value = std::move(n);

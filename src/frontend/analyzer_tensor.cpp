@@ -387,7 +387,11 @@ void Analyzer::touchView(const VarPtr &v) {
     fail("a view is used after its base tensor was written in place (" + t->viewOpaque + ")");
   if (t->viewAssumesContiguousBase) t->base->stridesRead = true;
   t->baseVersion = t->base->version;
-  t->value = as<TensorVar>(replayView(*t, t->base))->value;
+  VarPtr from = t->base;
+  if (t->noGradView && t->base->requiresGrad) // read again, it still carries no gradient
+    from = std::make_shared<TensorVar>(
+        builder_.create("alias", {t->base->value}, {{"autodiff.stop", Attr(true)}})->result(0));
+  t->value = as<TensorVar>(replayView(*t, from))->value;
 }
 
 DimExpr Analyzer::symbolicIndexWithin(const DimExpr &index, const DimExpr &size) {
@@ -577,13 +581,15 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   if (operands.size() >= 2)
     if (const OpDef *def = OpRegistry::instance().lookup(opName); def && def->has(kElementwise))
       checkSymbolicBroadcast(operands);
-  // A pure op in a torch.no_grad() region of a frame entered with grad enabled (a training
-  // step) reads its operands that require grad through an alias autodiff stops at, as
-  // detach() (autodiff's stopsGradient; canonicalize never looks through an alias). Views and
-  // in-place writes there still send a training step to Python (cutsGradient).
+  // A pure op or a view in a torch.no_grad() region of a frame entered with grad enabled (a
+  // training step) reads its operands that require grad through an alias autodiff stops at, as
+  // detach() (autodiff's stopsGradient; canonicalize never looks through an alias); such a view
+  // stays one of its base for writes (TensorVar::noGradView). PyTorch fallbacks there still
+  // send a training step to Python (cutsGradient).
   const OpDef *def = OpRegistry::instance().lookup(opName);
-  const bool stopOperands = gradEnabledAtEntry_ && !gradEnabled_ && !view && def && def->isPure() &&
-                            !def->has(kView) && !def->has(kInPlace) && !def->has(kSideEffect) &&
+  const bool viewOp = view || (def && def->has(kView));
+  const bool stopOperands = gradEnabledAtEntry_ && !gradEnabled_ && def && !def->has(kInPlace) &&
+                            !def->has(kSideEffect) && (viewOp || def->isPure()) &&
                             anyRequiresGrad(operands);
   std::vector<Value *> vals;
   vals.reserve(operands.size());
@@ -602,6 +608,7 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   view = view || op->def().has(kView);
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
   recordedForAutograd_ = recordedForAutograd_ || rg;
+  if (rg) noteReadWithGrad(operands);
   cutsGradient_ = cutsGradient_ || (!gradEnabled_ && !stopOperands && anyRequiresGrad(operands));
   // A result made from its operands' shapes alone (x.new_zeros(3), zeros_like) does not require
   // grad, as in eager (fuzz seed 10090: a fill of it was then recorded as a tracked fill); nor
@@ -615,6 +622,7 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
         auto *rt = as<TensorVar>(r);
         rt->base = src->base ? src->base : std::static_pointer_cast<TensorVar>(operands[0]);
         rt->baseVersion = rt->base->version;
+        rt->noGradView = src->noGradView || stopOperands;
         const Value *from = op->operand(0);
         if (recordViewStep(*rt, *src, *op, i, operands, [&] { return computedStrides(from); })) {
           auto copy = std::make_shared<TensorVar>(rt->value); // eager copies: no view
@@ -626,6 +634,14 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
     out.push_back(std::move(r));
   }
   return out;
+}
+
+void Analyzer::noteReadWithGrad(const std::vector<VarPtr> &operands) {
+  for (const VarPtr &v : operands)
+    if (auto *t = as<TensorVar>(v); t && (t->requiresGrad || t->noGradView)) {
+      t->readWithGrad = true;
+      if (t->base) t->base->readWithGrad = true;
+    }
 }
 
 VarPtr Analyzer::markTrackedFill(VarPtr fill, const VarPtr &t) {
@@ -1399,9 +1415,63 @@ void Analyzer::assignInPlace(const VarPtr &target, const VarPtr &newValue) {
     fail("in-place result of shape " + shapeStr(n->type().shape()) +
          " doesn't match the tensor's shape " + shapeStr(t->type().shape()));
   VarPtr nv = castTo(newValue, t->type().dtype());
-  t->value = as<TensorVar>(nv)->value;
+  Value *data = as<TensorVar>(nv)->value;
+  // (An input that requires grad is written here under no_grad only: refused above otherwise.)
+  const bool noGradWrite = t->requiresGrad && !gradEnabled_ && gradEnabledAtEntry_;
+  t->value = noGradWrite ? writtenWithoutGrad(*t, data) : data;
+  t->leafData = noGradWrite ? data : nullptr;
+  // An in-place op autograd records makes its target require grad (`out[:, t] = h` into zeros).
+  if (gradEnabled_ && as<TensorVar>(nv)->requiresGrad) t->requiresGrad = true;
   t->version++;
   t->mutated = true;
+}
+
+namespace {
+
+/// Ops whose eager backward never saves their result: a tensor they made may be written in
+/// place under no_grad and still be differentiated (the others, e.g. tanh, sigmoid, exp,
+/// relu, softmax, save it, and eager's backward refuses it changed).
+bool resultUnsaved(const Op *def) {
+  static const std::set<std::string, std::less<>> ops = {
+      "add",       "sub",        "mul",    "div",     "neg",    "matmul",      "mm",
+      "bmm",       "linear",     "addmm",  "baddbmm", "cat",    "stack",       "clone",
+      "cast",      "to_copy",    "sum",    "mean",    "where",  "masked_fill", "index_put",
+      "embedding", "layer_norm", "conv1d", "conv2d",  "conv3d", "custom_vjp"};
+  return def && ops.count(def->name()) &&
+         (def->name() != "custom_vjp" || def->attr("name").asStr() == "xjit.no_grad_write");
+}
+
+} // namespace
+
+Value *Analyzer::writtenWithoutGrad(TensorVar &t, Value *data) {
+  // Eager changes the tensor's data in place (its version counter too) without recording it:
+  // what reads the tensor afterwards still sends its gradient where the tensor's own went (a
+  // leaf's .grad: `w.clamp_(-1, 1)` before the forward, an EMA of weights; a computed tensor's
+  // producer). An op that read it with grad before, or its producer, may have saved the old
+  // data, which eager's backward then refuses: not compiled. Reads under no_grad go through
+  // aliases autodiff stops at (emit's stopOperands).
+  if (t.readWithGrad)
+    fail("an in-place write under torch.no_grad() to a tensor that requires grad, after the "
+         "step read it with grad (eager's backward may refuse the changed tensor)");
+  if (!t.isInput && !resultUnsaved(t.value->definingOp()))
+    fail("an in-place write under torch.no_grad() to a tensor that requires grad, made by '" +
+         (t.value->definingOp() ? t.value->definingOp()->name() : std::string("?")) +
+         "' (eager's backward may read its old value)");
+  // custom_vjp(tensor, data): data forward; backward, the gradient to the tensor as it was
+  // (data gets none).
+  const Type &type = data->type();
+  Op *op = builder_.createWithTypes("custom_vjp", {t.value, data}, {type},
+                                    {{"name", Attr(std::string("xjit.no_grad_write"))}});
+  Block *fwd = op->region(0);
+  fwd->addArgument(type, "tensor");
+  Value *forwardData = fwd->addArgument(type, "data");
+  Builder(fwd).createWithTypes("yield", {forwardData}, {});
+  Block *bwd = op->region(1);
+  Value *grad = bwd->addArgument(type, "grad");
+  Builder back(bwd);
+  Value *none = back.createWithTypes("constant", {}, {Type::none()})->result(0);
+  back.createWithTypes("yield", {grad, none}, {});
+  return op->result(0);
 }
 
 void Analyzer::assignThroughView(const VarPtr &target, const VarPtr &newValue) {
@@ -1411,6 +1481,9 @@ void Analyzer::assignThroughView(const VarPtr &target, const VarPtr &newValue) {
   auto *t = as<TensorVar>(target);
   auto *n = as<TensorVar>(newValue);
   touchView(target);
+  if (t->noGradView && gradEnabled_)
+    fail("in-place write with grad enabled to a view made under torch.no_grad() of a tensor "
+         "that requires grad (eager raises)");
   if (!t->viewOpaque.empty()) fail("in-place write through a view (" + t->viewOpaque + ")");
   if (t->viewOverlaps) fail("in-place write to an expanded view (its elements share memory)");
   const std::shared_ptr<TensorVar> root = t->base;
@@ -1435,6 +1508,7 @@ void Analyzer::assignThroughView(const VarPtr &target, const VarPtr &newValue) {
   VarPtr written = emit1("index_put", {flat(root), flat(nv), flat(idx)});
   assignInPlace(root, emit1("reshape", {written}, {{"shape", makeSizeAttr(rootShape)}}));
   t->value = as<TensorVar>(nv)->value;
+  if (gradEnabled_ && as<TensorVar>(nv)->requiresGrad) t->requiresGrad = true;
   t->version++;
   t->baseVersion = root->version;
 }
@@ -1590,6 +1664,7 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
                                     {{"callee", Attr(id)}, {"name", Attr(name)}});
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
   recordedForAutograd_ = recordedForAutograd_ || rg;
+  if (rg) noteReadWithGrad(operands);
   cutsGradient_ = cutsGradient_ || (!gradEnabled_ && anyRequiresGrad(operands));
   std::vector<VarPtr> rs;
   for (size_t i = 0; i < op->numResults(); ++i) {

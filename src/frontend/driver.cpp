@@ -1396,6 +1396,7 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
       done.resize(outs.size());
     }
     restoreLayouts(*e, outs, done);
+    if (e->training) rebuildOutputViews(*e->training, done);
     PyRef result = buildOutput(e->result, outs, done, values);
     replayEffects(*e, outs, done, values);
     if (e->gradModeAtExit >= 0) setGradMode(e->gradModeAtExit == 1);

@@ -60,8 +60,9 @@ const Value *viewRoot(const Value *v) {
 
 /// Why the forward's outputs cannot be autograd.Function outputs ("" if they can): an output
 /// that is (a view of) an input, or two outputs sharing memory, would need the view tracking
-/// autograd gives eager tensors.
-std::string outputAliasing(const Graph &fwd, size_t numOutputs) {
+/// autograd gives eager tensors. Outputs flagged in `rebuilt` (OutputView) are not Function
+/// outputs.
+std::string outputAliasing(const Graph &fwd, size_t numOutputs, const std::vector<bool> &rebuilt) {
   std::set<const Value *> roots;
   const std::vector<Value *> outs = fwd.outputs();
   for (size_t i = 0; i < numOutputs; ++i) {
@@ -69,9 +70,88 @@ std::string outputAliasing(const Graph &fwd, size_t numOutputs) {
     const Value *root = viewRoot(outs[i]);
     if (root->isBlockArgument())
       return "output " + std::to_string(i) + " is a graph input or a view of one";
-    if (!roots.insert(root).second) return "outputs share memory (one is a view of another)";
+    if (i < rebuilt.size() && rebuilt[i]) continue;
+    if (!roots.insert(root).second)
+      return "outputs share memory (one is a view of another, or both of a tensor not returned)";
   }
   return "";
+}
+
+/// An IR attribute as a Python value (null: a kind the replay cannot take, a symbolic size).
+PyRef attrToPython(const Attr &a) {
+  switch (a.kind()) {
+  case AttrKind::Int: return checked(PyLong_FromLongLong(a.asInt()));
+  case AttrKind::Bool: return PyRef::borrow(a.asBool() ? Py_True : Py_False);
+  case AttrKind::Ints: {
+    PyRef l = checked(PyList_New(0));
+    for (int64_t i : a.asInts())
+      if (PyList_Append(l.get(), checked(PyLong_FromLongLong(i)).get()) != 0) throw PyErrorSet();
+    return l;
+  }
+  default: return PyRef();
+  }
+}
+
+/// The steps that make `v` from `root` through view ops, for xjit._training.output_view: a list
+/// of (name, attributes), null when an op has no replay there or a symbolic size. Ops that only
+/// regroup dims (view, flatten, unflatten) replay as a reshape to v's static shape: a view where
+/// the base's strides allow it, as eager's was; a detach (alias marked autodiff.stop) as detach.
+PyRef viewSteps(const Value *v, const Value *root) {
+  static const std::set<std::string, std::less<>> replayed = {
+      "select", "slice",   "narrow",    "transpose", "permute", "t",         "movedim",
+      "expand", "squeeze", "unsqueeze", "diagonal",  "alias",   "contiguous"};
+  static const std::set<std::string, std::less<>> regroup = {"reshape", "view", "flatten",
+                                                             "unflatten"};
+  std::vector<const Op *> chain;
+  for (; v != root; v = v->definingOp()->operand(0))
+    chain.push_back(v->definingOp());
+  PyRef steps = checked(PyList_New(0));
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const Op &op = **it;
+    if (op.numResults() != 1) return PyRef();
+    std::string name = op.name();
+    PyRef attrs = checked(PyDict_New());
+    if (name == "alias" && op.hasAttr("autodiff.stop")) {
+      name = "detach";
+    } else if (regroup.count(name)) {
+      std::vector<int64_t> shape;
+      for (const DimExpr &d : op.result(0)->type().shape()) {
+        if (!d.isStatic()) return PyRef();
+        shape.push_back(d.value());
+      }
+      name = "reshape";
+      if (PyDict_SetItemString(attrs.get(), "shape", attrToPython(Attr(shape)).get()) != 0)
+        throw PyErrorSet();
+    } else if (replayed.count(name)) {
+      for (const auto &[key, a] : op.attrs()) {
+        PyRef value = attrToPython(a);
+        if (!value) return PyRef();
+        if (PyDict_SetItemString(attrs.get(), key.c_str(), value.get()) != 0) throw PyErrorSet();
+      }
+    } else {
+      return PyRef();
+    }
+    PyRef step = checked(Py_BuildValue("(sO)", name.c_str(), attrs.get()));
+    if (PyList_Append(steps.get(), step.get()) != 0) throw PyErrorSet();
+  }
+  return steps;
+}
+
+/// The graph outputs that are views of another output (not of an input), with their steps.
+[[maybe_unused]] std::vector<OutputView> outputViewsOf(const Graph &g) {
+  const std::vector<Value *> outs = g.outputs();
+  std::map<const Value *, size_t> outputOf;
+  for (size_t i = 0; i < outs.size(); ++i)
+    outputOf.emplace(outs[i], i);
+  std::vector<OutputView> views;
+  for (size_t j = 0; j < outs.size(); ++j) {
+    if (!outs[j]->type().isTensor()) continue;
+    const Value *root = viewRoot(outs[j]);
+    auto base = outputOf.find(root);
+    if (root == outs[j] || base == outputOf.end()) continue;
+    if (PyRef steps = viewSteps(outs[j], root)) views.push_back({j, base->second, steps});
+  }
+  return views;
 }
 
 std::vector<RtValue> rtValues(PyObject *seq, const std::vector<Type> &types) {
@@ -254,13 +334,21 @@ std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id) {
   (void)e, (void)loc, (void)id;
   return "this build has no passes (autodiff)";
 #else
+  // Outputs that are views of other outputs are rebuilt after the step (OutputView): they take
+  // no gradient of their own and need no layout of their own.
+  e.training->outputViews = outputViewsOf(*e.graph);
+  std::vector<bool> rebuilt(e.graph->outputs().size(), false);
+  for (const OutputView &v : e.training->outputViews)
+    rebuilt[v.output] = true;
+  std::erase_if(e.laidOutOutputs, [&](size_t i) { return i < rebuilt.size() && rebuilt[i]; });
   passes::AutodiffGraphs ad;
   try {
-    ad = passes::differentiate(*e.graph, e.training->requiresGrad);
+    ad = passes::differentiate(*e.graph, e.training->requiresGrad, rebuilt);
   } catch (const passes::AutodiffUnsupported &ex) {
     return std::string("autodiff: ") + ex.what();
   }
-  if (std::string why = outputAliasing(*ad.forward, ad.numOutputs); !why.empty()) return why;
+  if (std::string why = outputAliasing(*ad.forward, ad.numOutputs, rebuilt); !why.empty())
+    return why;
   // A write replayed with copy_ would not be recorded by autograd: only values without a
   // gradient (running statistics, counters) may be written in place.
   const std::set<size_t> differentiable(ad.gradOutputs.begin(), ad.gradOutputs.end());
@@ -348,6 +436,19 @@ std::vector<PyRef> runTraining(const CompiledEntry &e, const std::vector<PyRef> 
   for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.get()); ++i)
     done.push_back(PyRef::borrow(PySequence_Fast_GET_ITEM(fast.get(), i)));
   return done;
+}
+
+void rebuildOutputViews(const TrainingStep &step, std::vector<PyRef> &done) {
+  if (step.outputViews.empty()) return;
+  static PyObject *outputView = [] {
+    PyRef mod = checked(PyImport_ImportModule("xjit._training"));
+    return checked(PyObject_GetAttrString(mod.get(), "output_view")).release();
+  }();
+  for (const OutputView &v : step.outputViews) {
+    if (v.output >= done.size() || v.base >= done.size() || !done[v.base]) continue;
+    done[v.output] = checked(
+        PyObject_CallFunctionObjArgs(outputView, done[v.base].get(), v.steps.get(), nullptr));
+  }
 }
 
 PyObject *trainingForward(PyObject *capsule, PyObject *inputs) {

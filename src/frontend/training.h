@@ -12,10 +12,20 @@
 
 namespace xjit::frontend {
 
+/// A graph output that is a view of another (DINOv2's `pooler_output = last_hidden_state[:, 0]`):
+/// not an output of the autograd Function but rebuilt after it as that view of the other output
+/// (`steps`, for xjit._training.output_view), so that, as in eager, autograd carries its
+/// gradient through its base and the two share memory, version counter and `_base`.
+struct OutputView {
+  size_t output = 0, base = 0;
+  PyRef steps;
+};
+
 /// What a training entry keeps: the inputs that require grad (the guards pin them), then,
 /// once compiled, the two graphs (owned by a capsule that autograd's saved context also holds).
 struct TrainingStep {
   std::vector<bool> requiresGrad;
+  std::vector<OutputView> outputViews;
   PyRef capsule;       // the compiled graphs, passed to xjit._training.run
   PyRef info;          // (saved_inputs, grad_outputs, wrt, num_outputs, reach) for the Python side
   std::string summary; // for explain: "training step: forward N ops, backward M ops, ..."
@@ -48,6 +58,10 @@ bool savedTensorHooksActive();
 
 /// Runs a compiled training entry on the graph inputs: the outputs, recorded by autograd.
 std::vector<PyRef> runTraining(const CompiledEntry &e, const std::vector<PyRef> &inputs);
+
+/// Replaces each output of `done` (the graph outputs, in eager's layouts) that is a view of
+/// another (TrainingStep::outputViews) by that view of the other. Throws PyErrorSet.
+void rebuildOutputViews(const TrainingStep &step, std::vector<PyRef> &done);
 
 /// xjit._frontend.training_forward(step, inputs) -> outputs + saved (one list) and
 /// training_backward(step, values) -> grads: run one compiled graph on torch tensors.

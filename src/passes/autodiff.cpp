@@ -740,7 +740,8 @@ std::set<std::string> boundSymbols(const Type &t) {
   return names;
 }
 
-Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
+Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad,
+                 const std::vector<bool> &outputsWithoutGradient = {}) {
   Joint j;
   j.graph = src.clone();
   Graph &g = *j.graph;
@@ -785,12 +786,16 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad) {
     auto [it, fresh] = grads.emplace(v, gv);
     if (!fresh) it->second = b.op("add", {it->second, gv});
   };
+  auto takesGradient = [&](size_t i) {
+    return needs.count(outs[i]) &&
+           !(i < outputsWithoutGradient.size() && outputsWithoutGradient[i]);
+  };
   std::vector<Value *> gradOuts;
   for (size_t i = 0; i < outs.size(); ++i)
-    if (needs.count(outs[i])) gradOuts.push_back(outs[i]);
+    if (takesGradient(i)) gradOuts.push_back(outs[i]);
   j.gradOutputReach = reachedInputs(g, j.wrt, needs, gradOuts);
   for (size_t i = 0; i < outs.size(); ++i)
-    if (needs.count(outs[i])) {
+    if (takesGradient(i)) {
       j.gradOutputs.push_back(i);
       Value *gin = g.addInput(outs[i]->type(), "grad_" + std::to_string(i));
       accumulate(outs[i], gin);
@@ -902,8 +907,9 @@ std::unique_ptr<Graph> jointGraph(const Graph &g, const std::vector<bool> &requi
   return std::move(j.graph);
 }
 
-AutodiffGraphs differentiate(const Graph &src, const std::vector<bool> &requiresGrad) {
-  Joint j = buildJoint(src, requiresGrad);
+AutodiffGraphs differentiate(const Graph &src, const std::vector<bool> &requiresGrad,
+                             const std::vector<bool> &outputsWithoutGradient) {
+  Joint j = buildJoint(src, requiresGrad, outputsWithoutGradient);
   Graph &g = *j.graph;
   Op *ret = g.body()->terminator();
   const std::vector<Value *> results = g.outputs();

@@ -9,6 +9,7 @@
 //                 replication_pad_backward)
 //   roll, flip:   the same op with the opposite shifts / the same dims
 //   index_select, index: g added at the indices read (scatter_add, index_put accumulate)
+//   index_put:    values: g read at the written positions; self: g, those positions zeroed
 //   topk, sort:   g of the values scattered into zeros at their indices (each element once)
 //   cumsum:       the reverse cumsum of g (cumsum{reverse}, one native scan)
 #include "autodiff_rules.h"
@@ -208,6 +209,41 @@ std::vector<Value *> indexRule(RuleArgs &a) {
   return r;
 }
 
+/// out = index_put(self, values, i0, i1, ...) (aten's derivatives.yaml for index_put_): values
+/// get g read at the written positions, g[i0, i1, ...], summed to their broadcast shape (with
+/// accumulate false and a position written twice, each write gets that position's gradient, as
+/// in eager); self gets g itself when the values were added (accumulate), else g with the
+/// written positions zeroed (their old contents were overwritten). Index operands (integer
+/// tensors, `none` for a whole dim) get none.
+std::vector<Value *> indexPutRule(RuleArgs &a) {
+  const Attr *acc = a.op.attrOrNull("accumulate");
+  const bool accumulate = acc && acc->kind() == AttrKind::Bool && acc->asBool();
+  std::vector<Value *> r(a.op.numOperands(), nullptr);
+  auto withIndices = [&](std::vector<Value *> operands) {
+    for (size_t i = 2; i < a.op.numOperands(); ++i)
+      operands.push_back(a.x(i));
+    return operands;
+  };
+  if (a.need[0]) {
+    if (accumulate) {
+      r[0] = a.g;
+    } else {
+      Value *zero =
+          a.b.op("zeros", {}, {{"shape", Ints{}}, {"dtype", a.g->type().dtype()}}); // broadcast
+      r[0] = a.b.op("index_put", withIndices({a.g, zero}), {{"accumulate", false}});
+    }
+  }
+  if (a.need[1]) {
+    Value *values = a.x(1);
+    Value *picked = a.b.op("index", withIndices({a.g}));
+    // Values with extra leading size-1 dims (index_put strips them before broadcasting).
+    if (picked->type().rank() < values->type().rank())
+      picked = a.un("reshape", picked, {{"shape", staticShape(a.op, values)}});
+    r[1] = sumTo(a, picked, values);
+  }
+  return r;
+}
+
 // ---- cumsum ----
 
 /// d/dx_j of out_i = sum_{k <= i} x_k is 1 for i >= j: dx_j = sum_{i >= j} g_i, the cumsum of
@@ -242,6 +278,7 @@ void addMovementRules(std::map<std::string, Rule> &t) {
   t["narrow"] = narrowRule;
   t["index_select"] = indexSelectRule;
   t["index"] = indexRule;
+  t["index_put"] = indexPutRule;
   t["cumsum"] = cumsumRule;
   t["topk"] = t["sort"] = selectedValuesRule;
 }

@@ -497,3 +497,68 @@ def test_topk_and_sort_rules_scatter_back(op: str, attrs: dict[str, Any]) -> Non
     (want,) = torch.autograd.grad(out, [leaf], grad)
     got = x_.compile(g, pipeline="autodiff{wrt=0 part=joint}").run([xv, grad], "torch")
     torch.testing.assert_close(got[1], want)
+
+
+@dataclass
+class IndexPutCase:
+    name: str
+    self_shape: tuple[int, ...]
+    values_shape: tuple[int, ...]
+    indices: list[list[Any] | int | None]  # per leading dim: an index tensor's data or None
+    accumulate: bool
+    check_value: bool = True  # False: duplicate positions without accumulate (eager's order)
+
+
+INDEX_PUT_CASES = [
+    IndexPutCase("rows", (5, 4), (3, 4), [[0, 2, 4]], False),
+    IndexPutCase("rows_accumulate", (5, 4), (3, 4), [[0, 2, 4]], True),
+    # A position written twice: each write's value gets that position's gradient; the old
+    # contents get none (accumulate false) or all of it (accumulate true).
+    IndexPutCase("duplicates", (5, 4), (3, 4), [[1, 3, 1]], False, check_value=False),
+    IndexPutCase("duplicates_accumulate", (5, 4), (3, 4), [[1, 3, 1]], True),
+    IndexPutCase("broadcast_values", (5, 4), (4,), [[4, 0]], False),
+    IndexPutCase("broadcast_values_accumulate", (5, 4), (2, 1), [[4, 0]], True),
+    IndexPutCase("scalar_value", (5, 4), (), [[1, 2]], False),
+    # out[:, t] = v (RWKV's loop): a 0-d index after a whole dim (none).
+    IndexPutCase("column_of_0d_index", (2, 5, 4), (2, 4), [None, 3], False),
+    # Two index tensors broadcast together, then a whole trailing dim.
+    IndexPutCase("broadcast_indices", (5, 6, 4), (3, 2, 4), [[[0], [2], [4]], [[1, 5]]], True),
+    # Indexed dims not adjacent: their broadcast shape leads the indexing result.
+    IndexPutCase("apart", (5, 3, 6), (2, 3), [[0, 4], None, [5, 1]], False),
+    IndexPutCase("negative", (5, 4), (2, 4), [[-1, 0]], False),
+]
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES.values()))
+@pytest.mark.parametrize("case", INDEX_PUT_CASES, ids=[c.name for c in INDEX_PUT_CASES])
+def test_index_put_rule_matches_autograd(case: IndexPutCase, dtype: Any) -> None:
+    # aten's index_put backward: values get grad[indices] summed to their shape; self gets grad
+    # with the written positions zeroed, or grad itself when accumulating.
+    torch.manual_seed(5)
+    d = DTYPES[dtype]
+    idx = [None if i is None else torch.tensor(i) for i in case.indices]
+    lines, operands, inputs = [], [], []
+    for k, t in enumerate(idx):
+        if t is None:
+            lines.append(f"  %n{k} = constant() : none\n")
+            operands.append(f"%n{k}")
+        else:
+            inputs.append(f"%i{k}: {ty('i64', tuple(t.shape))}")
+            operands.append(f"%i{k}")
+    acc = "true" if case.accumulate else "false"
+    text = (f"graph @g(%x: {ty(d, case.self_shape)}, %v: {ty(d, case.values_shape)}, "
+            + ", ".join(inputs) + f") -> ({ty(d, case.self_shape)}) {{\n" + "".join(lines)
+            + f"  %y = index_put(%x, %v, {', '.join(operands)}) {{accumulate = {acc}}} : "
+            + f"{ty(d, case.self_shape)}\n  return(%y)\n}}")
+    xv, vv = torch.randn(case.self_shape, dtype=dtype), torch.randn(case.values_shape, dtype=dtype)
+    x, v = xv.clone().requires_grad_(), vv.clone().requires_grad_()
+    out = torch.ops.aten.index_put.default(x, idx, v, case.accumulate)
+    grad = torch.randn(out.shape, dtype=dtype)
+    want = torch.autograd.grad(out, [x, v], grad)
+    tensors = [t for t in idx if t is not None]
+    got = x_.compile(x_.parse(text), pipeline="autodiff{wrt=all part=joint}").run(
+        [xv, vv, *tensors, grad], "torch")
+    if case.check_value:
+        torch.testing.assert_close(got[0], out.detach())
+    torch.testing.assert_close(got[1], want[0], msg=lambda m: f"self: {m}")
+    torch.testing.assert_close(got[2], want[1], msg=lambda m: f"values: {m}")

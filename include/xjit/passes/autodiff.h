@@ -42,8 +42,11 @@ struct AutodiffGraphs {
 };
 
 /// Differentiates g with respect to the inputs marked in requiresGrad (one flag per input;
-/// only float tensor inputs count). Throws AutodiffUnsupported when it cannot.
-AutodiffGraphs differentiate(const Graph &g, const std::vector<bool> &requiresGrad);
+/// only float tensor inputs count). Outputs flagged in outputsWithoutGradient take no gradient
+/// (the caller rebuilds them as views of another output, through which autograd carries
+/// theirs). Throws AutodiffUnsupported when it cannot.
+AutodiffGraphs differentiate(const Graph &g, const std::vector<bool> &requiresGrad,
+                             const std::vector<bool> &outputsWithoutGradient = {});
 
 /// The joint graph, for tests and `xjit-opt --passes=autodiff`: inputs (g's inputs..., one grad
 /// per gradOutputs entry...), results (g's outputs..., one grad per wrt input...).
