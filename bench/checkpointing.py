@@ -4,8 +4,8 @@ checkpointing"). Each configuration runs in a fresh process: the model is built,
 it up (and compile), the resident-set high-water mark is reset, then --steps steps are timed.
 Reports the median step time, the resident size after building the model and the peak RSS of
 the timed steps (glibc's mmap threshold is fixed at 64 KiB in the children, so that freed
-activations go back to the kernel rather than staying resident in malloc's free lists), and
-each step's loss against eager's.
+activations go back to the kernel rather than staying resident in malloc's free lists;
+--default-malloc leaves it as users run), and each step's loss against eager's.
 
     python bench/checkpointing.py [--layers 6] [--seq 512] [--batch 2] [--steps 5]
 """
@@ -83,6 +83,7 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--default-malloc", action="store_true", help="leave glibc's mmap threshold dynamic")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -93,7 +94,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--child", backend, "1" if ckpt else "0"]
         cmd += ["--layers", str(args.layers), "--seq", str(args.seq), "--batch", str(args.batch)]
         cmd += ["--steps", str(args.steps)]
-        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+        env = dict(os.environ) if args.default_malloc else dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         if out.returncode != 0:
             print(out.stderr[-3000:], file=sys.stderr)

@@ -68,7 +68,19 @@ class CompiledStep(torch.autograd.Function):
             else:
                 reached.update(reach[k])
             output_grads.append(g)
+        if ctx.intermediates is None:  # as eager's saved_tensors after the graph was freed
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or directly access saved "
+                "tensors after they have already been freed). Specify retain_graph=True if you "
+                "need to backward through the graph a second time."
+            )
         values = [*ctx.intermediates, *ctx.saved_tensors, *ctx.shape_carriers, *output_grads]
+        if not torch._C._autograd._get_current_graph_task_keep_graph():
+            # This node runs once: its saved values are given to the compiled backward, which
+            # drops each after its last use (and empties `values`), as eager frees a node's
+            # saved tensors once it ran; held here, they would all live to the end.
+            ctx.intermediates = None
+            ctx.maybe_clear_saved_tensors()
         input_grads = _frontend.training_backward(ctx.step, values)
         result: list[torch.Tensor | None] = [None] * (2 + ctx.num_inputs)
         for j, i in enumerate(wrt):

@@ -464,6 +464,10 @@ PyObject *trainingBackward(PyObject *capsule, PyObject *values) {
     const TrainingGraphs &graphs = graphsOf(capsule);
     const CompiledEntry &bwd = graphs.backward;
     std::vector<RtValue> in = rtValues(values, bwd.inputTypes);
+    // The graph holds them now and drops each after its last use (the caller's list is emptied,
+    // as AOTAutograd's boxed calls take their arguments).
+    if (PyList_Check(values) && PyList_SetSlice(values, 0, PyList_GET_SIZE(values), nullptr) != 0)
+      throw PyErrorSet();
     for (size_t k = 0; k < graphs.savedPermutes.size() && k < in.size(); ++k)
       if (!graphs.savedPermutes[k].empty() && in[k].isTensor())
         in[k] = RtValue(permuteSource(in[k].tensor(), graphs.savedPermutes[k]));

@@ -139,6 +139,31 @@ def test_inputs_that_require_grad_and_outputs_that_do_not() -> None:
     assert not the_graph()["runs_in_python"]
 
 
+def test_saved_values_are_given_up_at_backward_unless_retained() -> None:
+    # Without retain_graph the node's saved values go to the compiled backward, which drops
+    # each after its last use (eager frees a node's saved tensors once it ran); a second
+    # backward then raises as eager's does.
+    def f(x: Any, w: Any) -> Any:
+        return torch.tanh(torch.tanh(x @ w) @ w.t()).sum()
+
+    torch.manual_seed(0)
+    x, w = torch.randn(5, 3), torch.randn(3, 4, requires_grad=True)
+    compiled = xjit.jit(f)
+    kept = compiled(x, w)
+    assert kept.grad_fn.intermediates, "the forward saves values for the backward"
+    kept.backward(retain_graph=True)
+    assert kept.grad_fn.intermediates  # retained for another backward
+    loss = compiled(x, w)
+    loss.backward()
+    assert loss.grad_fn.intermediates is None
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+    ref = f(x, w)
+    ref.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        ref.backward()
+
+
 def test_double_backward_raises() -> None:
     def f(x: Any) -> Any:
         return (torch.tanh(x) * x).sum()
