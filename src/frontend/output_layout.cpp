@@ -901,15 +901,36 @@ bool onlyRead(const Value *v, int depth = 0) {
   return true;
 }
 
+/// The sizes of `shape` with each symbol given a representative value (bound in `b` on first
+/// sight): distinct primes, so that a dense order that gives views of a tensor eager's dense
+/// strides at these sizes gives them at any sizes of 2 or more, which symbolic sizes are (0
+/// and 1 are specialized at capture). nullopt for a symbolic dim under 2 at these values.
+std::optional<std::vector<int64_t>> representativeSizes(const Shape &shape, SymbolBindings &b) {
+  static constexpr int64_t kPrimes[] = {5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43};
+  std::vector<int64_t> sizes;
+  for (const DimExpr &d : shape) {
+    for (const std::string &name : d.symbols())
+      if (!b.count(name)) {
+        if (b.size() >= std::size(kPrimes)) return std::nullopt;
+        b.emplace(name, kPrimes[b.size()]);
+      }
+    std::optional<int64_t> v = d.evaluate(b);
+    if (!v || *v < (d.isStatic() ? 0 : 2)) return std::nullopt;
+    sizes.push_back(*v);
+  }
+  return sizes;
+}
+
 /// The strides `views` (view ops, the one reading `strides`' tensor first) give their last
-/// result, as ATen strides each of them (a reshape that cannot view copies: contiguous); nullopt
-/// for a view this does not follow.
+/// result, as ATen strides each of them (a reshape that cannot view copies: contiguous), at
+/// the sizes `symbols` gives (representativeSizes); nullopt for a view this does not follow.
 std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const Op *> &views,
-                                                        std::vector<int64_t> strides) {
+                                                        std::vector<int64_t> strides,
+                                                        SymbolBindings &symbols) {
   for (const Op *op : views) {
     const Shape &in = op->operand(0)->type().shape();
     const int64_t rank = int64_t(in.size());
-    std::optional<std::vector<int64_t>> sizes = staticSizes(in);
+    std::optional<std::vector<int64_t>> sizes = representativeSizes(in, symbols);
     if (!sizes || strides.size() != sizes->size()) return std::nullopt;
     const std::string &name = op->name();
     const Attr *dimAttr = op->attrOrNull("dim");
@@ -933,7 +954,8 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
     } else if (name == "squeeze" || name == "view" || name == "reshape" || name == "flatten" ||
                name == "unflatten") {
       // (squeeze drops size-1 dims: the view with the result's shape keeps the other strides)
-      std::optional<std::vector<int64_t>> shape = staticSizes(op->result(0)->type().shape());
+      std::optional<std::vector<int64_t>> shape =
+          representativeSizes(op->result(0)->type().shape(), symbols);
       if (!shape) return std::nullopt;
       std::optional<std::vector<int64_t>> viewed = viewStrides(*sizes, strides, *shape);
       if (viewed) {
@@ -989,7 +1011,9 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
   for (Value *base : bases) {
     const std::vector<Viewer> &viewers = byBase.at(base);
     const Op *producer = base->definingOp();
-    std::optional<std::vector<int64_t>> sizes = staticSizes(base->type().shape());
+    // Symbolic sizes take representative values (fuzzer seed 15674 under dynamic=True).
+    SymbolBindings symbols;
+    std::optional<std::vector<int64_t>> sizes = representativeSizes(base->type().shape(), symbols);
     // (Dense outputs that are permutes, squeezes or the base itself are left to the rewrite of
     // each output below; a slice of a permuted base can also be dense: seed 15674's select.)
     static const std::set<std::string, std::less<>> perOutput = {"permute", "transpose", "t",
@@ -1009,9 +1033,10 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
     auto fits = [&](const std::vector<int> &order) {
       for (const Viewer &v : viewers) {
         const Value *y = ret->operand(v.output);
-        std::optional<std::vector<int64_t>> ySizes = staticSizes(y->type().shape());
+        std::optional<std::vector<int64_t>> ySizes =
+            representativeSizes(y->type().shape(), symbols);
         std::optional<std::vector<int64_t>> strides =
-            stridesThroughViews(v.views, denseStrides(*sizes, order));
+            stridesThroughViews(v.views, denseStrides(*sizes, order), symbols);
         if (!ySizes || !strides || !restridesOnly(layouts.at(v.output), *ySizes, *strides))
           return false;
       }

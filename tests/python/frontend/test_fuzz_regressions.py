@@ -782,16 +782,18 @@ def test_strided_views_of_a_permuted_result_stay_compiled():
     _same_results_and_memory(fn, make, dynamic=False, batches=[4])
 
 
-def test_select_of_a_permuted_sum_beside_a_reshape_that_copies_stays_compiled():
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_select_of_a_permuted_sum_beside_a_reshape_that_copies_stays_compiled(dynamic):
     # seed 15674 (internal): v2 = v1.select(2, 0) with v1 laid out (1, 2, 0) by eager, and
     # v1.reshape(-1), which copies in eager; the select is dense, so only the base's order
-    # gives its strides.
+    # gives its strides. Under dynamic=True (session 22) the base's order is chosen at
+    # representative values of its symbolic sizes.
     def fn(a):
         v1 = a + a[..., :1]
         return torch.sigmoid(v1).unsqueeze(-1), v1.select(2, 0), v1.reshape(-1)
 
     make = lambda b: [torch.randn(4, b, 2, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0)]  # noqa: E731
-    _same_results_and_memory(fn, make, dynamic=False, batches=[1, 3])
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4, 5] if dynamic else [1, 3])
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -809,3 +811,39 @@ def test_batch_norm_of_a_transposed_input_is_contiguous_and_its_flatten_a_view(d
 
     make = lambda b: [torch.randn(8, b, generator=torch.Generator().manual_seed(b)).t()]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
+
+
+# ---- session 22 ----
+
+
+def _slice_of_a_cat_reached_past(a):
+    v = torch.cat([a, a])[1:3]  # a view of a value the graph does not return
+    return v, v.as_strided((3 * a.shape[1],), (1,), 0)
+
+
+def _slice_of_a_cat_reached_past_after_a_break(a):
+    v = torch.cat([a, a])[1:3]
+    if a.sum().item() > -1e9:  # a graph break with v live
+        pass
+    return v.as_strided((2 * a.shape[1],), (1,), a.shape[1] * 2)
+
+
+@pytest.mark.parametrize("fn", [_slice_of_a_cat_reached_past,
+                                _slice_of_a_cat_reached_past_after_a_break])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_as_strided_of_a_returned_slice_reaches_its_bases_storage(fn, dynamic):
+    # seed 23597: `v7 = torch.cat([a, a])[:2]` live at a graph break, then `v7.as_strided(...)`
+    # past v7's own elements. Eager's v7 views the whole cat result; the graph handed v7 out on a
+    # storage of its own elements only: "out of bounds for storage". An output that spans part
+    # of the graph's buffer is now a view of that whole buffer, as in eager.
+    compiled = xjit.jit(fn, dynamic=dynamic)
+    for b in (3, 4):
+        x = torch.randn(2, b, generator=torch.Generator().manual_seed(b))
+        want = fn(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", xjit.XjitWarning)
+            got = compiled(x)
+        for w, g in zip(tensors(want), tensors(got)):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+            assert g.stride() == w.stride() and g.storage_offset() == w.storage_offset()
+            assert g.untyped_storage().nbytes() == w.untyped_storage().nbytes()
