@@ -1,17 +1,19 @@
-// torch.einsum as IR ops: each operand's labels summed out where nothing else needs them, then
-// the operands contracted left to right, a pair at a time, as PyTorch's sumproduct_pair does
-// without opt_einsum: both permuted to [batch, free, contracted] and [batch, contracted, free],
-// reshaped to 3-d and multiplied by matmul, the product reshaped and permuted to the labels
-// still needed; a pair with nothing to contract is a broadcast mul. The groups and their order
-// are ATen's (a label is batch only where both operands have it at a size above 1, dims in
-// ATen's aligned order), so the result has eager's strides too. Every step is an op with a
-// gradient. Static sizes only; a label repeated in one operand (a diagonal) stays PyTorch's op.
+// torch.einsum as IR ops, step by step as ATen's einsum does it without opt_einsum (torch
+// 2.13), so that the result has eager's values and strides: each operand unsqueezed and permuted
+// to the aligned dims (the output's labels, then the contracted ones), then contracted left to
+// right a pair at a time as sumproduct_pair does: a dim only one of the pair has above size 1
+// and no later operand has is summed first; the pair's product is a broadcast mul where nothing
+// is contracted, else both permuted to [batch, free, contracted] and [batch, contracted, free],
+// reshaped to 3-d and multiplied by matmul, the product viewed and permuted back. Every step is
+// an op with a gradient. Static sizes only; a label repeated in one operand (a diagonal) stays
+// PyTorch's op.
 #include "torch_ops.h"
 
 #include "analyzer.h"
 #include "py_util.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -82,161 +84,112 @@ VarPtr reshaped(Analyzer &a, const VarPtr &t, const std::vector<int64_t> &from,
   return a.emit1("reshape", {t}, {{"shape", Attr(to)}});
 }
 
-/// `x` with the dims whose labels are not in `keep` summed out, as ATen sums its operand
-/// permuted to the aligned order (`aligned`: label -> index), which gives a result contiguous
-/// in that order; with `squeezeOnes`, where they all have size 1, squeezed instead (a view;
-/// ATen keeps them as size-1 dims until the end; a lone operand's result, which ATen sums into
-/// a new tensor, must not be one).
-Labeled sumOut(Analyzer &a, Labeled x, const std::set<int> &keep, const std::map<int, int> &aligned,
-               bool squeezeOnes = true) {
-  bool any = false, ones = squeezeOnes;
-  for (size_t d = 0; d < x.labels.size(); ++d)
-    if (!keep.count(x.labels[d])) {
-      any = true;
-      ones = ones && x.sizes[d] == 1;
-    }
-  if (!any) return x;
-  if (!ones) {
-    std::vector<int64_t> perm(x.labels.size());
-    std::iota(perm.begin(), perm.end(), 0);
-    std::stable_sort(perm.begin(), perm.end(), [&](int64_t p, int64_t q) {
-      return aligned.at(x.labels[size_t(p)]) < aligned.at(x.labels[size_t(q)]);
-    });
-    Labeled p{permuted(a, x.t, perm), {}, {}};
-    for (int64_t d : perm) {
-      p.labels.push_back(x.labels[size_t(d)]);
-      p.sizes.push_back(x.sizes[size_t(d)]);
-    }
-    x = std::move(p);
-  }
-  std::vector<int64_t> dims;
-  Labeled r{nullptr, {}, {}};
-  for (size_t d = 0; d < x.labels.size(); ++d) {
-    if (keep.count(x.labels[d])) {
-      r.labels.push_back(x.labels[d]);
-      r.sizes.push_back(x.sizes[d]);
-    } else {
-      dims.push_back(int64_t(d));
-    }
-  }
-  r.t = ones ? a.emit1("squeeze", {x.t}, {{"dim", Attr(dims)}})
-             : a.emit1("sum", {x.t}, {{"dims", Attr(dims)}, {"keepdim", Attr(false)}});
-  return r;
-}
-
 int64_t product(const std::vector<int64_t> &v) {
   return std::accumulate(v.begin(), v.end(), int64_t(1), std::multiplies<>());
 }
 
-/// The size of label l in t (1 where t has no such dim, as ATen's aligned operands).
+/// The size of label l in t (1 where t has no such dim, as in ATen's aligned operands).
 int64_t labelSize(const Labeled &t, int l) {
   const auto at = std::find(t.labels.begin(), t.labels.end(), l);
   return at == t.labels.end() ? 1 : t.sizes[size_t(at - t.labels.begin())];
 }
 
-/// The contraction of x and y over their shared labels not in `keep`, as ATen's sumproduct_pair:
-/// a label both have at a size above 1 is batch (kept) or contracted; one only x has above 1
-/// is x's own (kept) or summed out of x first, likewise for y; a kept label neither has above
-/// 1 counts as y's. Each group in ATen's aligned order (`aligned`: label -> index). The
-/// result's labels: batch, then x's own, then y's own (or y's, then x's, as ATen's product
-/// lays them out); with nothing contracted, the aligned operands' broadcast product (mul, laid
-/// out as TensorIterator lays it out), in aligned order.
-Labeled contract(Analyzer &a, Labeled x, Labeled y, const std::set<int> &keep,
-                 const std::map<int, int> &aligned) {
-  std::vector<int> all = x.labels;
-  for (int l : y.labels)
-    if (std::count(all.begin(), all.end(), l) == 0) all.push_back(l);
-  std::sort(all.begin(), all.end(), [&](int p, int q) { return aligned.at(p) < aligned.at(q); });
-  std::vector<int> batch, left, right, summed;
-  std::set<int> dropped; // not kept and not contracted: summed now where one operand has them
-  for (int l : all) {
-    const bool inX = labelSize(x, l) != 1, inY = labelSize(y, l) != 1;
-    if (!keep.count(l)) {
-      if (inX && inY) {
-        summed.push_back(l);
-      } else {
-        dropped.insert(l);
-      }
-    } else {
-      (inX && inY ? batch : inX ? left : right).push_back(l);
+/// t in ATen's aligned form: a dim for every label of the equation, in the aligned order
+/// `order`; an operand's missing labels are unsqueezed at its end, then all permuted, as ATen
+/// prepares each operand (so the strides of those size-1 dims are ATen's too).
+Labeled alignedForm(Analyzer &a, const Labeled &t, const std::vector<int> &order) {
+  if (t.labels == order) return t;
+  Labeled r{t.t, order, {}};
+  std::vector<int64_t> perm(order.size(), -1);
+  int64_t dim = 0;
+  for (int l : t.labels)
+    perm[size_t(std::find(order.begin(), order.end(), l) - order.begin())] = dim++;
+  for (int64_t &p : perm)
+    if (p == -1) {
+      r.t = a.emit1("unsqueeze", {r.t}, {{"dim", Attr(dim)}});
+      p = dim++;
     }
+  r.t = permuted(a, r.t, perm);
+  for (int l : order)
+    r.sizes.push_back(labelSize(t, l));
+  return r;
+}
+
+/// ATen's sumproduct_pair of x and y (each an operand or an earlier product) over the aligned
+/// dims `sumDims` (both have them above size 1), keeping every dim: with nothing to sum, the
+/// aligned forms' broadcast mul (TensorIterator lays it out from their strides); else the dims
+/// both have above 1 are batch (lro), those only x has x's own (lo), all others y's own (ro);
+/// x permuted to [lro, lo, summed] and y to [lro, summed, ro], each reshaped to 3-d, matmul,
+/// the product viewed as [lro, lo, 1 per summed dim, ro] and permuted back to the aligned
+/// order. ATen multiplies the other way round, [lro, ro, ..., lo], where every ro dim comes
+/// before every lo dim in the aligned order (observed on torch 2.13: `ij,jk->ki` is
+/// contiguous). matmul's product is contiguous whatever its operands' layouts, so they are
+/// permuted from the form they have (their size-1 dims last) rather than aligned first.
+Labeled sumProductPair(Analyzer &a, const Labeled &x, const Labeled &y,
+                       const std::vector<int64_t> &sumDims, const std::vector<int> &order) {
+  std::vector<int64_t> sizes;
+  for (int l : order)
+    sizes.push_back(std::max(labelSize(x, l), labelSize(y, l)));
+  if (sumDims.empty()) {
+    VarPtr z = a.emit1("mul", {alignedForm(a, x, order).t, alignedForm(a, y, order).t});
+    return Labeled{z, order, sizes};
   }
-  auto drop = [&](const Labeled &t) {
-    std::set<int> kept;
-    for (int l : t.labels)
-      if (!dropped.count(l)) kept.insert(l);
-    return sumOut(a, t, kept, aligned);
-  };
-  x = drop(x);
-  y = drop(y);
-  std::map<int, int64_t> size;
-  for (int l : all)
-    size[l] = std::max(labelSize(x, l), labelSize(y, l));
-  auto sizesOf = [&](const std::vector<int> &g) {
+  std::vector<int64_t> lro, lo, ro;
+  for (int64_t p = 0; p < int64_t(order.size()); ++p) {
+    if (std::count(sumDims.begin(), sumDims.end(), p)) continue;
+    const bool sl = labelSize(x, order[size_t(p)]) != 1, sr = labelSize(y, order[size_t(p)]) != 1;
+    (sl && sr ? lro : sl ? lo : ro).push_back(p);
+  }
+  const bool swap = !lo.empty() && !ro.empty() && ro.back() < lo.front();
+  const Labeled &first = swap ? y : x, &second = swap ? x : y;
+  const std::vector<int64_t> &own1 = swap ? ro : lo, &own2 = swap ? lo : ro;
+  auto sizesAt = [&](const std::vector<int64_t> &dims) {
     std::vector<int64_t> s;
-    for (int l : g)
-      s.push_back(size[l]);
+    for (int64_t p : dims)
+      s.push_back(sizes[size_t(p)]);
     return s;
   };
-  if (summed.empty()) {
-    // ATen: at::mul of the two aligned operands (unsqueezed where a label is missing).
-    std::vector<int> u = batch;
-    u.insert(u.end(), left.begin(), left.end());
-    u.insert(u.end(), right.begin(), right.end());
-    std::sort(u.begin(), u.end(), [&](int p, int q) { return aligned.at(p) < aligned.at(q); });
-    auto align = [&](const Labeled &t) {
-      std::vector<int64_t> perm;
-      for (int l : u)
-        if (const auto at = std::find(t.labels.begin(), t.labels.end(), l); at != t.labels.end())
-          perm.push_back(at - t.labels.begin());
-      VarPtr r = permuted(a, t.t, perm);
-      for (size_t k = 0; k < u.size(); ++k)
-        if (std::count(t.labels.begin(), t.labels.end(), u[k]) == 0)
-          r = a.emit1("unsqueeze", {r}, {{"dim", Attr(int64_t(k))}});
-      return r;
-    };
-    return Labeled{a.emit1("mul", {align(x), align(y)}), u, sizesOf(u)};
-  }
-  // ATen multiplies the other way round, [batch, y's own, x's own], where every dim of its
-  // aligned operands that is neither batch, x's own nor contracted (y's own, and the size-1
-  // dims of labels both lack) comes before all of x's own in the aligned order (observed on
-  // torch 2.13: `ij,jk->ki` is contiguous).
-  int lastOfY = -1;
-  for (const auto &[l, at] : aligned)
-    if (std::count(batch.begin(), batch.end(), l) + std::count(left.begin(), left.end(), l) +
-            std::count(summed.begin(), summed.end(), l) ==
-        0)
-      lastOfY = std::max(lastOfY, at);
-  if (!left.empty() && lastOfY >= 0 && lastOfY < aligned.at(left.front())) {
-    std::swap(x, y);
-    std::swap(left, right);
-  }
-  // Each operand permuted to its groups' order; its other labels (size 1) go last.
-  auto arrange = [&](const Labeled &t, std::initializer_list<const std::vector<int> *> groups) {
-    std::vector<int64_t> perm, sizes;
-    for (const std::vector<int> *g : groups)
-      for (int l : *g)
-        if (const auto at = std::find(t.labels.begin(), t.labels.end(), l); at != t.labels.end())
+  // t's dims permuted to the labels of `groups` in turn (those it has), its others last.
+  auto arrange = [&](const Labeled &t, std::initializer_list<const std::vector<int64_t> *> groups,
+                     const std::vector<int64_t> &shape3) {
+    std::vector<int64_t> perm, from;
+    for (const std::vector<int64_t> *g : groups)
+      for (int64_t p : *g)
+        if (const auto at = std::find(t.labels.begin(), t.labels.end(), order[size_t(p)]);
+            at != t.labels.end())
           perm.push_back(at - t.labels.begin());
     for (size_t d = 0; d < t.labels.size(); ++d)
       if (std::count(perm.begin(), perm.end(), int64_t(d)) == 0) perm.push_back(int64_t(d));
     for (int64_t d : perm)
-      sizes.push_back(t.sizes[size_t(d)]);
-    return std::make_pair(permuted(a, t.t, perm), sizes);
+      from.push_back(t.sizes[size_t(d)]);
+    return reshaped(a, permuted(a, t.t, perm), from, shape3);
   };
-  const std::vector<int64_t> b = sizesOf(batch), m = sizesOf(left), k = sizesOf(summed),
-                             n = sizesOf(right);
-  auto [xa, xs] = arrange(x, {&batch, &left, &summed});
-  auto [ya, ys] = arrange(y, {&batch, &summed, &right});
-  VarPtr x3 = reshaped(a, xa, xs, {product(b), product(m), product(k)});
-  VarPtr y3 = reshaped(a, ya, ys, {product(b), product(k), product(n)});
-  VarPtr z = a.emit1("matmul", {x3, y3});
-  Labeled r{nullptr, batch, b};
-  r.labels.insert(r.labels.end(), left.begin(), left.end());
-  r.labels.insert(r.labels.end(), right.begin(), right.end());
-  r.sizes.insert(r.sizes.end(), m.begin(), m.end());
-  r.sizes.insert(r.sizes.end(), n.begin(), n.end());
-  r.t = reshaped(a, z, {product(b), product(m), product(n)}, r.sizes);
+  const int64_t nb = product(sizesAt(lro)), n1 = product(sizesAt(own1)),
+                nk = product(sizesAt(sumDims)), n2 = product(sizesAt(own2));
+  VarPtr z = a.emit1("matmul", {arrange(first, {&lro, &own1, &sumDims}, {nb, n1, nk}),
+                                arrange(second, {&lro, &sumDims, &own2}, {nb, nk, n2})});
+  std::vector<int64_t> outDims = lro;
+  outDims.insert(outDims.end(), own1.begin(), own1.end());
+  outDims.insert(outDims.end(), sumDims.begin(), sumDims.end());
+  outDims.insert(outDims.end(), own2.begin(), own2.end());
+  for (int64_t p : sumDims)
+    sizes[size_t(p)] = 1;
+  VarPtr r = a.emit1("reshape", {z}, {{"shape", Attr(sizesAt(outDims))}});
+  std::vector<int64_t> back(order.size());
+  for (size_t k = 0; k < outDims.size(); ++k)
+    back[size_t(outDims[k])] = int64_t(k);
+  return Labeled{permuted(a, r, back), order, sizes};
+}
+
+/// t summed over the aligned dims `dims`, kept as size-1 dims, as ATen sums an operand before
+/// a product where no later operand has those labels above size 1 (on its aligned form: the
+/// sum is contiguous in the aligned order).
+Labeled sumKeepingDims(Analyzer &a, const Labeled &t, const std::vector<int64_t> &dims,
+                       const std::vector<int> &order) {
+  Labeled r = alignedForm(a, t, order);
+  r.t = a.emit1("sum", {r.t}, {{"dims", Attr(dims)}, {"keepdim", Attr(true)}});
+  for (int64_t p : dims)
+    r.sizes[size_t(p)] = 1;
   return r;
 }
 
@@ -322,49 +275,60 @@ VarPtr lowerEinsum(Analyzer &a, BoundArgs &b, const TorchRow &) {
       !std::all_of(xs.begin(), xs.end(),
                    [&](const Labeled &x) { return as<TensorVar>(x.t)->type().dtype() == dtype; }))
     return nullptr; // (mixed dtypes: PyTorch's promotion or error)
-  // Left to right: the labels still needed are the output's and the later operands'.
-  // (A later operand's label of size 1 does not count, as in ATen's dim_counts.)
-  auto needed = [&](size_t after) {
-    std::set<int> keep(out.begin(), out.end());
-    for (size_t j = after; j < xs.size(); ++j)
-      for (size_t d = 0; d < xs[j].labels.size(); ++d)
-        if (xs[j].sizes[d] != 1) keep.insert(xs[j].labels[d]);
-    return keep;
-  };
   // ATen's aligned dim order: the output's labels, then the ellipsis dims not in it, then the
   // contracted labels by subscript.
-  std::map<int, int> aligned;
-  for (int l : out)
-    aligned.emplace(l, int(aligned.size()));
+  std::vector<int> order = out;
   for (const auto &[l, n] : count)
-    if (l >= kEllipsisLabel && !aligned.count(l)) aligned.emplace(l, int(aligned.size()));
+    if (l >= kEllipsisLabel && std::count(order.begin(), order.end(), l) == 0) order.push_back(l);
   for (const auto &[l, n] : count)
-    if (!aligned.count(l)) aligned.emplace(l, int(aligned.size()));
-  Labeled acc = sumOut(a, xs[0], needed(1), aligned, xs.size() > 1);
-  for (size_t i = 1; i < xs.size(); ++i) {
-    std::set<int> keep = needed(i + 1);
-    std::set<int> withAcc = keep;
-    withAcc.insert(acc.labels.begin(), acc.labels.end());
-    Labeled y = sumOut(a, xs[i], withAcc, aligned);
-    std::set<int> accKeep = keep;
-    accKeep.insert(y.labels.begin(), y.labels.end());
-    acc = sumOut(a, acc, accKeep, aligned);
-    acc = contract(a, acc, y, keep, aligned);
+    if (std::count(order.begin(), order.end(), l) == 0) order.push_back(l);
+  const int64_t outDims = int64_t(out.size()), dims = int64_t(order.size());
+  if (xs.size() == 1) {
+    // A lone operand: its aligned form, summed over the contracted dims.
+    VarPtr r = alignedForm(a, xs[0], order).t;
+    if (dims > outDims) {
+      std::vector<int64_t> summed(size_t(dims - outDims));
+      std::iota(summed.begin(), summed.end(), outDims);
+      r = a.emit1("sum", {r}, {{"dims", Attr(summed)}, {"keepdim", Attr(false)}});
+    }
+    // With nothing summed eager returns a view of it (its permute, or an alias).
+    return r == operands[0] ? a.emit1("alias", {r}) : r;
   }
-  // Broadcast output dims a single operand kept at size 1 stay 1, as in eager.
-  std::vector<int64_t> perm;
-  for (int l : out) {
-    const auto at = std::find(acc.labels.begin(), acc.labels.end(), l);
-    if (at == acc.labels.end()) return nullptr; // (an ellipsis dim no operand has)
-    perm.push_back(at - acc.labels.begin());
+  // Per contracted dim, the operands that have it above size 1 (ATen's dim_counts).
+  std::vector<int64_t> counts(size_t(dims), 0);
+  for (const Labeled &x : xs)
+    for (size_t d = 0; d < x.labels.size(); ++d)
+      if (x.sizes[d] != 1)
+        ++counts[size_t(std::find(order.begin(), order.end(), x.labels[d]) - order.begin())];
+  // Left to right, each product replacing its pair at the front, as ATen without a path: a dim
+  // both have above 1 is summed in the product once no later operand has it; one only one of
+  // them has above 1, where no later operand has it, is summed out of that one first.
+  std::deque<Labeled> ops(xs.begin(), xs.end());
+  while (ops.size() > 1) {
+    Labeled x = ops[0], y = ops[1];
+    ops.erase(ops.begin(), ops.begin() + 2);
+    std::vector<int64_t> summed, xSums, ySums;
+    for (int64_t p = outDims; p < dims; ++p) {
+      const bool inX = labelSize(x, order[size_t(p)]) != 1,
+                 inY = labelSize(y, order[size_t(p)]) != 1;
+      int64_t &n = counts[size_t(p)];
+      if (inX && inY) {
+        if (--n == 1) {
+          summed.push_back(p);
+          n = 0;
+        }
+      } else if (n == 1 && (inX || inY)) {
+        (inX ? xSums : ySums).push_back(p);
+        n = 0;
+      }
+    }
+    if (!xSums.empty()) x = sumKeepingDims(a, x, xSums, order);
+    if (!ySums.empty()) y = sumKeepingDims(a, y, ySums, order);
+    ops.push_front(sumProductPair(a, x, y, summed, order));
   }
-  if (perm.size() != acc.labels.size()) return nullptr;
-  VarPtr r = permuted(a, acc.t, perm);
-  // A lone operand with nothing summed: eager returns a view of it (its permute, or an alias).
-  if (r == operands[0]) r = a.emit1("alias", {r});
-  // ATen views a product to drop the contracted labels' dims, which restrides size-1 dims.
-  const bool ones = std::find(acc.sizes.begin(), acc.sizes.end(), 1) != acc.sizes.end();
-  if (xs.size() > 1 && aligned.size() > out.size() && ones) {
+  // The contracted dims are size 1 now: a view without them.
+  VarPtr r = ops[0].t;
+  if (dims > outDims) {
     std::vector<int64_t> shape;
     for (int l : out)
       shape.push_back(size[l]);
