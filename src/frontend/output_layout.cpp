@@ -242,7 +242,11 @@ bool stridesNonOverlappingAndDense(const std::vector<int64_t> &sizes,
 std::optional<std::vector<int64_t>> viewStrides(const std::vector<int64_t> &sizes,
                                                 const std::vector<int64_t> &strides,
                                                 const std::vector<int64_t> &shape) {
-  if (sizes.empty() || shape.empty()) return std::nullopt; // (0-d: rare; the meta walk)
+  // A 0-d tensor views as any one-element shape with unit strides, and a one-element tensor
+  // as a 0-d one (ATen's computeStride; fuzzer seed 24532: `v.reshape(-1)` of a 0-d sum, then
+  // written, was taken for a copy and the write missed v).
+  if (sizes.empty()) return std::vector<int64_t>(shape.size(), 1);
+  if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) return std::nullopt; // (no elements)
   std::vector<int64_t> out(shape.size(), 0);
   int64_t viewDim = int64_t(shape.size()) - 1;
   int64_t chunkBaseStride = strides.back(), tensorNumel = 1, viewNumel = 1;

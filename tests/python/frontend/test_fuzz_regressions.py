@@ -847,3 +847,27 @@ def test_as_strided_of_a_returned_slice_reaches_its_bases_storage(fn, dynamic):
             torch.testing.assert_close(g, w, rtol=0, atol=0)
             assert g.stride() == w.stride() and g.storage_offset() == w.storage_offset()
             assert g.untyped_storage().nbytes() == w.untyped_storage().nbytes()
+
+
+def _reshape_of_a_0d_result_written(a):
+    v = a.sum((-2, 1)).to(torch.bfloat16)
+    w = v.reshape(-1)
+    w.fill_(3)
+    return v, w
+
+
+def _reshape_to_0d_of_a_one_element_result_written(a):
+    v = a[:1, :1] * 2
+    w = v.reshape(())
+    w.fill_(3)
+    return v, w
+
+
+@pytest.mark.parametrize("fn", [_reshape_of_a_0d_result_written,
+                                _reshape_to_0d_of_a_one_element_result_written])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_write_through_a_reshape_of_a_one_element_result_reaches_it(fn, dynamic):
+    # seed 24532 (wrong): `v.reshape(-1)` of a 0-d result is a view in eager (ATen's
+    # computeStride); the capture took it for a copy, so the write through it missed v.
+    make = lambda b: [torch.randn(b, 4, generator=torch.Generator().manual_seed(b))]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
