@@ -839,12 +839,14 @@ void restoreLayouts(const CompiledEntry &e, const std::vector<RtValue> &outs,
       // such an output in the graph's strides instead: other strides than eager's, but the
       // outputs stay views of each other (fuzzer seed 23716: `v1.index_put_(...)`, a fallback,
       // then `v3 = v1.squeeze()`; a write to v3 after a graph break missed v1 when v1 was copied).
+      // So does a view at an offset with symbolic sizes whose order eager's was only at the
+      // capture's sizes (OutputLayout::symbolicView).
       bool shared = false;
       for (size_t j = 0; copies && j < outs.size() && !shared; ++j)
         shared = j != i && j < e.visibleOutputs.size() && e.visibleOutputs[j] &&
                  outs[j].isTensor() && v.tensor().storage() &&
                  outs[j].tensor().storage() == v.tensor().storage();
-      if (shared && e.rerunnable)
+      if (shared && e.rerunnable && !layout.symbolicView)
         throw InternalFailure{errors::kRun, "graph output " + std::to_string(i) +
                                                 " shares memory with another output and is not in "
                                                 "eager's layout"};

@@ -1251,6 +1251,11 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
       l.kind = OutputLayout::Exact;
       l.strides = std::move(strides);
       l.offset = offset;
+    } else if (!l.order.empty()) {
+      // A dense view at an offset (a slice of a computed tensor) with symbolic sizes: its dim
+      // order, which computeViewedBasesInLayouts can give it (fuzzer seed 24846).
+      l.kind = OutputLayout::Dense;
+      l.symbolicView = true;
     } else {
       // A strided view of a computed tensor with symbolic sizes: its strides are expressions
       // of the sizes this walk does not keep. Returned as the graph makes it.

@@ -871,3 +871,15 @@ def test_write_through_a_reshape_of_a_one_element_result_reaches_it(fn, dynamic)
     # computeStride); the capture took it for a copy, so the write through it missed v.
     make = lambda b: [torch.randn(b, 4, generator=torch.Generator().manual_seed(b))]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_one_hot_of_a_permuted_tensor_is_contiguous(dynamic):
+    # seeds 25764, 25842 (stride): CPU one_hot fills a fresh contiguous tensor; its meta
+    # decomposition follows the operand's layout, which the meta walk took for eager's, so the
+    # right result was copied into other strides.
+    def fn(a):
+        return torch.nn.functional.one_hot(a.long().abs() % 4, 4)
+
+    make = lambda b: [torch.randn(8, b, 2, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0) * 5]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
