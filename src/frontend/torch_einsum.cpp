@@ -124,9 +124,11 @@ Labeled alignedForm(Analyzer &a, const Labeled &t, const std::vector<int> &order
 /// order. ATen multiplies the other way round, [lro, ro, ..., lo], where every ro dim comes
 /// before every lo dim in the aligned order (observed on torch 2.13: `ij,jk->ki` is
 /// contiguous). matmul's product is contiguous whatever its operands' layouts, so they are
-/// permuted from the form they have (their size-1 dims last) rather than aligned first.
+/// permuted from the form they have (their size-1 dims last) rather than aligned first. With
+/// `compact`, the product keeps only its dims above size 1, in the product's order.
 Labeled sumProductPair(Analyzer &a, const Labeled &x, const Labeled &y,
-                       const std::vector<int64_t> &sumDims, const std::vector<int> &order) {
+                       const std::vector<int64_t> &sumDims, const std::vector<int> &order,
+                       bool compact) {
   std::vector<int64_t> sizes;
   for (int l : order)
     sizes.push_back(std::max(labelSize(x, l), labelSize(y, l)));
@@ -174,6 +176,17 @@ Labeled sumProductPair(Analyzer &a, const Labeled &x, const Labeled &y,
   outDims.insert(outDims.end(), own2.begin(), own2.end());
   for (int64_t p : sumDims)
     sizes[size_t(p)] = 1;
+  if (compact) {
+    // Only its dims above size 1, in the product's order (views whose strides nothing reads).
+    Labeled r{nullptr, {}, {}};
+    for (int64_t p : outDims)
+      if (sizes[size_t(p)] != 1) {
+        r.labels.push_back(order[size_t(p)]);
+        r.sizes.push_back(sizes[size_t(p)]);
+      }
+    r.t = reshaped(a, z, {nb, n1, n2}, r.sizes);
+    return r;
+  }
   VarPtr r = a.emit1("reshape", {z}, {{"shape", Attr(sizesAt(outDims))}});
   std::vector<int64_t> back(order.size());
   for (size_t k = 0; k < outDims.size(); ++k)
@@ -303,6 +316,10 @@ VarPtr lowerEinsum(Analyzer &a, BoundArgs &b, const TorchRow &) {
   // Left to right, each product replacing its pair at the front, as ATen without a path: a dim
   // both have above 1 is summed in the product once no later operand has it; one only one of
   // them has above 1, where no later operand has it, is summed out of that one first.
+  // Two operands and no output dim of size 1 (the common case): the product's dims of size 1,
+  // whose strides nothing reads then, are left out (fewer view ops).
+  const bool compact =
+      xs.size() == 2 && std::all_of(out.begin(), out.end(), [&](int l) { return size[l] != 1; });
   std::deque<Labeled> ops(xs.begin(), xs.end());
   while (ops.size() > 1) {
     Labeled x = ops[0], y = ops[1];
@@ -324,7 +341,14 @@ VarPtr lowerEinsum(Analyzer &a, BoundArgs &b, const TorchRow &) {
     }
     if (!xSums.empty()) x = sumKeepingDims(a, x, xSums, order);
     if (!ySums.empty()) y = sumKeepingDims(a, y, ySums, order);
-    ops.push_front(sumProductPair(a, x, y, summed, order));
+    ops.push_front(sumProductPair(a, x, y, summed, order, compact));
+  }
+  if (ops[0].labels != order) { // compact: the output's labels, permuted to their order
+    std::vector<int64_t> perm;
+    for (int l : out)
+      perm.push_back(std::find(ops[0].labels.begin(), ops[0].labels.end(), l) -
+                     ops[0].labels.begin());
+    return permuted(a, ops[0].t, perm);
   }
   // The contracted dims are size 1 now: a view without them.
   VarPtr r = ops[0].t;
