@@ -1008,6 +1008,15 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
       viewer.views.insert(viewer.views.begin(), def);
       base = def->operand(0);
     }
+    // A tensor written through a view (`v[:, :1][0] = 5`) is captured flat, as
+    // reshape(index_put(reshape(v))): the outer reshape's result stands for it (fuzzer seed
+    // 28087: `return v[:, 0], v` of a transposed v so written ran in Python).
+    if (base->type().rank() < 2 && !viewer.views.empty() &&
+        viewer.views.front()->name() == "reshape" &&
+        viewer.views.front()->result(0)->type().rank() >= 2) {
+      base = viewer.views.front()->result(0);
+      viewer.views.erase(viewer.views.begin());
+    }
     if (!byBase.count(base)) bases.push_back(base);
     byBase[base].push_back(std::move(viewer));
   }
@@ -1027,10 +1036,13 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
              std::any_of(v.views.begin(), v.views.end(),
                          [](const Op *op) { return !perOutput.count(op->name()); });
     });
+    // (A flat write's reshape, above, is the one view that stands for a base: copied there.)
+    const bool flatWrite =
+        producer && producer->name() == "reshape" && producer->operand(0)->type().rank() < 2;
     if (!needed || !sizes || sizes->size() < 2 || sizes->size() > 6 || !producer ||
         producer->parentOp() || !producer->def().isPure() || !producer->def().kernel ||
-        producer->def().has(kView) || producer->def().has(kInPlace) || producer->numRegions() > 0 ||
-        producer->name() == "tuple_get" || !onlyRead(base) ||
+        (producer->def().has(kView) && !flatWrite) || producer->def().has(kInPlace) ||
+        producer->numRegions() > 0 || producer->name() == "tuple_get" || !onlyRead(base) ||
         std::find(sizes->begin(), sizes->end(), 0) != sizes->end())
       continue;
     // Whether computing the base in `order` gives every viewer eager's strides.
