@@ -91,6 +91,28 @@ std::vector<int> permutedOrder(const Op &op, const std::vector<int> &in) {
     std::swap(perm[size_t(norm(a->asInt()))], perm[size_t(norm(b->asInt()))]);
   } else if (name == "t") {
     if (rank == 2) std::swap(perm[0], perm[1]);
+  } else if (name == "movedim") {
+    // Result dim destination[k] is operand dim source[k]; the others keep their order.
+    const Attr *src = op.attrOrNull("source"), *dst = op.attrOrNull("destination");
+    if (!src || !dst || src->kind() != AttrKind::Ints || dst->kind() != AttrKind::Ints ||
+        src->asInts().size() != dst->asInts().size())
+      return {};
+    std::vector<int> at(static_cast<size_t>(rank), -1);
+    std::vector<bool> moved(static_cast<size_t>(rank), false);
+    for (size_t k = 0; k < src->asInts().size(); ++k) {
+      const int from = norm(src->asInts()[k]), to = norm(dst->asInts()[k]);
+      if (from < 0 || from >= rank || to < 0 || to >= rank || at[size_t(to)] != -1) return {};
+      at[size_t(to)] = from;
+      moved[size_t(from)] = true;
+    }
+    int next = 0;
+    for (int &d : at)
+      if (d == -1) {
+        while (moved[size_t(next)])
+          ++next;
+        d = next++;
+      }
+    perm = at;
   } else {
     return {};
   }
@@ -987,7 +1009,7 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
 int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layouts,
                                 const std::vector<size_t> &which) {
   static const std::set<std::string, std::less<>> followed = {
-      "slice",     "narrow",  "select", "permute", "transpose", "t",
+      "slice",     "narrow",  "select", "permute", "transpose", "t",        "movedim",
       "unsqueeze", "squeeze", "view",   "reshape", "flatten",   "unflatten"};
   Op *ret = g.body()->terminator();
   struct Viewer {

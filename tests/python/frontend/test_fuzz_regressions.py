@@ -898,3 +898,18 @@ def test_view_of_a_permuted_result_written_through_a_view_stays_compiled(dynamic
 
     make = lambda b: [torch.randn(3, b, generator=torch.Generator().manual_seed(b)).t()]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[4, 5])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_movedim_and_a_select_of_one_permuted_result_stay_compiled(dynamic):
+    # seed 31987 (internal, dynamic=True): `v1.movedim(0, -1)` and `v1[:, 0]` of a v1 eager
+    # lays out permuted: the layout code did not follow movedim, so the movedim output (dense)
+    # was to be copied into eager's strides, cut off from the select, and the frame ran in
+    # Python (XJIT-E0101). movedim is a permute to the layout rules now, and v1 is computed in
+    # the order that gives it eager's strides.
+    def fn(a):
+        v1 = torch.nn.functional.mish(a)
+        return v1[:, 0], v1.movedim(0, -1)
+
+    make = lambda b: [torch.randn(3, b, 5, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0)]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4, 5])
