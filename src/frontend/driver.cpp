@@ -117,7 +117,14 @@ void registerExternals(Graph &g, const std::vector<PyRef> &callables, CompiledEn
     });
     const size_t nres = op->numResults();
     std::string name = op->attrOrNull("name") ? op->attr("name").asStr() : "";
-    int64_t id = registerExternalFunction([fn, nres, name](std::span<const RtValue> in) {
+    // An operand that is a view made in the graph goes on its base's whole storage, as eager's
+    // (`v[::2].as_strided(...)` reaches past the view; fuzzer seed 23597).
+    std::vector<bool> views(op->numOperands());
+    for (size_t i = 0; i < views.size(); ++i) {
+      const Op *def = op->operand(i)->definingOp();
+      views[i] = def && def->def().has(kView);
+    }
+    int64_t id = registerExternalFunction([fn, nres, name, views](std::span<const RtValue> in) {
       PyGILState_STATE gil = PyGILState_Ensure();
       struct Release {
         PyGILState_STATE g;
@@ -126,10 +133,12 @@ void registerExternals(Graph &g, const std::vector<PyRef> &callables, CompiledEn
       try {
         PyRef args = checked(PyTuple_New(static_cast<Py_ssize_t>(in.size())));
         for (size_t i = 0; i < in.size(); ++i)
-          PyTuple_SET_ITEM(
-              args.get(), static_cast<Py_ssize_t>(i),
-              (in[i].isTensor() ? exportTensorOnTorchStorage(in[i].tensor()) : fromRtValue(in[i]))
-                  .release());
+          PyTuple_SET_ITEM(args.get(), static_cast<Py_ssize_t>(i),
+                           (!in[i].isTensor() ? fromRtValue(in[i])
+                            : i < views.size() && views[i]
+                                ? exportOnWholeStorage(in[i].tensor())
+                                : exportTensorOnTorchStorage(in[i].tensor()))
+                               .release());
         PyRef r = checked(PyObject_Call(fn.get(), args.get(), nullptr));
         std::vector<RtValue> out;
         if (nres == 1) {
@@ -227,10 +236,11 @@ PyRef buildOutput(const OutPlan &p, const std::vector<RtValue> &outs, std::vecto
   }
   case OutputNode::GraphOutput: {
     PyRef &slot = done.at(static_cast<size_t>(p.index));
-    // A view of an input is made a view of the caller's tensor, on its whole storage as in
-    // eager (as_strided of it after a graph break reaches past the view, fuzzer seed 5224).
+    // A view is a view of its whole base's storage as in eager: of the caller's tensor for a
+    // view of an input (as_strided of it after a graph break reaches past the view, fuzzer
+    // seed 5224), of the graph's buffer for a slice of a value not returned (seed 23597).
     const RtValue &v = outs.at(static_cast<size_t>(p.index));
-    if (!slot) slot = v.isTensor() ? exportTensorOnTorchStorage(v.tensor()) : fromRtValue(v);
+    if (!slot) slot = v.isTensor() ? exportOnWholeStorage(v.tensor()) : fromRtValue(v);
     return slot;
   }
   case OutputNode::Constant: return p.object;
@@ -829,16 +839,18 @@ void restoreLayouts(const CompiledEntry &e, const std::vector<RtValue> &outs,
       // such an output in the graph's strides instead: other strides than eager's, but the
       // outputs stay views of each other (fuzzer seed 23716: `v1.index_put_(...)`, a fallback,
       // then `v3 = v1.squeeze()`; a write to v3 after a graph break missed v1 when v1 was copied).
+      // So does a view at an offset with symbolic sizes whose order eager's was only at the
+      // capture's sizes (OutputLayout::symbolicView).
       bool shared = false;
       for (size_t j = 0; copies && j < outs.size() && !shared; ++j)
         shared = j != i && j < e.visibleOutputs.size() && e.visibleOutputs[j] &&
                  outs[j].isTensor() && v.tensor().storage() &&
                  outs[j].tensor().storage() == v.tensor().storage();
-      if (shared && e.rerunnable)
+      if (shared && e.rerunnable && !layout.symbolicView)
         throw InternalFailure{errors::kRun, "graph output " + std::to_string(i) +
                                                 " shares memory with another output and is not in "
                                                 "eager's layout"};
-      done[i] = fromRtValue(v);
+      done[i] = exportOnWholeStorage(v.tensor());
       if (shared) continue;
       if (copies) ++events().counters.layoutCopies;
     }

@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <set>
 #include <stdexcept>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -346,8 +348,21 @@ struct Walker {
       if (it == externals.end())
         throw std::runtime_error("eager: " + op.describe() + " has no PyTorch callable");
       PyRef args = checked(PyList_AsTuple(listOf(operands).get()));
-      bind(op, splitResults(checked(PyObject_Call(it->second.get(), args.get(), nullptr)),
-                            op.numResults(), op));
+      std::vector<PyRef> r = splitResults(
+          checked(PyObject_Call(it->second.get(), args.get(), nullptr)), op.numResults(), op);
+      // Fallbacks whose CPU kernels allocate a fresh contiguous result where their meta
+      // decompositions follow the operand's layout (one_hot: zeros, then scatter; fuzzer
+      // seeds 25764, 25842, a permuted operand).
+      static const std::set<std::string, std::less<>> contiguousOnCpu = {"torch._C._nn.one_hot"};
+      const Attr *callee = op.attrOrNull("name");
+      if (meta && callee && callee->kind() == AttrKind::Str &&
+          contiguousOnCpu.count(callee->asStr())) {
+        static PyObject *contiguousName = internedStr("contiguous");
+        for (PyRef &v : r)
+          if (isPlainTensor(v.get()))
+            v = checked(PyObject_CallMethodNoArgs(v.get(), contiguousName));
+      }
+      bind(op, r);
       return;
     }
     // Sizes over shape symbols (docs/ir.md): the op runs with them evaluated from the inputs.

@@ -91,6 +91,28 @@ std::vector<int> permutedOrder(const Op &op, const std::vector<int> &in) {
     std::swap(perm[size_t(norm(a->asInt()))], perm[size_t(norm(b->asInt()))]);
   } else if (name == "t") {
     if (rank == 2) std::swap(perm[0], perm[1]);
+  } else if (name == "movedim") {
+    // Result dim destination[k] is operand dim source[k]; the others keep their order.
+    const Attr *src = op.attrOrNull("source"), *dst = op.attrOrNull("destination");
+    if (!src || !dst || src->kind() != AttrKind::Ints || dst->kind() != AttrKind::Ints ||
+        src->asInts().size() != dst->asInts().size())
+      return {};
+    std::vector<int> at(static_cast<size_t>(rank), -1);
+    std::vector<bool> moved(static_cast<size_t>(rank), false);
+    for (size_t k = 0; k < src->asInts().size(); ++k) {
+      const int from = norm(src->asInts()[k]), to = norm(dst->asInts()[k]);
+      if (from < 0 || from >= rank || to < 0 || to >= rank || at[size_t(to)] != -1) return {};
+      at[size_t(to)] = from;
+      moved[size_t(from)] = true;
+    }
+    int next = 0;
+    for (int &d : at)
+      if (d == -1) {
+        while (moved[size_t(next)])
+          ++next;
+        d = next++;
+      }
+    perm = at;
   } else {
     return {};
   }
@@ -242,7 +264,11 @@ bool stridesNonOverlappingAndDense(const std::vector<int64_t> &sizes,
 std::optional<std::vector<int64_t>> viewStrides(const std::vector<int64_t> &sizes,
                                                 const std::vector<int64_t> &strides,
                                                 const std::vector<int64_t> &shape) {
-  if (sizes.empty() || shape.empty()) return std::nullopt; // (0-d: rare; the meta walk)
+  // A 0-d tensor views as any one-element shape with unit strides, and a one-element tensor
+  // as a 0-d one (ATen's computeStride; fuzzer seed 24532: `v.reshape(-1)` of a 0-d sum, then
+  // written, was taken for a copy and the write missed v).
+  if (sizes.empty()) return std::vector<int64_t>(shape.size(), 1);
+  if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) return std::nullopt; // (no elements)
   std::vector<int64_t> out(shape.size(), 0);
   int64_t viewDim = int64_t(shape.size()) - 1;
   int64_t chunkBaseStride = strides.back(), tensorNumel = 1, viewNumel = 1;
@@ -901,15 +927,36 @@ bool onlyRead(const Value *v, int depth = 0) {
   return true;
 }
 
+/// The sizes of `shape` with each symbol given a representative value (bound in `b` on first
+/// sight): distinct primes, so that a dense order that gives views of a tensor eager's dense
+/// strides at these sizes gives them at any sizes of 2 or more, which symbolic sizes are (0
+/// and 1 are specialized at capture). nullopt for a symbolic dim under 2 at these values.
+std::optional<std::vector<int64_t>> representativeSizes(const Shape &shape, SymbolBindings &b) {
+  static constexpr int64_t kPrimes[] = {5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43};
+  std::vector<int64_t> sizes;
+  for (const DimExpr &d : shape) {
+    for (const std::string &name : d.symbols())
+      if (!b.count(name)) {
+        if (b.size() >= std::size(kPrimes)) return std::nullopt;
+        b.emplace(name, kPrimes[b.size()]);
+      }
+    std::optional<int64_t> v = d.evaluate(b);
+    if (!v || *v < (d.isStatic() ? 0 : 2)) return std::nullopt;
+    sizes.push_back(*v);
+  }
+  return sizes;
+}
+
 /// The strides `views` (view ops, the one reading `strides`' tensor first) give their last
-/// result, as ATen strides each of them (a reshape that cannot view copies: contiguous); nullopt
-/// for a view this does not follow.
+/// result, as ATen strides each of them (a reshape that cannot view copies: contiguous), at
+/// the sizes `symbols` gives (representativeSizes); nullopt for a view this does not follow.
 std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const Op *> &views,
-                                                        std::vector<int64_t> strides) {
+                                                        std::vector<int64_t> strides,
+                                                        SymbolBindings &symbols) {
   for (const Op *op : views) {
     const Shape &in = op->operand(0)->type().shape();
     const int64_t rank = int64_t(in.size());
-    std::optional<std::vector<int64_t>> sizes = staticSizes(in);
+    std::optional<std::vector<int64_t>> sizes = representativeSizes(in, symbols);
     if (!sizes || strides.size() != sizes->size()) return std::nullopt;
     const std::string &name = op->name();
     const Attr *dimAttr = op->attrOrNull("dim");
@@ -933,7 +980,8 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
     } else if (name == "squeeze" || name == "view" || name == "reshape" || name == "flatten" ||
                name == "unflatten") {
       // (squeeze drops size-1 dims: the view with the result's shape keeps the other strides)
-      std::optional<std::vector<int64_t>> shape = staticSizes(op->result(0)->type().shape());
+      std::optional<std::vector<int64_t>> shape =
+          representativeSizes(op->result(0)->type().shape(), symbols);
       if (!shape) return std::nullopt;
       std::optional<std::vector<int64_t>> viewed = viewStrides(*sizes, strides, *shape);
       if (viewed) {
@@ -961,7 +1009,7 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
 int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layouts,
                                 const std::vector<size_t> &which) {
   static const std::set<std::string, std::less<>> followed = {
-      "slice",     "narrow",  "select", "permute", "transpose", "t",
+      "slice",     "narrow",  "select", "permute", "transpose", "t",        "movedim",
       "unsqueeze", "squeeze", "view",   "reshape", "flatten",   "unflatten"};
   Op *ret = g.body()->terminator();
   struct Viewer {
@@ -982,6 +1030,15 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
       viewer.views.insert(viewer.views.begin(), def);
       base = def->operand(0);
     }
+    // A tensor written through a view (`v[:, :1][0] = 5`) is captured flat, as
+    // reshape(index_put(reshape(v))): the outer reshape's result stands for it (fuzzer seed
+    // 28087: `return v[:, 0], v` of a transposed v so written ran in Python).
+    if (base->type().rank() < 2 && !viewer.views.empty() &&
+        viewer.views.front()->name() == "reshape" &&
+        viewer.views.front()->result(0)->type().rank() >= 2) {
+      base = viewer.views.front()->result(0);
+      viewer.views.erase(viewer.views.begin());
+    }
     if (!byBase.count(base)) bases.push_back(base);
     byBase[base].push_back(std::move(viewer));
   }
@@ -989,7 +1046,9 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
   for (Value *base : bases) {
     const std::vector<Viewer> &viewers = byBase.at(base);
     const Op *producer = base->definingOp();
-    std::optional<std::vector<int64_t>> sizes = staticSizes(base->type().shape());
+    // Symbolic sizes take representative values (fuzzer seed 15674 under dynamic=True).
+    SymbolBindings symbols;
+    std::optional<std::vector<int64_t>> sizes = representativeSizes(base->type().shape(), symbols);
     // (Dense outputs that are permutes, squeezes or the base itself are left to the rewrite of
     // each output below; a slice of a permuted base can also be dense: seed 15674's select.)
     static const std::set<std::string, std::less<>> perOutput = {"permute", "transpose", "t",
@@ -999,19 +1058,23 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
              std::any_of(v.views.begin(), v.views.end(),
                          [](const Op *op) { return !perOutput.count(op->name()); });
     });
+    // (A flat write's reshape, above, is the one view that stands for a base: copied there.)
+    const bool flatWrite =
+        producer && producer->name() == "reshape" && producer->operand(0)->type().rank() < 2;
     if (!needed || !sizes || sizes->size() < 2 || sizes->size() > 6 || !producer ||
         producer->parentOp() || !producer->def().isPure() || !producer->def().kernel ||
-        producer->def().has(kView) || producer->def().has(kInPlace) || producer->numRegions() > 0 ||
-        producer->name() == "tuple_get" || !onlyRead(base) ||
+        (producer->def().has(kView) && !flatWrite) || producer->def().has(kInPlace) ||
+        producer->numRegions() > 0 || producer->name() == "tuple_get" || !onlyRead(base) ||
         std::find(sizes->begin(), sizes->end(), 0) != sizes->end())
       continue;
     // Whether computing the base in `order` gives every viewer eager's strides.
     auto fits = [&](const std::vector<int> &order) {
       for (const Viewer &v : viewers) {
         const Value *y = ret->operand(v.output);
-        std::optional<std::vector<int64_t>> ySizes = staticSizes(y->type().shape());
+        std::optional<std::vector<int64_t>> ySizes =
+            representativeSizes(y->type().shape(), symbols);
         std::optional<std::vector<int64_t>> strides =
-            stridesThroughViews(v.views, denseStrides(*sizes, order));
+            stridesThroughViews(v.views, denseStrides(*sizes, order), symbols);
         if (!ySizes || !strides || !restridesOnly(layouts.at(v.output), *ySizes, *strides))
           return false;
       }
@@ -1222,6 +1285,11 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
       l.kind = OutputLayout::Exact;
       l.strides = std::move(strides);
       l.offset = offset;
+    } else if (!l.order.empty()) {
+      // A dense view at an offset (a slice of a computed tensor) with symbolic sizes: its dim
+      // order, which computeViewedBasesInLayouts can give it (fuzzer seed 24846).
+      l.kind = OutputLayout::Dense;
+      l.symbolicView = true;
     } else {
       // A strided view of a computed tensor with symbolic sizes: its strides are expressions
       // of the sizes this walk does not keep. Returned as the graph makes it.

@@ -27,6 +27,10 @@ struct OutputLayout {
   std::vector<int> order;
   std::vector<int64_t> strides;
   int64_t offset = 0;
+  // Dense, but a view at an offset with symbolic sizes (`v[:, 1:]` of a transposed v): its
+  // order is eager's at the capture's sizes. Where the graph's strides differ and it shares
+  // memory with another output, it keeps them (a copy would cut the two apart).
+  bool symbolicView = false;
 };
 
 /// What the capture found: one layout per graph output, or `derived` false where the meta walk

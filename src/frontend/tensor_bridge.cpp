@@ -108,6 +108,23 @@ RtValue scalarTensor(PyObject *o, DType dtype) {
   return RtValue(std::move(t));
 }
 
+PyRef tupleOf(const std::vector<int64_t> &xs) {
+  PyRef tuple = checked(PyTuple_New(static_cast<Py_ssize_t>(xs.size())));
+  for (size_t i = 0; i < xs.size(); ++i)
+    PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i),
+                     checked(PyLong_FromLongLong(xs[i])).release());
+  return tuple;
+}
+
+/// base.as_strided(t's sizes, t's strides, offset). Throws PyErrorSet.
+PyRef asStrided(PyObject *base, const Tensor &t, int64_t offset) {
+  static PyObject *name = internedStr("as_strided");
+  PyRef sizes = tupleOf(t.sizes()), strides = tupleOf(t.strides());
+  PyRef storageOffset = checked(PyLong_FromLongLong(offset));
+  return checked(PyObject_CallMethodObjArgs(base, name, sizes.get(), strides.get(),
+                                            storageOffset.get(), nullptr));
+}
+
 } // namespace
 
 const TorchHandles &torchHandles() {
@@ -287,20 +304,27 @@ PyRef exportTensorOnTorchStorage(const Tensor &t) {
     if (grad < 0) throw PyErrorSet();
     return exportTensor(t);
   }
-  auto tupleOf = [](const std::vector<int64_t> &xs) {
-    PyRef tuple = checked(PyTuple_New(static_cast<Py_ssize_t>(xs.size())));
-    for (size_t i = 0; i < xs.size(); ++i)
-      PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i),
-                       checked(PyLong_FromLongLong(xs[i])).release());
-    return tuple;
-  };
   PyRef srcOffset = checked(PyObject_CallMethod(src, "storage_offset", nullptr));
   long long offset = PyLong_AsLongLong(srcOffset.get());
   if (offset == -1 && PyErr_Occurred()) throw PyErrorSet();
-  PyRef sizes = tupleOf(t.sizes()), strides = tupleOf(t.strides());
-  PyRef storageOffset = checked(PyLong_FromLongLong(offset + t.offset()));
-  return checked(PyObject_CallMethod(src, "as_strided", "OOO", sizes.get(), strides.get(),
-                                     storageOffset.get()));
+  return asStrided(src, t, offset + t.offset());
+}
+
+PyRef exportOnWholeStorage(const Tensor &t) {
+  if (!t.storage() || importedStorages().count(t.storage().get()) || t.offset() < 0 ||
+      std::any_of(t.strides().begin(), t.strides().end(), [](int64_t s) { return s < 0; }))
+    return exportTensorOnTorchStorage(t);
+  // The bytes t spans from its storage's start; a view that spans them all needs nothing more.
+  const int64_t item = dtypeSize(t.dtype()), nbytes = t.storage()->nbytes();
+  int64_t last = t.offset();
+  for (int64_t d = 0; d < t.rank(); ++d) {
+    if (t.size(d) == 0) return exportTensor(t); // no elements: nothing to reach past
+    last += (t.size(d) - 1) * t.strides()[size_t(d)];
+  }
+  if ((t.offset() == 0 && (last + 1) * item == nbytes) || nbytes % item != 0)
+    return exportTensor(t);
+  PyRef whole = exportTensor(Tensor(t.storage(), t.dtype(), {nbytes / item}, {1}, 0));
+  return asStrided(whole.get(), t, t.offset());
 }
 
 RtValue toRtValue(PyObject *o, const Type *expected) {

@@ -57,6 +57,13 @@ PyRef exportTensor(const Tensor &t);
 /// view's would be. For PyTorch fallbacks that reach past the view (as_strided of a view of an
 /// input, fuzzer seed 5224). Costs a Python call.
 PyRef exportTensorOnTorchStorage(const Tensor &t);
+/// A torch tensor sharing t's memory whose storage is t's whole base, as eager's view's is: on
+/// the input's torch tensor where t views a graph input (exportTensorOnTorchStorage), else,
+/// where t spans only part of its own storage (a slice of a value the graph does not return),
+/// an `as_strided` view of that whole storage, so that `as_strided` of it reaches past its
+/// elements as in eager (fuzzer seed 23597). For graph outputs and the operands of PyTorch
+/// fallbacks that are views made in the graph. Costs a Python call for such views only.
+PyRef exportOnWholeStorage(const Tensor &t);
 
 /// Python value -> run-time value, guided by the graph input type when given (a Python int
 /// fed to a float input becomes a float). Tensors are zero-copy; containers recurse; other

@@ -1,15 +1,19 @@
-// torch.einsum as IR ops: each operand's labels summed out where nothing else needs them, then
-// the operands contracted left to right, a pair at a time, as PyTorch's sumproduct_pair does
-// without opt_einsum: both permuted to [batch, free, contracted] and [batch, contracted, free],
-// reshaped to 3-d and multiplied by matmul, the product reshaped and permuted to the labels
-// still needed. Every step is an op with a gradient. Static sizes only; a label repeated in one
-// operand (a diagonal) stays PyTorch's op.
+// torch.einsum as IR ops, step by step as ATen's einsum does it without opt_einsum (torch
+// 2.13), so that the result has eager's values and strides: each operand unsqueezed and permuted
+// to the aligned dims (the output's labels, then the contracted ones), then contracted left to
+// right a pair at a time as sumproduct_pair does: a dim only one of the pair has above size 1
+// and no later operand has is summed first; the pair's product is a broadcast mul where nothing
+// is contracted, else both permuted to [batch, free, contracted] and [batch, contracted, free],
+// reshaped to 3-d and multiplied by matmul, the product viewed and permuted back. Every step is
+// an op with a gradient. Static sizes only; a label repeated in one operand (a diagonal) stays
+// PyTorch's op.
 #include "torch_ops.h"
 
 #include "analyzer.h"
 #include "py_util.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -28,7 +32,8 @@ struct Labeled {
 
 constexpr int kEllipsisLabel = 1000; // ellipsis dim k (counted from the left) is 1000 + k
 
-/// The labels of one side of the equation ("ij", "b...d"): letters as 0-51, "..." as -1.
+/// The labels of one side of the equation ("ij", "b...d"): letters as ATen's subscripts, A-Z
+/// as 0-25 and a-z as 26-51 (the implicit output lists them in that order), "..." as -1.
 std::optional<std::vector<int>> parseLabels(const std::string &s) {
   std::vector<int> out;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -38,10 +43,10 @@ std::optional<std::vector<int>> parseLabels(const std::string &s) {
       if (s.compare(i, 3, "...") != 0) return std::nullopt;
       out.push_back(-1);
       i += 2;
-    } else if (c >= 'a' && c <= 'z') {
-      out.push_back(c - 'a');
     } else if (c >= 'A' && c <= 'Z') {
-      out.push_back(26 + (c - 'A'));
+      out.push_back(c - 'A');
+    } else if (c >= 'a' && c <= 'z') {
+      out.push_back(26 + (c - 'a'));
     } else {
       return std::nullopt;
     }
@@ -79,75 +84,125 @@ VarPtr reshaped(Analyzer &a, const VarPtr &t, const std::vector<int64_t> &from,
   return a.emit1("reshape", {t}, {{"shape", Attr(to)}});
 }
 
-/// `x` with the dims whose labels are not in `keep` summed out.
-Labeled sumOut(Analyzer &a, Labeled x, const std::set<int> &keep) {
-  std::vector<int64_t> dims;
-  Labeled r{nullptr, {}, {}};
-  for (size_t d = 0; d < x.labels.size(); ++d) {
-    if (keep.count(x.labels[d])) {
-      r.labels.push_back(x.labels[d]);
-      r.sizes.push_back(x.sizes[d]);
-    } else {
-      dims.push_back(int64_t(d));
-    }
-  }
-  if (dims.empty()) return x;
-  r.t = a.emit1("sum", {x.t}, {{"dims", Attr(dims)}, {"keepdim", Attr(false)}});
-  return r;
-}
-
 int64_t product(const std::vector<int64_t> &v) {
   return std::accumulate(v.begin(), v.end(), int64_t(1), std::multiplies<>());
 }
 
-/// The contraction of x and y over their shared labels not in `keep`; the result's labels:
-/// the shared ones kept (batch), then x's own, then y's own.
-Labeled contract(Analyzer &a, const Labeled &x, const Labeled &y, const std::set<int> &keep) {
-  std::vector<int> batch, left, right, summed;
-  std::map<int, int64_t> size;
-  for (size_t d = 0; d < x.labels.size(); ++d)
-    size[x.labels[d]] = x.sizes[d];
-  for (size_t d = 0; d < y.labels.size(); ++d)
-    size[y.labels[d]] = std::max(size[y.labels[d]], y.sizes[d]);
-  for (int l : x.labels) {
-    const bool shared = std::count(y.labels.begin(), y.labels.end(), l) > 0;
-    (shared ? (keep.count(l) ? batch : summed) : left).push_back(l);
+/// The size of label l in t (1 where t has no such dim, as in ATen's aligned operands).
+int64_t labelSize(const Labeled &t, int l) {
+  const auto at = std::find(t.labels.begin(), t.labels.end(), l);
+  return at == t.labels.end() ? 1 : t.sizes[size_t(at - t.labels.begin())];
+}
+
+/// t in ATen's aligned form: a dim for every label of the equation, in the aligned order
+/// `order`; an operand's missing labels are unsqueezed at its end, then all permuted, as ATen
+/// prepares each operand (so the strides of those size-1 dims are ATen's too).
+Labeled alignedForm(Analyzer &a, const Labeled &t, const std::vector<int> &order) {
+  if (t.labels == order) return t;
+  Labeled r{t.t, order, {}};
+  std::vector<int64_t> perm(order.size(), -1);
+  int64_t dim = 0;
+  for (int l : t.labels)
+    perm[size_t(std::find(order.begin(), order.end(), l) - order.begin())] = dim++;
+  for (int64_t &p : perm)
+    if (p == -1) {
+      r.t = a.emit1("unsqueeze", {r.t}, {{"dim", Attr(dim)}});
+      p = dim++;
+    }
+  r.t = permuted(a, r.t, perm);
+  for (int l : order)
+    r.sizes.push_back(labelSize(t, l));
+  return r;
+}
+
+/// ATen's sumproduct_pair of x and y (each an operand or an earlier product) over the aligned
+/// dims `sumDims` (both have them above size 1), keeping every dim: with nothing to sum, the
+/// aligned forms' broadcast mul (TensorIterator lays it out from their strides); else the dims
+/// both have above 1 are batch (lro), those only x has x's own (lo), all others y's own (ro);
+/// x permuted to [lro, lo, summed] and y to [lro, summed, ro], each reshaped to 3-d, matmul,
+/// the product viewed as [lro, lo, 1 per summed dim, ro] and permuted back to the aligned
+/// order. ATen multiplies the other way round, [lro, ro, ..., lo], where every ro dim comes
+/// before every lo dim in the aligned order (observed on torch 2.13: `ij,jk->ki` is
+/// contiguous). matmul's product is contiguous whatever its operands' layouts, so they are
+/// permuted from the form they have (their size-1 dims last) rather than aligned first. With
+/// `compact`, the product keeps only its dims above size 1, in the product's order.
+Labeled sumProductPair(Analyzer &a, const Labeled &x, const Labeled &y,
+                       const std::vector<int64_t> &sumDims, const std::vector<int> &order,
+                       bool compact) {
+  std::vector<int64_t> sizes;
+  for (int l : order)
+    sizes.push_back(std::max(labelSize(x, l), labelSize(y, l)));
+  if (sumDims.empty()) {
+    VarPtr z = a.emit1("mul", {alignedForm(a, x, order).t, alignedForm(a, y, order).t});
+    return Labeled{z, order, sizes};
   }
-  for (int l : y.labels)
-    if (std::count(x.labels.begin(), x.labels.end(), l) == 0) right.push_back(l);
-  // Each operand permuted to its groups' order, a size-1 dim broadcast where the other has more.
-  auto arrange = [&](const Labeled &t, std::initializer_list<const std::vector<int> *> groups) {
-    std::vector<int64_t> perm, sizes, full;
-    for (const std::vector<int> *g : groups)
-      for (int l : *g) {
-        const auto at = std::find(t.labels.begin(), t.labels.end(), l) - t.labels.begin();
-        perm.push_back(at);
-        sizes.push_back(t.sizes[size_t(at)]);
-        full.push_back(size[l]);
-      }
-    VarPtr r = permuted(a, t.t, perm);
-    if (sizes != full) r = a.emit1("expand", {r}, {{"shape", Attr(full)}});
-    return std::make_pair(r, full);
-  };
-  auto sizesOf = [&](const std::vector<int> &g) {
+  std::vector<int64_t> lro, lo, ro;
+  for (int64_t p = 0; p < int64_t(order.size()); ++p) {
+    if (std::count(sumDims.begin(), sumDims.end(), p)) continue;
+    const bool sl = labelSize(x, order[size_t(p)]) != 1, sr = labelSize(y, order[size_t(p)]) != 1;
+    (sl && sr ? lro : sl ? lo : ro).push_back(p);
+  }
+  const bool swap = !lo.empty() && !ro.empty() && ro.back() < lo.front();
+  const Labeled &first = swap ? y : x, &second = swap ? x : y;
+  const std::vector<int64_t> &own1 = swap ? ro : lo, &own2 = swap ? lo : ro;
+  auto sizesAt = [&](const std::vector<int64_t> &dims) {
     std::vector<int64_t> s;
-    for (int l : g)
-      s.push_back(size[l]);
+    for (int64_t p : dims)
+      s.push_back(sizes[size_t(p)]);
     return s;
   };
-  const std::vector<int64_t> b = sizesOf(batch), m = sizesOf(left), k = sizesOf(summed),
-                             n = sizesOf(right);
-  auto [xa, xs] = arrange(x, {&batch, &left, &summed});
-  auto [ya, ys] = arrange(y, {&batch, &summed, &right});
-  VarPtr x3 = reshaped(a, xa, xs, {product(b), product(m), product(k)});
-  VarPtr y3 = reshaped(a, ya, ys, {product(b), product(k), product(n)});
-  VarPtr z = a.emit1("matmul", {x3, y3});
-  Labeled r{nullptr, batch, b};
-  r.labels.insert(r.labels.end(), left.begin(), left.end());
-  r.labels.insert(r.labels.end(), right.begin(), right.end());
-  r.sizes.insert(r.sizes.end(), m.begin(), m.end());
-  r.sizes.insert(r.sizes.end(), n.begin(), n.end());
-  r.t = reshaped(a, z, {product(b), product(m), product(n)}, r.sizes);
+  // t's dims permuted to the labels of `groups` in turn (those it has), its others last.
+  auto arrange = [&](const Labeled &t, std::initializer_list<const std::vector<int64_t> *> groups,
+                     const std::vector<int64_t> &shape3) {
+    std::vector<int64_t> perm, from;
+    for (const std::vector<int64_t> *g : groups)
+      for (int64_t p : *g)
+        if (const auto at = std::find(t.labels.begin(), t.labels.end(), order[size_t(p)]);
+            at != t.labels.end())
+          perm.push_back(at - t.labels.begin());
+    for (size_t d = 0; d < t.labels.size(); ++d)
+      if (std::count(perm.begin(), perm.end(), int64_t(d)) == 0) perm.push_back(int64_t(d));
+    for (int64_t d : perm)
+      from.push_back(t.sizes[size_t(d)]);
+    return reshaped(a, permuted(a, t.t, perm), from, shape3);
+  };
+  const int64_t nb = product(sizesAt(lro)), n1 = product(sizesAt(own1)),
+                nk = product(sizesAt(sumDims)), n2 = product(sizesAt(own2));
+  VarPtr z = a.emit1("matmul", {arrange(first, {&lro, &own1, &sumDims}, {nb, n1, nk}),
+                                arrange(second, {&lro, &sumDims, &own2}, {nb, nk, n2})});
+  std::vector<int64_t> outDims = lro;
+  outDims.insert(outDims.end(), own1.begin(), own1.end());
+  outDims.insert(outDims.end(), sumDims.begin(), sumDims.end());
+  outDims.insert(outDims.end(), own2.begin(), own2.end());
+  for (int64_t p : sumDims)
+    sizes[size_t(p)] = 1;
+  if (compact) {
+    // Only its dims above size 1, in the product's order (views whose strides nothing reads).
+    Labeled r{nullptr, {}, {}};
+    for (int64_t p : outDims)
+      if (sizes[size_t(p)] != 1) {
+        r.labels.push_back(order[size_t(p)]);
+        r.sizes.push_back(sizes[size_t(p)]);
+      }
+    r.t = reshaped(a, z, {nb, n1, n2}, r.sizes);
+    return r;
+  }
+  VarPtr r = a.emit1("reshape", {z}, {{"shape", Attr(sizesAt(outDims))}});
+  std::vector<int64_t> back(order.size());
+  for (size_t k = 0; k < outDims.size(); ++k)
+    back[size_t(outDims[k])] = int64_t(k);
+  return Labeled{permuted(a, r, back), order, sizes};
+}
+
+/// t summed over the aligned dims `dims`, kept as size-1 dims, as ATen sums an operand before
+/// a product where no later operand has those labels above size 1 (on its aligned form: the
+/// sum is contiguous in the aligned order).
+Labeled sumKeepingDims(Analyzer &a, const Labeled &t, const std::vector<int64_t> &dims,
+                       const std::vector<int> &order) {
+  Labeled r = alignedForm(a, t, order);
+  r.t = a.emit1("sum", {r.t}, {{"dims", Attr(dims)}, {"keepdim", Attr(true)}});
+  for (int64_t p : dims)
+    r.sizes[size_t(p)] = 1;
   return r;
 }
 
@@ -233,35 +288,76 @@ VarPtr lowerEinsum(Analyzer &a, BoundArgs &b, const TorchRow &) {
       !std::all_of(xs.begin(), xs.end(),
                    [&](const Labeled &x) { return as<TensorVar>(x.t)->type().dtype() == dtype; }))
     return nullptr; // (mixed dtypes: PyTorch's promotion or error)
-  // Left to right: the labels still needed are the output's and the later operands'.
-  auto needed = [&](size_t after) {
-    std::set<int> keep(out.begin(), out.end());
-    for (size_t j = after; j < xs.size(); ++j)
-      keep.insert(xs[j].labels.begin(), xs[j].labels.end());
-    return keep;
-  };
-  Labeled acc = sumOut(a, xs[0], needed(1));
-  for (size_t i = 1; i < xs.size(); ++i) {
-    std::set<int> keep = needed(i + 1);
-    std::set<int> withAcc = keep;
-    withAcc.insert(acc.labels.begin(), acc.labels.end());
-    Labeled y = sumOut(a, xs[i], withAcc);
-    std::set<int> accKeep = keep;
-    accKeep.insert(y.labels.begin(), y.labels.end());
-    acc = sumOut(a, acc, accKeep);
-    acc = contract(a, acc, y, keep);
+  // ATen's aligned dim order: the output's labels, then the ellipsis dims not in it, then the
+  // contracted labels by subscript.
+  std::vector<int> order = out;
+  for (const auto &[l, n] : count)
+    if (l >= kEllipsisLabel && std::count(order.begin(), order.end(), l) == 0) order.push_back(l);
+  for (const auto &[l, n] : count)
+    if (std::count(order.begin(), order.end(), l) == 0) order.push_back(l);
+  const int64_t outDims = int64_t(out.size()), dims = int64_t(order.size());
+  if (xs.size() == 1) {
+    // A lone operand: its aligned form, summed over the contracted dims.
+    VarPtr r = alignedForm(a, xs[0], order).t;
+    if (dims > outDims) {
+      std::vector<int64_t> summed(size_t(dims - outDims));
+      std::iota(summed.begin(), summed.end(), outDims);
+      r = a.emit1("sum", {r}, {{"dims", Attr(summed)}, {"keepdim", Attr(false)}});
+    }
+    // With nothing summed eager returns a view of it (its permute, or an alias).
+    return r == operands[0] ? a.emit1("alias", {r}) : r;
   }
-  // Broadcast output dims a single operand kept at size 1 stay 1, as in eager.
-  std::vector<int64_t> perm;
-  for (int l : out) {
-    const auto at = std::find(acc.labels.begin(), acc.labels.end(), l);
-    if (at == acc.labels.end()) return nullptr; // (an ellipsis dim no operand has)
-    perm.push_back(at - acc.labels.begin());
+  // Per contracted dim, the operands that have it above size 1 (ATen's dim_counts).
+  std::vector<int64_t> counts(size_t(dims), 0);
+  for (const Labeled &x : xs)
+    for (size_t d = 0; d < x.labels.size(); ++d)
+      if (x.sizes[d] != 1)
+        ++counts[size_t(std::find(order.begin(), order.end(), x.labels[d]) - order.begin())];
+  // Left to right, each product replacing its pair at the front, as ATen without a path: a dim
+  // both have above 1 is summed in the product once no later operand has it; one only one of
+  // them has above 1, where no later operand has it, is summed out of that one first.
+  // Two operands and no output dim of size 1 (the common case): the product's dims of size 1,
+  // whose strides nothing reads then, are left out (fewer view ops).
+  const bool compact =
+      xs.size() == 2 && std::all_of(out.begin(), out.end(), [&](int l) { return size[l] != 1; });
+  std::deque<Labeled> ops(xs.begin(), xs.end());
+  while (ops.size() > 1) {
+    Labeled x = ops[0], y = ops[1];
+    ops.erase(ops.begin(), ops.begin() + 2);
+    std::vector<int64_t> summed, xSums, ySums;
+    for (int64_t p = outDims; p < dims; ++p) {
+      const bool inX = labelSize(x, order[size_t(p)]) != 1,
+                 inY = labelSize(y, order[size_t(p)]) != 1;
+      int64_t &n = counts[size_t(p)];
+      if (inX && inY) {
+        if (--n == 1) {
+          summed.push_back(p);
+          n = 0;
+        }
+      } else if (n == 1 && (inX || inY)) {
+        (inX ? xSums : ySums).push_back(p);
+        n = 0;
+      }
+    }
+    if (!xSums.empty()) x = sumKeepingDims(a, x, xSums, order);
+    if (!ySums.empty()) y = sumKeepingDims(a, y, ySums, order);
+    ops.push_front(sumProductPair(a, x, y, summed, order, compact));
   }
-  if (perm.size() != acc.labels.size()) return nullptr;
-  VarPtr r = permuted(a, acc.t, perm);
-  // A lone operand with nothing summed: eager returns a view of it (its permute, or an alias).
-  if (r == operands[0]) r = a.emit1("alias", {r});
+  if (ops[0].labels != order) { // compact: the output's labels, permuted to their order
+    std::vector<int64_t> perm;
+    for (int l : out)
+      perm.push_back(std::find(ops[0].labels.begin(), ops[0].labels.end(), l) -
+                     ops[0].labels.begin());
+    return permuted(a, ops[0].t, perm);
+  }
+  // The contracted dims are size 1 now: a view without them.
+  VarPtr r = ops[0].t;
+  if (dims > outDims) {
+    std::vector<int64_t> shape;
+    for (int l : out)
+      shape.push_back(size[l]);
+    r = a.emit1("reshape", {r}, {{"shape", Attr(shape)}});
+  }
   return r;
 }
 

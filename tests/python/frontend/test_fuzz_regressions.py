@@ -782,16 +782,18 @@ def test_strided_views_of_a_permuted_result_stay_compiled():
     _same_results_and_memory(fn, make, dynamic=False, batches=[4])
 
 
-def test_select_of_a_permuted_sum_beside_a_reshape_that_copies_stays_compiled():
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_select_of_a_permuted_sum_beside_a_reshape_that_copies_stays_compiled(dynamic):
     # seed 15674 (internal): v2 = v1.select(2, 0) with v1 laid out (1, 2, 0) by eager, and
     # v1.reshape(-1), which copies in eager; the select is dense, so only the base's order
-    # gives its strides.
+    # gives its strides. Under dynamic=True (session 22) the base's order is chosen at
+    # representative values of its symbolic sizes.
     def fn(a):
         v1 = a + a[..., :1]
         return torch.sigmoid(v1).unsqueeze(-1), v1.select(2, 0), v1.reshape(-1)
 
     make = lambda b: [torch.randn(4, b, 2, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0)]  # noqa: E731
-    _same_results_and_memory(fn, make, dynamic=False, batches=[1, 3])
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4, 5] if dynamic else [1, 3])
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -809,3 +811,105 @@ def test_batch_norm_of_a_transposed_input_is_contiguous_and_its_flatten_a_view(d
 
     make = lambda b: [torch.randn(8, b, generator=torch.Generator().manual_seed(b)).t()]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
+
+
+# ---- session 22 ----
+
+
+def _slice_of_a_cat_reached_past(a):
+    v = torch.cat([a, a])[1:3]  # a view of a value the graph does not return
+    return v, v.as_strided((3 * a.shape[1],), (1,), 0)
+
+
+def _slice_of_a_cat_reached_past_after_a_break(a):
+    v = torch.cat([a, a])[1:3]
+    if a.sum().item() > -1e9:  # a graph break with v live
+        pass
+    return v.as_strided((2 * a.shape[1],), (1,), a.shape[1] * 2)
+
+
+@pytest.mark.parametrize("fn", [_slice_of_a_cat_reached_past,
+                                _slice_of_a_cat_reached_past_after_a_break])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_as_strided_of_a_returned_slice_reaches_its_bases_storage(fn, dynamic):
+    # seed 23597: `v7 = torch.cat([a, a])[:2]` live at a graph break, then `v7.as_strided(...)`
+    # past v7's own elements. Eager's v7 views the whole cat result; the graph handed v7 out on a
+    # storage of its own elements only: "out of bounds for storage". An output that spans part
+    # of the graph's buffer is now a view of that whole buffer, as in eager.
+    compiled = xjit.jit(fn, dynamic=dynamic)
+    for b in (3, 4):
+        x = torch.randn(2, b, generator=torch.Generator().manual_seed(b))
+        want = fn(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", xjit.XjitWarning)
+            got = compiled(x)
+        for w, g in zip(tensors(want), tensors(got)):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+            assert g.stride() == w.stride() and g.storage_offset() == w.storage_offset()
+            assert g.untyped_storage().nbytes() == w.untyped_storage().nbytes()
+
+
+def _reshape_of_a_0d_result_written(a):
+    v = a.sum((-2, 1)).to(torch.bfloat16)
+    w = v.reshape(-1)
+    w.fill_(3)
+    return v, w
+
+
+def _reshape_to_0d_of_a_one_element_result_written(a):
+    v = a[:1, :1] * 2
+    w = v.reshape(())
+    w.fill_(3)
+    return v, w
+
+
+@pytest.mark.parametrize("fn", [_reshape_of_a_0d_result_written,
+                                _reshape_to_0d_of_a_one_element_result_written])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_write_through_a_reshape_of_a_one_element_result_reaches_it(fn, dynamic):
+    # seed 24532 (wrong): `v.reshape(-1)` of a 0-d result is a view in eager (ATen's
+    # computeStride); the capture took it for a copy, so the write through it missed v.
+    make = lambda b: [torch.randn(b, 4, generator=torch.Generator().manual_seed(b))]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_one_hot_of_a_permuted_tensor_is_contiguous(dynamic):
+    # seeds 25764, 25842 (stride): CPU one_hot fills a fresh contiguous tensor; its meta
+    # decomposition follows the operand's layout, which the meta walk took for eager's, so the
+    # right result was copied into other strides.
+    def fn(a):
+        return torch.nn.functional.one_hot(a.long().abs() % 4, 4)
+
+    make = lambda b: [torch.randn(8, b, 2, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0) * 5]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_view_of_a_permuted_result_written_through_a_view_stays_compiled(dynamic):
+    # seed 28087 (internal): v, laid out transposed by eager, written through a view, is captured
+    # flat (reshape(index_put(reshape(v)))), so `v[:, 0]` and v were views of a rank-1 value
+    # that could not be reordered; the copy into eager's strides would cut them apart and the
+    # frame ran in Python (XJIT-E0101). The flat write's reshape now stands for the base.
+    def fn(a):
+        v = a - 1
+        v[:, :1][0] = 5
+        return v[:, 0], v
+
+    make = lambda b: [torch.randn(3, b, generator=torch.Generator().manual_seed(b)).t()]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[4, 5])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_movedim_and_a_select_of_one_permuted_result_stay_compiled(dynamic):
+    # seed 31987 (internal, dynamic=True): `v1.movedim(0, -1)` and `v1[:, 0]` of a v1 eager
+    # lays out permuted: the layout code did not follow movedim, so the movedim output (dense)
+    # was to be copied into eager's strides, cut off from the select, and the frame ran in
+    # Python (XJIT-E0101). movedim is a permute to the layout rules now, and v1 is computed in
+    # the order that gives it eager's strides.
+    def fn(a):
+        v1 = torch.nn.functional.mish(a)
+        return v1[:, 0], v1.movedim(0, -1)
+
+    make = lambda b: [torch.randn(3, b, 5, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0)]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4, 5])
