@@ -876,7 +876,9 @@ VarPtr Analyzer::callObject(PyObject *fn, const std::optional<Source> &fnSource,
     // and a bool mask's masked_fill) are inlined too, so that its masks stay in the graph.
     const bool maskHelper =
         mod == "torch.nn.functional" && (qn == "_canonical_mask" || qn == "_none_or_dtype");
-    if (trusted && mod.rfind("torch", 0) == 0 && tensorArgs && !maskHelper &&
+    // checkpoint_sequential's segments are checkpoint calls (analyzer_checkpoint.cpp).
+    const bool checkpointHelper = mod == "torch.utils.checkpoint" && qn == "checkpoint_sequential";
+    if (trusted && mod.rfind("torch", 0) == 0 && tensorArgs && !maskHelper && !checkpointHelper &&
         mod.rfind("torch.nn.modules", 0) != 0 && mod.rfind("torch.nn.utils.parametriz", 0) != 0)
       return fallbackCall(fn, mod + "." + qn, args);
     std::optional<Source> globalsSource;

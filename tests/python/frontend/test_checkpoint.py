@@ -239,3 +239,25 @@ def test_a_partial_made_in_the_frame_and_returned_runs_in_python() -> None:
     got = xjit.jit(f)(x)
     assert isinstance(got, functools.partial)
     torch.testing.assert_close(got(1.0), x + 1.0)
+
+
+def test_checkpoint_sequential_trains_in_one_graph() -> None:
+    from torch.utils.checkpoint import checkpoint_sequential
+
+    torch.manual_seed(0)
+    seq = nn.Sequential(*(nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(4)))
+    eager = copy.deepcopy(seq)
+
+    def f(net: Any, x: Any) -> Any:
+        return checkpoint_sequential(net, 2, x, use_reentrant=False).sum()
+
+    x = torch.randn(4, 16)
+    want = f(eager, x)
+    want.backward()
+    got = xjit.jit(f)(seq, x)
+    got.backward()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for p, q in zip(seq.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    assert not fe.events()["breaks"], fe.events()["breaks"]
+    saved_values()
