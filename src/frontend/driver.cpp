@@ -27,6 +27,19 @@
 
 namespace xjit::frontend {
 
+/// Whether every reader of `op`'s results computes a new value from it (no view, in-place
+/// write, region, PyTorch call or return), so that it can read the aliased value directly.
+static bool onlyComputedFrom(const Op &op) {
+  for (const auto &r : op.results())
+    for (const Use &u : r->uses()) {
+      const OpDef &d = u.user->def();
+      if (d.has(kView) || d.has(kInPlace) || d.has(kSideEffect) || d.has(kTerminator) ||
+          u.user->numRegions() > 0 || u.user->name() == "external_call")
+        return false;
+    }
+  return true;
+}
+
 #ifdef XJIT_FRONTEND_NO_ANALYZER
 // Built without src/frontend/analyzer*.cpp: every frame runs in Python, with one warning.
 AnalyzeResult analyzeFrame(const FrameView &, const AnalyzeOptions &) {
@@ -981,6 +994,15 @@ double optimize(CompiledEntry &e, const ScopeOptions &opts, int id, const Source
     passes::PassManager pm(pmOpts);
     // A training step keeps its custom autograd Functions (custom_vjp) for autodiff.
     const bool training = e.training && e.action == EntryAction::RunGraph;
+    // Only autodiff reads these marks. Kept, an `autodiff.stop` alias of a parameter (what an
+    // optimizer step's update reads under no_grad) hid the parameter from reinplace, and the
+    // update went to a fresh buffer copied back after the run. An alias that reaches an output
+    // or a view keeps its mark (canonicalize keeps the alias): `x.detach()` is a new tensor.
+    if (!training)
+      g.walk([](Op *op) {
+        op->removeAttr("autodiff.recompute");
+        if (op->hasAttr("autodiff.stop") && onlyComputedFrom(*op)) op->removeAttr("autodiff.stop");
+      });
     pm.addPipeline(training ? "cleanup" : "inference");
     pm.run(g);
   }
