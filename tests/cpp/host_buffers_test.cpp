@@ -1,6 +1,7 @@
-// hostBuffer's reuse of large released buffers (src/backend/host_buffers.cpp): a buffer of
-// 1 MiB or more released is handed out again for the next request of the same size (no fresh
-// pages), smaller ones and other sizes are not, and dropCachedHostBuffers empties the cache.
+// hostBuffer's reuse of large released buffers (src/backend/host_buffers.cpp): the pages of a
+// buffer of 1 MiB or more, once released, serve the next requests of any size (whole, split,
+// or moved into a larger buffer), smaller buffers are not kept, and dropCachedHostBuffers
+// empties the cache.
 // Buffers made ahead (a warm start's first-call buffers) are found there by hostBuffer, and a
 // recording lists the large buffers handed out.
 #include "xjit/backend/host_buffers.h"
@@ -16,9 +17,13 @@
 namespace xjit::backend {
 namespace {
 
+bool reuseOff() {
+  const char *v = std::getenv("XJIT_HOST_BUFFER_CACHE");
+  return v && std::string_view(v) == "0";
+}
+
 TEST(HostBuffers, LargeReleasedBufferIsReusedForTheSameSize) {
-  if (const char *v = std::getenv("XJIT_HOST_BUFFER_CACHE"); v && std::string_view(v) == "0")
-    GTEST_SKIP() << "XJIT_HOST_BUFFER_CACHE=0";
+  if (reuseOff()) GTEST_SKIP() << "XJIT_HOST_BUFFER_CACHE=0";
   dropCachedHostBuffers();
   const int64_t big = 3 << 20;
   void *first = nullptr;
@@ -29,17 +34,91 @@ TEST(HostBuffers, LargeReleasedBufferIsReusedForTheSameSize) {
     EXPECT_EQ(cachedHostBufferBytes(), 0);
   }
   EXPECT_EQ(cachedHostBufferBytes(), big);
+  const HostBufferCounters before = hostBufferCounters();
   {
-    std::shared_ptr<Storage> other = hostBuffer(big + 4096); // another size: not this one
-    EXPECT_NE(other->data(), first);
     std::shared_ptr<Storage> again = hostBuffer(big);
     EXPECT_EQ(again->data(), first);
     EXPECT_EQ(cachedHostBufferBytes(), 0);
     static_cast<char *>(again->data())[big - 1] = 1; // the whole buffer is usable
   }
-  EXPECT_EQ(cachedHostBufferBytes(), 2 * big + 4096);
+  EXPECT_EQ(hostBufferCounters().freshBytes, before.freshBytes);
+  EXPECT_EQ(hostBufferCounters().reusedBytes, before.reusedBytes + big);
   dropCachedHostBuffers();
   EXPECT_EQ(cachedHostBufferBytes(), 0);
+}
+
+/// Fills the buffer with bytes that depend on the position and `seed`.
+void fill(Storage &s, int seed) {
+  auto *p = static_cast<unsigned char *>(s.data());
+  for (int64_t i = 0; i < s.nbytes(); i += 4096)
+    p[i] = static_cast<unsigned char>((i / 4096 + seed) % 251 + 1);
+}
+
+TEST(HostBuffers, ReleasedPagesServeOtherSizes) {
+  if (reuseOff()) GTEST_SKIP() << "XJIT_HOST_BUFFER_CACHE=0";
+  dropCachedHostBuffers();
+  const int64_t mb = 1 << 20;
+  void *first = nullptr;
+  {
+    std::shared_ptr<Storage> a = hostBuffer(3 * mb);
+    first = a->data();
+  }
+  HostBufferCounters before = hostBufferCounters();
+  {
+    // A smaller request takes the front of the kept 3 MiB (no system call); the rest stays.
+    std::shared_ptr<Storage> b = hostBuffer(2 * mb);
+    EXPECT_EQ(b->data(), first);
+    EXPECT_EQ(cachedHostBufferBytes(), mb);
+    EXPECT_EQ(hostBufferCounters().freshBytes, before.freshBytes);
+    fill(*b, 7);
+  }
+  // Released again, the two pieces are one block of 3 MiB: a larger request moves its pages
+  // (their contents show it: new pages would read zero) and takes only the rest fresh.
+  EXPECT_EQ(cachedHostBufferBytes(), 3 * mb);
+  before = hostBufferCounters();
+  {
+    std::shared_ptr<Storage> c = hostBuffer(5 * mb);
+    EXPECT_EQ(cachedHostBufferBytes(), 0);
+    EXPECT_EQ(hostBufferCounters().freshBytes, before.freshBytes + 2 * mb);
+    EXPECT_EQ(hostBufferCounters().reusedBytes, before.reusedBytes + 3 * mb);
+    EXPECT_GE(hostBufferCounters().remaps, before.remaps + 1);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(c->data()) % 64, 0u);
+    const auto *p = static_cast<const unsigned char *>(c->data());
+    for (int64_t i = 0; i < 2 * mb; i += 4096)
+      ASSERT_EQ(p[i], (i / 4096 + 7) % 251 + 1) << "byte " << i;
+    for (int64_t i = 3 * mb; i < 5 * mb; i += 4096)
+      ASSERT_EQ(p[i], 0) << "byte " << i;
+    fill(*c, 3); // the whole buffer is writable
+  }
+  EXPECT_EQ(cachedHostBufferBytes(), 5 * mb);
+  dropCachedHostBuffers();
+}
+
+TEST(HostBuffers, AlternatingSizesTakeNoNewPagesOnceWarm) {
+  // A training step's pattern: the forward's saved values, then gradients of other sizes, the
+  // same every step. New pages only while the live buffers outgrow what was released.
+  if (reuseOff()) GTEST_SKIP() << "XJIT_HOST_BUFFER_CACHE=0";
+  dropCachedHostBuffers();
+  const int64_t mb = 1 << 20;
+  const std::vector<int64_t> forward = {3 * mb, 5 * mb + 100, 7 * mb}, backward = {4 * mb, 11 * mb};
+  uint64_t freshAfterFirst = 0;
+  for (int step = 0; step < 6; ++step) {
+    std::vector<std::shared_ptr<Storage>> live;
+    for (int64_t n : forward)
+      live.push_back(hostBuffer(n));
+    for (auto &b : live)
+      fill(*b, step);
+    live.clear();
+    for (int64_t n : backward)
+      live.push_back(hostBuffer(n));
+    for (auto &b : live)
+      fill(*b, step);
+    live.clear();
+    if (step == 0) freshAfterFirst = hostBufferCounters().freshBytes;
+    EXPECT_EQ(hostBufferCounters().freshBytes, freshAfterFirst) << "step " << step;
+    EXPECT_LE(cachedHostBufferBytes(), 16 * mb); // never more than the live peak
+  }
+  dropCachedHostBuffers();
 }
 
 TEST(HostBuffers, SmallBuffersAreNotKept) {
@@ -50,20 +129,15 @@ TEST(HostBuffers, SmallBuffersAreNotKept) {
   EXPECT_EQ(cachedHostBufferBytes(), 0);
 }
 
-bool reuseOff() {
-  const char *v = std::getenv("XJIT_HOST_BUFFER_CACHE");
-  return v && std::string_view(v) == "0";
-}
-
 TEST(HostBuffers, BuffersMadeAheadAreTakenByTheirSize) {
   if (reuseOff()) GTEST_SKIP() << "XJIT_HOST_BUFFER_CACHE=0";
   dropCachedHostBuffers();
   const uint64_t made = hostBuffersMadeAhead(), used = hostBuffersAheadUsed();
-  const int64_t a = (2 << 20) + 100, b = 5 << 20;  // a: rounded up to 64 bytes
+  const int64_t a = (2 << 20) + 100, b = 5 << 20;  // a: rounded up to a page
   ASSERT_TRUE(makeHostBuffersAhead({a, b, 4096})); // 4096: too small to keep, skipped
   waitForHostBuffersAhead();
   EXPECT_EQ(hostBuffersMadeAhead(), made + 2);
-  EXPECT_EQ(cachedHostBufferBytes(), (a + 63) / 64 * 64 + b);
+  EXPECT_EQ(cachedHostBufferBytes(), (a + 4095) / 4096 * 4096 + b);
   {
     std::shared_ptr<Storage> x = hostBuffer(a);
     EXPECT_EQ(hostBuffersAheadUsed(), used + 1);
@@ -105,11 +179,12 @@ TEST(HostBuffers, RecordingListsLargeBuffersAndNests) {
     std::shared_ptr<Storage> again = hostBuffer(3 << 20);
   }
   {
+    // Larger than the 3 MiB released: partly new pages, so listed.
     HostBufferRecording inner;
-    std::shared_ptr<Storage> c = hostBuffer(1 << 20);
-    EXPECT_EQ(inner.sizes(), (std::vector<int64_t>{1 << 20}));
+    std::shared_ptr<Storage> c = hostBuffer(4 << 20);
+    EXPECT_EQ(inner.sizes(), (std::vector<int64_t>{4 << 20}));
   }
-  EXPECT_EQ(outer.sizes(), (std::vector<int64_t>{3 << 20, 1 << 20}));
+  EXPECT_EQ(outer.sizes(), (std::vector<int64_t>{3 << 20, 4 << 20}));
   dropCachedHostBuffers();
 }
 

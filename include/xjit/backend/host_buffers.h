@@ -1,5 +1,5 @@
 // Host memory for the CPU target's buffers (results, arenas): 64-byte aligned, not zero-filled,
-// large ones kept for reuse after release (see host_buffers.cpp).
+// the pages of large ones kept after release and reused for any size (see host_buffers.cpp).
 #pragma once
 
 #include "xjit/ir/tensor.h"
@@ -11,8 +11,9 @@
 
 namespace xjit::backend {
 
-/// Uninitialized host memory of `nbytes`, 64-byte aligned. A buffer of 1 MiB or more comes from
-/// the buffers of the same size released earlier when there is one.
+/// Uninitialized host memory of `nbytes`, 64-byte aligned. A buffer of 1 MiB or more is a
+/// mapping of its own, made of the pages of buffers released earlier as far as they go (a
+/// released buffer of its size, the front of a larger one, or several moved together).
 std::shared_ptr<Storage> hostBuffer(int64_t nbytes);
 
 /// A contiguous tensor of uninitialized host memory (hostBuffer), for results written whole.
@@ -23,6 +24,13 @@ void dropCachedHostBuffers();
 
 /// Bytes of released large buffers kept for reuse now.
 int64_t cachedHostBufferBytes();
+
+/// What large hostBuffers were made of, since the process started: bytes of new pages, bytes
+/// of kept pages reused, and mremap calls that moved kept pages into a new buffer.
+struct HostBufferCounters {
+  uint64_t freshBytes = 0, reusedBytes = 0, remaps = 0;
+};
+HostBufferCounters hostBufferCounters();
 
 /// While one lives, the large buffers (1 MiB or more) that hostBuffer hands out fresh on this
 /// thread (or from those made ahead) are listed, by size: a frame's first call records the
