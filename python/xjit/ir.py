@@ -251,7 +251,8 @@ def backend_stats() -> dict[str, float]:
     faulted in on a thread during this one's capture) and ``host_buffers_ahead_used`` (those a
     run took), ``host_buffer_fresh_mb`` and ``host_buffer_reused_mb`` (what buffers of 1 MiB or
     more were made of: new pages, or pages of released buffers) and ``host_buffer_remaps``
-    (mremap calls that moved released pages into a buffer of another size), the cache's
+    (mremap calls that moved released pages into a buffer of another size),
+    ``host_buffer_mappings`` (mappings such buffers, live or kept, span now), the cache's
     ``cache_hits``, ``cache_misses``, ``cache_writes``, ``cache_invalid`` (damaged entries) and
     ``cache_evictions`` (entries deleted to keep ``XJIT_CACHE_MAX_MB``); for oneDNN conv/matmul
     weights that need a reorder into the primitive's layout, ``weight_packs`` (a module

@@ -51,8 +51,12 @@ namespace {
 
 constexpr size_t kMinCachedBytes = size_t(1) << 20;   // smaller ones: glibc's bins reuse them
 constexpr size_t kMaxCachedBytes = size_t(512) << 20; // a GPT step's results are about 120 MB
-// Mappings per buffer: bounds one request's mremap calls and the process's map count.
+// Mappings per buffer: bounds one request's mremap calls.
 constexpr size_t kMaxSegments = 64;
+// Mappings of large buffers, live and kept, past which kept pages are no longer moved and a
+// released buffer of several is unmapped: splits add mappings, and the kernel allows a process
+// 65530 (vm.max_map_count) in all.
+constexpr int64_t kMaxMappings = 8192;
 
 size_t pageSize() {
   static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
@@ -94,7 +98,7 @@ struct Cache {
   size_t bytes = 0;                              // kept: released and made ahead
   uint64_t drops = 0; // dropCachedHostBuffers calls: buffers made before are late
   uint64_t madeAhead = 0, aheadUsed = 0;
-  HostBufferCounters counters;
+  HostBufferCounters counters; // counters.mappings: see kMaxMappings
   // makeHostBuffersAhead's threads running (tests wait for them).
   int aheadThreads = 0;
   std::condition_variable aheadDone;
@@ -167,6 +171,7 @@ struct Pages {
   size_t fresh = 0;   // bytes of new pages (faulted in by their first write)
   bool taken = false; // from kept pages whole, no system call
   size_t remaps = 0;  // mremap calls that moved kept pages in
+  int64_t mappingsAdded = 0;
 };
 
 /// Pieces of kept pages to move into a new mapping.
@@ -198,21 +203,27 @@ Pages takeKept(Cache &c, size_t n, Plan &plan) {
   if (auto it = c.bySize.lower_bound(n); it != c.bySize.end()) {
     uintptr_t at = it->second;
     Block rest = takeReleased(c, c.released.find(at));
+    const size_t before = rest.segments.size();
     got.segments = splitFront(rest, n).segments;
+    c.counters.mappings +=
+        static_cast<int64_t>(got.segments.size() + rest.segments.size() - before);
     got.data = reinterpret_cast<void *>(at);
     got.taken = true;
     keepReleased(c, at + n, std::move(rest));
     return got;
   }
   size_t need = n, segments = 1; // 1: the fresh tail
-  while (need > 0 && !c.bySize.empty()) {
+  while (need > 0 && !c.bySize.empty() && c.counters.mappings < kMaxMappings) {
     auto largest = std::prev(c.bySize.end());
     uintptr_t at = largest->second;
     auto it = c.released.find(at);
     if (segments + it->second.segments.size() > kMaxSegments) break;
     Block b = takeReleased(c, it);
     if (b.size > need) {
+      const size_t before = b.segments.size();
       Block front = splitFront(b, need);
+      c.counters.mappings +=
+          static_cast<int64_t>(front.segments.size() + b.segments.size() - before);
       keepReleased(c, at + need, std::move(b));
       b = std::move(front);
     }
@@ -228,8 +239,13 @@ Pages mapAndMove(size_t n, Plan &plan) {
   Pages got;
   void *p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
-    for (auto &[at, b] : plan.pieces)
+    int64_t unmapped = 0;
+    for (auto &[at, b] : plan.pieces) {
       ::munmap(reinterpret_cast<void *>(at), b.size);
+      unmapped += static_cast<int64_t>(b.segments.size());
+    }
+    std::lock_guard<std::mutex> lock(cache().mutex);
+    cache().counters.mappings -= unmapped;
     throw std::bad_alloc();
   }
   got.data = p;
@@ -239,6 +255,7 @@ Pages mapAndMove(size_t n, Plan &plan) {
   for (auto &[at, b] : plan.pieces) {
     if (failed) { // pages that could not be moved go back to the kernel
       ::munmap(reinterpret_cast<void *>(at), b.size);
+      got.mappingsAdded -= static_cast<int64_t>(b.segments.size());
       continue;
     }
     size_t off = 0;
@@ -254,11 +271,15 @@ Pages mapAndMove(size_t n, Plan &plan) {
         // out): the new mapping's rest stays fresh.
         failed = true;
         ::munmap(from, len);
+        --got.mappingsAdded;
       }
       off += len;
     }
   }
-  if (moved < n) got.segments.push_back(n - moved);
+  if (moved < n) {
+    got.segments.push_back(n - moved);
+    ++got.mappingsAdded; // the new mapping's rest
+  }
   got.fresh = n - moved;
   return got;
 }
@@ -267,10 +288,12 @@ void release(void *p, size_t n, std::vector<size_t> segments) {
   Cache &c = cache();
   {
     std::lock_guard<std::mutex> lock(c.mutex);
-    if (c.bytes + n <= kMaxCachedBytes) {
+    if (c.bytes + n <= kMaxCachedBytes &&
+        (segments.size() == 1 || c.counters.mappings < kMaxMappings)) {
       keepReleased(c, reinterpret_cast<uintptr_t>(p), Block{n, std::move(segments)});
       return;
     }
+    c.counters.mappings -= static_cast<int64_t>(segments.size());
   }
   ::munmap(p, n);
 }
@@ -311,6 +334,7 @@ std::shared_ptr<Storage> hostBuffer(int64_t nbytes) {
     c.counters.freshBytes += got.fresh;
     c.counters.reusedBytes += n - got.fresh;
     c.counters.remaps += got.remaps;
+    c.counters.mappings += got.mappingsAdded;
   }
   // What a process without buffers made ahead takes fresh: a request the released buffers
   // covered (within the call) is not one more to make ahead.
@@ -333,10 +357,15 @@ void dropCachedHostBuffers() {
     c.bytes = 0;
     ++c.drops;
   }
-  for (auto &[at, b] : released)
+  int64_t unmapped = static_cast<int64_t>(ahead.size());
+  for (auto &[at, b] : released) {
     ::munmap(reinterpret_cast<void *>(at), b.size);
+    unmapped += static_cast<int64_t>(b.segments.size());
+  }
   for (auto &[n, p] : ahead)
     ::munmap(p, n);
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.counters.mappings -= unmapped;
 }
 
 int64_t cachedHostBufferBytes() {
@@ -406,6 +435,7 @@ bool makeHostBuffersAhead(std::vector<int64_t> sizes) {
       }
       c.ahead.emplace(n, p);
       c.bytes += n;
+      ++c.counters.mappings;
       ++c.madeAhead;
     }
     std::lock_guard<std::mutex> lock(c.mutex);

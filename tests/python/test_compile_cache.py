@@ -106,6 +106,7 @@ def test_backend_stats_in_process() -> None:
         "host_buffer_fresh_mb",
         "host_buffer_reused_mb",
         "host_buffer_remaps",
+        "host_buffer_mappings",
         "cache_hits",
         "cache_misses",
         "cache_writes",

@@ -26,9 +26,11 @@ void dropCachedHostBuffers();
 int64_t cachedHostBufferBytes();
 
 /// What large hostBuffers were made of, since the process started: bytes of new pages, bytes
-/// of kept pages reused, and mremap calls that moved kept pages into a new buffer.
+/// of kept pages reused, and mremap calls that moved kept pages into a new buffer; and the
+/// mappings (or parts of one) that large buffers, live or kept, span now.
 struct HostBufferCounters {
   uint64_t freshBytes = 0, reusedBytes = 0, remaps = 0;
+  int64_t mappings = 0;
 };
 HostBufferCounters hostBufferCounters();
 
