@@ -19,6 +19,10 @@ relative difference of the losses against eager's over the steps taken.
 --timer cpu times each step in CPU seconds of the process (all threads): on a loaded machine it
 is steadier than wall time; with --threads 1 it is the step's own work.
 
+--memory runs each case and backend alone in a fresh process instead (glibc as users run it):
+the model is built, two steps warm it up (and compile), the resident set's high-water mark is
+reset, then --repeats steps run; reports the peak RSS of those steps against eager's.
+
 --phases also times the step's phases apart (zero_grad, forward, loss, backward, optimizer step;
 medians over as many interleaved steps as --repeats, with the same timer): where a backend's step
 differs from eager's. Those steps are extra, after the timed ones (the losses compared above are
@@ -30,7 +34,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,7 +46,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import describe_machine, interleave, make_backend, setup_threads  # noqa: E402
+from bench.common import (  # noqa: E402
+    describe_machine,
+    interleave,
+    make_backend,
+    reset_peak_rss,
+    rss_mb,
+    setup_threads,
+)
 from bench.models import TRAINING_CASES, TrainingCase  # noqa: E402
 
 
@@ -172,6 +185,57 @@ def run_case(
     return result
 
 
+def memory_child(name: str, backend: str, steps: int, compile_optimizer: bool) -> dict[str, Any]:
+    """One backend's steps alone in this process: peak RSS of `steps` steps after two warm-up
+    steps."""
+    case = TRAINING_CASES[name]
+    model, batch = case.build()
+    built = rss_mb()
+    trainer = Trainer(case, backend, model, batch, compile_optimizer)
+    del model
+    for _ in range(2):
+        trainer.step()
+    if not reset_peak_rss():
+        raise RuntimeError("cannot reset the peak RSS (/proc/self/clear_refs)")
+    for _ in range(steps):
+        trainer.step()
+    return {"built_mb": built, "peak_mb": rss_mb("VmHWM"), "losses": trainer.losses}
+
+
+def memory_cases(args: argparse.Namespace, backends: list[str]) -> list[dict[str, Any]]:
+    """Each case and backend in a fresh process (memory_child): peak RSS of the steps."""
+    results = []
+    for name in args.cases.split(","):
+        r: dict[str, Any] = {"case": name, "backends": {}}
+        for b in backends:
+            cmd = [sys.executable, __file__, "--memory-child", name, b, "--repeats", str(args.repeats)]
+            if args.threads:
+                cmd += ["--threads", str(args.threads)]
+            if args.eager_optimizer:
+                cmd.append("--eager-optimizer")
+            out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), check=False)
+            if out.returncode != 0:
+                r["backends"][b] = {"error": out.stderr.strip()[-300:]}
+                continue
+            r["backends"][b] = json.loads(out.stdout.strip().splitlines()[-1])
+        eager = r["backends"].get("eager", {})
+        cells = []
+        for b, row in r["backends"].items():
+            if "error" in row:
+                cells.append(f"{b} ERROR {row['error']}")
+                continue
+            text = f"{b} peak {row['peak_mb']:.0f} MB"
+            if b != "eager" and "peak_mb" in eager:
+                text += f" ({row['peak_mb'] / eager['peak_mb']:.3f}x eager"
+                diff = max(abs(x - y) / abs(y) for x, y in zip(row["losses"], eager["losses"]))
+                text += f", loss diff {diff:.1e})"
+            cells.append(text)
+        built = eager.get("built_mb")
+        print(f"{name:<16} model built {built or 0:.0f} MB  " + "  ".join(cells), flush=True)
+        results.append(r)
+    return results
+
+
 def line(r: dict[str, Any]) -> str:
     parts = [f"{r['case']:<16}"]
     for b, row in r["backends"].items():
@@ -209,11 +273,17 @@ def main() -> None:
         help="run the optimizer step in eager PyTorch for every backend (default: each backend "
         "compiles it, as PyTorch's compiled-optimizer recipe does)",
     )
+    parser.add_argument("--memory", action="store_true", help="peak RSS of each backend's steps, each alone in a fresh process")
+    parser.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     setup_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.memory_child:
+        name, backend = args.memory_child
+        print(json.dumps(memory_child(name, backend, args.repeats, not args.eager_optimizer)))
+        return
     backends = args.backends.split(",")
     if "eager" not in backends:
         backends.insert(0, "eager")
@@ -223,6 +293,12 @@ def main() -> None:
         f"{torch.get_num_threads()} threads, {args.timer} time",
         flush=True,
     )
+    if args.memory:
+        results = memory_cases(args, backends)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"machine": machine, "memory": results}, indent=1))
+        return
     results = []
     for name in args.cases.split(","):
         r = run_case(
