@@ -252,7 +252,9 @@ def backend_stats() -> dict[str, float]:
     run took), ``host_buffer_fresh_mb`` and ``host_buffer_reused_mb`` (what buffers of 1 MiB or
     more were made of: new pages, or pages of released buffers) and ``host_buffer_remaps``
     (mremap calls that moved released pages into a buffer of another size),
-    ``host_buffer_mappings`` (mappings such buffers, live or kept, span now), the cache's
+    ``host_buffer_mappings`` (mappings such buffers, live or kept, span now),
+    ``host_buffer_lends`` (times a compiled graph's arena of 4 MiB or more lent its pages to
+    other buffers after a call, docs/runtime.md "Memory plan"), the cache's
     ``cache_hits``, ``cache_misses``, ``cache_writes``, ``cache_invalid`` (damaged entries) and
     ``cache_evictions`` (entries deleted to keep ``XJIT_CACHE_MAX_MB``); for oneDNN conv/matmul
     weights that need a reorder into the primitive's layout, ``weight_packs`` (a module

@@ -252,6 +252,8 @@ public:
   }
   void copyToHost(const Tensor &device, const Tensor &host) override { host.copyFrom(device); }
   void copyFromHost(const Tensor &host, const Tensor &device) override { device.copyFrom(host); }
+  bool lendMemory(Storage &s) override { return lendHostBufferPages(s); }
+  void reclaimMemory(Storage &s) override { reclaimHostBufferPages(s); }
 };
 
 } // namespace

@@ -53,6 +53,9 @@ constexpr size_t kMinCachedBytes = size_t(1) << 20;   // smaller ones: glibc's b
 constexpr size_t kMaxCachedBytes = size_t(512) << 20; // a GPT step's results are about 120 MB
 // Mappings per buffer: bounds one request's mremap calls.
 constexpr size_t kMaxSegments = 64;
+// Buffers held across calls but used only during them (a compiled graph's arena) lend their
+// pages between calls from this size on: smaller ones would pay system calls on short calls.
+constexpr size_t kMinLentBytes = size_t(4) << 20;
 // Mappings of large buffers, live and kept, past which kept pages are no longer moved and a
 // released buffer of several is unmapped: splits add mappings, and the kernel allows a process
 // 65530 (vm.max_map_count) in all.
@@ -90,9 +93,16 @@ Block splitFront(Block &b, size_t n) {
   return front;
 }
 
+/// A large buffer handed out: its mappings, and whether its pages are lent (lendHostBufferPages).
+struct LiveBuffer {
+  std::vector<size_t> segments;
+  bool lent = false;
+};
+
 struct Cache {
   std::mutex mutex;
-  std::map<uintptr_t, Block> released; // by address: neighbours coalesce
+  std::unordered_map<uintptr_t, LiveBuffer> live; // by address
+  std::map<uintptr_t, Block> released;            // by address: neighbours coalesce
   std::multimap<size_t, uintptr_t> bySize;
   std::unordered_multimap<size_t, void *> ahead; // made ahead: taken by their own size only
   size_t bytes = 0;                              // kept: released and made ahead
@@ -179,81 +189,67 @@ struct Plan {
   std::vector<std::pair<uintptr_t, Block>> pieces;
 };
 
+/// Takes the released block at `at`, or its front `n` bytes when it is larger (the rest stays).
+Block takeFront(Cache &c, uintptr_t at, size_t n) {
+  Block b = takeReleased(c, c.released.find(at));
+  if (b.size <= n) return b;
+  const size_t before = b.segments.size();
+  Block front = splitFront(b, n);
+  c.counters.mappings += static_cast<int64_t>(front.segments.size() + b.segments.size() - before);
+  keepReleased(c, at + n, std::move(b));
+  return front;
+}
+
+/// Released blocks to move for `n` bytes, largest first, into `plan` (as many as kMaxSegments
+/// and kMaxMappings allow, counting one segment for the rest).
+void planLargestFirst(Cache &c, size_t n, Plan &plan) {
+  size_t need = n, segments = 1;
+  while (need > 0 && !c.bySize.empty() && c.counters.mappings < kMaxMappings) {
+    uintptr_t at = std::prev(c.bySize.end())->second;
+    if (segments + c.released.at(at).segments.size() > kMaxSegments) break;
+    Block b = takeFront(c, at, need);
+    need -= b.size;
+    segments += b.segments.size();
+    plan.pieces.emplace_back(at, std::move(b));
+  }
+}
+
 /// Takes what the cache holds for `n` bytes: a block of that size whole (released before made
 /// ahead, as a process without those would have reused the former too), the front of the
 /// smallest larger released block, or else released blocks, largest first, to move (`plan`).
 Pages takeKept(Cache &c, size_t n, Plan &plan) {
   Pages got;
-  if (auto it = c.bySize.find(n); it != c.bySize.end()) {
-    uintptr_t at = it->second;
-    got.segments = takeReleased(c, c.released.find(at)).segments;
-    got.data = reinterpret_cast<void *>(at);
-    got.taken = true;
-    return got;
-  }
-  if (auto it = c.ahead.find(n); it != c.ahead.end()) {
-    got.data = it->second;
-    got.segments = {n};
-    got.ahead = got.taken = true;
-    c.ahead.erase(it);
-    c.bytes -= n;
-    ++c.aheadUsed;
-    return got;
-  }
-  if (auto it = c.bySize.lower_bound(n); it != c.bySize.end()) {
-    uintptr_t at = it->second;
-    Block rest = takeReleased(c, c.released.find(at));
-    const size_t before = rest.segments.size();
-    got.segments = splitFront(rest, n).segments;
-    c.counters.mappings +=
-        static_cast<int64_t>(got.segments.size() + rest.segments.size() - before);
-    got.data = reinterpret_cast<void *>(at);
-    got.taken = true;
-    keepReleased(c, at + n, std::move(rest));
-    return got;
-  }
-  size_t need = n, segments = 1; // 1: the fresh tail
-  while (need > 0 && !c.bySize.empty() && c.counters.mappings < kMaxMappings) {
-    auto largest = std::prev(c.bySize.end());
-    uintptr_t at = largest->second;
-    auto it = c.released.find(at);
-    if (segments + it->second.segments.size() > kMaxSegments) break;
-    Block b = takeReleased(c, it);
-    if (b.size > need) {
-      const size_t before = b.segments.size();
-      Block front = splitFront(b, need);
-      c.counters.mappings +=
-          static_cast<int64_t>(front.segments.size() + b.segments.size() - before);
-      keepReleased(c, at + need, std::move(b));
-      b = std::move(front);
+  auto fit = c.bySize.lower_bound(n);
+  if (fit == c.bySize.end() || fit->first != n) {
+    if (auto it = c.ahead.find(n); it != c.ahead.end()) {
+      got.data = it->second;
+      got.segments = {n};
+      got.ahead = got.taken = true;
+      c.ahead.erase(it);
+      c.bytes -= n;
+      ++c.aheadUsed;
+      return got;
     }
-    need -= b.size;
-    segments += b.segments.size();
-    plan.pieces.emplace_back(at, std::move(b));
   }
+  if (fit != c.bySize.end()) {
+    uintptr_t at = fit->second;
+    got.segments = takeFront(c, at, n).segments;
+    got.data = reinterpret_cast<void *>(at);
+    got.taken = true;
+    return got;
+  }
+  planLargestFirst(c, n, plan);
   return got;
 }
 
-/// A new mapping of `n` bytes with the plan's pieces moved to its front; the rest is fresh.
-Pages mapAndMove(size_t n, Plan &plan) {
-  Pages got;
-  void *p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    int64_t unmapped = 0;
-    for (auto &[at, b] : plan.pieces) {
-      ::munmap(reinterpret_cast<void *>(at), b.size);
-      unmapped += static_cast<int64_t>(b.segments.size());
-    }
-    std::lock_guard<std::mutex> lock(cache().mutex);
-    cache().counters.mappings -= unmapped;
-    throw std::bad_alloc();
-  }
-  got.data = p;
-  auto *dest = static_cast<char *>(p);
+/// Moves the plan's pieces to `dest` one after another (mremap, replacing what is mapped
+/// there); adds what was moved to `got`. Pieces that cannot be moved (not expected: a segment
+/// is always within one mapping, but the map count could run out) go back to the kernel.
+size_t movePieces(char *dest, Plan &plan, Pages &got) {
   size_t moved = 0;
   bool failed = false;
   for (auto &[at, b] : plan.pieces) {
-    if (failed) { // pages that could not be moved go back to the kernel
+    if (failed) {
       ::munmap(reinterpret_cast<void *>(at), b.size);
       got.mappingsAdded -= static_cast<int64_t>(b.segments.size());
       continue;
@@ -267,8 +263,6 @@ Pages mapAndMove(size_t n, Plan &plan) {
         moved += len;
         ++got.remaps;
       } else {
-        // Not expected (a segment is always within one mapping; the map count could run
-        // out): the new mapping's rest stays fresh.
         failed = true;
         ::munmap(from, len);
         --got.mappingsAdded;
@@ -276,6 +270,29 @@ Pages mapAndMove(size_t n, Plan &plan) {
       off += len;
     }
   }
+  return moved;
+}
+
+void unmapPieces(Plan &plan) {
+  int64_t unmapped = 0;
+  for (auto &[at, b] : plan.pieces) {
+    ::munmap(reinterpret_cast<void *>(at), b.size);
+    unmapped += static_cast<int64_t>(b.segments.size());
+  }
+  std::lock_guard<std::mutex> lock(cache().mutex);
+  cache().counters.mappings -= unmapped;
+}
+
+/// A new mapping of `n` bytes with the plan's pieces moved to its front; the rest is fresh.
+Pages mapAndMove(size_t n, Plan &plan) {
+  Pages got;
+  void *p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    unmapPieces(plan);
+    throw std::bad_alloc();
+  }
+  got.data = p;
+  size_t moved = movePieces(static_cast<char *>(p), plan, got);
   if (moved < n) {
     got.segments.push_back(n - moved);
     ++got.mappingsAdded; // the new mapping's rest
@@ -284,16 +301,19 @@ Pages mapAndMove(size_t n, Plan &plan) {
   return got;
 }
 
-void release(void *p, size_t n, std::vector<size_t> segments) {
+void release(void *p, size_t n) {
   Cache &c = cache();
   {
     std::lock_guard<std::mutex> lock(c.mutex);
-    if (c.bytes + n <= kMaxCachedBytes &&
-        (segments.size() == 1 || c.counters.mappings < kMaxMappings)) {
-      keepReleased(c, reinterpret_cast<uintptr_t>(p), Block{n, std::move(segments)});
+    auto it = c.live.find(reinterpret_cast<uintptr_t>(p));
+    LiveBuffer buffer = std::move(it->second);
+    c.live.erase(it);
+    if (!buffer.lent && c.bytes + n <= kMaxCachedBytes &&
+        (buffer.segments.size() == 1 || c.counters.mappings < kMaxMappings)) {
+      keepReleased(c, reinterpret_cast<uintptr_t>(p), Block{n, std::move(buffer.segments)});
       return;
     }
-    c.counters.mappings -= static_cast<int64_t>(segments.size());
+    c.counters.mappings -= static_cast<int64_t>(buffer.segments.size());
   }
   ::munmap(p, n);
 }
@@ -340,9 +360,105 @@ std::shared_ptr<Storage> hostBuffer(int64_t nbytes) {
   // covered (within the call) is not one more to make ahead.
   if (tRecording && (got.fresh > 0 || got.ahead)) tRecording->push_back(nbytes);
   void *p = got.data;
-  return std::make_shared<Storage>(p, nbytes, [p, n, segments = std::move(got.segments)]() mutable {
-    release(p, n, std::move(segments));
-  });
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    c.live[reinterpret_cast<uintptr_t>(p)].segments = std::move(got.segments);
+  }
+  return std::make_shared<Storage>(p, nbytes, [p, n] { release(p, n); });
+}
+
+bool lendHostBufferPages(Storage &buffer) {
+  static const bool enabled = [] {
+    const char *v = std::getenv("XJIT_LEND_ARENAS");
+    return !(v && std::string_view(v) == "0");
+  }();
+  const size_t n = pageRounded(buffer.nbytes());
+  if (!enabled || !cacheEnabled() || n < kMinLentBytes) return false;
+  const auto p = reinterpret_cast<uintptr_t>(buffer.data());
+  Cache &c = cache();
+  std::vector<size_t> segments;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto it = c.live.find(p);
+    if (it == c.live.end() || it->second.lent || c.bytes + n > kMaxCachedBytes ||
+        c.counters.mappings >= kMaxMappings)
+      return false;
+    segments = it->second.segments;
+  }
+  // The pages move to a range of their own, kept for any request. The buffer's range stays
+  // mapped meanwhile (MREMAP_DONTUNMAP: no hole another thread's mapping could take), then is
+  // replaced by one inaccessible reservation: a stray access faults instead of reading zeros.
+  void *to = ::mmap(nullptr, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (to == MAP_FAILED) return false;
+  size_t off = 0;
+  for (size_t len : segments) {
+    if (::mremap(reinterpret_cast<void *>(p + off), len, len,
+                 MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+                 static_cast<char *>(to) + off) == MAP_FAILED)
+      break;
+    off += len;
+  }
+  bool reserved = off == n && ::mmap(reinterpret_cast<void *>(p), n, PROT_NONE,
+                                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+                                     0) != MAP_FAILED;
+  if (!reserved) {
+    // Not expected: the pages moved so far go back where they were.
+    size_t back = 0;
+    for (size_t len : segments) {
+      if (back >= off) break;
+      ::mremap(static_cast<char *>(to) + back, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
+               reinterpret_cast<void *>(p + back));
+      back += len;
+    }
+    ::munmap(to, n);
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(c.mutex);
+  LiveBuffer &live = c.live.at(p);
+  live.lent = true;
+  live.segments = {n}; // the reservation
+  ++c.counters.mappings;
+  ++c.counters.lends;
+  keepReleased(c, reinterpret_cast<uintptr_t>(to), Block{n, std::move(segments)});
+  return true;
+}
+
+void reclaimHostBufferPages(Storage &buffer) {
+  const auto p = reinterpret_cast<uintptr_t>(buffer.data());
+  const size_t n = pageRounded(buffer.nbytes());
+  Cache &c = cache();
+  Plan plan;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto it = c.live.find(p);
+    if (it == c.live.end() || !it->second.lent) return;
+    // Likely the pages it lent: a block of its size, else the front of a larger one.
+    if (auto fit = c.bySize.lower_bound(n); fit != c.bySize.end())
+      plan.pieces.emplace_back(fit->second, takeFront(c, fit->second, n));
+    else
+      planLargestFirst(c, n, plan);
+  }
+  Pages got;
+  char *dest = reinterpret_cast<char *>(p);
+  const size_t moved = movePieces(dest, plan, got);
+  if (moved < n) {
+    // The rest of the reservation becomes fresh memory.
+    if (::mprotect(dest + moved, n - moved, PROT_READ | PROT_WRITE) != 0 &&
+        ::mmap(dest + moved, n - moved, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+      throw std::bad_alloc();
+    got.segments.push_back(n - moved);
+  } else {
+    --got.mappingsAdded; // the reservation is gone
+  }
+  std::lock_guard<std::mutex> lock(c.mutex);
+  LiveBuffer &live = c.live.at(p);
+  live.lent = false;
+  live.segments = std::move(got.segments);
+  c.counters.freshBytes += n - moved;
+  c.counters.reusedBytes += moved;
+  c.counters.remaps += got.remaps;
+  c.counters.mappings += got.mappingsAdded;
 }
 
 void dropCachedHostBuffers() {

@@ -502,6 +502,7 @@ std::vector<std::pair<std::string, double>> backendCounters() {
           {"host_buffer_reused_mb", double(hostBufferCounters().reusedBytes) / (1 << 20)},
           {"host_buffer_remaps", double(hostBufferCounters().remaps)},
           {"host_buffer_mappings", double(hostBufferCounters().mappings)},
+          {"host_buffer_lends", double(hostBufferCounters().lends)},
           {"cache_hits", double(c.hits)},
           {"cache_misses", double(c.misses)},
           {"cache_writes", double(c.writes)},

@@ -84,6 +84,7 @@ struct Frame {
   std::vector<RtValue> args;
   std::vector<Tensor> outs;
   std::shared_ptr<Storage> arena;
+  bool arenaLent = false; // its pages lent between calls (Target::lendMemory)
   std::vector<Tensor> arenaTensors;
   /// The shape symbols bound by this call's inputs, for ops with symbolic sizes.
   SymbolBindings symbols;
@@ -419,15 +420,22 @@ struct CompiledGraph::Impl {
   // ---- running ----
 
   std::unique_ptr<Frame> acquire() const {
+    std::unique_ptr<Frame> f;
     {
       std::lock_guard<std::mutex> lock(poolMutex);
       if (!pool.empty()) {
-        std::unique_ptr<Frame> f = std::move(pool.back());
+        f = std::move(pool.back());
         pool.pop_back();
-        return f;
       }
     }
-    auto f = std::make_unique<Frame>();
+    if (f) {
+      if (f->arenaLent) {
+        target->reclaimMemory(*f->arena);
+        f->arenaLent = false;
+      }
+      return f;
+    }
+    f = std::make_unique<Frame>();
     f->slots.resize(numSlots);
     if (!slices.empty()) {
       // From the target, like every runInto buffer (on the CPU: not zero-filled).
@@ -452,6 +460,12 @@ struct CompiledGraph::Impl {
     for (size_t k = 0; k < f->args.size(); ++k)
       if (!fixedArg[k]) f->args[k] = RtValue();
     f->outs.clear();
+    // Between calls the arena's pages serve other buffers (the backward's arena the forward's
+    // saved values, one graph's arena another's): memory held across graphs is the largest
+    // arena, not their sum.
+    // Not where Python code ran in the call (external_call): it could keep a tensor it was
+    // handed, which must never point into memory another buffer then holds.
+    if (target && f->arena && stats.externalOps == 0) f->arenaLent = target->lendMemory(*f->arena);
     std::lock_guard<std::mutex> lock(poolMutex);
     pool.push_back(std::move(f));
   }

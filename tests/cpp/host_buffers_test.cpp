@@ -127,6 +127,56 @@ TEST(HostBuffers, AlternatingSizesTakeNoNewPagesOnceWarm) {
   EXPECT_EQ(hostBufferCounters().mappings, mappingsBefore); // all unmapped
 }
 
+TEST(HostBuffers, ArenaLendsItsPagesBetweenCalls) {
+  if (reuseOff()) GTEST_SKIP() << "XJIT_HOST_BUFFER_CACHE=0";
+  if (const char *v = std::getenv("XJIT_LEND_ARENAS"); v && std::string_view(v) == "0")
+    GTEST_SKIP() << "XJIT_LEND_ARENAS=0";
+  dropCachedHostBuffers();
+  const int64_t mb = 1 << 20;
+  const HostBufferCounters start = hostBufferCounters();
+  std::shared_ptr<Storage> small = hostBuffer(2 * mb);
+  EXPECT_FALSE(lendHostBufferPages(*small)); // under 4 MiB: kept as it is
+  std::shared_ptr<Storage> arena = hostBuffer(6 * mb);
+  void *at = arena->data();
+  fill(*arena, 5);
+  ASSERT_TRUE(lendHostBufferPages(*arena));
+  EXPECT_FALSE(lendHostBufferPages(*arena)); // already lent
+  EXPECT_EQ(hostBufferCounters().lends, start.lends + 1);
+  EXPECT_EQ(cachedHostBufferBytes(), 6 * mb);
+  // Its range is reserved, not readable: a stray access faults rather than reading zeros.
+  EXPECT_DEATH(static_cast<void>(static_cast<volatile char *>(at)[4096]), "");
+  HostBufferCounters before = hostBufferCounters();
+  {
+    // Another buffer takes the lent pages: their contents show it.
+    std::shared_ptr<Storage> other = hostBuffer(4 * mb);
+    EXPECT_EQ(hostBufferCounters().freshBytes, before.freshBytes);
+    const auto *p = static_cast<const unsigned char *>(other->data());
+    for (int64_t i = 0; i < 4 * mb; i += 4096)
+      ASSERT_EQ(p[i], (i / 4096 + 5) % 251 + 1) << "byte " << i;
+  }
+  before = hostBufferCounters();
+  reclaimHostBufferPages(*arena);
+  EXPECT_EQ(arena->data(), at); // the same address, backed again by the kept pages
+  EXPECT_EQ(cachedHostBufferBytes(), 0);
+  EXPECT_EQ(hostBufferCounters().freshBytes, before.freshBytes);
+  EXPECT_EQ(hostBufferCounters().reusedBytes, before.reusedBytes + 6 * mb);
+  fill(*arena, 9);                // the whole range is writable
+  reclaimHostBufferPages(*arena); // not lent: nothing to do
+  // Lent again, then the kept pages dropped: reclaimed with fresh pages.
+  ASSERT_TRUE(lendHostBufferPages(*arena));
+  dropCachedHostBuffers();
+  before = hostBufferCounters();
+  reclaimHostBufferPages(*arena);
+  EXPECT_EQ(hostBufferCounters().freshBytes, before.freshBytes + 6 * mb);
+  fill(*arena, 11);
+  // Released while lent: only its reservation goes.
+  ASSERT_TRUE(lendHostBufferPages(*arena));
+  arena.reset();
+  small.reset();
+  dropCachedHostBuffers();
+  EXPECT_EQ(hostBufferCounters().mappings, start.mappings);
+}
+
 TEST(HostBuffers, SmallBuffersAreNotKept) {
   dropCachedHostBuffers();
   {

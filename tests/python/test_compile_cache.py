@@ -107,6 +107,7 @@ def test_backend_stats_in_process() -> None:
         "host_buffer_reused_mb",
         "host_buffer_remaps",
         "host_buffer_mappings",
+        "host_buffer_lends",
         "cache_hits",
         "cache_misses",
         "cache_writes",

@@ -31,8 +31,21 @@ int64_t cachedHostBufferBytes();
 struct HostBufferCounters {
   uint64_t freshBytes = 0, reusedBytes = 0, remaps = 0;
   int64_t mappings = 0;
+  uint64_t lends = 0; // lendHostBufferPages calls that lent
 };
 HostBufferCounters hostBufferCounters();
+
+/// For a large hostBuffer held across calls but used only during them (a compiled graph's
+/// arena): its pages go to the kept ones, for any request, while its address range stays
+/// reserved and inaccessible, until reclaimHostBufferPages backs the range again with kept
+/// pages, or fresh ones (the contents are not kept). Returns whether the pages were lent: not
+/// for a buffer under 4 MiB (the system calls would cost short calls more than they save), one
+/// not made by hostBuffer or already lent, or with XJIT_LEND_ARENAS=0. Not thread-safe for one
+/// buffer: its owner lends and reclaims it.
+bool lendHostBufferPages(Storage &buffer);
+/// Makes a lent buffer usable again (no-op for one not lent). Throws std::bad_alloc when the
+/// kernel gives no memory.
+void reclaimHostBufferPages(Storage &buffer);
 
 /// While one lives, the large buffers (1 MiB or more) that hostBuffer hands out fresh on this
 /// thread (or from those made ahead) are listed, by size: a frame's first call records the

@@ -84,6 +84,11 @@ public:
   /// Copies between host and device tensors of the same dtype and sizes (a plain copy on CPU).
   virtual void copyToHost(const Tensor &device, const Tensor &host) = 0;
   virtual void copyFromHost(const Tensor &host, const Tensor &device) = 0;
+  /// Memory `allocate`d once and used only during calls (a frame's arena): lendMemory lets
+  /// other allocations use it until reclaimMemory makes it usable again, contents not kept.
+  /// Returns whether it was lent (default: never).
+  virtual bool lendMemory(Storage &) { return false; }
+  virtual void reclaimMemory(Storage &) {}
   /// Waits for queued work (devices with asynchronous queues; no-op on the CPU).
   virtual void synchronize() {}
 
