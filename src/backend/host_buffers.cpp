@@ -433,10 +433,12 @@ void reclaimHostBufferPages(Storage &buffer) {
     auto it = c.live.find(p);
     if (it == c.live.end() || !it->second.lent) return;
     // Likely the pages it lent: a block of its size, else the front of a larger one.
-    if (auto fit = c.bySize.lower_bound(n); fit != c.bySize.end())
-      plan.pieces.emplace_back(fit->second, takeFront(c, fit->second, n));
-    else
+    if (auto fit = c.bySize.lower_bound(n); fit != c.bySize.end()) {
+      const uintptr_t at = fit->second; // takeFront erases fit
+      plan.pieces.emplace_back(at, takeFront(c, at, n));
+    } else {
       planLargestFirst(c, n, plan);
+    }
   }
   Pages got;
   char *dest = reinterpret_cast<char *>(p);
