@@ -584,8 +584,8 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   // A pure op or a view in a torch.no_grad() region of a frame entered with grad enabled (a
   // training step) reads its operands that require grad through an alias autodiff stops at, as
   // detach() (autodiff's stopsGradient; canonicalize never looks through an alias); such a view
-  // stays one of its base for writes (TensorVar::noGradView). PyTorch fallbacks there still
-  // send a training step to Python (cutsGradient).
+  // stays one of its base for writes (TensorVar::noGradView). PyTorch fallbacks there do the
+  // same (fallbackCall), but for those that write (`name_`): cutsGradient.
   const OpDef *def = OpRegistry::instance().lookup(opName);
   const bool viewOp = view || (def && def->has(kView));
   const bool stopOperands = gradEnabledAtEntry_ && !gradEnabled_ && def && !def->has(kInPlace) &&
@@ -1654,9 +1654,21 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
              (*resultTypes)[i].str());
     types = *resultTypes;
   }
+  // Under torch.no_grad() in a training step, a call that writes nothing (no trailing `_`)
+  // reads its operands that require grad through an autodiff.stop alias, as emit's pure ops
+  // do: its result carries no gradient, as in eager (a fallback `as_strided` view of a weight).
+  const size_t dot = name.rfind('.');
+  const std::string callee = dot == std::string::npos ? name : name.substr(dot + 1);
+  const bool writes = callee.size() > 1 && callee.back() == '_' && !callee.starts_with("__");
+  const bool stopOperands =
+      gradEnabledAtEntry_ && !gradEnabled_ && !writes && anyRequiresGrad(operands);
   std::vector<Value *> vals;
-  for (const VarPtr &o : operands)
-    vals.push_back(irValue(o));
+  for (const VarPtr &o : operands) {
+    Value *x = irValue(o);
+    if (auto *tv = as<TensorVar>(o); stopOperands && tv && tv->requiresGrad)
+      x = builder_.create("alias", {x}, {{"autodiff.stop", Attr(true)}})->result(0);
+    vals.push_back(x);
+  }
   // `callee` indexes Capture::fallbackCallables; the driver registers the callables.
   auto id = static_cast<int64_t>(fallbacks_.size());
   fallbacks_.push_back(callable);
@@ -1665,7 +1677,7 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
   recordedForAutograd_ = recordedForAutograd_ || rg;
   if (rg) noteReadWithGrad(operands);
-  cutsGradient_ = cutsGradient_ || (!gradEnabled_ && anyRequiresGrad(operands));
+  cutsGradient_ = cutsGradient_ || (!gradEnabled_ && !stopOperands && anyRequiresGrad(operands));
   std::vector<VarPtr> rs;
   for (size_t i = 0; i < op->numResults(); ++i) {
     rs.push_back(wrapIr(op->result(i), rg));
@@ -1681,6 +1693,7 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
       rt->base = src->base ? src->base : std::static_pointer_cast<TensorVar>(operands[k]);
       rt->baseVersion = rt->base->version;
       rt->viewOpaque = "a view made by PyTorch fallback " + name;
+      rt->noGradView = src->noGradView || stopOperands;
       // Of its only operand, the base or a view that replays: the call replays too (on the
       // caller's tensor, after the graph; fuzzer seed 12424: a1.as_strided(...) of a written
       // input, written after a graph break, must write a1).

@@ -1877,6 +1877,65 @@ LOWER(lowerIndexCopy) {
   return a.emit1("index_put", operands);
 }
 
+// index_put(input, indices, values, accumulate=False): one integer index tensor per leading dim
+// (Python's binding takes no None), or one boolean mask of input's shape with a 0-d value (a
+// `where`, as `x[mask] = v`). Eager requires values of input's dtype.
+LOWER(lowerIndexPut) {
+  VarPtr x = b.at("input"), values = b.at("values");
+  const Type &ty = tensorOf(a, x, "input").value->type();
+  const Type &vt = tensorOf(a, values, "values").value->type();
+  const bool accumulate = a.truthy(b.at("accumulate"));
+  if (vt.dtype() != ty.dtype())
+    a.fail("index_put() of " + vt.str() + " values into " + ty.str() + " (eager raises)");
+  std::vector<VarPtr> indices = a.sequenceItems(b.at("indices"), "index_put() indices");
+  if (indices.empty() || int64_t(indices.size()) > ty.rank())
+    a.fail("index_put() with " + std::to_string(indices.size()) + " indices into a " + ty.str());
+  for (const VarPtr &i : indices)
+    tensorOf(a, i, "an index_put() index");
+  const Type &first = as<TensorVar>(indices[0])->value->type();
+  if (first.dtype() == DType::Bool) {
+    if (indices.size() != 1 || first.shape() != ty.shape() || vt.rank() != 0)
+      a.fail("index_put() with a boolean mask (the number of written elements depends on the "
+             "data)");
+    VarPtr written = accumulate ? a.emit1("add", {x, values}) : values;
+    return a.emit1("where", {indices[0], written, x});
+  }
+  std::vector<VarPtr> operands{x, values};
+  operands.insert(operands.end(), indices.begin(), indices.end());
+  return a.emit1("index_put", operands, {{"accumulate", Attr(accumulate)}});
+}
+
+// index_add(input, dim, index, source, alpha=1): index_put accumulate with the index at dim
+// (index_copy's form), source scaled by alpha first as eager's kernel does (self + alpha * src).
+LOWER(lowerIndexAdd) {
+  VarPtr x = b.at("input"), index = b.at("index"), source = b.at("source");
+  const Type &ty = tensorOf(a, x, "input").value->type();
+  const Type &it = tensorOf(a, index, "index").value->type();
+  const Type &st = tensorOf(a, source, "source").value->type();
+  int64_t dim = toInt(a, b.at("dim"), "dim");
+  if (ty.rank() == 0 || dim < -ty.rank() || dim >= ty.rank())
+    a.fail("index_add() with dim " + std::to_string(dim) + " of a " + ty.str());
+  if (dim < 0) dim += ty.rank();
+  if ((it.dtype() != DType::I64 && it.dtype() != DType::I32) || it.rank() > 1 ||
+      st.dtype() != ty.dtype())
+    a.fail("index_add() with index " + it.str() + " and source " + st.str() + " into " + ty.str() +
+           " (eager raises)");
+  Shape expected = ty.shape();
+  expected[size_t(dim)] = it.rank() == 1 ? it.shape()[0] : DimExpr(1);
+  if (st.shape() != expected)
+    a.fail("index_add() of a source " + st.str() + " that does not match the indexed slices");
+  std::optional<double> alpha = a.asNumber(b.at("alpha"));
+  if (!alpha) a.fail("index_add() with an alpha known only at run time");
+  if (*alpha != 1) source = a.emit1("mul", {source, b.at("alpha")});
+  std::vector<VarPtr> operands{x, source};
+  for (int64_t d = 0; d < dim; ++d)
+    operands.push_back(a.none());
+  operands.push_back(it.rank() == 1
+                         ? index
+                         : a.emit1("reshape", {index}, {{"shape", Attr(std::vector<int64_t>{1})}}));
+  return a.emit1("index_put", operands, {{"accumulate", Attr(true)}});
+}
+
 LOWER(lowerTakeAlongDim) {
   AttrMap attrs;
   if (!isNoneVar(b.at("dim"))) attrs["dim"] = Attr(toInt(a, b.at("dim"), "dim"));
@@ -2149,6 +2208,10 @@ const std::vector<TorchRow> &table() {
        "input index | dim"},
       {"torch.index_copy Tensor.index_copy", "input, dim, index, source", "index_put", "",
        lowerIndexCopy},
+      {"torch.index_put Tensor.index_put", "input, indices, values, accumulate=False", "index_put",
+       "", lowerIndexPut},
+      {"torch.index_add Tensor.index_add", "input, dim, index, source, *, alpha=1", "index_put", "",
+       lowerIndexAdd},
       {"torch.take_along_dim Tensor.take_along_dim", "input, indices, dim=None", "take_along_dim",
        "", lowerTakeAlongDim},
       {"torch.masked_fill Tensor.masked_fill", "input, mask, value", "masked_fill", "",

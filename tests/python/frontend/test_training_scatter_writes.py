@@ -1,0 +1,140 @@
+"""Training steps that call `index_put_` / `index_put` (accumulate or not), `index_add_` /
+`index_add`, `scatter_add_` / `scatter_add` or `scatter_` / `scatter`: captured as `index_put`,
+`scatter_add` and `scatter` ops with derivative rules (autodiff_rules_movement.cpp), so the step
+trains compiled (until session 23 `index_put_` and `index_add_` were PyTorch fallbacks and the
+scatters had no rule: such steps ran in Python). Values and every gradient are eager's, with the
+written tensor, the written values or both requiring grad, and with duplicate indices."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("xjit._frontend")
+import xjit  # noqa: E402
+from frontend_fixtures import clean, fe  # noqa: E402, F401 (autouse fixture)
+
+DUPLICATES = [4, 0, 4, 2, 0]  # rows written twice: accumulate adds both
+
+
+def _put_rows(x: Any, v: Any, idx: Any) -> Any:
+    h = x * 2  # [6, 4], requires grad where x does
+    h.index_put_((idx[1:4],), v[1:4])  # rows 0, 4, 2: each once
+    return (h * torch.arange(4.0)).sum(), h
+
+
+def _put_accumulate(x: Any, v: Any, idx: Any) -> Any:
+    h = torch.sin(x)
+    cols = torch.tensor([1, 3, 1, 0, 1])
+    h.index_put_((idx, cols), v[:, 0] * 3, accumulate=True)  # elements written twice
+    return (h * h).sum(), h
+
+
+def _put_functional(x: Any, v: Any, idx: Any) -> Any:
+    out = torch.index_put(x + 1, (idx,), torch.tanh(v), accumulate=True)
+    return out.pow(2).sum(), out
+
+
+def _put_mask(x: Any, v: Any, idx: Any) -> Any:
+    h = x * 1.5
+    h.index_put_((h > 0.5,), v.sum(), accumulate=True)  # a mask and a 0-d value
+    return (h * h).sum(), h
+
+
+def _index_add(x: Any, v: Any, idx: Any) -> Any:
+    h = x * 2 + 1  # (exp would save its result: eager refuses the write at backward)
+    h.index_add_(0, idx, v * v, alpha=2)
+    return (h * torch.arange(4.0)).sum(), h
+
+
+def _index_add_dim1(x: Any, v: Any, idx: Any) -> Any:
+    out = torch.zeros(4, 6).index_add(1, idx, v.t())  # a fresh buffer: only v has a gradient
+    return (out * out).sum(), out
+
+
+def _scatter_add(x: Any, v: Any, idx: Any) -> Any:
+    h = x - 1
+    index = idx.unsqueeze(1).expand(5, 4)
+    h.scatter_add_(0, index, torch.cos(v))
+    return (h * h).sum(), h
+
+
+def _scatter_add_dim1(x: Any, v: Any, idx: Any) -> Any:
+    index = torch.tensor([[0, 0, 3, 1], [2, 2, 2, 0], [1, 3, 0, 0], [3, 1, 1, 2], [0, 1, 2, 3]])
+    out = torch.scatter_add(x[:5], 1, index, v)
+    return (out * out).sum(), out
+
+
+def _scatter(x: Any, v: Any, idx: Any) -> Any:
+    h = x * 3
+    index = torch.tensor([[5, 0, 2, 1], [3, 4, 0, 5]])
+    h.scatter_(0, index, v[:2])  # no duplicates per column: eager's result is defined
+    return (h * torch.arange(4.0)).sum(), h
+
+
+def _scatter_value(x: Any, v: Any, idx: Any) -> Any:
+    index = torch.tensor([[1], [0], [3]])
+    out = (x[:3] * v[:3]).scatter(1, index, 0.25)
+    return (out * out).sum(), out
+
+
+CASES = {
+    "put_rows": _put_rows,
+    "put_accumulate": _put_accumulate,
+    "put_functional": _put_functional,
+    "put_mask": _put_mask,
+    "index_add": _index_add,
+    "index_add_dim1": _index_add_dim1,
+    "scatter_add": _scatter_add,
+    "scatter_add_dim1": _scatter_add_dim1,
+    "scatter": _scatter,
+    "scatter_value": _scatter_value,
+}
+
+
+def _check(fn: Callable[..., Any], grads: tuple[bool, bool]) -> None:
+    torch.manual_seed(3)
+    x, v, idx = torch.randn(6, 4), torch.randn(5, 4), torch.tensor(DUPLICATES)
+    xs = [x.clone().requires_grad_(grads[0]), v.clone().requires_grad_(grads[1]), idx]
+    ys = [x.clone().requires_grad_(grads[0]), v.clone().requires_grad_(grads[1]), idx]
+    got, want = xjit.jit(fn)(*xs), fn(*ys)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+        assert g.requires_grad == w.requires_grad
+    if not want[0].requires_grad:
+        return
+    got[0].backward()
+    want[0].backward()
+    for a, b in zip(xs[:2], ys[:2], strict=True):
+        assert (a.grad is None) == (b.grad is None)
+        if b.grad is not None:
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+    graphs = fe.events()["graphs"]
+    assert len(graphs) == 1, graphs
+    assert not graphs[0]["runs_in_python"], graphs[0]["note"]
+    assert graphs[0]["note"].startswith("training step"), graphs[0]["note"]
+
+
+@pytest.mark.parametrize("grads", [(True, True), (True, False), (False, True)],
+                         ids=["both", "written", "values"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_scatter_writes_train_with_eagers_gradients(name: str, grads: tuple[bool, bool]) -> None:
+    _check(CASES[name], grads)
+
+
+def test_scatter_add_with_a_smaller_index_runs_in_python_as_eager_raises() -> None:
+    # Eager's backward rejects the gathered gradient's shape (index's, not src's): the step
+    # runs in Python, so backward raises as in eager.
+    def fn(x: Any, v: Any) -> Any:
+        return torch.zeros(3, 4).scatter_add(0, torch.tensor([[0, 1], [2, 0]]), v * x).sum()
+
+    x, v = torch.randn(5, 6), torch.randn(5, 6, requires_grad=True)
+    loss = xjit.jit(fn)(x, v)
+    torch.testing.assert_close(loss, fn(x, v))
+    with pytest.raises(RuntimeError, match="invalid gradient"):
+        loss.backward()
+    graphs = fe.events()["graphs"]
+    assert graphs[0]["runs_in_python"] and "scatter_add" in graphs[0]["note"], graphs[0]["note"]
