@@ -767,7 +767,7 @@ VarPtr Analyzer::tensorMethod(const VarPtr &t, const std::string &name, const Ar
   const Type &ty = tv->type();
   bool found = false;
   VarPtr r = callTensorMethodRow(name, t, args, &found);
-  if (found) return r;
+  if (r) return r; // (found without a result: a row's calls it leaves to PyTorch, below)
   auto dimArg = [&]() -> std::optional<int64_t> {
     const VarPtr *d = args.pos.empty() ? args.find("dim") : &args.pos[0];
     if (!d) return std::nullopt;

@@ -1877,26 +1877,32 @@ LOWER(lowerIndexCopy) {
   return a.emit1("index_put", operands);
 }
 
-// index_put(input, indices, values, accumulate=False): one integer index tensor per leading dim
+// index_put(input, indices, values, accumulate=False): one int64 index tensor per leading dim
 // (Python's binding takes no None), or one boolean mask of input's shape with a 0-d value (a
-// `where`, as `x[mask] = v`). Eager requires values of input's dtype.
+// `where`, as `x[mask] = v`). Other calls (masks with data-dependent counts, other dtypes,
+// where eager raises) stay PyTorch fallback nodes (nullptr), as before session 23.
 LOWER(lowerIndexPut) {
   VarPtr x = b.at("input"), values = b.at("values");
-  const Type &ty = tensorOf(a, x, "input").value->type();
-  const Type &vt = tensorOf(a, values, "values").value->type();
-  const bool accumulate = a.truthy(b.at("accumulate"));
-  if (vt.dtype() != ty.dtype())
-    a.fail("index_put() of " + vt.str() + " values into " + ty.str() + " (eager raises)");
+  auto *xt = as<TensorVar>(x), *vt = as<TensorVar>(values);
+  if (!xt || !vt || vt->type().dtype() != xt->type().dtype()) return nullptr;
+  const Type &ty = xt->type();
+  if (b.at("indices")->kind != VarKind::Tuple && b.at("indices")->kind != VarKind::List)
+    return nullptr;
   std::vector<VarPtr> indices = a.sequenceItems(b.at("indices"), "index_put() indices");
-  if (indices.empty() || int64_t(indices.size()) > ty.rank())
-    a.fail("index_put() with " + std::to_string(indices.size()) + " indices into a " + ty.str());
+  if (indices.empty() || int64_t(indices.size()) > ty.rank()) return nullptr;
   for (const VarPtr &i : indices)
-    tensorOf(a, i, "an index_put() index");
-  const Type &first = as<TensorVar>(indices[0])->value->type();
-  if (first.dtype() == DType::Bool) {
-    if (indices.size() != 1 || first.shape() != ty.shape() || vt.rank() != 0)
-      a.fail("index_put() with a boolean mask (the number of written elements depends on the "
-             "data)");
+    if (auto *it = as<TensorVar>(i);
+        !it || (it->type().dtype() != DType::I64 &&
+                (it->type().dtype() != DType::Bool || indices.size() > 1)))
+      return nullptr;
+  if (!isNoneVar(b.at("accumulate"))) {
+    PyRef p = a.asPython(b.at("accumulate"));
+    if (!p || !PyBool_Check(p.get())) return nullptr;
+  }
+  const bool accumulate = a.truthy(b.at("accumulate"));
+  if (as<TensorVar>(indices[0])->type().dtype() == DType::Bool) {
+    if (as<TensorVar>(indices[0])->type().shape() != ty.shape() || vt->type().rank() != 0)
+      return nullptr; // the number of written elements depends on the data
     VarPtr written = accumulate ? a.emit1("add", {x, values}) : values;
     return a.emit1("where", {indices[0], written, x});
   }
@@ -1907,30 +1913,27 @@ LOWER(lowerIndexPut) {
 
 // index_add(input, dim, index, source, alpha=1): index_put accumulate with the index at dim
 // (index_copy's form), source scaled by alpha first as eager's kernel does (self + alpha * src).
+// Other calls stay PyTorch fallback nodes (nullptr).
 LOWER(lowerIndexAdd) {
   VarPtr x = b.at("input"), index = b.at("index"), source = b.at("source");
-  const Type &ty = tensorOf(a, x, "input").value->type();
-  const Type &it = tensorOf(a, index, "index").value->type();
-  const Type &st = tensorOf(a, source, "source").value->type();
-  int64_t dim = toInt(a, b.at("dim"), "dim");
-  if (ty.rank() == 0 || dim < -ty.rank() || dim >= ty.rank())
-    a.fail("index_add() with dim " + std::to_string(dim) + " of a " + ty.str());
-  if (dim < 0) dim += ty.rank();
-  if ((it.dtype() != DType::I64 && it.dtype() != DType::I32) || it.rank() > 1 ||
-      st.dtype() != ty.dtype())
-    a.fail("index_add() with index " + it.str() + " and source " + st.str() + " into " + ty.str() +
-           " (eager raises)");
-  Shape expected = ty.shape();
-  expected[size_t(dim)] = it.rank() == 1 ? it.shape()[0] : DimExpr(1);
-  if (st.shape() != expected)
-    a.fail("index_add() of a source " + st.str() + " that does not match the indexed slices");
+  auto *xt = as<TensorVar>(x), *it = as<TensorVar>(index), *st = as<TensorVar>(source);
+  std::optional<int64_t> dim = a.asInt(b.at("dim"));
   std::optional<double> alpha = a.asNumber(b.at("alpha"));
-  if (!alpha) a.fail("index_add() with an alpha known only at run time");
+  if (!xt || !it || !st || !dim || !alpha) return nullptr;
+  const Type &ty = xt->type();
+  const int64_t rank = ty.rank();
+  if (rank == 0 || *dim < -rank || *dim >= rank || it->type().dtype() != DType::I64 ||
+      it->type().rank() > 1 || st->type().dtype() != ty.dtype())
+    return nullptr;
+  const int64_t d = *dim < 0 ? *dim + rank : *dim;
+  Shape expected = ty.shape();
+  expected[size_t(d)] = it->type().rank() == 1 ? it->type().shape()[0] : DimExpr(1);
+  if (st->type().shape() != expected) return nullptr; // (eager raises, or broadcasts a 0-d)
   if (*alpha != 1) source = a.emit1("mul", {source, b.at("alpha")});
   std::vector<VarPtr> operands{x, source};
-  for (int64_t d = 0; d < dim; ++d)
+  for (int64_t k = 0; k < d; ++k)
     operands.push_back(a.none());
-  operands.push_back(it.rank() == 1
+  operands.push_back(it->type().rank() == 1
                          ? index
                          : a.emit1("reshape", {index}, {{"shape", Attr(std::vector<int64_t>{1})}}));
   return a.emit1("index_put", operands, {{"accumulate", Attr(true)}});

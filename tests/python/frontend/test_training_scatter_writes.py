@@ -138,3 +138,25 @@ def test_scatter_add_with_a_smaller_index_runs_in_python_as_eager_raises() -> No
         loss.backward()
     graphs = fe.events()["graphs"]
     assert graphs[0]["runs_in_python"] and "scatter_add" in graphs[0]["note"], graphs[0]["note"]
+
+
+def test_index_put_of_a_mask_and_values_stays_eagers() -> None:
+    # How many elements a mask writes depends on the data: a PyTorch fallback node, as before
+    # session 23, which in a training step runs the frame in Python (eager's values and grads).
+    def fn(x: Any, v: Any) -> Any:
+        h = x * 2
+        mask = torch.tensor([True, False, True, False, False, True])
+        h.index_put_((mask,), v[:3] * 3)
+        return (h * h).sum(), h
+
+    x, v = torch.randn(6, 4), torch.randn(5, 4)
+    xs, ys = [t.clone().requires_grad_() for t in (x, v)], [t.clone().requires_grad_() for t in (x, v)]
+    got, want = xjit.jit(fn)(*xs), fn(*ys)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    got[0].backward()
+    want[0].backward()
+    for a, b in zip(xs, ys, strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+    with torch.no_grad():  # inference: the fallback node inside the graph
+        torch.testing.assert_close(xjit.jit(fn)(x, v)[1], fn(x, v)[1])
