@@ -1398,12 +1398,35 @@ void Analyzer::checkFunctionWrite(const Value *target) const {
     fail("in-place write inside a torch.autograd.Function to a tensor it did not make");
 }
 
+namespace {
+
+/// Ops whose eager backward reads their result (derivatives.yaml's `result`): autograd
+/// raises at backward when that result was written in place with grad enabled.
+bool resultSaved(const Value *v) {
+  static const std::set<std::string, std::less<>> ops = {
+      "exp",   "exp2",       "expm1",     "tanh", "sigmoid", "relu", "sqrt",
+      "rsqrt", "reciprocal", "softmax",   "tan",  "elu",     "amax", "amin",
+      "max",   "min",        "logsumexp", "prod", "cumprod", "norm", "log_softmax"};
+  return v->definingOp() && ops.count(v->definingOp()->name());
+}
+
+} // namespace
+
+/// A write with grad enabled to such a result: eager's backward raises; the step runs in
+/// Python, where it does.
+void Analyzer::checkWriteKeepsSavedResult(const TensorVar &t) const {
+  if (gradEnabled_ && t.requiresGrad && resultSaved(t.value))
+    fail("in-place write to the result of '" + t.value->definingOp()->name() +
+         "', which its backward reads (eager's backward raises)");
+}
+
 void Analyzer::assignInPlace(const VarPtr &target, const VarPtr &newValue) {
   auto *t = as<TensorVar>(target);
   auto *n = as<TensorVar>(newValue);
   if (!t || !n) throw BreakError("internal: in-place write of a non-tensor", currentLoc(), true);
   if (t->base) return assignThroughView(target, newValue);
   checkFunctionWrite(t->value);
+  checkWriteKeepsSavedResult(*t);
   if (t->viewOverlaps) fail("in-place write to an expanded input (its elements share memory)");
   if (t->isInput && t->requiresGrad && gradEnabled_)
     fail("in-place write to a leaf tensor that requires grad");
@@ -1488,6 +1511,7 @@ void Analyzer::assignThroughView(const VarPtr &target, const VarPtr &newValue) {
   if (t->viewOverlaps) fail("in-place write to an expanded view (its elements share memory)");
   const std::shared_ptr<TensorVar> root = t->base;
   checkFunctionWrite(root->value);
+  checkWriteKeepsSavedResult(*root);
   if (t->viewAssumesContiguousBase) root->stridesRead = true;
   if (root->isInput && root->requiresGrad && gradEnabled_)
     fail("in-place write to a view of a leaf tensor that requires grad");

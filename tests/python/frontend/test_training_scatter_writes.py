@@ -160,3 +160,28 @@ def test_index_put_of_a_mask_and_values_stays_eagers() -> None:
         torch.testing.assert_close(a.grad, b.grad)
     with torch.no_grad():  # inference: the fallback node inside the graph
         torch.testing.assert_close(xjit.jit(fn)(x, v)[1], fn(x, v)[1])
+
+
+@pytest.mark.parametrize("write", ["setitem", "index_add_", "scatter_add_", "view"])
+def test_writing_a_result_its_backward_reads_raises_as_in_eager(write: str) -> None:
+    # exp's backward reads its result: eager raises at backward once it was written in place
+    # with grad enabled. The step runs in Python (a graph break), so xjit raises there too
+    # (until session 23 the compiled step differentiated the value before the write).
+    def fn(x: Any, v: Any, idx: Any) -> Any:
+        h = x.exp()
+        if write == "setitem":
+            h[idx] = v
+        elif write == "index_add_":
+            h.index_add_(0, idx, v)
+        elif write == "scatter_add_":
+            h.scatter_add_(0, idx.unsqueeze(1).expand(3, 4), v)
+        else:
+            h[1:].mul_(2)
+        return h.sum()
+
+    x, v, idx = torch.randn(6, 4, requires_grad=True), torch.randn(3, 4), torch.tensor([0, 2, 4])
+    for f in (xjit.jit(fn), fn):
+        loss = f(x, v, idx)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+    assert fe.events()["graphs"][0]["runs_in_python"]
