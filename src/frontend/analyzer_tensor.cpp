@@ -609,6 +609,7 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
   recordedForAutograd_ = recordedForAutograd_ || rg;
   if (rg) noteReadWithGrad(operands);
+  if (rg) noteSavedReads(*op, operands);
   cutsGradient_ = cutsGradient_ || (!gradEnabled_ && !stopOperands && anyRequiresGrad(operands));
   // A result made from its operands' shapes alone (x.new_zeros(3), zeros_like) does not require
   // grad, as in eager (fuzz seed 10090: a fill of it was then recorded as a tracked fill); nor
@@ -1400,6 +1401,54 @@ void Analyzer::checkFunctionWrite(const Value *target) const {
 
 namespace {
 
+/// Whether eager's backward of `op` (recorded by autograd) saves its tensor operand i
+/// (derivatives.yaml). Products save an operand for the other's gradient; the listed math ops
+/// save their inputs. Ops not named here are taken to save none (views, add, sum, cat, index
+/// ops' data operands...): a write after one of those stays compiled.
+bool savesOperand(const Op &op, size_t i, const std::vector<VarPtr> &operands) {
+  static const std::set<std::string, std::less<>> inputs = {
+      "sin",     "cos",       "tan",         "log",      "log2",  "log10",     "log1p",
+      "pow",     "abs",       "sinh",        "cosh",     "asin",  "acos",      "atan",
+      "erf",     "erfc",      "gelu",        "silu",     "mish",  "softplus",  "leaky_relu",
+      "elu",     "hardswish", "hardsigmoid", "hardtanh", "relu6", "clamp",     "logit",
+      "atan2",   "maximum",   "minimum",     "amax",     "amin",  "max",       "min",
+      "var",     "std",       "prod",        "cumprod",  "norm",  "logsumexp", "addcmul",
+      "addcdiv", "lerp",      "hypot"};
+  // Input and weight (a batch norm's running statistics are not saved: it writes them).
+  static const std::set<std::string, std::less<>> inputAndWeight = {
+      "layer_norm", "rms_norm", "group_norm", "batch_norm", "batch_norm_with_update",
+      "conv1d",     "conv2d",   "conv3d"};
+  const std::string &name = op.name();
+  auto otherRequiresGrad = [&](size_t j) {
+    auto *t = j < operands.size() ? as<TensorVar>(operands[j]) : nullptr;
+    return t && t->requiresGrad;
+  };
+  if (name == "mul" || name == "matmul" || name == "mm" || name == "bmm" || name == "dot")
+    return i < 2 && otherRequiresGrad(1 - i);
+  if (name == "div") return i == 1 || otherRequiresGrad(1);
+  if (name == "linear") return i < 2 && otherRequiresGrad(1 - i);
+  if (name == "addmm" || name == "baddbmm") return (i == 1 || i == 2) && otherRequiresGrad(3 - i);
+  if (name == "custom_vjp") {
+    const Attr *n = op.attrOrNull("name");
+    return !(n && n->kind() == AttrKind::Str && n->asStr() == "xjit.no_grad_write");
+  }
+  if (inputAndWeight.count(name)) return i < 2;
+  if (name == "scaled_dot_product_attention") return i < 3; // query, key, value
+  return inputs.count(name) != 0;
+}
+
+} // namespace
+
+void Analyzer::noteSavedReads(const Op &op, const std::vector<VarPtr> &operands) {
+  for (size_t i = 0; i < operands.size(); ++i)
+    if (auto *t = as<TensorVar>(operands[i]); t && savesOperand(op, i, operands)) {
+      t->savedBy.emplace_back(&op, &op.def());
+      if (t->base) t->base->savedBy.emplace_back(&op, &op.def());
+    }
+}
+
+namespace {
+
 /// Ops whose eager backward reads their result (derivatives.yaml's `result`): autograd
 /// raises at backward when that result was written in place with grad enabled.
 bool resultSaved(const Value *v) {
@@ -1412,12 +1461,18 @@ bool resultSaved(const Value *v) {
 
 } // namespace
 
-/// A write with grad enabled to such a result: eager's backward raises; the step runs in
-/// Python, where it does.
-void Analyzer::checkWriteKeepsSavedResult(const TensorVar &t) const {
+/// A write with grad enabled to such a result, or any write to a tensor an earlier op saved:
+/// eager's backward raises; the step runs in Python, where it does. `data` is the new value:
+/// the in-place op's own read (`h.mul_(w)`) is no earlier one (eager saves a copy for it).
+void Analyzer::checkWriteKeepsSavedResult(TensorVar &t, const Value *data) const {
   if (gradEnabled_ && t.requiresGrad && resultSaved(t.value))
     fail("in-place write to the result of '" + t.value->definingOp()->name() +
          "', which its backward reads (eager's backward raises)");
+  for (const auto &[op, def] : t.savedBy)
+    if (op != data->definingOp())
+      fail("in-place write to a tensor that '" + def->name +
+           "' saved for its backward (eager's backward raises)");
+  t.savedBy.clear(); // (what the write's own op read: a copy in eager)
 }
 
 void Analyzer::assignInPlace(const VarPtr &target, const VarPtr &newValue) {
@@ -1426,7 +1481,7 @@ void Analyzer::assignInPlace(const VarPtr &target, const VarPtr &newValue) {
   if (!t || !n) throw BreakError("internal: in-place write of a non-tensor", currentLoc(), true);
   if (t->base) return assignThroughView(target, newValue);
   checkFunctionWrite(t->value);
-  checkWriteKeepsSavedResult(*t);
+  checkWriteKeepsSavedResult(*t, n->value);
   if (t->viewOverlaps) fail("in-place write to an expanded input (its elements share memory)");
   if (t->isInput && t->requiresGrad && gradEnabled_)
     fail("in-place write to a leaf tensor that requires grad");
@@ -1511,7 +1566,7 @@ void Analyzer::assignThroughView(const VarPtr &target, const VarPtr &newValue) {
   if (t->viewOverlaps) fail("in-place write to an expanded view (its elements share memory)");
   const std::shared_ptr<TensorVar> root = t->base;
   checkFunctionWrite(root->value);
-  checkWriteKeepsSavedResult(*root);
+  checkWriteKeepsSavedResult(*root, n->value);
   if (t->viewAssumesContiguousBase) root->stridesRead = true;
   if (root->isInput && root->requiresGrad && gradEnabled_)
     fail("in-place write to a view of a leaf tensor that requires grad");
