@@ -235,3 +235,28 @@ def test_writes_after_reads_that_save_nothing_train_compiled() -> None:
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
     graphs = fe.events()["graphs"]
     assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs[0]["note"]
+
+
+@pytest.mark.filterwarnings("ignore:.*out of bounds.*:xjit.XjitWarning")  # the rerun's notice
+@pytest.mark.parametrize("op", ["index_add", "index_copy", "scatter_add"])
+def test_a_negative_index_raises_as_in_eager(op: str) -> None:
+    # index_put wraps -1 to the last row; these ops reject it. The captured index_put gets it
+    # out of range instead, so the compiled step fails and the frame reruns in Python, which
+    # raises eager's error.
+    def fn(x: Any, v: Any, idx: Any) -> Any:
+        h = x * 2
+        if op == "index_add":
+            h = h.index_add(0, idx, v)
+        elif op == "index_copy":
+            h = h.index_copy(0, idx, v)
+        else:
+            h = h.scatter_add(0, idx.unsqueeze(1).expand(3, 4), v)
+        return h.sum()
+
+    x, v = torch.randn(6, 4, requires_grad=True), torch.randn(3, 4)
+    good, bad = torch.tensor([0, 2, 4]), torch.tensor([0, -1, 4])
+    step = xjit.jit(fn)
+    step(x, v, good).backward()  # compiles
+    for f in (step, fn):
+        with pytest.raises((RuntimeError, IndexError), match="out of bounds"):
+            f(x, v, bad)
