@@ -1808,16 +1808,25 @@ LOWER(lowerScatter) { // scatter(input, dim, index, src | value, reduce=None)
   return a.emit1("scatter", {b.at("input"), b.at("index")}, std::move(attrs));
 }
 
-// An index for index_put standing for index_copy / index_add / scatter_add's, which reject
-// negative indices where index_put wraps them: those become out of range, so the kernel raises
-// as eager does (then the frame reruns in Python, where eager raises its own error).
-VarPtr negativesOutOfRange(Analyzer &a, const VarPtr &index) {
+// x with `values` written (accumulate: added) at a 0-d or 1-D `index` along dim: index_put with
+// `none` for the dims before it, index_copy / index_add / scatter_add's form. Those ops reject
+// negative indices where index_put wraps them: such indices become out of range, so the kernel
+// raises as eager does (then the frame reruns in Python, where eager raises its own error).
+VarPtr putAlongDim(Analyzer &a, const VarPtr &x, const VarPtr &values, int64_t dim,
+                   const VarPtr &index, bool accumulate) {
+  std::vector<VarPtr> operands{x, values};
+  for (int64_t d = 0; d < dim; ++d)
+    operands.push_back(a.none());
   VarPtr negative = a.emit1("lt", {index, a.integer(0)});
   VarPtr huge = a.emit1("full", {},
                         {{"shape", Attr(std::vector<int64_t>{})},
                          {"dtype", Attr(DType::I64)},
                          {"fill_value", Attr(int64_t(1) << 62)}});
-  return a.emit1("where", {negative, huge, index});
+  VarPtr checked = a.emit1("where", {negative, huge, index});
+  if (as<TensorVar>(index)->type().rank() == 0)
+    checked = a.emit1("reshape", {checked}, {{"shape", Attr(std::vector<int64_t>{1})}});
+  operands.push_back(checked);
+  return a.emit1("index_put", operands, {{"accumulate", Attr(accumulate)}});
 }
 
 // scatter_add(input, dim, index, src) whose index is one 1-D index broadcast over every other
@@ -1850,12 +1859,9 @@ LOWER(lowerScatterAdd) {
     return flat;
   };
   if (Value *flat = rowIndex()) {
-    std::vector<VarPtr> operands{x, src};
     const int64_t rank = xt->type().rank();
-    for (int64_t k = 0; k < (dim < 0 ? dim + rank : dim); ++k)
-      operands.push_back(a.none());
-    operands.push_back(negativesOutOfRange(a, std::make_shared<TensorVar>(flat)));
-    return a.emit1("index_put", operands, {{"accumulate", Attr(true)}});
+    return putAlongDim(a, x, src, dim < 0 ? dim + rank : dim, std::make_shared<TensorVar>(flat),
+                       true);
   }
   return a.emit1("scatter_add", {x, index, src}, {{"dim", Attr(dim)}});
 }
@@ -1920,14 +1926,7 @@ LOWER(lowerIndexCopy) {
   expected[size_t(dim)] = it.rank() == 1 ? it.shape()[0] : DimExpr(1);
   if (st.shape() != expected)
     a.fail("index_copy() of a source " + st.str() + " that does not match the indexed slices");
-  std::vector<VarPtr> operands{x, source};
-  for (int64_t d = 0; d < dim; ++d)
-    operands.push_back(a.none());
-  index = negativesOutOfRange(a, index);
-  operands.push_back(it.rank() == 1
-                         ? index
-                         : a.emit1("reshape", {index}, {{"shape", Attr(std::vector<int64_t>{1})}}));
-  return a.emit1("index_put", operands);
+  return putAlongDim(a, x, source, dim, index, false);
 }
 
 // index_put(input, indices, values, accumulate=False): one int64 index tensor per leading dim
@@ -1983,14 +1982,7 @@ LOWER(lowerIndexAdd) {
   expected[size_t(d)] = it->type().rank() == 1 ? it->type().shape()[0] : DimExpr(1);
   if (st->type().shape() != expected) return nullptr; // (eager raises, or broadcasts a 0-d)
   if (*alpha != 1) source = a.emit1("mul", {source, b.at("alpha")});
-  std::vector<VarPtr> operands{x, source};
-  for (int64_t k = 0; k < d; ++k)
-    operands.push_back(a.none());
-  index = negativesOutOfRange(a, index);
-  operands.push_back(it->type().rank() == 1
-                         ? index
-                         : a.emit1("reshape", {index}, {{"shape", Attr(std::vector<int64_t>{1})}}));
-  return a.emit1("index_put", operands, {{"accumulate", Attr(true)}});
+  return putAlongDim(a, x, source, d, index, true);
 }
 
 LOWER(lowerTakeAlongDim) {
