@@ -182,31 +182,6 @@ class RowReset(nn.Module):
         return torch.tanh(x @ self.weight) / norm
 
 
-def test_writes_through_no_grad_views_of_a_leaf_train_compiled() -> None:
-    torch.manual_seed(0)
-    model, eager, got, want = _train(RowReset(), steps=3)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(model.weight, eager.weight, rtol=1e-5, atol=1e-6)
-    graphs = fe.events()["graphs"]
-    assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
-
-
-def _write_no_grad_view_with_grad(x: Any, w: Any) -> Any:
-    h = x @ w
-    with torch.no_grad():
-        v = h[0]
-    v.mul_(2)  # eager raises: a no_grad view written with grad enabled
-    return h.sum()
-
-
-def test_a_no_grad_view_written_with_grad_raises_as_in_eager() -> None:
-    x, w = torch.randn(3, 4).requires_grad_(), torch.randn(4, 5).requires_grad_()
-    with pytest.raises(RuntimeError, match="no_grad mode"):
-        _write_no_grad_view_with_grad(x, w)
-    with pytest.raises(RuntimeError, match="no_grad mode"):
-        xjit.jit(_write_no_grad_view_with_grad)(x, w)
-
-
 class StridedNorm(nn.Module):
     """A statistic of the weight read under no_grad through a PyTorch fallback view
     (`as_strided`: every other column), as a scale the gradient does not see."""
@@ -223,17 +198,34 @@ class StridedNorm(nn.Module):
         return torch.tanh(h / scale)
 
 
-def test_fallback_views_under_no_grad_train_compiled() -> None:
-    # Until session 23 a PyTorch fallback reading a tensor that requires grad under no_grad
-    # sent the step to Python (Capture::cutsGradient); it now reads it through an
-    # autodiff.stop alias, as the region's own ops do.
+@pytest.mark.parametrize("cls", [RowReset, StridedNorm], ids=["row_reset", "fallback_view"])
+def test_no_grad_views_of_a_leaf_train_compiled(cls: type[nn.Module]) -> None:
+    # Writes through no_grad views of a leaf (session 22), and PyTorch fallback views of it
+    # read under no_grad (until session 23 "the frame stops a gradient": Python), which read
+    # it through an autodiff.stop alias as the region's own ops do.
     torch.manual_seed(0)
-    model, eager, got, want = _train(StridedNorm(), steps=3)
+    model, eager, got, want = _train(cls(), steps=3)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(model.weight, eager.weight, rtol=1e-5, atol=1e-6)
     graphs = fe.events()["graphs"]
     assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
     assert any(g["note"].startswith("training step") for g in graphs), graphs
+
+
+def _write_no_grad_view_with_grad(x: Any, w: Any) -> Any:
+    h = x @ w
+    with torch.no_grad():
+        v = h[0]
+    v.mul_(2)  # eager raises: a no_grad view written with grad enabled
+    return h.sum()
+
+
+def test_a_no_grad_view_written_with_grad_raises_as_in_eager() -> None:
+    x, w = torch.randn(3, 4).requires_grad_(), torch.randn(4, 5).requires_grad_()
+    with pytest.raises(RuntimeError, match="no_grad mode"):
+        _write_no_grad_view_with_grad(x, w)
+    with pytest.raises(RuntimeError, match="no_grad mode"):
+        xjit.jit(_write_no_grad_view_with_grad)(x, w)
 
 
 def test_a_fallback_view_under_no_grad_carries_no_gradient() -> None:
