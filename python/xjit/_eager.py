@@ -367,8 +367,8 @@ TABLE.update(
 def _index_put(target: Any, x: list[Any], a: Attrs) -> Any:
     indices = x[2:]
     if any(i is None for i in indices):
-        if a.get("accumulate"):
-            return NotImplemented  # Python's += would not accumulate repeated indices
+        if a.get("accumulate"):  # Python's += would not accumulate repeated indices; ATen's op
+            return torch.ops.aten.index_put_(target, list(indices), x[1], True)  # takes None
         target[_index_key(indices)] = x[1]
         return target
     return target.index_put_(tuple(indices), x[1], accumulate=bool(a.get("accumulate")))

@@ -102,6 +102,10 @@ struct TensorVar : Var {
   bool floatCarrier = false; // the f64[] input carrying a Python float (Capture::floatInputs)
   // An op autograd records read it (or a view of it): eager may have saved it for backward.
   bool readWithGrad = false;
+  // The ops autograd records that save it (or a view of it) for their backward
+  // (Analyzer::noteSavedReads): an in-place write after them makes eager's backward raise.
+  // (The op's definition too: an op erased later leaves a dangling address, never read.)
+  std::vector<std::pair<const Op *, const OpDef *>> savedBy;
   // A view made under no_grad of a tensor that requires grad (or a view of such a view): as in
   // eager it never carries a gradient, and a write through it with grad enabled raises.
   bool noGradView = false;

@@ -317,6 +317,8 @@ public:
   void tensorSetItem(const VarPtr &t, const VarPtr &key, const VarPtr &value);
   /// Makes `target` hold `newValue` (an in-place write): every alias sees it.
   void assignInPlace(const VarPtr &target, const VarPtr &newValue);
+  void checkWriteKeepsSavedResult(TensorVar &t, const Value *data) const;
+  void noteSavedReads(const Op &op, const std::vector<VarPtr> &operands);
   /// The value a tensor that requires grad holds after `data` is written into it under
   /// torch.no_grad() in a training step: `data`, whose gradient autodiff gives the tensor as it
   /// was (a leaf input: its .grad). A graph break where eager's backward may refuse it.

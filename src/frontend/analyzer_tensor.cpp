@@ -584,8 +584,8 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   // A pure op or a view in a torch.no_grad() region of a frame entered with grad enabled (a
   // training step) reads its operands that require grad through an alias autodiff stops at, as
   // detach() (autodiff's stopsGradient; canonicalize never looks through an alias); such a view
-  // stays one of its base for writes (TensorVar::noGradView). PyTorch fallbacks there still
-  // send a training step to Python (cutsGradient).
+  // stays one of its base for writes (TensorVar::noGradView). PyTorch fallbacks there do the
+  // same (fallbackCall), but for those that write (`name_`): cutsGradient.
   const OpDef *def = OpRegistry::instance().lookup(opName);
   const bool viewOp = view || (def && def->has(kView));
   const bool stopOperands = gradEnabledAtEntry_ && !gradEnabled_ && def && !def->has(kInPlace) &&
@@ -609,6 +609,7 @@ std::vector<VarPtr> Analyzer::emit(std::string_view opName, const std::vector<Va
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
   recordedForAutograd_ = recordedForAutograd_ || rg;
   if (rg) noteReadWithGrad(operands);
+  if (rg) noteSavedReads(*op, operands);
   cutsGradient_ = cutsGradient_ || (!gradEnabled_ && !stopOperands && anyRequiresGrad(operands));
   // A result made from its operands' shapes alone (x.new_zeros(3), zeros_like) does not require
   // grad, as in eager (fuzz seed 10090: a fill of it was then recorded as a tracked fill); nor
@@ -767,7 +768,7 @@ VarPtr Analyzer::tensorMethod(const VarPtr &t, const std::string &name, const Ar
   const Type &ty = tv->type();
   bool found = false;
   VarPtr r = callTensorMethodRow(name, t, args, &found);
-  if (found) return r;
+  if (r) return r; // (found without a result: a row's calls it leaves to PyTorch, below)
   auto dimArg = [&]() -> std::optional<int64_t> {
     const VarPtr *d = args.pos.empty() ? args.find("dim") : &args.pos[0];
     if (!d) return std::nullopt;
@@ -1398,12 +1399,89 @@ void Analyzer::checkFunctionWrite(const Value *target) const {
     fail("in-place write inside a torch.autograd.Function to a tensor it did not make");
 }
 
+namespace {
+
+/// Whether eager's backward of `op` (recorded by autograd) saves its tensor operand i
+/// (derivatives.yaml). Products save an operand for the other's gradient; the listed math ops
+/// save their inputs. Ops not named here are taken to save none (views, add, sum, cat, index
+/// ops' data operands...): a write after one of those stays compiled.
+bool savesOperand(const Op &op, size_t i, const std::vector<VarPtr> &operands) {
+  static const std::set<std::string, std::less<>> inputs = {
+      "sin",     "cos",       "tan",         "log",      "log2",  "log10",     "log1p",
+      "pow",     "abs",       "sinh",        "cosh",     "asin",  "acos",      "atan",
+      "erf",     "erfc",      "gelu",        "silu",     "mish",  "softplus",  "leaky_relu",
+      "elu",     "hardswish", "hardsigmoid", "hardtanh", "relu6", "clamp",     "logit",
+      "atan2",   "maximum",   "minimum",     "amax",     "amin",  "max",       "min",
+      "var",     "std",       "prod",        "cumprod",  "norm",  "logsumexp", "addcmul",
+      "addcdiv", "lerp",      "hypot"};
+  // Input and weight (a batch norm's running statistics are not saved: it writes them).
+  static const std::set<std::string, std::less<>> inputAndWeight = {
+      "layer_norm", "rms_norm", "group_norm", "batch_norm", "batch_norm_with_update",
+      "conv1d",     "conv2d",   "conv3d"};
+  const std::string &name = op.name();
+  auto otherRequiresGrad = [&](size_t j) {
+    auto *t = j < operands.size() ? as<TensorVar>(operands[j]) : nullptr;
+    return t && t->requiresGrad;
+  };
+  if (name == "mul" || name == "matmul" || name == "mm" || name == "bmm" || name == "dot")
+    return i < 2 && otherRequiresGrad(1 - i);
+  if (name == "div") return i == 1 || otherRequiresGrad(1);
+  if (name == "linear") return i < 2 && otherRequiresGrad(1 - i);
+  if (name == "addmm" || name == "baddbmm") return (i == 1 || i == 2) && otherRequiresGrad(3 - i);
+  if (name == "custom_vjp") {
+    const Attr *n = op.attrOrNull("name");
+    return !(n && n->kind() == AttrKind::Str && n->asStr() == "xjit.no_grad_write");
+  }
+  if (inputAndWeight.count(name)) return i < 2;
+  if (name == "scaled_dot_product_attention") return i < 3; // query, key, value
+  return inputs.count(name) != 0;
+}
+
+} // namespace
+
+void Analyzer::noteSavedReads(const Op &op, const std::vector<VarPtr> &operands) {
+  for (size_t i = 0; i < operands.size(); ++i)
+    if (auto *t = as<TensorVar>(operands[i]); t && savesOperand(op, i, operands)) {
+      t->savedBy.emplace_back(&op, &op.def());
+      if (t->base) t->base->savedBy.emplace_back(&op, &op.def());
+    }
+}
+
+namespace {
+
+/// Ops whose eager backward reads their result (derivatives.yaml's `result`): autograd
+/// raises at backward when that result was written in place with grad enabled.
+bool resultSaved(const Value *v) {
+  static const std::set<std::string, std::less<>> ops = {
+      "exp",   "exp2",       "expm1",     "tanh", "sigmoid", "relu", "sqrt",
+      "rsqrt", "reciprocal", "softmax",   "tan",  "elu",     "amax", "amin",
+      "max",   "min",        "logsumexp", "prod", "cumprod", "norm", "log_softmax"};
+  return v->definingOp() && ops.count(v->definingOp()->name());
+}
+
+} // namespace
+
+/// A write with grad enabled to such a result, or any write to a tensor an earlier op saved:
+/// eager's backward raises; the step runs in Python, where it does. `data` is the new value:
+/// the in-place op's own read (`h.mul_(w)`) is no earlier one (eager saves a copy for it).
+void Analyzer::checkWriteKeepsSavedResult(TensorVar &t, const Value *data) const {
+  if (gradEnabled_ && t.requiresGrad && resultSaved(t.value))
+    fail("in-place write to the result of '" + t.value->definingOp()->name() +
+         "', which its backward reads (eager's backward raises)");
+  for (const auto &[op, def] : t.savedBy)
+    if (op != data->definingOp())
+      fail("in-place write to a tensor that '" + def->name +
+           "' saved for its backward (eager's backward raises)");
+  t.savedBy.clear(); // (what the write's own op read: a copy in eager)
+}
+
 void Analyzer::assignInPlace(const VarPtr &target, const VarPtr &newValue) {
   auto *t = as<TensorVar>(target);
   auto *n = as<TensorVar>(newValue);
   if (!t || !n) throw BreakError("internal: in-place write of a non-tensor", currentLoc(), true);
   if (t->base) return assignThroughView(target, newValue);
   checkFunctionWrite(t->value);
+  checkWriteKeepsSavedResult(*t, n->value);
   if (t->viewOverlaps) fail("in-place write to an expanded input (its elements share memory)");
   if (t->isInput && t->requiresGrad && gradEnabled_)
     fail("in-place write to a leaf tensor that requires grad");
@@ -1488,6 +1566,7 @@ void Analyzer::assignThroughView(const VarPtr &target, const VarPtr &newValue) {
   if (t->viewOverlaps) fail("in-place write to an expanded view (its elements share memory)");
   const std::shared_ptr<TensorVar> root = t->base;
   checkFunctionWrite(root->value);
+  checkWriteKeepsSavedResult(*root, n->value);
   if (t->viewAssumesContiguousBase) root->stridesRead = true;
   if (root->isInput && root->requiresGrad && gradEnabled_)
     fail("in-place write to a view of a leaf tensor that requires grad");
@@ -1654,9 +1733,21 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
              (*resultTypes)[i].str());
     types = *resultTypes;
   }
+  // Under torch.no_grad() in a training step, a call that writes nothing (no trailing `_`)
+  // reads its operands that require grad through an autodiff.stop alias, as emit's pure ops
+  // do: its result carries no gradient, as in eager (a fallback `as_strided` view of a weight).
+  const size_t dot = name.rfind('.');
+  const std::string callee = dot == std::string::npos ? name : name.substr(dot + 1);
+  const bool writes = callee.size() > 1 && callee.back() == '_' && !callee.starts_with("__");
+  const bool stopOperands =
+      gradEnabledAtEntry_ && !gradEnabled_ && !writes && anyRequiresGrad(operands);
   std::vector<Value *> vals;
-  for (const VarPtr &o : operands)
-    vals.push_back(irValue(o));
+  for (const VarPtr &o : operands) {
+    Value *x = irValue(o);
+    if (auto *tv = as<TensorVar>(o); stopOperands && tv && tv->requiresGrad)
+      x = builder_.create("alias", {x}, {{"autodiff.stop", Attr(true)}})->result(0);
+    vals.push_back(x);
+  }
   // `callee` indexes Capture::fallbackCallables; the driver registers the callables.
   auto id = static_cast<int64_t>(fallbacks_.size());
   fallbacks_.push_back(callable);
@@ -1665,7 +1756,7 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
   bool rg = gradEnabled_ && anyRequiresGrad(operands);
   recordedForAutograd_ = recordedForAutograd_ || rg;
   if (rg) noteReadWithGrad(operands);
-  cutsGradient_ = cutsGradient_ || (!gradEnabled_ && anyRequiresGrad(operands));
+  cutsGradient_ = cutsGradient_ || (!gradEnabled_ && !stopOperands && anyRequiresGrad(operands));
   std::vector<VarPtr> rs;
   for (size_t i = 0; i < op->numResults(); ++i) {
     rs.push_back(wrapIr(op->result(i), rg));
@@ -1681,6 +1772,7 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
       rt->base = src->base ? src->base : std::static_pointer_cast<TensorVar>(operands[k]);
       rt->baseVersion = rt->base->version;
       rt->viewOpaque = "a view made by PyTorch fallback " + name;
+      rt->noGradView = src->noGradView || stopOperands;
       // Of its only operand, the base or a view that replays: the call replays too (on the
       // caller's tensor, after the graph; fuzzer seed 12424: a1.as_strided(...) of a written
       // input, written after a graph break, must write a1).

@@ -822,6 +822,10 @@ void markSeen(const OutPlan &p, std::vector<bool> &seen) {
 void selectLaidOutOutputs(CompiledEntry &e) {
   std::vector<bool> seen(e.outputLayouts.size(), false);
   markSeen(e.result, seen);
+  // A training step's hidden view bases (addHiddenViewBases): their views are seen.
+  const size_t hidden = e.training ? e.training->hiddenOutputs : 0;
+  for (size_t i = seen.size() - std::min(hidden, seen.size()); i < seen.size(); ++i)
+    seen[i] = true;
   for (const EffectPlan &fx : e.effects)
     if (fx.kind != SideEffect::TensorCopy || fx.value.kind != OutputNode::GraphOutput)
       markSeen(fx.value, seen);
@@ -911,7 +915,10 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
       if (why.empty()) {
         e->training = newTrainingStep(*e, values);
         why = gradLeafRefusal(g, cap.gradLeaves, e->training->requiresGrad);
-        if (!why.empty()) e->training.reset();
+        if (!why.empty())
+          e->training.reset();
+        else // before the layouts: the views are rebuilt on such a base in eager's layout
+          e->training->hiddenOutputs = addHiddenViewBases(g);
       }
       if (!why.empty()) {
         e->action = EntryAction::RunPython;
@@ -1408,7 +1415,7 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
     if (settings().inject == "reject") // a kernel rejecting values Python accepts
       throw Error(ErrorKind::User, "injected rejection (XJIT_TEST_INJECT=reject)");
     std::vector<RtValue> outs;
-    std::vector<PyRef> done;
+    std::vector<PyRef> done, trainingInputs;
     if (e->eager) {
       std::vector<PyRef> in = pythonInputs(*e, values, false);
       graphRan = true;
@@ -1416,7 +1423,8 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
       outs.resize(done.size());
     } else if (e->training) {
       // Nothing is written before it returns: a failure inside runs the frame in Python.
-      done = runTraining(*e, pythonInputs(*e, values, false));
+      trainingInputs = pythonInputs(*e, values, false);
+      done = runTraining(*e, trainingInputs);
       graphRan = true;
       outs.resize(done.size());
     } else {
@@ -1430,7 +1438,7 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
       done.resize(outs.size());
     }
     restoreLayouts(*e, outs, done);
-    if (e->training) rebuildOutputViews(*e->training, done);
+    if (e->training) rebuildOutputViews(*e->training, e->inputTypes, trainingInputs, done);
     PyRef result = buildOutput(e->result, outs, done, values);
     replayEffects(*e, outs, done, values);
     if (e->gradModeAtExit >= 0) setGradMode(e->gradModeAtExit == 1);

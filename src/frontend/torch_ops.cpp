@@ -1808,6 +1808,64 @@ LOWER(lowerScatter) { // scatter(input, dim, index, src | value, reduce=None)
   return a.emit1("scatter", {b.at("input"), b.at("index")}, std::move(attrs));
 }
 
+// x with `values` written (accumulate: added) at a 0-d or 1-D `index` along dim: index_put with
+// `none` for the dims before it, index_copy / index_add / scatter_add's form. Those ops reject
+// negative indices where index_put wraps them: such indices become out of range, so the kernel
+// raises as eager does (then the frame reruns in Python, where eager raises its own error).
+VarPtr putAlongDim(Analyzer &a, const VarPtr &x, const VarPtr &values, int64_t dim,
+                   const VarPtr &index, bool accumulate) {
+  std::vector<VarPtr> operands{x, values};
+  for (int64_t d = 0; d < dim; ++d)
+    operands.push_back(a.none());
+  VarPtr negative = a.emit1("lt", {index, a.integer(0)});
+  VarPtr huge = a.emit1("full", {},
+                        {{"shape", Attr(std::vector<int64_t>{})},
+                         {"dtype", Attr(DType::I64)},
+                         {"fill_value", Attr(int64_t(1) << 62)}});
+  VarPtr checked = a.emit1("where", {negative, huge, index});
+  if (as<TensorVar>(index)->type().rank() == 0)
+    checked = a.emit1("reshape", {checked}, {{"shape", Attr(std::vector<int64_t>{1})}});
+  operands.push_back(checked);
+  return a.emit1("index_put", operands, {{"accumulate", Attr(accumulate)}});
+}
+
+// scatter_add(input, dim, index, src) whose index is one 1-D index broadcast over every other
+// dim (`idx.unsqueeze(1).expand_as(src)`, message passing's pattern) and covering input's other
+// dims whole is `index_add`: an index_put accumulate with the 1-D index at dim, whose kernel
+// adds whole rows (the general scatter_add kernel visits elements one by one, 3x eager).
+LOWER(lowerScatterAdd) {
+  VarPtr x = b.at("input"), index = b.at("index"), src = b.at("src");
+  const int64_t dim = toInt(a, b.at("dim"), "dim");
+  auto *xt = as<TensorVar>(x), *it = as<TensorVar>(index), *st = as<TensorVar>(src);
+  auto rowIndex = [&]() -> Value * {
+    if (!xt || !it || !st || it->type().shape() != st->type().shape()) return nullptr;
+    const int64_t rank = xt->type().rank();
+    if (rank < 2 || dim < -rank || dim >= rank || it->type().rank() != rank) return nullptr;
+    const auto d = size_t(dim < 0 ? dim + rank : dim);
+    const Op *expand = it->value->definingOp();
+    if (!expand || expand->name() != "expand") return nullptr;
+    const Value *column = expand->operand(0);
+    const Op *shaped = column->definingOp();
+    if (!shaped ||
+        (shaped->name() != "unsqueeze" && shaped->name() != "reshape" && shaped->name() != "view"))
+      return nullptr;
+    Value *flat = shaped->operand(0);
+    const Shape &is = it->type().shape(), &xs = xt->type().shape(), &cs = column->type().shape();
+    if (flat->type().rank() != 1 || flat->type().dtype() != DType::I64 || cs.size() != is.size() ||
+        cs[d] != is[d] || flat->type().shape()[0] != is[d])
+      return nullptr;
+    for (size_t j = 0; j < is.size(); ++j)
+      if (j != d && (cs[j] != DimExpr(1) || is[j] != xs[j])) return nullptr;
+    return flat;
+  };
+  if (Value *flat = rowIndex()) {
+    const int64_t rank = xt->type().rank();
+    return putAlongDim(a, x, src, dim < 0 ? dim + rank : dim, std::make_shared<TensorVar>(flat),
+                       true);
+  }
+  return a.emit1("scatter_add", {x, index, src}, {{"dim", Attr(dim)}});
+}
+
 LOWER(lowerLerp) {
   const VarPtr &w = b.at("weight");
   if (w->kind == VarKind::Tensor) return a.emit1("lerp", {b.at("input"), b.at("end"), w});
@@ -1868,13 +1926,63 @@ LOWER(lowerIndexCopy) {
   expected[size_t(dim)] = it.rank() == 1 ? it.shape()[0] : DimExpr(1);
   if (st.shape() != expected)
     a.fail("index_copy() of a source " + st.str() + " that does not match the indexed slices");
-  std::vector<VarPtr> operands{x, source};
-  for (int64_t d = 0; d < dim; ++d)
-    operands.push_back(a.none());
-  operands.push_back(it.rank() == 1
-                         ? index
-                         : a.emit1("reshape", {index}, {{"shape", Attr(std::vector<int64_t>{1})}}));
-  return a.emit1("index_put", operands);
+  return putAlongDim(a, x, source, dim, index, false);
+}
+
+// index_put(input, indices, values, accumulate=False): one int64 index tensor per leading dim
+// (Python's binding takes no None), or one boolean mask of input's shape with a 0-d value (a
+// `where`, as `x[mask] = v`). Other calls (masks with data-dependent counts, other dtypes,
+// where eager raises) stay PyTorch fallback nodes (nullptr), as before session 23.
+LOWER(lowerIndexPut) {
+  VarPtr x = b.at("input"), values = b.at("values");
+  auto *xt = as<TensorVar>(x), *vt = as<TensorVar>(values);
+  if (!xt || !vt || vt->type().dtype() != xt->type().dtype()) return nullptr;
+  const Type &ty = xt->type();
+  if (b.at("indices")->kind != VarKind::Tuple && b.at("indices")->kind != VarKind::List)
+    return nullptr;
+  std::vector<VarPtr> indices = a.sequenceItems(b.at("indices"), "index_put() indices");
+  if (indices.empty() || int64_t(indices.size()) > ty.rank()) return nullptr;
+  for (const VarPtr &i : indices)
+    if (auto *it = as<TensorVar>(i);
+        !it || (it->type().dtype() != DType::I64 &&
+                (it->type().dtype() != DType::Bool || indices.size() > 1)))
+      return nullptr;
+  if (!isNoneVar(b.at("accumulate"))) {
+    PyRef p = a.asPython(b.at("accumulate"));
+    if (!p || !PyBool_Check(p.get())) return nullptr;
+  }
+  const bool accumulate = a.truthy(b.at("accumulate"));
+  if (as<TensorVar>(indices[0])->type().dtype() == DType::Bool) {
+    if (as<TensorVar>(indices[0])->type().shape() != ty.shape() || vt->type().rank() != 0)
+      return nullptr; // the number of written elements depends on the data
+    VarPtr written = accumulate ? a.emit1("add", {x, values}) : values;
+    return a.emit1("where", {indices[0], written, x});
+  }
+  std::vector<VarPtr> operands{x, values};
+  operands.insert(operands.end(), indices.begin(), indices.end());
+  return a.emit1("index_put", operands, {{"accumulate", Attr(accumulate)}});
+}
+
+// index_add(input, dim, index, source, alpha=1): index_put accumulate with the index at dim
+// (index_copy's form), source scaled by alpha first as eager's kernel does (self + alpha * src).
+// Other calls stay PyTorch fallback nodes (nullptr).
+LOWER(lowerIndexAdd) {
+  VarPtr x = b.at("input"), index = b.at("index"), source = b.at("source");
+  auto *xt = as<TensorVar>(x), *it = as<TensorVar>(index), *st = as<TensorVar>(source);
+  std::optional<int64_t> dim = a.asInt(b.at("dim"));
+  std::optional<double> alpha = a.asNumber(b.at("alpha"));
+  if (!xt || !it || !st || !dim || !alpha) return nullptr;
+  const Type &ty = xt->type();
+  const int64_t rank = ty.rank();
+  if (rank == 0 || *dim < -rank || *dim >= rank || it->type().dtype() != DType::I64 ||
+      it->type().rank() > 1 || st->type().dtype() != ty.dtype())
+    return nullptr;
+  const int64_t d = *dim < 0 ? *dim + rank : *dim;
+  Shape expected = ty.shape();
+  expected[size_t(d)] = it->type().rank() == 1 ? it->type().shape()[0] : DimExpr(1);
+  if (st->type().shape() != expected) return nullptr; // (eager raises, or broadcasts a 0-d)
+  if (*alpha != 1) source = a.emit1("mul", {source, b.at("alpha")});
+  return putAlongDim(a, x, source, d, index, true);
 }
 
 LOWER(lowerTakeAlongDim) {
@@ -2149,14 +2257,18 @@ const std::vector<TorchRow> &table() {
        "input index | dim"},
       {"torch.index_copy Tensor.index_copy", "input, dim, index, source", "index_put", "",
        lowerIndexCopy},
+      {"torch.index_put Tensor.index_put", "input, indices, values, accumulate=False", "index_put",
+       "", lowerIndexPut},
+      {"torch.index_add Tensor.index_add", "input, dim, index, source, *, alpha=1", "index_put", "",
+       lowerIndexAdd},
       {"torch.take_along_dim Tensor.take_along_dim", "input, indices, dim=None", "take_along_dim",
        "", lowerTakeAlongDim},
       {"torch.masked_fill Tensor.masked_fill", "input, mask, value", "masked_fill", "",
        lowerMaskedFill},
       {"torch.scatter Tensor.scatter", "input, dim, index, src=None, *, value=None, reduce=None",
        "scatter", "", lowerScatter},
-      {"torch.scatter_add Tensor.scatter_add", "input, dim, index, src", "scatter_add",
-       "input index src | dim"},
+      {"torch.scatter_add Tensor.scatter_add", "input, dim, index, src", "scatter_add", "",
+       lowerScatterAdd},
       {"torch.scatter_reduce Tensor.scatter_reduce",
        "input, dim, index, src, reduce, *, include_self=True", "scatter_reduce",
        "input index src | dim reduce include_self"},

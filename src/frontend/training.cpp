@@ -10,6 +10,7 @@
 
 #include "xjit/ir/builder.h"
 #include "xjit/ir/op_registry.h"
+#include "xjit/ir/sym_attr.h"
 
 #ifdef XJIT_FRONTEND_HAVE_RUNTIME
 #include "xjit/runtime/runtime.h"
@@ -20,6 +21,7 @@
 #endif
 
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -93,10 +95,12 @@ PyRef attrToPython(const Attr &a) {
 }
 
 /// The steps that make `v` from `root` through view ops, for xjit._training.output_view: a list
-/// of (name, attributes), null when an op has no replay there or a symbolic size. Ops that only
-/// regroup dims (view, flatten, unflatten) replay as a reshape to v's static shape: a view where
-/// the base's strides allow it, as eager's was; a detach (alias marked autodiff.stop) as detach.
-PyRef viewSteps(const Value *v, const Value *root) {
+/// of (name, attributes), null when an op has no replay there. Ops that only regroup dims (view,
+/// flatten, unflatten) replay as a reshape to v's shape: a view where the base's strides allow
+/// it, as eager's was; a detach (alias marked autodiff.stop) as detach. A symbolic size is None
+/// in the list and recorded in `symbolic`, evaluated per call (rebuildOutputViews).
+PyRef viewSteps(const Value *v, const Value *root,
+                std::vector<OutputView::SymbolicAttr> &symbolic) {
   static const std::set<std::string, std::less<>> replayed = {
       "select", "slice",   "narrow",    "transpose", "permute", "t",         "movedim",
       "expand", "squeeze", "unsqueeze", "diagonal",  "alias",   "contiguous"};
@@ -106,27 +110,42 @@ PyRef viewSteps(const Value *v, const Value *root) {
   for (; v != root; v = v->definingOp()->operand(0))
     chain.push_back(v->definingOp());
   PyRef steps = checked(PyList_New(0));
+  auto set = [](PyObject *dict, const std::string &key, const PyRef &value) {
+    if (PyDict_SetItemString(dict, key.c_str(), value.get()) != 0) throw PyErrorSet();
+  };
   for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
     const Op &op = **it;
     if (op.numResults() != 1) return PyRef();
+    const size_t index = static_cast<size_t>(PyList_GET_SIZE(steps.get()));
     std::string name = op.name();
     PyRef attrs = checked(PyDict_New());
     if (name == "alias" && op.hasAttr("autodiff.stop")) {
       name = "detach";
     } else if (regroup.count(name)) {
-      std::vector<int64_t> shape;
-      for (const DimExpr &d : op.result(0)->type().shape()) {
-        if (!d.isStatic()) return PyRef();
-        shape.push_back(d.value());
-      }
+      const Shape &shape = op.result(0)->type().shape();
       name = "reshape";
-      if (PyDict_SetItemString(attrs.get(), "shape", attrToPython(Attr(shape)).get()) != 0)
-        throw PyErrorSet();
+      if (isStaticShape(shape)) {
+        std::vector<int64_t> sizes;
+        for (const DimExpr &d : shape)
+          sizes.push_back(d.value());
+        set(attrs.get(), "shape", attrToPython(Attr(sizes)));
+      } else {
+        symbolic.push_back({index, "shape", shape, true});
+        set(attrs.get(), "shape", PyRef::borrow(Py_None));
+      }
     } else if (replayed.count(name)) {
       for (const auto &[key, a] : op.attrs()) {
+        if (isSymbolicSize(op, key)) {
+          const SizeSlotForm form = symbolicSizeSlot(name, key);
+          std::optional<Shape> dims = symbolicDims(a, form);
+          if (!dims) return PyRef();
+          symbolic.push_back({index, key, *dims, form == SizeSlotForm::Dims});
+          set(attrs.get(), key, PyRef::borrow(Py_None));
+          continue;
+        }
         PyRef value = attrToPython(a);
         if (!value) return PyRef();
-        if (PyDict_SetItemString(attrs.get(), key.c_str(), value.get()) != 0) throw PyErrorSet();
+        set(attrs.get(), key, value);
       }
     } else {
       return PyRef();
@@ -143,15 +162,75 @@ PyRef viewSteps(const Value *v, const Value *root) {
   std::map<const Value *, size_t> outputOf;
   for (size_t i = 0; i < outs.size(); ++i)
     outputOf.emplace(outs[i], i);
+  // The symbols a call binds (rebuildOutputViews): the plain ones of the inputs' shapes.
+  std::set<std::string, std::less<>> bound;
+  for (size_t i = 0; i < g.numInputs(); ++i)
+    if (g.input(i)->type().isTensor())
+      for (const DimExpr &d : g.input(i)->type().shape())
+        if (std::vector<std::string> s = d.symbols(); s.size() == 1 && d == DimExpr::symbol(s[0]))
+          bound.insert(s[0]);
+  auto allBound = [&](const std::vector<OutputView::SymbolicAttr> &symbolic) {
+    for (const OutputView::SymbolicAttr &a : symbolic)
+      for (const DimExpr &d : a.dims)
+        for (const std::string &s : d.symbols())
+          if (!bound.count(s)) return false;
+    return true;
+  };
   std::vector<OutputView> views;
   for (size_t j = 0; j < outs.size(); ++j) {
     if (!outs[j]->type().isTensor()) continue;
     const Value *root = viewRoot(outs[j]);
     auto base = outputOf.find(root);
     if (root == outs[j] || base == outputOf.end()) continue;
-    if (PyRef steps = viewSteps(outs[j], root)) views.push_back({j, base->second, steps});
+    std::vector<OutputView::SymbolicAttr> symbolic;
+    if (PyRef steps = viewSteps(outs[j], root, symbolic); steps && allBound(symbolic))
+      views.push_back({j, base->second, steps, std::move(symbolic)});
   }
   return views;
+}
+
+/// The plain shape symbols the graph inputs bind (symbolic ints ride on carriers' shapes).
+SymbolBindings inputSymbols(const std::vector<Type> &types, const std::vector<PyRef> &inputs) {
+  SymbolBindings b;
+  for (size_t i = 0; i < types.size() && i < inputs.size(); ++i) {
+    if (!types[i].isTensor() || isStaticShape(types[i].shape())) continue;
+    dlpack::DLTensor t;
+    if (!inputs[i] || !tensorView(inputs[i].get(), &t)) {
+      PyErr_Clear();
+      continue;
+    }
+    bindShapeSymbols(types[i].shape(), std::vector<int64_t>(t.shape, t.shape + t.ndim), b);
+  }
+  return b;
+}
+
+/// `steps` with the symbolic sizes evaluated (a fresh list: the entry's stays as it is).
+PyRef resolvedSteps(const OutputView &v, const SymbolBindings &b) {
+  const Py_ssize_t n = PyList_GET_SIZE(v.steps.get());
+  PyRef steps = checked(PyList_New(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject *step = PyList_GET_ITEM(v.steps.get(), i);
+    PyRef attrs = checked(PyDict_Copy(PyTuple_GET_ITEM(step, 1)));
+    for (const OutputView::SymbolicAttr &s : v.symbolic) {
+      if (s.step != size_t(i)) continue;
+      PyRef value = checked(PyList_New(0));
+      for (const DimExpr &d : s.dims) {
+        std::optional<int64_t> size = d.evaluate(b);
+        if (!size)
+          throw std::runtime_error("the size " + d.str() + " of an output view is not bound");
+        PyRef item = checked(PyLong_FromLongLong(*size));
+        if (!s.list)
+          value = item;
+        else if (PyList_Append(value.get(), item.get()) != 0)
+          throw PyErrorSet();
+      }
+      if (PyDict_SetItemString(attrs.get(), s.key.c_str(), value.get()) != 0) throw PyErrorSet();
+    }
+    PyList_SET_ITEM(
+        steps.get(), i,
+        checked(Py_BuildValue("(OO)", PyTuple_GET_ITEM(step, 0), attrs.get())).release());
+  }
+  return steps;
 }
 
 std::vector<RtValue> rtValues(PyObject *seq, const std::vector<Type> &types) {
@@ -314,6 +393,25 @@ std::string gradLeafRefusal(const Graph &g, const std::vector<Value *> &leaves,
   return "";
 }
 
+size_t addHiddenViewBases(Graph &g) {
+  const std::vector<Value *> outs = g.outputs();
+  const std::set<const Value *> returned(outs.begin(), outs.end());
+  std::map<Value *, size_t> viewers; // root -> outputs viewing it
+  std::vector<Value *> hidden;
+  for (Value *out : outs) {
+    if (!out->type().isTensor()) continue;
+    auto *root = const_cast<Value *>(viewRoot(out));
+    if (root == out || root->isBlockArgument() || returned.count(root)) continue;
+    if (++viewers[root] == 2) hidden.push_back(root);
+  }
+  if (hidden.empty()) return 0;
+  Op *ret = g.body()->terminator();
+  std::vector<Value *> operands = ret->operands();
+  operands.insert(operands.end(), hidden.begin(), hidden.end());
+  ret->setOperands(std::move(operands));
+  return hidden.size();
+}
+
 std::shared_ptr<TrainingStep> newTrainingStep(const CompiledEntry &e, SourceValues &values) {
   auto step = std::make_shared<TrainingStep>();
   step->requiresGrad.assign(e.inputSlots.size(), false);
@@ -438,16 +536,23 @@ std::vector<PyRef> runTraining(const CompiledEntry &e, const std::vector<PyRef> 
   return done;
 }
 
-void rebuildOutputViews(const TrainingStep &step, std::vector<PyRef> &done) {
+void rebuildOutputViews(const TrainingStep &step, const std::vector<Type> &inputTypes,
+                        const std::vector<PyRef> &inputs, std::vector<PyRef> &done) {
   if (step.outputViews.empty()) return;
   static PyObject *outputView = [] {
     PyRef mod = checked(PyImport_ImportModule("xjit._training"));
     return checked(PyObject_GetAttrString(mod.get(), "output_view")).release();
   }();
+  std::optional<SymbolBindings> symbols;
   for (const OutputView &v : step.outputViews) {
     if (v.output >= done.size() || v.base >= done.size() || !done[v.base]) continue;
-    done[v.output] = checked(
-        PyObject_CallFunctionObjArgs(outputView, done[v.base].get(), v.steps.get(), nullptr));
+    PyRef steps = v.steps;
+    if (!v.symbolic.empty()) {
+      if (!symbols) symbols = inputSymbols(inputTypes, inputs);
+      steps = resolvedSteps(v, *symbols);
+    }
+    done[v.output] =
+        checked(PyObject_CallFunctionObjArgs(outputView, done[v.base].get(), steps.get(), nullptr));
   }
 }
 

@@ -19,6 +19,15 @@ namespace xjit::frontend {
 struct OutputView {
   size_t output = 0, base = 0;
   PyRef steps;
+  /// Attributes of `steps` that are symbolic sizes (None there): evaluated per call from the
+  /// shape symbols the graph inputs bind.
+  struct SymbolicAttr {
+    size_t step = 0;
+    std::string key;
+    Shape dims;
+    bool list = false; // a list of sizes (a shape), else one
+  };
+  std::vector<SymbolicAttr> symbolic;
 };
 
 /// What a training entry keeps: the inputs that require grad (the guards pin them), then,
@@ -26,7 +35,8 @@ struct OutputView {
 struct TrainingStep {
   std::vector<bool> requiresGrad;
   std::vector<OutputView> outputViews;
-  PyRef capsule;       // the compiled graphs, passed to xjit._training.run
+  size_t hiddenOutputs = 0; // the last graph outputs, added by addHiddenViewBases
+  PyRef capsule;            // the compiled graphs, passed to xjit._training.run
   PyRef info;          // (saved_inputs, grad_outputs, wrt, num_outputs, reach) for the Python side
   std::string summary; // for explain: "training step: forward N ops, backward M ops, ..."
 };
@@ -41,6 +51,12 @@ std::string trainingRefusal(const Capture &cap, PyCodeObject *code, bool xjitBac
 /// reaches (`requiresGrad` empty: none is).
 std::string gradLeafRefusal(const Graph &g, const std::vector<Value *> &leaves,
                             const std::vector<bool> &requiresGrad);
+
+/// Adds, as extra graph outputs after the program's, the computed tensors that two or more
+/// outputs view but the program does not return (`h = ...; return h[:, 0], h[:, 1]`): the
+/// Function returns them, and the views are rebuilt on them (OutputView) as eager's views of a
+/// tensor nobody else sees. Returns how many it added.
+size_t addHiddenViewBases(Graph &g);
 
 /// A step for the entry's inputs as they are now (which require grad).
 std::shared_ptr<TrainingStep> newTrainingStep(const CompiledEntry &e, SourceValues &values);
@@ -60,8 +76,10 @@ bool savedTensorHooksActive();
 std::vector<PyRef> runTraining(const CompiledEntry &e, const std::vector<PyRef> &inputs);
 
 /// Replaces each output of `done` (the graph outputs, in eager's layouts) that is a view of
-/// another (TrainingStep::outputViews) by that view of the other. Throws PyErrorSet.
-void rebuildOutputViews(const TrainingStep &step, std::vector<PyRef> &done);
+/// another (TrainingStep::outputViews) by that view of the other; `inputTypes` and `inputs` (the
+/// graph's) bind the symbols of symbolic view sizes. Throws PyErrorSet.
+void rebuildOutputViews(const TrainingStep &step, const std::vector<Type> &inputTypes,
+                        const std::vector<PyRef> &inputs, std::vector<PyRef> &done);
 
 /// xjit._frontend.training_forward(step, inputs) -> outputs + saved (one list) and
 /// training_backward(step, values) -> grads: run one compiled graph on torch tensors.

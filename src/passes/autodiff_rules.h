@@ -71,7 +71,7 @@ double floatAttr(const Op &op, const char *name, double dflt);
 inline int64_t normDim(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
 
 /// Adds the rules of autodiff_rules_movement.cpp (stack, repeat, tile, pad, roll, flip, narrow,
-/// index_select, index, index_put, cumsum) to the table.
+/// index_select, index, index_put, scatter, scatter_add, cumsum) to the table.
 void addMovementRules(std::map<std::string, Rule> &table);
 
 /// Adds the rules of autodiff_rules_math.cpp (more elementwise math, activations, clamp,

@@ -10,6 +10,7 @@
 //   roll, flip:   the same op with the opposite shifts / the same dims
 //   index_select, index: g added at the indices read (scatter_add, index_put accumulate)
 //   index_put:    values: g read at the written positions; self: g, those positions zeroed
+//   scatter(_add): src: g gathered at the written positions; self: g, those zeroed (scatter)
 //   topk, sort:   g of the values scattered into zeros at their indices (each element once)
 //   cumsum:       the reverse cumsum of g (cumsum{reverse}, one native scan)
 #include "autodiff_rules.h"
@@ -244,6 +245,26 @@ std::vector<Value *> indexPutRule(RuleArgs &a) {
   return r;
 }
 
+/// out = scatter_add(self, index, src) / scatter(self, index, src | value) along dim
+/// (derivatives.yaml): src gets g read where it was written, g.gather(dim, index); self gets g
+/// itself when src was added, else g with the written positions zeroed (overwritten). Eager's
+/// backward raises for an index smaller than src (the gathered gradient has index's shape), and
+/// scatter's `reduce` modes have no rule: both stay eager's.
+std::vector<Value *> scatterRule(RuleArgs &a) {
+  if (a.op.attrOrNull("reduce")) unsupported(a.op, "a reduce mode");
+  const bool adds = a.op.name() == "scatter_add";
+  const int64_t dim = a.op.attr("dim").asInt();
+  std::vector<Value *> r(a.op.numOperands(), nullptr);
+  if (a.need[0])
+    r[0] = adds ? a.g : a.b.op("scatter", {a.g, a.x(1)}, {{"dim", dim}, {"value", Attr(0.0)}});
+  if (a.op.numOperands() > 2 && a.need[2] && a.x(2)->type().isTensor()) {
+    if (!(a.x(1)->type().shape() == a.x(2)->type().shape()))
+      unsupported(a.op, "an index of another shape than src (eager's backward raises)");
+    r[2] = a.b.op("gather", {a.g, a.x(1)}, {{"dim", dim}});
+  }
+  return r;
+}
+
 // ---- cumsum ----
 
 /// d/dx_j of out_i = sum_{k <= i} x_k is 1 for i >= j: dx_j = sum_{i >= j} g_i, the cumsum of
@@ -279,6 +300,7 @@ void addMovementRules(std::map<std::string, Rule> &t) {
   t["index_select"] = indexSelectRule;
   t["index"] = indexRule;
   t["index_put"] = indexPutRule;
+  t["scatter"] = t["scatter_add"] = scatterRule;
   t["cumsum"] = cumsumRule;
   t["topk"] = t["sort"] = selectedValuesRule;
 }

@@ -182,13 +182,34 @@ class RowReset(nn.Module):
         return torch.tanh(x @ self.weight) / norm
 
 
-def test_writes_through_no_grad_views_of_a_leaf_train_compiled() -> None:
+class StridedNorm(nn.Module):
+    """A statistic of the weight read under no_grad through a PyTorch fallback view
+    (`as_strided`: every other column), as a scale the gradient does not see."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(5, 4))
+
+    def forward(self, x: Any) -> Any:
+        h = x @ self.weight
+        with torch.no_grad():
+            cols = self.weight.as_strided((5, 2), (4, 2))
+            scale = cols.abs().mean() + h.as_strided((3,), (5,)).abs().mean()
+        return torch.tanh(h / scale)
+
+
+@pytest.mark.parametrize("cls", [RowReset, StridedNorm], ids=["row_reset", "fallback_view"])
+def test_no_grad_views_of_a_leaf_train_compiled(cls: type[nn.Module]) -> None:
+    # Writes through no_grad views of a leaf (session 22), and PyTorch fallback views of it
+    # read under no_grad (until session 23 "the frame stops a gradient": Python), which read
+    # it through an autodiff.stop alias as the region's own ops do.
     torch.manual_seed(0)
-    model, eager, got, want = _train(RowReset(), steps=3)
+    model, eager, got, want = _train(cls(), steps=3)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(model.weight, eager.weight, rtol=1e-5, atol=1e-6)
     graphs = fe.events()["graphs"]
     assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
+    assert any(g["note"].startswith("training step") for g in graphs), graphs
 
 
 def _write_no_grad_view_with_grad(x: Any, w: Any) -> Any:
@@ -205,3 +226,23 @@ def test_a_no_grad_view_written_with_grad_raises_as_in_eager() -> None:
         _write_no_grad_view_with_grad(x, w)
     with pytest.raises(RuntimeError, match="no_grad mode"):
         xjit.jit(_write_no_grad_view_with_grad)(x, w)
+
+
+def test_a_fallback_view_under_no_grad_carries_no_gradient() -> None:
+    def fn(x: Any, w: Any) -> Any:
+        with torch.no_grad():
+            v = w.as_strided((2, 2), (1, 4))  # of a leaf that requires grad
+            s = v.sum()
+        return x @ w * s, s
+
+    x, w = torch.randn(3, 4), torch.randn(4, 5)
+    xs, ws = [x.clone(), w.clone().requires_grad_()], [x.clone(), w.clone().requires_grad_()]
+    got, want = xjit.jit(fn)(*xs), fn(*ws)
+    for g, e in zip(got, want, strict=True):
+        torch.testing.assert_close(g, e)
+        assert g.requires_grad == e.requires_grad
+    got[0].sum().backward()
+    want[0].sum().backward()
+    torch.testing.assert_close(xs[1].grad, ws[1].grad)
+    graphs = fe.events()["graphs"]
+    assert graphs and not graphs[0]["runs_in_python"], graphs

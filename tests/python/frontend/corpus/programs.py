@@ -471,7 +471,8 @@ CASES = [
     # Writing through a view of an input writes the view's new value into the input (one
     # graph); the caller sees both writes.
     Case("inplace_on_view_of_input", inplace_on_view_of_input, x34),
-    Case("inplace_clamp_and_index_add", inplace_clamp_and_index_add, x34, fallback=True),
+    # index_add_ is an index_put accumulate (a PyTorch fallback until session 23).
+    Case("inplace_clamp_and_index_add", inplace_clamp_and_index_add, x34, ops=("index_put",)),
     Case("conditional_inplace_on_flag", conditional_inplace_on_flag, x2),
     Case("conditional_inplace_copy", conditional_inplace_on_flag, x2,
          kwargs=lambda: {"accumulate": False}),
