@@ -1020,7 +1020,7 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
   std::vector<Value *> bases; // (in output order, for a deterministic rewrite)
   for (size_t i : which) {
     const OutputLayout &layout = layouts.at(i);
-    if (layout.kind == OutputLayout::Any) continue;
+    if (layout.kind == OutputLayout::Any && layout.baseOrder.empty()) continue;
     Viewer viewer{i, {}};
     Value *base = ret->operand(i);
     while (Op *def = base->definingOp()) {
@@ -1054,7 +1054,7 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
     static const std::set<std::string, std::less<>> perOutput = {"permute", "transpose", "t",
                                                                  "unsqueeze", "squeeze"};
     const bool needed = std::any_of(viewers.begin(), viewers.end(), [&](const Viewer &v) {
-      return layouts.at(v.output).kind == OutputLayout::Exact ||
+      return layouts.at(v.output).kind != OutputLayout::Dense ||
              std::any_of(v.views.begin(), v.views.end(),
                          [](const Op *op) { return !perOutput.count(op->name()); });
     });
@@ -1067,7 +1067,9 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
         producer->numRegions() > 0 || producer->name() == "tuple_get" || !onlyRead(base) ||
         std::find(sizes->begin(), sizes->end(), 0) != sizes->end())
       continue;
-    // Whether computing the base in `order` gives every viewer eager's strides.
+    // Whether computing the base in `order` gives every viewer eager's strides. (Those of a
+    // strided view with symbolic sizes are the ones its views give the base in eager's order,
+    // OutputLayout::baseOrder, at the representative sizes.)
     auto fits = [&](const std::vector<int> &order) {
       for (const Viewer &v : viewers) {
         const Value *y = ret->operand(v.output);
@@ -1075,8 +1077,20 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
             representativeSizes(y->type().shape(), symbols);
         std::optional<std::vector<int64_t>> strides =
             stridesThroughViews(v.views, denseStrides(*sizes, order), symbols);
-        if (!ySizes || !strides || !restridesOnly(layouts.at(v.output), *ySizes, *strides))
-          return false;
+        if (!ySizes || !strides) return false;
+        const OutputLayout *eagers = &layouts.at(v.output);
+        OutputLayout viewed;
+        if (const std::vector<int> &baseOrder = eagers->baseOrder; !baseOrder.empty()) {
+          std::optional<std::vector<int64_t>> want =
+              baseOrder.size() == sizes->size()
+                  ? stridesThroughViews(v.views, denseStrides(*sizes, baseOrder), symbols)
+                  : std::nullopt;
+          if (!want) return false;
+          viewed.kind = OutputLayout::Exact;
+          viewed.strides = std::move(*want);
+          eagers = &viewed;
+        }
+        if (!restridesOnly(*eagers, *ySizes, *strides)) return false;
       }
       return true;
     };
@@ -1292,8 +1306,14 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
       l.symbolicView = true;
     } else {
       // A strided view of a computed tensor with symbolic sizes: its strides are expressions
-      // of the sizes this walk does not keep. Returned as the graph makes it.
-      l.order.clear();
+      // of the sizes this walk does not keep. Returned as the graph makes it, but with the
+      // dense order of the tensor it views, which computeViewedBasesInLayouts gives that
+      // tensor (fuzzer seeds 25121, 26095: `v1[::2]` of a permuted v1 came back contiguous).
+      PyObject *viewed = PyTuple_GET_ITEM(info.get(), 4);
+      if (viewed != Py_None)
+        l.baseOrder = denseOrder(intsOf(PyTuple_GET_ITEM(viewed, 0)),
+                                 intsOf(PyTuple_GET_ITEM(viewed, 1)));
+      if (PyErr_Occurred()) throw PyErrorSet();
     }
     r.outputs.push_back(std::move(l));
   }
