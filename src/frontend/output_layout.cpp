@@ -1238,6 +1238,23 @@ int layoutCallsInEagersOrder(Graph &g, const std::map<const Op *, std::vector<in
   return rewritten;
 }
 
+namespace {
+
+/// Whether eager's strides for `v` cannot depend on symbolic sizes: v and the tensors it views
+/// or writes in place, back to the ops computing them, have static sizes (a constant, a sum to
+/// a static shape). Not a graph input (guarded by layout class only under dynamic=True), an
+/// op in a region or a PyTorch fallback (which may view an operand).
+bool staticallyStrided(const Value *v, int depth = 0) {
+  if (depth > 64 || !staticSizes(v->type().shape())) return false;
+  const Op *def = v->definingOp();
+  if (!def || def->parentOp() || def->name() == "external_call") return false;
+  if (!def->def().has(kView) && !def->def().has(kInPlace)) return true;
+  return def->numOperands() > 0 && def->operand(0)->type().isTensor() &&
+         staticallyStrided(def->operand(0), depth + 1);
+}
+
+} // namespace
+
 OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inputs,
                                   const ExternalCallables &externals, bool symbolic) {
   OutputLayouts r;
@@ -1295,7 +1312,9 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
     l.order = denseOrder(sizes, strides);
     if (!l.order.empty() && offset == 0) {
       l.kind = OutputLayout::Dense;
-    } else if (!symbolic) {
+    } else if (!symbolic || staticallyStrided(g.body()->terminator()->operand(i))) {
+      // (Exact where the sizes are static: in a graph with symbolic sizes, only where its
+      // strides cannot depend on them, fuzzer seed 25903: `eye(2)[..., ::2]`, a constant.)
       l.kind = OutputLayout::Exact;
       l.strides = std::move(strides);
       l.offset = offset;
@@ -1311,8 +1330,8 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
       // tensor (fuzzer seeds 25121, 26095: `v1[::2]` of a permuted v1 came back contiguous).
       PyObject *viewed = PyTuple_GET_ITEM(info.get(), 4);
       if (viewed != Py_None)
-        l.baseOrder = denseOrder(intsOf(PyTuple_GET_ITEM(viewed, 0)),
-                                 intsOf(PyTuple_GET_ITEM(viewed, 1)));
+        l.baseOrder =
+            denseOrder(intsOf(PyTuple_GET_ITEM(viewed, 0)), intsOf(PyTuple_GET_ITEM(viewed, 1)));
       if (PyErr_Occurred()) throw PyErrorSet();
     }
     r.outputs.push_back(std::move(l));

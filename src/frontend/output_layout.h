@@ -50,8 +50,9 @@ struct OutputLayouts {
 };
 
 /// Walks the captured graph `g` on meta tensors made from `inputs` (runMeta) and records each
-/// output's layout. `symbolic`: the graph has symbolic sizes (an exact layout then cannot be
-/// recorded). Throws PyErrorSet for an interrupt.
+/// output's layout. `symbolic`: the graph has symbolic sizes (an exact layout then is recorded
+/// only for an output whose strides cannot depend on them; a strided view of a computed tensor
+/// gets its OutputLayout::baseOrder). Throws PyErrorSet for an interrupt.
 OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inputs,
                                   const ExternalCallables &externals, bool symbolic);
 

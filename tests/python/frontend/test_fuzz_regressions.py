@@ -913,3 +913,66 @@ def test_movedim_and_a_select_of_one_permuted_result_stay_compiled(dynamic):
 
     make = lambda b: [torch.randn(3, b, 5, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0)]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4, 5])
+
+
+# ---- session 23 ----
+
+
+def _step_slice_of_a_permuted_result(a):
+    return torch.relu(a)[::2]
+
+
+def _select_of_a_permuted_result(a):
+    return (a * 2)[0], torch.tanh(a)[:, 1]
+
+
+def _narrow_of_a_transposed_result_by_a_symbolic_length(a):
+    return torch.sin(a).narrow(0, 0, a.shape[0] // 2)
+
+
+def _row_of_sort_indices_of_a_transposed_input(a):
+    return a.sort(dim=0, descending=True, stable=True).indices[0]
+
+
+_STRIDED_VIEWS = [
+    _step_slice_of_a_permuted_result,
+    _select_of_a_permuted_result,
+    _narrow_of_a_transposed_result_by_a_symbolic_length,
+    _row_of_sort_indices_of_a_transposed_input,
+]
+
+
+@pytest.mark.parametrize("fn", _STRIDED_VIEWS, ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_strided_view_of_a_permuted_result_has_eagers_strides(fn, dynamic):
+    # seeds 25121, 26095, 26202, 28593, 29601, 29762, 29769 (stride, dynamic=True): a strided
+    # view with gaps of a computed tensor eager lays out permuted came back as a view of the
+    # graph's contiguous result: its strides are size expressions the meta walk did not keep.
+    # The walk records the dense order of the tensor the view reads (its `_base`), and that
+    # tensor is computed in it, so the view has eager's strides at every size.
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randn(5, b, 2 * b, generator=g).permute(1, 2, 0)]
+
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[4, 6])
+
+
+def _step_slice_of_eye(a):
+    return torch.eye(a.shape[-1])[..., ::2]
+
+
+def _step_slice_of_a_static_sum(a):
+    return a.sum(0)[::2]
+
+
+@pytest.mark.parametrize("fn", [_step_slice_of_eye, _step_slice_of_a_static_sum], ids=lambda f: f.__name__.strip("_"))
+def test_strided_view_of_static_sizes_in_a_dynamic_graph_has_eagers_strides(fn):
+    # seed 25903 (stride, dynamic=True): `torch.eye(a.shape[-1])[..., ::2]`, a constant of
+    # static sizes: in a graph with symbolic sizes no strided output got an exact layout, so the
+    # folded constant came back dense. One whose strides cannot depend on the symbols (static
+    # sizes back to the op computing it) does now.
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randn(b, 6, 4, generator=g).transpose(1, 2)]
+
+    _same_results_and_memory(fn, make, dynamic=True, batches=[3, 5])
