@@ -977,6 +977,16 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
       const int64_t d = dimAttr->asInt() < 0 ? dimAttr->asInt() + rank + 1 : dimAttr->asInt();
       if (d < 0 || d > rank) return std::nullopt;
       strides.insert(strides.begin() + d, d == rank ? 1 : (*sizes)[size_t(d)] * strides[size_t(d)]);
+    } else if (name == "expand") {
+      // (new leading dims and expanded size-1 dims get stride 0, the others keep theirs)
+      std::optional<std::vector<int64_t>> shape =
+          representativeSizes(op->result(0)->type().shape(), symbols);
+      if (!shape || shape->size() < sizes->size()) return std::nullopt;
+      const size_t lead = shape->size() - sizes->size();
+      std::vector<int64_t> expanded(shape->size(), 0);
+      for (size_t d = 0; d < sizes->size(); ++d)
+        if ((*sizes)[d] != 1 || (*shape)[lead + d] == 1) expanded[lead + d] = strides[d];
+      strides = std::move(expanded);
     } else if (name == "squeeze" || name == "view" || name == "reshape" || name == "flatten" ||
                name == "unflatten") {
       // (squeeze drops size-1 dims: the view with the result's shape keeps the other strides)
@@ -1009,8 +1019,8 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
 int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layouts,
                                 const std::vector<size_t> &which) {
   static const std::set<std::string, std::less<>> followed = {
-      "slice",     "narrow",  "select", "permute", "transpose", "t",        "movedim",
-      "unsqueeze", "squeeze", "view",   "reshape", "flatten",   "unflatten"};
+      "slice",     "narrow",  "select", "permute", "transpose", "t",         "movedim",
+      "unsqueeze", "squeeze", "view",   "reshape", "flatten",   "unflatten", "expand"};
   Op *ret = g.body()->terminator();
   struct Viewer {
     size_t output;

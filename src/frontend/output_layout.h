@@ -31,8 +31,8 @@ struct OutputLayout {
   // order is eager's at the capture's sizes. Where the graph's strides differ and it shares
   // memory with another output, it keeps them (a copy would cut the two apart).
   bool symbolicView = false;
-  // Any, but a strided view (with gaps) with symbolic sizes of a tensor eager lays out dense in
-  // this order (the meta walk's `_base`): its strides are size expressions the walk does not
+  // Any, but a strided view (gaps, overlaps) with symbolic sizes of a tensor eager lays out dense
+  // in this order (the meta walk's `_base`): its strides are size expressions the walk does not
   // keep, and computing that tensor in this order (computeViewedBasesInLayouts) gives the view
   // eager's strides at any sizes. Not checked after the run. Empty otherwise.
   std::vector<int> baseOrder;

@@ -934,7 +934,13 @@ def _row_of_sort_indices_of_a_transposed_input(a):
     return a.sort(dim=0, descending=True, stable=True).indices[0]
 
 
+def _expand_of_a_permuted_comparison(a):
+    v = (a <= 0).float()
+    return v.unsqueeze(0).expand(3, *v.shape), v[..., :1].expand(*v.shape)
+
+
 _STRIDED_VIEWS = [
+    _expand_of_a_permuted_comparison,
     _step_slice_of_a_permuted_result,
     _select_of_a_permuted_result,
     _narrow_of_a_transposed_result_by_a_symbolic_length,
@@ -949,7 +955,8 @@ def test_strided_view_of_a_permuted_result_has_eagers_strides(fn, dynamic):
     # view with gaps of a computed tensor eager lays out permuted came back as a view of the
     # graph's contiguous result: its strides are size expressions the meta walk did not keep.
     # The walk records the dense order of the tensor the view reads (its `_base`), and that
-    # tensor is computed in it, so the view has eager's strides at every size.
+    # tensor is computed in it, so the view has eager's strides at every size. Seed 32859: an
+    # expand of one (an overlapping view) likewise.
     def make(b):
         g = torch.Generator().manual_seed(b)
         return [torch.randn(5, b, 2 * b, generator=g).permute(1, 2, 0)]
