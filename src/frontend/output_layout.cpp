@@ -977,6 +977,13 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
       const int64_t d = dimAttr->asInt() < 0 ? dimAttr->asInt() + rank + 1 : dimAttr->asInt();
       if (d < 0 || d > rank) return std::nullopt;
       strides.insert(strides.begin() + d, d == rank ? 1 : (*sizes)[size_t(d)] * strides[size_t(d)]);
+    } else if (name == "split" || name == "split_with_sizes" || name == "chunk" ||
+               name == "unbind") {
+      // (each piece keeps the operand's strides; unbind's drops the dim. `chunk` under
+      // dynamic=True is a split_with_sizes: fuzzer seed 35041)
+      const int64_t d = dimAttr ? dim : 0;
+      if (d < 0 || d >= rank) return std::nullopt;
+      if (name == "unbind") strides.erase(strides.begin() + d);
     } else if (name == "expand") {
       // (new leading dims and expanded size-1 dims get stride 0, the others keep theirs)
       std::optional<std::vector<int64_t>> shape =
@@ -1021,6 +1028,9 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
   static const std::set<std::string, std::less<>> followed = {
       "slice",     "narrow",  "select", "permute", "transpose", "t",         "movedim",
       "unsqueeze", "squeeze", "view",   "reshape", "flatten",   "unflatten", "expand"};
+  // (views with one result per piece)
+  static const std::set<std::string, std::less<>> pieces = {"split", "split_with_sizes", "chunk",
+                                                            "unbind"};
   Op *ret = g.body()->terminator();
   struct Viewer {
     size_t output;
@@ -1034,8 +1044,9 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
     Viewer viewer{i, {}};
     Value *base = ret->operand(i);
     while (Op *def = base->definingOp()) {
-      if (!followed.count(def->name()) || def->numOperands() != 1 || def->numResults() != 1 ||
-          !def->operand(0)->type().isTensor())
+      const bool piece = pieces.count(def->name()) > 0;
+      if (!(followed.count(def->name()) || piece) || def->numOperands() != 1 ||
+          (def->numResults() != 1 && !piece) || !def->operand(0)->type().isTensor())
         break;
       viewer.views.insert(viewer.views.begin(), def);
       base = def->operand(0);

@@ -939,8 +939,13 @@ def _expand_of_a_permuted_comparison(a):
     return v.unsqueeze(0).expand(3, *v.shape), v[..., :1].expand(*v.shape)
 
 
+def _chunk_and_unbind_of_a_permuted_result(a):
+    return torch.cos(a).chunk(2, 0)[0], torch.sin(a).unbind(1)[-1]
+
+
 _STRIDED_VIEWS = [
     _expand_of_a_permuted_comparison,
+    _chunk_and_unbind_of_a_permuted_result,
     _step_slice_of_a_permuted_result,
     _select_of_a_permuted_result,
     _narrow_of_a_transposed_result_by_a_symbolic_length,
@@ -956,7 +961,8 @@ def test_strided_view_of_a_permuted_result_has_eagers_strides(fn, dynamic):
     # graph's contiguous result: its strides are size expressions the meta walk did not keep.
     # The walk records the dense order of the tensor the view reads (its `_base`), and that
     # tensor is computed in it, so the view has eager's strides at every size. Seed 32859: an
-    # expand of one (an overlapping view) likewise.
+    # expand of one (an overlapping view) likewise; seed 35041: a chunk, which symbolic sizes
+    # make a split_with_sizes (one result per piece).
     def make(b):
         g = torch.Generator().manual_seed(b)
         return [torch.randn(5, b, 2 * b, generator=g).permute(1, 2, 0)]
