@@ -989,3 +989,28 @@ def test_strided_view_of_static_sizes_in_a_dynamic_graph_has_eagers_strides(fn):
         return [torch.randn(b, 6, 4, generator=g).transpose(1, 2)]
 
     _same_results_and_memory(fn, make, dynamic=True, batches=[3, 5])
+
+
+def _index_of_all_rows_between_two_writes(a):
+    a[2:][1:] = a[2:][:-1].clone()  # empty for two rows: the write's result is `a` itself
+    v = a[[0, 1]]
+    a[1:] = a[:-1].clone()
+    return v
+
+
+def _slice_between_two_writes(a):
+    a[0] = 5
+    v = a[[0, 1]][:, :2]
+    a[1:] = a[:-1].clone()
+    return v
+
+
+@pytest.mark.parametrize("fn", [_index_of_all_rows_between_two_writes, _slice_between_two_writes],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_value_between_two_writes_of_an_input_keeps_its_contents(fn):
+    # seed 36825 (wrong, max abs diff 2.0): `v = a[[0, 1]]` of a [2, n] input between two writes
+    # to it is the first write's result (canonicalize made the index a slice of all rows); the
+    # reinplace pass wrote the first write into a's memory and kept the second a copy (its old
+    # contents are returned), copied into a after the run: v, a's memory, read the second write.
+    make = lambda b: [torch.randn(2, 3, generator=torch.Generator().manual_seed(b))]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=False, batches=[1, 2])
