@@ -847,3 +847,25 @@ def test_zero_gradient_of_a_rounding_op_keeps_eagers_nans(op: str) -> None:
     torch.testing.assert_close(grad, want_grad, equal_nan=True)
     graphs = fe.events()["graphs"]
     assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
+
+
+def test_cat_with_an_empty_vector_that_requires_grad_requires_grad() -> None:
+    """Fuzz seed 38177: cat skips 1-d empty tensors (PyTorch's legacy rule), and the capture
+    dropped one that required grad, so `cat([diff(a[:1]), b])` with b not requiring grad did
+    not require grad where eager's result does (and a's gradient is zeros)."""
+    def fn(a: Any, b: Any) -> Any:
+        return torch.cat([torch.diff(a[:1], dim=0), b * 2], 0)
+
+    def run(f: Any) -> Any:
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(3, generator=g).requires_grad_()
+        b = torch.randn(4, generator=g)
+        out = f(a, b)
+        grads = torch.autograd.grad(out.sum(), [a]) if out.requires_grad else None
+        return out.requires_grad, out.detach(), grads
+
+    want_flag, want, want_grads = run(fn)
+    flag, got, grads = run(xjit.jit(fn))
+    assert flag == want_flag and want_flag
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(grads, want_grads)
