@@ -793,10 +793,14 @@ def empty_meta(sizes: list[int], dtype: str) -> torch.Tensor:
 
 
 def layout_of(value: Any) -> Any:
-    """(sizes, strides, storage offset, contiguous operand) of a meta tensor, None otherwise."""
+    """(sizes, strides, storage offset, contiguous operand, the (sizes, strides) of the tensor
+    it views or None) of a meta tensor, None otherwise."""
     if not isinstance(value, torch.Tensor):
         return None
-    return tuple(value.shape), value.stride(), value.storage_offset(), value.is_contiguous()
+    base = value._base
+    viewed = None if base is None else (tuple(base.shape), base.stride())
+    return (tuple(value.shape), value.stride(), value.storage_offset(), value.is_contiguous(),
+            viewed)
 
 
 def relayout(value: torch.Tensor, strides: list[int], offset: int) -> torch.Tensor:

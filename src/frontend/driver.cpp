@@ -830,7 +830,9 @@ void selectLaidOutOutputs(CompiledEntry &e) {
     if (fx.kind != SideEffect::TensorCopy || fx.value.kind != OutputNode::GraphOutput)
       markSeen(fx.value, seen);
   for (size_t i = 0; i < e.outputLayouts.size(); ++i)
-    if (seen[i] && e.outputLayouts[i].kind != OutputLayout::Any) e.laidOutOutputs.push_back(i);
+    if (seen[i] &&
+        (e.outputLayouts[i].kind != OutputLayout::Any || !e.outputLayouts[i].baseOrder.empty()))
+      e.laidOutOutputs.push_back(i);
   e.visibleOutputs = std::move(seen);
 }
 

@@ -977,6 +977,23 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
       const int64_t d = dimAttr->asInt() < 0 ? dimAttr->asInt() + rank + 1 : dimAttr->asInt();
       if (d < 0 || d > rank) return std::nullopt;
       strides.insert(strides.begin() + d, d == rank ? 1 : (*sizes)[size_t(d)] * strides[size_t(d)]);
+    } else if (name == "split" || name == "split_with_sizes" || name == "chunk" ||
+               name == "unbind") {
+      // (each piece keeps the operand's strides; unbind's drops the dim. `chunk` under
+      // dynamic=True is a split_with_sizes: fuzzer seed 35041)
+      const int64_t d = dimAttr ? dim : 0;
+      if (d < 0 || d >= rank) return std::nullopt;
+      if (name == "unbind") strides.erase(strides.begin() + d);
+    } else if (name == "expand") {
+      // (new leading dims and expanded size-1 dims get stride 0, the others keep theirs)
+      std::optional<std::vector<int64_t>> shape =
+          representativeSizes(op->result(0)->type().shape(), symbols);
+      if (!shape || shape->size() < sizes->size()) return std::nullopt;
+      const size_t lead = shape->size() - sizes->size();
+      std::vector<int64_t> expanded(shape->size(), 0);
+      for (size_t d = 0; d < sizes->size(); ++d)
+        if ((*sizes)[d] != 1 || (*shape)[lead + d] == 1) expanded[lead + d] = strides[d];
+      strides = std::move(expanded);
     } else if (name == "squeeze" || name == "view" || name == "reshape" || name == "flatten" ||
                name == "unflatten") {
       // (squeeze drops size-1 dims: the view with the result's shape keeps the other strides)
@@ -1009,8 +1026,11 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
 int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layouts,
                                 const std::vector<size_t> &which) {
   static const std::set<std::string, std::less<>> followed = {
-      "slice",     "narrow",  "select", "permute", "transpose", "t",        "movedim",
-      "unsqueeze", "squeeze", "view",   "reshape", "flatten",   "unflatten"};
+      "slice",     "narrow",  "select", "permute", "transpose", "t",         "movedim",
+      "unsqueeze", "squeeze", "view",   "reshape", "flatten",   "unflatten", "expand"};
+  // (views with one result per piece)
+  static const std::set<std::string, std::less<>> pieces = {"split", "split_with_sizes", "chunk",
+                                                            "unbind"};
   Op *ret = g.body()->terminator();
   struct Viewer {
     size_t output;
@@ -1020,12 +1040,13 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
   std::vector<Value *> bases; // (in output order, for a deterministic rewrite)
   for (size_t i : which) {
     const OutputLayout &layout = layouts.at(i);
-    if (layout.kind == OutputLayout::Any) continue;
+    if (layout.kind == OutputLayout::Any && layout.baseOrder.empty()) continue;
     Viewer viewer{i, {}};
     Value *base = ret->operand(i);
     while (Op *def = base->definingOp()) {
-      if (!followed.count(def->name()) || def->numOperands() != 1 || def->numResults() != 1 ||
-          !def->operand(0)->type().isTensor())
+      const bool piece = pieces.count(def->name()) > 0;
+      if (!(followed.count(def->name()) || piece) || def->numOperands() != 1 ||
+          (def->numResults() != 1 && !piece) || !def->operand(0)->type().isTensor())
         break;
       viewer.views.insert(viewer.views.begin(), def);
       base = def->operand(0);
@@ -1054,7 +1075,7 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
     static const std::set<std::string, std::less<>> perOutput = {"permute", "transpose", "t",
                                                                  "unsqueeze", "squeeze"};
     const bool needed = std::any_of(viewers.begin(), viewers.end(), [&](const Viewer &v) {
-      return layouts.at(v.output).kind == OutputLayout::Exact ||
+      return layouts.at(v.output).kind != OutputLayout::Dense ||
              std::any_of(v.views.begin(), v.views.end(),
                          [](const Op *op) { return !perOutput.count(op->name()); });
     });
@@ -1067,7 +1088,9 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
         producer->numRegions() > 0 || producer->name() == "tuple_get" || !onlyRead(base) ||
         std::find(sizes->begin(), sizes->end(), 0) != sizes->end())
       continue;
-    // Whether computing the base in `order` gives every viewer eager's strides.
+    // Whether computing the base in `order` gives every viewer eager's strides. (Those of a
+    // strided view with symbolic sizes are the ones its views give the base in eager's order,
+    // OutputLayout::baseOrder, at the representative sizes.)
     auto fits = [&](const std::vector<int> &order) {
       for (const Viewer &v : viewers) {
         const Value *y = ret->operand(v.output);
@@ -1075,8 +1098,20 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
             representativeSizes(y->type().shape(), symbols);
         std::optional<std::vector<int64_t>> strides =
             stridesThroughViews(v.views, denseStrides(*sizes, order), symbols);
-        if (!ySizes || !strides || !restridesOnly(layouts.at(v.output), *ySizes, *strides))
-          return false;
+        if (!ySizes || !strides) return false;
+        const OutputLayout *eagers = &layouts.at(v.output);
+        OutputLayout viewed;
+        if (const std::vector<int> &baseOrder = eagers->baseOrder; !baseOrder.empty()) {
+          std::optional<std::vector<int64_t>> want =
+              baseOrder.size() == sizes->size()
+                  ? stridesThroughViews(v.views, denseStrides(*sizes, baseOrder), symbols)
+                  : std::nullopt;
+          if (!want) return false;
+          viewed.kind = OutputLayout::Exact;
+          viewed.strides = std::move(*want);
+          eagers = &viewed;
+        }
+        if (!restridesOnly(*eagers, *ySizes, *strides)) return false;
       }
       return true;
     };
@@ -1224,6 +1259,23 @@ int layoutCallsInEagersOrder(Graph &g, const std::map<const Op *, std::vector<in
   return rewritten;
 }
 
+namespace {
+
+/// Whether eager's strides for `v` cannot depend on symbolic sizes: v and the tensors it views
+/// or writes in place, back to the ops computing them, have static sizes (a constant, a sum to
+/// a static shape). Not a graph input (guarded by layout class only under dynamic=True), an
+/// op in a region or a PyTorch fallback (which may view an operand).
+bool staticallyStrided(const Value *v, int depth = 0) {
+  if (depth > 64 || !staticSizes(v->type().shape())) return false;
+  const Op *def = v->definingOp();
+  if (!def || def->parentOp() || def->name() == "external_call") return false;
+  if (!def->def().has(kView) && !def->def().has(kInPlace)) return true;
+  return def->numOperands() > 0 && def->operand(0)->type().isTensor() &&
+         staticallyStrided(def->operand(0), depth + 1);
+}
+
+} // namespace
+
 OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inputs,
                                   const ExternalCallables &externals, bool symbolic) {
   OutputLayouts r;
@@ -1281,7 +1333,9 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
     l.order = denseOrder(sizes, strides);
     if (!l.order.empty() && offset == 0) {
       l.kind = OutputLayout::Dense;
-    } else if (!symbolic) {
+    } else if (!symbolic || staticallyStrided(g.body()->terminator()->operand(i))) {
+      // (Exact where the sizes are static: in a graph with symbolic sizes, only where its
+      // strides cannot depend on them, fuzzer seed 25903: `eye(2)[..., ::2]`, a constant.)
       l.kind = OutputLayout::Exact;
       l.strides = std::move(strides);
       l.offset = offset;
@@ -1292,8 +1346,14 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
       l.symbolicView = true;
     } else {
       // A strided view of a computed tensor with symbolic sizes: its strides are expressions
-      // of the sizes this walk does not keep. Returned as the graph makes it.
-      l.order.clear();
+      // of the sizes this walk does not keep. Returned as the graph makes it, but with the
+      // dense order of the tensor it views, which computeViewedBasesInLayouts gives that
+      // tensor (fuzzer seeds 25121, 26095: `v1[::2]` of a permuted v1 came back contiguous).
+      PyObject *viewed = PyTuple_GET_ITEM(info.get(), 4);
+      if (viewed != Py_None)
+        l.baseOrder =
+            denseOrder(intsOf(PyTuple_GET_ITEM(viewed, 0)), intsOf(PyTuple_GET_ITEM(viewed, 1)));
+      if (PyErr_Occurred()) throw PyErrorSet();
     }
     r.outputs.push_back(std::move(l));
   }

@@ -31,6 +31,11 @@ struct OutputLayout {
   // order is eager's at the capture's sizes. Where the graph's strides differ and it shares
   // memory with another output, it keeps them (a copy would cut the two apart).
   bool symbolicView = false;
+  // Any, but a strided view (gaps, overlaps) with symbolic sizes of a tensor eager lays out dense
+  // in this order (the meta walk's `_base`): its strides are size expressions the walk does not
+  // keep, and computing that tensor in this order (computeViewedBasesInLayouts) gives the view
+  // eager's strides at any sizes. Not checked after the run. Empty otherwise.
+  std::vector<int> baseOrder;
 };
 
 /// What the capture found: one layout per graph output, or `derived` false where the meta walk
@@ -45,8 +50,9 @@ struct OutputLayouts {
 };
 
 /// Walks the captured graph `g` on meta tensors made from `inputs` (runMeta) and records each
-/// output's layout. `symbolic`: the graph has symbolic sizes (an exact layout then cannot be
-/// recorded). Throws PyErrorSet for an interrupt.
+/// output's layout. `symbolic`: the graph has symbolic sizes (an exact layout then is recorded
+/// only for an output whose strides cannot depend on them; a strided view of a computed tensor
+/// gets its OutputLayout::baseOrder). Throws PyErrorSet for an interrupt.
 OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inputs,
                                   const ExternalCallables &externals, bool symbolic);
 

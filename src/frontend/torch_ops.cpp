@@ -854,9 +854,19 @@ LOWER(lowerCatStack) {
       const Type &ty = tensorOf(a, t, "cat item").type();
       return ty.rank() == 1 && ty.shape()[0].isStatic() && ty.shape()[0].value() == 0;
     };
-    std::vector<VarPtr> kept;
+    // One that requires grad stays where the others are 1-d too: eager's result requires grad
+    // then (fuzzer seed 38177: `cat([diff(x[:1]), v])`, x requiring grad, did not).
+    bool allVectors = true;
     for (const VarPtr &t : ts)
-      if (!emptyVector(t)) kept.push_back(t);
+      allVectors = allVectors && tensorOf(a, t, "cat item").type().rank() == 1;
+    std::vector<VarPtr> kept;
+    for (const VarPtr &t : ts) {
+      const bool tracked = tensorOf(a, t, "cat item").requiresGrad;
+      if (!emptyVector(t) || (tracked && allVectors))
+        kept.push_back(t);
+      else if (tracked)
+        a.fail("cat() of an empty 1-d tensor that requires grad and others of higher rank");
+    }
     if (!kept.empty() && kept.size() < ts.size()) {
       const DType dtype = tensorOf(a, kept[0], "cat item").type().dtype();
       for (const VarPtr &t : ts)

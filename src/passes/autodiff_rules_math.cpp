@@ -91,8 +91,10 @@ std::vector<Value *> celuRule(RuleArgs &a) {
   return {where(a, a.bin("le", a.x(0), a.f(0.0)), neg, a.g)};
 }
 
-/// floor, ceil, round, trunc, sign: zero almost everywhere (PyTorch's zeros_like(grad)).
-std::vector<Value *> zeroRule(RuleArgs &) { return {nullptr}; }
+/// floor, ceil, round, trunc, sign: zero almost everywhere, PyTorch's zeros_like(grad). A real
+/// zero gradient, not none: the rules before it multiply it by their derivatives, and where one
+/// is NaN or infinite (pow of a negative base) eager's gradient is NaN (fuzzer seed 34233).
+std::vector<Value *> zeroRule(RuleArgs &a) { return {a.un("zeros_like", a.g)}; }
 
 /// clamp(min, max): g where min <= x <= max (a NaN x gets none).
 std::vector<Value *> clampRule(RuleArgs &a) {

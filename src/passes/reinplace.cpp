@@ -97,6 +97,7 @@ private:
 
   bool reinplaceOutput(Value *output, Value *input) {
     std::vector<Op *> writes = writesOnPath(output, input);
+    writes.resize(writesInPlace(writes, input));
     bool changed = false;
     Value *version = input; // what holds the input's current contents
     for (Op *write : writes) {
@@ -112,6 +113,32 @@ private:
       changed = true;
     }
     return changed;
+  }
+
+  // How many of `writes` (the index_puts from `input` to an output copied back into it) can be
+  // done in the input's memory. Each one's old contents must be dead after it; and where a
+  // later write stays a copy, the contents the last in-place write leaves stay in the input's
+  // memory until the copy-back after the run, so no value sharing them may be returned (fuzzer
+  // seed 36825: `v = a[[0, 1]]` between two writes to `a`, canonicalized to the first write's
+  // result, was returned as the input's memory and read the second write's values).
+  size_t writesInPlace(const std::vector<Op *> &writes, Value *input) {
+    size_t usable = 0;
+    for (Value *version = input; usable < writes.size(); ++usable) {
+      if (!oldContentsDeadAfter(aliasesOf(version, writes[usable]), writes[usable])) break;
+      version = writes[usable]->result(0);
+    }
+    auto returned = [](const std::unordered_set<const Value *> &values) {
+      for (const Value *v : values)
+        for (const Use &u : v->uses())
+          if (u.user->def().has(kTerminator)) return true;
+      return false;
+    };
+    while (usable > 0 && usable < writes.size() &&
+           returned(aliasesOf(writes[usable - 1]->result(0), writes[usable]))) {
+      ctx_.count("refused");
+      --usable;
+    }
+    return usable;
   }
 
   // v and every value that may share its storage through view/reshape ops, stopping at `write`

@@ -913,3 +913,104 @@ def test_movedim_and_a_select_of_one_permuted_result_stay_compiled(dynamic):
 
     make = lambda b: [torch.randn(3, b, 5, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0)]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4, 5])
+
+
+# ---- session 23 ----
+
+
+def _step_slice_of_a_permuted_result(a):
+    return torch.relu(a)[::2]
+
+
+def _select_of_a_permuted_result(a):
+    return (a * 2)[0], torch.tanh(a)[:, 1]
+
+
+def _narrow_of_a_transposed_result_by_a_symbolic_length(a):
+    return torch.sin(a).narrow(0, 0, a.shape[0] // 2)
+
+
+def _row_of_sort_indices_of_a_transposed_input(a):
+    return a.sort(dim=0, descending=True, stable=True).indices[0]
+
+
+def _expand_of_a_permuted_comparison(a):
+    v = (a <= 0).float()
+    return v.unsqueeze(0).expand(3, *v.shape), v[..., :1].expand(*v.shape)
+
+
+def _chunk_and_unbind_of_a_permuted_result(a):
+    return torch.cos(a).chunk(2, 0)[0], torch.sin(a).unbind(1)[-1]
+
+
+_STRIDED_VIEWS = [
+    _expand_of_a_permuted_comparison,
+    _chunk_and_unbind_of_a_permuted_result,
+    _step_slice_of_a_permuted_result,
+    _select_of_a_permuted_result,
+    _narrow_of_a_transposed_result_by_a_symbolic_length,
+    _row_of_sort_indices_of_a_transposed_input,
+]
+
+
+@pytest.mark.parametrize("fn", _STRIDED_VIEWS, ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_strided_view_of_a_permuted_result_has_eagers_strides(fn, dynamic):
+    # seeds 25121, 26095, 26202, 28593, 29601, 29762, 29769 (stride, dynamic=True): a strided
+    # view with gaps of a computed tensor eager lays out permuted came back as a view of the
+    # graph's contiguous result: its strides are size expressions the meta walk did not keep.
+    # The walk records the dense order of the tensor the view reads (its `_base`), and that
+    # tensor is computed in it, so the view has eager's strides at every size. Seed 32859: an
+    # expand of one (an overlapping view) likewise; seed 35041: a chunk, which symbolic sizes
+    # make a split_with_sizes (one result per piece).
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randn(5, b, 2 * b, generator=g).permute(1, 2, 0)]
+
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[4, 6])
+
+
+def _step_slice_of_eye(a):
+    return torch.eye(a.shape[-1])[..., ::2]
+
+
+def _step_slice_of_a_static_sum(a):
+    return a.sum(0)[::2]
+
+
+@pytest.mark.parametrize("fn", [_step_slice_of_eye, _step_slice_of_a_static_sum], ids=lambda f: f.__name__.strip("_"))
+def test_strided_view_of_static_sizes_in_a_dynamic_graph_has_eagers_strides(fn):
+    # seed 25903 (stride, dynamic=True): `torch.eye(a.shape[-1])[..., ::2]`, a constant of
+    # static sizes: in a graph with symbolic sizes no strided output got an exact layout, so the
+    # folded constant came back dense. One whose strides cannot depend on the symbols (static
+    # sizes back to the op computing it) does now.
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randn(b, 6, 4, generator=g).transpose(1, 2)]
+
+    _same_results_and_memory(fn, make, dynamic=True, batches=[3, 5])
+
+
+def _index_of_all_rows_between_two_writes(a):
+    a[2:][1:] = a[2:][:-1].clone()  # empty for two rows: the write's result is `a` itself
+    v = a[[0, 1]]
+    a[1:] = a[:-1].clone()
+    return v
+
+
+def _slice_between_two_writes(a):
+    a[0] = 5
+    v = a[[0, 1]][:, :2]
+    a[1:] = a[:-1].clone()
+    return v
+
+
+@pytest.mark.parametrize("fn", [_index_of_all_rows_between_two_writes, _slice_between_two_writes],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_value_between_two_writes_of_an_input_keeps_its_contents(fn):
+    # seed 36825 (wrong, max abs diff 2.0): `v = a[[0, 1]]` of a [2, n] input between two writes
+    # to it is the first write's result (canonicalize made the index a slice of all rows); the
+    # reinplace pass wrote the first write into a's memory and kept the second a copy (its old
+    # contents are returned), copied into a after the run: v, a's memory, read the second write.
+    make = lambda b: [torch.randn(2, 3, generator=torch.Generator().manual_seed(b))]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=False, batches=[1, 2])

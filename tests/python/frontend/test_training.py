@@ -822,3 +822,51 @@ def test_batch_norm_gradient_through_a_transposed_output_is_the_decomposed_one()
     for p, q in zip(xs, ys):
         torch.testing.assert_close(p.grad, q.grad.float(), rtol=1e-4, atol=1e-5)
     assert not the_graph()["runs_in_python"]
+
+
+@pytest.mark.parametrize("op", ["floor", "ceil", "round", "trunc", "sign"])
+def test_zero_gradient_of_a_rounding_op_keeps_eagers_nans(op: str) -> None:
+    """Fuzz seed 34233: the gradient of floor/ceil/round/trunc/sign is eager's zeros_like(g),
+    which the rules before it multiply by their derivatives: NaN where one is NaN or infinite
+    (sqrt and log at 0, of a negative x). The rule gave no gradient, so such entries were 0
+    where eager's are NaN (in the seed, the resumed graph after `pow` with a tensor exponent
+    handed eager's pow no gradient at all); a second path (the `* 3` term) adds to them."""
+    def fn(a: Any) -> Any:
+        r = getattr(torch, op)
+        return r(a.sqrt()) * 2 + r(a.log()) + r(a.pow(0.5)) + a * 3
+
+    def run(f: Any) -> Any:
+        a = torch.tensor([[-0.5, 1.5, 0.0, 2.0], [-1.0, 0.25, -2.5, 0.5]], requires_grad=True)
+        out = f(a)
+        weights = torch.arange(8.0).view(2, 4)
+        return out.detach(), torch.autograd.grad((out.nan_to_num() * weights).sum(), [a])[0]
+
+    want, want_grad = run(fn)
+    got, grad = run(xjit.jit(fn))
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert want_grad.isnan().any()  # (the case the test is about)
+    torch.testing.assert_close(grad, want_grad, equal_nan=True)
+    graphs = fe.events()["graphs"]
+    assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
+
+
+def test_cat_with_an_empty_vector_that_requires_grad_requires_grad() -> None:
+    """Fuzz seed 38177: cat skips 1-d empty tensors (PyTorch's legacy rule), and the capture
+    dropped one that required grad, so `cat([diff(a[:1]), b])` with b not requiring grad did
+    not require grad where eager's result does (and a's gradient is zeros)."""
+    def fn(a: Any, b: Any) -> Any:
+        return torch.cat([torch.diff(a[:1], dim=0), b * 2], 0)
+
+    def run(f: Any) -> Any:
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(3, generator=g).requires_grad_()
+        b = torch.randn(4, generator=g)
+        out = f(a, b)
+        grads = torch.autograd.grad(out.sum(), [a]) if out.requires_grad else None
+        return out.requires_grad, out.detach(), grads
+
+    want_flag, want, want_grads = run(fn)
+    flag, got, grads = run(xjit.jit(fn))
+    assert flag == want_flag and want_flag
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(grads, want_grads)
