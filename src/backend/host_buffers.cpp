@@ -334,13 +334,10 @@ std::shared_ptr<Storage> smallBuffer(int64_t nbytes) {
 
 } // namespace
 
-std::shared_ptr<Storage> hostBuffer(int64_t nbytes) {
-  if (static_cast<size_t>(nbytes) < kMinCachedBytes || !cacheEnabled()) {
-    // What a process without buffers made ahead takes fresh (glibc's large buffers are).
-    if (tRecording && static_cast<size_t>(nbytes) >= kMinCachedBytes) tRecording->push_back(nbytes);
-    return smallBuffer(nbytes);
-  }
-  const size_t n = pageRounded(nbytes);
+namespace {
+
+/// A large buffer (1 MiB or more, reuse on) of kept or fresh pages; `n` its page-rounded size.
+void *largeBuffer(int64_t nbytes, size_t n) {
   Cache &c = cache();
   Plan plan;
   Pages got;
@@ -349,21 +346,42 @@ std::shared_ptr<Storage> hostBuffer(int64_t nbytes) {
     got = takeKept(c, n, plan);
   }
   if (!got.taken) got = mapAndMove(n, plan);
-  {
-    std::lock_guard<std::mutex> lock(c.mutex);
-    c.counters.freshBytes += got.fresh;
-    c.counters.reusedBytes += n - got.fresh;
-    c.counters.remaps += got.remaps;
-    c.counters.mappings += got.mappingsAdded;
-  }
   // What a process without buffers made ahead takes fresh: a request the released buffers
   // covered (within the call) is not one more to make ahead.
   if (tRecording && (got.fresh > 0 || got.ahead)) tRecording->push_back(nbytes);
-  void *p = got.data;
-  {
-    std::lock_guard<std::mutex> lock(c.mutex);
-    c.live[reinterpret_cast<uintptr_t>(p)].segments = std::move(got.segments);
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.counters.freshBytes += got.fresh;
+  c.counters.reusedBytes += n - got.fresh;
+  c.counters.remaps += got.remaps;
+  c.counters.mappings += got.mappingsAdded;
+  c.live[reinterpret_cast<uintptr_t>(got.data)].segments = std::move(got.segments);
+  return got.data;
+}
+
+/// Storage(nbytes)'s large buffers (reference kernels' results, Tensor::empty): the same kept
+/// pages, so that they neither fault in fresh pages every call nor hold glibc memory the kept
+/// pages could have served.
+void *largeStorage(int64_t nbytes, std::function<void()> *releaseFn) {
+  if (static_cast<size_t>(nbytes) < kMinCachedBytes || !cacheEnabled()) return nullptr;
+  const size_t n = pageRounded(nbytes);
+  void *p = largeBuffer(nbytes, n);
+  *releaseFn = [p, n] { release(p, n); };
+  return p;
+}
+
+[[maybe_unused]] const bool kLargeStorageInstalled =
+    (setLargeStorageAllocator(&largeStorage), true);
+
+} // namespace
+
+std::shared_ptr<Storage> hostBuffer(int64_t nbytes) {
+  if (static_cast<size_t>(nbytes) < kMinCachedBytes || !cacheEnabled()) {
+    // What a process without buffers made ahead takes fresh (glibc's large buffers are).
+    if (tRecording && static_cast<size_t>(nbytes) >= kMinCachedBytes) tRecording->push_back(nbytes);
+    return smallBuffer(nbytes);
   }
+  const size_t n = pageRounded(nbytes);
+  void *p = largeBuffer(nbytes, n);
   return std::make_shared<Storage>(p, nbytes, [p, n] { release(p, n); });
 }
 

@@ -2,6 +2,7 @@
 #include "xjit/ir/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -13,7 +14,23 @@
 
 namespace xjit {
 
+namespace {
+constinit std::atomic<LargeStorageAllocator> gLargeStorageAllocator{nullptr};
+} // namespace
+
+void setLargeStorageAllocator(LargeStorageAllocator allocator) {
+  gLargeStorageAllocator.store(allocator);
+}
+
 Storage::Storage(int64_t nbytes) : nbytes_(nbytes) {
+  if (nbytes >= (int64_t(1) << 20))
+    if (LargeStorageAllocator large = gLargeStorageAllocator.load()) {
+      data_ = large(nbytes, &release_);
+      if (data_) {
+        std::memset(data_, 0, static_cast<size_t>(nbytes));
+        return;
+      }
+    }
   // Round up so aligned_alloc's size is a multiple of the alignment; never zero bytes.
   size_t n = static_cast<size_t>(std::max<int64_t>(nbytes, 1) + 63) / 64 * 64;
   data_ = std::aligned_alloc(64, n);

@@ -177,6 +177,30 @@ TEST(HostBuffers, ArenaLendsItsPagesBetweenCalls) {
   EXPECT_EQ(hostBufferCounters().mappings, start.mappings);
 }
 
+TEST(HostBuffers, LargeZeroFilledStoragesUseTheKeptPages) {
+  // Storage(nbytes), the reference kernels' results: kept pages, zero-filled.
+  if (reuseOff()) GTEST_SKIP() << "XJIT_HOST_BUFFER_CACHE=0";
+  dropCachedHostBuffers();
+  const int64_t mb = 1 << 20;
+  {
+    std::shared_ptr<Storage> a = hostBuffer(3 * mb);
+    fill(*a, 3);
+  }
+  const HostBufferCounters before = hostBufferCounters();
+  {
+    Storage zeros(2 * mb + 100);
+    EXPECT_EQ(hostBufferCounters().freshBytes, before.freshBytes);
+    EXPECT_GT(hostBufferCounters().reusedBytes, before.reusedBytes);
+    const auto *p = static_cast<const unsigned char *>(zeros.data());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+    for (int64_t i = 0; i < zeros.nbytes(); i += 512)
+      ASSERT_EQ(p[i], 0) << "byte " << i;
+    ASSERT_EQ(p[zeros.nbytes() - 1], 0);
+  }
+  EXPECT_EQ(cachedHostBufferBytes(), 3 * mb);
+  dropCachedHostBuffers();
+}
+
 TEST(HostBuffers, SmallBuffersAreNotKept) {
   dropCachedHostBuffers();
   {

@@ -13,6 +13,13 @@
 
 namespace xjit {
 
+/// Where Storage(nbytes) takes buffers of 1 MiB or more from: returns 64-byte aligned memory
+/// (not zero-filled) and sets `release`, or returns null for the default (aligned_alloc). Set
+/// once by the CPU backend (host_buffers.cpp: the kept pages of released buffers), so that the
+/// reference kernels' large results reuse memory as the target's buffers do.
+using LargeStorageAllocator = void *(*)(int64_t nbytes, std::function<void()> *release);
+void setLargeStorageAllocator(LargeStorageAllocator allocator);
+
 /// Owns (or borrows, with a deleter) the bytes behind one or more tensors.
 class Storage {
 public:
