@@ -301,6 +301,17 @@ Pages mapAndMove(size_t n, Plan &plan) {
   return got;
 }
 
+/// Counts what the buffer of `n` bytes at `at` was made of and notes its mappings (lock held).
+LiveBuffer &recordPages(Cache &c, size_t n, Pages &got, uintptr_t at) {
+  c.counters.freshBytes += got.fresh;
+  c.counters.reusedBytes += n - got.fresh;
+  c.counters.remaps += got.remaps;
+  c.counters.mappings += got.mappingsAdded;
+  LiveBuffer &live = c.live[at];
+  live.segments = std::move(got.segments);
+  return live;
+}
+
 void release(void *p, size_t n) {
   Cache &c = cache();
   {
@@ -350,11 +361,7 @@ void *largeBuffer(int64_t nbytes, size_t n) {
   // covered (within the call) is not one more to make ahead.
   if (tRecording && (got.fresh > 0 || got.ahead)) tRecording->push_back(nbytes);
   std::lock_guard<std::mutex> lock(c.mutex);
-  c.counters.freshBytes += got.fresh;
-  c.counters.reusedBytes += n - got.fresh;
-  c.counters.remaps += got.remaps;
-  c.counters.mappings += got.mappingsAdded;
-  c.live[reinterpret_cast<uintptr_t>(got.data)].segments = std::move(got.segments);
+  recordPages(c, n, got, reinterpret_cast<uintptr_t>(got.data));
   return got.data;
 }
 
@@ -471,14 +478,9 @@ void reclaimHostBufferPages(Storage &buffer) {
   } else {
     --got.mappingsAdded; // the reservation is gone
   }
+  got.fresh = n - moved;
   std::lock_guard<std::mutex> lock(c.mutex);
-  LiveBuffer &live = c.live.at(p);
-  live.lent = false;
-  live.segments = std::move(got.segments);
-  c.counters.freshBytes += n - moved;
-  c.counters.reusedBytes += moved;
-  c.counters.remaps += got.remaps;
-  c.counters.mappings += got.mappingsAdded;
+  recordPages(c, n, got, p).lent = false;
 }
 
 void dropCachedHostBuffers() {
