@@ -58,7 +58,8 @@ private:
 };
 
 /// A lone cat or stack: each operand copied into its slice of the result by Tensor's strided copy
-/// (runs of contiguous elements, tiled transpositions), into the runtime's planned buffer. A loop
+/// (runs of contiguous elements, tiled transpositions; large parts split over the kernel
+/// threads), into the runtime's planned buffer. A loop
 /// kernel per operand was slower where an operand is a transposed view (the GPT step's key
 /// gradient: 1.5 ms against this 0.3 ms, docs/decisions.md).
 class CatExecutable : public Executable {
@@ -104,9 +105,9 @@ private:
   }
   void copyInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out) const {
     if (stack_)
-      ops::mv::stackInto(parts, dim, out);
+      ops::mv::stackInto(parts, dim, out, parallelCopy);
     else
-      ops::mv::catInto(parts, dim, out);
+      ops::mv::catInto(parts, dim, out, parallelCopy);
   }
 
   bool stack_;

@@ -76,6 +76,28 @@ void parallelRanges(int64_t n, int64_t parts, const std::function<void(int64_t, 
     fn(n * i / parts, n * (i + 1) / parts);
 }
 
+void parallelCopy(const Tensor &dst, const Tensor &src) {
+  const bool sameShape = dst.sizes() == src.sizes();
+  int64_t d = 0; // src's outermost dim of more than one element
+  while (d < src.rank() && src.size(d) == 1)
+    ++d;
+  const int64_t rows = d < src.rank() ? src.size(d) : 1, inner = src.numel() / std::max<int64_t>(rows, 1);
+  const int64_t parts = rows > 1 && dst.dtype() == src.dtype() && dst.numel() == src.numel() &&
+                                (sameShape || dst.isContiguous())
+                            ? parallelParts(rows, inner)
+                            : 1;
+  if (parts <= 1) return dst.copyFrom(src);
+  const size_t k = size_t(d);
+  parallelRanges(rows, parts, [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> sizes = src.sizes();
+    sizes[k] = r1 - r0;
+    Tensor from = src.view(sizes, src.strides(), src.offset() + r0 * src.strides()[k]);
+    Tensor to = sameShape ? dst.view(sizes, dst.strides(), dst.offset() + r0 * dst.strides()[k])
+                          : dst.view(sizes, contiguousStrides(sizes), dst.offset() + r0 * inner);
+    to.copyFrom(from);
+  });
+}
+
 extern "C" int32_t xjit_rt_parallel_for(ParallelTask task, void *const *data, const int64_t *sizes,
                                         const int64_t *strides, const uint64_t *scalars, int64_t n,
                                         int64_t work) {

@@ -584,7 +584,7 @@ struct CompiledGraph::Impl {
       const Tensor &x = args[0].tensor();
       const Tensor &slice = f.arenaTensors[size_t(outputs[in.outputs].arenaTensor)];
       if (copiesInto(*in.op, x, slice.sizes())) {
-        slice.copyFrom(x); // in x's row-major element order, as the reference's copy
+        backend::parallelCopy(slice, x); // in x's row-major element order, as the reference
         f.slots[slotRefs[in.results]] = RtValue(slice);
       } else {
         store(in, f, (*in.kernel)(*in.op, args)); // the reference kernel's view

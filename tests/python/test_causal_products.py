@@ -212,3 +212,43 @@ def test_nan_line_of_the_triangular_operand(
     cg = ir.compile(ir.parse(_graph(mode, a_sizes, b_sizes, tuple(want.shape), "f32")))
     (got,) = cg.run([a, b], framework="torch")
     torch.testing.assert_close(torch.as_tensor(got), want, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def _head_view(buffer: torch.Tensor, part: int) -> torch.Tensor:
+    """Part `part` of a fused [8, 128, 768] q/k/v buffer as [8, 4, 128, 64] heads: strided, as a
+    GPT block's attention reads it."""
+    return buffer[..., part * 256 : (part + 1) * 256].view(8, 128, 4, 64).transpose(1, 2)
+
+
+# (mode, which operand is the strided head view, the bad entry's index in it): entries some
+# block skips (a row only the last block reads, for lhs_lower; the first column of qᵀ, for
+# rhs_lower).
+LARGE_STRIDED_CASES = [
+    ("lhs_lower", (7, 3, 127, 63)),
+    ("lhs_lower", (0, 0, 100, 0)),
+    ("lhs_upper", (5, 1, 0, 17)),
+    ("rhs_lower", (3, 2, 40, 0)),
+    ("rhs_lower", None),
+]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("mode,index", LARGE_STRIDED_CASES)
+def test_large_strided_operand_scan(mode: str, index: tuple[int, ...] | None, bad: float) -> None:
+    """The operand that is not triangular, a strided head view of a fused buffer at GPT's sizes,
+    is scanned where blocks skip in runs split over the kernel threads: a NaN or an infinity
+    anywhere in that part makes the call run the whole product, as eager computes it."""
+    g = torch.Generator().manual_seed(5)
+    qkv = torch.randn(8, 128, 768, generator=g)
+    tri = torch.rand(8, 4, 128, 128, generator=g)
+    if mode == "rhs_lower":
+        a, b = _head_view(qkv, 0).transpose(-1, -2), torch.tril(tri)  # qᵀ [8,4,64,128]
+    else:
+        a, b = (torch.tril(tri) if mode == "lhs_lower" else torch.triu(tri)), _head_view(qkv, 2)
+    if index is not None:
+        (a if mode == "rhs_lower" else b)[index] = bad
+    want = torch.matmul(a, b)
+    assert want.isnan().any() == (index is not None)
+    cg = ir.compile(ir.parse(_graph(mode, tuple(a.shape), tuple(b.shape), tuple(want.shape), "f32")))
+    (got,) = cg.run([a, b], framework="torch")
+    torch.testing.assert_close(torch.as_tensor(got), want, rtol=1e-5, atol=1e-5, equal_nan=True)

@@ -166,6 +166,10 @@ int64_t parallelParts(int64_t n, int64_t work);
 /// Runs fn(begin, end) over `parts` ranges that cover [0, n) (at most n), one per thread of the
 /// kernel pool; fn must not throw. Native kernels written in C++ thread themselves with it.
 void parallelRanges(int64_t n, int64_t parts, const std::function<void(int64_t, int64_t)> &fn);
+/// dst.copyFrom(src) (same shape, or a contiguous dst taking src's elements in row-major
+/// order) with src's outermost dim split over the kernel threads when the copy is large: the
+/// runtime's layout copies and cat's slices (the GPT step's q/k/v gradients: 3 MB per layer).
+void parallelCopy(const Tensor &dst, const Tensor &src);
 /// Process-wide totals of Jit::compile (tests, benchmarks of warm starts).
 struct JitTotals {
   /// Kernels compiled with LLVM (every compile that was not a cache hit): a second process

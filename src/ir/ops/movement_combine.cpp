@@ -133,10 +133,11 @@ std::vector<int64_t> catSizes(std::vector<Tensor> &parts, int64_t dimAttr, int64
   return sizes;
 }
 
-void catInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out) {
+void catInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out, CopyPart copy) {
   int64_t at = 0;
   for (const Tensor &p : parts) {
-    sliceView(out, dim, at, p.sizes()[size_t(dim)]).copyFrom(p);
+    Tensor slice = sliceView(out, dim, at, p.sizes()[size_t(dim)]);
+    copy ? copy(slice, p) : slice.copyFrom(p);
     at += p.sizes()[size_t(dim)];
   }
 }
@@ -152,9 +153,11 @@ std::vector<int64_t> stackSizes(std::span<const Tensor> parts, int64_t dimAttr, 
   return sizes;
 }
 
-void stackInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out) {
-  for (size_t i = 0; i < parts.size(); ++i)
-    selectView(out, dim, static_cast<int64_t>(i)).copyFrom(parts[i]);
+void stackInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out, CopyPart copy) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    Tensor slice = selectView(out, dim, static_cast<int64_t>(i));
+    copy ? copy(slice, parts[i]) : slice.copyFrom(parts[i]);
+  }
 }
 
 // ---- pad ----

@@ -97,13 +97,18 @@ std::vector<int64_t> reshapeSizes(const std::vector<int64_t> &target, int64_t nu
 /// cat's result sizes: drops the legacy empty 1-d tensors (which cat skips) from `parts` and sets
 /// *dim to dimAttr normalized; a kernel error when the sizes differ except along dim.
 std::vector<int64_t> catSizes(std::vector<Tensor> &parts, int64_t dimAttr, int64_t *dim);
+/// How catInto / stackInto copy a part into its view of `out` (dst, src): Tensor::copyFrom by
+/// default; the CPU backend passes its threaded copy.
+using CopyPart = void (*)(const Tensor &dst, const Tensor &src);
 /// Copies each part into its slice of `out` along dim, in order (cat written into `out`).
-void catInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out);
+void catInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out,
+             CopyPart copy = nullptr);
 /// stack's result sizes (parts of equal sizes, else a kernel error); sets *dim to dimAttr
 /// normalized over the result's rank.
 std::vector<int64_t> stackSizes(std::span<const Tensor> parts, int64_t dimAttr, int64_t *dim);
 /// Copies part i into index i of `out` along dim (stack written into `out`).
-void stackInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out);
+void stackInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out,
+               CopyPart copy = nullptr);
 
 /// Views sharing t's storage.
 Tensor sliceView(const Tensor &t, int64_t dim, int64_t start, int64_t length, int64_t step = 1);
