@@ -81,7 +81,8 @@ void parallelCopy(const Tensor &dst, const Tensor &src) {
   int64_t d = 0; // src's outermost dim of more than one element
   while (d < src.rank() && src.size(d) == 1)
     ++d;
-  const int64_t rows = d < src.rank() ? src.size(d) : 1, inner = src.numel() / std::max<int64_t>(rows, 1);
+  const int64_t rows = d < src.rank() ? src.size(d) : 1,
+                inner = src.numel() / std::max<int64_t>(rows, 1);
   const int64_t parts = rows > 1 && dst.dtype() == src.dtype() && dst.numel() == src.numel() &&
                                 (sameShape || dst.isContiguous())
                             ? parallelParts(rows, inner)
