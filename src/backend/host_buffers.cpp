@@ -38,6 +38,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <numeric>
 #include <pthread.h>
 #include <string_view>
 #include <sys/mman.h>
@@ -45,6 +46,7 @@
 #include <thread>
 #include <unistd.h>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace xjit::backend {
 namespace {
@@ -105,13 +107,14 @@ struct Cache {
   std::map<uintptr_t, Block> released;            // by address: neighbours coalesce
   std::multimap<size_t, uintptr_t> bySize;
   std::unordered_multimap<size_t, void *> ahead; // made ahead: taken by their own size only
+  std::unordered_multiset<size_t> aheadPending;  // sizes makeHostBuffersAhead has yet to make
   size_t bytes = 0;                              // kept: released and made ahead
   uint64_t drops = 0; // dropCachedHostBuffers calls: buffers made before are late
   uint64_t madeAhead = 0, aheadUsed = 0;
   HostBufferCounters counters; // counters.mappings: see kMaxMappings
   // makeHostBuffersAhead's threads running (tests wait for them).
   int aheadThreads = 0;
-  std::condition_variable aheadDone;
+  std::condition_variable aheadDone; // notified as each buffer made ahead is done
 };
 
 Cache &cache() {
@@ -353,7 +356,15 @@ void *largeBuffer(int64_t nbytes, size_t n) {
   Plan plan;
   Pages got;
   {
-    std::lock_guard<std::mutex> lock(c.mutex);
+    std::unique_lock<std::mutex> lock(c.mutex);
+    // A buffer of this size still being made ahead: waiting for it costs no more than faulting
+    // fresh pages here, while taking fresh pages would fault them twice (the thread's copy then
+    // sits unused until the release after the first run drops it). Bounded, should the thread
+    // be starved.
+    if (c.aheadPending.count(n) != 0 && c.ahead.count(n) == 0 &&
+        (c.bySize.lower_bound(n) == c.bySize.end() || c.bySize.lower_bound(n)->first != n))
+      c.aheadDone.wait_for(lock, std::chrono::milliseconds(200),
+                           [&] { return c.ahead.count(n) != 0 || c.aheadPending.count(n) == 0; });
     got = takeKept(c, n, plan);
   }
   if (!got.taken) got = mapAndMove(n, plan);
@@ -485,14 +496,33 @@ void reclaimHostBufferPages(Storage &buffer) {
 
 void dropCachedHostBuffers() {
   Cache &c = cache();
-  std::map<uintptr_t, Block> released;
+  std::map<uintptr_t, Block> released, kept;
   std::unordered_multimap<size_t, void *> ahead;
   {
     std::lock_guard<std::mutex> lock(c.mutex);
+    // An arena lent between calls takes pages back at its next call: one block that can serve
+    // each stays (the smallest large enough: likely its own pages). Dropped, the next call
+    // faults the whole arena in again (ResNet-18 b8: 53 MB, 13.8k faults, on the second call
+    // after the release that follows the first run).
+    std::vector<size_t> lent;
+    for (const auto &[at, live] : c.live)
+      if (live.lent)
+        lent.push_back(std::accumulate(live.segments.begin(), live.segments.end(), size_t(0)));
+    std::sort(lent.begin(), lent.end(), std::greater<>());
+    for (size_t n : lent)
+      if (auto fit = c.bySize.lower_bound(n); fit != c.bySize.end()) {
+        const uintptr_t at = fit->second;
+        kept.emplace(at, takeReleased(c, c.released.find(at)));
+      }
     released.swap(c.released);
     ahead.swap(c.ahead);
     c.bySize.clear();
     c.bytes = 0;
+    for (auto &[at, b] : kept) {
+      c.bySize.emplace(b.size, at);
+      c.bytes += b.size;
+      c.released.emplace(at, std::move(b));
+    }
     ++c.drops;
   }
   int64_t unmapped = static_cast<int64_t>(ahead.size());
@@ -539,14 +569,19 @@ bool makeHostBuffersAhead(std::vector<int64_t> sizes) {
     ::pthread_atfork([] { cache().mutex.lock(); }, [] { cache().mutex.unlock(); },
                      [] {
                        cache().aheadThreads = 0;
+                       cache().aheadPending.clear(); // no thread makes them in the child
                        cache().mutex.unlock();
                      });
   });
   uint64_t drops;
+  std::erase_if(sizes,
+                [](int64_t nbytes) { return static_cast<size_t>(nbytes) < kMinCachedBytes; });
   {
     std::lock_guard<std::mutex> lock(c.mutex);
     drops = c.drops;
     ++c.aheadThreads;
+    for (int64_t nbytes : sizes)
+      c.aheadPending.insert(pageRounded(nbytes));
   }
   std::thread([&c, drops, sizes = std::move(sizes)] {
     // Below the capture's priority (on a busy machine it keeps its share), above the gemm
@@ -554,19 +589,28 @@ bool makeHostBuffersAhead(std::vector<int64_t> sizes) {
     ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
     const size_t page = pageSize();
     size_t total = 0;
-    for (int64_t nbytes : sizes) {
-      if (static_cast<size_t>(nbytes) < kMinCachedBytes) continue;
-      size_t n = pageRounded(nbytes);
+    auto done = [&c](size_t n) { // lock held
+      c.aheadPending.erase(c.aheadPending.find(n));
+      c.aheadDone.notify_all();
+    };
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      size_t n = pageRounded(sizes[i]);
       total += n;
-      if (total > kMaxCachedBytes) continue;
-      void *p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (p == MAP_FAILED) break;
+      void *p = total > kMaxCachedBytes ? MAP_FAILED
+                                        : ::mmap(nullptr, n, PROT_READ | PROT_WRITE,
+                                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) {
+        std::lock_guard<std::mutex> lock(c.mutex);
+        done(n);
+        continue;
+      }
       // Written before anyone can take it: a buffer in the cache belongs to its taker.
-      for (size_t i = 0; i < n; i += page)
-        static_cast<volatile char *>(p)[i] = 0;
+      for (size_t off = 0; off < n; off += page)
+        static_cast<volatile char *>(p)[off] = 0;
       std::unique_lock<std::mutex> lock(c.mutex);
       // Too late (the first run is over and its release dropped the cache), or no room.
       if (c.drops != drops || c.bytes + n > kMaxCachedBytes) {
+        done(n);
         lock.unlock();
         ::munmap(p, n);
         continue;
@@ -575,6 +619,7 @@ bool makeHostBuffersAhead(std::vector<int64_t> sizes) {
       c.bytes += n;
       ++c.counters.mappings;
       ++c.madeAhead;
+      done(n);
     }
     std::lock_guard<std::mutex> lock(c.mutex);
     --c.aheadThreads;
