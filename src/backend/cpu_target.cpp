@@ -3,6 +3,7 @@
 #include "dnnl_library.h"
 #include "max_pool_backward.h"
 #include "resample.h"
+#include "scatter.h"
 #include "shared_executables.h"
 
 #include "ops/movement_util.h" // catSizes, catInto
@@ -194,6 +195,7 @@ public:
     if (op.name() == "cumsum") return whyNotScan(op);
     if (isMaxPoolBackward(op)) return whyNotMaxPoolBackward(op);
     if (isLinearResample(op)) return whyNotLinearResample(op);
+    if (isScatter(op)) return whyNotScatter(op);
     return whyNotElementwise(op);
   }
 
@@ -206,6 +208,7 @@ public:
     if (op.name() == "cat" || op.name() == "stack") return std::make_shared<CatExecutable>(op);
     if (isMaxPoolBackward(op)) return makeMaxPoolBackwardExecutable(op);
     if (isLinearResample(op)) return makeLinearResampleExecutable(op);
+    if (isScatter(op)) return makeScatterExecutable(op);
     const LowerOptions &lower = kLowerOptions;
     // An identical fusion compiled before (another layer of the model): its executable, without
     // lowering and printing this one.

@@ -32,8 +32,7 @@ void requireIndexDType(const Op &op, size_t i, bool allowInt32) {
 }
 
 int64_t indexValue(const Op &op, int64_t v, int64_t size, int64_t dim, bool wrapNegative) {
-  if (wrapNegative && v < 0 && v >= -size)
-    v += size;
+  if (wrapNegative && v < 0 && v >= -size) v += size;
   if (v < 0 || v >= size)
     kernelFail(op.name() + ": index " + std::to_string(v) + " is out of bounds for dimension " +
                std::to_string(dim) + " with size " + std::to_string(size));
@@ -50,11 +49,9 @@ std::vector<Type> inferIndexSelect(const Op &op) {
   const Type &t = tensorOperand(op, 0);
   const Type &index = tensorOperand(op, 1);
   requireIndexDType(op, 1, true);
-  if (index.rank() > 1)
-    inferFail("index_select: index must be 0-d or 1-d, got " + index.str());
+  if (index.rank() > 1) inferFail("index_select: index must be 0-d or 1-d, got " + index.str());
   int64_t dim = normDim(attrInt(op, "dim"), t.rank());
-  if (t.rank() == 0)
-    return {t};
+  if (t.rank() == 0) return {t};
   Shape s = t.shape();
   s[dim] = index.rank() == 0 ? DimExpr(1) : index.shape()[0];
   return {t.withShape(s)};
@@ -83,8 +80,7 @@ Results indexSelectKernel(const Op &op, In in) {
 void checkIndexFits(const Op &op, const Type &index, const Type &other, int64_t dim,
                     const char *otherName) {
   for (int64_t d = 0; d < nonEmptyRank(index); ++d) {
-    if (d == dim)
-      continue;
+    if (d == dim) continue;
     auto a = nonEmptySize(index, d).staticValue(), b = nonEmptySize(other, d).staticValue();
     if (a && b && *a > *b)
       inferFail(op.name() + ": size of index (" + std::to_string(*a) + ") exceeds size of " +
@@ -152,15 +148,13 @@ std::vector<Type> inferTakeAlongDim(const Op &op) {
   const Type &t = tensorOperand(op, 0);
   const Type &index = tensorOperand(op, 1);
   requireIndexDType(op, 1, false);
-  if (!hasAttrValue(op, "dim"))
-    return {t.withShape({numelOf(index.shape())})};
+  if (!hasAttrValue(op, "dim")) return {t.withShape({numelOf(index.shape())})};
   if (t.rank() != index.rank())
     inferFail(
         "take_along_dim: input and indices should have the same number of dimensions, but got " +
         std::to_string(t.rank()) + " and " + std::to_string(index.rank()));
   int64_t dim = normDim(attrInt(op, "dim"), t.rank());
-  if (t.rank() == 0)
-    return {t};
+  if (t.rank() == 0) return {t};
   return {t.withShape(takeAlongSizes<DimExpr>(t.shape(), index.shape(), dim, broadcastShapes))};
 }
 
@@ -174,8 +168,7 @@ Results takeAlongDimKernel(const Op &op, In in) {
     return one(gatherAlong(op, flat, ix, 0, true, {index.numel()}));
   }
   int64_t dim = normDim(attrInt(op, "dim"), t.rank());
-  if (t.rank() == 0)
-    return one(gatherAlong(op, t, index, 0, true, {}));
+  if (t.rank() == 0) return one(gatherAlong(op, t, index, 0, true, {}));
   auto sizes = takeAlongSizes<int64_t>(t.sizes(), index.sizes(), dim, broadcastSizes);
   auto selfSizes = sizes, indexSizes = sizes;
   selfSizes[dim] = t.sizes()[dim];
@@ -185,45 +178,13 @@ Results takeAlongDimKernel(const Op &op, In in) {
 
 // ---- scatter family ----
 
-enum class Reduce { None, Sum, Prod, Mean, Max, Min };
-
-Reduce reduceOf(const Op &op) {
-  if (op.name() == "scatter_add")
-    return Reduce::Sum;
-  const Attr *a = op.attrOrNull("reduce");
-  if (!a && op.name() == "scatter_reduce")
-    inferFail("scatter_reduce: missing required attribute 'reduce'");
-  if (!a)
-    return Reduce::None;
-  if (a->kind() != AttrKind::Str)
-    inferFail(op.name() + ": reduce must be a string");
-  const std::string &r = a->asStr();
-  if (op.name() == "scatter") {
-    if (r == "add")
-      return Reduce::Sum;
-    if (r == "multiply")
-      return Reduce::Prod;
-    inferFail("scatter: reduce argument must be either add or multiply, got '" + r + "'");
-  }
-  if (r == "sum")
-    return Reduce::Sum;
-  if (r == "prod")
-    return Reduce::Prod;
-  if (r == "mean")
-    return Reduce::Mean;
-  if (r == "amax")
-    return Reduce::Max;
-  if (r == "amin")
-    return Reduce::Min;
-  inferFail("scatter_reduce: reduce argument must be one of sum, prod, mean, amax, amin, got '" +
-            r + "'");
-}
+using Reduce = ScatterReduce;
 
 std::vector<Type> inferScatter(const Op &op) {
   const Type &t = tensorOperand(op, 0);
   const Type &index = tensorOperand(op, 1);
   requireIndexDType(op, 1, false);
-  reduceOf(op);
+  scatterReduceOf(op);
   int64_t dim = normDim(attrInt(op, "dim"), t.rank());
   checkSameRank(op, index, t, "self");
   checkIndexFits(op, index, t, dim, "self");
@@ -252,8 +213,7 @@ std::vector<Type> inferScatter(const Op &op) {
 
 // Folds v into out[j] (values round to out's dtype at every step, as torch's in-place update).
 void combine(const Tensor &out, int64_t j, const Scalar &v, Reduce r) {
-  if (r == Reduce::None)
-    return setScalar(out, j, v);
+  if (r == Reduce::None) return setScalar(out, j, v);
   if (isFloating(out.dtype())) {
     double a = out.getDouble(j), b = v.category == DTypeCategory::Floating ? v.f : double(v.i);
     double res = r == Reduce::Sum || r == Reduce::Mean ? a + b
@@ -276,7 +236,7 @@ void combine(const Tensor &out, int64_t j, const Scalar &v, Reduce r) {
 Tensor scatterInto(const Op &op, In in, Tensor out) {
   const Tensor &index = tensorIn(op, in, 1);
   int64_t dim = normDim(attrInt(op, "dim"), out.rank());
-  Reduce r = reduceOf(op);
+  Reduce r = scatterReduceOf(op);
   bool includeSelf = !op.attrOrNull("include_self") || attrBool(op, "include_self");
   std::optional<Tensor> src;
   std::optional<Scalar> value;
@@ -356,8 +316,7 @@ Results maskedScatterKernel(const Op &op, In in) {
   Tensor out = expandTo(t, sizes).contiguousCopy(), m = expandTo(mask, sizes);
   int64_t next = 0;
   for (int64_t i = 0, n = out.numel(); i < n; ++i) {
-    if (!m.getInt(i))
-      continue;
+    if (!m.getInt(i)) continue;
     if (next >= source.numel())
       kernelFail("masked_scatter: number of elements in source < number of ones in mask");
     copyElement(out, i, source, next++);
@@ -392,6 +351,32 @@ std::vector<Type> inferFill(const Op &op) {
 }
 
 } // namespace
+
+namespace ops::mv {
+
+ScatterReduce scatterReduceOf(const Op &op) {
+  if (op.name() == "scatter_add") return ScatterReduce::Sum;
+  const Attr *a = op.attrOrNull("reduce");
+  if (!a && op.name() == "scatter_reduce")
+    inferFail("scatter_reduce: missing required attribute 'reduce'");
+  if (!a) return ScatterReduce::None;
+  if (a->kind() != AttrKind::Str) inferFail(op.name() + ": reduce must be a string");
+  const std::string &r = a->asStr();
+  if (op.name() == "scatter") {
+    if (r == "add") return ScatterReduce::Sum;
+    if (r == "multiply") return ScatterReduce::Prod;
+    inferFail("scatter: reduce argument must be either add or multiply, got '" + r + "'");
+  }
+  if (r == "sum") return ScatterReduce::Sum;
+  if (r == "prod") return ScatterReduce::Prod;
+  if (r == "mean") return ScatterReduce::Mean;
+  if (r == "amax") return ScatterReduce::Max;
+  if (r == "amin") return ScatterReduce::Min;
+  inferFail("scatter_reduce: reduce argument must be one of sum, prod, mean, amax, amin, got '" +
+            r + "'");
+}
+
+} // namespace ops::mv
 
 void registerIndexingOps(OpRegistry &r) {
   r.add({.name = "index_select",

@@ -110,6 +110,11 @@ std::vector<int64_t> stackSizes(std::span<const Tensor> parts, int64_t dimAttr, 
 void stackInto(std::span<const Tensor> parts, int64_t dim, const Tensor &out,
                CopyPart copy = nullptr);
 
+/// The scatter family's reduction: scatter's `reduce` (add, multiply) or none, scatter_add's
+/// sum, scatter_reduce's `reduce`; an inference error for an unknown one.
+enum class ScatterReduce { None, Sum, Prod, Mean, Max, Min };
+ScatterReduce scatterReduceOf(const Op &op);
+
 /// Views sharing t's storage.
 Tensor sliceView(const Tensor &t, int64_t dim, int64_t start, int64_t length, int64_t step = 1);
 Tensor selectView(const Tensor &t, int64_t dim, int64_t index);
