@@ -388,5 +388,53 @@ TEST(BackendParallel, NativeRangesFollowTheLoopsRule) {
   EXPECT_EQ(parallelSplits(), before + 1);
 }
 
+/// A tensor of `sizes` whose elements are 0, 1, 2... in row-major order, laid out with its dims
+/// in memory order `order` (outermost first).
+Tensor iota(const std::vector<int64_t> &sizes, const std::vector<size_t> &order) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t step = 1;
+  for (size_t k = order.size(); k-- > 0;) {
+    strides[order[k]] = step;
+    step *= sizes[order[k]];
+  }
+  Tensor t(std::make_shared<Storage>(step * 4), DType::F32, sizes, strides, 0);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.setDouble(i, double(i));
+  return t;
+}
+
+TEST(BackendParallel, ParallelCopyMatchesCopyFrom) {
+  // Large enough to split (2^17+ elements); a transposed source, a strided destination slice, a
+  // contiguous destination of another shape (a reshape's copy), leading unit dims.
+  struct Case {
+    std::vector<int64_t> src, dst;
+    std::vector<size_t> srcOrder;
+    bool dstSlice;
+  };
+  const std::vector<Case> cases = {
+      {{8, 4, 128, 64}, {8, 4, 128, 64}, {0, 2, 1, 3}, false},
+      {{8, 128, 4, 64}, {8, 128, 4, 64}, {0, 2, 1, 3}, true},
+      {{1, 1, 300, 700}, {1, 1, 300, 700}, {0, 1, 3, 2}, false},
+      {{512, 256}, {256, 512}, {1, 0}, false},
+      {{3, 100001}, {3, 100001}, {0, 1}, true},
+  };
+  const uint64_t before = parallelSplits();
+  for (const Case &c : cases) {
+    Tensor src = iota(c.src, c.srcOrder);
+    Tensor want = Tensor::empty(DType::F32, c.dst);
+    want.copyFrom(src);
+    // A slice: each row of the destination is part of a row twice as long, one element in.
+    std::vector<int64_t> wide = c.dst;
+    wide.back() *= 2;
+    Tensor backing = Tensor::empty(DType::F32, wide);
+    Tensor dst =
+        c.dstSlice ? backing.view(c.dst, backing.strides(), 1) : Tensor::empty(DType::F32, c.dst);
+    parallelCopy(dst, src);
+    for (int64_t i = 0; i < want.numel(); ++i)
+      ASSERT_EQ(dst.getDouble(i), want.getDouble(i)) << "element " << i;
+  }
+  if (kernelThreads() > 1) EXPECT_GT(parallelSplits(), before);
+}
+
 } // namespace
 } // namespace xjit::backend
