@@ -11,6 +11,7 @@
 //   index_select, index: g added at the indices read (scatter_add, index_put accumulate)
 //   index_put:    values: g read at the written positions; self: g, those positions zeroed
 //   scatter(_add): src: g gathered at the written positions; self: g, those zeroed (scatter)
+//   scatter_reduce: sum / mean (g over counts) / amax, amin (g shared among the equal values)
 //   topk, sort:   g of the values scattered into zeros at their indices (each element once)
 //   cumsum:       the reverse cumsum of g (cumsum{reverse}, one native scan)
 #include "autodiff_rules.h"
@@ -265,6 +266,46 @@ std::vector<Value *> scatterRule(RuleArgs &a) {
   return r;
 }
 
+/// out = scatter_reduce(self, index, src) along dim, reduce sum / mean / amax / amin (eager's
+/// scatter_reduce_backward): sum as scatter_add; mean divides g by each element's count of
+/// values (self's included or not; 1 where none was scattered); amax / amin share g evenly among
+/// the values equal to the result (self's where it equals it, the src values equal to the
+/// result at their target). Without self in the reduction, self gets nothing where a value was
+/// scattered. prod (zeros need eager's special cases) stays eager's.
+std::vector<Value *> scatterReduceRule(RuleArgs &a) {
+  const std::string &reduce = a.op.attr("reduce").asStr();
+  if (reduce == "prod") unsupported(a.op, "reduce prod");
+  if (!(a.x(1)->type().shape() == a.x(2)->type().shape()))
+    unsupported(a.op, "an index of another shape than src (eager's backward raises)");
+  const bool includeSelf = !a.op.attrOrNull("include_self") || a.op.attr("include_self").asBool();
+  const int64_t dim = a.op.attr("dim").asInt();
+  const DType dt = a.x(0)->type().dtype();
+  Value *index = a.x(1);
+  auto gather = [&](Value *v) { return a.b.op("gather", {v, index}, {{"dim", dim}}); };
+  auto scatterAdd = [&](Value *into, Value *v) {
+    return a.b.op("scatter_add", {into, index, v}, {{"dim", dim}});
+  };
+  Value *gSelf = a.g, *gSrc = nullptr;
+  if (reduce == "sum") {
+    gSrc = gather(a.g);
+  } else if (reduce == "mean") {
+    Value *n =
+        scatterAdd(a.un(includeSelf ? "ones_like" : "zeros_like", a.g), a.un("ones_like", a.x(2)));
+    gSelf = a.bin("div", a.g, a.b.op("clamp", {n}, {{"min", Attr(1.0)}}));
+    gSrc = gather(gSelf);
+  } else if (reduce == "amax" || reduce == "amin") {
+    Value *selfIs = castTo(a.b, a.bin("eq", a.x(0), a.out()), dt);
+    Value *srcIs = castTo(a.b, a.bin("eq", a.x(2), gather(a.out())), dt);
+    Value *share = a.bin("div", a.g, scatterAdd(selfIs, srcIs));
+    gSelf = a.mul(selfIs, share);
+    gSrc = a.mul(srcIs, gather(share));
+  } else {
+    unsupported(a.op, "reduce " + reduce);
+  }
+  if (!includeSelf) gSelf = a.b.op("scatter", {gSelf, index}, {{"dim", dim}, {"value", Attr(0.0)}});
+  return {a.need[0] ? gSelf : nullptr, nullptr, a.need[2] ? gSrc : nullptr};
+}
+
 // ---- cumsum ----
 
 /// d/dx_j of out_i = sum_{k <= i} x_k is 1 for i >= j: dx_j = sum_{i >= j} g_i, the cumsum of
@@ -301,6 +342,7 @@ void addMovementRules(std::map<std::string, Rule> &t) {
   t["index"] = indexRule;
   t["index_put"] = indexPutRule;
   t["scatter"] = t["scatter_add"] = scatterRule;
+  t["scatter_reduce"] = scatterReduceRule;
   t["cumsum"] = cumsumRule;
   t["topk"] = t["sort"] = selectedValuesRule;
 }

@@ -260,3 +260,46 @@ def test_a_negative_index_raises_as_in_eager(op: str) -> None:
     for f in (step, fn):
         with pytest.raises((RuntimeError, IndexError), match="out of bounds"):
             f(x, v, bad)
+
+
+# scatter_reduce (sum, mean, amax, amin; include_self either way): duplicate targets, a row
+# no value reaches (5), and for amax / amin exact ties, which eager's backward shares evenly.
+REDUCE_INDEX = [[0, 2, 2, 1], [4, 0, 2, 1], [0, 3, 3, 1], [4, 4, 2, 0], [1, 0, 3, 3]]
+
+
+def _scatter_reduce(reduce: str, include_self: bool, ties: bool) -> Callable[..., Any]:
+    def fn(x: Any, v: Any, idx: Any) -> Any:
+        h = x * 2
+        src = torch.tanh(v)
+        if ties:  # values equal to each other and to self where they land
+            src = torch.round(src * 2) / 2
+            h = torch.round(h * 2) / 2
+        index = torch.tensor(REDUCE_INDEX)
+        out = h.scatter_reduce(0, index, src, reduce=reduce, include_self=include_self)
+        return (out * torch.arange(1.0, 5.0)).sum(), out
+
+    return fn
+
+
+@pytest.mark.parametrize("grads", [(True, True), (True, False), (False, True)],
+                         ids=["both", "written", "values"])
+@pytest.mark.parametrize("include_self", [True, False], ids=["self", "no_self"])
+@pytest.mark.parametrize("reduce,ties", [("sum", False), ("mean", False), ("amax", False),
+                                         ("amin", False), ("amax", True), ("amin", True)])
+def test_scatter_reduce_trains_with_eagers_gradients(
+    reduce: str, ties: bool, include_self: bool, grads: tuple[bool, bool]
+) -> None:
+    _check(_scatter_reduce(reduce, include_self, ties), grads)
+
+
+def test_scatter_reduce_prod_runs_in_python() -> None:
+    fn = _scatter_reduce("prod", True, False)
+    torch.manual_seed(3)
+    x, v = torch.randn(6, 4, requires_grad=True), torch.randn(5, 4, requires_grad=True)
+    idx = torch.tensor(DUPLICATES)
+    got = xjit.jit(fn)(x, v, idx)
+    want = fn(x.detach().clone().requires_grad_(), v.detach().clone().requires_grad_(), idx)
+    torch.testing.assert_close(got[0], want[0])
+    got[0].backward()
+    graphs = fe.events()["graphs"]
+    assert graphs[0]["runs_in_python"] and "prod" in graphs[0]["note"], graphs[0]["note"]
