@@ -442,7 +442,11 @@ tensorIteratorOrder(const Shape &shape, const std::vector<const Type *> &types,
 
 } // namespace
 
-const Value *writtenThroughView(const Op &op) {
+const Value *writtenInPlace(const Op &op) {
+  if (op.name() == "clone" && op.hasAttr(kWholeWriteAttr)) {
+    const Op *expand = op.operand(0)->definingOp();
+    return expand && expand->name() == "expand_as" ? expand->operand(1) : nullptr;
+  }
   if (op.name() != "reshape" || op.numOperands() != 1) return nullptr;
   const Op *put = op.operand(0)->definingOp();
   if (!put || put->name() != "index_put" || put->numOperands() != 3) return nullptr;
@@ -656,11 +660,11 @@ bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrder
       // dims' strides is their operand's, less the dim a select-like view drops.
       static const std::set<std::string, std::less<>> sliceViews = {
           "slice", "narrow", "chunk", "split", "split_with_sizes", "select", "unbind"};
-      // A write through a view keeps its base's layout, whatever the values written (for a
-      // target: outputs keep the meta walk's exact strides of size-1 dims where values are
-      // unknown).
-      if (const Value *x = writtenThroughView(*op); x && order.count(x) && !strided.count(x) &&
-                                                    !unknown.count(x) && (target || !anyUnknown)) {
+      // A write through a view, or of all of a tensor, keeps that tensor's layout, whatever the
+      // values written (for a target: outputs keep the meta walk's exact strides of size-1 dims
+      // where values are unknown).
+      if (const Value *x = writtenInPlace(*op); x && order.count(x) && !strided.count(x) &&
+                                                !unknown.count(x) && (target || !anyUnknown)) {
         result = order.at(x);
       } else if (anyUnknown || name == "scaled_dot_product_attention") {
         if (op->def().has(kConstantLike) || freshContiguous.count(name)) {

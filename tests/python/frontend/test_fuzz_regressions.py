@@ -1014,3 +1014,64 @@ def test_value_between_two_writes_of_an_input_keeps_its_contents(fn):
     # contents are returned), copied into a after the run: v, a's memory, read the second write.
     make = lambda b: [torch.randn(2, 3, generator=torch.Generator().manual_seed(b))]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=False, batches=[1, 2])
+
+
+# ---- session 24 ----
+
+
+def _copy_of_a_permuted_input_into_a_clone(a):
+    v2 = torch.cumprod(a, 1).clone()
+    v2.copy_(a)
+    return v2 + 1, v2
+
+
+def _copy_into_a_permuted_clone(a):
+    v2 = torch.sin(a).clone()
+    v2.copy_(a.contiguous() * 2)
+    return v2
+
+
+def _broadcast_copy_into_zeros(a):
+    v2 = torch.zeros(a.shape[0], 3, a.shape[2])
+    v2.copy_(a[:, :1].double())
+    return v2
+
+
+def _whole_setitem_of_a_permuted_value(a):
+    v2 = torch.zeros(a.shape)
+    v2[...] = a
+    v3 = torch.ones(a.shape)
+    v3[:] = a * 3
+    return v2, v3
+
+
+def _reshape_after_a_copy_views_it(a):
+    # eager's v2 stays contiguous, so its reshape is a view and the fill writes v2
+    v2 = torch.zeros(a.shape)
+    v2.copy_(a)
+    v2.reshape(-1)[: a.shape[0]].fill_(3)
+    return v2
+
+
+_WHOLE_WRITES = [
+    _copy_of_a_permuted_input_into_a_clone,
+    _copy_into_a_permuted_clone,
+    _broadcast_copy_into_zeros,
+    _whole_setitem_of_a_permuted_value,
+    _reshape_after_a_copy_views_it,
+]
+
+
+@pytest.mark.parametrize("fn", _WHOLE_WRITES, ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_whole_write_keeps_the_written_tensors_layout(fn, dynamic):
+    # seed 33525 (stride; with a reshape after it, wrong): `v2.copy_(a)` (and `v2[...] = a`) of
+    # a permuted a was captured as clone(a), which the layout rules gave a's layout where eager
+    # writes v2 in place and keeps v2's: the result came back permuted, and a reshape of v2,
+    # a view in eager, was taken for a copy (a write through it missed v2). The clone is marked
+    # as a whole write of v2, whose layout the rules and the meta walk give it.
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randn(5, b, 3, generator=g).permute(1, 2, 0)]
+
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[4, 6])
