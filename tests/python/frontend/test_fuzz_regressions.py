@@ -431,6 +431,17 @@ def _same_results_and_memory(fn, make, *, dynamic, batches):
             same(f"after writing tensor {i}")
 
 
+def _permuted_input(sizes):
+    """make(b) for _same_results_and_memory: one input of sizes(b), seeded by b, laid out
+    permuted (dims 1, 2, 0 of a contiguous tensor)."""
+
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randn(*sizes(b), generator=g).permute(1, 2, 0)]
+
+    return make
+
+
 def test_view_of_an_input_written_whole_stays_compiled():
     # seeds 89, 471: the value written into an input (a graph output only copied back into it)
     # and a view of it returned share memory; restoreLayouts' check took the write-back output
@@ -963,10 +974,7 @@ def test_strided_view_of_a_permuted_result_has_eagers_strides(fn, dynamic):
     # tensor is computed in it, so the view has eager's strides at every size. Seed 32859: an
     # expand of one (an overlapping view) likewise; seed 35041: a chunk, which symbolic sizes
     # make a split_with_sizes (one result per piece).
-    def make(b):
-        g = torch.Generator().manual_seed(b)
-        return [torch.randn(5, b, 2 * b, generator=g).permute(1, 2, 0)]
-
+    make = _permuted_input(lambda b: (5, b, 2 * b))
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[4, 6])
 
 
@@ -1070,8 +1078,5 @@ def test_whole_write_keeps_the_written_tensors_layout(fn, dynamic):
     # writes v2 in place and keeps v2's: the result came back permuted, and a reshape of v2,
     # a view in eager, was taken for a copy (a write through it missed v2). The clone is marked
     # as a whole write of v2, whose layout the rules and the meta walk give it.
-    def make(b):
-        g = torch.Generator().manual_seed(b)
-        return [torch.randn(5, b, 3, generator=g).permute(1, 2, 0)]
-
+    make = _permuted_input(lambda b: (5, b, 3))
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[4, 6])
