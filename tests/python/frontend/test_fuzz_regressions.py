@@ -1080,3 +1080,26 @@ def test_whole_write_keeps_the_written_tensors_layout(fn, dynamic):
     # as a whole write of v2, whose layout the rules and the meta walk give it.
     make = _permuted_input(lambda b: (5, b, 3))
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[4, 6])
+
+
+def _zeros_plus_a_one_element_value_and_its_row(a):
+    v = a.amax().reshape(-1) * 2
+    w = torch.zeros(a.shape[0], 3) + v
+    return w[0], w
+
+
+def _clone_of_an_expand_and_its_row(a):
+    w = a[:1].expand(a.shape[0], -1).clone()
+    return w[0], w
+
+
+@pytest.mark.parametrize("fn", [_zeros_plus_a_one_element_value_and_its_row, _clone_of_an_expand_and_its_row],
+                         ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_returned_fresh_result_is_not_folded_to_a_broadcast_view(fn, dynamic):
+    # seed 44492 (stride; XJIT-E0101 where the graph can be rerun): canonicalize folded
+    # `zeros + v` to an expand of v, so the returned w had stride 0 (a write to it raised where
+    # eager's is a fresh tensor) and copying it into eager's layout would cut its returned row
+    # off it. A graph output is no longer replaced by a broadcasting view.
+    make = lambda b: [torch.randn(b, 4, generator=torch.Generator().manual_seed(b))]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 5])
