@@ -1103,3 +1103,20 @@ def test_a_returned_fresh_result_is_not_folded_to_a_broadcast_view(fn, dynamic):
     # off it. A graph output is no longer replaced by a broadcasting view.
     make = lambda b: [torch.randn(b, 4, generator=torch.Generator().manual_seed(b))]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 5])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_full_reduction_beside_a_broadcast_keeps_the_rules(dynamic):
+    # seed 47891 (stride): v's operand, a transposed bmm of a [B, 1, 8] input, has only size-1
+    # dims but one; eager's v is (1, 1, B). The layout rules stopped at the full reduction
+    # `max`, and the meta walk, whose kernels lay out that broadcast otherwise than the CPU ones,
+    # returned v contiguous. A 0-d result has nothing to lay out: the rules go on.
+    def fn(a, b):
+        v = torch.bmm(a, a.transpose(1, 2)).transpose(0, 2) / (b.topk(1, -1).values.abs() + 1)
+        return v, v.abs().max()
+
+    def make(n):
+        g = torch.Generator().manual_seed(n)
+        return [torch.randn(n, 1, 8, generator=g), torch.randn(n, 3, generator=g)]
+
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
