@@ -431,6 +431,11 @@ def _same_results_and_memory(fn, make, *, dynamic, batches):
             same(f"after writing tensor {i}")
 
 
+def _b_by_4_input(b):
+    """One [b, 4] input seeded by b (make for _same_results_and_memory)."""
+    return [torch.randn(b, 4, generator=torch.Generator().manual_seed(b))]
+
+
 def _permuted_input(sizes):
     """make(b) for _same_results_and_memory: one input of sizes(b), seeded by b, laid out
     permuted (dims 1, 2, 0 of a contiguous tensor)."""
@@ -880,8 +885,7 @@ def _reshape_to_0d_of_a_one_element_result_written(a):
 def test_write_through_a_reshape_of_a_one_element_result_reaches_it(fn, dynamic):
     # seed 24532 (wrong): `v.reshape(-1)` of a 0-d result is a view in eager (ATen's
     # computeStride); the capture took it for a copy, so the write through it missed v.
-    make = lambda b: [torch.randn(b, 4, generator=torch.Generator().manual_seed(b))]  # noqa: E731
-    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
+    _same_results_and_memory(fn, _b_by_4_input, dynamic=dynamic, batches=[3, 4])
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -1101,8 +1105,7 @@ def test_a_returned_fresh_result_is_not_folded_to_a_broadcast_view(fn, dynamic):
     # `zeros + v` to an expand of v, so the returned w had stride 0 (a write to it raised where
     # eager's is a fresh tensor) and copying it into eager's layout would cut its returned row
     # off it. A graph output is no longer replaced by a broadcasting view.
-    make = lambda b: [torch.randn(b, 4, generator=torch.Generator().manual_seed(b))]  # noqa: E731
-    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 5])
+    _same_results_and_memory(fn, _b_by_4_input, dynamic=dynamic, batches=[3, 5])
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
