@@ -658,14 +658,11 @@ VarPtr Analyzer::wholeWrite(const VarPtr &t, const VarPtr &v) {
   // where(true, v, t) survives canonicalize (v - 0 would not); functionalize's copy_ is the same.
   if (gradEnabled_ && tv->requiresGrad) // fuzz seed 12789
     return emit1("where", {emit1("ones_like", {t}, {{"dtype", Attr(DType::Bool)}}), v, t});
-  if (isStaticShape(tv->type().shape())) {
-    std::vector<int64_t> shape;
-    for (const DimExpr &d : tv->type().shape())
-      shape.push_back(d.value());
-    if (as<TensorVar>(v)->type().shape() == tv->type().shape()) return emit1("clone", {v});
-    return emit1("clone", {emit1("expand", {v}, {{"shape", Attr(shape)}})});
-  }
-  return emit1("clone", {emit1("expand_as", {v, t})});
+  // clone(expand_as(v, t)) marked as a whole write: eager writes t in place, so the result keeps
+  // t's layout, not v's (fuzzer seed 33525: `v2.copy_(a)` of a permuted a stays v2's layout,
+  // and a reshape of v2 then views it). The layout rules and the meta walk read the mark
+  // (writtenInPlace); canonicalize folds the expand_as and the clone away.
+  return emit1("clone", {emit1("expand_as", {v, t})}, {{kWholeWriteAttr, Attr(true)}});
 }
 
 VarPtr Analyzer::castTo(const VarPtr &t, DType dtype) {

@@ -200,11 +200,11 @@ struct Walker {
     for (Op *op : b)
       position.emplace(op, position.size());
     std::vector<std::vector<const Value *>> drop(position.size());
-    // The meta walk gives a write through a view of x (writtenThroughView) x's tensor: x lives
-    // until that op, though the op reads it only through the write's ops.
+    // The meta walk gives a write of x (through a view or whole: writtenInPlace) x's tensor: x
+    // lives until that op, though the op reads it only through the write's ops.
     std::unordered_map<const Value *, size_t> writtenAt;
     for (Op *op : b)
-      if (const Value *x = writtenThroughView(*op)) writtenAt[x] = position.at(op);
+      if (const Value *x = writtenInPlace(*op)) writtenAt[x] = position.at(op);
     auto plan = [&](const Value *v) {
       size_t last = 0;
       if (auto it = writtenAt.find(v); it != writtenAt.end()) last = it->second;
@@ -241,8 +241,8 @@ struct Walker {
   /// meta: the op on meta tensors; where it cannot run, its results are contiguous meta
   /// tensors of its result types when that is what eager makes, else unknown.
   void runOpMeta(const Op &op) {
-    if (const Value *x = writtenThroughView(op); x && !unknown.count(x)) {
-      bind(op, {get(x)}); // a write through a view of x: eager writes x in place
+    if (const Value *x = writtenInPlace(op); x && !unknown.count(x)) {
+      bind(op, {get(x)}); // a write of x: eager writes x in place
       return;
     }
     bool operandsKnown = true;

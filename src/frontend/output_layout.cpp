@@ -442,7 +442,11 @@ tensorIteratorOrder(const Shape &shape, const std::vector<const Type *> &types,
 
 } // namespace
 
-const Value *writtenThroughView(const Op &op) {
+const Value *writtenInPlace(const Op &op) {
+  if (op.name() == "clone" && op.hasAttr(kWholeWriteAttr)) {
+    const Op *expand = op.operand(0)->definingOp();
+    return expand && expand->name() == "expand_as" ? expand->operand(1) : nullptr;
+  }
   if (op.name() != "reshape" || op.numOperands() != 1) return nullptr;
   const Op *put = op.operand(0)->definingOp();
   if (!put || put->name() != "index_put" || put->numOperands() != 3) return nullptr;
@@ -493,6 +497,17 @@ bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrder
   // Ops whose CPU kernels always allocate a fresh contiguous result, whatever their operands'
   // layouts (the matmul family; ATen's out-of-place masked_fill, elementwise here, starts from
   // self.clone(contiguous_format); histc; transformers' grouped product fills torch.zeros).
+  // A computed 0-d tensor (a full reduction, `x.max()`) has no strides to lay out, whatever its
+  // operands' layout (fuzzer seed 47891: the rules stopped at `max`, and the meta walk, whose
+  // kernels order a broadcast over size-1 dims otherwise than CPU ones, decided another output).
+  auto freshScalars = [](const Op &op) {
+    if (op.def().has(kView) || op.def().has(kInPlace) || op.numRegions() > 0 ||
+        op.name() == "external_call" || op.numResults() == 0)
+      return false;
+    for (const auto &r : op.results())
+      if (!r->type().isTensor() || r->type().rank() != 0) return false;
+    return true;
+  };
   static const std::set<std::string, std::less<>> freshContiguous = {
       "matmul",  "mm",         "bmm",         "linear",     "addmm",
       "baddbmm", "contiguous", "masked_fill", "grouped_mm", "grouped_mm_weight",
@@ -656,14 +671,14 @@ bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrder
       // dims' strides is their operand's, less the dim a select-like view drops.
       static const std::set<std::string, std::less<>> sliceViews = {
           "slice", "narrow", "chunk", "split", "split_with_sizes", "select", "unbind"};
-      // A write through a view keeps its base's layout, whatever the values written (for a
-      // target: outputs keep the meta walk's exact strides of size-1 dims where values are
-      // unknown).
-      if (const Value *x = writtenThroughView(*op); x && order.count(x) && !strided.count(x) &&
-                                                    !unknown.count(x) && (target || !anyUnknown)) {
+      // A write through a view, or of all of a tensor, keeps that tensor's layout, whatever the
+      // values written (for a target: outputs keep the meta walk's exact strides of size-1 dims
+      // where values are unknown).
+      if (const Value *x = writtenInPlace(*op); x && order.count(x) && !strided.count(x) &&
+                                                !unknown.count(x) && (target || !anyUnknown)) {
         result = order.at(x);
       } else if (anyUnknown || name == "scaled_dot_product_attention") {
-        if (op->def().has(kConstantLike) || freshContiguous.count(name)) {
+        if (op->def().has(kConstantLike) || freshContiguous.count(name) || freshScalars(*op)) {
           result.emplace();
         } else {
           for (const auto &r : op->results())
@@ -799,7 +814,7 @@ bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrder
           result = channelsLast;
         else
           result.emplace();
-      } else if (op->def().has(kConstantLike) || freshContiguous.count(name)) {
+      } else if (op->def().has(kConstantLike) || freshContiguous.count(name) || freshScalars(*op)) {
         result.emplace(); // identity, per result rank below
       } else if (op->def().has(kInPlace) && !operands.empty()) {
         result = *operands[0];

@@ -90,12 +90,18 @@ std::optional<std::vector<int64_t>> reshapeViewStrides(const std::vector<int64_t
                                                        const std::vector<int64_t> &strides,
                                                        const std::vector<int64_t> &shape);
 
-/// The tensor x that `op` writes through a view of it, as the analyzer functionalizes such a
-/// write (Analyzer::writeThroughView): `reshape(index_put(reshape(x), values, positions))` back
-/// to x's shape, the positions views of an arange; else null. Eager writes x in place, which
-/// keeps its layout (fuzzer seed 14038: `v3 = v2.clone(); v3[:, :1].clamp_(min=0)` of a
-/// transposed v2 stays transposed): the layout rules and the meta walk give the result x's.
-const Value *writtenThroughView(const Op &op);
+/// The annotation marking the analyzer's clone(expand_as(v, x)) for a write of all of x from v
+/// (`x.copy_(v)`, `x[...] = v`: Analyzer::wholeWrite).
+inline constexpr const char *kWholeWriteAttr = "layout.whole_write";
+
+/// The tensor x that `op` writes in place, as the analyzer functionalizes such a write: through
+/// a view of x (Analyzer::writeThroughView), `reshape(index_put(reshape(x), values,
+/// positions))` back to x's shape, the positions views of an arange; or all of x, a clone of
+/// `expand_as(v, x)` marked kWholeWriteAttr. Else null. Eager writes x in place, which keeps
+/// its layout (fuzzer seed 14038: `v3 = v2.clone(); v3[:, :1].clamp_(min=0)` of a transposed
+/// v2 stays transposed; seed 33525: `v2.copy_(a)` of a permuted a keeps v2's): the layout rules
+/// and the meta walk give the result x's.
+const Value *writtenInPlace(const Op &op);
 
 /// Rewrites `g` (a captured graph about to be optimized for the native backend) so that it
 /// computes the outputs `which` whose layout is a dense dim order other than the one the graph

@@ -319,9 +319,13 @@ const std::map<std::string, Rule> &ruleTable() {
       return r;
     };
     // -- unary elementwise: g * f'(x), from the result where that is cheaper --
-    unary("relu", [](RuleArgs &a) {
-      return castTo(a.b, a.bin("gt", a.out(), a.f(0.0)), a.g->type().dtype());
-    });
+    // threshold_backward selects: g where the result is positive, else 0, even where g is NaN or
+    // infinite (fuzzer seed 40322: sqrt(abs(relu(x))) at x < 0, whose g is inf; a mask product
+    // gave NaN).
+    t["relu"] = [](RuleArgs &a) -> std::vector<Value *> {
+      Value *zero = a.f(0.0);
+      return {a.b.op("where", {a.bin("gt", a.out(), zero), a.g, zero})};
+    };
     unary("gelu", [](RuleArgs &a) { return geluDerivative(a, a.x(0)); });
     unary("tanh", [](RuleArgs &a) { return a.bin("sub", a.f(1.0), a.mul(a.out(), a.out())); });
     unary("sigmoid", [](RuleArgs &a) { return a.mul(a.out(), a.bin("sub", a.f(1.0), a.out())); });

@@ -105,6 +105,21 @@ bool escapes(const Value *v, bool throughReshape, int depth = 0) {
   return false;
 }
 
+/// True if v is an expand that broadcasts, or a view chain of one: elements of v share memory
+/// (a write to it raises in PyTorch), so a graph output eager computes fresh must not become it
+/// (fuzzer seed 44492: `torch.zeros(n, 3) + v` of a one-element v, folded to an expand of v and
+/// returned with its row: stride 0, and the copy into eager's layout would cut the two apart).
+bool broadcastView(const Value *v) {
+  while (const Op *def = v->definingOp()) {
+    if (!aliasesOperand(*def) || def->numOperands() == 0) return false;
+    if ((def->name() == "expand" || def->name() == "expand_as") &&
+        !(def->result(0)->type().shape() == def->operand(0)->type().shape()))
+      return true;
+    v = def->operand(0);
+  }
+  return false;
+}
+
 /// The tensor a view chain starts from.
 const Value *viewRoot(const Value *v) {
   while (const Op *def = v->definingOp()) {
@@ -139,8 +154,8 @@ bool Rewriter::replace(const std::vector<Value *> &values) {
       // (Eval-mode dropout and a cast to the own dtype return their operand itself in eager.)
       bool eagerReturnsOperand =
           (root_.name() == "dropout" || root_.name() == "cast") && v == root_.operand(0);
-      if (escapes(old, true) &&
-          (reachesGraphInput(v) || (!eagerReturnsOperand && escapes(viewRoot(v), true))))
+      if (escapes(old, true) && (reachesGraphInput(v) || broadcastView(v) ||
+                                 (!eagerReturnsOperand && escapes(viewRoot(v), true))))
         return false;
     }
   }

@@ -343,16 +343,19 @@ bool squeezeUnsqueeze(Op &op, Rewriter &rw) {
   return rw.replace(inner->operand(0));
 }
 
-// expand/expand_as to the operand's type -> x; expand(expand(x)) -> expand(x) (static shape).
+// expand/expand_as to the operand's type -> x; expand(expand(x)) -> expand(x) and
+// expand_as(x, y) -> expand(x) (static shape: y's old value need not be kept for its shape).
 bool expandFold(Op &op, Rewriter &rw) {
   const Type &t = op.result(0)->type();
   if (t == op.operand(0)->type()) return rw.replace(op.operand(0));
+  if (!isStaticShape(t.shape())) return false;
   Op *inner = producer(op.operand(0), {"expand", "expand_as"});
-  if (op.name() != "expand" || !inner || !isStaticShape(t.shape())) return false;
+  if (op.name() == "expand" && !inner) return false;
   std::vector<int64_t> shape;
   for (const DimExpr &d : t.shape())
     shape.push_back(d.value());
-  return rw.replace(rw.create("expand", {inner->operand(0)}, {{"shape", Attr(shape)}}));
+  Value *x = op.name() == "expand" ? inner->operand(0) : op.operand(0);
+  return rw.replace(rw.create("expand", {x}, {{"shape", Attr(shape)}}));
 }
 
 // slice(x, d, 0, >= size, 1) and narrow(x, d, 0, size) -> x.
@@ -667,7 +670,7 @@ const std::vector<CanonicalizeRule> &canonicalizeRules() {
       {"expand-fold",
        {"expand", "expand_as"},
        expandFold,
-       "expand to the same shape -> x; expand(expand(x)) -> expand(x)"},
+       "expand to the same shape -> x; expand(expand(x)), static expand_as(x, y) -> expand(x)"},
       {"slice-identity", {"slice", "narrow"}, sliceIdentity, "slices covering the whole dim -> x"},
       {"alias-noop", {"alias"}, aliasNoop, "alias(x) -> x"},
       {"contiguous-noop",

@@ -431,6 +431,22 @@ def _same_results_and_memory(fn, make, *, dynamic, batches):
             same(f"after writing tensor {i}")
 
 
+def _b_by_4_input(b):
+    """One [b, 4] input seeded by b (make for _same_results_and_memory)."""
+    return [torch.randn(b, 4, generator=torch.Generator().manual_seed(b))]
+
+
+def _permuted_input(sizes):
+    """make(b) for _same_results_and_memory: one input of sizes(b), seeded by b, laid out
+    permuted (dims 1, 2, 0 of a contiguous tensor)."""
+
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randn(*sizes(b), generator=g).permute(1, 2, 0)]
+
+    return make
+
+
 def test_view_of_an_input_written_whole_stays_compiled():
     # seeds 89, 471: the value written into an input (a graph output only copied back into it)
     # and a view of it returned share memory; restoreLayouts' check took the write-back output
@@ -869,8 +885,7 @@ def _reshape_to_0d_of_a_one_element_result_written(a):
 def test_write_through_a_reshape_of_a_one_element_result_reaches_it(fn, dynamic):
     # seed 24532 (wrong): `v.reshape(-1)` of a 0-d result is a view in eager (ATen's
     # computeStride); the capture took it for a copy, so the write through it missed v.
-    make = lambda b: [torch.randn(b, 4, generator=torch.Generator().manual_seed(b))]  # noqa: E731
-    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
+    _same_results_and_memory(fn, _b_by_4_input, dynamic=dynamic, batches=[3, 4])
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -963,10 +978,7 @@ def test_strided_view_of_a_permuted_result_has_eagers_strides(fn, dynamic):
     # tensor is computed in it, so the view has eager's strides at every size. Seed 32859: an
     # expand of one (an overlapping view) likewise; seed 35041: a chunk, which symbolic sizes
     # make a split_with_sizes (one result per piece).
-    def make(b):
-        g = torch.Generator().manual_seed(b)
-        return [torch.randn(5, b, 2 * b, generator=g).permute(1, 2, 0)]
-
+    make = _permuted_input(lambda b: (5, b, 2 * b))
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[4, 6])
 
 
@@ -1014,3 +1026,100 @@ def test_value_between_two_writes_of_an_input_keeps_its_contents(fn):
     # contents are returned), copied into a after the run: v, a's memory, read the second write.
     make = lambda b: [torch.randn(2, 3, generator=torch.Generator().manual_seed(b))]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=False, batches=[1, 2])
+
+
+# ---- session 24 ----
+
+
+def _copy_of_a_permuted_input_into_a_clone(a):
+    v2 = torch.cumprod(a, 1).clone()
+    v2.copy_(a)
+    return v2 + 1, v2
+
+
+def _copy_into_a_permuted_clone(a):
+    v2 = torch.sin(a).clone()
+    v2.copy_(a.contiguous() * 2)
+    return v2
+
+
+def _broadcast_copy_into_zeros(a):
+    v2 = torch.zeros(a.shape[0], 3, a.shape[2])
+    v2.copy_(a[:, :1].double())
+    return v2
+
+
+def _whole_setitem_of_a_permuted_value(a):
+    v2 = torch.zeros(a.shape)
+    v2[...] = a
+    v3 = torch.ones(a.shape)
+    v3[:] = a * 3
+    return v2, v3
+
+
+def _reshape_after_a_copy_views_it(a):
+    # eager's v2 stays contiguous, so its reshape is a view and the fill writes v2
+    v2 = torch.zeros(a.shape)
+    v2.copy_(a)
+    v2.reshape(-1)[: a.shape[0]].fill_(3)
+    return v2
+
+
+_WHOLE_WRITES = [
+    _copy_of_a_permuted_input_into_a_clone,
+    _copy_into_a_permuted_clone,
+    _broadcast_copy_into_zeros,
+    _whole_setitem_of_a_permuted_value,
+    _reshape_after_a_copy_views_it,
+]
+
+
+@pytest.mark.parametrize("fn", _WHOLE_WRITES, ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_whole_write_keeps_the_written_tensors_layout(fn, dynamic):
+    # seed 33525 (stride; with a reshape after it, wrong): `v2.copy_(a)` (and `v2[...] = a`) of
+    # a permuted a was captured as clone(a), which the layout rules gave a's layout where eager
+    # writes v2 in place and keeps v2's: the result came back permuted, and a reshape of v2,
+    # a view in eager, was taken for a copy (a write through it missed v2). The clone is marked
+    # as a whole write of v2, whose layout the rules and the meta walk give it.
+    make = _permuted_input(lambda b: (5, b, 3))
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[4, 6])
+
+
+def _zeros_plus_a_one_element_value_and_its_row(a):
+    v = a.amax().reshape(-1) * 2
+    w = torch.zeros(a.shape[0], 3) + v
+    return w[0], w
+
+
+def _clone_of_an_expand_and_its_row(a):
+    w = a[:1].expand(a.shape[0], -1).clone()
+    return w[0], w
+
+
+@pytest.mark.parametrize("fn", [_zeros_plus_a_one_element_value_and_its_row, _clone_of_an_expand_and_its_row],
+                         ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_returned_fresh_result_is_not_folded_to_a_broadcast_view(fn, dynamic):
+    # seed 44492 (stride; XJIT-E0101 where the graph can be rerun): canonicalize folded
+    # `zeros + v` to an expand of v, so the returned w had stride 0 (a write to it raised where
+    # eager's is a fresh tensor) and copying it into eager's layout would cut its returned row
+    # off it. A graph output is no longer replaced by a broadcasting view.
+    _same_results_and_memory(fn, _b_by_4_input, dynamic=dynamic, batches=[3, 5])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_full_reduction_beside_a_broadcast_keeps_the_rules(dynamic):
+    # seed 47891 (stride): v's operand, a transposed bmm of a [B, 1, 8] input, has only size-1
+    # dims but one; eager's v is (1, 1, B). The layout rules stopped at the full reduction
+    # `max`, and the meta walk, whose kernels lay out that broadcast otherwise than the CPU ones,
+    # returned v contiguous. A 0-d result has nothing to lay out: the rules go on.
+    def fn(a, b):
+        v = torch.bmm(a, a.transpose(1, 2)).transpose(0, 2) / (b.topk(1, -1).values.abs() + 1)
+        return v, v.abs().max()
+
+    def make(n):
+        g = torch.Generator().manual_seed(n)
+        return [torch.randn(n, 1, 8, generator=g), torch.randn(n, 3, generator=g)]
+
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])

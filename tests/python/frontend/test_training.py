@@ -850,6 +850,29 @@ def test_zero_gradient_of_a_rounding_op_keeps_eagers_nans(op: str) -> None:
     assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
 
 
+def test_relu_gradient_selects_where_a_later_derivative_is_infinite() -> None:
+    """Fuzz seed 40322: `sqrt(abs(relu(x)))` at x < 0 sends relu an infinite gradient (sqrt's
+    at 0); eager's threshold_backward selects 0 there, where the rule's product g * (r > 0) gave
+    NaN (also through the bmm of the seed, and in a compiled backward beside other rules)."""
+    def fn(a: Any) -> Any:
+        v = torch.sqrt(torch.relu(a).abs())
+        return torch.bmm(v, v.transpose(1, 2)) + torch.relu(a * 2).sqrt().sum()
+
+    def run(f: Any) -> Any:
+        a = torch.tensor([[[-0.3, -0.2], [-0.01, -3.2], [0.2, 0.15]]], requires_grad=True)
+        out = f(a)
+        weights = torch.arange(9.0).view(1, 3, 3) - 4
+        return out.detach(), torch.autograd.grad((out * weights).sum(), [a])[0]
+
+    want, want_grad = run(fn)
+    got, grad = run(xjit.jit(fn))
+    torch.testing.assert_close(got, want)
+    assert not want_grad.isnan().any() and (want_grad == 0).any()  # (the case the test is about)
+    torch.testing.assert_close(grad, want_grad)
+    graphs = fe.events()["graphs"]
+    assert graphs and not any(g["runs_in_python"] for g in graphs), graphs
+
+
 def test_cat_with_an_empty_vector_that_requires_grad_requires_grad() -> None:
     """Fuzz seed 38177: cat skips 1-d empty tensors (PyTorch's legacy rule), and the capture
     dropped one that required grad, so `cat([diff(a[:1]), b])` with b not requiring grad did
