@@ -361,8 +361,7 @@ void *largeBuffer(int64_t nbytes, size_t n) {
     // fresh pages here, while taking fresh pages would fault them twice (the thread's copy then
     // sits unused until the release after the first run drops it). Bounded, should the thread
     // be starved.
-    if (c.aheadPending.count(n) != 0 && c.ahead.count(n) == 0 &&
-        (c.bySize.lower_bound(n) == c.bySize.end() || c.bySize.lower_bound(n)->first != n))
+    if (c.aheadPending.count(n) != 0 && c.ahead.count(n) == 0 && c.bySize.count(n) == 0)
       c.aheadDone.wait_for(lock, std::chrono::milliseconds(200),
                            [&] { return c.ahead.count(n) != 0 || c.aheadPending.count(n) == 0; });
     got = takeKept(c, n, plan);

@@ -105,8 +105,7 @@ public:
       : reduce_(ops::mv::scatterReduceOf(op)), describe_(op.describe()) {
     dim_ = op.attr("dim").asInt();
     includeSelf_ = !op.attrOrNull("include_self") || op.attr("include_self").asBool();
-    if (op.attrOrNull("value") && ops::hasAttrValue(op, "value"))
-      value_ = op.attr("value").asNumber();
+    if (ops::hasAttrValue(op, "value")) value_ = op.attr("value").asNumber();
     // The reference kernel runs on a copy of the op in a graph of its own (the executable
     // outlives the graph it was compiled from).
     Builder b(reference_.body());
