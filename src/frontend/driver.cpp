@@ -75,6 +75,14 @@ double msSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
+/// "[1, 2]", for log lines.
+std::string listStr(const std::vector<int64_t> &v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
 /// A failure inside xjit while compiling or running a frame (never the user's fault).
 struct InternalFailure {
   const char *id;
@@ -752,6 +760,7 @@ void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
     // Where simple rules settle the layouts, PyTorch's meta kernels are not needed.
     std::vector<std::vector<int>> inputOrders(e.inputSlots.size());
     bool dense = true;
+    std::string notDense; // the input that is not, for the log
     // (Strides as PyTorch reports them: DLPack views normalize those of size-1 dims.)
     static PyObject *sizeName = internedStr("size");
     static PyObject *strideName = internedStr("stride");
@@ -766,7 +775,15 @@ void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
       std::vector<int64_t> strides =
           intsOf(checked(PyObject_CallMethodNoArgs(in[i].get(), strideName)));
       inputOrders[i] = denseOrder(sizes, strides);
+      // Dense but for the strides of size-1 dims (a slice `x[:, :n]` of a batch of one): the
+      // rules lay out the outputs as for its dense twin; they differ from eager's only in the
+      // strides of size-1 dims, which address no element (inLayout re-strides an output whose
+      // strides differ there; docs/frontend.md "Output layouts").
+      if (inputOrders[i].empty()) inputOrders[i] = denseOrderOfSignificantDims(sizes, strides);
       dense = !inputOrders[i].empty() || sizes.empty();
+      if (!dense)
+        notDense = "input " + std::to_string(i) + " (sizes " + listStr(sizes) + ", strides " +
+                   listStr(strides) + ") is not dense";
     }
     // XJIT_LAYOUT_META_WALK=1: PyTorch's meta kernels decide every layout (A/B benchmarks).
     static const bool metaOnly = [] {
@@ -777,7 +794,8 @@ void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
     if (metaOnly || !dense || !staticOutputLayouts(g, inputOrders, layouts.outputs, &stoppedAt)) {
       if (settings().log & kLogGraphs)
         logLine("output layouts of " + g.name() + ": PyTorch's meta kernels decide (" +
-                (!dense      ? std::string("an input is not dense")
+                (!dense
+                     ? (notDense.empty() ? std::string("an input is not a plain tensor") : notDense)
                  : stoppedAt ? "the rules stop at " + stoppedAt->describe()
                              : std::string("the rules stop")) +
                 ")");

@@ -70,6 +70,23 @@ std::vector<int> denseOrder(const std::vector<int64_t> &sizes,
   return {};
 }
 
+std::vector<int> denseOrderOfSignificantDims(const std::vector<int64_t> &sizes,
+                                             const std::vector<int64_t> &strides) {
+  if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) return {};
+  std::vector<int> order(sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  // Outermost first by stride; a size-1 dim before a dim of equal stride (as denseOrder's
+  // third tie order), so that it does not take a place inside the dense dims.
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    if (strides[size_t(a)] != strides[size_t(b)]) return strides[size_t(a)] > strides[size_t(b)];
+    return sizes[size_t(a)] == 1 && sizes[size_t(b)] != 1;
+  });
+  const std::vector<int64_t> dense = denseStrides(sizes, order);
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] != 1 && dense[d] != strides[d]) return {};
+  return order;
+}
+
 namespace {
 
 /// The dim order of a permute-like op's result from its operand's (result dim i is operand dim

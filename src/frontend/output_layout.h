@@ -127,6 +127,13 @@ int layoutCallsInEagersOrder(Graph &g, const std::map<const Op *, std::vector<in
 /// The dim order whose dense strides are exactly `strides`; empty when there is none.
 std::vector<int> denseOrder(const std::vector<int64_t> &sizes, const std::vector<int64_t> &strides);
 
+/// As denseOrder, but the strides of size-1 dims may be anything (`x[:, :n]` of a [1, N, ...]
+/// tensor: PyTorch calls it contiguous, its stride 0 is N*...): an order whose dense strides
+/// equal `strides` on every dim of size > 1, size-1 dims placed by their stride. Empty when
+/// there is none, or for an empty tensor.
+std::vector<int> denseOrderOfSignificantDims(const std::vector<int64_t> &sizes,
+                                             const std::vector<int64_t> &strides);
+
 /// Whether `sizes`/`strides` (a run's output) already are `layout`.
 bool hasLayout(const OutputLayout &layout, const std::vector<int64_t> &sizes,
                const std::vector<int64_t> &strides);
