@@ -529,6 +529,13 @@ bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrder
       "matmul",  "mm",         "bmm",         "linear",     "addmm",
       "baddbmm", "contiguous", "masked_fill", "grouped_mm", "grouped_mm_weight",
       "histc"};
+  // ATen's reductions over dims (sum, mean, amax, var, argmax, max_dim, logsumexp, ...) make
+  // their result with at::empty, contiguous, whatever their operand's layout (permuted,
+  // channels-last, strided, expanded; keepdim's size-1 dims included): session 25.
+  auto freshResult = [&](const Op &op) {
+    return op.def().has(kConstantLike) || freshContiguous.count(op.name()) || freshScalars(op) ||
+           (op.def().has(kReduction) && !op.def().has(kView) && !op.def().has(kInPlace));
+  };
   // Views that keep a contiguous operand contiguous.
   static const std::set<std::string, std::less<>> contiguousViews = {
       "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "alias"};
@@ -695,7 +702,7 @@ bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrder
                                                 !unknown.count(x) && (target || !anyUnknown)) {
         result = order.at(x);
       } else if (anyUnknown || name == "scaled_dot_product_attention") {
-        if (op->def().has(kConstantLike) || freshContiguous.count(name) || freshScalars(*op)) {
+        if (freshResult(*op)) {
           result.emplace();
         } else {
           for (const auto &r : op->results())
@@ -831,7 +838,7 @@ bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrder
           result = channelsLast;
         else
           result.emplace();
-      } else if (op->def().has(kConstantLike) || freshContiguous.count(name) || freshScalars(*op)) {
+      } else if (freshResult(*op)) {
         result.emplace(); // identity, per result rank below
       } else if (op->def().has(kInPlace) && !operands.empty()) {
         result = *operands[0];
