@@ -513,7 +513,9 @@ bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrder
   };
   // Ops whose CPU kernels always allocate a fresh contiguous result, whatever their operands'
   // layouts (the matmul family; ATen's out-of-place masked_fill, elementwise here, starts from
-  // self.clone(contiguous_format); histc; transformers' grouped product fills torch.zeros).
+  // self.clone(contiguous_format); histc; transformers' grouped product fills torch.zeros;
+  // layer_norm and (log_)softmax over any dims, session 25: the rules stopped at ConvNeXt's
+  // layer norm of a permuted tensor, and at wav2vec2's, Swin's, SegFormer's).
   // A computed 0-d tensor (a full reduction, `x.max()`) has no strides to lay out, whatever its
   // operands' layout (fuzzer seed 47891: the rules stopped at `max`, and the meta walk, whose
   // kernels order a broadcast over size-1 dims otherwise than CPU ones, decided another output).
@@ -528,7 +530,7 @@ bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrder
   static const std::set<std::string, std::less<>> freshContiguous = {
       "matmul",  "mm",         "bmm",         "linear",     "addmm",
       "baddbmm", "contiguous", "masked_fill", "grouped_mm", "grouped_mm_weight",
-      "histc"};
+      "histc",   "layer_norm", "softmax",     "log_softmax"};
   // ATen's reductions over dims (sum, mean, amax, var, argmax, max_dim, logsumexp, ...) make
   // their result with at::empty, contiguous, whatever their operand's layout (permuted,
   // channels-last, strided, expanded; keepdim's size-1 dims included): session 25.

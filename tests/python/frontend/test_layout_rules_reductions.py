@@ -1,4 +1,4 @@
-"""Reductions over dims in the static layout rules (src/frontend/output_layout.cpp, docs/
+"""Reductions over dims (and layer_norm, softmax, log_softmax) in the static layout rules (src/frontend/output_layout.cpp, docs/
 frontend.md *Output layouts*): ATen makes their results contiguous whatever the operand's layout,
 so a graph reducing a permuted, channels-last, strided or expanded tensor must return eager's
 exact strides and values without PyTorch's meta kernels (`layout_meta_walks`), whose first use
@@ -44,6 +44,10 @@ REDUCTIONS: dict[str, Callable[[Any, list[int], bool], Any]] = {
     "max_dim": lambda x, d, k: x.max(d[0], keepdim=k),
     "count_nonzero": lambda x, d, k: torch.count_nonzero(x, d),
     "sum_then_mul": lambda x, d, k: x.sum(d, keepdim=k) * 2,
+    # not reductions, but their CPU kernels allocate contiguous results as well
+    "layer_norm": lambda x, d, k: torch.nn.functional.layer_norm(x, x.shape[-len(d) :]),
+    "softmax": lambda x, d, k: torch.softmax(x, d[0]),
+    "log_softmax": lambda x, d, k: torch.log_softmax(x, d[-1]) + 1,
 }
 
 
