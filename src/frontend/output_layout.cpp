@@ -732,6 +732,9 @@ bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrder
           if (drops) strides->erase(strides->begin() + dim);
           resultStrides = std::move(strides);
         }
+        // A step slice of static sizes: its exact strides rank its dims (GPT-J's rotary
+        // embedding multiplies `x[..., ::2]`: the rules stopped there).
+        if (!resultRanks && resultStrides) resultRanks = ranksOfStrides(*resultStrides);
       } else if ((name == "expand" || name == "expand_as") && !operands.empty() &&
                  op->result(0)->type().rank() >= rank0) {
         // A broadcast view: the operand's order with the new leading dims outermost, stride 0
