@@ -1085,12 +1085,47 @@ LOWER(lowerUnflatten) {
   return a.emit1("unflatten", {self}, {{"dim", Attr(dim)}, {"sizes", makeSizeAttr(parts)}});
 }
 
+/// clamp(x, lo, hi) with a tensor bound, `y` its value (min(max(x, lo), hi)), where a
+/// gradient is recorded: y again, through `where`s whose branches send the gradient where
+/// eager's clamp backward does (clamp_backward_min_max): to x where lo <= x <= hi, to lo where
+/// x < lo < hi, to hi where x > hi or hi < lo. As maximum/minimum, ties would split it in half
+/// between x and the bound (fuzzer seed 54286: a bound equal to x). Elements none of them
+/// takes (NaN, lo == hi above x) keep the value without a gradient, as in eager.
+VarPtr clampWithEagersGradient(Analyzer &a, const VarPtr &x, const VarPtr &lo, const VarPtr &hi,
+                               const VarPtr &y) {
+  const bool hasLo = !isNoneVar(lo), hasHi = !isNoneVar(hi);
+  auto both = [&](VarPtr p, VarPtr q) { return a.emit1("logical_and", {p, q}); };
+  VarPtr value = a.emit1("alias", {y});
+  a.irValue(value)->definingOp()->setAttr("autodiff.stop", Attr(true));
+  as<TensorVar>(value)->requiresGrad = false;
+  VarPtr r = value;
+  if (hi->kind == VarKind::Tensor) {
+    VarPtr above = a.emit1("gt", {x, hi});
+    if (hasLo) above = a.emit1("logical_or", {above, a.emit1("lt", {hi, lo})});
+    // (Where x > hi or hi < lo, the value is hi or, for a NaN x or lo, NaN: hi + NaN keeps
+    // the NaN and hi's gradient.)
+    VarPtr highValue =
+        a.emit1("where", {a.emit1("eq", {value, hi}), hi, a.emit1("add", {hi, value})});
+    r = a.emit1("where", {above, highValue, r});
+  }
+  if (lo->kind == VarKind::Tensor) {
+    VarPtr below = a.emit1("lt", {x, lo});
+    if (hasHi) below = both(below, a.emit1("lt", {lo, hi}));
+    r = a.emit1("where", {below, lo, r});
+  }
+  VarPtr inside = hasLo ? a.emit1("ge", {x, lo}) : nullptr;
+  if (hasHi) inside = inside ? both(inside, a.emit1("le", {x, hi})) : a.emit1("le", {x, hi});
+  return a.emit1("where", {inside, x, r});
+}
+
 LOWER(lowerClamp) {
   const VarPtr &lo = b.at("min"), &hi = b.at("max");
   VarPtr x = b.at("input");
   if (lo->kind == VarKind::Tensor || hi->kind == VarKind::Tensor) {
     if (!isNoneVar(lo)) x = a.emit1("maximum", {x, lo});
     if (!isNoneVar(hi)) x = a.emit1("minimum", {x, hi});
+    if (a.gradEnabled() && a.anyRequiresGrad({b.at("input"), lo, hi}))
+      x = clampWithEagersGradient(a, b.at("input"), lo, hi, x);
     return finishInplace(a, b, b.at("input"), x);
   }
   if (isNoneVar(lo) && isNoneVar(hi)) a.fail("clamp() needs min or max");
