@@ -816,6 +816,41 @@ bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrder
       } else if (anyStrided &&
                  (op->def().has(kView) || op->def().has(kInPlace) || name == "clone")) {
         goto unknownOp;
+      } else if ((name.starts_with("conv") && !name.ends_with("_weight")) || name == "group_norm") {
+        // CPU convolutions of 4-d tensors give a channels-last result where the input or the
+        // weight suggests channels-last (oneDNN's mkldnn_conv_use_channels_last), group_norm
+        // where its input does; otherwise, and for 3-d ones (whatever the input's layout), a
+        // contiguous one. Checked against torch 2.13 (test_layout_rules_convolutions.py);
+        // session 25: wav2vec2's and HuBERT's conv1d of a transposed tensor, ConvNeXt's conv2d
+        // of a permuted one went to the meta walk. Left to the walk: a 3-d convolution whose
+        // weight is not contiguous (eager then gives a transposed result) and 5-d operands
+        // suggesting channels-last-3d (eager's CPU conv3d stays contiguous; the walk's rule
+        // says otherwise).
+        const int64_t rank = op->result(0)->type().rank();
+        const bool norm = name == "group_norm";
+        bool channelsLast = false;
+        for (size_t i = 0; i < std::min<size_t>(norm ? 1 : 2, op->numOperands()); ++i) {
+          const Value *v = op->operand(i);
+          if (!v->type().isTensor() || (norm && rank == 3) || (rank == 3 && i == 0)) continue;
+          if (!strided.count(v) && order.count(v) && isIdentity(order.at(v)))
+            continue; // contiguous (any sizes): suggests the default format
+          std::optional<std::vector<int64_t>> strides = exactStrides(v);
+          if (!strides || v->type().rank() != rank || (rank != 3 && rank != 4 && rank != 5))
+            goto unknownOp;
+          const std::vector<int64_t> sizes = *staticSizes(v->type().shape());
+          if (rank == 3) {
+            if (!stridesAreContiguous(sizes, *strides)) goto unknownOp;
+            continue;
+          }
+          if (stridesLikeChannelsLast(sizes, *strides)) { // suggest_memory_format()
+            if (rank == 5) goto unknownOp;
+            channelsLast = true;
+          }
+        }
+        if (channelsLast)
+          result = std::vector<int>{0, 2, 3, 1};
+        else
+          result.emplace();
       } else if (name == "cat" && !operands.empty()) {
         // The output memory format of ATen's cat: channels-last only when every input suggests
         // it (4-d/5-d inputs in that exact order), else contiguous.
