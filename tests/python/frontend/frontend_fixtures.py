@@ -67,6 +67,22 @@ def check_layouts(got: Any, want: Any) -> None:
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+def check_without_meta_walk(got: Any, want: Any, where: str, rtol: float = 1e-5, atol: float = 1e-5) -> None:
+    """Eager's strides and values (nested results), the frame compiled, and its output layouts
+    decided by the static rules (no meta walk); then a fresh frontend for the next case."""
+    import torch
+
+    g, w = tensors(got), tensors(want)
+    assert len(g) == len(w), where
+    for a, b in zip(g, w):
+        assert a.stride() == b.stride(), f"strides {a.stride()} != eager's {b.stride()}: {where}"
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=where)
+    c = counters()
+    assert c["frames_in_python"] == 0, where
+    assert c["layout_meta_walks"] == 0, f"the meta walk ran: {where}"
+    fe.reset()
+
+
 def run_values(
     fn: Callable[..., Any],
     values: Iterable[Any],

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 fe = pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
-from frontend_fixtures import clean, counters  # noqa: E402, F401 (autouse fixture)
+from frontend_fixtures import check_without_meta_walk, clean, counters  # noqa: E402, F401 (autouse fixture)
 
 
 def layouts(rank: int) -> dict[str, Callable[[list[int]], torch.Tensor]]:
@@ -69,12 +69,7 @@ def test_convolution_layouts_take_the_rules(name: str) -> None:
         x, w = filled(make_x, x_sizes, 1), filled(make_w, w_sizes, 2)
         want, got = fn(x, w), xjit.jit(fn)(x, w)
         where = f"{name}: input {xl} {x.stride()}, weight {wl} {w.stride()}"
-        assert got.stride() == want.stride(), f"strides {got.stride()} != eager's {want.stride()}: {where}"
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=where)
-        c = counters()
-        assert c["frames_in_python"] == 0, where
-        assert c["layout_meta_walks"] == 0, f"the meta walk ran: {where}"
-        fe.reset()
+        check_without_meta_walk(got, want, where, rtol=1e-4)
 
 
 def test_conv_of_a_computed_permute() -> None:

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 fe = pytest.importorskip("xjit._frontend")
 import xjit  # noqa: E402
-from frontend_fixtures import clean, counters  # noqa: E402, F401 (autouse fixture)
+from frontend_fixtures import check_without_meta_walk, clean, counters  # noqa: E402, F401 (autouse fixture)
 
 # (input, a view the graph takes of it): strided and expanded values arise inside graphs (an
 # input that is not dense but for its size-1 dims sends the capture to the meta walk anyway).
@@ -72,16 +72,8 @@ def test_reduction_results_are_contiguous(layout: str, name: str) -> None:
             return fn(view(t > 0) if layout == "step_slice" else view(t) > 0, dims, keepdim)
 
         want, got = f(x), xjit.jit(f)(x)
-        wants = want if isinstance(want, tuple) else (want,)
-        gots = tuple(got) if isinstance(got, tuple) else (got,)
         where = f"{name} over {dims}, keepdim {keepdim}, of a {layout} {tuple(view(x).shape)} {view(x).stride()}"
-        for g, w in zip(gots, wants, strict=True):
-            assert g.stride() == w.stride(), f"strides {g.stride()} != eager's {w.stride()}: {where}"
-            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, msg=where)
-        c = counters()
-        assert c["frames_in_python"] == 0, where
-        assert c["layout_meta_walks"] == 0, f"the meta walk ran: {where}"
-        fe.reset()
+        check_without_meta_walk(tuple(got) if isinstance(got, tuple) else got, want, where)
 
 
 def test_reduction_of_a_reshaped_transpose() -> None:
