@@ -1085,6 +1085,16 @@ LOWER(lowerUnflatten) {
   return a.emit1("unflatten", {self}, {{"dim", Attr(dim)}, {"sizes", makeSizeAttr(parts)}});
 }
 
+/// `v.detach()`: an alias a training step's autodiff stops at (stopsGradient; canonicalize keeps
+/// such an alias).
+VarPtr detachedAlias(Analyzer &a, const VarPtr &v) {
+  VarPtr r = a.emit1("alias", {v});
+  if (as<TensorVar>(r)->requiresGrad)
+    a.irValue(r)->definingOp()->setAttr("autodiff.stop", Attr(true));
+  as<TensorVar>(r)->requiresGrad = false;
+  return r;
+}
+
 /// clamp(x, lo, hi) with a tensor bound, `y` its value (min(max(x, lo), hi)), where a
 /// gradient is recorded: y again, through `where`s whose branches send the gradient where
 /// eager's clamp backward does (clamp_backward_min_max): to x where lo <= x <= hi, to lo where
@@ -1095,9 +1105,7 @@ VarPtr clampWithEagersGradient(Analyzer &a, const VarPtr &x, const VarPtr &lo, c
                                const VarPtr &y) {
   const bool hasLo = !isNoneVar(lo), hasHi = !isNoneVar(hi);
   auto both = [&](VarPtr p, VarPtr q) { return a.emit1("logical_and", {p, q}); };
-  VarPtr value = a.emit1("alias", {y});
-  a.irValue(value)->definingOp()->setAttr("autodiff.stop", Attr(true));
-  as<TensorVar>(value)->requiresGrad = false;
+  VarPtr value = detachedAlias(a, y);
   VarPtr r = value;
   if (hi->kind == VarKind::Tensor) {
     VarPtr above = a.emit1("gt", {x, hi});
@@ -1355,14 +1363,7 @@ LOWER(lowerType) {
   return a.castTo(b.at("input"), *toDType(a, b.at("dtype")));
 }
 
-LOWER(lowerDetach) {
-  VarPtr r = a.emit1("alias", {b.at("input")});
-  // A training step's autodiff stops at it (stopsGradient); canonicalize keeps such an alias.
-  if (as<TensorVar>(r)->requiresGrad)
-    a.irValue(r)->definingOp()->setAttr("autodiff.stop", Attr(true));
-  as<TensorVar>(r)->requiresGrad = false;
-  return r;
-}
+LOWER(lowerDetach) { return detachedAlias(a, b.at("input")); }
 
 LOWER(lowerIdentityOp) { // contiguous / clone in their default memory_format
   checkMemoryFormat(a, b, row.op == std::string("clone") ? "preserve_format" : "contiguous_format");
