@@ -1095,19 +1095,19 @@ VarPtr detachedAlias(Analyzer &a, const VarPtr &v) {
   return r;
 }
 
-/// clamp(x, lo, hi) with a tensor bound, `y` its value (min(max(x, lo), hi)), where a
-/// gradient is recorded: y again, through `where`s whose branches send the gradient where
-/// eager's clamp backward does (clamp_backward_min_max): to x where lo <= x <= hi, to lo where
-/// x < lo < hi, to hi where x > hi or hi < lo. As maximum/minimum, ties would split it in half
-/// between x and the bound (fuzzer seed 54286: a bound equal to x). Elements none of them
-/// takes (NaN, lo == hi above x) keep the value without a gradient, as in eager.
+/// clamp(x, lo, hi) with a tensor bound (`lo` or `hi` null or None: none), `y` its value
+/// (min(max(x, lo), hi)), where a gradient is recorded: y again, through `where`s whose branches
+/// send the gradient where eager's clamp backward does (clamp_backward_min_max): to x where lo <= x
+/// <= hi, to lo where x < lo < hi, to hi where x > hi or hi < lo. As maximum/minimum, ties would
+/// split it in half between x and the bound (fuzzer seed 54286: a bound equal to x). Elements none
+/// of them takes (NaN, lo == hi above x) keep the value without a gradient, as in eager.
 VarPtr clampWithEagersGradient(Analyzer &a, const VarPtr &x, const VarPtr &lo, const VarPtr &hi,
                                const VarPtr &y) {
-  const bool hasLo = !isNoneVar(lo), hasHi = !isNoneVar(hi);
+  const bool hasLo = lo && !isNoneVar(lo), hasHi = hi && !isNoneVar(hi);
   auto both = [&](VarPtr p, VarPtr q) { return a.emit1("logical_and", {p, q}); };
   VarPtr value = detachedAlias(a, y);
   VarPtr r = value;
-  if (hi->kind == VarKind::Tensor) {
+  if (hasHi && hi->kind == VarKind::Tensor) {
     VarPtr above = a.emit1("gt", {x, hi});
     if (hasLo) above = a.emit1("logical_or", {above, a.emit1("lt", {hi, lo})});
     // (Where x > hi or hi < lo, the value is hi or, for a NaN x or lo, NaN: hi + NaN keeps
@@ -1116,7 +1116,7 @@ VarPtr clampWithEagersGradient(Analyzer &a, const VarPtr &x, const VarPtr &lo, c
         a.emit1("where", {a.emit1("eq", {value, hi}), hi, a.emit1("add", {hi, value})});
     r = a.emit1("where", {above, highValue, r});
   }
-  if (lo->kind == VarKind::Tensor) {
+  if (hasLo && lo->kind == VarKind::Tensor) {
     VarPtr below = a.emit1("lt", {x, lo});
     if (hasHi) below = both(below, a.emit1("lt", {lo, hi}));
     r = a.emit1("where", {below, lo, r});
@@ -1126,22 +1126,33 @@ VarPtr clampWithEagersGradient(Analyzer &a, const VarPtr &x, const VarPtr &lo, c
   return a.emit1("where", {inside, x, r});
 }
 
-LOWER(lowerClamp) {
-  const VarPtr &lo = b.at("min"), &hi = b.at("max");
+/// clamp / clamp_min / clamp_max: `lo` or `hi` null where the call has no such bound.
+VarPtr clampBetween(Analyzer &a, BoundArgs &b, const VarPtr &lo, const VarPtr &hi) {
+  const bool hasLo = lo && !isNoneVar(lo), hasHi = hi && !isNoneVar(hi);
   VarPtr x = b.at("input");
-  if (lo->kind == VarKind::Tensor || hi->kind == VarKind::Tensor) {
-    if (!isNoneVar(lo)) x = a.emit1("maximum", {x, lo});
-    if (!isNoneVar(hi)) x = a.emit1("minimum", {x, hi});
-    if (a.gradEnabled() && a.anyRequiresGrad({b.at("input"), lo, hi}))
-      x = clampWithEagersGradient(a, b.at("input"), lo, hi, x);
+  const bool tensorLo = hasLo && lo->kind == VarKind::Tensor;
+  const bool tensorHi = hasHi && hi->kind == VarKind::Tensor;
+  if (tensorLo || tensorHi) {
+    // clamp's overloads take two tensor bounds or two numbers: eager raises a TypeError for a
+    // number beside a tensor, which the call run by Python then raises.
+    if ((hasLo && !tensorLo) || (hasHi && !tensorHi))
+      a.fail("clamp() with a number and a tensor bound (eager takes two of a kind)");
+    if (hasLo) x = a.emit1("maximum", {x, lo});
+    if (hasHi) x = a.emit1("minimum", {x, hi});
+    if (a.gradEnabled() && a.anyRequiresGrad({b.at("input"), hasLo ? lo : x, hasHi ? hi : x}))
+      x = clampWithEagersGradient(a, b.at("input"), hasLo ? lo : nullptr, hasHi ? hi : nullptr, x);
     return finishInplace(a, b, b.at("input"), x);
   }
-  if (isNoneVar(lo) && isNoneVar(hi)) a.fail("clamp() needs min or max");
+  if (!hasLo && !hasHi) a.fail("clamp() needs min or max");
   AttrMap attrs;
-  if (!isNoneVar(lo)) attrs["min"] = scalarAttr(a, lo, "min");
-  if (!isNoneVar(hi)) attrs["max"] = scalarAttr(a, hi, "max");
+  if (hasLo) attrs["min"] = scalarAttr(a, lo, "min");
+  if (hasHi) attrs["max"] = scalarAttr(a, hi, "max");
   return a.emit1("clamp", {x}, std::move(attrs));
 }
+
+LOWER(lowerClamp) { return clampBetween(a, b, b.at("min"), b.at("max")); }
+LOWER(lowerClampMin) { return clampBetween(a, b, b.at("min"), nullptr); }
+LOWER(lowerClampMax) { return clampBetween(a, b, nullptr, b.at("max")); }
 
 LOWER(lowerWhere) {
   if (isNoneVar(b.at("input")) && isNoneVar(b.at("other")))
@@ -2187,8 +2198,8 @@ const std::vector<TorchRow> &table() {
       {"torch.where Tensor.where", "condition, input=None, other=None", "where", "", lowerWhere},
       {"torch.clamp torch.clip Tensor.clamp Tensor.clip", "input, min=None, max=None", "clamp", "",
        lowerClamp},
-      {"torch.clamp_min Tensor.clamp_min", "input, min", "clamp", "input | min"},
-      {"torch.clamp_max Tensor.clamp_max", "input, max", "clamp", "input | max"},
+      {"torch.clamp_min Tensor.clamp_min", "input, min", "clamp", "", lowerClampMin},
+      {"torch.clamp_max Tensor.clamp_max", "input, max", "clamp", "", lowerClampMax},
       {"torch.lerp Tensor.lerp", "input, end, weight", "lerp", "", lowerLerp},
       {"torch.addcmul Tensor.addcmul", "input, tensor1, tensor2, *, value=1", "addcmul",
        "input tensor1 tensor2 | value"},

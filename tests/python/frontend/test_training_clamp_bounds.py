@@ -88,3 +88,39 @@ def test_inference_keeps_the_plain_clamp() -> None:
         assert "where(" in fe.events()["graphs"][0]["ir"]
     finally:
         fe.set_recording(False)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, lo, hi: torch.clamp_min(x, lo) * 2,
+        lambda x, lo, hi: x.clamp_max(hi) * 2,
+        lambda x, lo, hi: x.clamp_min(lo).clamp_max(hi) + 1,
+    ],
+    ids=["clamp_min", "Tensor.clamp_max", "chained"],
+)
+def test_clamp_min_and_max_with_a_tensor_bound_stay_in_the_graph(fn: Any) -> None:
+    # (They were graph breaks: the row took the bound as a number attribute only.)
+    x, lo, hi = inputs("broadcast")
+    torch.testing.assert_close(xjit.jit(fn)(x, lo, hi), fn(x, lo, hi))
+    graphs = fe.events()["graphs"]
+    assert len(graphs) == 1 and not graphs[0]["runs_in_python"], graphs
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, t: torch.clamp(x, 0.5, t),
+        lambda x, t: x.clamp(t, 0.5) * 2,
+        lambda x, t: torch.clip(x, min=t, max=1),
+    ],
+    ids=["number_min", "number_max", "clip"],
+)
+def test_a_number_beside_a_tensor_bound_raises_as_in_eager(fn: Any) -> None:
+    # Eager's overloads take two tensors or two numbers; the compiled call raises eager's error.
+    x, t = torch.randn(5), torch.rand(5)
+    with pytest.raises(TypeError) as want:
+        fn(x, t)
+    with pytest.raises(TypeError) as got:
+        xjit.jit(fn)(x, t)
+    assert str(got.value) == str(want.value)
