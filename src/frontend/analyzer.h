@@ -10,6 +10,7 @@
 #include "abstract.h"
 #include "analyzer_bridge.h"
 #include "analyzer_bytecode.h"
+#include "output_layout.h"
 #include "py_util.h"
 
 #include "xjit/ir/builder.h"
@@ -379,6 +380,7 @@ public:
   std::vector<std::shared_ptr<TensorVar>> inputTensors_;
   /// Per graph argument (a tensor input), its dims' order where it is dense (computedStrides).
   std::vector<std::vector<int>> inputDenseOrders_;
+  mutable ComputedStrides computedStrides_; // (computedStrides: ops laid out once)
   /// The input tensors by the object each source held at capture (the first source of each):
   /// what a weak reference to one of them dereferences to (callWeakref).
   std::vector<std::pair<PyRef, std::shared_ptr<TensorVar>>> inputObjects_;

@@ -534,7 +534,7 @@ bool recordViewStep(TensorVar &r, TensorVar &src, const Op &op, size_t index,
 } // namespace
 
 std::optional<std::vector<int64_t>> Analyzer::computedStrides(const Value *v) const {
-  return staticStridesOf(*graph_, v, inputDenseOrders_);
+  return computedStrides_.of(*graph_, v, inputDenseOrders_);
 }
 
 VarPtr Analyzer::wrapIr(Value *v, bool requiresGrad) {

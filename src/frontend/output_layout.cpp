@@ -484,63 +484,69 @@ const Value *writtenInPlace(const Op &op) {
 
 namespace {
 
-/// The ops `v` is computed from (its defining op and theirs, transitively).
-std::unordered_set<const Op *> opsComputing(const Value *v) {
-  std::unordered_set<const Op *> ops;
-  std::vector<const Value *> pending{v};
-  while (!pending.empty()) {
-    const Op *def = pending.back()->definingOp();
-    pending.pop_back();
-    if (!def || !ops.insert(def).second) continue;
-    for (const Value *o : def->operands())
-      pending.push_back(o);
-  }
-  return ops;
+// Ops whose CPU kernels always allocate a fresh contiguous result, whatever their operands'
+// layouts (the matmul family; ATen's out-of-place masked_fill, elementwise here, starts from
+// self.clone(contiguous_format); histc; transformers' grouped product fills torch.zeros;
+// layer_norm and (log_)softmax over any dims, session 25: the rules stopped at ConvNeXt's
+// layer norm of a permuted tensor, and at wav2vec2's, Swin's, SegFormer's).
+// A computed 0-d tensor (a full reduction, `x.max()`) has no strides to lay out, whatever its
+// operands' layout (fuzzer seed 47891: the rules stopped at `max`, and the meta walk, whose
+// kernels order a broadcast over size-1 dims otherwise than CPU ones, decided another output).
+bool freshScalars(const Op &op) {
+  if (op.def().has(kView) || op.def().has(kInPlace) || op.numRegions() > 0 ||
+      op.name() == "external_call" || op.numResults() == 0)
+    return false;
+  for (const auto &r : op.results())
+    if (!r->type().isTensor() || r->type().rank() != 0) return false;
+  return true;
 }
 
-/// staticOutputLayouts' walk. With `target`, it walks only the ops computing it, a graph input
-/// without an order is left unknown (an op reading it stops the walk), and it ends at target's
-/// defining op with `targetStrides` set to target's strides where known.
-bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
-                 std::vector<OutputLayout> &out, const Op **stoppedAt, const Value *target,
-                 std::optional<std::vector<int64_t>> *targetStrides) {
-  const Op *current = nullptr;
-  std::unordered_set<const Op *> slice;
-  if (target) slice = opsComputing(target);
-  auto stop = [&] {
-    if (stoppedAt) *stoppedAt = current;
-    return false;
-  };
-  // Ops whose CPU kernels always allocate a fresh contiguous result, whatever their operands'
-  // layouts (the matmul family; ATen's out-of-place masked_fill, elementwise here, starts from
-  // self.clone(contiguous_format); histc; transformers' grouped product fills torch.zeros;
-  // layer_norm and (log_)softmax over any dims, session 25: the rules stopped at ConvNeXt's
-  // layer norm of a permuted tensor, and at wav2vec2's, Swin's, SegFormer's).
-  // A computed 0-d tensor (a full reduction, `x.max()`) has no strides to lay out, whatever its
-  // operands' layout (fuzzer seed 47891: the rules stopped at `max`, and the meta walk, whose
-  // kernels order a broadcast over size-1 dims otherwise than CPU ones, decided another output).
-  auto freshScalars = [](const Op &op) {
-    if (op.def().has(kView) || op.def().has(kInPlace) || op.numRegions() > 0 ||
-        op.name() == "external_call" || op.numResults() == 0)
-      return false;
+const std::set<std::string, std::less<>> freshContiguous = {
+    "matmul",  "mm",         "bmm",         "linear",     "addmm",
+    "baddbmm", "contiguous", "masked_fill", "grouped_mm", "grouped_mm_weight",
+    "histc",   "layer_norm", "softmax",     "log_softmax"};
+// ATen's reductions over dims (sum, mean, amax, var, argmax, max_dim, logsumexp, ...) make
+// their result with at::empty, contiguous, whatever their operand's layout (permuted,
+// channels-last, strided, expanded; keepdim's size-1 dims included): session 25.
+bool freshResult(const Op &op) {
+  return op.def().has(kConstantLike) || freshContiguous.count(op.name()) || freshScalars(op) ||
+         (op.def().has(kReduction) && !op.def().has(kView) && !op.def().has(kInPlace));
+}
+
+// Views that keep a contiguous operand contiguous.
+const std::set<std::string, std::less<>> contiguousViews = {
+    "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "alias"};
+
+} // namespace
+
+/// The layout rules' state over a graph's body, laid out op by op in body order
+/// (staticOutputLayouts, ComputedStrides): per tensor value its dims' order, whether it is a
+/// strided view (with its stride ranks and strides where known), or that it is unknown.
+struct LayoutWalk {
+  /// Lays out op's results; false where the rules cannot (its results are then unknown).
+  bool layOut(const Op &op) {
+    if (rules(op)) return true;
     for (const auto &r : op.results())
-      if (!r->type().isTensor() || r->type().rank() != 0) return false;
-    return true;
-  };
-  static const std::set<std::string, std::less<>> freshContiguous = {
-      "matmul",  "mm",         "bmm",         "linear",     "addmm",
-      "baddbmm", "contiguous", "masked_fill", "grouped_mm", "grouped_mm_weight",
-      "histc",   "layer_norm", "softmax",     "log_softmax"};
-  // ATen's reductions over dims (sum, mean, amax, var, argmax, max_dim, logsumexp, ...) make
-  // their result with at::empty, contiguous, whatever their operand's layout (permuted,
-  // channels-last, strided, expanded; keepdim's size-1 dims included): session 25.
-  auto freshResult = [&](const Op &op) {
-    return op.def().has(kConstantLike) || freshContiguous.count(op.name()) || freshScalars(op) ||
-           (op.def().has(kReduction) && !op.def().has(kView) && !op.def().has(kInPlace));
-  };
-  // Views that keep a contiguous operand contiguous.
-  static const std::set<std::string, std::less<>> contiguousViews = {
-      "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "alias"};
+      unknown.insert(r.get());
+    return false;
+  }
+  /// The layouts of the values a terminator returns; false where one is not dense.
+  bool outputs(const Op &terminator, std::vector<OutputLayout> &out) const;
+  bool known(const Value *v) const { return order.count(v) && !unknown.count(v); }
+
+  // For the strides of some values (ComputedStrides), not the outputs: a write in place keeps
+  // its tensor's layout even where the values written are unknown.
+  bool targeted = false;
+
+  StrideRanks ranksOf(const Value *v) const;
+  std::optional<std::vector<int64_t>> exactStrides(const Value *v) const;
+  // The order TensorIterator gives an elementwise op's result (tensorIteratorOrder).
+  std::optional<std::vector<int>> iteratorOrder(const Op &op) const;
+  // The order of a copy in preserve_format (clone, and cast: ATen's _to_copy) of a strided
+  // value: its own strides where it is non-overlapping and dense, else infer_dense_strides,
+  // the sort TensorIterator does for one operand.
+  std::optional<std::vector<int>> preserveFormatOrder(const Value *v) const;
+
   std::unordered_map<const Value *, std::vector<int>> order;
   // Values that are strided views (slice, select, narrow): their strides' order is known, their
   // strides not. Ops reading them follow the order (TensorIterator does); returning one needs
@@ -553,415 +559,383 @@ bool walkLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrder
   // The stride ranks of strided values where known (those of dense values follow from their
   // order and sizes).
   std::unordered_map<const Value *, std::vector<int>> stridedRanks;
-  auto ranksOf = [&](const Value *v) -> StrideRanks {
-    if (strided.count(v)) {
-      auto it = stridedRanks.find(v);
-      if (it == stridedRanks.end()) return std::nullopt;
-      return it->second;
-    }
-    auto it = order.find(v);
-    if (it == order.end()) return std::nullopt;
-    return denseStrideRanks(v->type().shape(), it->second);
-  };
   // The strides of strided values of static sizes (those of dense values follow from their
   // order).
   std::unordered_map<const Value *, std::vector<int64_t>> stridedStrides;
-  auto exactStrides = [&](const Value *v) -> std::optional<std::vector<int64_t>> {
-    // (Only for static sizes: a view of symbolic sizes of a static tensor, say a narrow of a
-    // symbolic length, has known strides but no sizes to check them on.)
-    if (!staticSizes(v->type().shape())) return std::nullopt;
-    if (strided.count(v)) {
-      auto it = stridedStrides.find(v);
-      if (it == stridedStrides.end()) return std::nullopt;
-      return it->second;
-    }
-    auto sizes = staticSizes(v->type().shape());
-    auto it = order.find(v);
-    if (!sizes || it == order.end()) return std::nullopt;
-    return denseStrides(*sizes, it->second);
-  };
-  // The order TensorIterator gives an elementwise op's result (tensorIteratorOrder).
-  auto iteratorOrder = [&](const Op &op) -> std::optional<std::vector<int>> {
-    const Shape &shape = op.result(0)->type().shape();
-    std::vector<const Type *> types;
-    std::vector<std::vector<int>> ranks;
-    std::vector<const std::vector<int> *> denseOrders;
-    std::vector<std::optional<std::vector<int64_t>>> exact;
-    // The fast setup needs every operand a tensor of the result's shape: a Python scalar is a
-    // 0-d tensor operand to ATen's binary ops (pow's scalar exponent excepted: a unary op).
-    bool fastSetup = true;
-    for (size_t i = 0; i < op.numOperands(); ++i) {
-      const Value *v = op.operand(i);
-      const Type &t = v->type();
-      if (!t.isTensor()) {
-        if (t.kind() != TypeKind::None && !(op.name() == "pow" && i == 1)) fastSetup = false;
-        continue;
-      }
-      StrideRanks r = ranksOf(v);
-      if (!r) return std::nullopt;
-      fastSetup = fastSetup && t.shape() == shape;
-      types.push_back(&t);
-      ranks.push_back(std::move(*r));
-      denseOrders.push_back(strided.count(v) ? nullptr : &order.at(v));
-      exact.push_back(exactStrides(v));
-    }
-    return tensorIteratorOrder(shape, types, ranks, denseOrders, exact,
-                               fastSetup && !types.empty());
-  };
-  // The order of a copy in preserve_format (clone, and cast: ATen's _to_copy) of a strided
-  // value: its own strides where it is non-overlapping and dense, else infer_dense_strides,
-  // the sort TensorIterator does for one operand.
-  auto preserveFormatOrder = [&](const Value *v) -> std::optional<std::vector<int>> {
-    const Shape &shape = v->type().shape();
-    StrideRanks ranks = ranksOf(v);
-    if (!ranks) return std::nullopt;
-    std::optional<std::vector<int64_t>> exact = exactStrides(v);
-    std::optional<std::vector<int64_t>> known = staticSizes(shape);
-    if (exact && known) { // (exact strides of symbolic sizes: no static sizes to check them on)
-      const std::vector<int64_t> &sizes = *known;
-      if (stridesNonOverlappingAndDense(sizes, *exact)) {
-        std::vector<int> o = denseOrder(sizes, *exact);
-        if (o.empty()) return std::nullopt;
-        return o;
-      }
-    } else {
-      // Dense or not, the sort agrees with the strides but on size-1 dims.
-      for (const DimExpr &d : shape)
-        if (isStaticOne(d)) return std::nullopt;
-    }
-    return tensorIteratorOrder(shape, {&v->type()}, {*ranks}, {nullptr}, {exact}, false);
-  };
-  const Block &body = *g.body();
-  for (size_t i = 0; i < body.numArguments(); ++i) {
-    if (!body.argument(i)->type().isTensor()) continue;
-    if (i >= inputOrders.size() ||
-        inputOrders[i].size() != size_t(body.argument(i)->type().rank())) {
-      if (target) continue;
-      return stop();
-    }
-    order[body.argument(i)] = inputOrders[i];
+
+private:
+  bool rules(const Op &op); // layOut: false where the meta walk decides
+};
+
+StrideRanks LayoutWalk::ranksOf(const Value *v) const {
+  if (strided.count(v)) {
+    auto it = stridedRanks.find(v);
+    if (it == stridedRanks.end()) return std::nullopt;
+    return it->second;
   }
-  if (target && !target->definingOp()) { // an input
-    if (auto strides = exactStrides(target)) *targetStrides = std::move(strides);
-    return targetStrides->has_value();
-  }
-  for (Op *op : body) {
-    {
-      current = op;
-      if (target && !slice.count(op)) continue;
-      if (op->def().has(kTerminator)) {
-        out.clear();
-        for (Value *v : op->operands()) {
-          OutputLayout l;
-          if (v->type().isTensor()) {
-            if (strided.count(v) || unknown.count(v)) goto unknownOp;
-            l.kind = OutputLayout::Dense;
-            l.order = order.at(v);
-          }
-          out.push_back(std::move(l));
-        }
-        return true;
-      }
-      // (An external_call also needs the walk for dropout's noise: the layout it draws in.)
-      if (op->numRegions() > 0 || op->name() == "external_call") goto unknownOp;
-      bool allIdentity = true, anyStrided = false, anyUnknown = false;
-      std::vector<const std::vector<int> *> operands;
-      for (Value *v : op->operands()) {
-        const Type &t = v->type();
-        if (t.isTensor()) {
-          if (unknown.count(v)) {
-            anyUnknown = true;
-            continue;
-          }
-          auto it = order.find(v);
-          if (it == order.end()) goto unknownOp;
-          operands.push_back(&it->second);
-          allIdentity = allIdentity && isIdentity(it->second);
-          anyStrided = anyStrided || strided.count(v) > 0;
-        } else if (!t.isScalar() && t.kind() != TypeKind::None) {
-          goto unknownOp; // a tuple or object may hold tensors of any layout
-        }
-      }
-      const std::string &name = op->name();
-      std::optional<std::vector<int>> result; // the order of every tensor result
-      bool resultStrided = false;
-      StrideRanks resultRanks; // a strided result's stride ranks, where known
-      std::optional<std::vector<int64_t>> resultStrides; // and its strides (static sizes)
-      StrideRanks iterated; // an elementwise result's order (iteratorOrder)
-      const Attr *dimAttr = op->attrOrNull("dim");
-      const int64_t rank0 = operands.empty() ? 0 : int64_t(operands[0]->size());
-      const int64_t dim = dimAttr && dimAttr->kind() == AttrKind::Int
-                              ? (dimAttr->asInt() < 0 ? dimAttr->asInt() + rank0 : dimAttr->asInt())
-                              : -1;
-      // Strided views along `dim` (several results for the split family): the order of their
-      // dims' strides is their operand's, less the dim a select-like view drops.
-      static const std::set<std::string, std::less<>> sliceViews = {
-          "slice", "narrow", "chunk", "split", "split_with_sizes", "select", "unbind"};
-      // A write through a view, or of all of a tensor, keeps that tensor's layout, whatever the
-      // values written (for a target: outputs keep the meta walk's exact strides of size-1 dims
-      // where values are unknown).
-      if (const Value *x = writtenInPlace(*op); x && order.count(x) && !strided.count(x) &&
-                                                !unknown.count(x) && (target || !anyUnknown)) {
-        result = order.at(x);
-      } else if (anyUnknown || name == "scaled_dot_product_attention") {
-        if (freshResult(*op)) {
-          result.emplace();
-        } else {
-          for (const auto &r : op->results())
-            unknown.insert(r.get());
-          continue;
-        }
-      } else if (sliceViews.count(name) && operands.size() == 1 && dim >= 0 && dim < rank0) {
-        const bool drops = name == "select" || name == "unbind";
-        std::vector<int> r;
-        for (int d : *operands[0])
-          if (!drops || d != dim) r.push_back(d - (drops && d > dim ? 1 : 0));
-        result = std::move(r);
-        resultStrided = true;
-        // A step other than 1 multiplies the dim's stride: its rank is then unknown.
-        const Attr *step = op->attrOrNull("step");
-        StrideRanks ranks = ranksOf(op->operand(0));
-        const bool unitStep = !step || (step->kind() == AttrKind::Int && step->asInt() == 1);
-        if (ranks && unitStep) {
-          if (drops) ranks->erase(ranks->begin() + dim);
-          resultRanks = std::move(ranks);
-        }
-        auto strides = exactStrides(op->operand(0));
-        if (strides && (unitStep || step->kind() == AttrKind::Int)) {
-          if (!unitStep) (*strides)[size_t(dim)] *= step->asInt();
-          if (drops) strides->erase(strides->begin() + dim);
-          resultStrides = std::move(strides);
-        }
-        // A step slice of static sizes: its exact strides rank its dims (GPT-J's rotary
-        // embedding multiplies `x[..., ::2]`: the rules stopped there).
-        if (!resultRanks && resultStrides) resultRanks = ranksOfStrides(*resultStrides);
-      } else if ((name == "expand" || name == "expand_as") && !operands.empty() &&
-                 op->result(0)->type().rank() >= rank0) {
-        // A broadcast view: the operand's order with the new leading dims outermost, stride 0
-        // where a dim is expanded (TensorIterator orders by the other operands' strides there).
-        const int n = int(op->result(0)->type().rank() - rank0);
-        std::vector<int> r(static_cast<size_t>(n));
-        std::iota(r.begin(), r.end(), 0);
-        for (int d : *operands[0])
-          r.push_back(d + n);
-        result = std::move(r);
-        resultStrided = true;
-        if (StrideRanks ranks = ranksOf(op->operand(0))) {
-          const Shape &from = op->operand(0)->type().shape(), &to = op->result(0)->type().shape();
-          std::vector<int> expanded(size_t(n), -1);
-          for (size_t k = 0; k < from.size(); ++k)
-            expanded.push_back(
-                isStaticOne(from[k]) && !isStaticOne(to[size_t(n) + k]) ? -1 : (*ranks)[k]);
-          resultRanks = std::move(expanded);
-        }
-        if (auto strides = exactStrides(op->operand(0))) {
-          const Shape &from = op->operand(0)->type().shape(), &to = op->result(0)->type().shape();
-          std::vector<int64_t> expanded(size_t(n), 0);
-          for (size_t k = 0; k < from.size(); ++k)
-            expanded.push_back(
-                isStaticOne(from[k]) && !isStaticOne(to[size_t(n) + k]) ? 0 : (*strides)[k]);
-          resultStrides = std::move(expanded);
-        }
-      } else if (anyStrided && operands.size() == 1 &&
-                 (name == "permute" || name == "transpose" || name == "t")) {
-        std::vector<int> r = permutedOrder(*op, *operands[0]);
-        if (r.size() != operands[0]->size()) goto unknownOp;
-        result = std::move(r);
-        resultStrided = true;
-        // Operand dim k becomes result dim where[k]: the stride ranks and exact strides follow.
-        const std::vector<int> where = permutedOrder(*op, identity(rank0));
-        auto permute = [&where](const auto &perDim) {
-          std::decay_t<decltype(perDim)> permuted(perDim.size());
-          for (size_t k = 0; k < where.size(); ++k)
-            permuted[size_t(where[k])] = perDim[k];
-          return permuted;
-        };
-        if (StrideRanks ranks = ranksOf(op->operand(0))) resultRanks = permute(*ranks);
-        if (auto strides = exactStrides(op->operand(0))) resultStrides = permute(*strides);
-      } else if (!(allIdentity && !anyStrided) && operands.size() == 1 &&
-                 (name == "view" || name == "reshape" || name == "flatten" ||
-                  name == "unflatten") &&
-                 exactStrides(op->operand(0)) && staticSizes(op->result(0)->type().shape())) {
-        // A reshape-like view of a non-contiguous tensor of static sizes: the view's strides where
-        // one can have its shape, else (reshape) a contiguous copy.
-        const std::vector<int64_t> sizes = *staticSizes(op->operand(0)->type().shape());
-        const std::vector<int64_t> shape = *staticSizes(op->result(0)->type().shape());
-        std::optional<std::vector<int64_t>> strides =
-            viewStrides(sizes, *exactStrides(op->operand(0)), shape);
-        if (!strides) {
-          if (name == "view" || name == "unflatten") goto unknownOp; // (eager raises)
-          result.emplace();
-        } else if (std::vector<int> dense = denseOrder(shape, *strides); !dense.empty()) {
-          result = std::move(dense);
-        } else {
-          std::vector<int> byStride = identity(int64_t(shape.size()));
-          std::stable_sort(byStride.begin(), byStride.end(), [&](int a, int b) {
-            return (*strides)[size_t(a)] > (*strides)[size_t(b)];
-          });
-          result = std::move(byStride);
-          resultStrided = true;
-          resultRanks = ranksOfStrides(*strides);
-          resultStrides = std::move(strides);
-        }
-      } else if (anyStrided && allIdentity && operands.size() == 1 && contiguousViews.count(name)) {
-        // Splitting or merging dims of decreasing strides keeps them decreasing (a reshape that
-        // cannot view copies into a contiguous tensor: the same order).
-        result.emplace();
-        resultStrided = true;
-      } else if (anyStrided && operands.size() == 1 && op->numResults() == 1 &&
-                 (name == "clone" || name == "cast")) {
-        // (A strided value's strides can be a layout no dim order gives: the meta walk.)
-        result = preserveFormatOrder(op->operand(0));
-        if (!result) goto unknownOp;
-      } else if (anyStrided &&
-                 (op->def().has(kView) || op->def().has(kInPlace) || name == "clone")) {
-        goto unknownOp;
-      } else if ((name.starts_with("conv") && !name.ends_with("_weight")) || name == "group_norm") {
-        // CPU convolutions of 4-d tensors give a channels-last result where the input or the
-        // weight suggests channels-last (oneDNN's mkldnn_conv_use_channels_last), group_norm
-        // where its input does; otherwise, and for 3-d ones (whatever the input's layout), a
-        // contiguous one. Checked against torch 2.13 (test_layout_rules_convolutions.py);
-        // session 25: wav2vec2's and HuBERT's conv1d of a transposed tensor, ConvNeXt's conv2d
-        // of a permuted one went to the meta walk. Left to the walk: a 3-d convolution whose
-        // weight is not contiguous (eager then gives a transposed result) and 5-d operands
-        // suggesting channels-last-3d (eager's CPU conv3d stays contiguous; the walk's rule
-        // says otherwise).
-        const int64_t rank = op->result(0)->type().rank();
-        const bool norm = name == "group_norm";
-        bool channelsLast = false;
-        for (size_t i = 0; i < std::min<size_t>(norm ? 1 : 2, op->numOperands()); ++i) {
-          const Value *v = op->operand(i);
-          if (!v->type().isTensor() || (norm && rank == 3) || (rank == 3 && i == 0)) continue;
-          if (!strided.count(v) && order.count(v) && isIdentity(order.at(v)))
-            continue; // contiguous (any sizes): suggests the default format
-          std::optional<std::vector<int64_t>> strides = exactStrides(v);
-          if (!strides || v->type().rank() != rank || (rank != 3 && rank != 4 && rank != 5))
-            goto unknownOp;
-          const std::vector<int64_t> sizes = *staticSizes(v->type().shape());
-          if (rank == 3) {
-            if (!stridesAreContiguous(sizes, *strides)) goto unknownOp;
-            continue;
-          }
-          if (stridesLikeChannelsLast(sizes, *strides)) { // suggest_memory_format()
-            if (rank == 5) goto unknownOp;
-            channelsLast = true;
-          }
-        }
-        if (channelsLast)
-          result = std::vector<int>{0, 2, 3, 1};
-        else
-          result.emplace();
-      } else if (name == "cat" && !operands.empty()) {
-        // The output memory format of ATen's cat: channels-last only when every input suggests
-        // it (4-d/5-d inputs in that exact order), else contiguous.
-        const int64_t rank = op->result(0)->type().rank();
-        std::vector<int> channelsLast;
-        if (rank == 4) channelsLast = {0, 2, 3, 1};
-        if (rank == 5) channelsLast = {0, 2, 3, 4, 1};
-        bool allChannelsLast = !channelsLast.empty();
-        for (size_t i = 0; i < op->numOperands() && allChannelsLast; ++i) {
-          const Value *v = op->operand(i);
-          if (!v->type().isTensor()) continue;
-          // suggest_memory_format from the strides where the sizes are static (slices too).
-          if (auto strides = exactStrides(v)) {
-            allChannelsLast = stridesLikeChannelsLast(*staticSizes(v->type().shape()), *strides);
-            continue;
-          }
-          const std::vector<int> &o = order.at(v);
-          if (isIdentity(o)) {
-            allChannelsLast = false;
-            break;
-          }
-          if (o != channelsLast || strided.count(v)) goto unknownOp;
-        }
-        if (allChannelsLast)
-          result = channelsLast;
-        else
-          result.emplace();
-      } else if (freshResult(*op)) {
-        result.emplace(); // identity, per result rank below
-      } else if (op->def().has(kInPlace) && !operands.empty()) {
-        result = *operands[0];
-      } else if (!operands.empty() && (name == "permute" || name == "transpose" || name == "t")) {
-        std::vector<int> r = permutedOrder(*op, *operands[0]);
-        if (r.size() != operands[0]->size()) goto unknownOp;
-        result = std::move(r);
-      } else if (!anyStrided && operands.size() == 1 &&
-                 (name == "unsqueeze" || name == "squeeze")) {
-        std::optional<std::vector<int>> r =
-            squeezedOrder(*op, *operands[0], op->operand(0)->type().shape());
-        if (!r) goto unknownOp;
-        result = std::move(r);
-      } else if (name == "clone" && !operands.empty()) {
-        result = *operands[0]; // preserve_format: a dense operand's order
-      } else if (op->def().has(kElementwise) && name != "cast" && op->numResults() == 1 &&
-                 op->result(0)->type().isTensor() && (iterated = iteratorOrder(*op))) {
-        result = std::move(iterated); // broadcasting, mixed orders, strided operands
-      } else if (op->def().has(kElementwise) && name != "cast" && anyStrided) {
-        goto unknownOp; // (the strides of a strided operand's size-1 dims, say: the meta walk)
-      } else if (!allIdentity && op->def().has(kElementwise) && !anyStrided &&
-                 op->numResults() == 1 && op->result(0)->type().isTensor()) {
-        // Operands of the result's shape, all dense in one order (so with the same strides; 0-d
-        // ones aside): the result gets their strides, size-1 dims included (where the meta
-        // kernels differ). Except that when every operand is a tensor of the result's shape and
-        // is_contiguous() (which ignores size-1 dims), TensorIterator's fast setup makes a
-        // contiguous result. Broadcasting and mixed orders: the meta walk.
-        const Type &rt = op->result(0)->type();
-        bool fastContiguous = name != "cast"; // (a cast is empty_like(preserve_format) + copy)
-        for (Value *v : op->operands()) {
-          const Type &t = v->type();
-          fastContiguous = fastContiguous && t.isTensor() && t.shape() == rt.shape();
-          if (!t.isTensor() || t.rank() == 0) continue;
-          if (!(t.shape() == rt.shape())) goto unknownOp;
-          if (result && *result != order.at(v)) goto unknownOp;
-          result = order.at(v);
-        }
-        if (!result) goto unknownOp;
-        // is_contiguous() ignoring size-1 dims: the other dims in increasing order.
-        int last = -1;
-        for (int d : *result) {
-          const DimExpr &n = rt.shape()[size_t(d)];
-          if (n.isStatic() && n.value() == 1) continue;
-          fastContiguous = fastContiguous && d > last;
-          last = d;
-        }
-        if (fastContiguous) result.emplace();
-      } else if (allIdentity && (!op->def().has(kView) || contiguousViews.count(name))) {
-        result.emplace(); // contiguous operands, a kernel that allocates its result
-      } else {
-        goto unknownOp; // the meta walk decides
-      }
-      for (size_t i = 0; i < op->numResults(); ++i) {
-        const Type &t = op->result(i)->type();
-        if (!t.isTensor()) continue;
-        std::vector<int> r = result->empty() ? identity(t.rank()) : *result;
-        if (r.size() != size_t(t.rank())) goto unknownOp;
-        order[op->result(i)] = std::move(r);
-        if (resultStrided) strided.insert(op->result(i));
-        if (resultStrided && resultRanks && resultRanks->size() == size_t(t.rank()))
-          stridedRanks[op->result(i)] = *resultRanks;
-        if (resultStrided && resultStrides && resultStrides->size() == size_t(t.rank()))
-          stridedStrides[op->result(i)] = *resultStrides;
-      }
-      if (target && op == target->definingOp()) {
-        *targetStrides = exactStrides(target);
-        return targetStrides->has_value();
-      }
-    }
-    continue;
-  unknownOp:
-    // An op the rules cannot lay out: the walk stops, or, for a target, its results are
-    // unknown and the walk goes on (later ops may not need them: an in-place write through
-    // a view keeps its base's layout whatever the values written).
-    if (!target) return stop();
-    for (const auto &r : op->results())
-      unknown.insert(r.get());
-    if (op == target->definingOp()) return false;
-  }
-  return stop();
+  auto it = order.find(v);
+  if (it == order.end()) return std::nullopt;
+  return denseStrideRanks(v->type().shape(), it->second);
 }
 
-} // namespace
+std::optional<std::vector<int64_t>> LayoutWalk::exactStrides(const Value *v) const {
+  // (Only for static sizes: a view of symbolic sizes of a static tensor, say a narrow of a
+  // symbolic length, has known strides but no sizes to check them on.)
+  if (!staticSizes(v->type().shape())) return std::nullopt;
+  if (strided.count(v)) {
+    auto it = stridedStrides.find(v);
+    if (it == stridedStrides.end()) return std::nullopt;
+    return it->second;
+  }
+  auto sizes = staticSizes(v->type().shape());
+  auto it = order.find(v);
+  if (!sizes || it == order.end()) return std::nullopt;
+  return denseStrides(*sizes, it->second);
+}
+
+std::optional<std::vector<int>> LayoutWalk::iteratorOrder(const Op &op) const {
+  const Shape &shape = op.result(0)->type().shape();
+  std::vector<const Type *> types;
+  std::vector<std::vector<int>> ranks;
+  std::vector<const std::vector<int> *> denseOrders;
+  std::vector<std::optional<std::vector<int64_t>>> exact;
+  // The fast setup needs every operand a tensor of the result's shape: a Python scalar is a
+  // 0-d tensor operand to ATen's binary ops (pow's scalar exponent excepted: a unary op).
+  bool fastSetup = true;
+  for (size_t i = 0; i < op.numOperands(); ++i) {
+    const Value *v = op.operand(i);
+    const Type &t = v->type();
+    if (!t.isTensor()) {
+      if (t.kind() != TypeKind::None && !(op.name() == "pow" && i == 1)) fastSetup = false;
+      continue;
+    }
+    StrideRanks r = ranksOf(v);
+    if (!r) return std::nullopt;
+    fastSetup = fastSetup && t.shape() == shape;
+    types.push_back(&t);
+    ranks.push_back(std::move(*r));
+    denseOrders.push_back(strided.count(v) ? nullptr : &order.at(v));
+    exact.push_back(exactStrides(v));
+  }
+  return tensorIteratorOrder(shape, types, ranks, denseOrders, exact, fastSetup && !types.empty());
+}
+
+std::optional<std::vector<int>> LayoutWalk::preserveFormatOrder(const Value *v) const {
+  const Shape &shape = v->type().shape();
+  StrideRanks ranks = ranksOf(v);
+  if (!ranks) return std::nullopt;
+  std::optional<std::vector<int64_t>> exact = exactStrides(v);
+  std::optional<std::vector<int64_t>> known = staticSizes(shape);
+  if (exact && known) { // (exact strides of symbolic sizes: no static sizes to check them on)
+    const std::vector<int64_t> &sizes = *known;
+    if (stridesNonOverlappingAndDense(sizes, *exact)) {
+      std::vector<int> o = denseOrder(sizes, *exact);
+      if (o.empty()) return std::nullopt;
+      return o;
+    }
+  } else {
+    // Dense or not, the sort agrees with the strides but on size-1 dims.
+    for (const DimExpr &d : shape)
+      if (isStaticOne(d)) return std::nullopt;
+  }
+  return tensorIteratorOrder(shape, {&v->type()}, {*ranks}, {nullptr}, {exact}, false);
+}
+
+bool LayoutWalk::outputs(const Op &terminator, std::vector<OutputLayout> &out) const {
+  out.clear();
+  for (Value *v : terminator.operands()) {
+    OutputLayout l;
+    if (v->type().isTensor()) {
+      if (strided.count(v) || unknown.count(v)) return false;
+      l.kind = OutputLayout::Dense;
+      l.order = order.at(v);
+    }
+    out.push_back(std::move(l));
+  }
+  return true;
+}
+
+bool LayoutWalk::rules(const Op &laidOut) {
+  const Op *op = &laidOut;
+  // (An external_call also needs the walk for dropout's noise: the layout it draws in.)
+  if (op->numRegions() > 0 || op->name() == "external_call") return false;
+  bool allIdentity = true, anyStrided = false, anyUnknown = false;
+  std::vector<const std::vector<int> *> operands;
+  for (Value *v : op->operands()) {
+    const Type &t = v->type();
+    if (t.isTensor()) {
+      if (unknown.count(v)) {
+        anyUnknown = true;
+        continue;
+      }
+      auto it = order.find(v);
+      if (it == order.end()) return false;
+      operands.push_back(&it->second);
+      allIdentity = allIdentity && isIdentity(it->second);
+      anyStrided = anyStrided || strided.count(v) > 0;
+    } else if (!t.isScalar() && t.kind() != TypeKind::None) {
+      return false; // a tuple or object may hold tensors of any layout
+    }
+  }
+  const std::string &name = op->name();
+  std::optional<std::vector<int>> result; // the order of every tensor result
+  bool resultStrided = false;
+  StrideRanks resultRanks;                           // a strided result's stride ranks, where known
+  std::optional<std::vector<int64_t>> resultStrides; // and its strides (static sizes)
+  StrideRanks iterated; // an elementwise result's order (iteratorOrder)
+  const Attr *dimAttr = op->attrOrNull("dim");
+  const int64_t rank0 = operands.empty() ? 0 : int64_t(operands[0]->size());
+  const int64_t dim = dimAttr && dimAttr->kind() == AttrKind::Int
+                          ? (dimAttr->asInt() < 0 ? dimAttr->asInt() + rank0 : dimAttr->asInt())
+                          : -1;
+  // Strided views along `dim` (several results for the split family): the order of their
+  // dims' strides is their operand's, less the dim a select-like view drops.
+  static const std::set<std::string, std::less<>> sliceViews = {
+      "slice", "narrow", "chunk", "split", "split_with_sizes", "select", "unbind"};
+  // A write through a view, or of all of a tensor, keeps that tensor's layout, whatever the
+  // values written (targeted: outputs keep the meta walk's exact strides of size-1 dims
+  // where values are unknown).
+  if (const Value *x = writtenInPlace(*op);
+      x && order.count(x) && !strided.count(x) && !unknown.count(x) && (targeted || !anyUnknown)) {
+    result = order.at(x);
+  } else if (anyUnknown || name == "scaled_dot_product_attention") {
+    if (freshResult(*op)) {
+      result.emplace();
+    } else {
+      for (const auto &r : op->results())
+        unknown.insert(r.get());
+      return true; // (not a stop: the ops reading them may not need them)
+    }
+  } else if (sliceViews.count(name) && operands.size() == 1 && dim >= 0 && dim < rank0) {
+    const bool drops = name == "select" || name == "unbind";
+    std::vector<int> r;
+    for (int d : *operands[0])
+      if (!drops || d != dim) r.push_back(d - (drops && d > dim ? 1 : 0));
+    result = std::move(r);
+    resultStrided = true;
+    // A step other than 1 multiplies the dim's stride: its rank is then unknown.
+    const Attr *step = op->attrOrNull("step");
+    StrideRanks ranks = ranksOf(op->operand(0));
+    const bool unitStep = !step || (step->kind() == AttrKind::Int && step->asInt() == 1);
+    if (ranks && unitStep) {
+      if (drops) ranks->erase(ranks->begin() + dim);
+      resultRanks = std::move(ranks);
+    }
+    auto strides = exactStrides(op->operand(0));
+    if (strides && (unitStep || step->kind() == AttrKind::Int)) {
+      if (!unitStep) (*strides)[size_t(dim)] *= step->asInt();
+      if (drops) strides->erase(strides->begin() + dim);
+      resultStrides = std::move(strides);
+    }
+    // A step slice of static sizes: its exact strides rank its dims (GPT-J's rotary
+    // embedding multiplies `x[..., ::2]`: the rules stopped there).
+    if (!resultRanks && resultStrides) resultRanks = ranksOfStrides(*resultStrides);
+  } else if ((name == "expand" || name == "expand_as") && !operands.empty() &&
+             op->result(0)->type().rank() >= rank0) {
+    // A broadcast view: the operand's order with the new leading dims outermost, stride 0
+    // where a dim is expanded (TensorIterator orders by the other operands' strides there).
+    const int n = int(op->result(0)->type().rank() - rank0);
+    std::vector<int> r(static_cast<size_t>(n));
+    std::iota(r.begin(), r.end(), 0);
+    for (int d : *operands[0])
+      r.push_back(d + n);
+    result = std::move(r);
+    resultStrided = true;
+    if (StrideRanks ranks = ranksOf(op->operand(0))) {
+      const Shape &from = op->operand(0)->type().shape(), &to = op->result(0)->type().shape();
+      std::vector<int> expanded(size_t(n), -1);
+      for (size_t k = 0; k < from.size(); ++k)
+        expanded.push_back(isStaticOne(from[k]) && !isStaticOne(to[size_t(n) + k]) ? -1
+                                                                                   : (*ranks)[k]);
+      resultRanks = std::move(expanded);
+    }
+    if (auto strides = exactStrides(op->operand(0))) {
+      const Shape &from = op->operand(0)->type().shape(), &to = op->result(0)->type().shape();
+      std::vector<int64_t> expanded(size_t(n), 0);
+      for (size_t k = 0; k < from.size(); ++k)
+        expanded.push_back(isStaticOne(from[k]) && !isStaticOne(to[size_t(n) + k]) ? 0
+                                                                                   : (*strides)[k]);
+      resultStrides = std::move(expanded);
+    }
+  } else if (anyStrided && operands.size() == 1 &&
+             (name == "permute" || name == "transpose" || name == "t")) {
+    std::vector<int> r = permutedOrder(*op, *operands[0]);
+    if (r.size() != operands[0]->size()) return false;
+    result = std::move(r);
+    resultStrided = true;
+    // Operand dim k becomes result dim where[k]: the stride ranks and exact strides follow.
+    const std::vector<int> where = permutedOrder(*op, identity(rank0));
+    auto permute = [&where](const auto &perDim) {
+      std::decay_t<decltype(perDim)> permuted(perDim.size());
+      for (size_t k = 0; k < where.size(); ++k)
+        permuted[size_t(where[k])] = perDim[k];
+      return permuted;
+    };
+    if (StrideRanks ranks = ranksOf(op->operand(0))) resultRanks = permute(*ranks);
+    if (auto strides = exactStrides(op->operand(0))) resultStrides = permute(*strides);
+  } else if (!(allIdentity && !anyStrided) && operands.size() == 1 &&
+             (name == "view" || name == "reshape" || name == "flatten" || name == "unflatten") &&
+             exactStrides(op->operand(0)) && staticSizes(op->result(0)->type().shape())) {
+    // A reshape-like view of a non-contiguous tensor of static sizes: the view's strides where
+    // one can have its shape, else (reshape) a contiguous copy.
+    const std::vector<int64_t> sizes = *staticSizes(op->operand(0)->type().shape());
+    const std::vector<int64_t> shape = *staticSizes(op->result(0)->type().shape());
+    std::optional<std::vector<int64_t>> strides =
+        viewStrides(sizes, *exactStrides(op->operand(0)), shape);
+    if (!strides) {
+      if (name == "view" || name == "unflatten") return false; // (eager raises)
+      result.emplace();
+    } else if (std::vector<int> dense = denseOrder(shape, *strides); !dense.empty()) {
+      result = std::move(dense);
+    } else {
+      std::vector<int> byStride = identity(int64_t(shape.size()));
+      std::stable_sort(byStride.begin(), byStride.end(),
+                       [&](int a, int b) { return (*strides)[size_t(a)] > (*strides)[size_t(b)]; });
+      result = std::move(byStride);
+      resultStrided = true;
+      resultRanks = ranksOfStrides(*strides);
+      resultStrides = std::move(strides);
+    }
+  } else if (anyStrided && allIdentity && operands.size() == 1 && contiguousViews.count(name)) {
+    // Splitting or merging dims of decreasing strides keeps them decreasing (a reshape that
+    // cannot view copies into a contiguous tensor: the same order).
+    result.emplace();
+    resultStrided = true;
+  } else if (anyStrided && operands.size() == 1 && op->numResults() == 1 &&
+             (name == "clone" || name == "cast")) {
+    // (A strided value's strides can be a layout no dim order gives: the meta walk.)
+    result = preserveFormatOrder(op->operand(0));
+    if (!result) return false;
+  } else if (anyStrided && (op->def().has(kView) || op->def().has(kInPlace) || name == "clone")) {
+    return false;
+  } else if ((name.starts_with("conv") && !name.ends_with("_weight")) || name == "group_norm") {
+    // CPU convolutions of 4-d tensors give a channels-last result where the input or the
+    // weight suggests channels-last (oneDNN's mkldnn_conv_use_channels_last), group_norm
+    // where its input does; otherwise, and for 3-d ones (whatever the input's layout), a
+    // contiguous one. Checked against torch 2.13 (test_layout_rules_convolutions.py);
+    // session 25: wav2vec2's and HuBERT's conv1d of a transposed tensor, ConvNeXt's conv2d
+    // of a permuted one went to the meta walk. Left to the walk: a 3-d convolution whose
+    // weight is not contiguous (eager then gives a transposed result) and 5-d operands
+    // suggesting channels-last-3d (eager's CPU conv3d stays contiguous; the walk's rule
+    // says otherwise).
+    const int64_t rank = op->result(0)->type().rank();
+    const bool norm = name == "group_norm";
+    bool channelsLast = false;
+    for (size_t i = 0; i < std::min<size_t>(norm ? 1 : 2, op->numOperands()); ++i) {
+      const Value *v = op->operand(i);
+      if (!v->type().isTensor() || (norm && rank == 3) || (rank == 3 && i == 0)) continue;
+      if (!strided.count(v) && order.count(v) && isIdentity(order.at(v)))
+        continue; // contiguous (any sizes): suggests the default format
+      std::optional<std::vector<int64_t>> strides = exactStrides(v);
+      if (!strides || v->type().rank() != rank || (rank != 3 && rank != 4 && rank != 5))
+        return false;
+      const std::vector<int64_t> sizes = *staticSizes(v->type().shape());
+      if (rank == 3) {
+        if (!stridesAreContiguous(sizes, *strides)) return false;
+        continue;
+      }
+      if (stridesLikeChannelsLast(sizes, *strides)) { // suggest_memory_format()
+        if (rank == 5) return false;
+        channelsLast = true;
+      }
+    }
+    if (channelsLast)
+      result = std::vector<int>{0, 2, 3, 1};
+    else
+      result.emplace();
+  } else if (name == "cat" && !operands.empty()) {
+    // The output memory format of ATen's cat: channels-last only when every input suggests
+    // it (4-d/5-d inputs in that exact order), else contiguous.
+    const int64_t rank = op->result(0)->type().rank();
+    std::vector<int> channelsLast;
+    if (rank == 4) channelsLast = {0, 2, 3, 1};
+    if (rank == 5) channelsLast = {0, 2, 3, 4, 1};
+    bool allChannelsLast = !channelsLast.empty();
+    for (size_t i = 0; i < op->numOperands() && allChannelsLast; ++i) {
+      const Value *v = op->operand(i);
+      if (!v->type().isTensor()) continue;
+      // suggest_memory_format from the strides where the sizes are static (slices too).
+      if (auto strides = exactStrides(v)) {
+        allChannelsLast = stridesLikeChannelsLast(*staticSizes(v->type().shape()), *strides);
+        continue;
+      }
+      const std::vector<int> &o = order.at(v);
+      if (isIdentity(o)) {
+        allChannelsLast = false;
+        break;
+      }
+      if (o != channelsLast || strided.count(v)) return false;
+    }
+    if (allChannelsLast)
+      result = channelsLast;
+    else
+      result.emplace();
+  } else if (freshResult(*op)) {
+    result.emplace(); // identity, per result rank below
+  } else if (op->def().has(kInPlace) && !operands.empty()) {
+    result = *operands[0];
+  } else if (!operands.empty() && (name == "permute" || name == "transpose" || name == "t")) {
+    std::vector<int> r = permutedOrder(*op, *operands[0]);
+    if (r.size() != operands[0]->size()) return false;
+    result = std::move(r);
+  } else if (!anyStrided && operands.size() == 1 && (name == "unsqueeze" || name == "squeeze")) {
+    std::optional<std::vector<int>> r =
+        squeezedOrder(*op, *operands[0], op->operand(0)->type().shape());
+    if (!r) return false;
+    result = std::move(r);
+  } else if (name == "clone" && !operands.empty()) {
+    result = *operands[0]; // preserve_format: a dense operand's order
+  } else if (op->def().has(kElementwise) && name != "cast" && op->numResults() == 1 &&
+             op->result(0)->type().isTensor() && (iterated = iteratorOrder(*op))) {
+    result = std::move(iterated); // broadcasting, mixed orders, strided operands
+  } else if (op->def().has(kElementwise) && name != "cast" && anyStrided) {
+    return false; // (the strides of a strided operand's size-1 dims, say: the meta walk)
+  } else if (!allIdentity && op->def().has(kElementwise) && !anyStrided && op->numResults() == 1 &&
+             op->result(0)->type().isTensor()) {
+    // Operands of the result's shape, all dense in one order (so with the same strides; 0-d
+    // ones aside): the result gets their strides, size-1 dims included (where the meta
+    // kernels differ). Except that when every operand is a tensor of the result's shape and
+    // is_contiguous() (which ignores size-1 dims), TensorIterator's fast setup makes a
+    // contiguous result. Broadcasting and mixed orders: the meta walk.
+    const Type &rt = op->result(0)->type();
+    bool fastContiguous = name != "cast"; // (a cast is empty_like(preserve_format) + copy)
+    for (Value *v : op->operands()) {
+      const Type &t = v->type();
+      fastContiguous = fastContiguous && t.isTensor() && t.shape() == rt.shape();
+      if (!t.isTensor() || t.rank() == 0) continue;
+      if (!(t.shape() == rt.shape())) return false;
+      if (result && *result != order.at(v)) return false;
+      result = order.at(v);
+    }
+    if (!result) return false;
+    // is_contiguous() ignoring size-1 dims: the other dims in increasing order.
+    int last = -1;
+    for (int d : *result) {
+      const DimExpr &n = rt.shape()[size_t(d)];
+      if (n.isStatic() && n.value() == 1) continue;
+      fastContiguous = fastContiguous && d > last;
+      last = d;
+    }
+    if (fastContiguous) result.emplace();
+  } else if (allIdentity && (!op->def().has(kView) || contiguousViews.count(name))) {
+    result.emplace(); // contiguous operands, a kernel that allocates its result
+  } else {
+    return false; // the meta walk decides
+  }
+  for (size_t i = 0; i < op->numResults(); ++i) {
+    const Type &t = op->result(i)->type();
+    if (!t.isTensor()) continue;
+    std::vector<int> r = result->empty() ? identity(t.rank()) : *result;
+    if (r.size() != size_t(t.rank())) return false;
+    order[op->result(i)] = std::move(r);
+    if (resultStrided) strided.insert(op->result(i));
+    if (resultStrided && resultRanks && resultRanks->size() == size_t(t.rank()))
+      stridedRanks[op->result(i)] = *resultRanks;
+    if (resultStrided && resultStrides && resultStrides->size() == size_t(t.rank()))
+      stridedStrides[op->result(i)] = *resultStrides;
+  }
+  return true;
+}
 
 bool stridesAreContiguous(const std::vector<int64_t> &sizes, const std::vector<int64_t> &strides) {
   return sizes.size() == strides.size() &&
@@ -978,16 +952,81 @@ std::optional<std::vector<int64_t>> reshapeViewStrides(const std::vector<int64_t
 
 bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &inputOrders,
                          std::vector<OutputLayout> &out, const Op **stoppedAt) {
-  return walkLayouts(g, inputOrders, out, stoppedAt, nullptr, nullptr);
+  const Op *current = nullptr;
+  auto stop = [&] {
+    if (stoppedAt) *stoppedAt = current;
+    return false;
+  };
+  LayoutWalk walk;
+  const Block &body = *g.body();
+  for (size_t i = 0; i < body.numArguments(); ++i) {
+    if (!body.argument(i)->type().isTensor()) continue;
+    if (i >= inputOrders.size() || inputOrders[i].size() != size_t(body.argument(i)->type().rank()))
+      return stop();
+    walk.order[body.argument(i)] = inputOrders[i];
+  }
+  for (Op *op : body) {
+    current = op;
+    if (op->def().has(kTerminator)) return walk.outputs(*op, out) || stop();
+    if (!walk.layOut(*op)) return stop();
+  }
+  return stop();
+}
+
+struct ComputedStrides::State {
+  const Graph *graph = nullptr;
+  LayoutWalk walk;
+  size_t arguments = 0;     // the body's arguments laid out
+  const Op *last = nullptr; // the last op laid out, in body order
+  std::unordered_set<const Op *> laidOut;
+};
+
+ComputedStrides::ComputedStrides() = default;
+ComputedStrides::~ComputedStrides() = default;
+
+std::optional<std::vector<int64_t>>
+ComputedStrides::of(const Graph &g, const Value *v,
+                    const std::vector<std::vector<int>> &inputOrders) {
+  if (!v->type().isTensor()) return std::nullopt;
+  const Block &body = *g.body();
+  // Start again where the body changed otherwise than by ops appended after the last one laid
+  // out (that op removed, arguments gone): never the case in a capture, but cheap to tell.
+  if (!state_ || state_->graph != &g || state_->arguments > body.numArguments() ||
+      (state_->last && state_->last->parentBlock() != &body)) {
+    state_ = std::make_unique<State>();
+    state_->graph = &g;
+    state_->walk.targeted = true;
+  }
+  State &s = *state_;
+  for (; s.arguments < body.numArguments(); ++s.arguments) {
+    const Value *arg = body.argument(s.arguments);
+    // (An argument without a dense order is unknown: an op reading it is not laid out.)
+    if (arg->type().isTensor() && s.arguments < inputOrders.size() &&
+        inputOrders[s.arguments].size() == size_t(arg->type().rank()))
+      s.walk.order[arg] = inputOrders[s.arguments];
+  }
+  const Op *def = v->definingOp();
+  if (!def) return s.walk.exactStrides(v); // an argument (of the body: others have no order)
+  if (def->parentBlock() != &body) return std::nullopt; // in a region: the rules do not go there
+  if (!s.laidOut.count(def)) {
+    for (const Op *op = s.last ? s.last->next() : body.front(); op; op = op->next()) {
+      if (!op->def().has(kTerminator)) s.walk.layOut(*op);
+      s.laidOut.insert(op);
+      s.last = op;
+      if (op == def) break;
+    }
+    if (!s.laidOut.count(def)) { // def is not after the last op laid out: start again
+      state_ = nullptr;
+      return of(g, v, inputOrders);
+    }
+  }
+  if (!s.walk.known(v)) return std::nullopt;
+  return s.walk.exactStrides(v);
 }
 
 std::optional<std::vector<int64_t>>
 staticStridesOf(const Graph &g, const Value *v, const std::vector<std::vector<int>> &inputOrders) {
-  std::vector<OutputLayout> unused;
-  std::optional<std::vector<int64_t>> strides;
-  if (!v->type().isTensor() || !walkLayouts(g, inputOrders, unused, nullptr, v, &strides))
-    return std::nullopt;
-  return strides;
+  return ComputedStrides().of(g, v, inputOrders);
 }
 
 namespace {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -74,9 +75,26 @@ bool staticOutputLayouts(const Graph &g, const std::vector<std::vector<int>> &in
 /// of staticOutputLayouts settle them from the ops computing v alone (static sizes); graph
 /// inputs dense in `inputOrders` (per argument; empty where unknown: an op reading it stops the
 /// rules). nullopt where the rules stop. The capture asks where a reshape or contiguous of a
-/// computed tensor may copy: whether eager views or copies follows from these strides.
+/// computed tensor may copy: whether eager views or copies follows from these strides (through
+/// ComputedStrides, for many tensors of one graph).
 std::optional<std::vector<int64_t>>
 staticStridesOf(const Graph &g, const Value *v, const std::vector<std::vector<int>> &inputOrders);
+
+/// staticStridesOf for the tensors of a graph being captured, asked one after another: the rules
+/// lay out each op once, in body order, as far as the tensor asked for (a capture appends its
+/// ops to the body), rather than again over all the ops computing each tensor asked for, which
+/// made a capture quadratic in its graph's size (GPT-2 of 48 layers: 46% of its capture).
+class ComputedStrides {
+public:
+  ComputedStrides();
+  ~ComputedStrides();
+  std::optional<std::vector<int64_t>> of(const Graph &g, const Value *v,
+                                         const std::vector<std::vector<int>> &inputOrders);
+
+private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 /// ATen's is_contiguous: the dims of size other than 1 have the compact strides.
 bool stridesAreContiguous(const std::vector<int64_t> &sizes, const std::vector<int64_t> &strides);

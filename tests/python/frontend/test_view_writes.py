@@ -245,7 +245,41 @@ def c_relative_position_index(x):
     return x.sum() + rel.sum(-1), rel
 
 
+def c_reshapes_asked_out_of_order(x):
+    # The capture lays out each op once, as far as the tensor asked about (ComputedStrides): a
+    # tensor computed before others already laid out is asked about last.
+    y = x.t() * 2  # transposed
+    u = x * 3
+    v = u.t().contiguous()  # a copy (u is contiguous, u.t() is not)
+    v[0].fill_(5)
+    w = y.reshape(-1)  # a copy: y is transposed
+    w[1::2].fill_(0)
+    k = y.t().reshape(-1)  # a view of y
+    k[::5].fill_(-1)
+    return y + 0, u + 0, v * 1, w * 1, k * 1
+
+
+class _Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a):  # reshapes inside the Function's region
+        return (a.t() * 2).reshape(-1).reshape(a.shape[1], a.shape[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.t() * 2
+
+
+def c_reshape_after_an_autograd_function(x):
+    y = _Twice.apply(x * 1)  # (the region's reshapes are not laid out: a region)
+    z = (y * 1).t().reshape(-1)  # contiguous y: its transpose reshapes to a copy
+    z[::2].fill_(7)
+    r = y.t().reshape(-1)  # a copy too
+    return y + 0, z * 1, r * 1
+
+
 COMPUTED_VIEW_FORMS = [
+    c_reshapes_asked_out_of_order,
+    c_reshape_after_an_autograd_function,
     c_contiguous_of_transpose,
     c_reshape_of_transpose,
     c_reshape_of_contiguous,
