@@ -139,17 +139,12 @@ std::string sourceStr(const Source &s) {
 
 int SourceTable::add(const Source &s) {
   int parent = -1;
-  std::string text;
   for (const SourceStep &st : s) {
-    std::string piece = stepStr(st);
-    text += piece;
-    // Locals and cells are addressed by slot; two steps are the same when kind, slot/name and
-    // key agree.
-    std::string sig = std::to_string(parent) + "|" + std::to_string(int(st.kind)) + "|" +
-                      std::to_string(st.index) + "|" + piece;
-    auto [it, inserted] = bySignature_.emplace(sig, static_cast<int>(nodes_.size()));
+    auto [it, inserted] = bySignature_.try_emplace(
+        Signature{parent, int(st.kind), st.index, stepStr(st)}, static_cast<int>(nodes_.size()));
     if (inserted) {
-      Node n{parent, st.kind, st.index, {}, {}, text};
+      const std::string &piece = std::get<3>(it->first);
+      Node n{parent, st.kind, st.index, {}, {}, parent < 0 ? piece : nodes_[parent].text + piece};
       if (!st.name.empty()) n.name = PyRef::steal(internedStr(st.name.c_str()));
       if (st.kind == SourceStep::DictKey)
         n.key = st.key;

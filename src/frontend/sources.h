@@ -11,6 +11,7 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace xjit::frontend {
@@ -34,7 +35,10 @@ private:
     std::string text;
   };
   std::vector<Node> nodes_;
-  std::map<std::string, int> bySignature_;
+  // A step's signature: its parent node, kind, slot and text (stepStr). Locals and cells are
+  // addressed by slot; two steps are the same when kind, slot/name and key agree.
+  using Signature = std::tuple<int, int, int64_t, std::string>;
+  std::map<Signature, int> bySignature_;
 };
 
 class SourceValues {
