@@ -1,5 +1,6 @@
 // PyTorch bridge of the analyzer (see analyzer_bridge.h).
 #include "analyzer_bridge.h"
+#include "py_util.h"
 
 #include <array>
 #include <cstring>
@@ -220,14 +221,23 @@ std::optional<TensorMeta> readTensorMeta(PyObject *t, std::string *why) {
     *why = std::string("tensor subclass ") + Py_TYPE(t)->tp_name;
     return std::nullopt;
   }
-  PyRef layout = check(PyObject_GetAttrString(t, "layout"), "tensor.layout");
-  PyRef layoutStr = check(PyObject_Str(layout.get()), "str(layout)");
-  if (std::strcmp(PyUnicode_AsUTF8(layoutStr.get()), "torch.strided") != 0) {
+  // (Attribute names interned once, torch.strided compared by identity: a capture reads every
+  // parameter of a model here.)
+  static PyObject *layoutAttr = internedStr("layout"), *dtypeAttr = internedStr("dtype"),
+                  *quantizedAttr = internedStr("is_quantized"), *shapeAttr = internedStr("shape"),
+                  *strideAttr = internedStr("stride"), *deviceAttr = internedStr("device"),
+                  *requiresGradAttr = internedStr("requires_grad");
+  static PyObject *strided = check(PyObject_GetAttrString(torchModule(), "strided"),
+                                   "torch.strided")
+                                 .release(); // held for the process
+  PyRef layout = check(PyObject_GetAttr(t, layoutAttr), "tensor.layout");
+  if (layout.get() != strided) {
+    PyRef layoutStr = check(PyObject_Str(layout.get()), "str(layout)");
     *why = std::string("tensor with layout ") + PyUnicode_AsUTF8(layoutStr.get());
     return std::nullopt;
   }
   TensorMeta m;
-  PyRef dtype = check(PyObject_GetAttrString(t, "dtype"), "tensor.dtype");
+  PyRef dtype = check(PyObject_GetAttr(t, dtypeAttr), "tensor.dtype");
   std::optional<DType> d = dtypeFromTorch(dtype.get());
   if (!d) {
     PyRef s = check(PyObject_Str(dtype.get()), "str(dtype)");
@@ -235,25 +245,24 @@ std::optional<TensorMeta> readTensorMeta(PyObject *t, std::string *why) {
     return std::nullopt;
   }
   m.dtype = *d;
-  if (PyObject_HasAttrString(t, "is_quantized")) {
-    PyRef q = check(PyObject_GetAttrString(t, "is_quantized"), "is_quantized");
-    if (q.get() == Py_True) {
-      *why = "quantized tensor";
-      return std::nullopt;
-    }
+  if (PyRef q = PyRef::steal(PyObject_GetAttr(t, quantizedAttr)); !q)
+    PyErr_Clear();
+  else if (q.get() == Py_True) {
+    *why = "quantized tensor";
+    return std::nullopt;
   }
-  PyRef shape = check(PyObject_GetAttrString(t, "shape"), "tensor.shape");
+  PyRef shape = check(PyObject_GetAttr(t, shapeAttr), "tensor.shape");
   m.sizes = intTuple(shape.get(), "tensor.shape");
-  PyRef strides = check(PyObject_CallMethod(t, "stride", nullptr), "tensor.stride()");
+  PyRef strides = check(PyObject_CallMethodNoArgs(t, strideAttr), "tensor.stride()");
   m.strides = intTuple(strides.get(), "tensor.stride()");
-  PyRef dev = check(PyObject_GetAttrString(t, "device"), "tensor.device");
+  PyRef dev = check(PyObject_GetAttr(t, deviceAttr), "tensor.device");
   std::optional<Device> device = deviceFromTorch(dev.get());
   if (!device) {
     *why = "tensor on an unknown device";
     return std::nullopt;
   }
   m.device = *device;
-  PyRef rg = check(PyObject_GetAttrString(t, "requires_grad"), "tensor.requires_grad");
+  PyRef rg = check(PyObject_GetAttr(t, requiresGradAttr), "tensor.requires_grad");
   m.requiresGrad = rg.get() == Py_True;
   return m;
 }

@@ -835,3 +835,21 @@ def test_function_made_before_the_break_is_made_again_after_it() -> None:
     assert fe.events()["recompiles"] == [], fe.events()["recompiles"]
     state = fe.code_state(closure_across_break.__code__)
     assert (state["entries"], state["hits"]) == (1, 2), state
+
+
+@pytest.mark.parametrize(
+    "make, why",
+    [
+        (lambda: torch.eye(3).to_sparse(), "tensor with layout torch.sparse_coo"),
+        (lambda: torch.quantize_per_tensor(torch.rand(3), 0.1, 0, torch.quint8), "of dtype torch.quint8"),
+    ],
+    ids=["sparse", "quantized"],
+)
+def test_an_input_the_graph_cannot_take_runs_the_frame_in_python(make: Any, why: str) -> None:
+    # The capture reads each input's layout, dtype and quantization first (readTensorMeta).
+    def f(x: Any) -> Any:
+        return (x.dequantize() if x.is_quantized else x) * 2
+
+    report = xjit.explain(f)(make())
+    assert report.graph_count == 0 and report.graph_break_count == 1, str(report)
+    assert why in report.graph_breaks[0].reason, report.graph_breaks[0].reason
