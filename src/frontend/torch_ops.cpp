@@ -1095,7 +1095,7 @@ VarPtr detachedAlias(Analyzer &a, const VarPtr &v) {
   return r;
 }
 
-/// clamp(x, lo, hi) with a tensor bound (`lo` or `hi` null or None: none), `y` its value
+/// clamp(x, lo, hi) with tensor bounds (`lo` or `hi` null or None: none), `y` its value
 /// (min(max(x, lo), hi)), where a gradient is recorded: y again, through `where`s whose branches
 /// send the gradient where eager's clamp backward does (clamp_backward_min_max): to x where lo <= x
 /// <= hi, to lo where x < lo < hi, to hi where x > hi or hi < lo. As maximum/minimum, ties would
@@ -1107,7 +1107,7 @@ VarPtr clampWithEagersGradient(Analyzer &a, const VarPtr &x, const VarPtr &lo, c
   auto both = [&](VarPtr p, VarPtr q) { return a.emit1("logical_and", {p, q}); };
   VarPtr value = detachedAlias(a, y);
   VarPtr r = value;
-  if (hasHi && hi->kind == VarKind::Tensor) {
+  if (hasHi) {
     VarPtr above = a.emit1("gt", {x, hi});
     if (hasLo) above = a.emit1("logical_or", {above, a.emit1("lt", {hi, lo})});
     // (Where x > hi or hi < lo, the value is hi or, for a NaN x or lo, NaN: hi + NaN keeps
@@ -1116,7 +1116,7 @@ VarPtr clampWithEagersGradient(Analyzer &a, const VarPtr &x, const VarPtr &lo, c
         a.emit1("where", {a.emit1("eq", {value, hi}), hi, a.emit1("add", {hi, value})});
     r = a.emit1("where", {above, highValue, r});
   }
-  if (hasLo && lo->kind == VarKind::Tensor) {
+  if (hasLo) {
     VarPtr below = a.emit1("lt", {x, lo});
     if (hasHi) below = both(below, a.emit1("lt", {lo, hi}));
     r = a.emit1("where", {below, lo, r});
@@ -1139,8 +1139,11 @@ VarPtr clampBetween(Analyzer &a, BoundArgs &b, const VarPtr &lo, const VarPtr &h
       a.fail("clamp() with a number and a tensor bound (eager takes two of a kind)");
     if (hasLo) x = a.emit1("maximum", {x, lo});
     if (hasHi) x = a.emit1("minimum", {x, hi});
-    if (a.gradEnabled() && a.anyRequiresGrad({b.at("input"), hasLo ? lo : x, hasHi ? hi : x}))
-      x = clampWithEagersGradient(a, b.at("input"), hasLo ? lo : nullptr, hasHi ? hi : nullptr, x);
+    std::vector<VarPtr> operands{b.at("input")};
+    for (const VarPtr &bound : {lo, hi})
+      if (bound && !isNoneVar(bound)) operands.push_back(bound);
+    if (a.gradEnabled() && a.anyRequiresGrad(operands))
+      x = clampWithEagersGradient(a, b.at("input"), lo, hi, x);
     return finishInplace(a, b, b.at("input"), x);
   }
   if (!hasLo && !hasHi) a.fail("clamp() needs min or max");
