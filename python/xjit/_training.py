@@ -11,20 +11,21 @@ import torch
 
 from . import _frontend
 
-# (saved_inputs, grad_outputs, wrt, num_outputs, reach, shape_inputs): which graph inputs the
+# (saved_inputs, grad_outputs, wrt, num_outputs, shape_inputs, reach): which graph inputs the
 # backward reads, which outputs have a gradient, which inputs get one, how many of the forward's
-# results are outputs, for each grad_outputs entry the positions in wrt of the inputs it depends
-# on, and the inputs whose shapes alone the backward needs (their symbols bind its sizes).
+# results are outputs, the inputs whose shapes alone the backward needs (their symbols bind its
+# sizes), and for each output the inputs autograd connects it to in eager: read on the graph
+# before passes, so an input whose gradient they folded to zero gets zeros, not None.
 Info = tuple[
-    tuple[int, ...], tuple[int, ...], tuple[int, ...], int, tuple[tuple[int, ...], ...],
-    tuple[int, ...],
+    tuple[int, ...], tuple[int, ...], tuple[int, ...], int, tuple[int, ...],
+    tuple[tuple[int, ...], ...],
 ]
 
 
 class CompiledStep(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, step: object, info: Info, *inputs: Any) -> tuple[Any, ...]:
-        saved_inputs, grad_outputs, _wrt, num_outputs, _reach, shape_inputs = info
+        saved_inputs, grad_outputs, wrt, num_outputs, shape_inputs, reach = info
         results = _frontend.training_forward(step, list(inputs))
         outputs, saved = results[:num_outputs], results[num_outputs:]
         ctx.step, ctx.info, ctx.num_inputs = step, info, len(inputs)
@@ -42,15 +43,22 @@ class CompiledStep(torch.autograd.Function):
             torch.zeros((), dtype=inputs[i].dtype, device=inputs[i].device).expand(inputs[i].shape)
             for i in shape_inputs
         ]
+        # Inputs whose gradient passes folded to zero: their zeros are made in backward.
+        folded = {i for r in reach for i in r} - set(wrt)
+        ctx.folded_meta = {i: (inputs[i].shape, inputs[i].dtype, inputs[i].device) for i in folded}
         with_grad = set(grad_outputs)
         ctx.mark_non_differentiable(
-            *(o for i, o in enumerate(outputs) if i not in with_grad and isinstance(o, torch.Tensor))
+            *(
+                o
+                for i, o in enumerate(outputs)
+                if i not in with_grad and not reach[i] and isinstance(o, torch.Tensor)
+            )
         )
         return tuple(outputs)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        _saved_inputs, grad_outputs, wrt, _n, reach, _shape_inputs = ctx.info
+        _saved_inputs, grad_outputs, wrt, _n, _shape_inputs, reach = ctx.info
         if torch.is_grad_enabled():  # create_graph=True: the gradients would need a backward
             raise RuntimeError(
                 "xjit: double backward (create_graph=True) through a compiled training step is "
@@ -58,15 +66,15 @@ class CompiledStep(torch.autograd.Function):
             )
         # saved_tensors raises after the graph was freed (a second backward without
         # retain_graph=True), as eager does.
-        reached: set[int] = set()
+        # Inputs no output given a gradient reaches get None, as in eager; the others get the
+        # backward's gradient (zero from the outputs given none).
+        reached = {i for g, r in zip(grads, reach) if g is not None for i in r}
         output_grads = []
         for k, i in enumerate(grad_outputs):
             g = grads[i]
             if g is None:
                 shape, dtype = ctx.grad_output_meta[k]
                 g = torch.zeros(shape, dtype=dtype)
-            else:
-                reached.update(reach[k])
             output_grads.append(g)
         if ctx.intermediates is None:  # as eager's saved_tensors after the graph was freed
             raise RuntimeError(
@@ -84,8 +92,11 @@ class CompiledStep(torch.autograd.Function):
         input_grads = _frontend.training_backward(ctx.step, values)
         result: list[torch.Tensor | None] = [None] * (2 + ctx.num_inputs)
         for j, i in enumerate(wrt):
-            if j in reached:
+            if i in reached:
                 result[2 + i] = input_grads[j]
+        for i, (shape, dtype, device) in ctx.folded_meta.items():
+            if i in reached:
+                result[2 + i] = torch.zeros(shape, dtype=dtype, device=device)
         return tuple(result)
 
 

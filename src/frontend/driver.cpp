@@ -16,6 +16,7 @@
 #include "xjit/ir/printer.h"
 #include "xjit/ir/verifier.h"
 #ifdef XJIT_FRONTEND_HAVE_PASSES
+#include "xjit/passes/autodiff.h"
 #include "xjit/passes/pass.h"
 #endif
 
@@ -1030,6 +1031,8 @@ double optimize(CompiledEntry &e, const ScopeOptions &opts, int id, const Source
         op->removeAttr("autodiff.recompute");
         if (op->hasAttr("autodiff.stop") && onlyComputedFrom(*op)) op->removeAttr("autodiff.stop");
       });
+    if (training)
+      e.training->reachBeforePasses = passes::gradientReach(g, e.training->requiresGrad);
     pm.addPipeline(training ? "cleanup" : "inference");
     pm.run(g);
   }

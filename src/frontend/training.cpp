@@ -494,12 +494,15 @@ std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id) {
   PyTuple_SET_ITEM(info.get(), 1, indexTuple(ad.gradOutputs).release());
   PyTuple_SET_ITEM(info.get(), 2, indexTuple(ad.wrt).release());
   PyTuple_SET_ITEM(info.get(), 3, checked(PyLong_FromSize_t(ad.numOutputs)).release());
-  PyRef reach = checked(PyTuple_New(static_cast<Py_ssize_t>(ad.gradOutputReach.size())));
-  for (size_t k = 0; k < ad.gradOutputReach.size(); ++k)
-    PyTuple_SET_ITEM(reach.get(), static_cast<Py_ssize_t>(k),
-                     indexTuple(ad.gradOutputReach[k]).release());
-  PyTuple_SET_ITEM(info.get(), 4, reach.release());
-  PyTuple_SET_ITEM(info.get(), 5, indexTuple(ad.shapeInputs).release());
+  PyTuple_SET_ITEM(info.get(), 4, indexTuple(ad.shapeInputs).release());
+  // Rebuilt outputs (views of another output) take their gradient through that one.
+  const std::vector<std::vector<size_t>> &before = e.training->reachBeforePasses;
+  PyRef reach = checked(PyTuple_New(static_cast<Py_ssize_t>(ad.numOutputs)));
+  for (size_t i = 0; i < ad.numOutputs; ++i)
+    PyTuple_SET_ITEM(
+        reach.get(), static_cast<Py_ssize_t>(i),
+        indexTuple(i < before.size() && !rebuilt[i] ? before[i] : std::vector<size_t>{}).release());
+  PyTuple_SET_ITEM(info.get(), 5, reach.release());
   e.training->info = std::move(info);
   e.training->summary = "training step: forward " + std::to_string(forwardOps) + " ops (" +
                         std::to_string(ad.numSaved) + " values saved for backward), backward " +

@@ -36,8 +36,11 @@ struct TrainingStep {
   std::vector<bool> requiresGrad;
   std::vector<OutputView> outputViews;
   size_t hiddenOutputs = 0; // the last graph outputs, added by addHiddenViewBases
-  PyRef capsule;            // the compiled graphs, passed to xjit._training.run
-  PyRef info;          // (saved_inputs, grad_outputs, wrt, num_outputs, reach) for the Python side
+  /// passes::gradientReach of the graph as captured: the inputs each output's gradient reaches
+  /// in eager, which get zeros where passes folded the connection away (not None).
+  std::vector<std::vector<size_t>> reachBeforePasses;
+  PyRef capsule; // the compiled graphs, passed to xjit._training.run
+  PyRef info;    // (saved_inputs, grad_outputs, wrt, num_outputs, reach, ...): xjit/_training.py
   std::string summary; // for explain: "training step: forward N ops, backward M ops, ..."
 };
 

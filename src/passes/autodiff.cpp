@@ -680,8 +680,7 @@ struct Joint {
   std::unique_ptr<Graph> graph;
   size_t numInputs = 0, numOutputs = 0;
   std::vector<size_t> gradOutputs, wrt;
-  std::vector<std::vector<size_t>> gradOutputReach; // AutodiffGraphs::gradOutputReach
-  std::vector<Value *> computeInForward;            // rules' RuleArgs::computeInForward
+  std::vector<Value *> computeInForward; // rules' RuleArgs::computeInForward
 };
 
 /// For each of `outs`, the positions in `wrt` whose inputs it depends on through values that
@@ -744,6 +743,38 @@ std::set<std::string> boundSymbols(const Type &t) {
   return names;
 }
 
+/// The values that carry a gradient from the inputs marked in requiresGrad (autograd's
+/// connected values); `wrt` gets those inputs. `refuseCalls`: a PyTorch call a gradient reaches
+/// throws AutodiffUnsupported (it has no rule).
+std::unordered_set<const Value *> gradientCarriers(const Graph &g,
+                                                   const std::vector<bool> &requiresGrad,
+                                                   std::vector<size_t> &wrt, bool refuseCalls) {
+  std::unordered_set<const Value *> needs;
+  // An input no op reads gets no gradient (None, as in eager) rather than a zeros output: an
+  // nn.LSTM's parameters are inputs twice, as `_flat_weights[i]` and as `weight_ih_l0`...
+  for (size_t i = 0; i < g.numInputs(); ++i)
+    if (i < requiresGrad.size() && requiresGrad[i] && isFloatTensor(g.input(i)) &&
+        g.input(i)->hasUses()) {
+      needs.insert(g.input(i));
+      wrt.push_back(i);
+    }
+  for (Op *op : *g.body()) {
+    if (op->def().has(kTerminator) || stopsGradient(*op)) continue;
+    bool any = std::any_of(op->operands().begin(), op->operands().end(),
+                           [&](Value *v) { return needs.count(v) > 0; });
+    if (!any) continue;
+    if (refuseCalls && op->name() == "external_call") {
+      const Attr *name = op->attrOrNull("name");
+      const std::string what = name && !name->asStr().empty() ? " " + name->asStr() : "";
+      unsupported(*op, "a call into PyTorch" + what + " (no rule)");
+    }
+    for (size_t ri = 0; ri < op->numResults(); ++ri)
+      if (isFloatTensor(op->result(ri)) && autodiff_rules::resultCarriesGradient(*op, ri))
+        needs.insert(op->result(ri));
+  }
+  return needs;
+}
+
 Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad,
                  const std::vector<bool> &outputsWithoutGradient = {}) {
   Joint j;
@@ -755,33 +786,11 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad,
   runDecomposeAttention(g, decompose);
   checkDifferentiable(g);
   j.numInputs = g.numInputs();
-  std::unordered_set<const Value *> needs;
-  // An input no op reads gets no gradient (None, as in eager) rather than a zeros output: an
-  // nn.LSTM's parameters are inputs twice, as `_flat_weights[i]` and as `weight_ih_l0`...
-  for (size_t i = 0; i < g.numInputs(); ++i)
-    if (i < requiresGrad.size() && requiresGrad[i] && isFloatTensor(g.input(i)) &&
-        g.input(i)->hasUses()) {
-      needs.insert(g.input(i));
-      j.wrt.push_back(i);
-    }
+  std::unordered_set<const Value *> needs = gradientCarriers(g, requiresGrad, j.wrt, true);
   Op *ret = g.body()->terminator();
   std::vector<Op *> ops;
-  for (Op *op : *g.body()) {
-    if (op == ret) continue;
-    ops.push_back(op);
-    if (stopsGradient(*op)) continue;
-    bool any = std::any_of(op->operands().begin(), op->operands().end(),
-                           [&](Value *v) { return needs.count(v) > 0; });
-    if (!any) continue;
-    if (op->name() == "external_call") {
-      const Attr *name = op->attrOrNull("name");
-      const std::string what = name && !name->asStr().empty() ? " " + name->asStr() : "";
-      unsupported(*op, "a call into PyTorch" + what + " (no rule)");
-    }
-    for (size_t ri = 0; ri < op->numResults(); ++ri)
-      if (isFloatTensor(op->result(ri)) && autodiff_rules::resultCarriesGradient(*op, ri))
-        needs.insert(op->result(ri));
-  }
+  for (Op *op : *g.body())
+    if (op != ret) ops.push_back(op);
   const std::vector<Value *> outs = g.outputs();
   j.numOutputs = outs.size();
   std::unordered_map<const Value *, Value *> grads;
@@ -794,10 +803,6 @@ Joint buildJoint(const Graph &src, const std::vector<bool> &requiresGrad,
     return needs.count(outs[i]) &&
            !(i < outputsWithoutGradient.size() && outputsWithoutGradient[i]);
   };
-  std::vector<Value *> gradOuts;
-  for (size_t i = 0; i < outs.size(); ++i)
-    if (takesGradient(i)) gradOuts.push_back(outs[i]);
-  j.gradOutputReach = reachedInputs(g, j.wrt, needs, gradOuts);
   for (size_t i = 0; i < outs.size(); ++i)
     if (takesGradient(i)) {
       j.gradOutputs.push_back(i);
@@ -902,6 +907,17 @@ bool recomputedInBackward(const Op &op, const std::unordered_set<const Op *> &fw
 }
 
 } // namespace
+
+std::vector<std::vector<size_t>> gradientReach(const Graph &g,
+                                               const std::vector<bool> &requiresGrad) {
+  std::vector<size_t> wrt;
+  const std::unordered_set<const Value *> needs = gradientCarriers(g, requiresGrad, wrt, false);
+  std::vector<std::vector<size_t>> reach = reachedInputs(g, wrt, needs, g.outputs());
+  for (std::vector<size_t> &inputs : reach)
+    for (size_t &k : inputs)
+      k = wrt[k];
+  return reach;
+}
 
 std::unique_ptr<Graph> jointGraph(const Graph &g, const std::vector<bool> &requiresGrad,
                                   std::vector<size_t> *gradOutputs, std::vector<size_t> *wrt) {
@@ -1014,7 +1030,6 @@ AutodiffGraphs differentiate(const Graph &src, const std::vector<bool> &requires
   r.savedInputs.assign(savedInputs.begin(), savedInputs.end());
   r.gradOutputs = j.gradOutputs;
   r.wrt = j.wrt;
-  r.gradOutputReach = j.gradOutputReach;
 
   r.forward = std::make_unique<Graph>(src.name() + ".forward");
   std::unordered_map<const Value *, Value *> fmap;

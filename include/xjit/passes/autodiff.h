@@ -36,9 +36,6 @@ struct AutodiffGraphs {
   std::vector<size_t> shapeInputs;
   std::vector<size_t> gradOutputs; // outputs of g that have a gradient (float, depend on wrt)
   std::vector<size_t> wrt;         // inputs of g whose gradients backward returns
-  /// For each gradOutputs entry, the positions in wrt of the inputs it depends on: a wrt input
-  /// that no output given a gradient reaches gets None, as in eager (not backward's zeros).
-  std::vector<std::vector<size_t>> gradOutputReach;
 };
 
 /// Differentiates g with respect to the inputs marked in requiresGrad (one flag per input;
@@ -47,6 +44,13 @@ struct AutodiffGraphs {
 /// theirs). Throws AutodiffUnsupported when it cannot.
 AutodiffGraphs differentiate(const Graph &g, const std::vector<bool> &requiresGrad,
                              const std::vector<bool> &outputsWithoutGradient = {});
+
+/// For each output of g, the inputs (indices of g's inputs marked in requiresGrad) that
+/// autograd connects it to: those reached through values that carry a gradient. Read on the
+/// graph as captured, before passes: a pass that folds a connected value away (`t.zero_()` then
+/// `+ b` as `b`) leaves the gradient zero, and eager still gives those inputs zeros, not None.
+std::vector<std::vector<size_t>> gradientReach(const Graph &g,
+                                               const std::vector<bool> &requiresGrad);
 
 /// The joint graph, for tests and `xjit-opt --passes=autodiff`: inputs (g's inputs..., one grad
 /// per gradOutputs entry...), results (g's outputs..., one grad per wrt input...).
