@@ -1188,15 +1188,18 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
     // Symbolic sizes take representative values (fuzzer seed 15674 under dynamic=True).
     SymbolBindings symbols;
     std::optional<std::vector<int64_t>> sizes = representativeSizes(base->type().shape(), symbols);
-    // (Dense outputs that are permutes, squeezes or the base itself are left to the rewrite of
-    // each output below; a slice of a permuted base can also be dense: seed 15674's select.)
+    // (A lone dense output that is a permute, a squeeze or the base itself is left to the
+    // rewrite of each output below; a slice of a permuted base can also be dense: seed 15674's
+    // select. Two outputs on one base are laid out here: copied apart, each into its own
+    // layout, they would no longer share memory: seed 62807's `v.squeeze(), v.transpose(0, 1)`.)
     static const std::set<std::string, std::less<>> perOutput = {"permute", "transpose", "t",
                                                                  "unsqueeze", "squeeze"};
-    const bool needed = std::any_of(viewers.begin(), viewers.end(), [&](const Viewer &v) {
-      return layouts.at(v.output).kind != OutputLayout::Dense ||
-             std::any_of(v.views.begin(), v.views.end(),
-                         [](const Op *op) { return !perOutput.count(op->name()); });
-    });
+    const bool needed =
+        viewers.size() > 1 || std::any_of(viewers.begin(), viewers.end(), [&](const Viewer &v) {
+          return layouts.at(v.output).kind != OutputLayout::Dense ||
+                 std::any_of(v.views.begin(), v.views.end(),
+                             [](const Op *op) { return !perOutput.count(op->name()); });
+        });
     // (A flat write's reshape, above, is the one view that stands for a base: copied there.)
     const bool flatWrite =
         producer && producer->name() == "reshape" && producer->operand(0)->type().rank() < 2;

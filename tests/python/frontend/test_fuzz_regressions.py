@@ -1123,3 +1123,33 @@ def test_full_reduction_beside_a_broadcast_keeps_the_rules(dynamic):
         return [torch.randn(n, 1, 8, generator=g), torch.randn(n, 3, generator=g)]
 
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
+
+
+def _squeeze_and_transpose_of_one_result(a):
+    v = torch.exp(torch.addcmul(a, a, a, value=0.5).clamp(-5, 5))
+    return v.squeeze(), v.transpose(-1, -2)
+
+
+def _result_and_its_transpose(a):
+    v = torch.sin(a)
+    return v, v.t()
+
+
+def _two_permutes_of_one_result(a):
+    v = torch.relu(a * 2)
+    return v.t(), v.unsqueeze(0)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [_squeeze_and_transpose_of_one_result, _result_and_its_transpose, _two_permutes_of_one_result],
+    ids=lambda f: f.__name__.strip("_"),
+)
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_two_returned_views_of_one_result_share_its_memory(fn, dynamic):
+    # seed 62807 (view-copy): `v.squeeze()` and `v.transpose(-1, -2)` of a result that eager lays
+    # out transposed (its input is) were each copied into eager's layout on their own, so a write
+    # to one missed the other. Outputs on one base now have the base computed in an order that
+    # gives each its strides.
+    make = lambda b: [torch.randn(2, b, generator=torch.Generator().manual_seed(b)).t()]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 5])
