@@ -191,6 +191,13 @@ PyRef viewStepsToPython(const TensorVar &t) {
   return steps;
 }
 
+bool hasStaticSizeOne(const Type &t) {
+  if (!t.isTensor()) return false;
+  for (const DimExpr &d : t.shape())
+    if (d.isStatic() && d.value() == 1) return true;
+  return false;
+}
+
 /// True if the graph computes `v` as a chain of view ops of `base` (the runtime then returns
 /// it as a view of base's buffer, no rebuild needed).
 bool viewsInGraph(const Value *v, const Value *base) {
@@ -291,9 +298,16 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     // (A reshape PyTorch may copy, viewReplays, is replayed too: eager's view of a written
     // input under dynamic=True, fuzzer seed 12957: `a[...] = 7; v = a.reshape(-1)`.)
     const bool replayable = t->viewOpaque.empty() || t->viewReplays;
-    if (t->base && t->base->isInput && t->base->source && t->base->mutated && replayable &&
-        !t->viewSteps.empty()) {
-      PyRef steps = viewStepsToPython(*t);
+    // Likewise a view of an input with a dim of size 1: eager's stride there comes from the
+    // input's strides, which the graph does not see (DLPack gives size-1 dims stride 1), and
+    // PyTorch's overlap checks compare it (fuzzer seed 63631: `a.add_(a.reshape(-1))` of a
+    // one-element `x[::2]` after a graph break raised "partial overlap"). Replayed when it can be.
+    const bool sizeOneView = t->base && t->base->isInput && t->base->source && replayable &&
+                             !t->viewSteps.empty() && hasStaticSizeOne(t->type());
+    PyRef sizeOneSteps = sizeOneView && !t->base->mutated ? viewStepsToPython(*t) : PyRef();
+    if (t->base && t->base->isInput && t->base->source && (t->base->mutated || sizeOneSteps) &&
+        replayable && !t->viewSteps.empty()) {
+      PyRef steps = sizeOneSteps ? sizeOneSteps : viewStepsToPython(*t);
       // Without a replay the graph's value would be a view of the written copy: a write
       // through it after the call would miss the input (fuzzer seed 12708: narrow(0, 0,
       // s0 // 2) of an input, zeroed, then index_put_ after a graph break). Not compiled.

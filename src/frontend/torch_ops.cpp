@@ -623,7 +623,12 @@ LOWER(lowerExpandAs) {
   // nor autodiff sees other as an operand (fuzz seed 963: x.expand_as(y) of a y requiring grad
   // required grad and gave y's input a zero gradient; eager: neither).
   const TensorVar &other = tensorOf(a, b.at("other"), "other");
-  if (!isStaticShape(other.type().shape())) return a.emit1(row.op, {b.at("input"), b.at("other")});
+  if (!isStaticShape(other.type().shape())) {
+    // A symbolic size broadcast from 1 at this call (`x[1:].expand_as(x)` with x of 2 rows)
+    // specializes, as for elementwise operands: the IR would take the two sizes as equal.
+    a.checkSymbolicBroadcast({b.at("input"), b.at("other")});
+    return a.emit1(row.op, {b.at("input"), b.at("other")});
+  }
   return a.emit1("expand", {b.at("input")}, {{"shape", makeSizeAttr(other.type().shape())}});
 }
 

@@ -1153,3 +1153,59 @@ def test_two_returned_views_of_one_result_share_its_memory(fn, dynamic):
     # gives each its strides.
     make = lambda b: [torch.randn(2, b, generator=torch.Generator().manual_seed(b)).t()]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 5])
+
+
+def _self_add_of_a_reshape(a0):
+    v2 = a0.float().reshape(-1)
+    v3 = v2.reshape(-1)
+    a0.add_(v3)  # a write from a view of itself: a graph break
+    return v2, (v3.abs() + 1).reciprocal()
+
+
+def _size_one_views(a0):
+    return a0.reshape(-1), a0.unsqueeze(0), a0[:1], a0.view(a0.shape) * 1
+
+
+@pytest.mark.parametrize(
+    "fn, shape",
+    [(_self_add_of_a_reshape, (2,)), (_size_one_views, (2,)), (_size_one_views, (2, 3))],
+    ids=["self_add_one_element", "views_one_element", "views_one_row"],
+)
+def test_views_of_an_input_keep_its_strides_of_size_one_dims(fn, shape):
+    # seed 63631 (crash): a one-element input x[::2] (stride 2); after the graph break the
+    # resumed frame's `v3` had stride 1 where eager's keeps 2, so `a0.add_(v3)` saw a partial
+    # overlap (PyTorch compares the strides of size-1 dims) and raised. Views of an input with
+    # a size-1 dim are now replayed on it, as eager made them.
+    def make():
+        return torch.arange(float(torch.Size(shape).numel())).reshape(shape)[::2]
+
+    want_in, got_in = make(), make()
+    want = fn(want_in)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", xjit.XjitWarning)
+        got = xjit.jit(fn)(got_in)
+    for w, g in zip(want, got, strict=True):
+        torch.testing.assert_close(g, w)
+        assert g.stride() == w.stride(), (g.stride(), w.stride())
+    torch.testing.assert_close(got_in, want_in)
+    for w, g in zip(want, got, strict=True):  # the caller's writes overlap as eager's do
+        if w._base is not None and w.shape == want_in.shape:
+            want_in.add_(w)
+            got_in.add_(g)
+    torch.testing.assert_close(got_in, want_in)
+
+
+def test_expand_as_of_a_symbolic_size_that_is_one_at_this_call():
+    # seed 65247 (internal, dynamic=True): `v[1:].expand_as(v)` of a batch of 2 broadcasts a
+    # size s0-1 that is 1 now; the IR took s0-1 and s0 as equal sizes, and the fused kernel
+    # rejected the run (XJIT-E0101, frame in Python). It specializes now, as elementwise
+    # operands' symbolic broadcasts do.
+    def fn(a, b):
+        v = a * b
+        return torch.log1p((v[1:].expand_as(v) * v).abs())
+
+    def make(n):
+        g = torch.Generator().manual_seed(n)
+        return [torch.randn(n, generator=g), torch.randn(n, generator=g)]
+
+    _same_results_and_memory(fn, make, dynamic=True, batches=[2, 2])
