@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iterator>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -340,6 +341,39 @@ bool stridesLikeChannelsLast(const std::vector<int64_t> &sizes,
     min = strides[size_t(d)] * (sizes[size_t(d)] > 1 ? sizes[size_t(d)] : 1);
   }
   return true;
+}
+
+/// How a pool or a linear resampling lays out its result: in the format its input suggests
+/// (suggest_memory_format), the one `input.unsqueeze(-2)` suggests (1-d pools ATen runs as 2-d
+/// ones), always contiguous, or None: not such an op.
+enum class SpatialFormat { None, Suggested, Via2d, Contiguous };
+
+SpatialFormat spatialFormatOf(std::string_view name) {
+  static const std::map<std::string, SpatialFormat, std::less<>> formats = {
+      {"max_pool2d", SpatialFormat::Suggested},
+      {"max_pool2d_with_indices", SpatialFormat::Suggested},
+      {"avg_pool2d", SpatialFormat::Suggested},
+      {"adaptive_avg_pool2d", SpatialFormat::Suggested},
+      {"adaptive_max_pool2d", SpatialFormat::Suggested},
+      {"adaptive_max_pool2d_with_indices", SpatialFormat::Suggested},
+      {"upsample_bilinear2d", SpatialFormat::Suggested},
+      {"max_pool3d", SpatialFormat::Suggested},
+      {"max_pool3d_with_indices", SpatialFormat::Suggested},
+      {"upsample_trilinear3d", SpatialFormat::Suggested},
+      {"avg_pool1d", SpatialFormat::Via2d},
+      {"adaptive_avg_pool1d", SpatialFormat::Via2d},
+      {"adaptive_max_pool1d", SpatialFormat::Via2d},
+      {"adaptive_max_pool1d_with_indices", SpatialFormat::Via2d},
+      {"max_pool1d", SpatialFormat::Contiguous},
+      {"max_pool1d_with_indices", SpatialFormat::Contiguous},
+      {"upsample_linear1d", SpatialFormat::Contiguous},
+      {"avg_pool3d", SpatialFormat::Contiguous},
+      {"adaptive_avg_pool3d", SpatialFormat::Contiguous},
+      {"adaptive_max_pool3d", SpatialFormat::Contiguous},
+      {"adaptive_max_pool3d_with_indices", SpatialFormat::Contiguous},
+  };
+  auto it = formats.find(name);
+  return it == formats.end() ? SpatialFormat::None : it->second;
 }
 
 /// The dim order (outermost first) of the result TensorIterator allocates for an elementwise op
@@ -843,6 +877,37 @@ bool LayoutWalk::rules(const Op &laidOut) {
       result = std::vector<int>{0, 2, 3, 1};
     else
       result.emplace();
+  } else if (const SpatialFormat f = spatialFormatOf(name);
+             f != SpatialFormat::None && !operands.empty() && op->operand(0)->type().isTensor()) {
+    // Pools and linear resampling (CPU, torch 2.13; test_layout_rules_pools.py): the result in
+    // the memory format the input suggests, or contiguous, or for the 1-d pools ATen runs as
+    // 2-d ones on `x.unsqueeze(-2)` the format that suggests (a transposed [N, L, C] input
+    // gives a transposed result). (Session 27: SegFormer's and MobileViT's upsampling, Swin's
+    // adaptive_avg_pool1d of a transposed tensor went to the meta walk.)
+    const Value *v = op->operand(0);
+    const int64_t rank = v->type().rank();
+    bool channelsLast = false;
+    if (f != SpatialFormat::Contiguous &&
+        !(!strided.count(v) && order.count(v) && isIdentity(order.at(v)))) {
+      std::optional<std::vector<int64_t>> strides = exactStrides(v);
+      std::optional<std::vector<int64_t>> sizes = staticSizes(v->type().shape());
+      if (!strides || !sizes || strides->size() != sizes->size() || rank < 3 || rank > 5)
+        return false;
+      if (f == SpatialFormat::Via2d) { // unsqueeze(-2): a size-1 dim of stride size * stride
+        if (rank != 3) return false;
+        strides->insert(strides->begin() + 2, (*sizes)[2] * (*strides)[2]);
+        sizes->insert(sizes->begin() + 2, 1);
+      }
+      channelsLast = stridesLikeChannelsLast(*sizes, *strides);
+    }
+    if (!channelsLast)
+      result.emplace();
+    else if (rank == 3)
+      result = std::vector<int>{0, 2, 1};
+    else if (rank == 4)
+      result = std::vector<int>{0, 2, 3, 1};
+    else
+      result = std::vector<int>{0, 2, 3, 4, 1};
   } else if (name == "cat" && !operands.empty()) {
     // The output memory format of ATen's cat: channels-last only when every input suggests
     // it (4-d/5-d inputs in that exact order), else contiguous.
