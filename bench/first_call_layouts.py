@@ -1,5 +1,6 @@
 """First calls that used to need PyTorch's meta walk to lay out their outputs (docs/frontend.md
-*Output layouts*): a slice `x[:, :n]` of a batch of one as input, a sum over a permuted view.
+*Output layouts*): a slice `x[:, :n]` of a batch of one as input, a sum over a permuted view
+(session 25), upsampling and pooling of channels-last or transposed values (session 27).
 Each runs in a fresh process (empty compile cache, 2 threads) with the static layout rules
 (now) and with XJIT_LAYOUT_META_WALK=1 (what these programs got before session 25: the walk,
 whose first meta op imports torch._dynamo); the variants alternate `--rounds` times; prints the
@@ -32,6 +33,16 @@ def fn(x):
     y = (x * 2).transpose(1, 2)
     return y.reshape(-1, 8).sum(0), y.contiguous().view(-1)
 args = (torch.randn(1, 8, 64),)
+""",
+    "bilinear upsampling of channels-last features": """
+conv = torch.nn.Conv2d(16, 16, 3, padding=1).to(memory_format=torch.channels_last)
+fn = lambda x: torch.nn.functional.interpolate(conv(x), scale_factor=2, mode="bilinear").relu()
+args = (torch.randn(2, 16, 32, 32).to(memory_format=torch.channels_last),)
+""",
+    "adaptive_avg_pool1d over a transposed sequence": """
+lin = torch.nn.Linear(64, 64)
+fn = lambda x: torch.nn.functional.adaptive_avg_pool1d(lin(x).transpose(1, 2), 1).flatten(1)
+args = (torch.randn(2, 49, 64),)
 """,
     "GPT-2 small over ids[:, :64] (batch of one)": """
 sys.path.insert(0, {repo!r})

@@ -553,6 +553,12 @@ const std::set<std::string, std::less<>> contiguousViews = {
 
 } // namespace
 
+namespace {
+std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const Op *> &views,
+                                                        std::vector<int64_t> strides,
+                                                        SymbolBindings &symbols);
+} // namespace
+
 /// The layout rules' state over a graph's body, laid out op by op in body order
 /// (staticOutputLayouts, ComputedStrides): per tensor value its dims' order, whether it is a
 /// strided view (with its stride ranks and strides where known), or that it is unknown.
@@ -835,6 +841,18 @@ bool LayoutWalk::rules(const Op &laidOut) {
     // cannot view copies into a contiguous tensor: the same order).
     result.emplace();
     resultStrided = true;
+    // Where the operand's strides are known (static sizes) so are the view's: an op reading it
+    // beside other operands then compares them as TensorIterator does (GPT-J's rotary
+    // embedding multiplies `cos[:, :, None, :]`, a split piece's view, by a slice of the keys:
+    // the meta walk before session 27).
+    SymbolBindings noSymbols;
+    if (std::optional<std::vector<int64_t>> in = exactStrides(op->operand(0));
+        in && staticSizes(op->result(0)->type().shape()))
+      if (std::optional<std::vector<int64_t>> out = stridesThroughViews({op}, *in, noSymbols);
+          out && out->size() == size_t(op->result(0)->type().rank())) {
+        resultRanks = ranksOfStrides(*out);
+        resultStrides = std::move(out);
+      }
   } else if (anyStrided && operands.size() == 1 && op->numResults() == 1 &&
              (name == "clone" || name == "cast")) {
     // (A strided value's strides can be a layout no dim order gives: the meta walk.)

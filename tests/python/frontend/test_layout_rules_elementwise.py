@@ -184,3 +184,32 @@ def test_elementwise_over_step_slices(name: str, fn: Any) -> None:
     assert got.stride() == want.stride(), f"{name}: strides {got.stride()} != eager's {want.stride()}"
     torch.testing.assert_close(got, want)
     assert counters()["layout_meta_walks"] == 0, name
+
+
+def _rotary_of_split_pieces(k: Any, sc: Any) -> Any:  # GPT-J's apply_rotary_pos_emb
+    sin, cos = torch.split(sc * 1, 2, dim=-1)
+    s = torch.repeat_interleave(sin[:, :, None, :], 2, 3)
+    c = torch.repeat_interleave(cos[:, :, None, :], 2, 3)
+    rotated = torch.stack((-k[..., 1::2], k[..., ::2]), dim=-1).flatten(-2)
+    return k * c + rotated * s
+
+
+@pytest.mark.parametrize(
+    "name,fn",
+    [
+        ("unsqueezed_piece", lambda k, sc: sc.split(2, -1)[1][:, :, None, :] * k[..., :2]),
+        ("reshaped_piece", lambda k, sc: sc.chunk(2, -1)[0].reshape(1, 6, 1, 2) * k[..., 1:3]),
+        ("squeezed_piece", lambda k, sc: sc[:, :, None, :].split(2, -1)[0].squeeze(2) + k[:, :, 0, :2]),
+        ("flattened_slice", lambda k, sc: k[..., :2].flatten(-2) * sc.repeat(1, 1, 2)),
+        ("rotary_of_split_pieces", _rotary_of_split_pieces),
+    ],
+)
+def test_elementwise_over_views_of_strided_values(name: str, fn: Any) -> None:
+    # A view (unsqueeze, reshape, squeeze, flatten) of a strided value of static sizes has known
+    # strides, which the op reading it compares with its other operands' (GPT-J's rotary
+    # embedding of split pieces of a gathered table went to the meta walk before session 27).
+    k, sc = torch.randn(1, 6, 4, 4), torch.randn(1, 6, 4)
+    want, got = fn(k, sc), xjit.jit(fn)(k, sc)
+    assert got.stride() == want.stride(), f"{name}: strides {got.stride()} != eager's {want.stride()}"
+    torch.testing.assert_close(got, want)
+    assert counters()["layout_meta_walks"] == 0, name
