@@ -836,6 +836,27 @@ bool LayoutWalk::rules(const Op &laidOut) {
       resultRanks = ranksOfStrides(*strides);
       resultStrides = std::move(strides);
     }
+  } else if (anyStrided && !allIdentity && operands.size() == 1 &&
+             (name == "unsqueeze" || name == "squeeze") && exactStrides(op->operand(0)) &&
+             staticSizes(op->result(0)->type().shape())) {
+    // Likewise an unsqueeze or squeeze of a permuted strided tensor (Phi-3's repeat_kv of a
+    // transposed slice of its fused qkv projection: the meta walk before session 27).
+    SymbolBindings noSymbols;
+    std::optional<std::vector<int64_t>> strides =
+        stridesThroughViews({op}, *exactStrides(op->operand(0)), noSymbols);
+    const std::vector<int64_t> shape = *staticSizes(op->result(0)->type().shape());
+    if (!strides || strides->size() != shape.size()) return false;
+    if (std::vector<int> dense = denseOrder(shape, *strides); !dense.empty()) {
+      result = std::move(dense);
+    } else {
+      std::vector<int> byStride = identity(int64_t(shape.size()));
+      std::stable_sort(byStride.begin(), byStride.end(),
+                       [&](int a, int b) { return (*strides)[size_t(a)] > (*strides)[size_t(b)]; });
+      result = std::move(byStride);
+      resultStrided = true;
+      resultRanks = ranksOfStrides(*strides);
+      resultStrides = std::move(strides);
+    }
   } else if (anyStrided && allIdentity && operands.size() == 1 && contiguousViews.count(name)) {
     // Splitting or merging dims of decreasing strides keeps them decreasing (a reshape that
     // cannot view copies into a contiguous tensor: the same order).
@@ -855,9 +876,48 @@ bool LayoutWalk::rules(const Op &laidOut) {
       }
   } else if (anyStrided && operands.size() == 1 && op->numResults() == 1 &&
              (name == "clone" || name == "cast")) {
-    // (A strided value's strides can be a layout no dim order gives: the meta walk.)
+    // (A strided value's strides can be a layout no dim order gives.) A non-overlapping and
+    // dense one whose size-1 dims' strides no dim order gives (BART's `ids[:, :-1].clone()` of
+    // a batch of one: the meta walk before session 27) is copied into its own strides
+    // (empty_strided): a strided result of those strides.
     result = preserveFormatOrder(op->operand(0));
-    if (!result) return false;
+    if (!result) {
+      std::optional<std::vector<int64_t>> exact = exactStrides(op->operand(0));
+      std::optional<std::vector<int64_t>> sizes = staticSizes(op->operand(0)->type().shape());
+      if (!exact || !sizes || !stridesNonOverlappingAndDense(*sizes, *exact)) return false;
+      std::vector<int> byStride = identity(int64_t(sizes->size()));
+      std::stable_sort(byStride.begin(), byStride.end(),
+                       [&](int a, int b) { return (*exact)[size_t(a)] > (*exact)[size_t(b)]; });
+      result = std::move(byStride);
+      resultStrided = true;
+      resultRanks = ranksOfStrides(*exact);
+      resultStrides = std::move(exact);
+    }
+  } else if (anyStrided && name == "contiguous" && op->numOperands() == 1) {
+    // contiguous() of a strided value of known strides: the value itself where ATen calls it
+    // contiguous (size-1 dims aside: `x[:, :n]` of a batch of one), else a contiguous copy
+    // (MPNet's relative position bias, an expand of a permuted table: the meta walk before
+    // session 27).
+    std::optional<std::vector<int64_t>> exact = exactStrides(op->operand(0));
+    std::optional<std::vector<int64_t>> sizes = staticSizes(op->operand(0)->type().shape());
+    if (!exact || !sizes) return false;
+    // (No elements: contiguous.)
+    bool isContiguous = true;
+    const bool empty = std::find(sizes->begin(), sizes->end(), 0) != sizes->end();
+    for (int64_t d = int64_t(sizes->size()) - 1, expected = 1; d >= 0 && isContiguous && !empty;
+         --d) {
+      if ((*sizes)[size_t(d)] == 1) continue;
+      isContiguous = (*exact)[size_t(d)] == expected;
+      expected *= (*sizes)[size_t(d)];
+    }
+    if (!isContiguous) {
+      result.emplace();
+    } else {
+      result = *operands[0];
+      resultStrided = true;
+      resultRanks = ranksOfStrides(*exact);
+      resultStrides = std::move(exact);
+    }
   } else if (anyStrided && (op->def().has(kView) || op->def().has(kInPlace) || name == "clone")) {
     return false;
   } else if ((name.starts_with("conv") && !name.ends_with("_weight")) || name == "group_norm") {
@@ -953,6 +1013,47 @@ bool LayoutWalk::rules(const Op &laidOut) {
       result = channelsLast;
     else
       result.emplace();
+  } else if (name == "stack" && !operands.empty() && dimAttr && dimAttr->kind() == AttrKind::Int) {
+    // ATen's stack at a dim before the last is cat(inputs, dim).view(the stacked sizes), at
+    // the end a cat of the inputs unsqueezed there (a size-1 dim of stride 1): cat's rule
+    // (channels-last where every input suggests it) on those. (Cohere's rotate_half stacks step
+    // slices of a transposed tensor: the meta walk before session 27.)
+    const int64_t rank = op->result(0)->type().rank(), inRank = rank - 1;
+    const int64_t at = dimAttr->asInt() < 0 ? dimAttr->asInt() + rank : dimAttr->asInt();
+    if (at < 0 || at > inRank) return false;
+    const int64_t catRank = at < inRank ? inRank : rank;
+    bool allChannelsLast = catRank == 4 || catRank == 5;
+    for (size_t i = 0; i < op->numOperands() && allChannelsLast; ++i) {
+      const Value *v = op->operand(i);
+      if (!v->type().isTensor()) continue;
+      std::optional<std::vector<int64_t>> strides = exactStrides(v);
+      if (!strides) {
+        if (strided.count(v) || !isIdentity(order.at(v))) return false;
+        allChannelsLast = false; // contiguous, as its unsqueeze at the end
+        break;
+      }
+      std::vector<int64_t> sizes = *staticSizes(v->type().shape());
+      if (at == inRank) strides->push_back(1), sizes.push_back(1);
+      allChannelsLast = stridesLikeChannelsLast(sizes, *strides);
+    }
+    const std::vector<int> channelsLast =
+        catRank == 4 ? std::vector<int>{0, 2, 3, 1} : std::vector<int>{0, 2, 3, 4, 1};
+    if (!allChannelsLast) {
+      result.emplace(); // a contiguous cat, and its view
+    } else if (at == inRank) {
+      result = channelsLast;
+    } else { // the channels-last cat viewed with the stacked dim split off
+      std::optional<std::vector<int64_t>> stacked = staticSizes(op->result(0)->type().shape());
+      if (!stacked) return false;
+      std::vector<int64_t> catSizes = *stacked;
+      catSizes[size_t(at)] *= catSizes[size_t(at) + 1];
+      catSizes.erase(catSizes.begin() + at + 1);
+      std::optional<std::vector<int64_t>> strides =
+          viewStrides(catSizes, denseStrides(catSizes, channelsLast), *stacked);
+      std::vector<int> dense = strides ? denseOrder(*stacked, *strides) : std::vector<int>{};
+      if (dense.empty()) return false;
+      result = std::move(dense);
+    }
   } else if (freshResult(*op)) {
     result.emplace(); // identity, per result rank below
   } else if (op->def().has(kInPlace) && !operands.empty()) {

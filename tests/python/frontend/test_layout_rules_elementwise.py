@@ -7,6 +7,7 @@ them) must return eager's strides and values, and no capture may run the meta wa
 
 from __future__ import annotations
 
+import itertools
 import random
 import warnings
 from typing import Any
@@ -194,6 +195,11 @@ def _rotary_of_split_pieces(k: Any, sc: Any) -> Any:  # GPT-J's apply_rotary_pos
     return k * c + rotated * s
 
 
+def _repeat_kv_of_a_transposed_slice(k: Any, sc: Any) -> Any:  # Phi-3's repeat_kv
+    kv = k.reshape(1, 6, 16)[..., 4:12].view(1, 6, 2, 4).transpose(1, 2)
+    return kv[:, :, None, :, :].expand(1, 2, 2, 6, 4).reshape(1, 4, 6, 4) * sc[:, None, :, :]
+
+
 @pytest.mark.parametrize(
     "name,fn",
     [
@@ -202,14 +208,87 @@ def _rotary_of_split_pieces(k: Any, sc: Any) -> Any:  # GPT-J's apply_rotary_pos
         ("squeezed_piece", lambda k, sc: sc[:, :, None, :].split(2, -1)[0].squeeze(2) + k[:, :, 0, :2]),
         ("flattened_slice", lambda k, sc: k[..., :2].flatten(-2) * sc.repeat(1, 1, 2)),
         ("rotary_of_split_pieces", _rotary_of_split_pieces),
+        ("repeat_kv_of_a_transposed_slice", _repeat_kv_of_a_transposed_slice),
+        ("squeezed_transposed_slice", lambda k, sc: k[:, :1, :, :2].transpose(1, 2).squeeze(2) * sc[:, :4, None, 0]),
+        ("unsqueezed_transposed_slice", lambda k, sc: k[..., 1:3].transpose(1, 2).unsqueeze(0) + 1),
     ],
 )
 def test_elementwise_over_views_of_strided_values(name: str, fn: Any) -> None:
     # A view (unsqueeze, reshape, squeeze, flatten) of a strided value of static sizes has known
     # strides, which the op reading it compares with its other operands' (GPT-J's rotary
-    # embedding of split pieces of a gathered table went to the meta walk before session 27).
+    # embedding of split pieces of a gathered table, Phi-3's repeat_kv of a transposed slice of
+    # its fused projection went to the meta walk before session 27).
     k, sc = torch.randn(1, 6, 4, 4), torch.randn(1, 6, 4)
     want, got = fn(k, sc), xjit.jit(fn)(k, sc)
+    assert got.stride() == want.stride(), f"{name}: strides {got.stride()} != eager's {want.stride()}"
+    torch.testing.assert_close(got, want)
+    assert counters()["layout_meta_walks"] == 0, name
+
+
+def _laid_out(sizes: list[int], order: tuple[int, ...], seed: int) -> Any:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn([sizes[d] for d in order], generator=g).permute([order.index(d) for d in range(len(sizes))])
+
+
+@pytest.mark.parametrize("rank", [3, 4])
+def test_stack_layouts_follow_cat_of_the_unsqueezed_inputs(rank: int) -> None:
+    # ATen's stack is a cat of `t.unsqueeze(dim)`: channels-last where every unsqueezed input
+    # suggests it, else contiguous (Cohere's rotate_half stacks step slices of a transposed
+    # tensor: the meta walk before session 27). Every dim order of the inputs (both alike and
+    # the second contiguous), a step slice, every stack dim; exact strides against eager.
+    sizes = [2, 3, 4, 5][:rank]
+    for order in itertools.permutations(range(rank)):
+        for dim in [*range(rank + 1), -1]:
+            for second in ("same", "contiguous", "step"):
+
+                def fn(a: Any, b: Any) -> Any:
+                    if second == "step":
+                        b = b[..., ::2]
+                    return torch.stack([a * 2, b], dim=dim)
+
+                a = _laid_out(sizes, order, 1)
+                b = {
+                    "same": _laid_out(sizes, order, 2),
+                    "contiguous": torch.randn(sizes),
+                    "step": torch.randn([*sizes[:-1], 2 * sizes[-1]]),
+                }[second]
+                want, got = fn(a, b), xjit.jit(fn)(a, b)
+                where = f"order {order}, dim {dim}, second {second}"
+                assert got.stride() == want.stride(), f"{where}: {got.stride()} != eager's {want.stride()}"
+                torch.testing.assert_close(got, want)
+                assert counters()["layout_meta_walks"] == 0, where
+                fe.reset()
+
+
+def _shift_tokens_right(ids: Any) -> Any:  # BART's, on a batch of one
+    shifted = ids.new_zeros(ids.shape)
+    shifted[:, 1:] = ids[:, :-1].clone()
+    shifted[:, 0] = 2
+    return shifted.masked_fill(shifted == -100, 1)
+
+
+def _position_bias(table: Any) -> Any:  # MPNet's: an expand of a permuted table, contiguous()
+    values = (table * 2).permute([2, 0, 1]).unsqueeze(0)
+    return values.expand((2, -1, 5, 5)).contiguous()
+
+
+@pytest.mark.parametrize(
+    "name,fn,make",
+    [
+        ("clone_of_a_batch_of_one_slice", _shift_tokens_right, lambda: torch.randint(0, 9, (1, 12))),
+        ("clone_of_a_batch_of_one_slice_times_two", lambda x: x[:, :-1].clone() * 2, lambda: torch.randn(1, 12)),
+        ("contiguous_of_an_expand", _position_bias, lambda: torch.randn(5, 5, 4)),
+        ("contiguous_of_a_contiguous_slice", lambda x: x[:, :3].contiguous() + 1, lambda: torch.randn(1, 8, 4)),
+        ("contiguous_of_a_step_slice", lambda x: x[..., ::2].contiguous() * 3, lambda: torch.randn(2, 3, 8)),
+    ],
+)
+def test_copies_of_strided_values(name: str, fn: Any, make: Any) -> None:
+    # clone keeps the strides of a non-overlapping and dense value (those of its size-1 dims
+    # too: `ids[:, :-1]` of a batch of one), contiguous() returns a value ATen calls contiguous
+    # as it is and copies the others (BART's shift_tokens_right and MPNet's position bias went
+    # to the meta walk before session 27).
+    x = make()
+    want, got = fn(x), xjit.jit(fn)(x)
     assert got.stride() == want.stride(), f"{name}: strides {got.stride()} != eager's {want.stride()}"
     torch.testing.assert_close(got, want)
     assert counters()["layout_meta_walks"] == 0, name
