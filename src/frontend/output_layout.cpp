@@ -728,6 +728,21 @@ bool LayoutWalk::rules(const Op &laidOut) {
   const int64_t dim = dimAttr && dimAttr->kind() == AttrKind::Int
                           ? (dimAttr->asInt() < 0 ? dimAttr->asInt() + rank0 : dimAttr->asInt())
                           : -1;
+  // A result of known strides (static sizes): dense in their order, or strided, its dims
+  // ranked by them.
+  auto takeStrides = [&](const std::vector<int64_t> &shape, std::vector<int64_t> strides) {
+    if (std::vector<int> dense = denseOrder(shape, strides); !dense.empty()) {
+      result = std::move(dense);
+      return;
+    }
+    std::vector<int> byStride = identity(int64_t(shape.size()));
+    std::stable_sort(byStride.begin(), byStride.end(),
+                     [&](int a, int b) { return strides[size_t(a)] > strides[size_t(b)]; });
+    result = std::move(byStride);
+    resultStrided = true;
+    resultRanks = ranksOfStrides(strides);
+    resultStrides = std::move(strides);
+  };
   // Strided views along `dim` (several results for the split family): the order of their
   // dims' strides is their operand's, less the dim a select-like view drops.
   static const std::set<std::string, std::less<>> sliceViews = {
@@ -825,16 +840,8 @@ bool LayoutWalk::rules(const Op &laidOut) {
     if (!strides) {
       if (name == "view" || name == "unflatten") return false; // (eager raises)
       result.emplace();
-    } else if (std::vector<int> dense = denseOrder(shape, *strides); !dense.empty()) {
-      result = std::move(dense);
     } else {
-      std::vector<int> byStride = identity(int64_t(shape.size()));
-      std::stable_sort(byStride.begin(), byStride.end(),
-                       [&](int a, int b) { return (*strides)[size_t(a)] > (*strides)[size_t(b)]; });
-      result = std::move(byStride);
-      resultStrided = true;
-      resultRanks = ranksOfStrides(*strides);
-      resultStrides = std::move(strides);
+      takeStrides(shape, std::move(*strides));
     }
   } else if (anyStrided && !allIdentity && operands.size() == 1 &&
              (name == "unsqueeze" || name == "squeeze") && exactStrides(op->operand(0)) &&
@@ -846,17 +853,7 @@ bool LayoutWalk::rules(const Op &laidOut) {
         stridesThroughViews({op}, *exactStrides(op->operand(0)), noSymbols);
     const std::vector<int64_t> shape = *staticSizes(op->result(0)->type().shape());
     if (!strides || strides->size() != shape.size()) return false;
-    if (std::vector<int> dense = denseOrder(shape, *strides); !dense.empty()) {
-      result = std::move(dense);
-    } else {
-      std::vector<int> byStride = identity(int64_t(shape.size()));
-      std::stable_sort(byStride.begin(), byStride.end(),
-                       [&](int a, int b) { return (*strides)[size_t(a)] > (*strides)[size_t(b)]; });
-      result = std::move(byStride);
-      resultStrided = true;
-      resultRanks = ranksOfStrides(*strides);
-      resultStrides = std::move(strides);
-    }
+    takeStrides(shape, std::move(*strides));
   } else if (anyStrided && allIdentity && operands.size() == 1 && contiguousViews.count(name)) {
     // Splitting or merging dims of decreasing strides keeps them decreasing (a reshape that
     // cannot view copies into a contiguous tensor: the same order).
@@ -885,13 +882,7 @@ bool LayoutWalk::rules(const Op &laidOut) {
       std::optional<std::vector<int64_t>> exact = exactStrides(op->operand(0));
       std::optional<std::vector<int64_t>> sizes = staticSizes(op->operand(0)->type().shape());
       if (!exact || !sizes || !stridesNonOverlappingAndDense(*sizes, *exact)) return false;
-      std::vector<int> byStride = identity(int64_t(sizes->size()));
-      std::stable_sort(byStride.begin(), byStride.end(),
-                       [&](int a, int b) { return (*exact)[size_t(a)] > (*exact)[size_t(b)]; });
-      result = std::move(byStride);
-      resultStrided = true;
-      resultRanks = ranksOfStrides(*exact);
-      resultStrides = std::move(exact);
+      takeStrides(*sizes, std::move(*exact)); // (strided: preserveFormatOrder found no order)
     }
   } else if (anyStrided && name == "contiguous" && op->numOperands() == 1) {
     // contiguous() of a strided value of known strides: the value itself where ATen calls it
