@@ -39,8 +39,8 @@ struct TrainingStep {
   /// passes::gradientReach of the graph as captured: the inputs each output's gradient reaches
   /// in eager, which get zeros where passes folded the connection away (not None).
   std::vector<std::vector<size_t>> reachBeforePasses;
-  PyRef capsule; // the compiled graphs, passed to xjit._training.run
-  PyRef info;    // (saved_inputs, grad_outputs, wrt, num_outputs, reach, ...): xjit/_training.py
+  PyRef capsule;       // the compiled graphs, passed to xjit._training.run
+  PyRef info;          // (saved_inputs, grad_outputs, wrt, ...): Info in xjit/_training.py
   std::string summary; // for explain: "training step: forward N ops, backward M ops, ..."
 };
 
