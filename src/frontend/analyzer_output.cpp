@@ -302,28 +302,27 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
     // input's strides, which the graph does not see (DLPack gives size-1 dims stride 1), and
     // PyTorch's overlap checks compare it (fuzzer seed 63631: `a.add_(a.reshape(-1))` of a
     // one-element `x[::2]` after a graph break raised "partial overlap"). Replayed when it can be.
-    const bool sizeOneView = t->base && t->base->isInput && t->base->source && replayable &&
-                             !t->viewSteps.empty() && hasStaticSizeOne(t->type());
-    PyRef sizeOneSteps = sizeOneView && !t->base->mutated ? viewStepsToPython(*t) : PyRef();
-    if (t->base && t->base->isInput && t->base->source && (t->base->mutated || sizeOneSteps) &&
-        replayable && !t->viewSteps.empty()) {
-      PyRef steps = sizeOneSteps ? sizeOneSteps : viewStepsToPython(*t);
+    const bool inputView =
+        t->base && t->base->isInput && t->base->source && replayable && !t->viewSteps.empty();
+    if (inputView && (t->base->mutated || hasStaticSizeOne(t->type()))) {
+      PyRef steps = viewStepsToPython(*t);
       // Without a replay the graph's value would be a view of the written copy: a write
       // through it after the call would miss the input (fuzzer seed 12708: narrow(0, 0,
       // s0 // 2) of an input, zeroed, then index_put_ after a graph break). Not compiled.
-      if (!steps)
+      if (!steps && t->base->mutated)
         fail("a view of written input " + sourceKey(*t->base->source) +
              " outlives the graph, and its view steps have symbolic sizes or tensor operands");
-      return shared([&](OutputNode &n) {
-        n.kind = OutputNode::NamedTuple;
-        n.object = PyRef::borrow(inputViewConstructor());
-        n.children.push_back(fromSource(*t->base->source));
-        n.children.push_back(graphOutput(t->value));
-        OutputNode c;
-        c.kind = OutputNode::Constant;
-        c.object = steps;
-        n.children.push_back(std::move(c));
-      });
+      if (steps)
+        return shared([&](OutputNode &n) {
+          n.kind = OutputNode::NamedTuple;
+          n.object = PyRef::borrow(inputViewConstructor());
+          n.children.push_back(fromSource(*t->base->source));
+          n.children.push_back(graphOutput(t->value));
+          OutputNode c;
+          c.kind = OutputNode::Constant;
+          c.object = steps;
+          n.children.push_back(std::move(c));
+        });
     }
     // Likewise a view of a tensor made in the frame and written through a view: the graph
     // computes the view's value and the base's new value apart, so the view is rebuilt on
