@@ -106,7 +106,11 @@ std::vector<int> permutedOrder(const Op &op, const std::vector<int> &in) {
   } else if (name == "transpose") {
     const Attr *a = op.attrOrNull("dim0"), *b = op.attrOrNull("dim1");
     if (!a || !b || a->kind() != AttrKind::Int || b->kind() != AttrKind::Int) return {};
-    std::swap(perm[size_t(norm(a->asInt()))], perm[size_t(norm(b->asInt()))]);
+    const int d0 = norm(a->asInt()), d1 = norm(b->asInt());
+    // (A 0-d tensor's transpose(0, 0) is eager's no-op: no dim to swap; fuzzer seed 77986
+    // indexed past the empty order.)
+    if (d0 < 0 || d0 >= rank || d1 < 0 || d1 >= rank) return {};
+    std::swap(perm[size_t(d0)], perm[size_t(d1)]);
   } else if (name == "t") {
     if (rank == 2) std::swap(perm[0], perm[1]);
   } else if (name == "movedim") {

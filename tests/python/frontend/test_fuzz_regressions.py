@@ -1209,3 +1209,17 @@ def test_expand_as_of_a_symbolic_size_that_is_one_at_this_call():
         return [torch.randn(n, generator=g), torch.randn(n, generator=g)]
 
     _same_results_and_memory(fn, make, dynamic=True, batches=[2, 2])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_transpose_of_a_zero_dim_tensor(dynamic):
+    # seed 77986 (crash, dynamic=True at batch 1): `v.squeeze(0).transpose(0, 0)` of a [1]
+    # tensor transposes a 0-d one (eager: a no-op); the layout rules indexed past its empty
+    # dim order (SIGSEGV).
+    def fn(a):
+        v = (a <= a) > 3
+        w = v.squeeze(0).transpose(0, 0)
+        return torch.where(w, v.clone(), 0), (a * 2).squeeze(0).transpose(-1, -1)
+
+    make = lambda b: [torch.randn(2 * b, generator=torch.Generator().manual_seed(b))[::2]]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[1, 1])
