@@ -249,6 +249,16 @@ std::optional<std::vector<int64_t>> staticSizes(const Shape &shape) {
   return sizes;
 }
 
+/// The channels-last dim order of a rank-`rank` tensor, outermost first: the batch dim, the
+/// spatial dims, then the channel dim (dim 1).
+std::vector<int> channelsLastOrder(int64_t rank) {
+  std::vector<int> order = {0};
+  for (int d = 2; d < rank; ++d)
+    order.push_back(d);
+  order.push_back(1);
+  return order;
+}
+
 /// ATen's is_contiguous for the memory format whose dims, outermost first, are `format`: dims
 /// of size 1 are ignored, the others must have the compact strides.
 bool stridesContiguous(const std::vector<int64_t> &sizes, const std::vector<int64_t> &strides,
@@ -897,15 +907,8 @@ bool LayoutWalk::rules(const Op &laidOut) {
     std::optional<std::vector<int64_t>> sizes = staticSizes(op->operand(0)->type().shape());
     if (!exact || !sizes) return false;
     // (No elements: contiguous.)
-    bool isContiguous = true;
     const bool empty = std::find(sizes->begin(), sizes->end(), 0) != sizes->end();
-    for (int64_t d = int64_t(sizes->size()) - 1, expected = 1; d >= 0 && isContiguous && !empty;
-         --d) {
-      if ((*sizes)[size_t(d)] == 1) continue;
-      isContiguous = (*exact)[size_t(d)] == expected;
-      expected *= (*sizes)[size_t(d)];
-    }
-    if (!isContiguous) {
+    if (!empty && !stridesContiguous(*sizes, *exact, identity(int64_t(sizes->size())))) {
       result.emplace();
     } else {
       result = *operands[0];
@@ -973,21 +976,16 @@ bool LayoutWalk::rules(const Op &laidOut) {
       }
       channelsLast = stridesLikeChannelsLast(*sizes, *strides);
     }
-    if (!channelsLast)
-      result.emplace();
-    else if (rank == 3)
-      result = std::vector<int>{0, 2, 1};
-    else if (rank == 4)
-      result = std::vector<int>{0, 2, 3, 1};
+    if (channelsLast)
+      result = channelsLastOrder(rank); // (rank 3: the squeezed 2-d pool's, C innermost)
     else
-      result = std::vector<int>{0, 2, 3, 4, 1};
+      result.emplace();
   } else if (name == "cat" && !operands.empty()) {
     // The output memory format of ATen's cat: channels-last only when every input suggests
     // it (4-d/5-d inputs in that exact order), else contiguous.
     const int64_t rank = op->result(0)->type().rank();
-    std::vector<int> channelsLast;
-    if (rank == 4) channelsLast = {0, 2, 3, 1};
-    if (rank == 5) channelsLast = {0, 2, 3, 4, 1};
+    const std::vector<int> channelsLast =
+        rank == 4 || rank == 5 ? channelsLastOrder(rank) : std::vector<int>{};
     bool allChannelsLast = !channelsLast.empty();
     for (size_t i = 0; i < op->numOperands() && allChannelsLast; ++i) {
       const Value *v = op->operand(i);
@@ -1031,8 +1029,7 @@ bool LayoutWalk::rules(const Op &laidOut) {
       if (at == inRank) strides->push_back(1), sizes.push_back(1);
       allChannelsLast = stridesLikeChannelsLast(sizes, *strides);
     }
-    const std::vector<int> channelsLast =
-        catRank == 4 ? std::vector<int>{0, 2, 3, 1} : std::vector<int>{0, 2, 3, 4, 1};
+    const std::vector<int> channelsLast = channelsLastOrder(catRank);
     if (!allChannelsLast) {
       result.emplace(); // a contiguous cat, and its view
     } else if (at == inRank) {
