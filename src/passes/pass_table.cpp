@@ -179,7 +179,7 @@ const std::vector<PassInfo> &passTable() {
                     "let an elementwise result reuse the buffer of an operand that dies there "
                     "(mem.inplace)"}},
        .statistics = {"peak-bytes", "naive-bytes", "values-planned", "in-place", "output-values",
-                      "dynamic-values"},
+                      "host-view-values", "dynamic-values"},
        .run = runPlanMemory},
       // -- training --
       {.name = "autodiff",

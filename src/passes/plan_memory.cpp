@@ -10,7 +10,9 @@
 //                           buffers are then identical, so the kernel must not assume noalias
 //   mem.arena = N           on the graph's `return`: the arena size in bytes
 // Results not in the arena: graph outputs (their own buffers, handed to the caller without a
-// copy, and so are their bases when an output is a view), views (they share their base's
+// copy, and so are their bases when an output is a view), bases of views a host call is given
+// (PyTorch sees the view on its base's whole storage, as eager's: an `as_strided` offset counts
+// from the base's start, not the arena's), views (they share their base's
 // buffer, which stays alive while the view does), tensors of symbolic size and values carried
 // around loops (allocated at run time), constants and non-tensors. A reshape/flatten/contiguous
 // of a strided view of a planned value (a permute, a slice...) gets its own slot for the
@@ -214,7 +216,7 @@ private:
   // ---- which values get arena slots ----
 
   struct ClassInfo {
-    bool output = false, carried = false;
+    bool output = false, carried = false, hostView = false;
     int end = -1; // last use of any member
   };
 
@@ -230,6 +232,11 @@ private:
     for (const Value *c : carried_)
       classes_[find(c)].carried = true;
     for (Op *op : order_)
+      if (op->name() == "external_call")
+        for (const Value *v : op->operands())
+          if (const Op *d = v->definingOp(); d && d->def().has(kView))
+            classes_[find(v)].hostView = true;
+    for (Op *op : order_)
       for (const auto &r : op->results()) {
         const Value *v = r.get();
         if (!v->type().isTensor()) continue;
@@ -239,6 +246,8 @@ private:
         auto bytes = staticBytes(v->type());
         if (ci.output)
           ctx_.count("output-values");
+        else if (ci.hostView)
+          ctx_.count("host-view-values");
         else if (ci.carried || !bytes)
           ctx_.count("dynamic-values");
         else

@@ -1223,3 +1223,19 @@ def test_transpose_of_a_zero_dim_tensor(dynamic):
 
     make = lambda b: [torch.randn(2 * b, generator=torch.Generator().manual_seed(b))[::2]]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[1, 1])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("graph_break", [False, True])
+def test_as_strided_of_a_view_of_a_computed_tensor_counts_from_its_start(dynamic, graph_break):
+    # seed 77857 (wrong): `v[[1, 1]].unsqueeze(-1).as_strided((2, 3), (1, 2), 1)` runs as a
+    # PyTorch fallback, which sees the view on its base's whole storage; the base had an arena
+    # slot after another intermediate, so the storage was the arena and offset 1 read that.
+    def fn(a):
+        if graph_break and a.sum().item() > 1e9:
+            a = a * 3
+        v = torch.sigmoid(a - 1)[[1, 1]].unsqueeze(-1)
+        return torch.nn.functional.rms_norm(v.as_strided((2, 3), (1, 2), 1), (3,)), a.cos()
+
+    make = lambda b: [torch.randn(b + 2, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(b))]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[2, 3])
