@@ -1239,3 +1239,18 @@ def test_as_strided_of_a_view_of_a_computed_tensor_counts_from_its_start(dynamic
 
     make = lambda b: [torch.randn(b + 2, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(b))]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[2, 3])
+
+
+def test_split_piece_of_a_symbolic_size_and_its_base_share_memory():
+    # seed 70236 (internal, dynamic=True): at batch 5 the permuted [B, 6, 5] input's two 5s are
+    # one symbol s0, so the last piece of `split(2, 2)` has size s0-4; its base is computed in
+    # eager's dim order only where that size is 2 or more at the layout rules' representative
+    # sizes (it was 1: "graph output shares memory with another output", the frame in Python).
+    def fn(a):
+        v2 = torch.log1p(a.abs())
+        v2[0][...] = 7  # (computed flat: reshape(index_put(reshape(v2))))
+        v3 = v2.split(2, 2)[-1]
+        return v3 * 2, v3, v2
+
+    make = lambda b: [torch.randn(5, b, 6, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0)]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=True, batches=[5, 2, 3])
