@@ -431,6 +431,9 @@ private:
     std::shared_ptr<const OutputNode> definition;
   };
   std::map<const Var *, SharedOutput> sharedOutputs_;
+  // Per graph output of the capture being finished: eager's tensor whose storage it is (its
+  // view base, or itself; null for a non-tensor), Capture::outputStorages.
+  std::vector<const Var *> outputRoots_;
   bool returning_ = false; // finishing at the frame's return (not at a graph break)
   // functools.partial objects the frame made (call arguments, keywords), made again for each
   // call when they escape (outputOf).

@@ -21,10 +21,11 @@ constexpr std::array<OpInfo, 256> makeTable() {
 #define XJIT_OPC(name, n) t[name] = {#name, n};
   XJIT_OP(CACHE)
   XJIT_OP(POP_TOP)
-  XJIT_OP(PUSH_NULL) XJIT_OP(NOP) XJIT_OP(UNARY_POSITIVE) XJIT_OP(UNARY_NEGATIVE) XJIT_OP(
-      UNARY_NOT) XJIT_OP(UNARY_INVERT) XJIT_OPC(BINARY_SUBSCR,
-                                                4) XJIT_OP(GET_LEN) XJIT_OP(MATCH_MAPPING)
-      XJIT_OP(MATCH_SEQUENCE) XJIT_OP(MATCH_KEYS) XJIT_OP(PUSH_EXC_INFO) XJIT_OP(CHECK_EXC_MATCH) XJIT_OP(
+  XJIT_OP(PUSH_NULL)
+  XJIT_OP(NOP) XJIT_OP(UNARY_POSITIVE) XJIT_OP(UNARY_NEGATIVE) XJIT_OP(UNARY_NOT) XJIT_OP(
+      UNARY_INVERT) XJIT_OPC(BINARY_SUBSCR,
+                             4) XJIT_OP(GET_LEN) XJIT_OP(MATCH_MAPPING) XJIT_OP(MATCH_SEQUENCE)
+      XJIT_OP(MATCH_KEYS) XJIT_OP(PUSH_EXC_INFO) XJIT_OP(CHECK_EXC_MATCH) XJIT_OP(
           CHECK_EG_MATCH) XJIT_OP(WITH_EXCEPT_START) XJIT_OP(GET_AITER) XJIT_OP(GET_ANEXT)
           XJIT_OP(BEFORE_ASYNC_WITH) XJIT_OP(BEFORE_WITH) XJIT_OP(END_ASYNC_FOR) XJIT_OPC(
               STORE_SUBSCR, 1) XJIT_OP(DELETE_SUBSCR) XJIT_OP(GET_ITER) XJIT_OP(GET_YIELD_FROM_ITER)
@@ -53,17 +54,17 @@ constexpr std::array<OpInfo, 256> makeTable() {
                                                       LOAD_DEREF) XJIT_OP(STORE_DEREF)
                                                       XJIT_OP(DELETE_DEREF) XJIT_OP(JUMP_BACKWARD) XJIT_OP(
                                                           CALL_FUNCTION_EX) XJIT_OP(EXTENDED_ARG)
-                                                          XJIT_OP(LIST_APPEND) XJIT_OP(
-                                                              SET_ADD) XJIT_OP(MAP_ADD)
-                                                              XJIT_OP(LOAD_CLASSDEREF) XJIT_OP(
-                                                                  COPY_FREE_VARS) XJIT_OP(RESUME)
-                                                                  XJIT_OP(MATCH_CLASS) XJIT_OP(
-                                                                      FORMAT_VALUE) XJIT_OP(BUILD_CONST_KEY_MAP)
+                                                          XJIT_OP(LIST_APPEND) XJIT_OP(SET_ADD) XJIT_OP(
+                                                              MAP_ADD) XJIT_OP(LOAD_CLASSDEREF)
+                                                              XJIT_OP(COPY_FREE_VARS) XJIT_OP(
+                                                                  RESUME) XJIT_OP(MATCH_CLASS)
+                                                                  XJIT_OP(FORMAT_VALUE) XJIT_OP(
+                                                                      BUILD_CONST_KEY_MAP)
                                                                       XJIT_OP(BUILD_STRING) XJIT_OPC(
                                                                           LOAD_METHOD,
                                                                           10) XJIT_OP(LIST_EXTEND)
-                                                                          XJIT_OP(
-                                                                              SET_UPDATE) XJIT_OP(DICT_MERGE)
+                                                                          XJIT_OP(SET_UPDATE) XJIT_OP(
+                                                                              DICT_MERGE)
                                                                               XJIT_OP(DICT_UPDATE) XJIT_OPC(
                                                                                   PRECALL,
                                                                                   1) XJIT_OPC(CALL, 4)

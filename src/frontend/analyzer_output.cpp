@@ -243,15 +243,27 @@ PyObject *gradModeExitType() {
 
 OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
                               std::map<Value *, int64_t> &outputIndex) {
-  auto graphOutput = [&](Value *val) {
+  // `root`: eager's tensor whose storage the value is (Capture::outputStorages). One value that
+  // stands for two tensors of eager's (a copy eager makes and the graph does not) is two outputs.
+  auto graphOutput = [&](Value *val, const Var *root = nullptr) {
     OutputNode n;
     n.kind = OutputNode::GraphOutput;
     auto it = outputIndex.find(val);
     if (it == outputIndex.end()) {
       it = outputIndex.emplace(val, static_cast<int64_t>(outputs.size())).first;
       outputs.push_back(val);
+      outputRoots_.resize(outputs.size(), nullptr);
+      outputRoots_.back() = root;
     }
     n.index = it->second;
+    const Var *&known = outputRoots_.at(size_t(n.index));
+    if (!known) known = root;
+    if (root && known != root) {
+      for (n.index = 0; size_t(n.index) < outputs.size(); ++n.index)
+        if (outputs[size_t(n.index)] == val && outputRoots_[size_t(n.index)] == root) return n;
+      outputs.push_back(val);
+      outputRoots_.push_back(root);
+    }
     return n;
   };
   auto fromSource = [&](const Source &s) {
@@ -317,7 +329,7 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
           n.kind = OutputNode::NamedTuple;
           n.object = PyRef::borrow(inputViewConstructor());
           n.children.push_back(fromSource(*t->base->source));
-          n.children.push_back(graphOutput(t->value));
+          n.children.push_back(graphOutput(t->value, t->base.get()));
           OutputNode c;
           c.kind = OutputNode::Constant;
           c.object = steps;
@@ -341,15 +353,15 @@ OutputNode Analyzer::outputOf(const VarPtr &v, std::vector<Value *> &outputs,
       return shared([&](OutputNode &n) {
         n.kind = OutputNode::NamedTuple;
         n.object = PyRef::borrow(inputViewConstructor());
-        n.children.push_back(graphOutput(base));
-        n.children.push_back(graphOutput(t->value));
+        n.children.push_back(graphOutput(base, t->base.get()));
+        n.children.push_back(graphOutput(t->value, t->base.get()));
         OutputNode c;
         c.kind = OutputNode::Constant;
         c.object = steps;
         n.children.push_back(std::move(c));
       });
     }
-    return graphOutput(t->value);
+    return graphOutput(t->value, t->base ? t->base.get() : v.get());
   }
   case VarKind::SymInt: return graphOutput(as<SymIntVar>(v)->value);
   case VarKind::SymFloat: return graphOutput(as<SymFloatVar>(v)->value);
@@ -718,6 +730,7 @@ Capture Analyzer::finishWith(
   std::vector<Value *> outputs;
   std::map<Value *, int64_t> outputIndex;
   sharedOutputs_.clear();
+  outputRoots_.clear();
 
   // In-place writes to tensors the caller can see come first: attribute assignments replayed
   // after them must not redirect where they land.
@@ -733,6 +746,7 @@ Capture Analyzer::finishWith(
     if (it == outputIndex.end()) {
       it = outputIndex.emplace(data, static_cast<int64_t>(outputs.size())).first;
       outputs.push_back(data);
+      outputRoots_.push_back(t.get());
     }
     n.index = it->second;
     e.value = std::move(n);
@@ -752,6 +766,11 @@ Capture Analyzer::finishWith(
   builder_.setInsertionPoint(graph_->body());
   builder_.setLoc(currentLoc());
   builder_.createWithTypes("return", outputs, {});
+  outputRoots_.resize(outputs.size(), nullptr);
+  std::map<const Var *, int> storageNumbers;
+  for (const Var *root : outputRoots_)
+    c.outputStorages.push_back(
+        root ? storageNumbers.emplace(root, int(storageNumbers.size())).first->second : -1);
 
   for (const auto &t : inputTensors_) {
     if (t->intCarrier) c.intInputs.push_back(c.inputs.size());

@@ -82,6 +82,8 @@ struct CompiledEntry {
   std::vector<size_t> laidOutOutputs;
   // Per graph output: the program can see it (not only copied back into an input it wrote).
   std::vector<bool> visibleOutputs;
+  // Per graph output: eager's storage it is (Capture::outputStorages; -1 unknown).
+  std::vector<int> outputStorages;
   std::vector<EffectPlan> effects;
   std::vector<int> entrySlots;      // sources read by outputs/effects, evaluated before the graph
   std::vector<int64_t> externalIds; // registered external functions (unregistered on destroy)

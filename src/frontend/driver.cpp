@@ -855,6 +855,30 @@ void selectLaidOutOutputs(CompiledEntry &e) {
   e.visibleOutputs = std::move(seen);
 }
 
+/// Copies each visible graph output that the graph hands out on the storage of an earlier one
+/// where eager's two are separate tensors (Capture::outputStorages): a write by the caller to
+/// one must not reach the other. (Views the graph makes where eager copies: `h.contiguous()`,
+/// `h.reshape(-1)` of an h that eager lays out transposed and the graph contiguous.)
+void separateOutputs(const CompiledEntry &e, std::vector<RtValue> &outs) {
+  std::vector<std::pair<const void *, int>> seen; // (storage, eager's storage number)
+  for (size_t i = 0; i < outs.size() && i < e.outputStorages.size(); ++i) {
+    const int eagers = e.outputStorages[i];
+    if (eagers < 0 || i >= e.visibleOutputs.size() || !e.visibleOutputs[i] || !outs[i].isTensor() ||
+        !outs[i].tensor().storage() || outs[i].tensor().numel() == 0)
+      continue;
+    const void *storage = outs[i].tensor().storage().get();
+    const bool other = std::any_of(seen.begin(), seen.end(), [&](const auto &s) {
+      return s.first == storage && s.second != eagers;
+    });
+    if (other) {
+      outs[i] = RtValue(outs[i].tensor().contiguousCopy());
+      ++events().counters.layoutCopies;
+      storage = outs[i].tensor().storage().get();
+    }
+    seen.emplace_back(storage, eagers);
+  }
+}
+
 /// Puts each graph output into the layout eager gives it (CompiledEntry::outputLayouts): an
 /// output already in it is left alone (its Python object is made later, as for any output);
 /// another is copied into it. Throws PyErrorSet.
@@ -908,6 +932,7 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     throw InternalFailure{errors::kCompile, "the graph has " + std::to_string(g.numInputs()) +
                                                 " inputs but the capture gives " +
                                                 std::to_string(cap.inputs.size()) + " sources"};
+  e->outputStorages = cap.outputStorages;
   for (size_t i = 0; i < cap.inputs.size(); ++i) {
     e->inputSlots.push_back(e->sources.add(cap.inputs[i]));
     e->inputTypes.push_back(g.input(i)->type());
@@ -1329,6 +1354,7 @@ PyObject *runChecked(const std::shared_ptr<CompiledEntry> &e, SourceValues &valu
         }
         outs = runGraph(*e, std::move(in));
         done.resize(outs.size());
+        separateOutputs(*e, outs);
       }
       restoreLayouts(*e, outs, done);
       compiled = buildOutput(e->result, outs, done, values);
@@ -1459,6 +1485,7 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
 #endif
       runInterpreter(*e, std::move(in), outs);
       done.resize(outs.size());
+      separateOutputs(*e, outs);
     }
     restoreLayouts(*e, outs, done);
     if (e->training) rebuildOutputViews(*e->training, e->inputTypes, trainingInputs, done);

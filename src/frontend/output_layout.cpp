@@ -594,6 +594,9 @@ struct LayoutWalk {
 
   StrideRanks ranksOf(const Value *v) const;
   std::optional<std::vector<int64_t>> exactStrides(const Value *v) const;
+  // The storage offset (in elements) of a value of static sizes: 0 for a fresh result, its
+  // operand's plus what the view skips for a view; nullopt where unknown (graph inputs).
+  std::optional<int64_t> offsetOf(const Value *v) const;
   // The order TensorIterator gives an elementwise op's result (tensorIteratorOrder).
   std::optional<std::vector<int>> iteratorOrder(const Op &op) const;
   // The order of a copy in preserve_format (clone, and cast: ATen's _to_copy) of a strided
@@ -616,9 +619,12 @@ struct LayoutWalk {
   // The strides of strided values of static sizes (those of dense values follow from their
   // order).
   std::unordered_map<const Value *, std::vector<int64_t>> stridedStrides;
+  // The storage offsets of views of static sizes, where known (offsetOf).
+  std::unordered_map<const Value *, int64_t> offsets;
 
 private:
   bool rules(const Op &op); // layOut: false where the meta walk decides
+  void noteViewOffsets(const Op &op);
 };
 
 StrideRanks LayoutWalk::ranksOf(const Value *v) const {
@@ -695,14 +701,108 @@ std::optional<std::vector<int>> LayoutWalk::preserveFormatOrder(const Value *v) 
   return tensorIteratorOrder(shape, {&v->type()}, {*ranks}, {nullptr}, {exact}, false);
 }
 
+std::optional<int64_t> LayoutWalk::offsetOf(const Value *v) const {
+  if (auto it = offsets.find(v); it != offsets.end()) return it->second;
+  const Op *d = v->definingOp();
+  if (!d || d->numRegions() > 0 || d->name() == "external_call" || d->name() == "tuple_get")
+    return std::nullopt;
+  if (d->def().has(kInPlace)) return d->numOperands() ? offsetOf(d->operand(0)) : std::nullopt;
+  if (d->def().has(kView) || d->def().has(kSideEffect)) return std::nullopt;
+  return 0;
+}
+
+/// Records the storage offsets of a view's results (static sizes): its operand's, plus the
+/// elements a slice, select or split piece skips; a reshape or contiguous() that copies
+/// starts a fresh tensor.
+void LayoutWalk::noteViewOffsets(const Op &op) {
+  if (!op.def().has(kView) || op.numOperands() == 0) return;
+  std::optional<int64_t> in = offsetOf(op.operand(0));
+  std::optional<std::vector<int64_t>> sizes = staticSizes(op.operand(0)->type().shape());
+  std::optional<std::vector<int64_t>> strides = exactStrides(op.operand(0));
+  if (!in || !sizes || !strides || strides->size() != sizes->size()) return;
+  const std::string &name = op.name();
+  const int64_t rank = int64_t(sizes->size());
+  const Attr *dimAttr = op.attrOrNull("dim");
+  int64_t dim = dimAttr && dimAttr->kind() == AttrKind::Int ? dimAttr->asInt() : 0;
+  if (dim < 0) dim += rank;
+  auto intAttr = [&](const char *attr, int64_t fallback) -> std::optional<int64_t> {
+    const Attr *a = op.attrOrNull(attr);
+    if (!a) return fallback;
+    if (a->kind() != AttrKind::Int) return std::nullopt;
+    return a->asInt();
+  };
+  auto note = [&](size_t result, int64_t skipped) {
+    if (staticSizes(op.result(result)->type().shape())) offsets[op.result(result)] = *in + skipped;
+  };
+  static const std::set<std::string, std::less<>> sameOffset = {
+      "permute", "transpose", "t",         "movedim", "expand",   "expand_as",
+      "alias",   "view",      "unsqueeze", "squeeze", "unflatten"};
+  static const std::set<std::string, std::less<>> pieces = {"split", "split_with_sizes", "chunk",
+                                                            "unbind"};
+  if (sameOffset.count(name)) {
+    note(0, 0);
+  } else if (name == "reshape" || name == "flatten" || name == "contiguous") {
+    // (A copy is a fresh tensor: offsetOf's 0 for a result with no entry would be wrong for
+    // the view, so the copy gets its 0 here too.)
+    std::optional<std::vector<int64_t>> shape = staticSizes(op.result(0)->type().shape());
+    if (!shape) return;
+    const bool empty = std::find(sizes->begin(), sizes->end(), 0) != sizes->end();
+    const bool view = name == "contiguous"
+                          ? empty || stridesContiguous(*sizes, *strides, identity(rank))
+                          : viewStrides(*sizes, *strides, *shape).has_value();
+    offsets[op.result(0)] = view ? *in : 0;
+  } else if (dim < 0 || dim >= rank) {
+    return;
+  } else if (name == "slice" || name == "narrow") {
+    std::optional<int64_t> start = intAttr("start", 0);
+    if (!start) return;
+    const int64_t n = (*sizes)[size_t(dim)];
+    if (*start < 0) *start += n;
+    *start = std::clamp<int64_t>(*start, 0, n);
+    note(0, *start * (*strides)[size_t(dim)]);
+  } else if (name == "select") {
+    std::optional<int64_t> index = intAttr("index", 0);
+    if (!index) return;
+    if (*index < 0) *index += (*sizes)[size_t(dim)];
+    note(0, *index * (*strides)[size_t(dim)]);
+  } else if (pieces.count(name)) {
+    int64_t start = 0;
+    for (size_t i = 0; i < op.numResults(); ++i) {
+      note(i, start * (*strides)[size_t(dim)]);
+      if (name == "unbind") {
+        ++start;
+        continue;
+      }
+      std::optional<std::vector<int64_t>> piece = staticSizes(op.result(i)->type().shape());
+      if (!piece || piece->size() != sizes->size()) return;
+      start += (*piece)[size_t(dim)];
+    }
+  }
+}
+
 bool LayoutWalk::outputs(const Op &terminator, std::vector<OutputLayout> &out) const {
   out.clear();
   for (Value *v : terminator.operands()) {
     OutputLayout l;
     if (v->type().isTensor()) {
-      if (strided.count(v) || unknown.count(v)) return false;
+      if (unknown.count(v)) return false;
       l.kind = OutputLayout::Dense;
       l.order = order.at(v);
+      if (strided.count(v)) {
+        // A strided view (of static sizes): its exact strides and offset, as the meta walk
+        // records them (`return h[:, -1]`, DINOv2's pooled `h[:, 0, :]`: the walk before
+        // session 28).
+        std::optional<std::vector<int64_t>> strides = exactStrides(v);
+        std::optional<int64_t> offset = offsetOf(v);
+        std::optional<std::vector<int64_t>> sizes = staticSizes(v->type().shape());
+        if (!strides || !offset || !sizes) return false;
+        l.order = denseOrder(*sizes, *strides);
+        if (l.order.empty() || *offset != 0) {
+          l.kind = OutputLayout::Exact;
+          l.strides = std::move(*strides);
+          l.offset = *offset;
+        }
+      }
     }
     out.push_back(std::move(l));
   }
@@ -775,6 +875,12 @@ bool LayoutWalk::rules(const Op &laidOut) {
         unknown.insert(r.get());
       return true; // (not a stop: the ops reading them may not need them)
     }
+  } else if (name == "alias" && operands.size() == 1) {
+    // A view of the whole (`h[:, 0:]`): the operand's layout, strided or not.
+    result = *operands[0];
+    resultStrided = strided.count(op->operand(0)) > 0;
+    resultRanks = ranksOf(op->operand(0));
+    resultStrides = exactStrides(op->operand(0));
   } else if (sliceViews.count(name) && operands.size() == 1 && dim >= 0 && dim < rank0) {
     const bool drops = name == "select" || name == "unbind";
     std::vector<int> r;
@@ -1110,6 +1216,7 @@ bool LayoutWalk::rules(const Op &laidOut) {
     if (resultStrided && resultStrides && resultStrides->size() == size_t(t.rank()))
       stridedStrides[op->result(i)] = *resultStrides;
   }
+  noteViewOffsets(*op);
   return true;
 }
 
@@ -1279,6 +1386,8 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
       const int64_t d = dimAttr ? dim : 0;
       if (d < 0 || d >= rank) return std::nullopt;
       if (name == "unbind") strides.erase(strides.begin() + d);
+    } else if (name == "alias") {
+      // (a view of the whole: the same strides)
     } else if (name == "expand") {
       // (new leading dims and expanded size-1 dims get stride 0, the others keep theirs)
       std::optional<std::vector<int64_t>> shape =
@@ -1321,8 +1430,8 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
 int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layouts,
                                 const std::vector<size_t> &which) {
   static const std::set<std::string, std::less<>> followed = {
-      "slice",     "narrow",  "select", "permute", "transpose", "t",         "movedim",
-      "unsqueeze", "squeeze", "view",   "reshape", "flatten",   "unflatten", "expand"};
+      "slice",   "narrow", "select",  "permute", "transpose", "t",      "movedim", "unsqueeze",
+      "squeeze", "view",   "reshape", "flatten", "unflatten", "expand", "alias"};
   // (views with one result per piece)
   static const std::set<std::string, std::less<>> pieces = {"split", "split_with_sizes", "chunk",
                                                             "unbind"};

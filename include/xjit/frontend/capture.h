@@ -222,6 +222,12 @@ struct Capture {
   /// records from there on. The driver runs the frame in Python when an output they reach is
   /// not reached by an input that requires grad (its requires_grad would differ from eager's).
   std::vector<Value *> gradLeaves;
+  /// Per graph output: which of eager's tensors' storage it is (its view base, or itself),
+  /// numbered from 0; -1 for a non-tensor. Outputs of different numbers are separate tensors
+  /// in eager: the driver copies one that the graph hands out on another's storage (eager's
+  /// `h.contiguous()` and `h.reshape(-1)` of a transposed h are two copies; the graph, which
+  /// computes h contiguous, views it twice).
+  std::vector<int> outputStorages;
 };
 
 /// Why a frame (or part of it) could not be captured.
