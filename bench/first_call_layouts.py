@@ -1,6 +1,7 @@
 """First calls that used to need PyTorch's meta walk to lay out their outputs (docs/frontend.md
 *Output layouts*): a slice `x[:, :n]` of a batch of one as input, a sum over a permuted view
-(session 25), upsampling and pooling of channels-last or transposed values (session 27).
+(session 25), upsampling and pooling of channels-last or transposed values (session 27),
+outputs that are strided views of computed tensors, `h[:, -1]` (session 28).
 Each runs in a fresh process (empty compile cache, 2 threads) with the static layout rules
 (now) and with XJIT_LAYOUT_META_WALK=1 (what these programs got before session 25: the walk,
 whose first meta op imports torch._dynamo); the variants alternate `--rounds` times; prints the
@@ -42,6 +43,16 @@ args = (torch.randn(2, 16, 32, 32).to(memory_format=torch.channels_last),)
     "adaptive_avg_pool1d over a transposed sequence": """
 lin = torch.nn.Linear(64, 64)
 fn = lambda x: torch.nn.functional.adaptive_avg_pool1d(lin(x).transpose(1, 2), 1).flatten(1)
+args = (torch.randn(2, 49, 64),)
+""",
+    "the last step of an RNN-style output, h[:, -1]": """
+lin = torch.nn.Linear(64, 64)
+fn = lambda x: torch.tanh(lin(x))[:, -1]
+args = (torch.randn(2, 49, 64),)
+""",
+    "a class token and the sequence, (h, h[:, 0])": """
+lin = torch.nn.Linear(64, 64)
+fn = lambda x: (lambda h: (h, h[:, 0]))(torch.nn.functional.layer_norm(lin(x), (64,)))
 args = (torch.randn(2, 49, 64),)
 """,
     "GPT-2 small over ids[:, :64] (batch of one)": """
