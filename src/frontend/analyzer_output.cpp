@@ -90,7 +90,10 @@ PyObject *partialConstructor() {
 /// through it after the graph reaches the input, as in eager. `like` is the graph's value of
 /// the view: returned instead when a step has no row here, the replay does not match it, or a
 /// reshape-like step copied (TensorVar::viewReplays: reshape decides on the run's strides, as
-/// eager's did, and its copy then holds like's values).
+/// eager's did, and its copy then holds like's values). Where like itself views the input (the
+/// graph wrote the input in place, and viewed that where eager copied: fuzzer seed 88504,
+/// `a[1:][...] = 7; return a.contiguous()[0]` of a strided a), the replay's copy is returned
+/// with like's values, so that a write to it misses the input as eager's does.
 PyObject *inputViewConstructor() {
   static PyObject *make = pythonHelper(
       "def _dim(x, d):\n"
@@ -138,9 +141,17 @@ PyObject *inputViewConstructor() {
       "        return like\n"
       "    if x.shape != like.shape or x.dtype != like.dtype:\n"
       "        return like\n"
-      "    if x.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():\n"
-      "        return like  # a reshape copied, as eager's did: like is that copy\n"
-      "    return x\n",
+      "    if x.untyped_storage().data_ptr() == base.untyped_storage().data_ptr():\n"
+      "        return x\n"
+      "    # A reshape-like step copied, as eager's did: like is that copy, unless it views the\n"
+      "    # input (a graph that wrote the input in place); then eager's copy x, with like's "
+      "values.\n"
+      "    if like.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():\n"
+      "        return like\n"
+      "    try:\n"
+      "        return x.copy_(like)\n"
+      "    except RuntimeError:\n"
+      "        return like.clone()\n",
       "_xjit_input_view");
   return make;
 }

@@ -1254,3 +1254,20 @@ def test_split_piece_of_a_symbolic_size_and_its_base_share_memory():
 
     make = lambda b: [torch.randn(5, b, 6, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0)]  # noqa: E731
     _same_results_and_memory(fn, make, dynamic=True, batches=[5, 2, 3])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_copy_of_a_written_strided_input_is_not_the_input(dynamic):
+    # seed 88504 (alias): a[1:] written, then `a.contiguous()[0]` of a step-2 input: eager's
+    # contiguous() copies, the graph (which wrote the input in place) viewed it, and the output
+    # rebuilt on the input returned that view: a write to it reached the input.
+    def fn(a, b):
+        a[1:][...] = 7
+        v = a.contiguous()
+        return v.select(0, 0), v[1:].unsqueeze(0), b.topk(1, -1).values
+
+    def make(n):
+        g = torch.Generator().manual_seed(n)
+        return [torch.randn(2 * n, generator=g)[::2], torch.randn(n, generator=g)]
+
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[4, 5, 3])
