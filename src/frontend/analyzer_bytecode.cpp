@@ -17,68 +17,119 @@ struct OpInfo {
 // Include/internal/pycore_opcode.h of 3.11).
 constexpr std::array<OpInfo, 256> makeTable() {
   std::array<OpInfo, 256> t{};
-#define XJIT_OP(name) t[name] = {#name, 0};
-#define XJIT_OPC(name, n) t[name] = {#name, n};
-  XJIT_OP(CACHE)
-  XJIT_OP(POP_TOP)
-  XJIT_OP(PUSH_NULL)
-  XJIT_OP(NOP) XJIT_OP(UNARY_POSITIVE) XJIT_OP(UNARY_NEGATIVE) XJIT_OP(UNARY_NOT) XJIT_OP(
-      UNARY_INVERT) XJIT_OPC(BINARY_SUBSCR,
-                             4) XJIT_OP(GET_LEN) XJIT_OP(MATCH_MAPPING) XJIT_OP(MATCH_SEQUENCE)
-      XJIT_OP(MATCH_KEYS) XJIT_OP(PUSH_EXC_INFO) XJIT_OP(CHECK_EXC_MATCH) XJIT_OP(
-          CHECK_EG_MATCH) XJIT_OP(WITH_EXCEPT_START) XJIT_OP(GET_AITER) XJIT_OP(GET_ANEXT)
-          XJIT_OP(BEFORE_ASYNC_WITH) XJIT_OP(BEFORE_WITH) XJIT_OP(END_ASYNC_FOR) XJIT_OPC(
-              STORE_SUBSCR, 1) XJIT_OP(DELETE_SUBSCR) XJIT_OP(GET_ITER) XJIT_OP(GET_YIELD_FROM_ITER)
-              XJIT_OP(PRINT_EXPR) XJIT_OP(LOAD_BUILD_CLASS) XJIT_OP(LOAD_ASSERTION_ERROR) XJIT_OP(
-                  RETURN_GENERATOR) XJIT_OP(LIST_TO_TUPLE) XJIT_OP(RETURN_VALUE) XJIT_OP(IMPORT_STAR)
-                  XJIT_OP(SETUP_ANNOTATIONS) XJIT_OP(YIELD_VALUE) XJIT_OP(ASYNC_GEN_WRAP) XJIT_OP(
-                      PREP_RERAISE_STAR) XJIT_OP(POP_EXCEPT) XJIT_OP(STORE_NAME) XJIT_OP(DELETE_NAME)
-                      XJIT_OPC(UNPACK_SEQUENCE, 1) XJIT_OP(FOR_ITER) XJIT_OP(UNPACK_EX) XJIT_OPC(
-                          STORE_ATTR,
-                          4) XJIT_OP(DELETE_ATTR) XJIT_OP(STORE_GLOBAL) XJIT_OP(DELETE_GLOBAL)
-                          XJIT_OP(SWAP) XJIT_OP(LOAD_CONST) XJIT_OP(LOAD_NAME) XJIT_OP(
-                              BUILD_TUPLE) XJIT_OP(BUILD_LIST) XJIT_OP(BUILD_SET) XJIT_OP(BUILD_MAP)
-                              XJIT_OPC(LOAD_ATTR, 4) XJIT_OPC(COMPARE_OP, 2) XJIT_OP(IMPORT_NAME) XJIT_OP(
-                                  IMPORT_FROM) XJIT_OP(JUMP_FORWARD) XJIT_OP(JUMP_IF_FALSE_OR_POP)
-                                  XJIT_OP(JUMP_IF_TRUE_OR_POP) XJIT_OP(POP_JUMP_FORWARD_IF_FALSE) XJIT_OP(
-                                      POP_JUMP_FORWARD_IF_TRUE) XJIT_OPC(LOAD_GLOBAL,
-                                                                         5) XJIT_OP(IS_OP)
-                                      XJIT_OP(CONTAINS_OP) XJIT_OP(RERAISE) XJIT_OP(COPY) XJIT_OPC(
-                                          BINARY_OP,
-                                          1) XJIT_OP(SEND) XJIT_OP(LOAD_FAST) XJIT_OP(STORE_FAST)
-                                          XJIT_OP(DELETE_FAST) XJIT_OP(POP_JUMP_FORWARD_IF_NOT_NONE) XJIT_OP(
-                                              POP_JUMP_FORWARD_IF_NONE) XJIT_OP(RAISE_VARARGS)
-                                              XJIT_OP(GET_AWAITABLE) XJIT_OP(MAKE_FUNCTION) XJIT_OP(
-                                                  BUILD_SLICE) XJIT_OP(JUMP_BACKWARD_NO_INTERRUPT)
-                                                  XJIT_OP(MAKE_CELL) XJIT_OP(LOAD_CLOSURE) XJIT_OP(
-                                                      LOAD_DEREF) XJIT_OP(STORE_DEREF)
-                                                      XJIT_OP(DELETE_DEREF) XJIT_OP(JUMP_BACKWARD) XJIT_OP(
-                                                          CALL_FUNCTION_EX) XJIT_OP(EXTENDED_ARG)
-                                                          XJIT_OP(LIST_APPEND) XJIT_OP(SET_ADD) XJIT_OP(
-                                                              MAP_ADD) XJIT_OP(LOAD_CLASSDEREF)
-                                                              XJIT_OP(COPY_FREE_VARS) XJIT_OP(
-                                                                  RESUME) XJIT_OP(MATCH_CLASS)
-                                                                  XJIT_OP(FORMAT_VALUE) XJIT_OP(
-                                                                      BUILD_CONST_KEY_MAP)
-                                                                      XJIT_OP(BUILD_STRING) XJIT_OPC(
-                                                                          LOAD_METHOD,
-                                                                          10) XJIT_OP(LIST_EXTEND)
-                                                                          XJIT_OP(SET_UPDATE) XJIT_OP(
-                                                                              DICT_MERGE)
-                                                                              XJIT_OP(DICT_UPDATE) XJIT_OPC(
-                                                                                  PRECALL,
-                                                                                  1) XJIT_OPC(CALL, 4)
-                                                                                  XJIT_OP(KW_NAMES) XJIT_OP(
-                                                                                      POP_JUMP_BACKWARD_IF_NOT_NONE)
-                                                                                      XJIT_OP(
-                                                                                          POP_JUMP_BACKWARD_IF_NONE)
-                                                                                          XJIT_OP(
-                                                                                              POP_JUMP_BACKWARD_IF_FALSE)
-                                                                                              XJIT_OP(
-                                                                                                  POP_JUMP_BACKWARD_IF_TRUE)
-#undef XJIT_OP
-#undef XJIT_OPC
-                                                                                                  return t;
+#define XJIT_OP(name) t[name] = {#name, 0}
+#define XJIT_OPC(name, n) t[name] = {#name, n}
+  XJIT_OP(CACHE);
+  XJIT_OP(POP_TOP);
+  XJIT_OP(PUSH_NULL);
+  XJIT_OP(NOP);
+  XJIT_OP(UNARY_POSITIVE);
+  XJIT_OP(UNARY_NEGATIVE);
+  XJIT_OP(UNARY_NOT);
+  XJIT_OP(UNARY_INVERT);
+  XJIT_OPC(BINARY_SUBSCR, 4);
+  XJIT_OP(GET_LEN);
+  XJIT_OP(MATCH_MAPPING);
+  XJIT_OP(MATCH_SEQUENCE);
+  XJIT_OP(MATCH_KEYS);
+  XJIT_OP(PUSH_EXC_INFO);
+  XJIT_OP(CHECK_EXC_MATCH);
+  XJIT_OP(CHECK_EG_MATCH);
+  XJIT_OP(WITH_EXCEPT_START);
+  XJIT_OP(GET_AITER);
+  XJIT_OP(GET_ANEXT);
+  XJIT_OP(BEFORE_ASYNC_WITH);
+  XJIT_OP(BEFORE_WITH);
+  XJIT_OP(END_ASYNC_FOR);
+  XJIT_OPC(STORE_SUBSCR, 1);
+  XJIT_OP(DELETE_SUBSCR);
+  XJIT_OP(GET_ITER);
+  XJIT_OP(GET_YIELD_FROM_ITER);
+  XJIT_OP(PRINT_EXPR);
+  XJIT_OP(LOAD_BUILD_CLASS);
+  XJIT_OP(LOAD_ASSERTION_ERROR);
+  XJIT_OP(RETURN_GENERATOR);
+  XJIT_OP(LIST_TO_TUPLE);
+  XJIT_OP(RETURN_VALUE);
+  XJIT_OP(IMPORT_STAR);
+  XJIT_OP(SETUP_ANNOTATIONS);
+  XJIT_OP(YIELD_VALUE);
+  XJIT_OP(ASYNC_GEN_WRAP);
+  XJIT_OP(PREP_RERAISE_STAR);
+  XJIT_OP(POP_EXCEPT);
+  XJIT_OP(STORE_NAME);
+  XJIT_OP(DELETE_NAME);
+  XJIT_OPC(UNPACK_SEQUENCE, 1);
+  XJIT_OP(FOR_ITER);
+  XJIT_OP(UNPACK_EX);
+  XJIT_OPC(STORE_ATTR, 4);
+  XJIT_OP(DELETE_ATTR);
+  XJIT_OP(STORE_GLOBAL);
+  XJIT_OP(DELETE_GLOBAL);
+  XJIT_OP(SWAP);
+  XJIT_OP(LOAD_CONST);
+  XJIT_OP(LOAD_NAME);
+  XJIT_OP(BUILD_TUPLE);
+  XJIT_OP(BUILD_LIST);
+  XJIT_OP(BUILD_SET);
+  XJIT_OP(BUILD_MAP);
+  XJIT_OPC(LOAD_ATTR, 4);
+  XJIT_OPC(COMPARE_OP, 2);
+  XJIT_OP(IMPORT_NAME);
+  XJIT_OP(IMPORT_FROM);
+  XJIT_OP(JUMP_FORWARD);
+  XJIT_OP(JUMP_IF_FALSE_OR_POP);
+  XJIT_OP(JUMP_IF_TRUE_OR_POP);
+  XJIT_OP(POP_JUMP_FORWARD_IF_FALSE);
+  XJIT_OP(POP_JUMP_FORWARD_IF_TRUE);
+  XJIT_OPC(LOAD_GLOBAL, 5);
+  XJIT_OP(IS_OP);
+  XJIT_OP(CONTAINS_OP);
+  XJIT_OP(RERAISE);
+  XJIT_OP(COPY);
+  XJIT_OPC(BINARY_OP, 1);
+  XJIT_OP(SEND);
+  XJIT_OP(LOAD_FAST);
+  XJIT_OP(STORE_FAST);
+  XJIT_OP(DELETE_FAST);
+  XJIT_OP(POP_JUMP_FORWARD_IF_NOT_NONE);
+  XJIT_OP(POP_JUMP_FORWARD_IF_NONE);
+  XJIT_OP(RAISE_VARARGS);
+  XJIT_OP(GET_AWAITABLE);
+  XJIT_OP(MAKE_FUNCTION);
+  XJIT_OP(BUILD_SLICE);
+  XJIT_OP(JUMP_BACKWARD_NO_INTERRUPT);
+  XJIT_OP(MAKE_CELL);
+  XJIT_OP(LOAD_CLOSURE);
+  XJIT_OP(LOAD_DEREF);
+  XJIT_OP(STORE_DEREF);
+  XJIT_OP(DELETE_DEREF);
+  XJIT_OP(JUMP_BACKWARD);
+  XJIT_OP(CALL_FUNCTION_EX);
+  XJIT_OP(EXTENDED_ARG);
+  XJIT_OP(LIST_APPEND);
+  XJIT_OP(SET_ADD);
+  XJIT_OP(MAP_ADD);
+  XJIT_OP(LOAD_CLASSDEREF);
+  XJIT_OP(COPY_FREE_VARS);
+  XJIT_OP(RESUME);
+  XJIT_OP(MATCH_CLASS);
+  XJIT_OP(FORMAT_VALUE);
+  XJIT_OP(BUILD_CONST_KEY_MAP);
+  XJIT_OP(BUILD_STRING);
+  XJIT_OPC(LOAD_METHOD, 10);
+  XJIT_OP(LIST_EXTEND);
+  XJIT_OP(SET_UPDATE);
+  XJIT_OP(DICT_MERGE);
+  XJIT_OP(DICT_UPDATE);
+  XJIT_OPC(PRECALL, 1);
+  XJIT_OPC(CALL, 4);
+  XJIT_OP(KW_NAMES);
+  XJIT_OP(POP_JUMP_BACKWARD_IF_NOT_NONE);
+  XJIT_OP(POP_JUMP_BACKWARD_IF_NONE);
+  XJIT_OP(POP_JUMP_BACKWARD_IF_FALSE);
+  XJIT_OP(POP_JUMP_BACKWARD_IF_TRUE);
+  return t;
 }
 
 constexpr std::array<OpInfo, 256> kTable = makeTable();
