@@ -84,6 +84,7 @@ struct CompiledEntry {
   std::vector<bool> visibleOutputs;
   // Per graph output: eager's storage it is (Capture::outputStorages; -1 unknown).
   std::vector<int> outputStorages;
+  bool separatesOutputs = false; // visible outputs of two eager tensors or more
   std::vector<EffectPlan> effects;
   std::vector<int> entrySlots;      // sources read by outputs/effects, evaluated before the graph
   std::vector<int64_t> externalIds; // registered external functions (unregistered on destroy)

@@ -25,6 +25,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <set>
+#include <tuple>
 
 namespace xjit::frontend {
 
@@ -855,27 +857,43 @@ void selectLaidOutOutputs(CompiledEntry &e) {
   e.visibleOutputs = std::move(seen);
 }
 
-/// Copies each visible graph output that the graph hands out on the storage of an earlier one
-/// where eager's two are separate tensors (Capture::outputStorages): a write by the caller to
-/// one must not reach the other. (Views the graph makes where eager copies: `h.contiguous()`,
-/// `h.reshape(-1)` of an h that eager lays out transposed and the graph contiguous.)
+/// Moves each visible graph output that the graph hands out on the storage of an earlier one
+/// where eager's two are separate tensors (Capture::outputStorages) onto a copy of that
+/// storage: a write by the caller to one must not reach the other. Outputs of one eager tensor
+/// move onto one copy, at their offsets, so they still view each other. (The graph views where
+/// eager copies: `h.contiguous()`, `h.reshape(-1)` of an h eager lays out transposed and the
+/// graph contiguous.)
 void separateOutputs(const CompiledEntry &e, std::vector<RtValue> &outs) {
-  std::vector<std::pair<const void *, int>> seen; // (storage, eager's storage number)
+  if (!e.separatesOutputs) return; // (one eager tensor or none among the visible outputs)
+  // Per storage the graph handed out: the eager tensor seen on it first; and the copies made
+  // for the others (storage, eager tensor, copy). Few outputs: linear scans.
+  std::vector<std::pair<const void *, int>> firsts;
+  std::vector<std::tuple<const void *, int, std::shared_ptr<Storage>>> copies;
   for (size_t i = 0; i < outs.size() && i < e.outputStorages.size(); ++i) {
     const int eagers = e.outputStorages[i];
     if (eagers < 0 || i >= e.visibleOutputs.size() || !e.visibleOutputs[i] || !outs[i].isTensor() ||
-        !outs[i].tensor().storage() || outs[i].tensor().numel() == 0)
+        !outs[i].tensor().storage())
       continue;
-    const void *storage = outs[i].tensor().storage().get();
-    const bool other = std::any_of(seen.begin(), seen.end(), [&](const auto &s) {
-      return s.first == storage && s.second != eagers;
-    });
-    if (other) {
-      outs[i] = RtValue(outs[i].tensor().contiguousCopy());
-      ++events().counters.layoutCopies;
-      storage = outs[i].tensor().storage().get();
+    const Tensor &t = outs[i].tensor();
+    const void *storage = t.storage().get();
+    auto first = std::find_if(firsts.begin(), firsts.end(),
+                              [&](const auto &f) { return f.first == storage; });
+    if (first == firsts.end()) {
+      firsts.emplace_back(storage, eagers);
+      continue;
     }
-    seen.emplace_back(storage, eagers);
+    if (first->second == eagers) continue;
+    auto made = std::find_if(copies.begin(), copies.end(), [&](const auto &c) {
+      return std::get<0>(c) == storage && std::get<1>(c) == eagers;
+    });
+    if (made == copies.end()) made = copies.emplace(copies.end(), storage, eagers, nullptr);
+    std::shared_ptr<Storage> &copy = std::get<2>(*made);
+    if (!copy) {
+      const int64_t n = t.storage()->nbytes();
+      copy = Tensor(t.storage(), DType::U8, {n}, {1}, 0).contiguousCopy().storage();
+      ++events().counters.layoutCopies;
+    }
+    outs[i] = RtValue(Tensor(copy, t.dtype(), t.sizes(), t.strides(), t.offset()));
   }
 }
 
@@ -1005,6 +1023,13 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     e->effects.push_back(std::move(fx));
   }
   selectLaidOutOutputs(*e);
+  {
+    std::set<int> eagerTensors; // of the visible outputs (separateOutputs)
+    for (size_t i = 0; i < e->outputStorages.size() && i < e->visibleOutputs.size(); ++i)
+      if (e->visibleOutputs[i] && e->outputStorages[i] >= 0)
+        eagerTensors.insert(e->outputStorages[i]);
+    e->separatesOutputs = eagerTensors.size() > 1;
+  }
   // Outputs eager lays out as a permutation (transposed, channels_last) are computed in that
   // order by the native code, so no copy after the run (restoreLayouts) is needed for them.
   if (opts.backend == Backend::Xjit && e->action == EntryAction::RunGraph)

@@ -74,6 +74,13 @@ FIXED = [
     ("expanded_select", lambda x: (x - 1)[:, 0].expand(3, -1, -1)),
     ("two_pieces_of_one_tensor", lambda x: (lambda h: (h[0, 1:], h[1, :-1]))(x.sigmoid())),
     ("slice_of_a_permuted_result", lambda x: (x.permute(2, 0, 1) * 2)[1:3]),
+    # eager copies h twice (transposed: contiguous() and reshape copy) and views one copy; the
+    # graph, computing h (no output) contiguous, views h three times: moved apart after the
+    # run, the copy's view onto the copy
+    (
+        "two_copies_and_a_view_of_one",
+        lambda x: (lambda h: (lambda b: (h.contiguous(), b, b[1:]))(h.reshape(-1)))(x.transpose(1, 2) * 2),
+    ),
 ]
 
 
