@@ -565,6 +565,18 @@ bool freshResult(const Op &op) {
 const std::set<std::string, std::less<>> contiguousViews = {
     "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "alias"};
 
+// Views with one result per piece along `dim` (unbind's results drop it).
+const std::set<std::string, std::less<>> splitPieces = {"split", "split_with_sizes", "chunk",
+                                                        "unbind"};
+
+/// Whether ATen's contiguous() returns a tensor of these static sizes and strides itself (it is
+/// contiguous but for its size-1 dims, or has no elements) rather than a copy.
+bool contiguousReturnsItself(const std::vector<int64_t> &sizes,
+                             const std::vector<int64_t> &strides) {
+  return std::find(sizes.begin(), sizes.end(), 0) != sizes.end() ||
+         stridesContiguous(sizes, strides, identity(int64_t(sizes.size())));
+}
+
 } // namespace
 
 namespace {
@@ -737,8 +749,6 @@ void LayoutWalk::noteViewOffsets(const Op &op) {
   static const std::set<std::string, std::less<>> sameOffset = {
       "permute", "transpose", "t",         "movedim", "expand",   "expand_as",
       "alias",   "view",      "unsqueeze", "squeeze", "unflatten"};
-  static const std::set<std::string, std::less<>> pieces = {"split", "split_with_sizes", "chunk",
-                                                            "unbind"};
   if (sameOffset.count(name)) {
     note(0, 0);
   } else if (name == "reshape" || name == "flatten" || name == "contiguous") {
@@ -746,10 +756,8 @@ void LayoutWalk::noteViewOffsets(const Op &op) {
     // the view, so the copy gets its 0 here too.)
     std::optional<std::vector<int64_t>> shape = staticSizes(op.result(0)->type().shape());
     if (!shape) return;
-    const bool empty = std::find(sizes->begin(), sizes->end(), 0) != sizes->end();
-    const bool view = name == "contiguous"
-                          ? empty || stridesContiguous(*sizes, *strides, identity(rank))
-                          : viewStrides(*sizes, *strides, *shape).has_value();
+    const bool view = name == "contiguous" ? contiguousReturnsItself(*sizes, *strides)
+                                           : viewStrides(*sizes, *strides, *shape).has_value();
     offsets[op.result(0)] = view ? *in : 0;
   } else if (dim < 0 || dim >= rank) {
     return;
@@ -765,7 +773,7 @@ void LayoutWalk::noteViewOffsets(const Op &op) {
     if (!index) return;
     if (*index < 0) *index += (*sizes)[size_t(dim)];
     note(0, *index * (*strides)[size_t(dim)]);
-  } else if (pieces.count(name)) {
+  } else if (splitPieces.count(name)) {
     int64_t start = 0;
     for (size_t i = 0; i < op.numResults(); ++i) {
       note(i, start * (*strides)[size_t(dim)]);
@@ -1012,9 +1020,7 @@ bool LayoutWalk::rules(const Op &laidOut) {
     std::optional<std::vector<int64_t>> exact = exactStrides(op->operand(0));
     std::optional<std::vector<int64_t>> sizes = staticSizes(op->operand(0)->type().shape());
     if (!exact || !sizes) return false;
-    // (No elements: contiguous.)
-    const bool empty = std::find(sizes->begin(), sizes->end(), 0) != sizes->end();
-    if (!empty && !stridesContiguous(*sizes, *exact, identity(int64_t(sizes->size())))) {
+    if (!contiguousReturnsItself(*sizes, *exact)) {
       result.emplace();
     } else {
       result = *operands[0];
@@ -1379,8 +1385,7 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
       const int64_t d = dimAttr->asInt() < 0 ? dimAttr->asInt() + rank + 1 : dimAttr->asInt();
       if (d < 0 || d > rank) return std::nullopt;
       strides.insert(strides.begin() + d, d == rank ? 1 : (*sizes)[size_t(d)] * strides[size_t(d)]);
-    } else if (name == "split" || name == "split_with_sizes" || name == "chunk" ||
-               name == "unbind") {
+    } else if (splitPieces.count(name)) {
       // (each piece keeps the operand's strides; unbind's drops the dim. `chunk` under
       // dynamic=True is a split_with_sizes: fuzzer seed 35041)
       const int64_t d = dimAttr ? dim : 0;
@@ -1432,9 +1437,6 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
   static const std::set<std::string, std::less<>> followed = {
       "slice",   "narrow", "select",  "permute", "transpose", "t",      "movedim", "unsqueeze",
       "squeeze", "view",   "reshape", "flatten", "unflatten", "expand", "alias"};
-  // (views with one result per piece)
-  static const std::set<std::string, std::less<>> pieces = {"split", "split_with_sizes", "chunk",
-                                                            "unbind"};
   Op *ret = g.body()->terminator();
   struct Viewer {
     size_t output;
@@ -1448,7 +1450,7 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
     Viewer viewer{i, {}};
     Value *base = ret->operand(i);
     while (Op *def = base->definingOp()) {
-      const bool piece = pieces.count(def->name()) > 0;
+      const bool piece = splitPieces.count(def->name()) > 0;
       if (!(followed.count(def->name()) || piece) || def->numOperands() != 1 ||
           (def->numResults() != 1 && !piece) || !def->operand(0)->type().isTensor())
         break;
