@@ -737,10 +737,12 @@ std::vector<int64_t> intsOf(const PyRef &seq) {
 /// the tensor inputs' layout classes are guarded, so a later call with inputs laid out otherwise
 /// (a transposed one, channels_last) recompiles. Where a tensor output's layout cannot be
 /// derived, the entry runs in Python (eager's layout is then not known). `callOrders` gets the
-/// layouts dropout's noise is drawn in (layoutCallsInEagersOrder).
+/// layouts dropout's noise is drawn in (layoutCallsInEagersOrder), `storageReads` those of what
+/// `as_strided` fallbacks read (computeStorageReadsInLayouts).
 void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
                    const std::vector<PyRef> &fallbacks, std::vector<Guard> &guards,
-                   std::map<const Op *, std::vector<int>> &callOrders) {
+                   std::map<const Op *, std::vector<int>> &callOrders,
+                   std::map<const Op *, StorageRead> &storageReads) {
   // XJIT_NO_OUTPUT_LAYOUTS=1: outputs as the graph makes them, as before layouts were kept
   // (for A/B benchmarks of their cost only: strides may then differ from eager's).
   static const bool off = [] {
@@ -821,6 +823,7 @@ void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
   }
   e.outputLayouts = std::move(layouts.outputs);
   callOrders = std::move(layouts.callOrders);
+  storageReads = std::move(layouts.storageReads);
   for (Guard &guard : guards) {
     if (guard.kind != Guard::TensorMatch) continue;
     const int slot = e.sources.add(guard.source);
@@ -1002,10 +1005,18 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
     }
   }
   std::map<const Op *, std::vector<int>> callOrders;
-  deriveLayouts(*e, g, values, cap.fallbackCallables, guards, callOrders);
+  std::map<const Op *, StorageRead> storageReads;
+  deriveLayouts(*e, g, values, cap.fallbackCallables, guards, callOrders, storageReads);
   // Dropout's noise drawn in eager's memory order of its input (a transposed or channels_last
-  // input: another mask than a contiguous draw), on every backend.
-  if (e->action == EntryAction::RunGraph) layoutCallsInEagersOrder(g, callOrders);
+  // input: another mask than a contiguous draw), and the tensors `as_strided` reads past its
+  // view in eager's order, on every backend.
+  if (e->action == EntryAction::RunGraph) {
+    layoutCallsInEagersOrder(g, callOrders);
+    if (std::string why = computeStorageReadsInLayouts(g, storageReads); !why.empty()) {
+      e->action = EntryAction::RunPython;
+      e->pythonReason = why;
+    }
+  }
   e->guards = std::make_unique<GuardSet>(guards, e->sources);
   e->guardText = e->guards->descriptions();
   e->result = planOutput(cap.result, *e, g);

@@ -249,10 +249,13 @@ struct Walker {
     for (Value *v : op.operands())
       operandsKnown = operandsKnown && !unknown.count(v);
     if (operandsKnown) {
-      if (laidOut && op.name() == "external_call")
+      if (laidOut && op.name() == "external_call") {
         if (const Attr *k = op.attrOrNull("layout_of"); k && k->asInt() >= 0)
           if (size_t(k->asInt()) < op.numOperands())
             (*laidOut)[&op] = get(op.operand(size_t(k->asInt())));
+        if (readsStorage(op) && op.numOperands() > 0 && op.operand(0)->type().isTensor())
+          (*laidOut)[&op] = get(op.operand(0));
+      }
       try {
         runOpWith(op, eagerModule().runOpMeta);
         return;
@@ -432,6 +435,17 @@ std::vector<PyRef> runEager(const Graph &g, const std::vector<PyRef> &inputs,
                             const ExternalCallables &externals) {
   Walker w{externals};
   return w.runBlock(*g.body(), inputs);
+}
+
+bool readsStorage(const Op &op) {
+  if (op.name() != "external_call") return false;
+  const Attr *name = op.attrOrNull("name");
+  if (!name || name->kind() != AttrKind::Str) return false;
+  const std::string &full = name->asStr();
+  const size_t dot = full.rfind('.');
+  const std::string callee = dot == std::string::npos ? full : full.substr(dot + 1);
+  return callee == "as_strided" || callee == "as_strided_" || callee == "as_strided_copy" ||
+         callee == "as_strided_scatter";
 }
 
 std::vector<PyRef> runMeta(const Graph &g, const std::vector<PyRef> &inputs,

@@ -43,9 +43,14 @@ std::vector<PyRef> runEager(const Graph &g, const std::vector<PyRef> &inputs,
 /// on meta tensors at capture) run on the meta tensors too; one that fails makes its results
 /// unknown (it may return a view). `eagerRaises` is set (to the op and PyTorch's message) where
 /// eager itself would raise: a `view` its operand's strides do not allow (the graph's view
-/// copies). `laidOut` (optional) gets, for each external_call with `layout_of` >= 0 the walk ran
-/// on known operands, that operand's meta tensor: the layout eager gives it. Throws PyErrorSet
-/// only for an interrupt.
+/// copies). `laidOut` (optional) gets, for each external_call with `layout_of` >= 0 (or that
+/// readsStorage) the walk ran on known operands, that operand's meta tensor: the layout eager
+/// gives it. Throws PyErrorSet only for an interrupt.
+/// Whether `op` is a PyTorch fallback that addresses its operand's storage directly
+/// (`as_strided` and its kin): its values depend on the operand's strides, storage offset and
+/// on how the tensor it views lays out its storage, not only on the operand's values.
+bool readsStorage(const Op &op);
+
 std::vector<PyRef> runMeta(const Graph &g, const std::vector<PyRef> &inputs,
                            const ExternalCallables &externals, std::vector<bool> &unknown,
                            std::string &eagerRaises,

@@ -1326,7 +1326,15 @@ bool onlyRead(const Value *v, int depth = 0) {
   for (const Use &u : v->uses()) {
     const OpDef &def = u.user->def();
     if (def.has(kTerminator)) continue;
-    if (def.has(kInPlace) || !def.isPure() || u.user->numRegions() > 0) return false;
+    // (`as_strided` views its operand: a read, as a view op is; as_strided_ restrides it.)
+    const bool viewingCall = readsStorage(*u.user) && !u.user->attr("name").asStr().ends_with('_');
+    if (!viewingCall && (def.has(kInPlace) || !def.isPure() || u.user->numRegions() > 0))
+      return false;
+    if (viewingCall) {
+      for (const auto &r : u.user->results())
+        if (!onlyRead(r.get(), depth + 1)) return false;
+      continue;
+    }
     if (def.has(kView))
       for (const auto &r : u.user->results())
         if (!onlyRead(r.get(), depth + 1)) return false;
@@ -1431,24 +1439,46 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
 /// viewing it eager's strides (on dims of size > 1) is the one computed, as for a dense output
 /// (permute(contiguous(permute(base, order)), inverse)); the views then read it. A wrong guess
 /// costs nothing but the copy after the run (restoreLayouts checks each output's strides).
-/// Returns the number of bases rewritten.
-int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layouts,
-                                const std::vector<size_t> &which) {
+/// Targets with a `storageOrder` (the operands of calls that read storage) need their base in
+/// that order whatever their views' strides; `unmet` gets the indices of those left otherwise
+/// (a base the
+/// graph does not compute as a fresh tensor, no order that fits). Returns the number of bases
+/// rewritten.
+struct LayoutTarget {
+  Value *value;               // a graph output, or the operand of a call that reads storage
+  const OutputLayout *layout; // eager's
+  const std::vector<int> *storageOrder = nullptr; // eager's order of the tensor viewed
+};
+
+/// Whether `v` is a graph input or views one, or a PyTorch fallback's result: a tensor PyTorch
+/// lays out, as eager does.
+bool laidOutByPyTorch(const Value *v) {
+  while (const Op *def = v->definingOp()) {
+    if (def->name() == "external_call") return true;
+    if (!def->def().has(kView) || def->numOperands() == 0 || !def->operand(0)->type().isTensor())
+      return false;
+    v = def->operand(0);
+  }
+  return v->ownerBlock() && !v->ownerBlock()->parentOp();
+}
+
+int computeViewedBasesInLayouts(Graph &g, const std::vector<LayoutTarget> &targets,
+                                std::vector<size_t> *unmet = nullptr) {
   static const std::set<std::string, std::less<>> followed = {
       "slice",   "narrow", "select",  "permute", "transpose", "t",      "movedim", "unsqueeze",
       "squeeze", "view",   "reshape", "flatten", "unflatten", "expand", "alias"};
-  Op *ret = g.body()->terminator();
   struct Viewer {
-    size_t output;
+    size_t target;
     std::vector<const Op *> views; // from the base up
   };
   std::map<Value *, std::vector<Viewer>> byBase;
-  std::vector<Value *> bases; // (in output order, for a deterministic rewrite)
-  for (size_t i : which) {
-    const OutputLayout &layout = layouts.at(i);
-    if (layout.kind == OutputLayout::Any && layout.baseOrder.empty()) continue;
+  std::vector<Value *> bases; // (in target order, for a deterministic rewrite)
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const OutputLayout &layout = *targets[i].layout;
+    if (layout.kind == OutputLayout::Any && layout.baseOrder.empty() && !targets[i].storageOrder)
+      continue;
     Viewer viewer{i, {}};
-    Value *base = ret->operand(i);
+    Value *base = targets[i].value;
     while (Op *def = base->definingOp()) {
       const bool piece = splitPieces.count(def->name()) > 0;
       if (!(followed.count(def->name()) || piece) || def->numOperands() != 1 ||
@@ -1472,6 +1502,14 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
   int rewritten = 0;
   for (Value *base : bases) {
     const std::vector<Viewer> &viewers = byBase.at(base);
+    const std::vector<int> *storageOrder = nullptr;
+    for (const Viewer &v : viewers)
+      if (targets[v.target].storageOrder) storageOrder = targets[v.target].storageOrder;
+    auto leftOtherwise = [&] {
+      if (!unmet || laidOutByPyTorch(base)) return;
+      for (const Viewer &v : viewers)
+        if (targets[v.target].storageOrder) unmet->push_back(v.target);
+    };
     const Op *producer = base->definingOp();
     // Symbolic sizes take representative values (fuzzer seed 15674 under dynamic=True).
     SymbolBindings symbols;
@@ -1482,33 +1520,46 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
     // layout, they would no longer share memory: seed 62807's `v.squeeze(), v.transpose(0, 1)`.)
     static const std::set<std::string, std::less<>> perOutput = {"permute", "transpose", "t",
                                                                  "unsqueeze", "squeeze"};
-    const bool needed =
-        viewers.size() > 1 || std::any_of(viewers.begin(), viewers.end(), [&](const Viewer &v) {
-          return layouts.at(v.output).kind != OutputLayout::Dense ||
-                 std::any_of(v.views.begin(), v.views.end(),
-                             [](const Op *op) { return !perOutput.count(op->name()); });
-        });
+    const bool needed = storageOrder || viewers.size() > 1 ||
+                        std::any_of(viewers.begin(), viewers.end(), [&](const Viewer &v) {
+                          return targets[v.target].layout->kind != OutputLayout::Dense ||
+                                 std::any_of(v.views.begin(), v.views.end(), [](const Op *op) {
+                                   return !perOutput.count(op->name());
+                                 });
+                        });
     // (A flat write's reshape, above, is the one view that stands for a base: copied there.)
     const bool flatWrite =
         producer && producer->name() == "reshape" && producer->operand(0)->type().rank() < 2;
-    if (!needed || !sizes || sizes->size() < 2 || sizes->size() > 6 || !producer ||
-        producer->parentOp() || !producer->def().isPure() || !producer->def().kernel ||
-        (producer->def().has(kView) && !flatWrite) || producer->def().has(kInPlace) ||
-        producer->numRegions() > 0 || producer->name() == "tuple_get" || !onlyRead(base) ||
-        std::find(sizes->begin(), sizes->end(), 0) != sizes->end())
+    // A fresh result of a kernel: contiguous, which a permuted copy can stand for.
+    const bool fresh = producer && !producer->parentOp() && producer->def().isPure() &&
+                       producer->def().kernel && (!producer->def().has(kView) || flatWrite) &&
+                       !producer->def().has(kInPlace) && producer->numRegions() == 0 &&
+                       producer->name() != "tuple_get";
+    // (A fresh tensor of rank 0 or 1 has one layout; an empty one holds nothing to read.)
+    const bool oneLayout =
+        sizes && (sizes->size() < 2 || std::find(sizes->begin(), sizes->end(), 0) != sizes->end());
+    if (!needed || !sizes || oneLayout || sizes->size() > 6 || !fresh || !onlyRead(base)) {
+      if (!(fresh && oneLayout)) leftOtherwise();
       continue;
+    }
     // Whether computing the base in `order` gives every viewer eager's strides. (Those of a
     // strided view with symbolic sizes are the ones its views give the base in eager's order,
     // OutputLayout::baseOrder, at the representative sizes.)
     auto fits = [&](const std::vector<int> &order) {
+      // A call reading the storage past its view needs all of the base in eager's order (its
+      // dims of size > 1: where size-1 dims go changes no stride).
+      if (storageOrder && (storageOrder->size() != sizes->size() ||
+                           !restridesOnly(OutputLayout{OutputLayout::Dense, *storageOrder}, *sizes,
+                                          denseStrides(*sizes, order))))
+        return false;
       for (const Viewer &v : viewers) {
-        const Value *y = ret->operand(v.output);
+        const Value *y = targets[v.target].value;
         std::optional<std::vector<int64_t>> ySizes =
             representativeSizes(y->type().shape(), symbols);
         std::optional<std::vector<int64_t>> strides =
             stridesThroughViews(v.views, denseStrides(*sizes, order), symbols);
         if (!ySizes || !strides) return false;
-        const OutputLayout *eagers = &layouts.at(v.output);
+        const OutputLayout *eagers = targets[v.target].layout;
         OutputLayout viewed;
         if (const std::vector<int> &baseOrder = eagers->baseOrder; !baseOrder.empty()) {
           std::optional<std::vector<int64_t>> want =
@@ -1529,7 +1580,10 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<OutputLayout> &layou
     bool found = false;
     while (!found && std::next_permutation(order.begin(), order.end()))
       found = fits(order);
-    if (!found) continue;
+    if (!found) {
+      leftOtherwise();
+      continue;
+    }
     std::vector<int64_t> dims(order.begin(), order.end()), inverse(order.size());
     for (size_t k = 0; k < dims.size(); ++k)
       inverse[size_t(dims[k])] = int64_t(k);
@@ -1557,7 +1611,10 @@ int computeOutputsInLayouts(Graph &g, const std::vector<OutputLayout> &layouts,
   Op *ret = g.body()->terminator();
   if (copyAfterRun || !ret || ret->numOperands() != layouts.size()) return 0;
   std::unordered_set<const Value *> done;
-  int rewritten = computeViewedBasesInLayouts(g, layouts, which);
+  std::vector<LayoutTarget> targets;
+  for (size_t i : which)
+    targets.push_back({ret->operand(i), &layouts.at(i)});
+  int rewritten = computeViewedBasesInLayouts(g, targets);
   for (size_t i : which) {
     const OutputLayout &layout = layouts.at(i);
     Value *y = ret->operand(i);
@@ -1627,6 +1684,23 @@ int computeOutputsInLayouts(Graph &g, const std::vector<OutputLayout> &layouts,
   return rewritten;
 }
 
+std::string computeStorageReadsInLayouts(Graph &g,
+                                         const std::map<const Op *, StorageRead> &storageReads) {
+  std::vector<LayoutTarget> targets;
+  std::vector<const Op *> calls;
+  g.walk([&](Op *op) {
+    if (auto it = storageReads.find(op); it != storageReads.end()) {
+      targets.push_back({op->operand(0), &it->second.operand, &it->second.storageOrder});
+      calls.push_back(op);
+    }
+  });
+  std::vector<size_t> unmet;
+  computeViewedBasesInLayouts(g, targets, &unmet);
+  if (unmet.empty()) return "";
+  return calls.at(unmet.front())->describe() +
+         " reads the storage of a tensor the compiled graph cannot lay out as eager does";
+}
+
 int layoutCallsInEagersOrder(Graph &g, const std::map<const Op *, std::vector<int>> &callOrders) {
   std::vector<Op *> calls;
   g.walk([&](Op *op) {
@@ -1683,6 +1757,42 @@ bool staticallyStrided(const Value *v, int depth = 0) {
          staticallyStrided(def->operand(0), depth + 1);
 }
 
+/// The layout eager gives `v` (a tensor of a graph with symbolic sizes or not), from `info`,
+/// eager.py's layout_of of v's meta tensor (not None).
+OutputLayout layoutFromMeta(PyObject *info, const Value *v, bool symbolic) {
+  OutputLayout l;
+  std::vector<int64_t> sizes = intsOf(PyTuple_GET_ITEM(info, 0));
+  std::vector<int64_t> strides = intsOf(PyTuple_GET_ITEM(info, 1));
+  const long long offset = PyLong_AsLongLong(PyTuple_GET_ITEM(info, 2));
+  if (offset == -1 && PyErr_Occurred()) throw PyErrorSet();
+  l.order = denseOrder(sizes, strides);
+  if (!l.order.empty() && offset == 0) {
+    l.kind = OutputLayout::Dense;
+  } else if (!symbolic || staticallyStrided(v)) {
+    // (Exact where the sizes are static: in a graph with symbolic sizes, only where its
+    // strides cannot depend on them, fuzzer seed 25903: `eye(2)[..., ::2]`, a constant.)
+    l.kind = OutputLayout::Exact;
+    l.strides = std::move(strides);
+    l.offset = offset;
+  } else if (!l.order.empty()) {
+    // A dense view at an offset (a slice of a computed tensor) with symbolic sizes: its dim
+    // order, which computeViewedBasesInLayouts can give it (fuzzer seed 24846).
+    l.kind = OutputLayout::Dense;
+    l.symbolicView = true;
+  } else {
+    // A strided view of a computed tensor with symbolic sizes: its strides are expressions
+    // of the sizes this walk does not keep. Returned as the graph makes it, but with the
+    // dense order of the tensor it views, which computeViewedBasesInLayouts gives that
+    // tensor (fuzzer seeds 25121, 26095: `v1[::2]` of a permuted v1 came back contiguous).
+    PyObject *viewed = PyTuple_GET_ITEM(info, 4);
+    if (viewed != Py_None)
+      l.baseOrder =
+          denseOrder(intsOf(PyTuple_GET_ITEM(viewed, 0)), intsOf(PyTuple_GET_ITEM(viewed, 1)));
+    if (PyErr_Occurred()) throw PyErrorSet();
+  }
+  return l;
+}
+
 } // namespace
 
 OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inputs,
@@ -1718,6 +1828,30 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
     }
     r.callOrders[op] = std::move(order);
   });
+  // Eager's layout of what each call reading storage (as_strided) reads: its operand, and the
+  // dense order of the tensor whose storage that is.
+  g.walk([&](Op *op) {
+    if (!r.derived || !readsStorage(*op)) return;
+    auto it = laidOut.find(op);
+    PyRef info = it == laidOut.end()
+                     ? PyRef()
+                     : checked(PyObject_CallOneArg(eagerModule().layoutOf, it->second.get()));
+    if (!info || info.get() == Py_None) {
+      r.derived = false;
+      r.reason = "the layout eager gives the operand of " + op->describe() +
+                 " (whose storage it reads) could not be derived";
+      return;
+    }
+    StorageRead read;
+    read.operand = layoutFromMeta(info.get(), op->operand(0), symbolic);
+    PyObject *viewed = PyTuple_GET_ITEM(info.get(), 4);
+    read.storageOrder = viewed == Py_None ? denseOrder(intsOf(PyTuple_GET_ITEM(info.get(), 0)),
+                                                       intsOf(PyTuple_GET_ITEM(info.get(), 1)))
+                                          : denseOrder(intsOf(PyTuple_GET_ITEM(viewed, 0)),
+                                                       intsOf(PyTuple_GET_ITEM(viewed, 1)));
+    if (PyErr_Occurred()) throw PyErrorSet();
+    r.storageReads[op] = std::move(read);
+  });
   if (!r.derived) return r;
   for (size_t i = 0; i < outs.size(); ++i) {
     OutputLayout l;
@@ -1731,39 +1865,8 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
       continue;
     }
     PyRef info = checked(PyObject_CallOneArg(eagerModule().layoutOf, outs[i].get()));
-    if (info.get() == Py_None) {
-      r.outputs.push_back(l);
-      continue;
-    }
-    std::vector<int64_t> sizes = intsOf(PyTuple_GET_ITEM(info.get(), 0));
-    std::vector<int64_t> strides = intsOf(PyTuple_GET_ITEM(info.get(), 1));
-    const long long offset = PyLong_AsLongLong(PyTuple_GET_ITEM(info.get(), 2));
-    if (offset == -1 && PyErr_Occurred()) throw PyErrorSet();
-    l.order = denseOrder(sizes, strides);
-    if (!l.order.empty() && offset == 0) {
-      l.kind = OutputLayout::Dense;
-    } else if (!symbolic || staticallyStrided(g.body()->terminator()->operand(i))) {
-      // (Exact where the sizes are static: in a graph with symbolic sizes, only where its
-      // strides cannot depend on them, fuzzer seed 25903: `eye(2)[..., ::2]`, a constant.)
-      l.kind = OutputLayout::Exact;
-      l.strides = std::move(strides);
-      l.offset = offset;
-    } else if (!l.order.empty()) {
-      // A dense view at an offset (a slice of a computed tensor) with symbolic sizes: its dim
-      // order, which computeViewedBasesInLayouts can give it (fuzzer seed 24846).
-      l.kind = OutputLayout::Dense;
-      l.symbolicView = true;
-    } else {
-      // A strided view of a computed tensor with symbolic sizes: its strides are expressions
-      // of the sizes this walk does not keep. Returned as the graph makes it, but with the
-      // dense order of the tensor it views, which computeViewedBasesInLayouts gives that
-      // tensor (fuzzer seeds 25121, 26095: `v1[::2]` of a permuted v1 came back contiguous).
-      PyObject *viewed = PyTuple_GET_ITEM(info.get(), 4);
-      if (viewed != Py_None)
-        l.baseOrder =
-            denseOrder(intsOf(PyTuple_GET_ITEM(viewed, 0)), intsOf(PyTuple_GET_ITEM(viewed, 1)));
-      if (PyErr_Occurred()) throw PyErrorSet();
-    }
+    if (info.get() != Py_None)
+      l = layoutFromMeta(info.get(), g.body()->terminator()->operand(i), symbolic);
     r.outputs.push_back(std::move(l));
   }
   return r;

@@ -39,15 +39,25 @@ struct OutputLayout {
   std::vector<int> baseOrder;
 };
 
+/// A PyTorch fallback that addresses its operand's storage (readsStorage: `as_strided`): the
+/// layout eager gives that operand, and the dense dim order eager lays out the tensor whose
+/// storage it is (empty where the operand is no view of a fresh tensor).
+struct StorageRead {
+  OutputLayout operand;
+  std::vector<int> storageOrder;
+};
+
 /// What the capture found: one layout per graph output, or `derived` false where the meta walk
 /// could not tell an output's layout (the entry then runs in Python, with `reason`).
 /// `callOrders`: for each external_call with `layout_of` >= 0 (dropout's noise), the dense dim
-/// order eager gives that operand (layoutCallsInEagersOrder).
+/// order eager gives that operand (layoutCallsInEagersOrder). `storageReads`: for each call that
+/// readsStorage, eager's layout of what it reads (computeStorageReadsInLayouts).
 struct OutputLayouts {
   std::vector<OutputLayout> outputs;
   bool derived = true;
   std::string reason;
   std::map<const Op *, std::vector<int>> callOrders;
+  std::map<const Op *, StorageRead> storageReads;
 };
 
 /// Walks the captured graph `g` on meta tensors made from `inputs` (runMeta) and records each
@@ -141,6 +151,15 @@ int computeOutputsInLayouts(Graph &g, const std::vector<OutputLayout> &layouts,
 /// number of calls rewritten; throws std::runtime_error for a call whose result is not of its
 /// operand's shape.
 int layoutCallsInEagersOrder(Graph &g, const std::map<const Op *, std::vector<int>> &callOrders);
+
+/// Rewrites `g` so that the operand of each call of `storageReads` (a PyTorch fallback such as
+/// `as_strided`, which reads its operand's storage past the view: fuzzer seed 103108) views a
+/// tensor the graph computes in eager's dim order, as computeViewedBasesInLayouts does for the
+/// bases of outputs. Returns "" when every operand then has eager's layout and storage (or
+/// views a graph input, or a fallback's result: PyTorch's own tensors), else why not: the frame
+/// then runs in Python, whose `as_strided` reads eager's storage.
+std::string computeStorageReadsInLayouts(Graph &g,
+                                         const std::map<const Op *, StorageRead> &storageReads);
 
 /// The dim order whose dense strides are exactly `strides`; empty when there is none.
 std::vector<int> denseOrder(const std::vector<int64_t> &sizes, const std::vector<int64_t> &strides);

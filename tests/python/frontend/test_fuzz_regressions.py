@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from frontend_fixtures import clean, tensors  # noqa: F401  (clean: autouse, a fresh frontend per test)
+from frontend_fixtures import clean, counters, tensors  # noqa: F401  (clean: autouse, a fresh frontend per test)
 
 xjit = pytest.importorskip("xjit")
 
@@ -1271,3 +1271,33 @@ def test_copy_of_a_written_strided_input_is_not_the_input(dynamic):
         return [torch.randn(2 * n, generator=g)[::2], torch.randn(n, generator=g)]
 
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[4, 5, 3])
+
+
+# `as_strided` (a PyTorch fallback) reads its operand's storage past the view: what it reads
+# follows how eager lays out the tensor viewed, which is no output (seed 103108: a value
+# computed from a permuted input keeps the input's order in eager, the graph's was contiguous).
+# Each case: (program, whether it stays compiled: the tensor read is computed in eager's order).
+_STORAGE_READS = {
+    "seed_103108_select": (lambda a: (a.squeeze() * 0.5 + 1).select(1, 0).as_strided((2,), (2,)), True),
+    "base_itself": (lambda a: (a.squeeze() * 2).as_strided((2, 3), (1, 2)), True),
+    "slice_at_an_offset": (lambda a: (a.squeeze() + 1)[1:].as_strided((3,), (3,), 2), True),
+    "transposed_then_sliced": (lambda a: a.squeeze().t().sin()[:, 1:].as_strided((2, 2), (2, 1)), True),
+    "view_of_the_input": (lambda a: a.squeeze()[1:].as_strided((3,), (2,)) * 2, True),
+    "scatter": (lambda a: torch.as_strided_scatter(a.squeeze().exp(), torch.ones(2), (2,), (3,), 1), True),
+    # (the diagonal is no view the rewrite follows: the frame runs in Python, eager's values)
+    "diagonal": (lambda a: torch.diagonal(a.squeeze().exp()).as_strided((2,), (4,)), False),
+}
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("case", sorted(_STORAGE_READS))
+def test_as_strided_reads_the_storage_eager_lays_out(case, dynamic):
+    fn, compiled = _STORAGE_READS[case]
+    # a permuted [b, 1, 3] input: elementwise results keep its (column-major) order in eager
+    make = lambda b: [torch.randn(3, b, 1, generator=torch.Generator().manual_seed(b)).permute(1, 2, 0)]  # noqa: E731
+    if compiled:
+        _same_results_and_memory(fn, make, dynamic=dynamic, batches=[4, 5])
+        assert counters()["frames_in_python"] == 0
+    else:
+        for b in (4, 5):
+            torch.testing.assert_close(xjit.jit(fn, dynamic=dynamic)(*make(b)), fn(*make(b)))
