@@ -1054,6 +1054,23 @@ private:
     return accAt(a, accType, lanePlaceholder_);
   }
 
+  /// Whether every row has an element: the reduced dims have static sizes above 0; not in lane
+  /// mode (a row there is a block of lanes).
+  bool rowsNonEmpty() const {
+    if (lanes_) return false;
+    for (int64_t r : reducedDims_)
+      if (!fullShape_[size_t(r)].isStatic() || fullShape_[size_t(r)].value() <= 0) return false;
+    return true;
+  }
+
+  /// `value` at the current row's first element (0 along the reduced dims).
+  Expr rowFirst(const std::function<Expr(const std::vector<Expr> &)> &value) {
+    std::vector<Expr> idx = outer_;
+    for (size_t d = 0; d < idx.size(); ++d)
+      if (isReduced(d)) idx[d] = zeroIdx();
+    return value(idx);
+  }
+
   /// The number of elements of a row, in dtype d.
   Expr rowCount(DType d) {
     Expr n = constIdx(1);
@@ -1183,8 +1200,17 @@ private:
         st.b = binary(BinaryOp::Div, ss, rowCount(a)); // mean of squares
         break;
       }
-      Expr sum = reduceRow(name + "_sum", a, constFloat(a, 0), BinaryOp::Add, xa);
+      // The mean as x0 + mean(x - x0), x0 the row's first element: a row of equal values has
+      // its exact mean and zero deviations, as eager's Welford gives (sum / n can be an ulp
+      // off, which layer norm's 1 / sqrt(eps) then amplified to ~1e-4: fuzzer seeds 81159,
+      // 93462). Only where the row cannot be empty (its first element exists).
+      Expr shift = rowsNonEmpty() ? rowFirst(xa) : nullptr;
+      auto shifted = [&](const std::vector<Expr> &idx) {
+        return shift ? binary(BinaryOp::Sub, xa(idx), shift) : xa(idx);
+      };
+      Expr sum = reduceRow(name + "_sum", a, constFloat(a, 0), BinaryOp::Add, shifted);
       Expr mean = binary(BinaryOp::Div, sum, rowCount(a));
+      if (shift) mean = binary(BinaryOp::Add, shift, mean);
       // var / std sum the squared deviations of f32 in f64, as eager's CPU kernel accumulates
       // (in f32, even cascaded, their error was 2-5x eager's on randn + 3); layer_norm's are
       // f32 like eager's.

@@ -1,0 +1,67 @@
+"""Row statistics (layer norm, var, std) computed as x0 + mean(x - x0), x0 each row's first element
+(lower_fusion.cpp, rowStats): a row of equal values has its exact mean and zero deviations, as
+eager's Welford kernels give, so layer norm returns its bias exactly and var 0. With the plain
+sum / n the mean was an ulp off, which layer norm's 1 / sqrt(eps) amplified to ~1e-4 (fuzzer
+seeds 81159, 89295, 93462). Rows with a large offset keep about eager's error against float64."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+xjit = pytest.importorskip("xjit")
+fe = pytest.importorskip("xjit._frontend")
+F = torch.nn.functional
+
+
+@pytest.fixture(autouse=True)
+def _fresh_frontend() -> Any:
+    fe.reset()  # (each case compiles the same lambda: no recompile limit across cases)
+    yield
+    fe.reset()
+
+STATISTICS: dict[str, Callable[[Any], Any]] = {
+    "layer_norm": lambda x: F.layer_norm(x, x.shape[-1:]),
+    "layer_norm_affine": lambda x: F.layer_norm(
+        x, x.shape[-1:], torch.linspace(0.5, 2, x.shape[-1]), torch.linspace(-1, 1, x.shape[-1])
+    ),
+    "layer_norm_two_dims": lambda x: F.layer_norm(x.reshape(x.shape[0], 1, -1), (1, x.shape[-1])),
+    "var": lambda x: x.var(dim=-1),
+    "std_keepdim": lambda x: x.std(dim=-1, keepdim=True),
+    "var_all": lambda x: x.var(),
+}
+
+
+@pytest.mark.parametrize("width", [3, 7, 64, 768, 1000])
+@pytest.mark.parametrize("name", sorted(STATISTICS))
+def test_rows_of_equal_values_are_exact(name: str, width: int) -> None:
+    fn = STATISTICS[name]
+    # rows of one value each whose sum / n is not that value in f32 (0.1, 1/3, ...)
+    values = torch.tensor([0.1, 1 / 3, -7.3, 1e3 / 7, 2.0**-20 * 3, 12345.678])
+    x = values[:, None].expand(-1, width).contiguous()
+    want = fn(x)
+    got = xjit.jit(lambda t: fn(t) * 1.0, dynamic=False)(x)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["layer_norm", "var", "var_all"])
+def test_offset_rows_keep_about_eagers_error(name: str) -> None:
+    fn = STATISTICS[name]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 768, generator=g) + 1e3
+    ref = fn(x.double())
+    eager = float((fn(x).double() - ref).abs().max())
+    got = float((xjit.jit(lambda t: fn(t) * 1.0, dynamic=False)(x).double() - ref).abs().max())
+    assert got <= 2 * eager + 1e-6, (got, eager)
+
+
+def test_rows_of_symbolic_width_still_match_eager() -> None:
+    # (no shift where a row may be empty: the width is symbolic under dynamic=True)
+    fn = STATISTICS["layer_norm"]
+    compiled = xjit.jit(lambda t: fn(t) * 1.0, dynamic=True)
+    for width in (5, 9, 33):
+        x = torch.randn(4, width, generator=torch.Generator().manual_seed(width)) * 3 + 2
+        torch.testing.assert_close(compiled(x), fn(x), rtol=1e-5, atol=1e-5)
