@@ -1203,10 +1203,20 @@ private:
       // The mean as x0 + mean(x - x0), x0 the row's first element: a row of equal values has
       // its exact mean and zero deviations, as eager's Welford gives (sum / n can be an ulp
       // off, which layer norm's 1 / sqrt(eps) then amplified to ~1e-4: fuzzer seeds 81159,
-      // 93462). Only where the row cannot be empty (its first element exists).
-      Expr shift = rowsNonEmpty() ? rowFirst(xa) : nullptr;
+      // 93462). Only where the row cannot be empty (its first element exists). The sum reads
+      // x0 itself (a reduction of every dim sums in parallel chunks, which see no accumulator);
+      // the later passes read it from an accumulator set before them: the output pass may
+      // overwrite what x0 is read from (a softmax's exp kept in the output buffer, fuzzer seed
+      // 114504).
+      Expr first, shift;
+      if (rowsNonEmpty()) {
+        first = rowFirst(xa); // (may emit the reductions it reads first)
+        int64_t x0 = lk_.kernel.addAcc(name + "_x0", a);
+        pre_.push_back(initAcc(x0, first));
+        shift = acc(x0, a);
+      }
       auto shifted = [&](const std::vector<Expr> &idx) {
-        return shift ? binary(BinaryOp::Sub, xa(idx), shift) : xa(idx);
+        return first ? binary(BinaryOp::Sub, xa(idx), first) : xa(idx);
       };
       Expr sum = reduceRow(name + "_sum", a, constFloat(a, 0), BinaryOp::Add, shifted);
       Expr mean = binary(BinaryOp::Div, sum, rowCount(a));

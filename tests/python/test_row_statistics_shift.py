@@ -31,7 +31,11 @@ STATISTICS: dict[str, Callable[[Any], Any]] = {
     "layer_norm_two_dims": lambda x: F.layer_norm(x.reshape(x.shape[0], 1, -1), (1, x.shape[-1])),
     "var": lambda x: x.var(dim=-1),
     "std_keepdim": lambda x: x.std(dim=-1, keepdim=True),
-    "var_all": lambda x: x.var(),
+    "var_all": lambda x: x.var(),  # (every dim reduced: the sum runs in parallel chunks)
+    "layer_norm_of_a_row": lambda x: F.layer_norm(x[0], x.shape[-1:]),  # (seed 89295)
+    # (the mean read back from the kernel's output buffer, where a softmax keeps its exp: seed
+    # 114504 read x0 there after the output pass had overwritten it)
+    "layer_norm_of_softmax": lambda x: F.layer_norm(torch.softmax(x * 0 + 1, -1), x.shape[-1:]),
 }
 
 
@@ -65,3 +69,14 @@ def test_rows_of_symbolic_width_still_match_eager() -> None:
     for width in (5, 9, 33):
         x = torch.randn(4, width, generator=torch.Generator().manual_seed(width)) * 3 + 2
         torch.testing.assert_close(compiled(x), fn(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(3,), (4, 3), (16, 33)])
+def test_layer_norm_of_a_softmax_in_one_kernel(shape: tuple[int, ...]) -> None:
+    # seed 114504: the softmax keeps its exp in the kernel's output buffer, which the output pass
+    # overwrites; x0 read there during that pass was another element's output (values off by 2)
+    def fn(x: Any) -> Any:
+        return F.layer_norm(torch.softmax(x, -1), x.shape[-1:], torch.linspace(0.5, 1.5, x.shape[-1]))
+
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(len(shape)))
+    torch.testing.assert_close(xjit.jit(fn, dynamic=False)(x), fn(x), rtol=1e-4, atol=1e-4)
