@@ -1054,21 +1054,42 @@ private:
     return accAt(a, accType, lanePlaceholder_);
   }
 
-  /// Whether every row has an element: the reduced dims have static sizes above 0; not in lane
-  /// mode (a row there is a block of lanes).
+  /// Whether every row has an element: the reduced dims have static sizes above 0.
   bool rowsNonEmpty() const {
-    if (lanes_) return false;
     for (int64_t r : reducedDims_)
       if (!fullShape_[size_t(r)].isStatic() || fullShape_[size_t(r)].value() <= 0) return false;
     return true;
   }
 
-  /// `value` at the current row's first element (0 along the reduced dims).
-  Expr rowFirst(const std::function<Expr(const std::vector<Expr> &)> &value) {
-    std::vector<Expr> idx = outer_;
+  /// `idx` (a full index of the current row) at the row's first element: 0 along reduced dims.
+  std::vector<Expr> rowStart(std::vector<Expr> idx) const {
     for (size_t d = 0; d < idx.size(); ++d)
       if (isReduced(d)) idx[d] = zeroIdx();
-    return value(idx);
+    return idx;
+  }
+
+  /// An accumulator holding `value` at the current row's first element, set in the row's
+  /// statements before the passes that follow (one per lane in lane mode); its value.
+  Expr rowFirstAcc(const std::string &name, DType d,
+                   const std::function<Expr(const std::vector<Expr> &)> &value) {
+    if (!lanes_) {
+      Expr first = cast(d, value(rowStart(outer_))); // (may emit the reductions it reads first)
+      int64_t a = lk_.kernel.addAcc(name, d);
+      pre_.push_back(initAcc(a, std::move(first)));
+      return acc(a, d);
+    }
+    Expr savedVar = laneVar_, savedIndex = laneIndex_;
+    Expr lane = newLane();
+    std::vector<Expr> idx = rowStart(outer_);
+    idx[innerDim_] = laneIndex_;
+    Expr first = cast(d, value(idx)); // (reductions it emits set and restore their own lanes)
+    laneVar_ = lane;
+    first = atLane(first);
+    int64_t a = lk_.kernel.addAcc(name, d, kLanes);
+    pre_.push_back(laneLoop(lane, {initAccAt(a, lane, std::move(first))}));
+    laneVar_ = savedVar;
+    laneIndex_ = savedIndex;
+    return accAt(a, d, lanePlaceholder_);
   }
 
   /// The number of elements of a row, in dtype d.
@@ -1208,19 +1229,14 @@ private:
       // the later passes read it from an accumulator set before them: the output pass may
       // overwrite what x0 is read from (a softmax's exp kept in the output buffer, fuzzer seed
       // 114504).
-      Expr first, shift;
-      if (rowsNonEmpty()) {
-        first = rowFirst(xa); // (may emit the reductions it reads first)
-        int64_t x0 = lk_.kernel.addAcc(name + "_x0", a);
-        pre_.push_back(initAcc(x0, first));
-        shift = acc(x0, a);
-      }
+      const bool shifts = rowsNonEmpty();
+      Expr shift = shifts ? rowFirstAcc(name + "_x0", a, xa) : nullptr;
       auto shifted = [&](const std::vector<Expr> &idx) {
-        return first ? binary(BinaryOp::Sub, xa(idx), first) : xa(idx);
+        return shifts ? binary(BinaryOp::Sub, xa(idx), xa(rowStart(idx))) : xa(idx);
       };
       Expr sum = reduceRow(name + "_sum", a, constFloat(a, 0), BinaryOp::Add, shifted);
       Expr mean = binary(BinaryOp::Div, sum, rowCount(a));
-      if (shift) mean = binary(BinaryOp::Add, shift, mean);
+      if (shifts) mean = binary(BinaryOp::Add, shift, mean);
       // var / std sum the squared deviations of f32 in f64, as eager's CPU kernel accumulates
       // (in f32, even cascaded, their error was 2-5x eager's on randn + 3); layer_norm's are
       // f32 like eager's.

@@ -80,3 +80,31 @@ def test_layer_norm_of_a_softmax_in_one_kernel(shape: tuple[int, ...]) -> None:
 
     x = torch.randn(shape, generator=torch.Generator().manual_seed(len(shape)))
     torch.testing.assert_close(xjit.jit(fn, dynamic=False)(x), fn(x), rtol=1e-4, atol=1e-4)
+
+
+# Lane mode (lower_fusion.cpp): the reduced dim is not the one with unit stride, so a "row" is a
+# block of lanes along the kept unit-stride dim and x0 is one accumulator per lane.
+LANES: dict[str, Callable[[Any], Any]] = {
+    "var_dim0": lambda x: x.var(dim=0),
+    "std_dim0_keepdim": lambda x: x.std(dim=0, keepdim=True),
+    "layer_norm_of_transposed": lambda x: F.layer_norm(x.t(), x.t().shape[-1:]),
+    "layer_norm_of_softmax_of_transposed": lambda x: F.layer_norm(
+        torch.softmax(x.t(), -1), x.t().shape[-1:]
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LANES))
+def test_lane_rows_of_equal_values_are_exact(name: str) -> None:
+    fn = LANES[name]
+    values = torch.tensor([0.1, 1 / 3, -7.3, 1e3 / 7, 12345.678] * 7)  # one value per column
+    x = values[None, :].expand(37, -1).contiguous()
+    torch.testing.assert_close(xjit.jit(lambda t: fn(t) * 1.0, dynamic=False)(x), fn(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", sorted(LANES))
+@pytest.mark.parametrize("shape", [(37, 35), (5, 2000)])
+def test_lane_rows_match_eager(name: str, shape: tuple[int, int]) -> None:
+    fn = LANES[name]
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(shape[1])) * 2 + 3
+    torch.testing.assert_close(xjit.jit(lambda t: fn(t) * 1.0, dynamic=False)(x), fn(x), rtol=1e-4, atol=1e-5)
