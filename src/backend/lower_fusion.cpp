@@ -849,6 +849,7 @@ private:
     innerVars_.clear();
     reductionValues_.clear();
     softmaxScratch_.clear();
+    laneNormStats_.clear();
     pre_.clear();
     size_t rank = fullShape_.size();
     fullExtents_.clear();
@@ -1087,6 +1088,23 @@ private:
     first = atLane(first);
     int64_t a = lk_.kernel.addAcc(name, d, kLanes);
     pre_.push_back(laneLoop(lane, {initAccAt(a, lane, std::move(first))}));
+    laneVar_ = savedVar;
+    laneIndex_ = savedIndex;
+    return accAt(a, d, lanePlaceholder_);
+  }
+
+  /// `e`, a statistic of the current row, kept in an accumulator set before the output pass,
+  /// one per lane, in lane mode: there the output pass would compute it again for every element
+  /// (LLVM cannot hoist a per-lane value out of the loop over the reduced dims; a layer norm over
+  /// a dim without unit stride, ConvNeXt's over channels, took a sqrt and two divisions per
+  /// element: 3.5x eager's time). Outside lane mode `e` itself, which LLVM hoists.
+  Expr perRow(const std::string &name, DType d, const Expr &e) {
+    if (!lanes_) return e;
+    Expr savedVar = laneVar_, savedIndex = laneIndex_;
+    Expr lane = newLane();
+    Expr v = atLane(e);
+    int64_t a = lk_.kernel.addAcc(name, d, kLanes);
+    pre_.push_back(laneLoop(lane, {initAccAt(a, lane, std::move(v))}));
     laneVar_ = savedVar;
     laneIndex_ = savedIndex;
     return accAt(a, d, lanePlaceholder_);
@@ -1379,10 +1397,19 @@ private:
     double eps = ops::hasAttrValue(op, "eps") ? ops::attrFloat(op, "eps")
                  : c == DType::F64            ? std::numeric_limits<double>::epsilon()
                                               : double(std::numeric_limits<float>::epsilon());
-    Expr var = rms ? st.b : binary(BinaryOp::Div, st.b, rowCount(c));
-    Expr rstd = binary(BinaryOp::Div, constFloat(c, 1.0),
-                       unary(UnaryOp::Sqrt, binary(BinaryOp::Add, var, constFloat(c, eps))));
-    Expr v = binary(BinaryOp::Mul, rms ? xv : binary(BinaryOp::Sub, xv, st.a), rstd);
+    auto [mean, rstd] = laneNormStats_[&op];
+    if (!rstd) {
+      const RowStats &row = rowStats(op, info); // (at the placeholder lane, as perRow takes them)
+      Expr var = rms ? row.b : binary(BinaryOp::Div, row.b, rowCount(c));
+      rstd = perRow("rstd", c,
+                    binary(BinaryOp::Div, constFloat(c, 1.0),
+                           unary(UnaryOp::Sqrt, binary(BinaryOp::Add, var, constFloat(c, eps)))));
+      mean = rms ? nullptr : perRow("mean", c, row.a);
+      laneNormStats_[&op] = {mean, rstd};
+    }
+    rstd = atLane(rstd);
+    if (mean) mean = atLane(mean);
+    Expr v = binary(BinaryOp::Mul, rms ? xv : binary(BinaryOp::Sub, xv, mean), rstd);
     size_t k = reducedDims_.size();
     std::vector<Expr> paramIdx(idx.end() - ptrdiff_t(k), idx.end());
     for (size_t i = 1; i < op.numOperands() && i <= (rms ? 1u : 2u); ++i) {
@@ -1600,6 +1627,7 @@ private:
   std::unordered_map<const Op *, RowStats> reductionValues_;
   Shape fullShape_;
   std::set<int64_t> softmaxScratch_; // output buffers holding a softmax's exp (one each)
+  std::map<const Op *, std::pair<Expr, Expr>> laneNormStats_; // a norm's (mean, rstd) per row
   std::vector<int64_t> reducedDims_;
   size_t innerDim_ = 0; // the full dim along which the innermost loop runs (chooseInnerDim)
   std::vector<Expr> outer_, fullExtents_, innerVars_;

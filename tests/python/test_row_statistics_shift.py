@@ -108,3 +108,42 @@ def test_lane_rows_match_eager(name: str, shape: tuple[int, int]) -> None:
     fn = LANES[name]
     x = torch.randn(shape, generator=torch.Generator().manual_seed(shape[1])) * 2 + 3
     torch.testing.assert_close(xjit.jit(lambda t: fn(t) * 1.0, dynamic=False)(x), fn(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("shape", [(1, 96, 7, 9), (2, 24, 5, 5)])
+def test_channel_norm_of_nchw_in_lane_mode(norm: str, shape: tuple[int, ...]) -> None:
+    # ConvNeXt's LayerNorm over channels of a permuted NCHW tensor: lane mode, its mean and rstd
+    # kept per lane before the output pass (lower_fusion.cpp perRow)
+    c = shape[1]
+    w, b = torch.linspace(0.5, 1.5, c), torch.linspace(-1, 1, c)
+
+    def fn(x: Any) -> Any:
+        y = x.permute(0, 2, 3, 1)
+        if norm == "rms_norm":
+            return F.rms_norm(y, (c,), w, eps=1e-6) * 2
+        return F.layer_norm(y, (c,), w, b) * 2
+
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(c)) * 3 + 1
+    torch.testing.assert_close(xjit.jit(fn, dynamic=False)(x), fn(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", ["layer_norm", "rms_norm"])
+def test_channel_norm_of_nchw_compiles_natively(norm: str) -> None:
+    # (a per-lane statistic read at the wrong lane made the kernel invalid, "loop variable used
+    # outside its loop": it then ran on the reference kernel, 20x slower)
+    import xjit.ir as ir
+
+    params = "%w" if norm == "rms_norm" else "%w, %w"
+    g = ir.parse(
+        f"""graph @f(%x: f32[1,96,7,7], %w: f32[96]) -> (f32[1,7,7,96]) {{
+  %0 = permute(%x) {{dims = [0, 2, 3, 1]}} : f32[1,7,7,96]
+  %1 = {norm}(%0, {params}) {{eps = 1e-05, normalized_shape = [96]}} : f32[1,7,7,96]
+  return(%1)
+}}"""
+    )
+    compiled = ir.compile(g)
+    assert compiled.stats["not_compiled"] == [] and compiled.stats["target_ops"] == 1
+    x, w = torch.randn(1, 96, 7, 7), torch.rand(96) + 0.5
+    want = getattr(F, norm)(x.permute(0, 2, 3, 1), (96,), w, *([w] if norm == "layer_norm" else []), eps=1e-5)
+    torch.testing.assert_close(torch.as_tensor(compiled.run([x, w])[0]), want, rtol=1e-4, atol=1e-5)
