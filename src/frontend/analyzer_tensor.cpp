@@ -21,6 +21,18 @@ using namespace bc;
 
 namespace {
 
+/// Whether `v` is `base` or a view of it through view ops of the graph (each viewing its
+/// operand 0).
+bool viewsInGraph(const Value *v, const Value *base) {
+  for (int depth = 0; v && depth < 256; ++depth) {
+    if (v == base) return true;
+    const Op *def = v->definingOp();
+    if (!def || !def->def().has(kView) || def->numOperands() == 0) return false;
+    v = def->operand(0);
+  }
+  return false;
+}
+
 // A graph input name from its source: L['self'].fc.weight -> self_fc_weight.
 std::string inputName(const Source &src) {
   std::string out;
@@ -1745,6 +1757,17 @@ VarPtr Analyzer::fallbackCall(PyObject *fn, const std::string &name, const Args 
       x = builder_.create("alias", {x}, {{"autodiff.stop", Attr(true)}})->result(0);
     vals.push_back(x);
   }
+  // A call reading its operand's storage past the view (as_strided) sees the storage of the
+  // tensor the view was made from; where the graph holds the view as a value of its own (a write
+  // through it, functionalized: `v = a.split(2)[-1]; v.mul_(v)`), it has no such storage to give
+  // (fuzzer seed 134091: the call read the written rows alone): the call runs after a break.
+  if (readsStorageCallee(callee))
+    for (size_t k = 0; k < operands.size(); ++k)
+      if (auto *tv = as<TensorVar>(operands[k]); tv && tv->base)
+        if (!viewsInGraph(vals[k], irValue(tv->base)))
+          fail("PyTorch fallback " + name +
+               " reads the storage of a view that the compiled graph holds apart from the tensor "
+               "it views (written through it)");
   // `callee` indexes Capture::fallbackCallables; the driver registers the callables.
   auto id = static_cast<int64_t>(fallbacks_.size());
   fallbacks_.push_back(callable);

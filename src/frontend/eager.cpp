@@ -443,7 +443,10 @@ bool readsStorage(const Op &op) {
   if (!name || name->kind() != AttrKind::Str) return false;
   const std::string &full = name->asStr();
   const size_t dot = full.rfind('.');
-  const std::string callee = dot == std::string::npos ? full : full.substr(dot + 1);
+  return readsStorageCallee(dot == std::string::npos ? full : full.substr(dot + 1));
+}
+
+bool readsStorageCallee(std::string_view callee) {
   return callee == "as_strided" || callee == "as_strided_" || callee == "as_strided_copy" ||
          callee == "as_strided_scatter";
 }

@@ -50,6 +50,8 @@ std::vector<PyRef> runEager(const Graph &g, const std::vector<PyRef> &inputs,
 /// (`as_strided` and its kin): its values depend on the operand's strides, storage offset and
 /// on how the tensor it views lays out its storage, not only on the operand's values.
 bool readsStorage(const Op &op);
+/// readsStorage by the callee's name (`as_strided`, not `Tensor.as_strided`).
+bool readsStorageCallee(std::string_view callee);
 
 std::vector<PyRef> runMeta(const Graph &g, const std::vector<PyRef> &inputs,
                            const ExternalCallables &externals, std::vector<bool> &unknown,

@@ -1301,3 +1301,18 @@ def test_as_strided_reads_the_storage_eager_lays_out(case, dynamic):
     else:
         for b in (4, 5):
             torch.testing.assert_close(xjit.jit(fn, dynamic=dynamic)(*make(b)), fn(*make(b)))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_as_strided_of_a_view_written_through_reads_its_base(dynamic):
+    # seed 134091: after `v.mul_(v)` the graph holds v (a split piece of the input) as a value of
+    # its own, so the fallback `as_strided(..., 1)` read the written rows alone (wrong values; an
+    # out-of-bounds storage at batch 6) where eager reads the input's storage from its start:
+    # the call now runs after a graph break, on the caller's tensor
+    def fn(a):
+        v = a.split(2, 0)[-1]
+        v.mul_(v)
+        return v.as_strided((2, 4), (1, 2), 1) * 2, v
+
+    make = lambda b: [torch.randn(b, 8, generator=torch.Generator().manual_seed(b))]  # noqa: E731
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[4, 6])
