@@ -1432,18 +1432,7 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
   return strides;
 }
 
-/// Outputs with exact layouts (strided views of one computed tensor: `v3 = (a <= -1)[1:];
-/// return v3[:, 1:], v3` of a transposed a, fuzzer seed 14231) get eager's strides only when
-/// the tensor they view is computed in eager's dim order, which eager does not record (it is
-/// no output). Each dim order of that base is tried: one that gives every laid-out output
-/// viewing it eager's strides (on dims of size > 1) is the one computed, as for a dense output
-/// (permute(contiguous(permute(base, order)), inverse)); the views then read it. A wrong guess
-/// costs nothing but the copy after the run (restoreLayouts checks each output's strides).
-/// Targets with a `storageOrder` (the operands of calls that read storage) need their base in
-/// that order whatever their views' strides; `unmet` gets the indices of those left otherwise
-/// (a base the
-/// graph does not compute as a fresh tensor, no order that fits). Returns the number of bases
-/// rewritten.
+/// What computeViewedBasesInLayouts lays out: a tensor and the layout eager gives it.
 struct LayoutTarget {
   Value *value;               // a graph output, or the operand of a call that reads storage
   const OutputLayout *layout; // eager's
@@ -1462,6 +1451,17 @@ bool laidOutByPyTorch(const Value *v) {
   return v->ownerBlock() && !v->ownerBlock()->parentOp();
 }
 
+/// Outputs with exact layouts (strided views of one computed tensor: `v3 = (a <= -1)[1:];
+/// return v3[:, 1:], v3` of a transposed a, fuzzer seed 14231) get eager's strides only when
+/// the tensor they view is computed in eager's dim order, which eager does not record (it is
+/// no output). Each dim order of that base is tried: one that gives every laid-out output
+/// viewing it eager's strides (on dims of size > 1) is the one computed, as for a dense output
+/// (permute(contiguous(permute(base, order)), inverse)); the views then read it. A wrong guess
+/// costs nothing but the copy after the run (restoreLayouts checks each output's strides).
+/// Targets with a `storageOrder` (the operands of calls that read storage) need their base in
+/// that order whatever their views' strides; `unmet` gets the indices of those left otherwise
+/// (a base the graph does not compute as a fresh tensor, no order that fits). Returns the number
+/// of bases rewritten.
 int computeViewedBasesInLayouts(Graph &g, const std::vector<LayoutTarget> &targets,
                                 std::vector<size_t> *unmet = nullptr) {
   static const std::set<std::string, std::less<>> followed = {
