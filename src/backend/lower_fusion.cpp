@@ -762,6 +762,19 @@ private:
   // reduced dims with the block's lanes innermost (unit stride, vectorized). Row statistics are
   // built with a placeholder lane and instantiated at the lane of the loop that reads them.
   static constexpr int64_t kLanes = 1024;
+  int64_t laneBlock_ = kLanes; // lanes per block: kLanes, or fewer (laneBlockFor)
+
+  /// The lanes per block for a lane dim of `size`: kLanes, but where that makes one block and no
+  /// other kept dim can run in parallel (a column sum of [1024, 768], a bias gradient: one
+  /// thread, 2x eager's time), blocks of an eighth of the dim (a multiple of 16 lanes, 64 or
+  /// more), so that the blocks run in parallel.
+  int64_t laneBlockFor(const DimExpr &size) const {
+    if (!size.isStatic() || size.value() < 128) return kLanes;
+    for (size_t d = 0; d < fullShape_.size(); ++d)
+      if (d != innerDim_ && !isReduced(d) && !isStaticOne(fullShape_[d])) return kLanes;
+    const int64_t eighth = (size.value() + 7) / 8;
+    return std::min(kLanes, std::max<int64_t>(64, (eighth + 15) / 16 * 16));
+  }
 
   /// A fresh lane variable for a loop over the current block's lanes; sets the current lane.
   Expr newLane() {
@@ -869,19 +882,21 @@ private:
       if (d == innerDim_ && !lanes_) innerVars_.push_back(outer_[d]);
     }
     if (lanes_) {
-      // The last outer loop runs over blocks: lanes [block * kLanes, min(+kLanes, extent)).
+      // The last outer loop runs over blocks: lanes [block * lb, min(+lb, extent)).
       // A static count of blocks, so that a single block leaves the parallel loop to another dim.
       Expr block = outer_[innerDim_], n = fullExtents_[innerDim_];
       const DimExpr &size = fullShape_[innerDim_];
-      loopExtents[innerDim_] =
-          size.isStatic()
-              ? constIdx((size.value() + kLanes - 1) / kLanes)
-              : binary(BinaryOp::Div, addIdx(n, constIdx(kLanes - 1)), constIdx(kLanes)); // n >= 0
-      laneBase_ = mulIdx(block, constIdx(kLanes));
-      laneCount_ = binary(BinaryOp::Min, constIdx(kLanes), binary(BinaryOp::Sub, n, laneBase_));
-      // One static block: a static lane count, so that the lane loops have a known trip count
-      // (BN statistics of [8,56,56,64] channels-last: 456 -> 235 us, one thread).
-      if (size.isStatic() && size.value() <= kLanes) laneCount_ = constIdx(size.value());
+      laneBlock_ = laneBlockFor(size);
+      const int64_t lb = laneBlock_;
+      loopExtents[innerDim_] = size.isStatic() ? constIdx((size.value() + lb - 1) / lb)
+                                               : binary(BinaryOp::Div, addIdx(n, constIdx(lb - 1)),
+                                                        constIdx(lb)); // n >= 0
+      laneBase_ = mulIdx(block, constIdx(lb));
+      laneCount_ = binary(BinaryOp::Min, constIdx(lb), binary(BinaryOp::Sub, n, laneBase_));
+      // Static blocks of equal size: a static lane count, so that the lane loops have a known
+      // trip count (BN statistics of [8,56,56,64] channels-last: 456 -> 235 us, one thread).
+      if (size.isStatic() && size.value() <= lb) laneCount_ = constIdx(size.value());
+      if (size.isStatic() && size.value() % lb == 0) laneCount_ = constIdx(lb);
       lanePlaceholder_ = var(-1000); // never reaches the kernel (atLane replaces it)
       outer_[innerDim_] = nullptr;
     }
@@ -936,7 +951,7 @@ private:
     for (size_t j = rowDims.size(); j-- > 0;)
       if (j != par) body = {forLoop(outerIds[j], rowExtents[j], std::move(body), vec)};
     size_t d = rowDims[par];
-    Expr work = lanes_ && d == innerDim_ ? constIdx(kLanes) : constIdx(1);
+    Expr work = lanes_ && d == innerDim_ ? constIdx(laneBlock_) : constIdx(1);
     for (size_t e = 0; e < rank; ++e)
       if (e != d) work = mulIdx(work, fullExtents_[e]);
     return {parallelFor(outerIds[par], rowExtents[par], work, std::move(body), vec)};

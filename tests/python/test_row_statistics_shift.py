@@ -103,7 +103,9 @@ def test_lane_rows_of_equal_values_are_exact(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(LANES))
-@pytest.mark.parametrize("shape", [(37, 35), (5, 2000)])
+# (35 lanes: one block; 200: blocks of 64 with a tail of 8; 768: 8 blocks of 96; 2000: 8 blocks
+# of 256, the last of 208: lower_fusion.cpp laneBlockFor)
+@pytest.mark.parametrize("shape", [(37, 35), (33, 200), (9, 768), (5, 2000)])
 def test_lane_rows_match_eager(name: str, shape: tuple[int, int]) -> None:
     fn = LANES[name]
     x = torch.randn(shape, generator=torch.Generator().manual_seed(shape[1])) * 2 + 3
@@ -147,3 +149,12 @@ def test_channel_norm_of_nchw_compiles_natively(norm: str) -> None:
     x, w = torch.randn(1, 96, 7, 7), torch.rand(96) + 0.5
     want = getattr(F, norm)(x.permute(0, 2, 3, 1), (96,), w, *([w] if norm == "layer_norm" else []), eps=1e-5)
     torch.testing.assert_close(torch.as_tensor(compiled.run([x, w])[0]), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1024, 768), (33, 200), (7, 1000), (3, 4096)])
+def test_column_sums_in_lane_blocks_match_eager(shape: tuple[int, int]) -> None:
+    # a bias gradient's column sum: the lane dim is the only kept dim, cut into blocks that run
+    # in parallel (each lane sums its rows in order, as one block of 1024 lanes did)
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(shape[1]))
+    for fn in (lambda t: t.sum(0) * 1.0, lambda t: t.amax(0) + 0, lambda t: torch.softmax(t, 0) * 1.0):
+        torch.testing.assert_close(xjit.jit(fn, dynamic=False)(x), fn(x), rtol=1e-5, atol=1e-5)
