@@ -103,7 +103,7 @@ def test_lane_rows_of_equal_values_are_exact(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(LANES))
-# (35 lanes: one block; 200: blocks of 64 with a tail of 8; 768: 8 blocks of 96; 2000: 8 blocks
+# (35 lanes: one block; 200: blocks of 64 with a tail of 8; 768: 6 blocks of 128; 2000: 8 blocks
 # of 256, the last of 208: lower_fusion.cpp laneBlockFor)
 @pytest.mark.parametrize("shape", [(37, 35), (33, 200), (9, 768), (5, 2000)])
 def test_lane_rows_match_eager(name: str, shape: tuple[int, int]) -> None:
