@@ -1085,45 +1085,45 @@ private:
     return idx;
   }
 
-  /// An accumulator holding `value` at the current row's first element, set in the row's
-  /// statements before the passes that follow (one per lane in lane mode); its value.
-  Expr rowFirstAcc(const std::string &name, DType d,
-                   const std::function<Expr(const std::vector<Expr> &)> &value) {
+  /// An accumulator set to `make()`, a value of the current row, in the row's statements before
+  /// the passes that follow (one per lane in lane mode: `make` runs with that lane current);
+  /// its value.
+  Expr rowAcc(const std::string &name, DType d, const std::function<Expr()> &make) {
     if (!lanes_) {
-      Expr first = cast(d, value(rowStart(outer_))); // (may emit the reductions it reads first)
+      Expr v = make(); // (may emit the reductions it reads first)
       int64_t a = lk_.kernel.addAcc(name, d);
-      pre_.push_back(initAcc(a, std::move(first)));
+      pre_.push_back(initAcc(a, std::move(v)));
       return acc(a, d);
     }
     Expr savedVar = laneVar_, savedIndex = laneIndex_;
     Expr lane = newLane();
-    std::vector<Expr> idx = rowStart(outer_);
-    idx[innerDim_] = laneIndex_;
-    Expr first = cast(d, value(idx)); // (reductions it emits set and restore their own lanes)
+    Expr v = make(); // (reductions it emits set and restore their own lanes)
     laneVar_ = lane;
-    first = atLane(first);
-    int64_t a = lk_.kernel.addAcc(name, d, kLanes);
-    pre_.push_back(laneLoop(lane, {initAccAt(a, lane, std::move(first))}));
-    laneVar_ = savedVar;
-    laneIndex_ = savedIndex;
-    return accAt(a, d, lanePlaceholder_);
-  }
-
-  /// `e`, a statistic of the current row, kept in an accumulator set before the output pass,
-  /// one per lane, in lane mode: there the output pass would compute it again for every element
-  /// (LLVM cannot hoist a per-lane value out of the loop over the reduced dims; a layer norm over
-  /// a dim without unit stride, ConvNeXt's over channels, took a sqrt and two divisions per
-  /// element: 3.5x eager's time). Outside lane mode `e` itself, which LLVM hoists.
-  Expr perRow(const std::string &name, DType d, const Expr &e) {
-    if (!lanes_) return e;
-    Expr savedVar = laneVar_, savedIndex = laneIndex_;
-    Expr lane = newLane();
-    Expr v = atLane(e);
+    v = atLane(v);
     int64_t a = lk_.kernel.addAcc(name, d, kLanes);
     pre_.push_back(laneLoop(lane, {initAccAt(a, lane, std::move(v))}));
     laneVar_ = savedVar;
     laneIndex_ = savedIndex;
     return accAt(a, d, lanePlaceholder_);
+  }
+
+  /// `value` at the current row's first element, in an accumulator (rowAcc).
+  Expr rowFirstAcc(const std::string &name, DType d,
+                   const std::function<Expr(const std::vector<Expr> &)> &value) {
+    return rowAcc(name, d, [&] {
+      std::vector<Expr> idx = rowStart(outer_);
+      if (lanes_) idx[innerDim_] = laneIndex_;
+      return cast(d, value(idx));
+    });
+  }
+
+  /// `e`, a statistic of the current row, kept per lane before the output pass in lane mode
+  /// (rowAcc): there the output pass would compute it again for every element (LLVM cannot
+  /// hoist a per-lane value out of the loop over the reduced dims; a layer norm over a dim
+  /// without unit stride, ConvNeXt's over channels, took a sqrt and two divisions per element:
+  /// 3.5x eager's time). Outside lane mode `e` itself, which LLVM hoists.
+  Expr perRow(const std::string &name, DType d, const Expr &e) {
+    return lanes_ ? rowAcc(name, d, [&] { return e; }) : e;
   }
 
   /// The number of elements of a row, in dtype d.
