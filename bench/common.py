@@ -227,6 +227,24 @@ def children_peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
+def kernel_cases_main(cases: Mapping[str, tuple[Any, ...]], no_grad: bool = False) -> None:
+    """The command line of a kernel-case script (bench/strided_kernels.py and the like):
+    --repeats, --inner, --inductor, --only; one thread; print_kernel_cases with strides."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--inner", type=int, default=20)
+    ap.add_argument("--inductor", action="store_true")
+    ap.add_argument("--only", default="", help="run the cases whose name contains this text")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    backends = ["eager", "xjit"] + (["inductor"] if args.inductor else [])
+    selected = {name: case for name, case in cases.items() if args.only in name}
+    with torch.no_grad() if no_grad else torch.enable_grad():
+        print_kernel_cases(selected, backends, args.repeats, args.inner, strides=True)
+
+
 def print_kernel_cases(
     cases: Mapping[str, tuple[Any, ...]],
     backends: list[str],

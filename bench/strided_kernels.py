@@ -9,7 +9,6 @@ interleaved repeats of the calling thread's CPU time (fair on a loaded machine).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ os.environ.setdefault("XJIT_NUM_THREADS", "1")
 
 import torch
 
-from bench.common import print_kernel_cases
+from bench.common import kernel_cases_main
 
 
 def cases() -> dict[str, tuple]:
@@ -42,17 +41,5 @@ def cases() -> dict[str, tuple]:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--inner", type=int, default=20)
-    ap.add_argument("--inductor", action="store_true")
-    ap.add_argument("--only", default="", help="run the cases whose name contains this text")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    backends = ["eager", "xjit"] + (["inductor"] if args.inductor else [])
-    selected = {name: case for name, case in cases().items() if args.only in name}
-    print_kernel_cases(selected, backends, args.repeats, args.inner, strides=True)
-
 if __name__ == "__main__":
-    main()
+    kernel_cases_main(cases())

@@ -190,14 +190,18 @@ std::vector<int64_t> viewPermutation(const Op &op, int64_t rank) {
   return perm;
 }
 
-/// The dim of tensor v expected to have unit stride: the last, unless v is a permutation
-/// (permute, transpose, t) of such a value, where it is the dim the source's unit dim went to (a
-/// guess the kernel's stride check confirms at run time; a kernel reading a transposed view then
-/// gets a fast version laid out for it instead of the general one). -1 for rank 0.
+/// The dim of tensor v expected to have unit stride: the last, unless v is a graph input the
+/// frontend saw laid out otherwise (its unit_dim hint: a transposed or channels_last input) or
+/// a permutation (permute, transpose, t) of such a value, where it is the dim the source's unit
+/// dim went to (a guess the kernel's stride check confirms at run time; a kernel reading a
+/// transposed view then gets a fast version laid out for it instead of the general one). -1 for
+/// rank 0.
 int64_t expectedUnitDim(const Value *v) {
   const Type &t = v->type();
   if (!t.isTensor()) return -1;
   int64_t rank = t.rank();
+  if (v->isBlockArgument() && v->unitDimHint() >= 0 && v->unitDimHint() < rank)
+    return v->unitDimHint();
   const Op *op = v->definingOp();
   if (rank < 2 || !op || op->numOperands() < 1) return rank - 1;
   const std::string &n = op->name();

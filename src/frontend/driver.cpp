@@ -833,6 +833,26 @@ void deriveLayouts(CompiledEntry &e, const Graph &g, SourceValues &values,
   }
 }
 
+/// Marks each graph input whose tensor this call gives laid out with unit stride in another dim
+/// than the last (a transposed matrix, a channels_last image) with that dim (unitDimHint): the
+/// native kernels reading it then get fast versions laid out for it, not only their general
+/// (scalar) one. The inputs' layout classes are guarded (deriveLayouts), so later calls give
+/// the same dim; the kernels' stride checks decide at run time all the same.
+void hintInputUnitDims(Graph &g, const CompiledEntry &e, SourceValues &values) {
+  for (size_t i = 0; i < e.inputSlots.size() && i < g.numInputs(); ++i) {
+    if (!e.inputTypes[i].isTensor() || e.intInputs[i] || e.floatInputs[i]) continue;
+    const dlpack::DLTensor *t = values.tensor(e.inputSlots[i]);
+    if (!t || !t->strides || t->ndim < 2) continue;
+    const int last = t->ndim - 1;
+    if (t->shape[last] == 1 || t->strides[last] == 1) continue; // as the kernels expect
+    int unit = -1; // -2: more than one (an overlapping view): no hint
+    for (int d = 0; d < t->ndim; ++d)
+      if (t->shape[d] > 1 && t->strides[d] == 1) unit = unit == -1 ? d : -2;
+    if (unit >= 0 && g.input(i)->type().isTensor() && g.input(i)->type().rank() == t->ndim)
+      g.input(i)->setUnitDimHint(unit);
+  }
+}
+
 void markSeen(const OutPlan &p, std::vector<bool> &seen) {
   if (p.kind == OutputNode::GraphOutput && p.index >= 0 && size_t(p.index) < seen.size())
     seen[size_t(p.index)] = true;
@@ -924,11 +944,14 @@ void restoreLayouts(const CompiledEntry &e, const std::vector<RtValue> &outs,
       // then `v3 = v1.squeeze()`; a write to v3 after a graph break missed v1 when v1 was copied).
       // So does a view at an offset with symbolic sizes whose order eager's was only at the
       // capture's sizes (OutputLayout::symbolicView).
+      // An empty view addresses no element: nothing of it stays connected (fuzzer seed 140204:
+      // `v5[1:]` of a batch of one next to v5).
       bool shared = false;
       for (size_t j = 0; copies && j < outs.size() && !shared; ++j)
         shared = j != i && j < e.visibleOutputs.size() && e.visibleOutputs[j] &&
                  outs[j].isTensor() && v.tensor().storage() &&
-                 outs[j].tensor().storage() == v.tensor().storage();
+                 outs[j].tensor().storage() == v.tensor().storage() && v.tensor().numel() > 0 &&
+                 outs[j].tensor().numel() > 0;
       if (shared && e.rerunnable && !layout.symbolicView)
         throw InternalFailure{errors::kRun, "graph output " + std::to_string(i) +
                                                 " shares memory with another output and is not in "
@@ -1007,6 +1030,7 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
   std::map<const Op *, std::vector<int>> callOrders;
   std::map<const Op *, StorageRead> storageReads;
   deriveLayouts(*e, g, values, cap.fallbackCallables, guards, callOrders, storageReads);
+  hintInputUnitDims(g, *e, values);
   // Dropout's noise drawn in eager's memory order of its input (a transposed or channels_last
   // input: another mask than a contiguous draw), and the tensors `as_strided` reads past its
   // view in eager's order, on every backend.

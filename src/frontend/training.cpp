@@ -60,6 +60,28 @@ const Value *viewRoot(const Value *v) {
   return v;
 }
 
+/// Gives each value the forward saves for the backward that is a view of an input the step
+/// writes back after the run (a TensorCopy effect) a copy of its own, made at the end of the
+/// forward: the view would read the written contents in the backward, where eager's autograd
+/// kept the old ones (fuzzer seed 155885: `v = a[:, 1:]; v[:, 0].mul_(w); return v` saved a's
+/// column for w's gradient, and the write-back of a doubled it).
+void copySavedViewsOfWrittenInputs(Graph &fwd, size_t numOutputs, const CompiledEntry &e) {
+  std::set<const Value *> written;
+  for (const EffectPlan &fx : e.effects)
+    if (fx.kind == SideEffect::TensorCopy)
+      for (size_t i = 0; i < e.inputSlots.size() && i < fwd.numInputs(); ++i)
+        if (e.inputSlots[i] == fx.target) written.insert(fwd.input(i));
+  Op *ret = fwd.body()->terminator();
+  if (written.empty() || !ret) return;
+  Builder b(fwd.body(), ret);
+  b.setLoc(ret->loc());
+  for (size_t k = numOutputs; k < ret->numOperands(); ++k) {
+    Value *v = ret->operand(k);
+    if (v->type().isTensor() && !v->isBlockArgument() && written.count(viewRoot(v)))
+      ret->setOperand(k, b.op("clone", {v}));
+  }
+}
+
 /// Why the forward's outputs cannot be autograd.Function outputs ("" if they can): an output
 /// that is (a view of) an input, or two outputs sharing memory, would need the view tracking
 /// autograd gives eager tensors. Outputs flagged in `rebuilt` (OutputView) are not Function
@@ -447,6 +469,7 @@ std::string compileTraining(CompiledEntry &e, const SourceLoc &loc, int id) {
   }
   if (std::string why = outputAliasing(*ad.forward, ad.numOutputs, rebuilt); !why.empty())
     return why;
+  copySavedViewsOfWrittenInputs(*ad.forward, ad.numOutputs, e);
   // A write replayed with copy_ would not be recorded by autograd: only values without a
   // gradient (running statistics, counters) may be written in place.
   const std::set<size_t> differentiable(ad.gradOutputs.begin(), ad.gradOutputs.end());

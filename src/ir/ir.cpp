@@ -238,8 +238,11 @@ std::unique_ptr<Op> cloneOp(const Op &op, std::unordered_map<const Value *, Valu
 }
 
 void cloneBlock(const Block &src, Block &dst, std::unordered_map<const Value *, Value *> &map) {
-  for (const auto &a : src.arguments())
-    map[a.get()] = dst.addArgument(a->type(), a->name());
+  for (const auto &a : src.arguments()) {
+    Value *copy = dst.addArgument(a->type(), a->name());
+    copy->setUnitDimHint(a->unitDimHint());
+    map[a.get()] = copy;
+  }
   for (Op *op : src)
     dst.push_back(cloneOp(*op, map));
 }

@@ -135,7 +135,19 @@ private:
         expected("an argument name such as '%x'", name);
       expect(':', "after the argument name");
       Type t = parseType();
-      define(name, {block->addArgument(t, name.str)}, false);
+      Value *arg = block->addArgument(t, name.str);
+      if (consumeIf('{')) { // `{unit_dim = d}`: the layout hint (Value::unitDimHint)
+        Token key = lex_.next();
+        if (!key.isIdent("unit_dim")) expected("'unit_dim' in an argument's attributes", key);
+        expect('=', "after 'unit_dim'");
+        Token d = lex_.next();
+        if (d.kind != Tok::Int) expected("a dim number after 'unit_dim ='", d);
+        if (!t.isTensor() || d.intValue < 0 || d.intValue >= t.rank())
+          errorAt(d, "unit_dim " + std::to_string(d.intValue) + " is not a dim of " + t.str());
+        arg->setUnitDimHint(int(d.intValue));
+        expect('}', "after the argument's attributes");
+      }
+      define(name, {arg}, false);
       if (consumeIf(',')) continue;
       if (consumeIf(')')) return;
       expected("',' or ')' after an argument", lex_.peek());

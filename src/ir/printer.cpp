@@ -157,8 +157,11 @@ private:
 
   void arguments(const Block &b) {
     os_ << "(";
-    for (size_t i = 0; i < b.numArguments(); ++i)
-      os_ << (i ? ", " : "") << namer_.ref(b.argument(i)) << ": " << b.argument(i)->type().str();
+    for (size_t i = 0; i < b.numArguments(); ++i) {
+      const Value *a = b.argument(i);
+      os_ << (i ? ", " : "") << namer_.ref(a) << ": " << a->type().str();
+      if (a->unitDimHint() >= 0) os_ << " {unit_dim = " << a->unitDimHint() << "}";
+    }
     os_ << ")";
   }
 

@@ -78,6 +78,12 @@ private:
   void block(const Block &b, const Op *parent, size_t regionIndex) {
     for (const auto &a : b.arguments()) {
       visible_.insert(a.get());
+      if (int d = a->unitDimHint(); d >= 0 && (!a->type().isTensor() || d >= a->type().rank())) {
+        std::string what = "argument #" + std::to_string(a->index()) + " unit_dim " +
+                           std::to_string(d) + " is not a dim of " + a->type().str();
+        report(parent, parent ? "region #" + std::to_string(regionIndex) + " " + what
+                              : "graph @" + g_.name() + ": " + what);
+      }
       if (!hasNegativeDim(a->type())) continue;
       std::string what = "argument #" + std::to_string(a->index()) + " type " + a->type().str() +
                          " has a negative dimension";

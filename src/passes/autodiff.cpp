@@ -1033,8 +1033,10 @@ AutodiffGraphs differentiate(const Graph &src, const std::vector<bool> &requires
 
   r.forward = std::make_unique<Graph>(src.name() + ".forward");
   std::unordered_map<const Value *, Value *> fmap;
-  for (size_t i = 0; i < j.numInputs; ++i)
+  for (size_t i = 0; i < j.numInputs; ++i) { // (the same tensors: their layout hints hold)
     fmap[g.input(i)] = r.forward->addInput(g.input(i)->type(), g.input(i)->name());
+    fmap[g.input(i)]->setUnitDimHint(g.input(i)->unitDimHint());
+  }
   for (Op *op : *g.body())
     if (op != ret && fwd.count(op)) copyOp(r.forward->body(), op, fmap);
   std::vector<Value *> fouts;
@@ -1049,8 +1051,10 @@ AutodiffGraphs differentiate(const Graph &src, const std::vector<bool> &requires
   std::unordered_map<const Value *, Value *> bmap;
   for (const Value *v : savedValues)
     bmap[v] = r.backward->addInput(v->type(), v->name().empty() ? "saved" : v->name());
-  for (size_t i : r.savedInputs)
+  for (size_t i : r.savedInputs) {
     bmap[g.input(i)] = r.backward->addInput(g.input(i)->type(), g.input(i)->name());
+    bmap[g.input(i)]->setUnitDimHint(g.input(i)->unitDimHint());
+  }
   for (size_t i : r.shapeInputs) // (bmap keeps the input itself: no op reads the carrier)
     r.backward->addInput(g.input(i)->type(), g.input(i)->name() + "_shape");
   for (size_t i = j.numInputs; i < g.numInputs(); ++i)

@@ -18,18 +18,19 @@ bool runEraseDeviceOps(Graph &g, PassContext &ctx); // erase_device_ops.cpp
 bool runFunctionalize(Graph &g, PassContext &ctx);  // functionalize.cpp
 bool runMixedPrecision(Graph &g, PassContext &ctx); // mixed_precision.cpp
 // -- code-generation preparation (attention decomposition, layout, fusion, memory planning) --
-bool runDecomposeAttention(Graph &g, PassContext &ctx); // decompose_attention.cpp
-bool runCausalProducts(Graph &g, PassContext &ctx);     // causal_products.cpp
-bool runDecomposeBatchNorm(Graph &g, PassContext &ctx); // decompose_batch_norm.cpp
-bool runDecomposeGroupNorm(Graph &g, PassContext &ctx); // decompose_group_norm.cpp
-bool runDecomposeMatvec(Graph &g, PassContext &ctx);    // decompose_matvec.cpp
-bool runWidenHalfProducts(Graph &g, PassContext &ctx);  // widen_half_products.cpp
-bool runMergeProductSums(Graph &g, PassContext &ctx);   // merge_product_sums.cpp
-bool runLayout(Graph &g, PassContext &ctx);             // layout.cpp
-bool runSinkPermutes(Graph &g, PassContext &ctx);       // sink_permutes.cpp
-bool runFuse(Graph &g, PassContext &ctx);               // fuse.cpp
-bool runReinplace(Graph &g, PassContext &ctx);          // reinplace.cpp
-bool runPlanMemory(Graph &g, PassContext &ctx);         // plan_memory.cpp
+bool runDecomposeAttention(Graph &g, PassContext &ctx);  // decompose_attention.cpp
+bool runCausalProducts(Graph &g, PassContext &ctx);      // causal_products.cpp
+bool runDecomposeBatchNorm(Graph &g, PassContext &ctx);  // decompose_batch_norm.cpp
+bool runDecomposeGroupNorm(Graph &g, PassContext &ctx);  // decompose_group_norm.cpp
+bool runDecomposeMatvec(Graph &g, PassContext &ctx);     // decompose_matvec.cpp
+bool runWidenHalfProducts(Graph &g, PassContext &ctx);   // widen_half_products.cpp
+bool runMergeProductSums(Graph &g, PassContext &ctx);    // merge_product_sums.cpp
+bool runLayout(Graph &g, PassContext &ctx);              // layout.cpp
+bool runSinkPermutes(Graph &g, PassContext &ctx);        // sink_permutes.cpp
+bool runFuse(Graph &g, PassContext &ctx);                // fuse.cpp
+bool runCollapseReducedDims(Graph &g, PassContext &ctx); // collapse_reduced_dims.cpp
+bool runReinplace(Graph &g, PassContext &ctx);           // reinplace.cpp
+bool runPlanMemory(Graph &g, PassContext &ctx);          // plan_memory.cpp
 // -- training --
 bool runAutodiff(Graph &g, PassContext &ctx); // autodiff.cpp (the frontend calls differentiate())
 
@@ -166,6 +167,11 @@ const std::vector<PassInfo> &passTable() {
        .statistics = {"groups-elementwise", "groups-reduction", "groups-epilogue", "ops-fused",
                       "ops-duplicated"},
        .run = runFuse},
+      {.name = "collapse-reduced-dims",
+       .summary = "merges a reduction's trailing run of reduced dims into one (mean over H, W of "
+                  "[N, C, H, W] over H*W of [N, C, H*W]) so that its kernel's inner loop is long",
+       .statistics = {"fusions-collapsed", "reductions-collapsed"},
+       .run = runCollapseReducedDims},
       {.name = "reinplace",
        .summary = "computes outputs that the caller copies back into an input (return's "
                   "io.input_of) in that input's memory: index_put on it becomes index_put_, a "

@@ -123,5 +123,47 @@ TEST(FusionLoweringKey, TheTargetSharesEqualFusionsAndComputesEachRight) {
   }
 }
 
+// A graph input the frontend saw transposed (`{unit_dim = 0}`): the kernel's fast version is laid
+// out for that dim (its stride check asks for it), and the key tells it from the same fusion of
+// a row-major input; both compute the reference's values on a transposed tensor.
+TEST(FusionLoweringKey, AnInputsUnitDimHintLaysTheKernelOutForIt) {
+  constexpr const char *kText =
+      R"(graph @g(%x: f32[16,8] {unit_dim = 0}, %y: f32[16,8]) -> (f32[8], f32[8]) {
+  %a = fusion(%x) {kind = "reduction"} : f32[8] {
+  ^(%0: f32[16,8]):
+    %1 = exp(%0) : f32[16,8]
+    %2 = sum(%1) {dims = [0], keepdim = false} : f32[8]
+    yield(%2)
+  }
+  %b = fusion(%y) {kind = "reduction"} : f32[8] {
+  ^(%3: f32[16,8]):
+    %4 = exp(%3) : f32[16,8]
+    %5 = sum(%4) {dims = [0], keepdim = false} : f32[8]
+    yield(%5)
+  }
+  return(%a, %b)
+})";
+  auto g = parseGraph(kText);
+  std::vector<const Op *> f = fusions(*g);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_NE(fusionLoweringKey(*f[0]), fusionLoweringKey(*f[1]));
+  std::string hinted = printKernel(lowerFusion(*f[0]).kernel);
+  EXPECT_NE(hinted.find("eq(stride(in0,0), 1)"), std::string::npos) << hinted;
+  EXPECT_EQ(printKernel(lowerFusion(*f[1]).kernel).find("eq(stride(in0,0), 1)"), std::string::npos);
+  std::mt19937 rng(7);
+  Tensor base = Tensor::empty(DType::F32, {8, 16});
+  for (int64_t i = 0; i < base.numel(); ++i)
+    base.setDouble(i, std::uniform_real_distribution<double>(-1, 1)(rng));
+  Tensor xt = base.view({16, 8}, {1, 16}, 0); // base transposed: unit stride in dim 0
+  auto target = makeCpuTarget();
+  for (const Op *op : f) {
+    std::vector<RtValue> in = {RtValue(xt)};
+    Tensor want = interpretBlock(*op->region(0), in)[0].tensor();
+    Tensor got = target->compile(*op)->run(in)[0].tensor();
+    for (int64_t i = 0; i < want.numel(); ++i)
+      EXPECT_NEAR(got.getDouble(i), want.getDouble(i), 1e-5 * std::abs(want.getDouble(i)));
+  }
+}
+
 } // namespace
 } // namespace xjit::backend

@@ -365,6 +365,16 @@ TEST(Verifier, ReportsOpAndLocation) {
   EXPECT_EQ(diags[0].op, g->body()->front());
 }
 
+TEST(Verifier, AUnitDimHintOutsideItsInputsRank) {
+  auto g = parseGraph(wrap("  return(%x)", "%x: f32[4,3] {unit_dim = 0}", "f32[4,3]"));
+  EXPECT_TRUE(verifyGraph(*g).empty());
+  EXPECT_NE(printGraph(*g).find("%x: f32[4,3] {unit_dim = 0}"), std::string::npos);
+  g->input(0)->setUnitDimHint(2); // a pass that changed the rank would leave one
+  auto errors = verifyGraph(*g);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0], "graph @g: argument #0 unit_dim 2 is not a dim of f32[4,3]");
+}
+
 TEST(Verifier, UseBeforeDefinitionAfterMovingAnOp) {
   auto g = parseGraph(wrap("  %a = neg(%x) : f32[2]\n  %b = relu(%a) : f32[2]\n  return(%b)",
                            "%x: f32[2]", "f32[2]"));

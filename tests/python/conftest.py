@@ -101,6 +101,17 @@ def find_tool(name: str) -> str | None:
     return shutil.which(name)
 
 
+@pytest.fixture
+def fresh_frontend() -> Any:
+    """A frontend without compiled entries before and after the test: cases that compile one
+    lambda many times stay clear of the recompile limit (use with pytest.mark.usefixtures)."""
+    import xjit._frontend as fe
+
+    fe.reset()
+    yield
+    fe.reset()
+
+
 @pytest.fixture(scope="session")
 def xjit_run() -> str:
     tool = find_tool("xjit-run")

@@ -26,8 +26,9 @@ torch.manual_seed(0)
 a, b = torch.randn(512, 1024), torch.randn(1024, 1152)
 with torch.no_grad():
     got = xjit.jit(fn, fullgraph=True)(a, b)
-    want = fn(a, b)
-close = all(torch.allclose(g, w, rtol=1e-5, atol=1e-4) for g, w in zip(got, want))
+    want = fn(a.double(), b.double())
+# Against float64: eager's own f32 tanh is off by up to 5e-5 in about one process in eight.
+close = all(torch.allclose(g.double(), w, rtol=1e-5, atol=1e-4) for g, w in zip(got, want))
 print(json.dumps({"close": close, **ir.backend_stats()}), flush=True)
 """
 

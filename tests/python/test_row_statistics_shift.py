@@ -13,15 +13,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 xjit = pytest.importorskip("xjit")
-fe = pytest.importorskip("xjit._frontend")
 F = torch.nn.functional
 
 
-@pytest.fixture(autouse=True)
-def _fresh_frontend() -> Any:
-    fe.reset()  # (each case compiles the same lambda: no recompile limit across cases)
-    yield
-    fe.reset()
+pytestmark = pytest.mark.usefixtures("fresh_frontend")  # (conftest.py)
 
 STATISTICS: dict[str, Callable[[Any], Any]] = {
     "layer_norm": lambda x: F.layer_norm(x, x.shape[-1:]),

@@ -75,6 +75,13 @@ public:
   unsigned index() const { return index_; }
   bool isBlockArgument() const { return op_ == nullptr; }
 
+  /// For a graph input: the dim the frontend saw with unit stride when it compiled the graph
+  /// (`{unit_dim = d}` in the text), where that is not the last; -1 when not known. A hint
+  /// only, never a fact: kernels lay their fast versions out for it and their stride checks
+  /// still decide at run time (a transposed or channels_last input then runs vectorized).
+  int unitDimHint() const { return unitDimHint_; }
+  void setUnitDimHint(int d) { unitDimHint_ = d; }
+
   const std::vector<Use> &uses() const { return uses_; }
   bool hasUses() const { return !uses_.empty(); }
   /// Points every use of this value at `other`.
@@ -90,6 +97,7 @@ private:
   Op *op_;
   Block *block_;
   unsigned index_;
+  int unitDimHint_ = -1;
   std::vector<Use> uses_;
 };
 

@@ -42,8 +42,8 @@ namespace xjit::runtime {
 /// (CompileOptions::outputWritesInput; a no-op without it).
 inline constexpr const char *kDefaultPipeline =
     "decompose-attention,causal-products,widen-half-products,decompose-batch-norm,"
-    "decompose-group-norm,merge-product-sums,decompose-matvec,layout,sink-permutes,fuse,reinplace,"
-    "plan-memory{in-place=false}";
+    "decompose-group-norm,merge-product-sums,decompose-matvec,layout,sink-permutes,fuse,"
+    "collapse-reduced-dims,reinplace,plan-memory{in-place=false}";
 /// kDefaultPipeline, or XJIT_PIPELINE when set (read once; for experiments and debugging).
 const std::string &defaultPipeline();
 

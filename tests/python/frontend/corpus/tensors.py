@@ -168,8 +168,9 @@ def norms_functional(x):
 def conv_pool_functional(x):
     w = torch.ones(2, 3, 3, 3) * 0.1
     y = F.conv2d(x, w, padding=1)
+    # (a 1x1 adaptive pool is a mean over H and W, as in ATen)
     return F.max_pool2d(y, 2), F.avg_pool2d(y, 2, stride=1), F.adaptive_avg_pool2d(y, (1, 1)), \
-        F.conv2d(x, w, stride=2), F.pad(y, (1, 1, 2, 0))
+        F.adaptive_avg_pool2d(y, (2, 3)), F.conv2d(x, w, stride=2), F.pad(y, (1, 1, 2, 0))
 
 
 def embedding_functional(idx):
@@ -228,7 +229,7 @@ CASES = [
          ops=("scaled_dot_product_attention",)),
     Case("norms_functional", norms_functional, x34, ops=("layer_norm",)),
     Case("conv_pool_functional", conv_pool_functional, lambda: (torch.randn(1, 3, 8, 8),),
-         ops=("conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "pad")),
+         ops=("conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "mean", "pad")),
     Case("embedding_functional", embedding_functional, lambda: (torch.tensor([[0, 2], [4, 1]]),)),
     Case("method_chain", method_chain, x34),
     Case("movedim_diag", movedim_diag, x234),
