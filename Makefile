@@ -33,7 +33,9 @@ demo: build
 fuzz: build
 	$(BUILD_DIR)/tools/xjit-fuzz --graphs=$(FUZZ_GRAPHS) --seed=1
 
+# bench/requirements.txt: matplotlib for the charts (transformers is already there from setup).
 bench: build
+	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(PYTHON) -m pip install -q -r bench/requirements.txt
 	$(PYTHON) bench/run.py
 
 format:

@@ -259,6 +259,7 @@ struct State {
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::optional<llvm::orc::JITTargetMachineBuilder> jtmb;
   std::atomic<uint64_t> counter{0};
+  std::string vectorWidth; // every kernel function's "prefer-vector-width" (empty: LLVM's own)
   /// Target machines not in use: not thread-safe but reusable. With its subtarget (instruction,
   /// register and lowering tables) a machine is most of the heap LLVM keeps between compiles.
   std::mutex machinesMutex;
@@ -302,6 +303,19 @@ void parseOptions(const std::string &llvmArgs) {
   llvm::cl::ParseCommandLineOptions(int(argv.size()), argv.data(), "", &llvm::errs());
 }
 
+/// 512-bit vectors where the host has AVX-512 (F, BW, DQ, VL: what PyTorch's AVX512 kernels
+/// ask for), against LLVM's 256 for these CPUs (its prefer-256-bit tuning, kept for older
+/// parts' clock drop under 512-bit work): exp-heavy kernels ran 0.66x eager's at 256 bits and
+/// 0.96x at 512, softmax 0.84x -> 1.1x (docs/perf.md "Session 31"). XJIT_VECTOR_WIDTH=256 or
+/// 512 overrides it (A/B runs).
+std::string preferredVectorWidth(const std::string &features) {
+  if (const char *w = std::getenv("XJIT_VECTOR_WIDTH"); w && *w) return w;
+  for (const char *f : {"+avx512f", "+avx512bw", "+avx512dq", "+avx512vl"})
+    if (features.find(std::string(f) + ",") == std::string::npos && !features.ends_with(f))
+      return "";
+  return "512";
+}
+
 void start(const std::string &llvmArgs, std::string &cpu, std::string &features,
            std::atomic<uint64_t> &machinesMade) {
   if (gState) return;
@@ -315,6 +329,9 @@ void start(const std::string &llvmArgs, std::string &cpu, std::string &features,
   for (const auto &f : llvm::sys::getHostCPUFeatures())
     subtargetFeatures.AddFeature(f.first(), f.second);
   features = subtargetFeatures.getString();
+  state->vectorWidth = preferredVectorWidth(features);
+  // The width changes the code: part of what a cache entry was built for (compileCacheKey).
+  if (!state->vectorWidth.empty()) features += ";prefer-vector-width=" + state->vectorWidth;
   jtmb.setCPU(cpu);
   jtmb.getFeatures() = subtargetFeatures;
   jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
@@ -369,6 +386,9 @@ std::string buildObject(const Kernel &k, const std::string &symbol, Pipeline pip
   auto t0 = Clock::now();
   auto ctx = std::make_unique<llvm::LLVMContext>();
   std::unique_ptr<llvm::Module> mod = emitKernelModule(k, symbol, *ctx);
+  if (!gState->vectorWidth.empty())
+    for (llvm::Function &f : *mod)
+      if (!f.isDeclaration()) f.addFnAttr("prefer-vector-width", gState->vectorWidth);
   times.emit = msSince(t0);
 
   auto t1 = Clock::now();

@@ -17,7 +17,8 @@ pytest.importorskip("torch")
 
 # q @ k^T with q and k split from one [S, 3D] projection (GPT-2's c_attn): rows 3D apart, which
 # oneDNN 2.6's brgemm matmul refuses, so the product runs on gemm:jit. `dense` instead runs a
-# product of contiguous operands (brgemm, no gemm plan).
+# product on a transposed contiguous rhs, as linear's weight (brgemm, no gemm plan; a row-major
+# rhs would take gemm too: dnnl_matmul.cpp preferGemm).
 PROGRAM = """
 import json, sys, torch, xjit
 from xjit import ir
@@ -29,11 +30,11 @@ def attention_scores(x):
     return (q @ k.transpose(-1, -2)) * 0.25
 
 def dense(a, b):
-    return torch.relu(a @ b)
+    return torch.relu(a @ b.t())
 
 torch.manual_seed(0)
 x = torch.randn(1, 16, 192)
-a, b = torch.randn(24, 32), torch.randn(32, 40)
+a, b = torch.randn(24, 32), torch.randn(40, 32)
 fn, args = (attention_scores, (x,)) if sys.argv[1] == "strided" else (dense, (a, b))
 with torch.no_grad():
     got = xjit.jit(fn, fullgraph=True)(*args)
