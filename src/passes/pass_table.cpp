@@ -25,6 +25,7 @@ bool runDecomposeGroupNorm(Graph &g, PassContext &ctx);  // decompose_group_norm
 bool runDecomposeMatvec(Graph &g, PassContext &ctx);     // decompose_matvec.cpp
 bool runWidenHalfProducts(Graph &g, PassContext &ctx);   // widen_half_products.cpp
 bool runMergeProductSums(Graph &g, PassContext &ctx);    // merge_product_sums.cpp
+bool runBatchRowProducts(Graph &g, PassContext &ctx);    // batch_row_products.cpp
 bool runLayout(Graph &g, PassContext &ctx);              // layout.cpp
 bool runSinkPermutes(Graph &g, PassContext &ctx);        // sink_permutes.cpp
 bool runFuse(Graph &g, PassContext &ctx);                // fuse.cpp
@@ -143,6 +144,12 @@ const std::vector<PassInfo> &passTable() {
                   "inner dim",
        .statistics = {"sums-merged", "products-merged"},
        .run = runMergeProductSums},
+      {.name = "batch-row-products",
+       .summary = "rewrites single-row f32/f64 linears sharing a weight, none depending on "
+                  "another (an unrolled recurrence's input projections), as one linear of the "
+                  "stacked rows; the ops using them move after it",
+       .statistics = {"batches", "rows-batched"},
+       .run = runBatchRowProducts},
       {.name = "layout",
        .summary = "runs chains of convolutions/poolings and the elementwise ops between them "
                   "channels-last, converting only at a chain's edges",

@@ -34,6 +34,8 @@ namespace xjit::runtime {
 /// widen-half-products runs f16 products on f32 library kernels (none for f16 on most CPUs).
 /// decompose-matvec computes a linear/matmul of one input row (batch 1, a decode step) as a
 /// fused multiply-sum loop instead of a library GEMM call (docs/passes.md).
+/// batch-row-products computes single-row linears sharing a weight that do not depend on each
+/// other (an unrolled recurrence's input projections) as one GEMM before decompose-matvec.
 /// merge-product-sums computes a sum of products over small inner dims (a weight's gradient
 /// summed over a recurrence's steps) as one library GEMM (docs/passes.md).
 /// plan-memory plans no in-place updates: the runtime would give each its own arena slice
@@ -42,8 +44,8 @@ namespace xjit::runtime {
 /// (CompileOptions::outputWritesInput; a no-op without it).
 inline constexpr const char *kDefaultPipeline =
     "decompose-attention,causal-products,widen-half-products,decompose-batch-norm,"
-    "decompose-group-norm,merge-product-sums,decompose-matvec,layout,sink-permutes,fuse,"
-    "collapse-reduced-dims,reinplace,plan-memory{in-place=false}";
+    "decompose-group-norm,merge-product-sums,batch-row-products,decompose-matvec,layout,"
+    "sink-permutes,fuse,collapse-reduced-dims,reinplace,plan-memory{in-place=false}";
 /// kDefaultPipeline, or XJIT_PIPELINE when set (read once; for experiments and debugging).
 const std::string &defaultPipeline();
 
