@@ -2785,6 +2785,43 @@ MODULE_LOWER(modLSTMCell, {
   return std::make_shared<TupleVar>(std::vector<VarPtr>{h, c});
 })
 
+// nn.GRUCell and nn.RNNCell on a batch with a given h: the arithmetic of PyTorch's gru_cell
+// (h' = (h - n) * z + n, its order of operations) and rnn_tanh_cell / rnn_relu_cell, as for
+// LSTMCell (otherwise each step is a fallback call to _VF).
+VarPtr givenBatchedState(Analyzer &a, const Args &args) {
+  if (args.pos.size() != 2 || !args.kw.empty() || isNoneVar(args.pos[1])) return nullptr;
+  auto *x = as<TensorVar>(args.pos[0]);
+  auto *h = as<TensorVar>(args.pos[1]);
+  if (!x || !h || x->value->type().rank() != 2 || h->value->type().rank() != 2) return nullptr;
+  return args.pos[1];
+}
+MODULE_LOWER(modGRUCell, {
+  VarPtr h = givenBatchedState(a, args);
+  if (!h) return nullptr;
+  auto chunks = [&](VarPtr v) {
+    return a.emit("chunk", {v}, {{"chunks", Attr(int64_t(3))}, {"dim", Attr(int64_t(1))}});
+  };
+  std::vector<VarPtr> gi =
+      chunks(callF(a, "linear", {args.pos[0], attr("weight_ih"), attr("bias_ih")}));
+  std::vector<VarPtr> gh = chunks(callF(a, "linear", {h, attr("weight_hh"), attr("bias_hh")}));
+  VarPtr reset = a.emit1("sigmoid", {a.emit1("add", {gh[0], gi[0]})});
+  VarPtr update = a.emit1("sigmoid", {a.emit1("add", {gh[1], gi[1]})});
+  VarPtr fresh = a.emit1("tanh", {a.emit1("add", {gi[2], a.emit1("mul", {gh[2], reset})})});
+  return a.emit1("add", {a.emit1("mul", {a.emit1("sub", {h, fresh}), update}), fresh});
+})
+MODULE_LOWER(modRNNCell, {
+  VarPtr h = givenBatchedState(a, args);
+  if (!h) return nullptr;
+  PyRef mode = a.asPython(attr("nonlinearity"));
+  if (!mode) return nullptr;
+  const std::string nonlinearity = utf8(mode.get());
+  if (nonlinearity != "tanh" && nonlinearity != "relu") return nullptr; // forward raises
+  VarPtr pre =
+      a.emit1("add", {callF(a, "linear", {args.pos[0], attr("weight_ih"), attr("bias_ih")}),
+                      callF(a, "linear", {h, attr("weight_hh"), attr("bias_hh")})});
+  return a.emit1(nonlinearity.c_str(), {pre});
+})
+
 #undef MODULE_LOWER
 
 const std::unordered_map<PyObject *, ModuleLower> &moduleTable() {
@@ -2833,6 +2870,8 @@ const std::unordered_map<PyObject *, ModuleLower> &moduleTable() {
         {"Hardtanh", modActivation},
         {"Softplus", modActivation},
         {"LSTMCell", modLSTMCell},
+        {"GRUCell", modGRUCell},
+        {"RNNCell", modRNNCell},
     };
     for (auto &[name, fn] : rows) {
       PyObject *cls = PyObject_GetAttrString(nn.get(), name);

@@ -1,7 +1,7 @@
 """batch-row-products (src/passes/batch_row_products.cpp): single-row linears sharing a weight,
 none depending on another, run as one linear over the stacked rows; an unrolled recurrence's
-input projections (a Python loop over nn.LSTMCell, nn.LSTM at batch 1; GRUCell and RNNCell
-are PyTorch fallback nodes, left out)
+input projections (a Python loop over nn.LSTMCell, GRUCell or RNNCell, which the frontend
+lowers to their gate arithmetic, and nn.LSTM at batch 1)
 then read their weight once per call instead of once per step. Values are checked against eager
 (f32 sums in another order) and the batched product is looked for in the compiled graph; an
 autoregressive loop (each step's input is the step before's output) must stay per step, and
@@ -22,11 +22,20 @@ pytestmark = pytest.mark.usefixtures("fresh_frontend")  # (conftest.py)
 STEPS, EMBED, HIDDEN = 10, 16, 32
 
 
+CELLS = {
+    "lstm": nn.LSTMCell,
+    "gru": nn.GRUCell,
+    "rnn_tanh": nn.RNNCell,
+    "rnn_relu_no_bias": lambda i, h: nn.RNNCell(i, h, bias=False, nonlinearity="relu"),
+}
+
+
 class CellLoop(nn.Module):
-    def __init__(self, layers: int = 2) -> None:
+    def __init__(self, kind: str = "lstm", layers: int = 2) -> None:
         super().__init__()
+        self.lstm = kind == "lstm"
         self.cells = nn.ModuleList(
-            nn.LSTMCell(EMBED if i == 0 else HIDDEN, HIDDEN) for i in range(layers)
+            CELLS[kind](EMBED if i == 0 else HIDDEN, HIDDEN) for i in range(layers)
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -35,8 +44,12 @@ class CellLoop(nn.Module):
         for t in range(x.shape[1]):
             h = x[:, t]
             for i, cell in enumerate(self.cells):
-                states[i] = cell(h, states[i])
-                h = states[i][0]
+                if self.lstm:
+                    states[i] = cell(h, states[i])
+                    h = states[i][0]
+                else:
+                    h = cell(h, states[i][0])
+                    states[i] = (h, h)
             outs.append(h)
         return torch.stack(outs, 1)
 
@@ -74,13 +87,15 @@ def _run(model: nn.Module, x: torch.Tensor, tmp_path: Path) -> tuple[torch.Tenso
     return got, want
 
 
-def test_cell_loops_batch_their_input_projections(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", list(CELLS))
+def test_cell_loops_batch_their_input_projections(kind: str, tmp_path: Path) -> None:
     torch.manual_seed(0)
-    model, x = CellLoop().eval(), torch.randn(1, STEPS, EMBED)
+    model, x = CellLoop(kind).eval(), torch.randn(1, STEPS, EMBED)
     got, want = _run(model, x, tmp_path)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    # Both layers' input projections (the second layer's of the first layer's h).
+    # Both layers' input projections (the second layer's of the first layer's h), no fallback.
     assert _batched_products(tmp_path, STEPS) == 2
+    assert "external_call" not in "".join(p.read_text() for p in tmp_path.glob("*.runtime.xir"))
 
 
 def test_nn_lstm_at_batch_one(tmp_path: Path) -> None:
@@ -100,9 +115,10 @@ def test_an_autoregressive_loop_stays_per_step(tmp_path: Path) -> None:
     assert _batched_products(tmp_path, STEPS) == 0
 
 
-def test_gradients_through_a_batched_loop() -> None:
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_gradients_through_a_batched_loop(kind: str) -> None:
     torch.manual_seed(3)
-    model, x = CellLoop(), torch.randn(1, STEPS, EMBED, requires_grad=True)
+    model, x = CellLoop(kind), torch.randn(1, STEPS, EMBED, requires_grad=True)
     compiled = xjit.jit(model)
     got = compiled(x)
     got.square().sum().backward()
@@ -114,3 +130,16 @@ def test_gradients_through_a_batched_loop() -> None:
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     for g, w in zip(grads, [p.grad for p in model.parameters()] + [x.grad]):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["gru", "rnn_tanh"])
+def test_cells_without_a_state_or_a_batch_dim_still_match(kind: str) -> None:
+    # No h (zeros made by PyTorch's forward) or an unbatched input: the module's forward runs
+    # (its _VF call a PyTorch fallback node), with eager's values.
+    torch.manual_seed(4)
+    cell = CELLS[kind](EMBED, HIDDEN)
+    x, h = torch.randn(3, EMBED), torch.randn(3, HIDDEN)
+    with torch.no_grad():
+        for args in [(x,), (x[0], h[0]), (x, h)]:
+            got = xjit.jit(lambda *a: cell(*a) * 2)(*args)
+            torch.testing.assert_close(got, cell(*args) * 2, rtol=1e-5, atol=1e-6)
