@@ -82,5 +82,8 @@ PyRef makeFallbackCallable(PyObject *fn, const std::vector<ArgTemplate> &args,
 PyRef dropNones(PyObject *callable, const std::vector<Py_ssize_t> &nones);
 /// torch.empty(sizes, dtype=..., device="meta") for fallback shape inference.
 PyRef metaTensor(DType dtype, const std::vector<int64_t> &sizes);
+/// Forgets the view replays of the outputs just built (analyzer_output.cpp: the replays of one
+/// call share their steps, so that views eager made of one copy stay views of one copy).
+void clearInputViewReplays();
 
 } // namespace xjit::frontend

@@ -94,6 +94,11 @@ PyObject *partialConstructor() {
 /// graph wrote the input in place, and viewed that where eager copied: fuzzer seed 88504,
 /// `a[1:][...] = 7; return a.contiguous()[0]` of a strided a), the replay's copy is returned
 /// with like's values, so that a write to it misses the input as eager's does.
+/// Replays of one call share their steps (the function's `memo`, keyed by the input and the
+/// steps so far, cleared after each call: clearInputViewReplays): outputs eager made as views
+/// of one copy stay views of one copy (fuzzer seed 166685: `v1 = a.contiguous()` of a written
+/// transposed a and `v1.transpose(0, 1)` returned together). An object already returned
+/// (`given`) is not returned again for a second output of the same steps: eager's are two.
 PyObject *inputViewConstructor() {
   static PyObject *make = pythonHelper(
       "def _dim(x, d):\n"
@@ -131,14 +136,24 @@ PyObject *inputViewConstructor() {
       "def _result(y, r):\n"
       "    return y[r] if isinstance(y, (tuple, list)) else y\n"
       "def _xjit_input_view(base, like, steps):\n"
-      "    x = base\n"
+      "    memo, given = _xjit_input_view.memo, _xjit_input_view.given\n"
+      "    x, key, last = base, (id(base),), len(steps) - 1\n"
       "    try:\n"
-      "        for name, attrs, result in steps:\n"
+      "        for i, (name, attrs, result) in enumerate(steps):\n"
       "            if attrs.get('shape', 0) is None:  # symbolic: the last step, like's shape\n"
       "                attrs = dict(attrs, shape=list(like.shape))\n"
-      "            x = _STEPS[name](x, attrs, result)\n"
+      "            key += ((name, repr(attrs), result),)\n"
+      "            y = memo.get(key)\n"
+      "            if y is None or (i == last and id(y) in given):\n"
+      "                y = _STEPS[name](x, attrs, result)\n"
+      "                memo.setdefault(key, y)\n"
+      "            x = y\n"
+      "        r = _finish(base, like, x)\n"
       "    except Exception:\n"
       "        return like\n"
+      "    given.add(id(r))\n"
+      "    return r\n"
+      "def _finish(base, like, x):\n"
       "    if x.shape != like.shape or x.dtype != like.dtype:\n"
       "        return like\n"
       "    if x.untyped_storage().data_ptr() == base.untyped_storage().data_ptr():\n"
@@ -151,7 +166,8 @@ PyObject *inputViewConstructor() {
       "    try:\n"
       "        return x.copy_(like)\n"
       "    except RuntimeError:\n"
-      "        return like.clone()\n",
+      "        return like.clone()\n"
+      "_xjit_input_view.memo, _xjit_input_view.given = {}, set()\n",
       "_xjit_input_view");
   return make;
 }
@@ -229,6 +245,13 @@ PyObject *cellConstructor() {
 }
 
 } // namespace
+
+void clearInputViewReplays() {
+  static PyObject *memo = PyObject_GetAttrString(inputViewConstructor(), "memo");
+  static PyObject *given = PyObject_GetAttrString(inputViewConstructor(), "given");
+  if (memo && PyDict_GET_SIZE(memo)) PyDict_Clear(memo);
+  if (given && PySet_GET_SIZE(given)) PySet_Clear(given);
+}
 
 PyObject *gradModeExitType() {
   static PyObject *type = [] {

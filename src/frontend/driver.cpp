@@ -243,6 +243,11 @@ OutPlan planOutput(const OutputNode &n, CompiledEntry &e, const Graph &g) {
   return p;
 }
 
+/// Clears the view replays of the outputs built in its scope, also when building them raised.
+struct ClearInputViewReplays {
+  ~ClearInputViewReplays() { clearInputViewReplays(); }
+};
+
 /// Builds the object described by `p`. Graph outputs are converted once each, so that the same
 /// output used twice is the same Python object (as in eager); so are shared objects, kept in
 /// `done` after the graph outputs. Throws PyErrorSet.
@@ -1417,6 +1422,7 @@ PyObject *runChecked(const std::shared_ptr<CompiledEntry> &e, SourceValues &valu
         separateOutputs(*e, outs);
       }
       restoreLayouts(*e, outs, done);
+      ClearInputViewReplays replays;
       compiled = buildOutput(e->result, outs, done, values);
     } catch (const InternalFailure &fail) {
       failure = fail.reason;
@@ -1549,6 +1555,7 @@ PyObject *runEntry(const std::shared_ptr<CompiledEntry> &e, SourceValues &values
     }
     restoreLayouts(*e, outs, done);
     if (e->training) rebuildOutputViews(*e->training, e->inputTypes, trainingInputs, done);
+    ClearInputViewReplays replays;
     PyRef result = buildOutput(e->result, outs, done, values);
     replayEffects(*e, outs, done, values);
     if (e->gradModeAtExit >= 0) setGradMode(e->gradModeAtExit == 1);

@@ -1399,19 +1399,29 @@ def test_saved_view_of_an_input_written_back_keeps_its_old_values(fn, dynamic):
         torch.testing.assert_close(got_g, want_g)
 
 
-@pytest.mark.xfail(strict=True, reason="seed 166685, left (docs/testing.md, session 31): the "
-                   "view of a contiguous copy of a written input is built on the input's use")
-def test_view_of_the_copy_of_a_written_transposed_input_shares_the_copy():
-    # seed 166685: contiguous() is folded in the graph, its copy made by the frontend, and the
-    # transpose of it shares memory with neither the copy nor the input.
+@pytest.mark.parametrize("order", ["view_first", "copy_first", "twice"])
+def test_view_of_the_copy_of_a_written_transposed_input_shares_the_copy(order):
+    # seed 166685: contiguous() is folded in the graph (it views the written input), and each
+    # output eager viewed of a written input is rebuilt by replaying its view steps on it: the
+    # transpose's replay made a copy of its own, so a write through it missed v1. Replays of
+    # one call now share their steps; the same view returned twice is still two objects.
     def fn(a0):
         a0[0] = 5
         v1 = a0.contiguous()
-        return v1.transpose(-1, -2), v1
+        if order == "view_first":
+            return v1.transpose(-1, -2), v1
+        if order == "copy_first":
+            return v1, v1.transpose(-1, -2)
+        return v1, a0.contiguous(), v1.t()
 
     make = lambda: [torch.arange(40.0).reshape(8, 5).t()]  # noqa: E731
-    want_in, want, got_in, got = _eager_and_compiled(fn, make)
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
-    want[0][...] = -1
-    got[0][...] = -1
-    torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+    for _ in range(2):  # the second call replays again: a copy of its own, not the first call's
+        want_in, want, got_in, got = _eager_and_compiled(fn, make)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        torch.testing.assert_close(got_in, want_in, rtol=0, atol=0)
+        assert [g is h for g in got for h in got] == [w is x for w in want for x in want]
+        for i in range(len(want)):
+            want[i][...] = -i - 1
+            got[i][...] = -i - 1
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+            torch.testing.assert_close(got_in, want_in, rtol=0, atol=0)
