@@ -25,8 +25,6 @@
 namespace xjit::passes {
 namespace {
 
-using Ints = std::vector<int64_t>;
-
 /// Whether op is a linear of one static f32/f64 row: x [1, K], W [N, K], bias absent or [N].
 bool isRowLinear(const Op *op) {
   if (op->name() != "linear" || op->numOperands() < 2 || op->numOperands() > 3) return false;
@@ -50,17 +48,13 @@ bool reorderable(const Block &block) {
   return true;
 }
 
+/// Each op's position in its block.
 struct BlockOrder {
   std::unordered_map<const Op *, size_t> pos;
   explicit BlockOrder(const Block &block) {
     size_t i = 0;
     for (Op *op : block)
       pos[op] = i++;
-  }
-  /// Position of v's defining op; block arguments come first.
-  size_t of(const Value *v) const {
-    const Op *d = v->definingOp();
-    return d ? pos.at(d) + 1 : 0;
   }
 };
 
