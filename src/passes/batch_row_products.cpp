@@ -118,16 +118,15 @@ void rewriteBatch(Block &block, const std::vector<Op *> &batch, const BlockOrder
   const size_t lastPos = last ? order.pos.at(last) : 0;
   // Ops before that point using a batched result, transitively, move after the new ops.
   std::unordered_set<const Op *> moving, members(batch.begin(), batch.end());
-  std::vector<const Value *> work;
+  std::vector<const Value *> work; // (rows all graph inputs: the new ops go first, none move)
   for (Op *m : batch)
-    work.push_back(m->result(0));
+    if (last) work.push_back(m->result(0));
   while (!work.empty()) {
     const Value *v = work.back();
     work.pop_back();
     for (const Use &u : v->uses()) {
       const Op *user = u.user;
-      if (members.count(user) || (last && order.pos.at(user) > lastPos)) continue;
-      if (!last) continue; // rows are all graph inputs: the new ops go first, nothing moves
+      if (members.count(user) || order.pos.at(user) > lastPos) continue;
       if (moving.insert(user).second)
         for (const auto &r : user->results())
           work.push_back(r.get());
