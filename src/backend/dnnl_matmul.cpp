@@ -64,7 +64,58 @@ struct MatmulSpec {
   std::vector<PostOp> prologue; // addmm/baddbmm: alpha scaling, then + self
   std::vector<PostOp> post;     // the epilogue's post-ops
   DType dtype = DType::F32;
+  bool fpmathBf16 = false; // `fpmath = "bf16"` (bf16-products): operands may round to bf16
 };
+
+/// Whether oneDNN has a bf16 matmul better than its reference implementation on this CPU
+/// (AMX, AVX512-BF16 or its AVX-512 emulation). Probed once.
+bool bf16ProductsNative() {
+  static const bool native = [] {
+    try {
+      memory::desc a({32, 32}, memory::data_type::bf16, memory::format_tag::ab);
+      memory::desc b({32, 32}, memory::data_type::bf16, memory::format_tag::any);
+      memory::desc c({32, 32}, memory::data_type::f32, memory::format_tag::ab);
+      return !isReferenceImpl(
+          dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), userScratchpad(), cpuEngine()));
+    } catch (const dnnl::error &) {
+      return false;
+    }
+  }();
+  return native;
+}
+
+/// Rows per rhs below which converting an rhs to bf16 at every call costs more than bf16 saves
+/// (an Intel Xeon with AMX, eight 2048x2048 linears: bf16 with the conversion / f32 took 1.86x
+/// at 8 rows, 1.19x at 32, 0.92x at 64, 0.66x at 128, 0.49x at 256).
+constexpr int64_t kBf16RowsPerCallConversion = 64;
+
+/// Whether an `fpmath = "bf16"` product of `macs` multiply-adds runs on bf16 operands (rounded
+/// from f32, to nearest even) with f32 accumulation and result, as eager's oneDNN fpmath mode
+/// bf16 does (oneDNN 2.6 ignores that mode on x64, so the operands are converted here): above
+/// 16^3 multiply-adds (eager's rule, ATen's mkldnn checksize), where the CPU has native bf16
+/// products, and where the rhs is converted once (`rhsOnce`: constant, or tagged) or serves at
+/// least kBf16RowsPerCallConversion rows (`rhsElems`: its elements). Otherwise exact f32, never
+/// less precise than eager's.
+bool bf16Math(const MatmulSpec &s, int64_t macs, int64_t rhsElems, bool rhsOnce) {
+  return s.fpmathBf16 && s.dtype == DType::F32 && macs > 16 * 16 * 16 && bf16ProductsNative() &&
+         (rhsOnce || macs >= kBf16RowsPerCallConversion * rhsElems);
+}
+
+/// The dense descriptor of `dims` in `dt` whose last two dims are laid out as in `strides` (a
+/// transposed matrix stays transposed: converting it then is a plain elementwise pass).
+memory::desc denseLike(const Dims &dims, const Dims &strides, memory::data_type dt) {
+  const size_t r = dims.size();
+  if (r < 2 || strides[r - 2] != 1 || strides[r - 1] == 1) return denseDesc(dims, dt);
+  Dims st(r);
+  st[r - 2] = 1;
+  st[r - 1] = dims[r - 2];
+  int64_t step = dims[r - 2] * dims[r - 1];
+  for (size_t i = r - 2; i-- > 0;) {
+    st[i] = step;
+    step *= dims[i];
+  }
+  return stridedDesc(dims, st, dt);
+}
 
 Dims broadcastBatch(const Dims &a, const Dims &b) {
   size_t r = std::max(a.size(), b.size());
@@ -159,6 +210,7 @@ public:
   dnnl::matmul prim;
   std::string impl;
   memory::desc aDesc, bDesc, biasDesc, dstDesc;
+  DType operandDtype = DType::F32; // of the dense copies: bf16 for bf16 products (bf16Math)
   Densify densifyA, densifyB;
   Densify toB; // a tagged run-time rhs into the layout the primitive chose (`any`)
   const PackedWeights *packed = nullptr; // constant rhs
@@ -171,14 +223,15 @@ public:
     std::unordered_map<int, memory> args;
     std::vector<Tensor> keep;
     Tensor a = tensorOf(spec->lhs, in);
-    if (densifyA) a = densifyA(a, dtype);
+    if (densifyA) a = densifyA(a, operandDtype);
     keep.push_back(a);
     args[DNNL_ARG_SRC] = wrap(aDesc, a);
     if (packed) {
       args[DNNL_ARG_WEIGHTS] = packedB;
+    } else if (densifyB) { // into the thread's scratch: no fresh pages for a large rhs per call
+      args[DNNL_ARG_WEIGHTS] = densifyB.intoScratch(tensorOf(spec->rhs, in), ScratchSlot::Weights);
     } else {
       Tensor b = tensorOf(spec->rhs, in);
-      if (densifyB) b = densifyB(b, dtype);
       keep.push_back(b);
       args[DNNL_ARG_WEIGHTS] = runtimeWeights(b, bDesc, toB);
     }
@@ -390,7 +443,8 @@ public:
 
   std::string describe() const override {
     std::ostringstream os;
-    os << "oneDNN matmul for " << s_.name << " (" << dtypeName(s_.dtype) << ")"
+    os << "oneDNN matmul for " << s_.name << " (" << dtypeName(s_.dtype)
+       << (s_.fpmathBf16 ? ", bf16 fpmath" : "") << ")"
        << (packed_ ? ", constant weights prepacked" : "") << ", "
        << s_.prologue.size() + s_.post.size() << " post-ops";
     return os.str();
@@ -421,7 +475,11 @@ public:
     // copies such an rhs into its blocked layout at every call, which cost up to 2x the product
     // on an Intel Xeon (addmm 128x768x3072: 3.8 ms against gemm's 1.8 and eager's 1.7).
     const bool rowMajorF32 = s_.dtype == DType::F32 && !bVec && ast.back() == 1 && bst.back() == 1;
+    // bf16 operands (bf16Math): converted into dense copies (constant and tagged weights once),
+    // so the strided attempt is skipped; gemm is f32-only (brgemm has the AMX kernels).
+    const bool bf16 = bf16Math(s_, product(result) * k, product(bs), packed_ || packTagged);
     memory::data_type dt = *dnnlType(s_.dtype);
+    const memory::data_type odt = bf16 ? memory::data_type::bf16 : dt; // the operands' type
     memory::desc aUser = stridedDesc(as, ast, dt), bUser = stridedDesc(bs, bst, dt);
 
     // A native bias: linear's 1-D [N] bias; other biases are a binary add post-op.
@@ -441,30 +499,35 @@ public:
 
     // Attempt 0 reads operands through their strides; attempt 1 (when oneDNN rejects that or
     // only has its reference implementation for it) makes every operand dense first.
-    for (int attempt = denseOnly ? 1 : 0; attempt < 2; ++attempt) {
+    for (int attempt = denseOnly || bf16 ? 1 : 0; attempt < 2; ++attempt) {
       bool dense = attempt == 1;
       auto plan = std::make_unique<MatmulPlan>();
       plan->spec = &s_;
       plan->dtype = s_.dtype;
+      plan->operandDtype = bf16 ? DType::BF16 : s_.dtype;
       plan->resultSizes = result;
       if (fold) {
         if (aMerges && !dense) {
           plan->aDesc = stridedDesc(aSizes, aStrides, dt);
         } else {
-          plan->aDesc = denseDesc({product(as) / k, k}, dt);
-          plan->densifyA = Densify(aUser, denseDesc(as, dt));
+          plan->aDesc = denseDesc({product(as) / k, k}, odt);
+          plan->densifyA = Densify(aUser, denseDesc(as, odt));
         }
       } else if (dense) {
-        plan->aDesc = denseDesc(as, dt);
+        plan->aDesc = denseDesc(as, odt);
         plan->densifyA = Densify(aUser, plan->aDesc);
       } else {
         plan->aDesc = aUser;
       }
       memory::desc bWant;
-      if (packed_ || (packTagged && !dense)) {
-        bWant = memory::desc(memory::dims(bs.begin(), bs.end()), dt, memory::format_tag::any);
+      // The primitive's layout (`any`) for a constant rhs (packed once) and a tagged one (once
+      // per tag). An untagged bf16 one is converted per call in its own layout: oneDNN's
+      // reorder into the blocked layout took 2-4x as long as that.
+      const bool packOnce = packed_ || (packTagged && (!dense || bf16));
+      if (packOnce) {
+        bWant = memory::desc(memory::dims(bs.begin(), bs.end()), odt, memory::format_tag::any);
       } else if (dense) {
-        bWant = denseDesc(bs, dt);
+        bWant = bf16 ? denseLike(bs, bst, odt) : denseDesc(bs, odt);
         plan->densifyB = Densify(bUser, bWant);
       } else {
         bWant = bUser;
@@ -488,7 +551,7 @@ public:
         }
         dnnl::matmul::primitive_desc pd(*d, attr, cpuEngine());
         if (attempt == 0 && isReferenceImpl(pd)) continue;
-        if ((singleRow || rowMajorF32) && !packed_ && !packTagged && gemmForRowMajor())
+        if ((singleRow || rowMajorF32) && !packed_ && !packTagged && !bf16 && gemmForRowMajor())
           preferGemm(pd);
         plan->impl = pd.impl_info_str();
         plan->prim = dnnl::matmul(pd);
@@ -501,7 +564,7 @@ public:
           plan->packedB = packed_->get(bUser, pd.weights_desc());
         } else {
           plan->bDesc = pd.weights_desc();
-          if (packTagged && !dense && plan->bDesc != bUser) plan->toB = Densify(bUser, plan->bDesc);
+          if (packOnce && plan->bDesc != bUser) plan->toB = Densify(bUser, plan->bDesc);
         }
       } catch (const dnnl::error &) {
         if (attempt == 1) throw;
@@ -589,8 +652,10 @@ public:
     // KV cache buffer is not worth packing per shape); no prepacked constant weights, bias or
     // binary post-op but with a scalar (other operands' descriptors depend on the shape).
     Tensor A = tensorOf(s_.lhs, in), B = tensorOf(s_.rhs, in);
+    // bf16 products (bf16Math) convert their operands: plans per shape.
     if (!A.defined() || !B.defined() || packed_ || s_.bias.present() || s_.dtype != DType::F32 ||
-        s_.causal != Causal::None || !scalarBinaryOperands(s_, in))
+        (s_.fpmathBf16 && bf16ProductsNative()) || s_.causal != Causal::None ||
+        !scalarBinaryOperands(s_, in))
       return nullptr;
     MatmulGeometry g = matmulGeometry(A, B, s_.transposeRhs);
     if (g.aVec || g.bVec || (g.fold && !g.aMerges)) return nullptr;
@@ -649,6 +714,7 @@ std::unique_ptr<LibraryKernel> makeMatmulKernel(const CallIR &call) {
   s.name = op.name();
   s.dtype = call.resultType.dtype();
   s.post = call.postOps;
+  s.fpmathBf16 = op.attrOrNull("fpmath") != nullptr;
   if (s.name == "addmm" || s.name == "baddbmm") {
     s.lhs = call.operands[1];
     s.rhs = call.operands[2];

@@ -759,6 +759,7 @@ Capture Analyzer::finishWith(
   if (sameGradMode && gradEnabled_ != initialGrad) c.gradModeAtExit = gradEnabled_ ? 1 : 0;
   c.autogradFree = !recordedForAutograd_;
   c.autocastKey = entryAutocast_.key();
+  c.matmulBf16 = ambientMatmulBf16();
   c.cutsGradient = cutsGradient_;
   c.gradLeaves = gradLeaves_;
   std::vector<Value *> outputs;

@@ -5,6 +5,7 @@
 
 #include <Python.h>
 
+#include <string_view>
 #include <unordered_map>
 
 namespace xjit::frontend {
@@ -24,6 +25,42 @@ PyRef callWith(PyObject *fn, PyObject *arg) {
 }
 
 } // namespace
+
+bool ambientMatmulBf16() {
+  struct Probes {
+    PyObject *getter = nullptr; // torch._C._get_fp32_precision_getter(backend, op)
+    PyObject *levels[3][2] = {};
+  };
+  static Probes p = [] {
+    Probes q;
+    PyObject *c = PyObject_GetAttrString(torchModule(), "_C");
+    q.getter = c ? PyObject_GetAttrString(c, "_get_fp32_precision_getter") : nullptr;
+    Py_XDECREF(c);
+    PyErr_Clear();
+    // ATen's float32Precision: the op's own setting, else its backend's "all", else generic's.
+    const char *names[3][2] = {{"mkldnn", "matmul"}, {"mkldnn", "all"}, {"generic", "all"}};
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 2; ++j)
+        q.levels[i][j] = PyUnicode_InternFromString(names[i][j]);
+    return q; // kept for good
+  }();
+  if (!p.getter) return false;
+  for (auto &level : p.levels) {
+    PyObject *args[] = {level[0], level[1]};
+    PyRef r = PyRef::steal(PyObject_Vectorcall(p.getter, args, 2, nullptr));
+    if (!r || !PyUnicode_Check(r.get())) {
+      PyErr_Clear();
+      return false;
+    }
+    const char *v = PyUnicode_AsUTF8(r.get());
+    if (!v) {
+      PyErr_Clear();
+      return false;
+    }
+    if (std::string_view(v) != "none") return std::string_view(v) == "bf16";
+  }
+  return false;
+}
 
 std::optional<AutocastState> ambientAutocast(std::string *why) {
   struct Probes {

@@ -102,6 +102,10 @@ struct CompiledEntry {
   bool breakGradEnabled = true;
   int gradModeAtExit = -1;  // Capture::gradModeAtExit
   uint32_t autocastKey = 0; // Capture::autocastKey: runs only under that autocast state
+  // Capture::matmulBf16: products marked bf16 (bf16-products), so it runs only while eager's
+  // matmul precision is bf16. An entry captured without it runs under either (exact f32 is
+  // never less precise than eager's).
+  bool matmulBf16 = false;
   uint64_t hits = 0;
   // Set: the graph runs as a compiled training step under autograd (training.h).
   std::shared_ptr<struct TrainingStep> training;

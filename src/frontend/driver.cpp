@@ -1077,6 +1077,7 @@ std::shared_ptr<CompiledEntry> buildEntry(const FrameView &f, Capture &cap,
   e->eager = opts.backend == Backend::Eager;
   e->gradModeAtExit = cap.gradModeAtExit;
   e->autocastKey = cap.autocastKey;
+  e->matmulBf16 = cap.matmulBf16;
   if (cap.breakPoint) {
     e->breakCode = cap.breakPoint->breakCode;
     e->breakGradEnabled = cap.breakPoint->gradEnabled;

@@ -450,6 +450,7 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
   std::shared_ptr<CompiledEntry> hit;
   std::optional<SourceValues> values;
   GuardFailure why;
+  std::optional<bool> matmulBf16; // read once, for the first entry that depends on it
   {
     BusyScope busy;
     // By index, holding each entry: guard checks may run Python, during which another thread
@@ -462,6 +463,10 @@ PyObject *handleFrameImpl(const FrameView &f, EvalDefault evalDefault) {
       }
       if (e->autocastKey != *autocastKey) {
         why = GuardFailure{-1, "compiled under another torch.autocast state", "", false};
+        continue;
+      }
+      if (e->matmulBf16 && !(matmulBf16 ? *matmulBf16 : *(matmulBf16 = ambientMatmulBf16()))) {
+        why = GuardFailure{-1, "compiled under PyTorch's bf16 matmul precision", "", false};
         continue;
       }
       values.emplace(e->sources, f);

@@ -61,6 +61,8 @@ bool compileNative(CompiledEntry &e, const SourceLoc &loc, int id, const std::st
     opts.target.keepText = !dumpTo.empty();
     opts.logPasses = settings().log & kLogPasses;
     opts.outputWritesInput = outputWritesInput(e);
+    // Under PyTorch's bf16 matmul precision the products run as eager's do (bf16-products).
+    if (e.matmulBf16) opts.pipeline = "bf16-products," + opts.pipeline;
     e.compiled = std::make_shared<const runtime::CompiledGraph>(
         runtime::compileGraph(*e.graph, runtime::cpuTarget(), opts));
     // A run now writes the caller's tensors while it runs: after a failure the frame cannot

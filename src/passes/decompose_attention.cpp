@@ -109,7 +109,10 @@ bool decompose(Op *op, PassContext &ctx, MaskConstants &made) {
     if (noise && noise->type().dtype() == dt) noise = wide(noise);
   }
   Value *kt = b.op("transpose", {k}, {{"dim0", int64_t(-2)}, {"dim1", int64_t(-1)}});
-  Value *scores = b.op("mul", {b.op("matmul", {q, kt}), b.constantFloat(scale)});
+  // bf16-products' mark carries over to the two products.
+  AttrMap productAttrs;
+  if (const Attr *m = op->attrOrNull("fpmath")) productAttrs.emplace("fpmath", *m);
+  Value *scores = b.op("mul", {b.op("matmul", {q, kt}, productAttrs), b.constantFloat(scale)});
   Value *ninf = nullptr; // made on first use: only masking needs -inf
   auto minusInf = [&] {
     if (!ninf) ninf = b.constantFloat(-std::numeric_limits<double>::infinity());
@@ -131,7 +134,7 @@ bool decompose(Op *op, PassContext &ctx, MaskConstants &made) {
     probs = b.op("masked_fill", {probs, b.op("eq", {rowMax, minusInf()}), b.constantFloat(0.0)});
   }
   if (noise) probs = b.op("mul", {probs, noise});
-  Value *out = b.op("matmul", {probs, v});
+  Value *out = b.op("matmul", {probs, v}, productAttrs);
   if (dt != DType::F32) out = b.op("cast", {out}, {{"dtype", dt}});
   if (!replaceIfSameType(op, out)) return false;
   ctx.count("attentions-decomposed");

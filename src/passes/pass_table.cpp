@@ -17,6 +17,7 @@ bool runFreeze(Graph &g, PassContext &ctx);         // freeze.cpp
 bool runEraseDeviceOps(Graph &g, PassContext &ctx); // erase_device_ops.cpp
 bool runFunctionalize(Graph &g, PassContext &ctx);  // functionalize.cpp
 bool runMixedPrecision(Graph &g, PassContext &ctx); // mixed_precision.cpp
+bool runBf16Products(Graph &g, PassContext &ctx);   // bf16_products.cpp
 // -- code-generation preparation (attention decomposition, layout, fusion, memory planning) --
 bool runDecomposeAttention(Graph &g, PassContext &ctx);  // decompose_attention.cpp
 bool runCausalProducts(Graph &g, PassContext &ctx);      // causal_products.cpp
@@ -99,6 +100,12 @@ const std::vector<PassInfo> &passTable() {
        .options = {{"dtype", "bf16", "the low-precision dtype: bf16 or f16"}},
        .statistics = {"ops-lowered", "casts-inserted"},
        .run = runMixedPrecision},
+      {.name = "bf16-products",
+       .summary = "marks f32 matmul/mm/bmm/linear/addmm/baddbmm/attention `fpmath = bf16` "
+                  "(captured under PyTorch's mkldnn matmul precision bf16: operands rounded "
+                  "to bf16, f32 accumulation, as eager's oneDNN)",
+       .statistics = {"products-marked"},
+       .run = runBf16Products},
       // -- code-generation preparation --
       {.name = "decompose-attention",
        .summary = "rewrites f32 scaled_dot_product_attention as matmul, scale, mask, softmax "

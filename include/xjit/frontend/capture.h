@@ -207,6 +207,7 @@ struct Capture {
   double captureMilliseconds = 0;
   std::optional<BreakPoint> breakPoint; // set: the capture stops at a graph break
   uint32_t autocastKey = 0; // AutocastState::key() at frame entry: the entry's autocast state
+  bool matmulBf16 = false;  // captured under PyTorch's bf16 matmul precision (ambientMatmulBf16)
   int gradModeAtExit = -1;  // 0/1: the frame leaves grad mode disabled/enabled (e.g. a resume
                             // function that exits a `with torch.no_grad()` block); -1: unchanged
   /// No op of the graph would be recorded by autograd in eager (every op ran with grad mode

@@ -132,6 +132,7 @@ struct MatmulForm {
   bool broadcastBatch = true;
   bool scaled = false; // beta / alpha attributes
   bool causal = false; // the optional `causal` attribute (matmul)
+  bool fpmath = false; // the optional `fpmath` attribute (f32 products PyTorch may run in bf16)
 };
 
 /// The values of matmul's `causal` attribute (set by the causal-products pass): a promise that
@@ -142,6 +143,18 @@ struct MatmulForm {
 /// a backend that skips checks the line's first element. The reference kernel computes the
 /// whole product.
 constexpr const char *kCausalModes[] = {"lhs_lower", "lhs_upper", "rhs_lower"};
+
+/// The `fpmath` attribute (set by the bf16-products pass when PyTorch's mkldnn matmul precision
+/// is "bf16", torch.set_float32_matmul_precision("medium")): "bf16" allows a backend to compute
+/// an f32 product from operands rounded to bf16, accumulating in f32, as eager's oneDNN does
+/// then. The reference kernel computes the exact product (the tighter bound).
+void checkFpmath(const std::string &name, const Op &op, const Type &a) {
+  const Attr *m = op.attrOrNull("fpmath");
+  if (!m) return;
+  if (m->asStr() != "bf16") inferFail(name + ": fpmath must be bf16, got '" + m->asStr() + "'");
+  if (a.dtype() != DType::F32)
+    inferFail(name + ": fpmath applies to f32 products, got " + std::string(dtypeName(a.dtype())));
+}
 
 void checkRank(const MatmulForm &f, const char *what, const Shape &s,
                const std::vector<int64_t> &ranks) {
@@ -187,6 +200,7 @@ std::vector<Type> formInfer(const MatmulForm &f, const Op &op) {
     if (a.rank() < 2 || b.rank() < 2)
       inferFail(std::string(f.name) + ": causal needs operands of rank >= 2");
   }
+  if (f.fpmath) checkFpmath(f.name, op, a);
   return {a.withShape(formShape(f, a.shape(), b.shape(), bias ? &bias->shape() : nullptr))};
 }
 
@@ -216,6 +230,7 @@ OpDef formRow(const MatmulForm &f) {
     attrs = {{.name = "beta", .kind = AttrKind::Float, .defaultValue = Attr(1.0)},
              {.name = "alpha", .kind = AttrKind::Float, .defaultValue = Attr(1.0)}};
   if (f.causal) attrs = {{.name = "causal", .kind = AttrKind::Str, .optional = true}};
+  if (f.fpmath) attrs.push_back({.name = "fpmath", .kind = AttrKind::Str, .optional = true});
   return OpDef{
       .name = f.name,
       .summary = f.summary,
@@ -238,14 +253,16 @@ const std::vector<MatmulForm> &matmulForms() {
        .operands = {{"self"}, {"other"}},
        .lhs = 0,
        .rhs = 1,
-       .causal = true},
+       .causal = true,
+       .fpmath = true},
       {.name = "mm",
        .summary = "Matrix product of two 2-D tensors of one dtype.",
        .operands = {{"self"}, {"mat2"}},
        .lhs = 0,
        .rhs = 1,
        .lhsRanks = {2},
-       .rhsRanks = {2}},
+       .rhsRanks = {2},
+       .fpmath = true},
       {.name = "bmm",
        .summary = "Batched matrix product of [b,n,k] and [b,k,m] (no broadcasting).",
        .operands = {{"self"}, {"mat2"}},
@@ -253,7 +270,8 @@ const std::vector<MatmulForm> &matmulForms() {
        .rhs = 1,
        .lhsRanks = {3},
        .rhsRanks = {3},
-       .broadcastBatch = false},
+       .broadcastBatch = false,
+       .fpmath = true},
       {.name = "mv",
        .summary = "Matrix-vector product of [n,k] and [k].",
        .operands = {{"self"}, {"vec"}},
@@ -276,7 +294,8 @@ const std::vector<MatmulForm> &matmulForms() {
        .rhs = 1,
        .bias = 2,
        .rhsRanks = {1, 2},
-       .transposeRhs = true},
+       .transposeRhs = true,
+       .fpmath = true},
       {.name = "addmm",
        .summary = "beta * self + alpha * (mat1 · mat2) for 2-D mat1, mat2; self broadcasts to "
                   "the result; beta == 0 ignores self (NaNs too). Integer dtypes truncate "
@@ -287,7 +306,8 @@ const std::vector<MatmulForm> &matmulForms() {
        .bias = 0,
        .lhsRanks = {2},
        .rhsRanks = {2},
-       .scaled = true},
+       .scaled = true,
+       .fpmath = true},
       {.name = "baddbmm",
        .summary = "beta * self + alpha * bmm(batch1, batch2); self broadcasts to the [b,n,m] "
                   "result; beta == 0 ignores self.",
@@ -298,7 +318,8 @@ const std::vector<MatmulForm> &matmulForms() {
        .lhsRanks = {3},
        .rhsRanks = {3},
        .broadcastBatch = false,
-       .scaled = true},
+       .scaled = true,
+       .fpmath = true},
   };
   return forms;
 }

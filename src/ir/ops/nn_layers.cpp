@@ -154,6 +154,10 @@ std::vector<Type> sdpaInfer(const Op &op) {
     inferFail(name + ": attn_mask must not be given when is_causal is true");
   if (attrFloat(op, "dropout_p") != 0)
     inferFail(name + ": dropout_p must be 0 (pass the weights' noise as dropout_noise)");
+  if (const Attr *m = op.attrOrNull("fpmath");
+      m && (m->asStr() != "bf16" || q.dtype() != DType::F32))
+    inferFail(name + ": fpmath must be bf16 on f32 attention, got '" + m->asStr() + "' on " +
+              q.str());
   const Type *noise = optionalTensor(op, 4);
   if (noise && noise->dtype() != q.dtype())
     inferFail(name + ": dropout_noise must have the query's dtype, got " + noise->str());
@@ -348,7 +352,8 @@ void registerLayerOps(OpRegistry &r) {
                  "0: dropout_noise (the query's dtype, broadcast to [..,L,S]) multiplies the "
                  "softmax weights instead, as eager's at::dropout of them does with its noise. "
                  "enable_gqa: k/v heads (dim -3) repeat-interleave to the query heads. A fully "
-                 "masked row gives zeros.",
+                 "masked row gives zeros. fpmath = bf16 (f32 only): its products may round "
+                 "their operands to bf16, accumulating in f32 (matmul's fpmath).",
       .operands = {{"query"},
                    {"key"},
                    {"value"},
@@ -357,7 +362,8 @@ void registerLayerOps(OpRegistry &r) {
       .attrs = {{.name = "is_causal", .kind = AttrKind::Bool, .defaultValue = Attr(false)},
                 {.name = "dropout_p", .kind = AttrKind::Float, .defaultValue = Attr(0.0)},
                 {.name = "scale", .kind = AttrKind::Float, .optional = true},
-                {.name = "enable_gqa", .kind = AttrKind::Bool, .defaultValue = Attr(false)}},
+                {.name = "enable_gqa", .kind = AttrKind::Bool, .defaultValue = Attr(false)},
+                {.name = "fpmath", .kind = AttrKind::Str, .optional = true}},
       .infer = sdpaInfer,
       .kernel = sdpaKernel,
   });
