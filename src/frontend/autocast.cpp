@@ -28,13 +28,15 @@ PyRef callWith(PyObject *fn, PyObject *arg) {
 
 bool ambientMatmulBf16() {
   struct Probes {
-    PyObject *getter = nullptr; // torch._C._get_fp32_precision_getter(backend, op)
+    PyObject *getter = nullptr;  // torch._C._get_fp32_precision_getter(backend, op)
+    PyObject *enabled = nullptr; // torch._C._get_mkldnn_enabled (eager's bf16 needs mkldnn)
     PyObject *levels[3][2] = {};
   };
   static Probes p = [] {
     Probes q;
     PyObject *c = PyObject_GetAttrString(torchModule(), "_C");
     q.getter = c ? PyObject_GetAttrString(c, "_get_fp32_precision_getter") : nullptr;
+    q.enabled = c ? PyObject_GetAttrString(c, "_get_mkldnn_enabled") : nullptr;
     Py_XDECREF(c);
     PyErr_Clear();
     // ATen's float32Precision: the op's own setting, else its backend's "all", else generic's.
@@ -44,7 +46,12 @@ bool ambientMatmulBf16() {
         q.levels[i][j] = PyUnicode_InternFromString(names[i][j]);
     return q; // kept for good
   }();
-  if (!p.getter) return false;
+  if (!p.getter || !p.enabled) return false;
+  PyRef on = PyRef::steal(PyObject_CallNoArgs(p.enabled));
+  if (!on || on.get() != Py_True) {
+    PyErr_Clear();
+    return false; // torch.backends.mkldnn.enabled = False: eager's products stay f32
+  }
   for (auto &level : p.levels) {
     PyObject *args[] = {level[0], level[1]};
     PyRef r = PyRef::steal(PyObject_Vectorcall(p.getter, args, 2, nullptr));

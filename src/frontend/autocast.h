@@ -29,9 +29,9 @@ std::optional<AutocastState> ambientAutocast(std::string *why = nullptr);
 
 /// Whether eager runs f32 matmuls in bf16 now: PyTorch's mkldnn matmul precision is "bf16"
 /// (torch.set_float32_matmul_precision("medium"), torch.backends.mkldnn.matmul.fp32_precision,
-/// or the mkldnn or generic "all" setting it inherits). A capture under it marks its products
-/// (the bf16-products pass) and runs only under it. Up to three C calls; false on a torch
-/// without these settings.
+/// or the mkldnn or generic "all" setting it inherits) with torch.backends.mkldnn enabled. A
+/// capture under it marks its products (the bf16-products pass) and runs only under it. Up to
+/// four C calls; false on a torch without these settings.
 bool ambientMatmulBf16();
 
 /// How eager autocast treats the floating (not f64) tensor arguments of an op

@@ -170,3 +170,18 @@ def test_few_rows_convert_weights_only_when_cached(weight_cache: bool) -> None:
         assert float((got - want).abs().max()) <= 1e-2 * float(want.abs().max())
     if not weight_cache:
         assert err < 1e-5
+
+
+def test_mkldnn_disabled_keeps_f32() -> None:
+    # Eager's bf16 products go through mkldnn: with it disabled, "medium" leaves them exact.
+    torch.manual_seed(0)
+    model, x = nn.Linear(256, 256).eval(), torch.randn(128, 256)
+    with torch.no_grad():
+        ref = model.double()(x.double())
+        model.float()
+        torch.set_float32_matmul_precision("medium")
+        with torch.backends.mkldnn.flags(enabled=False):
+            got = xjit.jit(model)(x)
+            want = model(x)
+    assert _rel_err(want, ref) < 1e-5
+    assert _rel_err(got, ref) < 1e-5
