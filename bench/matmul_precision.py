@@ -37,7 +37,8 @@ def _rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
 def run_case(name: str, repeats: int, xjit: Any) -> str:
     model, inputs = CASES[name].build()
     with torch.no_grad():
-        ref = _first(model.double()(*inputs)).detach()
+        wide = [i.double() if i.is_floating_point() else i for i in inputs]
+        ref = _first(model.double()(*wide)).detach()
         model.float()
         torch.set_float32_matmul_precision("highest")
         eager_exact = _first(model(*inputs))

@@ -228,10 +228,14 @@ public:
     args[DNNL_ARG_SRC] = wrap(aDesc, a);
     if (packed) {
       args[DNNL_ARG_WEIGHTS] = packedB;
-    } else if (densifyB) { // into the thread's scratch: no fresh pages for a large rhs per call
+    } else if (densifyB && operandDtype == DType::BF16) {
+      // A weight converted per call: into the thread's scratch, no fresh pages for it each call
+      // (f32 copies stay fresh tensors, freed after the call: the scratch would keep the
+      // largest one resident).
       args[DNNL_ARG_WEIGHTS] = densifyB.intoScratch(tensorOf(spec->rhs, in), ScratchSlot::Weights);
     } else {
       Tensor b = tensorOf(spec->rhs, in);
+      if (densifyB) b = densifyB(b, operandDtype);
       keep.push_back(b);
       args[DNNL_ARG_WEIGHTS] = runtimeWeights(b, bDesc, toB);
     }
