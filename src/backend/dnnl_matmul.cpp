@@ -232,7 +232,9 @@ public:
       // A weight converted per call: into the thread's scratch, no fresh pages for it each call
       // (f32 copies stay fresh tensors, freed after the call: the scratch would keep the
       // largest one resident).
-      args[DNNL_ARG_WEIGHTS] = densifyB.intoScratch(tensorOf(spec->rhs, in), ScratchSlot::Weights);
+      // Described as the primitive has it (oneDNN may normalize the strides of size-1 dims).
+      memory copy = densifyB.intoScratch(tensorOf(spec->rhs, in), ScratchSlot::Weights);
+      args[DNNL_ARG_WEIGHTS] = memory(bDesc, cpuEngine(), copy.get_data_handle());
     } else {
       Tensor b = tensorOf(spec->rhs, in);
       if (densifyB) b = densifyB(b, operandDtype);
