@@ -1348,13 +1348,19 @@ bool onlyRead(const Value *v, int depth = 0) {
 /// and 1 are specialized at capture). nullopt for a symbolic dim under 2 at these values. (From
 /// 11: a split's last piece, `s0-4`, is 2 or more at them; fuzzer seed 70236.)
 std::optional<std::vector<int64_t>> representativeSizes(const Shape &shape, SymbolBindings &b) {
+  // Distinct primes times 12: no two products of different dims coincide (2 and 3 divide no
+  // prime), and a size divided by 2, 3, 4, 6 or 12 (`unflatten(-1, (2, -1))`: `(s2)//2`) is
+  // exact, as the guards make it at run time (fuzzer seed 189722: with s2 = 17, `(s2)//2 * 2`
+  // was not s2, no view followed, and two outputs viewing one tensor ran in Python). At most
+  // 636^6 ~ 6.6e16 for the rank-6 strides.
   static constexpr int64_t kPrimes[] = {11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53};
+  static constexpr int64_t kScale = 12;
   std::vector<int64_t> sizes;
   for (const DimExpr &d : shape) {
     for (const std::string &name : d.symbols())
       if (!b.count(name)) {
         if (b.size() >= std::size(kPrimes)) return std::nullopt;
-        b.emplace(name, kPrimes[b.size()]);
+        b.emplace(name, kPrimes[b.size()] * kScale);
       }
     std::optional<int64_t> v = d.evaluate(b);
     if (!v || *v < (d.isStatic() ? 0 : 2)) return std::nullopt;

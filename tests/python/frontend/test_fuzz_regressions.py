@@ -1358,6 +1358,25 @@ def test_empty_view_next_to_a_relaid_output_does_not_keep_it_in_python(dynamic):
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[1, 3])
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_unflatten_view_of_a_written_permuted_tensor_stays_compiled(dynamic):
+    # seed 189722: v2, a copy of a permuted input written through a view, is captured flat
+    # (reshape(index_put(reshape(v2)))); two outputs view it, one through `unflatten(-1, (2,
+    # -1))`. Under dynamic=True the layout search evaluated `(s2)//2` at an odd representative
+    # size, followed no view, and the frame ran in Python with an internal error. The
+    # representative sizes are now multiples of 12.
+    def fn(a3):
+        v2 = (a3 + a3).clone()
+        v2[0][...] = 7
+        return v2[:, 0], v2.unflatten(-1, (2, -1))
+
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randn(6, b, 5, generator=g).permute(1, 2, 0)]
+
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
+
+
 def _write_through_view_of_view(a0, a2):
     v2 = a0[:, 1:]
     v2[:, 0].mul_(a2)
