@@ -231,8 +231,8 @@ public:
     } else if (densifyB && operandDtype == DType::BF16) {
       // A weight converted per call: into the thread's scratch, no fresh pages for it each call
       // (f32 copies stay fresh tensors, freed after the call: the scratch would keep the
-      // largest one resident).
-      // Described as the primitive has it (oneDNN may normalize the strides of size-1 dims).
+      // largest one resident), described as the primitive has it (oneDNN may normalize the
+      // strides of size-1 dims).
       memory copy = densifyB.intoScratch(tensorOf(spec->rhs, in), ScratchSlot::Weights);
       args[DNNL_ARG_WEIGHTS] = memory(bDesc, cpuEngine(), copy.get_data_handle());
     } else {
