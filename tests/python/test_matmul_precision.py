@@ -149,15 +149,21 @@ def test_training_step_under_medium_matches_eager() -> None:
         assert float((p.grad - q.grad).abs().max()) <= 2e-2 * scale
 
 
+def _linear_and_reference(rows: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """A 256x256 linear (f32), an input of `rows` rows and its float64 result."""
+    torch.manual_seed(0)
+    model, x = nn.Linear(256, 256).eval(), torch.randn(rows, 256)
+    with torch.no_grad():
+        ref = model.double()(x.double())
+    return model.float(), x, ref
+
+
 @pytest.mark.parametrize("weight_cache", [False, True])
 def test_few_rows_convert_weights_only_when_cached(weight_cache: bool) -> None:
     # 8 rows per weight: converting an untagged weight at every call costs more than bf16 saves
     # (exact f32 instead); a cached weight is converted once per version, so bf16 pays.
-    torch.manual_seed(0)
-    model, x = nn.Linear(256, 256).eval(), torch.randn(8, 256)
+    model, x, ref = _linear_and_reference(8)
     with torch.no_grad():
-        ref = model.double()(x.double())
-        model.float()
         torch.set_float32_matmul_precision("medium")
         got = xjit.jit(model, weight_cache=weight_cache)(x)
         want = model(x)
@@ -171,11 +177,8 @@ def test_few_rows_convert_weights_only_when_cached(weight_cache: bool) -> None:
 
 def test_mkldnn_disabled_keeps_f32() -> None:
     # Eager's bf16 products go through mkldnn: with it disabled, "medium" leaves them exact.
-    torch.manual_seed(0)
-    model, x = nn.Linear(256, 256).eval(), torch.randn(128, 256)
+    model, x, ref = _linear_and_reference(128)
     with torch.no_grad():
-        ref = model.double()(x.double())
-        model.float()
         torch.set_float32_matmul_precision("medium")
         torch.backends.mkldnn.enabled = False  # (flags() also sets allow_tf32: a warning)
         try:
