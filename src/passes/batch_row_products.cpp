@@ -146,11 +146,7 @@ void rewriteBatch(Block &block, const std::vector<Op *> &batch, const BlockOrder
     rows.push_back(m->operand(0));
   std::vector<Value *> operands = {b.op("cat", rows, {{"dim", int64_t(0)}}), batch[0]->operand(1)};
   if (batch[0]->numOperands() == 3) operands.push_back(batch[0]->operand(2));
-  // bf16-products' mark stays where every batched product had it (exact f32 is always allowed).
-  AttrMap attrs;
-  if (std::all_of(batch.begin(), batch.end(), [](Op *m) { return m->hasAttr("fpmath"); }))
-    attrs.emplace("fpmath", *batch[0]->attrOrNull("fpmath"));
-  Value *stacked = b.op("linear", operands, attrs);
+  Value *stacked = b.op("linear", operands, joinedProductAttrs({batch.begin(), batch.end()}));
   std::vector<Value *> slices;
   for (size_t i = 0; i < batch.size(); ++i)
     slices.push_back(b.op("slice", {stacked},

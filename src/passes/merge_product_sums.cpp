@@ -91,12 +91,11 @@ bool mergeSum(Op *root, PassContext &ctx) {
   }
   Value *a = transposed ? b.op("t", {b.op("cat", lhsRows, {{"dim", int64_t(0)}})})
                         : b.op("cat", lhs, {{"dim", int64_t(1)}});
-  // bf16-products' mark stays where every merged product had it (exact f32 is always allowed).
-  AttrMap attrs;
-  if (std::all_of(products.begin(), products.end(),
-                  [](Value *p) { return p->definingOp()->hasAttr("fpmath"); }))
-    attrs.emplace("fpmath", *products[0]->definingOp()->attrOrNull("fpmath"));
-  Value *merged = b.op("mm", {a, b.op("cat", rhs, {{"dim", int64_t(0)}})}, attrs);
+  std::vector<const Op *> merging;
+  for (Value *p : products)
+    merging.push_back(p->definingOp());
+  Value *merged =
+      b.op("mm", {a, b.op("cat", rhs, {{"dim", int64_t(0)}})}, joinedProductAttrs(merging));
   for (Value *t : rest)
     merged = b.op("add", {merged, t});
   if (!replaceIfSameType(root, merged)) return false;

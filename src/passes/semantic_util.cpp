@@ -3,6 +3,7 @@
 
 #include "xjit/ir/op_registry.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 namespace xjit::passes {
@@ -115,6 +116,14 @@ std::optional<std::vector<int64_t>> staticSizes(const Value *v) {
     s.push_back(d.value());
   }
   return s;
+}
+
+AttrMap joinedProductAttrs(const std::vector<const Op *> &ops) {
+  AttrMap attrs;
+  if (!ops.empty() &&
+      std::all_of(ops.begin(), ops.end(), [](const Op *op) { return op->hasAttr("fpmath"); }))
+    attrs.emplace("fpmath", *ops.front()->attrOrNull("fpmath"));
+  return attrs;
 }
 
 } // namespace xjit::passes

@@ -60,4 +60,8 @@ struct BatchStatistics {
 };
 BatchStatistics batchStatistics(Builder &b, Value *x);
 
+/// The attributes an op joining the products `ops` (a batched or merged product) keeps of
+/// theirs: bf16-products' `fpmath` where every one has it (exact f32 is always allowed).
+AttrMap joinedProductAttrs(const std::vector<const Op *> &ops);
+
 } // namespace xjit::passes
