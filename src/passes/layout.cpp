@@ -7,11 +7,11 @@
 // rewritten: those ops get `layout = "nhwc"`, elementwise members compute on channels-last
 // values, each activation entering the chain is converted once (permute + contiguous: a
 // physical NHWC copy), each member value read outside gets one permute back (a strided view,
-// no copy), and smaller operands that broadcast into a member (a [C,1,1] bias) are re-indexed
-// with views. Elementwise members are dropped from a chain while that removes conversions, so
-// the chain never converts more values than needed. Conversions between consecutive
-// layout-aware ops never appear: they are in the same chain. Values are unchanged (views and
-// copies only), so the pass is exact.
+// no copy; a copy where two graph outputs view it), and smaller operands that broadcast into a
+// member (a [C,1,1] bias) are re-indexed with views. Elementwise members are dropped from a chain
+// while that removes conversions, so the chain never converts more values than needed. Conversions
+// between consecutive layout-aware ops never appear: they are in the same chain. Values are
+// unchanged (views and copies only), so the pass is exact.
 #include "passes.h"
 
 #include "xjit/ir/builder.h"
@@ -337,6 +337,20 @@ private:
     return n;
   }
 
+  /// How many operands of the graph's return `use` reaches through views (0 if none).
+  static int64_t returnedViews(const Use &use) {
+    const Op *user = use.user;
+    if (user->def().has(kTerminator)) return user->parentOp() == nullptr ? 1 : 0;
+    if (!user->def().has(kView) || user->numResults() != 1 || use.index != 0) return 0;
+    return returnedViews(user->result(0));
+  }
+  static int64_t returnedViews(const Value *v) {
+    int64_t n = 0;
+    for (const Use &u : v->uses())
+      n += returnedViews(u);
+    return n;
+  }
+
   // ---- rewriting ----
 
   Value *create(Op *before, std::string_view name, Value *x, AttrMap attrs = {}) {
@@ -410,8 +424,17 @@ private:
         if (outside.empty()) continue;
         Value *back =
             create(op->next(), "permute", r.get(), {{"dims", Attr(channelPerm(k, !toLast_))}});
+        // Graph outputs that view one another must come back in the layout the graph gave
+        // them before the pass (the frontend cannot re-stride one without cutting it off from
+        // the other): those uses read a copy in channels-first order (fuzzer seed 198915:
+        // `y = conv1d(...); return y.mT, y`). A single output keeps the view.
+        Value *copy = nullptr;
+        if (returnedViews(r.get()) >= 2) {
+          copy = create(back->definingOp()->next(), "contiguous", back);
+          ctx_.count("returned-copies");
+        }
         for (const Use &u : outside)
-          u.user->setOperand(u.index, back);
+          u.user->setOperand(u.index, copy && returnedViews(u) > 0 ? copy : back);
         ctx_.count("conversions");
       }
     }

@@ -162,7 +162,8 @@ const std::vector<PassInfo> &passTable() {
                   "channels-last, converting only at a chain's edges",
        .options = {{"target-layout", "nhwc", "nhwc (channels-last) or nchw (channels-first)"},
                    {"min-convs", "2", "fewest convolutions/poolings in a chain worth converting"}},
-       .statistics = {"chains", "ops-converted", "conversions", "operands-adapted"},
+       .statistics = {"chains", "ops-converted", "conversions", "operands-adapted",
+                      "returned-copies"},
        .run = runLayout},
       {.name = "sink-permutes",
        .summary = "computes contiguous(permute(y)) in the permuted order: the permute moves into "

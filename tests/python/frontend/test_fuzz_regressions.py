@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from frontend_fixtures import clean, counters, tensors  # noqa: F401  (clean: autouse, a fresh frontend per test)
 
@@ -1373,6 +1374,37 @@ def test_unflatten_view_of_a_written_permuted_tensor_stays_compiled(dynamic):
     def make(b):
         g = torch.Generator().manual_seed(b)
         return [torch.randn(6, b, 5, generator=g).permute(1, 2, 0)]
+
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
+
+
+def _conv_of_strided_view_returned_with_its_mt(a0, a2):
+    a2.zero_()
+    v1 = a2.as_strided((2, 1), (1, 2), 1)
+    v6 = F.adaptive_avg_pool1d(v1, 1)
+    v7 = F.conv1d(v6, torch.linspace(-1, 1, 4).reshape(2, 2, 1), padding=1)
+    return v7.mT, v7
+
+
+def _conv_chain_returned_with_its_transpose(a0, a2):
+    y = F.conv2d(F.max_pool2d(a0, 2), torch.linspace(-1, 1, 162).reshape(6, 3, 3, 3))
+    return y.transpose(2, 3), y, y.sum()
+
+
+@pytest.mark.parametrize(
+    "fn", [_conv_of_strided_view_returned_with_its_mt, _conv_chain_returned_with_its_transpose]
+)
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_conv_chain_outputs_viewing_each_other_keep_eagers_strides(fn, dynamic):
+    # seed 198915: the layout pass ran the pool and the unbatched conv1d channels-last and
+    # gave their value back as a strided view; v7 and v7.mT, both returned, viewed it in the
+    # channels-last order (strides (1, 2) and (2, 1) against eager's (3, 1), (1, 3)), and the
+    # frontend cannot re-stride one output without cutting it off from the other: the graph
+    # kept the wrong strides (it wrote an input), or under dynamic=True the frame ran in
+    # Python with a warning. Outputs that view one another now read a channels-first copy.
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randn(b, 3, 8, 8, generator=g), torch.randn(b, 2, generator=g)]
 
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
 
