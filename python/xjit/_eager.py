@@ -745,6 +745,9 @@ def compare_op(torch_results: list[Any], interp_results: list[Any]) -> str | Non
 _CHANNELS_LAST_OPS = {f"conv{d}d" for d in (1, 2, 3)} | {f"conv_transpose{d}d" for d in (1, 2, 3)}
 _CHANNELS_LAST_OPS.add("group_norm")
 _SUGGESTED_FORMAT_OPS = {"batch_norm", "batch_norm_with_update"}
+# Ops whose CPU kernel allocates a contiguous result where the meta kernel keeps the operand's
+# layout (log_sigmoid_forward: `F.logsigmoid` of a permuted tensor).
+_CONTIGUOUS_ON_CPU = {"log_sigmoid"}
 
 
 def _suggested_channels_last(t: Any) -> torch.memory_format | None:
@@ -757,12 +760,49 @@ def _suggested_channels_last(t: Any) -> torch.memory_format | None:
     return None
 
 
+# Advanced indexing with a size-1 dim before an indexed one: ATen's CPU kernel lays the
+# result out contiguously where the meta kernel moves the indexed dim inward (`a[:, [1, 0]]`
+# of a [1, 4, 4] tensor: CPU (8, 4, 1), meta (1, 1, 2); fuzzer seed 208732). Such an index runs
+# on the CPU on uninitialized operands of the same sizes and strides (index tensors of zeros),
+# up to this many elements of storage; a larger one keeps the meta kernel's layout.
+_INDEX_ON_CPU_MAX_ELEMENTS = 1 << 24
+
+
+def _index_layout_on_cpu(args: list[Any], attrs: Attrs, result_types: list[str]) -> Any:
+    """The CPU index's result as a meta tensor, or None where the meta kernel agrees (no size-1
+    dim in self), cannot be matched (boolean masks: their counts) or the storage is too big."""
+    self_ = args[0]
+    if not isinstance(self_, torch.Tensor) or 1 not in self_.shape or self_.numel() == 0:
+        return None
+
+    def storage_like(t: torch.Tensor) -> torch.Tensor | None:
+        extent = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0)
+        if extent > _INDEX_ON_CPU_MAX_ELEMENTS or any(st < 0 for st in t.stride()):
+            return None
+        return torch.zeros(extent, dtype=t.dtype).as_strided(t.size(), t.stride())
+
+    operands: list[Any] = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if a is not self_ and (a.dtype == torch.bool or a.dtype == torch.uint8):
+                return None
+            a = storage_like(a)
+            if a is None:
+                return None
+        operands.append(a)
+    return to_meta(run_op("index", operands, attrs, result_types))
+
+
 def run_op_meta(name: str, args: list[Any], attrs: Attrs, result_types: list[str]) -> Any:
     """:func:`run_op` with factories making meta tensors (the operands are meta tensors)."""
     if name == "view":  # as Tensor.view: it raises where eager's would (run_op's row copies)
         return args[0].view(attrs["shape"])
+    if name == "index" and (r := _index_layout_on_cpu(args, attrs, result_types)) is not None:
+        return r
     with torch.device("meta"):
         r = run_op(name, args, attrs, result_types)
+    if name in _CONTIGUOUS_ON_CPU and isinstance(r, torch.Tensor):
+        return r.contiguous()
     if name in _CHANNELS_LAST_OPS and isinstance(r, torch.Tensor):
         operands = args[:1] if name == "group_norm" else args[:2]
         for fmt in map(_suggested_channels_last, operands):

@@ -550,9 +550,11 @@ bool freshScalars(const Op &op) {
 }
 
 const std::set<std::string, std::less<>> freshContiguous = {
-    "matmul",  "mm",         "bmm",         "linear",     "addmm",
-    "baddbmm", "contiguous", "masked_fill", "grouped_mm", "grouped_mm_weight",
-    "histc",   "layer_norm", "softmax",     "log_softmax"};
+    "matmul",  "mm",         "bmm",         "linear",      "addmm",
+    "baddbmm", "contiguous", "masked_fill", "grouped_mm",  "grouped_mm_weight",
+    "histc",   "layer_norm", "softmax",     "log_softmax", "log_sigmoid"};
+// (log_sigmoid: ATen's CPU log_sigmoid_forward allocates its result contiguous, whatever the
+// input's layout; its meta kernel keeps the input's: fuzzer seeds 204000-216000.)
 // ATen's reductions over dims (sum, mean, amax, var, argmax, max_dim, logsumexp, ...) make
 // their result with at::empty, contiguous, whatever their operand's layout (permuted,
 // channels-last, strided, expanded; keepdim's size-1 dims included): session 25.

@@ -1409,6 +1409,36 @@ def test_conv_chain_outputs_viewing_each_other_keep_eagers_strides(fn, dynamic):
     _same_results_and_memory(fn, make, dynamic=dynamic, batches=[3, 4])
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_index_after_a_size_1_dim_keeps_eagers_strides(dynamic):
+    # seed 208732: `a0[:, [1, 0, 0, 2]]` of a permuted [B, 4, 4] input. At B = 1 ATen's CPU
+    # index lays its result out contiguously, its meta kernel (which decides the layout when
+    # the rules stop at an index) moved the indexed dim inward: strides (1, 1, 4) against
+    # eager's (16, 4, 1). An index of a tensor with a size-1 dim now runs on the CPU on
+    # uninitialized operands of the same strides for its layout.
+    def fn(a0):
+        return a0[:, [1, 0, 0, 2]], a0[:, :, [2, 1]]
+
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randn(4, b, 4, generator=g).permute(1, 2, 0)]
+
+    _same_results_and_memory(fn, make, dynamic=dynamic, batches=[1, 3])
+
+
+def test_log_sigmoid_of_a_permuted_tensor_is_contiguous():
+    # Fuzzer seeds 204000-216000: ATen's CPU log_sigmoid allocates its result contiguously
+    # whatever the input's layout; the rules (and the meta kernel) kept the input's order.
+    def fn(a0):
+        return F.logsigmoid(a0), F.logsigmoid(a0[:, ::2])
+
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randn(4, b, 6, generator=g).permute(2, 1, 0)]
+
+    _same_results_and_memory(fn, make, dynamic=False, batches=[1, 3])
+
+
 def _write_through_view_of_view(a0, a2):
     v2 = a0[:, 1:]
     v2[:, 0].mul_(a2)
