@@ -252,7 +252,7 @@ VarPtr lowerInterpolate(Analyzer &a, BoundArgs &b, const TorchRow &) {
   }
 
   if (mode == Mode::Linear) {
-    if (out == in) return b.at("input"); // ATen copies
+    // (Equal sizes too: ATen's result is a fresh tensor, which the op's identity taps copy.)
     std::vector<double> scaleAttr;
     for (const std::optional<double> &s : scales)
       scaleAttr.push_back(s.value_or(0.0));
@@ -280,18 +280,29 @@ VarPtr lowerInterpolate(Analyzer &a, BoundArgs &b, const TorchRow &) {
       r = resampleByMatrix(a, r, static_cast<int64_t>(s) + 2, m, in[s], out[s],
                            f64 ? "float64" : "float32");
     }
-    return r;
+    // Identity taps: a copy (below).
+    return r == b.at("input") ? a.emit1("clone", {r}) : r;
   }
   // A gather's gradient is a scatter_add, a reference kernel: where the input needs a
   // gradient, only identity and integer-repeat maps (expand + reshape, UNet's 2x nearest) are
   // lowered; the rest stays PyTorch's op.
+  // ATen's result is a fresh tensor: a map that is the identity throughout is a `clone` (not
+  // the input itself), and a repeat of a size-1 dim stays PyTorch's op (expand + reshape would
+  // be a view of the input with stride 0: sweep of output strides, session 33, `interpolate`
+  // of a [3, 4, 1] tensor came back with strides (4, 1, 0), a write to it reaching the input).
+  // (A clone keeps a permuted input's order where ATen's copy is contiguous unless the input
+  // is channels-last: strides only, for an identity resample of such an input.)
   std::vector<std::vector<int64_t>> plans;
+  bool identity = true;
   for (size_t s = 0; s < static_cast<size_t>(spatial); ++s) {
     plans.push_back(nearestPlan(mode, in[s], out[s], scales[s]));
-    if (a.gradEnabled() && x->requiresGrad && !isIdentity(plans.back(), in[s]) &&
-        !isRepeat(plans.back(), in[s]))
+    const bool same = isIdentity(plans.back(), in[s]);
+    identity = identity && same;
+    if (!same && in[s] == 1) return nullptr;
+    if (a.gradEnabled() && x->requiresGrad && !same && !isRepeat(plans.back(), in[s]))
       return nullptr;
   }
+  if (identity) return a.emit1("clone", {b.at("input")});
   VarPtr r = b.at("input");
   for (int64_t i = 0; i < spatial; ++i)
     r = gather(a, r, i + 2, plans[static_cast<size_t>(i)], in[static_cast<size_t>(i)]);

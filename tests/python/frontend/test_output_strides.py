@@ -86,6 +86,20 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = 
         lambda: [torch.randn(3, 1, 5)],
     ),
     "reshape_of_transposed": (lambda x: (x.t() * 2).reshape(-1, 2), lambda: [torch.randn(4, 6)]),
+    # Session 33's sweep of output strides (ops x input layouts against eager): CPU kernels that
+    # lay out otherwise than their meta kernels, which decide where the rules stop.
+    "pixel_shuffle_channels_last": (
+        lambda x: F.pixel_shuffle(x, 2),
+        lambda: [torch.randn(2, 8, 4, 6).to(memory_format=torch.channels_last)],
+    ),
+    "roll_channels_last": (
+        lambda x: (x.roll(1, 1), x.roll((1, 2), (2, 3)), x.roll(3)),
+        lambda: [torch.randn(2, 8, 4, 6).to(memory_format=torch.channels_last)],
+    ),
+    "log_sigmoid_permuted": (
+        lambda x: F.logsigmoid(x),
+        lambda: [permuted(4, 1, 3, order=(2, 1, 0))],
+    ),
 }
 
 
@@ -240,3 +254,26 @@ def test_common_graphs_do_not_need_meta_kernels() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "False"
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: F.interpolate(x, scale_factor=2),  # a size-1 dim repeated: expand + reshape
+        lambda x: F.interpolate(x, scale_factor=1),  # the identity map
+        lambda x: F.interpolate(x, size=x.shape[-1], mode="linear"),
+        lambda x: F.interpolate(x.unsqueeze(-1), scale_factor=1, mode="bicubic").squeeze(-1),
+    ],
+)
+def test_interpolate_result_is_fresh(fn: Callable[..., Any]) -> None:
+    # Session 33's sweep: nearest upsampling of a size-1 dim came back as a stride-0 view of the
+    # input ((4, 1, 0) against eager's (8, 2, 1)), and a map that is the identity (equal sizes,
+    # scale 1) as the input itself; a write to either reached the input. Eager's result is a
+    # fresh tensor: writing it leaves the input alone.
+    x = torch.randn(3, 4, 1)
+    want, got_x = fn(x.clone()), x.clone()
+    got = run_both(fn, got_x)
+    got.add_(1)
+    torch.testing.assert_close(got_x, x)
+    torch.testing.assert_close(got, want + 1)
+
