@@ -836,6 +836,12 @@ def to_meta(value: Any) -> Any:
     return value
 
 
+def meta_strided(sizes: list[int], strides: list[int], like: torch.Tensor) -> torch.Tensor:
+    """A meta tensor of these sizes and strides with `like`'s dtype (the walk at representative
+    sizes, output_layout.cpp)."""
+    return torch.empty_strided(sizes, strides, dtype=like.dtype, device="meta")
+
+
 def empty_meta(sizes: list[int], dtype: str) -> torch.Tensor:
     """A contiguous meta tensor (an op the meta walk could not run, with contiguous operands)."""
     return torch.empty(sizes, dtype=DTYPES[dtype], device="meta")

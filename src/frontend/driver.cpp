@@ -114,9 +114,6 @@ bool restoreParkedError() {
   return true;
 }
 
-/// A pending KeyboardInterrupt / SystemExit (a BaseException that is not an Exception): never
-/// turned into an internal error, it propagates to the program.
-bool interruptPending() { return PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception); }
 
 void registerExternals(Graph &g, const std::vector<PyRef> &callables, CompiledEntry &e) {
   std::vector<Op *> calls;

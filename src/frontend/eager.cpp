@@ -35,6 +35,7 @@ const EagerModule &eagerModule() {
     r.emptyMeta = get("empty_meta");
     r.layoutOf = get("layout_of");
     r.relayout = get("relayout");
+    r.metaStrided = get("meta_strided");
     return r;
   }();
   return m;
@@ -124,8 +125,6 @@ std::vector<PyRef> splitResults(PyRef r, size_t n, const Op &op) {
   return out;
 }
 
-/// A KeyboardInterrupt or SystemExit (not an op's failure): it must propagate.
-bool interruptPending() { return PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception); }
 
 /// "'gelu' at model.py:12 (forward)": the op and the user's line it came from.
 std::string where(const Op &op) {
@@ -453,12 +452,14 @@ bool readsStorageCallee(std::string_view callee) {
 
 std::vector<PyRef> runMeta(const Graph &g, const std::vector<PyRef> &inputs,
                            const ExternalCallables &externals, std::vector<bool> &unknown,
-                           std::string &eagerRaises, std::map<const Op *, PyRef> *laidOut) {
+                           std::string &eagerRaises, std::map<const Op *, PyRef> *laidOut,
+                           const SymbolBindings *symbols) {
   Walker w{externals};
   w.meta = true;
   w.laidOut = laidOut;
-  w.body = g.body(); // shape symbols bind from the real inputs
+  w.body = g.body(); // shape symbols bind from the real inputs, or are given
   w.inputs = inputs;
+  if (symbols) w.symbols = *symbols;
   std::vector<PyRef> metaInputs;
   for (const PyRef &in : inputs)
     metaInputs.push_back(checked(PyObject_CallOneArg(eagerModule().toMeta, in.get())));

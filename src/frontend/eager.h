@@ -20,6 +20,7 @@ struct EagerModule {
   PyObject *emptyMeta = nullptr;
   PyObject *layoutOf = nullptr; // output layouts (output_layout.cpp)
   PyObject *relayout = nullptr;
+  PyObject *metaStrided = nullptr; // a meta tensor of given sizes and strides
 };
 /// Throws PyErrorSet when xjit._eager cannot be imported.
 const EagerModule &eagerModule();
@@ -55,8 +56,8 @@ bool readsStorageCallee(std::string_view callee);
 
 std::vector<PyRef> runMeta(const Graph &g, const std::vector<PyRef> &inputs,
                            const ExternalCallables &externals, std::vector<bool> &unknown,
-                           std::string &eagerRaises,
-                           std::map<const Op *, PyRef> *laidOut = nullptr);
+                           std::string &eagerRaises, std::map<const Op *, PyRef> *laidOut = nullptr,
+                           const SymbolBindings *symbols = nullptr);
 
 /// --check: walks `g` as runEager does and, for every op, also runs it in the reference
 /// interpreter on the same operands. Returns "" when every op agrees, else a description of the

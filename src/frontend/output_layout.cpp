@@ -1803,6 +1803,48 @@ OutputLayout layoutFromMeta(PyObject *info, const Value *v, bool symbolic) {
 
 } // namespace
 
+namespace {
+
+/// Whether output `i`'s layout from the walk at the capture's sizes may not hold at others: a
+/// symbolic dim of it had size 1 there (`s0-1` at s0 = 2), where a dense order does not place
+/// it (and meta kernels place size-1 dims otherwise than CPU ones).
+bool unitAtCapture(const Value *v, PyObject *info) {
+  if (!v->type().isTensor()) return false;
+  const std::vector<int64_t> sizes = intsOf(PyTuple_GET_ITEM(info, 0));
+  const Shape &shape = v->type().shape();
+  for (size_t d = 0; d < sizes.size() && d < shape.size(); ++d)
+    if (!shape[d].isStatic() && sizes[d] == 1) return true;
+  return false;
+}
+
+/// Meta tensors of the graph inputs at representative sizes (representativeSizes: every
+/// symbolic dim 2 or more), each dense in the order its real input has; empty where an input
+/// is not a dense tensor (or the sizes cannot be made).
+std::vector<PyRef> representativeInputs(const Graph &g, const std::vector<PyRef> &inputs,
+                                        SymbolBindings &symbols) {
+  static PyObject *strideName = internedStr("stride");
+  static PyObject *sizeName = internedStr("size");
+  std::vector<PyRef> out;
+  for (size_t i = 0; i < inputs.size() && i < g.numInputs(); ++i) {
+    const Type &t = g.input(i)->type();
+    if (!t.isTensor() || !isPlainTensor(inputs[i].get())) return {};
+    const std::vector<int64_t> sizes =
+        intsOf(checked(PyObject_CallMethodNoArgs(inputs[i].get(), sizeName)).get());
+    const std::vector<int64_t> strides =
+        intsOf(checked(PyObject_CallMethodNoArgs(inputs[i].get(), strideName)).get());
+    std::vector<int> order = denseOrder(sizes, strides);
+    if (order.empty()) order = denseOrderOfSignificantDims(sizes, strides);
+    std::optional<std::vector<int64_t>> rep = representativeSizes(t.shape(), symbols);
+    if (order.empty() || !rep || rep->size() != sizes.size()) return {};
+    out.push_back(checked(PyObject_CallFunctionObjArgs(
+        eagerModule().metaStrided, intList(*rep).get(), intList(denseStrides(*rep, order)).get(),
+        inputs[i].get(), nullptr)));
+  }
+  return out.size() == g.numInputs() ? out : std::vector<PyRef>{};
+}
+
+} // namespace
+
 OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inputs,
                                   const ExternalCallables &externals, bool symbolic) {
   OutputLayouts r;
@@ -1861,6 +1903,7 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
     r.storageReads[op] = std::move(read);
   });
   if (!r.derived) return r;
+  std::vector<size_t> ambiguous; // outputs whose order the walk at the capture's sizes leaves open
   for (size_t i = 0; i < outs.size(); ++i) {
     OutputLayout l;
     if (unknown[i]) {
@@ -1873,9 +1916,47 @@ OutputLayouts deriveOutputLayouts(const Graph &g, const std::vector<PyRef> &inpu
       continue;
     }
     PyRef info = checked(PyObject_CallOneArg(eagerModule().layoutOf, outs[i].get()));
-    if (info.get() != Py_None)
+    if (info.get() != Py_None) {
       l = layoutFromMeta(info.get(), g.body()->terminator()->operand(i), symbolic);
+      if (symbolic && l.kind == OutputLayout::Dense &&
+          unitAtCapture(g.body()->terminator()->operand(i), info.get()))
+        ambiguous.push_back(i);
+    }
     r.outputs.push_back(std::move(l));
+  }
+  // Where an output has a symbolic dim of size 1 at the capture's sizes, the outputs take their
+  // layouts from a second walk at representative sizes, where every symbolic dim is 2 or more
+  // (fuzzer seeds 208915, 222852, 227551: `v = a[1:]` of a transposed [s0, n] input at s0 = 2, then
+  // an activation of it; the order found at size 1 was row-major where eager follows the
+  // input's order at other sizes). A walk that fails keeps the capture's orders.
+  if (!ambiguous.empty()) {
+    try {
+      SymbolBindings symbols;
+      std::vector<PyRef> repInputs = representativeInputs(g, inputs, symbols);
+      if (!repInputs.empty()) {
+        std::vector<bool> repUnknown;
+        std::string repRaises;
+        std::vector<PyRef> repOuts =
+            runMeta(g, repInputs, externals, repUnknown, repRaises, nullptr, &symbols);
+        // Every output then takes that walk's layout: views of the ambiguous ones too (`v[0]`
+        // of such a v: contiguous at size 1, strided at other sizes; fuzzer seed 222852).
+        std::vector<OutputLayout> rep;
+        for (size_t i = 0; repRaises.empty() && i < outs.size() && i < repOuts.size(); ++i) {
+          if (repUnknown[i]) break;
+          PyRef info = checked(PyObject_CallOneArg(eagerModule().layoutOf, repOuts[i].get()));
+          OutputLayout l;
+          if (info.get() != Py_None)
+            l = layoutFromMeta(info.get(), g.body()->terminator()->operand(i), true);
+          rep.push_back(std::move(l));
+        }
+        if (rep.size() == r.outputs.size()) r.outputs = std::move(rep);
+      }
+    } catch (const PyErrorSet &) {
+      if (interruptPending()) throw;
+      PyErr_Clear();
+    } catch (const std::exception &) {
+      PyErr_Clear();
+    }
   }
   return r;
 }

@@ -15,6 +15,12 @@ struct PyErrorSet : std::exception {
   const char *what() const noexcept override { return "a Python exception is set"; }
 };
 
+/// A pending KeyboardInterrupt / SystemExit (a BaseException that is not an Exception): never
+/// turned into an internal error or swallowed, it propagates to the program.
+inline bool interruptPending() {
+  return PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception);
+}
+
 /// Steals a new reference; throws PyErrorSet when it is NULL.
 inline PyRef checked(PyObject *o) {
   if (!o) throw PyErrorSet();

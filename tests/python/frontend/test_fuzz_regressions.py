@@ -1439,6 +1439,32 @@ def test_log_sigmoid_of_a_permuted_tensor_is_contiguous():
     _same_results_and_memory(fn, make, dynamic=False, batches=[1, 3])
 
 
+def _activation_of_a_half(a1):
+    v5 = F.hardswish(a1.narrow(0, 0, a1.shape[0] // 2))
+    return v5[0], v5
+
+
+def _activation_of_a_tail(a1):
+    v1 = a1[1:]
+    v3 = torch.ceil(v1).clone()
+    v3[0] = 5  # (an index_put: the rules stop, the meta walk decides)
+    return torch.cumprod(v3.clamp(-2, 2), 0), F.hardtanh(v1)
+
+
+@pytest.mark.parametrize("fn", [_activation_of_a_half, _activation_of_a_tail])
+def test_symbolic_dim_of_size_1_at_capture_keeps_eagers_order(fn):
+    # seeds 208915, 222852 (and 222854, 225893, 227551): under dynamic=True the first capture
+    # at batch 2 made `s0//2` (or `s0-1`) 1, the rules stopped at the activation and the meta
+    # walk laid its result out at those sizes, where a size-1 dim has no place in a dense order
+    # (and the meta kernels put it otherwise than the CPU ones): row-major, where eager follows
+    # the transposed input at other batches ((8, 1) against (1, 4)). Such graphs' outputs now
+    # take their layouts from a second walk at representative sizes.
+    def make(b):
+        return [torch.randn(6, b, generator=torch.Generator().manual_seed(b)).t()]
+
+    _same_results_and_memory(fn, make, dynamic=True, batches=[2, 5, 6])
+
+
 def _write_through_view_of_view(a0, a2):
     v2 = a0[:, 1:]
     v2[:, 0].mul_(a2)
