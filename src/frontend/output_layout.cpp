@@ -1801,13 +1801,9 @@ OutputLayout layoutFromMeta(PyObject *info, const Value *v, bool symbolic) {
   return l;
 }
 
-} // namespace
-
-namespace {
-
-/// Whether output `i`'s layout from the walk at the capture's sizes may not hold at others: a
-/// symbolic dim of it had size 1 there (`s0-1` at s0 = 2), where a dense order does not place
-/// it (and meta kernels place size-1 dims otherwise than CPU ones).
+/// Whether the layout of output `v` from the walk at the capture's sizes (`info`) may not hold
+/// at others: a symbolic dim of it had size 1 there (`s0-1` at s0 = 2), where a dense order does
+/// not place it (and meta kernels place size-1 dims otherwise than CPU ones).
 bool unitAtCapture(const Value *v, PyObject *info) {
   if (!v->type().isTensor()) return false;
   const std::vector<int64_t> sizes = intsOf(PyTuple_GET_ITEM(info, 0));
