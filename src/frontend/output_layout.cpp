@@ -1409,7 +1409,7 @@ std::optional<std::vector<int64_t>> stridesThroughViews(const std::vector<const 
       if (name == "unbind") strides.erase(strides.begin() + d);
     } else if (name == "alias") {
       // (a view of the whole: the same strides)
-    } else if (name == "expand") {
+    } else if (name == "expand" || name == "expand_as") {
       // (new leading dims and expanded size-1 dims get stride 0, the others keep theirs)
       std::optional<std::vector<int64_t>> shape =
           representativeSizes(op->result(0)->type().shape(), symbols);
@@ -1473,8 +1473,8 @@ bool laidOutByPyTorch(const Value *v) {
 int computeViewedBasesInLayouts(Graph &g, const std::vector<LayoutTarget> &targets,
                                 std::vector<size_t> *unmet = nullptr) {
   static const std::set<std::string, std::less<>> followed = {
-      "slice",   "narrow", "select",  "permute", "transpose", "t",      "movedim", "unsqueeze",
-      "squeeze", "view",   "reshape", "flatten", "unflatten", "expand", "alias"};
+      "slice",   "narrow", "select",  "permute", "transpose", "t",      "movedim",   "unsqueeze",
+      "squeeze", "view",   "reshape", "flatten", "unflatten", "expand", "expand_as", "alias"};
   struct Viewer {
     size_t target;
     std::vector<const Op *> views; // from the base up
@@ -1489,7 +1489,9 @@ int computeViewedBasesInLayouts(Graph &g, const std::vector<LayoutTarget> &targe
     Value *base = targets[i].value;
     while (Op *def = base->definingOp()) {
       const bool piece = splitPieces.count(def->name()) > 0;
-      if (!(followed.count(def->name()) || piece) || def->numOperands() != 1 ||
+      // (expand_as's second operand gives only the shape; fuzzer seed 219894)
+      const size_t viewed = def->name() == "expand_as" ? 2 : 1;
+      if (!(followed.count(def->name()) || piece) || def->numOperands() != viewed ||
           (def->numResults() != 1 && !piece) || !def->operand(0)->type().isTensor())
         break;
       viewer.views.insert(viewer.views.begin(), def);

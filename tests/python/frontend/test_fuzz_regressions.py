@@ -1465,6 +1465,22 @@ def test_symbolic_dim_of_size_1_at_capture_keeps_eagers_order(fn):
     _same_results_and_memory(fn, make, dynamic=True, batches=[2, 5, 6])
 
 
+def test_expand_as_of_a_row_of_a_permuted_result_keeps_eagers_strides():
+    # seed 219894 under dynamic=True: `sigmoid(softplus(tanh(a).flatten(1))).select(0, 0)
+    # .expand_as(...)` of a transposed input. The rules stop at the flatten, and the output (a
+    # strided view with symbolic sizes) gets eager's strides only where its base is computed in
+    # eager's order; the search for that order stopped at expand_as (two operands): row stride
+    # 1 against eager's B. expand_as is now followed like expand.
+    def fn(a3):
+        v3 = F.softplus(torch.tanh(a3).flatten(1))
+        return torch.sigmoid(v3).select(0, 0).expand_as(v3)
+
+    def make(b):
+        return [torch.randn(3, b, generator=torch.Generator().manual_seed(b)).t()]
+
+    _same_results_and_memory(fn, make, dynamic=True, batches=[3, 5])
+
+
 def _write_through_view_of_view(a0, a2):
     v2 = a0[:, 1:]
     v2[:, 0].mul_(a2)
