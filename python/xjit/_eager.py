@@ -744,14 +744,14 @@ def compare_op(torch_results: list[Any], interp_results: list[Any]) -> str | Non
 # suggested format). Checked against eager in tests/python/frontend/test_output_strides.py.
 _CHANNELS_LAST_OPS = {f"conv{d}d" for d in (1, 2, 3)} | {f"conv_transpose{d}d" for d in (1, 2, 3)}
 _CHANNELS_LAST_OPS.add("group_norm")
-_SUGGESTED_FORMAT_OPS = {"batch_norm", "batch_norm_with_update"}
+# Ops whose CPU kernel makes its result in the input's suggested memory format (channels-last,
+# else contiguous) where the meta kernel keeps the input's strides (batch norm) or makes it
+# contiguous (pixel_shuffle, roll along given dims; a roll of the flattened tensor is contiguous
+# on both: sweep of output strides, session 33).
+_SUGGESTED_FORMAT_OPS = {"batch_norm", "batch_norm_with_update", "pixel_shuffle", "roll"}
 # Ops whose CPU kernel allocates a contiguous result where the meta kernel keeps the operand's
 # layout (log_sigmoid_forward: `F.logsigmoid` of a permuted tensor).
 _CONTIGUOUS_ON_CPU = {"log_sigmoid"}
-# Ops whose CPU kernel makes its result in the input's suggested memory format (channels-last
-# or contiguous) where the meta kernel makes it contiguous: pixel_shuffle, and roll along given
-# dims (a roll of the flattened tensor is contiguous on both). Sweep of output strides, session 33.
-_SUGGESTED_FORMAT_ON_CPU = {"pixel_shuffle", "roll"}
 
 
 def _suggested_channels_last(t: Any) -> torch.memory_format | None:
@@ -807,21 +807,14 @@ def run_op_meta(name: str, args: list[Any], attrs: Attrs, result_types: list[str
         r = run_op(name, args, attrs, result_types)
     if name in _CONTIGUOUS_ON_CPU and isinstance(r, torch.Tensor):
         return r.contiguous()
-    if name in _SUGGESTED_FORMAT_ON_CPU and isinstance(r, torch.Tensor):
-        if name == "pixel_shuffle" or attrs.get("dims"):
-            fmt = _suggested_channels_last(args[0])
-            if fmt is not None and r.dim() == args[0].dim():
-                return r.contiguous(memory_format=fmt)
     if name in _CHANNELS_LAST_OPS and isinstance(r, torch.Tensor):
         operands = args[:1] if name == "group_norm" else args[:2]
         for fmt in map(_suggested_channels_last, operands):
             if fmt is not None and r.dim() == args[0].dim():
                 return r.contiguous(memory_format=fmt)
-    if name in _SUGGESTED_FORMAT_OPS:
-        # CPU batch norm allocates its result in the input's suggested memory format
-        # (channels-last, else contiguous); the meta kernel keeps the input's strides (fuzzer
-        # seed 6401: of a transposed 2-D input eager's result is contiguous, so its flatten()
-        # is a view of it).
+    if name in _SUGGESTED_FORMAT_OPS and (name != "roll" or attrs.get("dims")):
+        # (Batch norm, fuzzer seed 6401: of a transposed 2-D input eager's result is
+        # contiguous, so its flatten() is a view of it.)
         fmt = _suggested_channels_last(args[0]) or torch.contiguous_format
         if isinstance(r, torch.Tensor):
             return r.contiguous(memory_format=fmt)
